@@ -1,0 +1,62 @@
+/* bf16.h — bfloat16 ↔ float, round-to-nearest-even, as torch's c10::BFloat16 defines it.
+ *
+ * bfloat16 is the upper 16 bits of an IEEE-754 binary32: 1 sign, 8 exponent, 7 mantissa bits.
+ *   bf16_from_float(x): RNE of x to bf16. Ties go to the even mantissa. Finite values beyond the
+ *     largest bf16 (0x7F7F ≈ 3.3895e38) round to ±Inf exactly as IEEE RNE does. ±Inf stays ±Inf.
+ *     Every NaN becomes the canonical quiet NaN 0x7FC0 (torch: c10/util/BFloat16.h,
+ *     round_to_nearest_even). CUDA's __float2bfloat16_rn gives 0x7FFF instead; both are NaN, and
+ *     parity tests compare NaN positions, not payloads.
+ *   bf16_to_float(h): exact (shift into the upper half).
+ *   bf16_round(x): bf16_to_float(bf16_from_float(x)), the rounding the GPU path applies when it
+ *     stores an fp32 value as bf16.
+ * Subnormals are kept (no flush to zero), as on the CPU and in CUDA's conversion.
+ */
+#ifndef REFINE_REF_BF16_H
+#define REFINE_REF_BF16_H
+
+#include <stdint.h>
+#include <string.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Machine epsilon of bf16: the gap between 1 and the next bf16 value (2^-7). */
+#define BF16_EPS 0.0078125
+
+static inline uint32_t ref_f32_bits(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+
+static inline float ref_f32_from_bits(uint32_t u) {
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+static inline uint16_t bf16_from_float(float x) {
+    uint32_t u = ref_f32_bits(x);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0; /* NaN */
+    /* RNE: add 0x7FFF plus the lowest kept bit, then truncate. Carries into the exponent are
+     * the correct result (including overflow to Inf). */
+    uint32_t lsb = (u >> 16) & 1u;
+    u += 0x7FFFu + lsb;
+    return (uint16_t)(u >> 16);
+}
+
+static inline float bf16_to_float(uint16_t h) { return ref_f32_from_bits((uint32_t)h << 16); }
+
+static inline float bf16_round(float x) { return bf16_to_float(bf16_from_float(x)); }
+
+/* Array forms. out and in may alias only exactly (same pointer). */
+void bf16_from_float_array(uint16_t *out, const float *in, int64_t n);
+void bf16_to_float_array(float *out, const uint16_t *in, int64_t n);
+void bf16_round_array(float *out, const float *in, int64_t n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* REFINE_REF_BF16_H */
