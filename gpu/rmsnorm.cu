@@ -1,0 +1,339 @@
+/* rmsnorm.cu — RMSNorm forward/backward kernels (gpu/rmsnorm.h), bf16 data, fp32 statistics.
+ *
+ * Strategy: a group of TPR consecutive threads owns one row; each thread holds VPT chunks of VW
+ * contiguous elements (VW = 8: one 16-byte load per chunk, for C % 8 == 0; VW = 1 otherwise),
+ * chunk k of thread t covering columns ((k·TPR + t)·VW ...). TPR grows with C so that a thread
+ * holds at most 32 elements: the whole row lives in registers and DRAM is touched once per
+ * input and output. Blocks are 256 threads = 256/TPR rows. Row sums: each thread sums its
+ * elements in order, then a butterfly (xor) shuffle within the warp — which leaves the same bits
+ * in every lane — then, for TPR > 32, the warps' sums added in warp order from shared memory.
+ *
+ * dw (backward, full fine-tuning only): a thread owns the same columns for every row it visits,
+ * so it accumulates dy·bf16(n̂) for those columns in registers across the rows of its row slot;
+ * the row slots of a block are combined in slot order in shared memory and written as the
+ * block's partial row of `workspace`; a second kernel adds the blocks' partials in block order
+ * into dw. The grid of the backward is min(ceil(N / rows per block), kMaxBackwardBlocks), a
+ * function of N and C only, so dw has the same bits on every run and every GPU.
+ *
+ * Rounding matches ref/rmsnorm.c step for step (__fmul_rn/__fadd_rn keep nvcc from contracting
+ * into FMAs); only the order of the fp32 row sums differs from the reference's double sums.
+ *
+ * Test and benchmark: bazel test --config=gpu //tests/parity:rmsnorm_parity
+ *                     (binary) rmsnorm_parity --bench
+ */
+#include "gpu/rmsnorm.h"
+
+#include "gpu/cuda_check.h"
+#include "gpu/vec.cuh"
+#include "io/check.h"
+
+namespace refine {
+namespace {
+
+constexpr int kBlock = 256;
+constexpr int kMaxBackwardBlocks = 256;
+
+/* Sum over the TPR threads of a row group; every thread of the group gets the same bits.
+ * `scratch` holds kBlock/32 floats; all threads of the block must call this together. */
+template <int TPR>
+__device__ __forceinline__ float row_sum(float v, float *scratch) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if constexpr (TPR > 32) {
+        const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+        __syncthreads(); /* scratch may still be read by a previous call */
+        if (lane == 0) scratch[warp] = v;
+        __syncthreads();
+        const int first = (threadIdx.x / TPR) * (TPR / 32);
+        float s = 0.0f;
+#pragma unroll
+        for (int w = 0; w < TPR / 32; w++) s = __fadd_rn(s, scratch[first + w]);
+        v = s;
+    }
+    return v;
+}
+
+template <int VW, int VPT, int TPR, bool RESIDUAL>
+__global__ void __launch_bounds__(kBlock) rmsnorm_forward_rows_in_registers(
+    bf16 *__restrict__ res_out, bf16 *__restrict__ out, float *__restrict__ rstd, const bf16 *__restrict__ res_in,
+    const bf16 *__restrict__ x, const bf16 *__restrict__ w, int N, int C, float eps) {
+    __shared__ float scratch[kBlock / 32];
+    const int t = threadIdx.x % TPR;
+    const int row = blockIdx.x * (kBlock / TPR) + threadIdx.x / TPR;
+    const bool live = row < N; /* dead rows still join the block-wide reductions */
+    const int64_t base = (int64_t)(live ? row : 0) * C;
+
+    float v[VPT][VW];
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < VPT; k++) {
+        const int col = (k * TPR + t) * VW;
+        if (live && col < C) {
+            load_bf16<VW>(v[k], x + base + col);
+            if constexpr (RESIDUAL) {
+                float a[VW];
+                load_bf16<VW>(a, res_in + base + col);
+#pragma unroll
+                for (int j = 0; j < VW; j++) v[k][j] = bf16_round_dev(__fadd_rn(a[j], v[k][j]));
+                store_bf16<VW>(res_out + base + col, v[k]);
+            }
+#pragma unroll
+            for (int j = 0; j < VW; j++) ss = __fadd_rn(ss, __fmul_rn(v[k][j], v[k][j]));
+        }
+    }
+    ss = row_sum<TPR>(ss, scratch);
+    const float r = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, (float)C), eps)));
+    if (!live) return;
+    if (t == 0) rstd[row] = r;
+#pragma unroll
+    for (int k = 0; k < VPT; k++) {
+        const int col = (k * TPR + t) * VW;
+        if (col < C) {
+            float wv[VW], o[VW];
+            load_bf16<VW>(wv, w + col);
+#pragma unroll
+            for (int j = 0; j < VW; j++) o[j] = __fmul_rn(bf16_round_dev(__fmul_rn(v[k][j], r)), wv[j]);
+            store_bf16<VW>(out + base + col, o);
+        }
+    }
+}
+
+template <int VW, int VPT, int TPR, bool HAS_DRES, bool HAS_DW>
+__global__ void __launch_bounds__(kBlock) rmsnorm_backward_rows_in_registers(
+    bf16 *dx, float *__restrict__ partial, const bf16 *dy, const bf16 *dres, const bf16 *__restrict__ x,
+    const bf16 *__restrict__ w, const float *__restrict__ rstd, int N, int C) {
+    extern __shared__ float smem[]; /* kBlock/32 scratch floats, then C floats when HAS_DW */
+    float *scratch = smem;
+    float *acc = smem + kBlock / 32;
+    constexpr int kSlots = kBlock / TPR;
+    const int t = threadIdx.x % TPR, slot = threadIdx.x / TPR;
+
+    float wv[VPT][VW];
+    float dwp[VPT][VW];
+#pragma unroll
+    for (int k = 0; k < VPT; k++) {
+        const int col = (k * TPR + t) * VW;
+#pragma unroll
+        for (int j = 0; j < VW; j++) dwp[k][j] = 0.0f;
+        if (col < C) load_bf16<VW>(wv[k], w + col);
+    }
+
+    /* Every thread runs the same number of iterations so the block-wide sums stay collective. */
+    const int stride = gridDim.x * kSlots;
+    const int iters = (N + stride - 1) / stride;
+    for (int it = 0; it < iters; it++) {
+        const int row = it * stride + blockIdx.x * kSlots + slot;
+        const bool live = row < N;
+        const int64_t base = (int64_t)(live ? row : 0) * C;
+        const float r = live ? rstd[row] : 0.0f;
+        float nh[VPT][VW], dn[VPT][VW];
+        float dot = 0.0f;
+#pragma unroll
+        for (int k = 0; k < VPT; k++) {
+            const int col = (k * TPR + t) * VW;
+            if (live && col < C) {
+                float xv[VW], gv[VW];
+                load_bf16<VW>(xv, x + base + col);
+                load_bf16<VW>(gv, dy + base + col);
+#pragma unroll
+                for (int j = 0; j < VW; j++) {
+                    nh[k][j] = __fmul_rn(xv[j], r);
+                    dn[k][j] = __fmul_rn(gv[j], wv[k][j]);
+                    dot = __fadd_rn(dot, __fmul_rn(dn[k][j], nh[k][j]));
+                    if constexpr (HAS_DW) dwp[k][j] = __fadd_rn(dwp[k][j], __fmul_rn(gv[j], bf16_round_dev(nh[k][j])));
+                }
+            }
+        }
+        dot = row_sum<TPR>(dot, scratch);
+        const float mean = __fdiv_rn(dot, (float)C);
+        if (!live) continue;
+#pragma unroll
+        for (int k = 0; k < VPT; k++) {
+            const int col = (k * TPR + t) * VW;
+            if (col < C) {
+                float g[VW];
+#pragma unroll
+                for (int j = 0; j < VW; j++) g[j] = __fmul_rn(r, __fsub_rn(dn[k][j], __fmul_rn(nh[k][j], mean)));
+                if (HAS_DRES) {
+                    float d[VW];
+                    load_bf16<VW>(d, dres + base + col);
+#pragma unroll
+                    for (int j = 0; j < VW; j++) g[j] = __fadd_rn(d[j], g[j]);
+                }
+                store_bf16<VW>(dx + base + col, g);
+            }
+        }
+    }
+
+    if constexpr (HAS_DW) {
+        /* Combine the row slots of this block in slot order, then write the block's partial. */
+        for (int s = 0; s < kSlots; s++) {
+            if (slot == s) {
+#pragma unroll
+                for (int k = 0; k < VPT; k++) {
+                    const int col = (k * TPR + t) * VW;
+                    if (col < C) {
+#pragma unroll
+                        for (int j = 0; j < VW; j++)
+                            acc[col + j] = s == 0 ? dwp[k][j] : __fadd_rn(acc[col + j], dwp[k][j]);
+                    }
+                }
+            }
+            __syncthreads();
+        }
+        for (int c = threadIdx.x; c < C; c += kBlock) partial[(int64_t)blockIdx.x * C + c] = acc[c];
+    }
+}
+
+/* dw[c] += Σ_b partial[b, c], blocks in order. */
+__global__ void rmsnorm_dw_ordered_sum(float *__restrict__ dw, const float *__restrict__ partial, int blocks, int C) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float s = 0.0f;
+    for (int b = 0; b < blocks; b++) s = __fadd_rn(s, partial[(int64_t)b * C + c]);
+    dw[c] = __fadd_rn(dw[c], s);
+}
+
+/* The launch shape for a row of C elements. */
+struct row_shape {
+    int vw, vpt, tpr;
+};
+
+row_shape pick_shape(int C, const void *const *ptrs, int nptrs) {
+    bool vec = C % 8 == 0;
+    for (int i = 0; i < nptrs; i++)
+        if (ptrs[i] != nullptr && (reinterpret_cast<uintptr_t>(ptrs[i]) & 15) != 0) vec = false;
+    const int vw = vec ? 8 : 1;
+    const int chunks = (C + vw - 1) / vw;
+    CHECK(chunks <= 4 * kBlock, "rmsnorm: C=%d is too wide (at most %d with C %% 8 == 0 and 16-byte aligned pointers, else %d)",
+          C, 4 * kBlock * 8, 4 * kBlock);
+    int tpr = 32;
+    while (tpr < kBlock && chunks > 4 * tpr) tpr *= 2;
+    const int need = (chunks + tpr - 1) / tpr;
+    const int vpt = need <= 1 ? 1 : need <= 2 ? 2 : 4;
+    return {vw, vpt, tpr};
+}
+
+/* Runs L<VW, VPT, TPR>::run(args...) for the shape picked at run time. */
+template <template <int, int, int> class L, typename... A>
+void dispatch_shape(row_shape s, A... args) {
+#define REFINE_RMSNORM_TPR(VW, VPT)                          \
+    switch (s.tpr) {                                         \
+        case 32: L<VW, VPT, 32>::run(args...); break;        \
+        case 64: L<VW, VPT, 64>::run(args...); break;        \
+        case 128: L<VW, VPT, 128>::run(args...); break;      \
+        default: L<VW, VPT, 256>::run(args...); break;       \
+    }
+#define REFINE_RMSNORM_VPT(VW)                   \
+    switch (s.vpt) {                             \
+        case 1: REFINE_RMSNORM_TPR(VW, 1) break; \
+        case 2: REFINE_RMSNORM_TPR(VW, 2) break; \
+        default: REFINE_RMSNORM_TPR(VW, 4) break; \
+    }
+    if (s.vw == 8) {
+        REFINE_RMSNORM_VPT(8)
+    } else {
+        REFINE_RMSNORM_VPT(1)
+    }
+#undef REFINE_RMSNORM_VPT
+#undef REFINE_RMSNORM_TPR
+}
+
+template <bool RESIDUAL>
+struct forward_launch {
+    template <int VW, int VPT, int TPR>
+    struct L {
+        static void run(int blocks, cudaStream_t stream, bf16 *res_out, bf16 *out, float *rstd, const bf16 *res_in,
+                        const bf16 *x, const bf16 *w, int N, int C, float eps) {
+            rmsnorm_forward_rows_in_registers<VW, VPT, TPR, RESIDUAL>
+                <<<blocks, kBlock, 0, stream>>>(res_out, out, rstd, res_in, x, w, N, C, eps);
+        }
+    };
+};
+
+template <bool HAS_DRES, bool HAS_DW>
+struct backward_launch {
+    template <int VW, int VPT, int TPR>
+    struct L {
+        static void run(int blocks, size_t smem, cudaStream_t stream, bf16 *dx, float *partial, const bf16 *dy,
+                        const bf16 *dres, const bf16 *x, const bf16 *w, const float *rstd, int N, int C) {
+            rmsnorm_backward_rows_in_registers<VW, VPT, TPR, HAS_DRES, HAS_DW>
+                <<<blocks, kBlock, smem, stream>>>(dx, partial, dy, dres, x, w, rstd, N, C);
+        }
+    };
+};
+
+int backward_blocks(int N, int tpr) {
+    const int slots = kBlock / tpr;
+    const int need = (N + slots - 1) / slots;
+    return need < kMaxBackwardBlocks ? need : kMaxBackwardBlocks;
+}
+
+template <bool RESIDUAL>
+void forward(bf16 *res_out, bf16 *out, float *rstd, const bf16 *res_in, const bf16 *x, const bf16 *w, int N, int C,
+             float eps, cudaStream_t stream) {
+    CHECK(N >= 1 && C >= 1, "rmsnorm: N=%d C=%d must be positive", N, C);
+    const void *ptrs[] = {res_out, out, res_in, x, w};
+    const row_shape s = pick_shape(C, ptrs, 5);
+    const int rows_per_block = kBlock / s.tpr;
+    const int blocks = (N + rows_per_block - 1) / rows_per_block;
+    dispatch_shape<forward_launch<RESIDUAL>::template L>(s, blocks, stream, res_out, out, rstd, res_in, x, w, N, C,
+                                                         eps);
+    KERNEL_CHECK(stream);
+}
+
+}  // namespace
+}  // namespace refine
+
+using refine::bf16;
+
+extern "C" void gpu_rmsnorm_forward_bf16(uint16_t *out, float *rstd, const uint16_t *x, const uint16_t *w, int N,
+                                         int C, float eps, cudaStream_t stream) {
+    refine::forward<false>(nullptr, reinterpret_cast<bf16 *>(out), rstd, nullptr, reinterpret_cast<const bf16 *>(x),
+                           reinterpret_cast<const bf16 *>(w), N, C, eps, stream);
+}
+
+extern "C" void gpu_rmsnorm_residual_forward_bf16(uint16_t *res_out, uint16_t *out, float *rstd,
+                                                  const uint16_t *res_in, const uint16_t *delta, const uint16_t *w,
+                                                  int N, int C, float eps, cudaStream_t stream) {
+    refine::forward<true>(reinterpret_cast<bf16 *>(res_out), reinterpret_cast<bf16 *>(out), rstd,
+                          reinterpret_cast<const bf16 *>(res_in), reinterpret_cast<const bf16 *>(delta),
+                          reinterpret_cast<const bf16 *>(w), N, C, eps, stream);
+}
+
+extern "C" size_t gpu_rmsnorm_backward_workspace_size(int N, int C) {
+    /* Every row slot shape has at least one row per block, so min(N, kMaxBackwardBlocks) bounds
+     * the number of partial rows whatever shape the pointers' alignment selects. */
+    const size_t blocks = (size_t)(N < refine::kMaxBackwardBlocks ? N : refine::kMaxBackwardBlocks);
+    const size_t bytes = blocks * (size_t)C * sizeof(float);
+    return (bytes + 255) & ~(size_t)255;
+}
+
+extern "C" void gpu_rmsnorm_backward_bf16(uint16_t *dx, float *dw, const uint16_t *dy, const uint16_t *dres,
+                                          const uint16_t *x, const uint16_t *w, const float *rstd, int N, int C,
+                                          void *workspace, cudaStream_t stream) {
+    using namespace refine;
+    CHECK(N >= 1 && C >= 1, "rmsnorm backward: N=%d C=%d must be positive", N, C);
+    CHECK(dw == nullptr || workspace != nullptr, "rmsnorm backward: dw needs a workspace");
+    const void *ptrs[] = {dx, dy, dres, x, w};
+    const row_shape s = pick_shape(C, ptrs, 5);
+    const int blocks = backward_blocks(N, s.tpr);
+    float *partial = static_cast<float *>(workspace);
+    bf16 *dx_ = reinterpret_cast<bf16 *>(dx);
+    const bf16 *dy_ = reinterpret_cast<const bf16 *>(dy), *dres_ = reinterpret_cast<const bf16 *>(dres);
+    const bf16 *x_ = reinterpret_cast<const bf16 *>(x), *w_ = reinterpret_cast<const bf16 *>(w);
+    const size_t smem = sizeof(float) * (kBlock / 32 + (dw != nullptr ? C : 0));
+    if (dw != nullptr && dres != nullptr)
+        dispatch_shape<backward_launch<true, true>::L>(s, blocks, smem, stream, dx_, partial, dy_, dres_, x_, w_, rstd, N, C);
+    else if (dw != nullptr)
+        dispatch_shape<backward_launch<false, true>::L>(s, blocks, smem, stream, dx_, partial, dy_, dres_, x_, w_, rstd, N, C);
+    else if (dres != nullptr)
+        dispatch_shape<backward_launch<true, false>::L>(s, blocks, smem, stream, dx_, partial, dy_, dres_, x_, w_, rstd, N, C);
+    else
+        dispatch_shape<backward_launch<false, false>::L>(s, blocks, smem, stream, dx_, partial, dy_, dres_, x_, w_, rstd, N, C);
+    KERNEL_CHECK(stream);
+    if (dw != nullptr) {
+        rmsnorm_dw_ordered_sum<<<(C + 255) / 256, 256, 0, stream>>>(dw, partial, blocks, C);
+        KERNEL_CHECK(stream);
+    }
+}

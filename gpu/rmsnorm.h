@@ -1,0 +1,48 @@
+/* rmsnorm.h — RMSNorm forward/backward on the GPU: bf16 activations, fp32 statistics.
+ *
+ * The same math as ref/rmsnorm.h with act = ACT_BF16 (that file is the oracle; tests/parity/
+ * rmsnorm_parity.cu holds the proof):
+ *   forward   rstd[i] = 1/sqrt(mean_c x² + eps) (fp32)   out = bf16(bf16(x·rstd)·w)
+ *   residual  res_out = bf16(res_in + delta), then forward(res_out)
+ *   backward  n̂ = x·rstd, dn = dy·w,  dx = bf16([dres +] rstd·(dn − n̂·mean_c(dn·n̂)))
+ *             dw[c] += Σ_i dy[i,c]·bf16(n̂[i,c])     (fp32, ACCUMULATES; NULL when frozen)
+ * dx OVERWRITES. dw's sum over rows is deterministic: fixed per-block partial sums in
+ * `workspace`, then one ordered pass over the blocks — the same bits on every run for the same
+ * N and C.
+ *
+ * Shapes: x, out, res_in, delta, res_out, dy, dres, dx (N, C) bf16; w (C) bf16; rstd (N) fp32;
+ * dw (C) fp32; workspace gpu_rmsnorm_backward_workspace_size(N, C) bytes (256-byte aligned).
+ * Preconditions: N ≥ 1; C ≥ 1; C ≤ 8192 when C % 8 == 0 (16-byte vectors, pointers 16-byte
+ * aligned), else C ≤ 1024. Aliasing: dx may equal dy or dres; nothing else aliases.
+ * Bf16 tensors are passed as their bit patterns (uint16_t), the layout of ref/bf16.h.
+ */
+#ifndef REFINE_GPU_RMSNORM_H
+#define REFINE_GPU_RMSNORM_H
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+void gpu_rmsnorm_forward_bf16(uint16_t *out, float *rstd, const uint16_t *x, const uint16_t *w, int N, int C,
+                              float eps, cudaStream_t stream);
+
+void gpu_rmsnorm_residual_forward_bf16(uint16_t *res_out, uint16_t *out, float *rstd, const uint16_t *res_in,
+                                       const uint16_t *delta, const uint16_t *w, int N, int C, float eps,
+                                       cudaStream_t stream);
+
+size_t gpu_rmsnorm_backward_workspace_size(int N, int C);
+
+/* dres may be NULL (plain backward). */
+void gpu_rmsnorm_backward_bf16(uint16_t *dx, float *dw, const uint16_t *dy, const uint16_t *dres,
+                               const uint16_t *x, const uint16_t *w, const float *rstd, int N, int C,
+                               void *workspace, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* REFINE_GPU_RMSNORM_H */

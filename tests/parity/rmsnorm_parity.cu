@@ -1,0 +1,298 @@
+/* rmsnorm_parity.cu — gpu/rmsnorm against ref/rmsnorm (ACT_BF16) on random inputs.
+ *
+ *   bazel test --config=gpu //tests/parity:rmsnorm_parity
+ *   rmsnorm_parity [--seed=N] [--bench]
+ *
+ * Shapes: C ∈ {8, 33, 264, 576, 1000, 1023, 2048, 4096, 8192} × N ∈ {1, 7, 33, 8192} (every
+ * kernel shape: 16-byte and scalar paths, 32..256 threads per row, 1..4 chunks per thread, ragged
+ * last chunks) — tile edges and the real widths of SmolLM2 (576), Llama-3.2-1B (2048), 3B (3072
+ * via the 8B path) and 8B (4096). Inputs are bf16-rounded normals from the printed seed; both
+ * sides see the same bits. Outputs are poisoned and guarded.
+ *
+ * Tolerances (derived; STYLE.md tiers):
+ *  - out: the GPU's fp32 row sum differs from the reference's double sum, so rstd differs by a
+ *    few fp32 ulps and bf16(x·rstd) can land on the other side of a rounding boundary; at most one
+ *    bf16 rounding of n and one of n·w differ → elementwise, k = 2, eps = BF16_EPS, floor 0.
+ *  - rstd: sum of C positive terms in any order has relative error ≤ (C−1)·u (u = 2^-24); the
+ *    sqrt halves it; /C, +eps, sqrt and 1/x add ≤ 4u; the reference rounds once → elementwise
+ *    with eps = FLT_EPSILON (2u) and k = C/4 + 3.
+ *  - res_out = bf16(res_in + delta): one fp32 add and one rounding on both sides → exact.
+ *  - dx: both sides get the same rstd, so n̂ = x·rstd and dn = dy·w are bitwise equal; only the
+ *    fp32 row sum of dn·n̂ (relative error ≤ C·u of Σ|dn·n̂|) differs. That perturbs g by at most
+ *    ~C·u·rms(g), which can flip the final bf16 rounding → k = 2, and an absolute floor of
+ *    C·u/BF16_EPS·rms(dx) where cancellation makes g small.
+ *  - dw (fp32, accumulated onto random values): long reduction over N rows → vs-naive tier: at
+ *    most 2× the error of the sequential fp32 sum against the double reference, plus one fp32
+ *    rounding of the result.
+ *  - NaN/Inf: a NaN and an Inf planted in x must poison the same rows on both sides.
+ */
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <vector>
+
+#include "gpu/cuda_check.h"
+#include "gpu/rmsnorm.h"
+#include "ref/bf16.h"
+#include "ref/rmsnorm.h"
+#include "tests/common/compare.h"
+#include "tests/common/harness.h"
+#include "tests/common/rng.h"
+#include "tests/parity/parity.h"
+
+static uint64_t g_seed;
+static cudaStream_t g_stream;
+
+struct host_case {
+    int N, C;
+    float eps;
+    std::vector<float> x, w, res_in, delta, dy, dres, dw0; /* bf16-valued floats (dw0: fp32) */
+    std::vector<uint16_t> xb, wb, res_inb, deltab, dyb, dresb;
+};
+
+static void to_bf16(std::vector<float> &v, std::vector<uint16_t> &b) {
+    b.resize(v.size());
+    for (size_t i = 0; i < v.size(); i++) {
+        b[i] = bf16_from_float(v[i]);
+        v[i] = bf16_to_float(b[i]);
+    }
+}
+
+static void make_case(host_case &h, int N, int C, uint64_t seed, int plant_nonfinite) {
+    struct rng r;
+    rng_init(&r, seed);
+    const size_t n = (size_t)N * C;
+    h.N = N;
+    h.C = C;
+    h.eps = 1e-5f;
+    h.x.resize(n), h.w.resize(C), h.res_in.resize(n), h.delta.resize(n), h.dy.resize(n), h.dres.resize(n);
+    h.dw0.resize(C);
+    rng_fill_normal(&r, h.x.data(), (int64_t)n, 0.0, 1.0);
+    rng_fill_normal(&r, h.w.data(), C, 1.0, 0.25);
+    rng_fill_normal(&r, h.res_in.data(), (int64_t)n, 0.0, 1.0);
+    rng_fill_normal(&r, h.delta.data(), (int64_t)n, 0.0, 0.5);
+    rng_fill_normal(&r, h.dy.data(), (int64_t)n, 0.0, 1.0);
+    rng_fill_normal(&r, h.dres.data(), (int64_t)n, 0.0, 1.0);
+    rng_fill_normal(&r, h.dw0.data(), C, 0.0, 1.0);
+    if (plant_nonfinite && N >= 3) {
+        h.x[(size_t)1 * C + C / 2] = NAN;
+        h.x[(size_t)2 * C] = INFINITY;
+        h.delta[(size_t)2 * C + C - 1] = -INFINITY;
+    }
+    to_bf16(h.x, h.xb), to_bf16(h.w, h.wb), to_bf16(h.res_in, h.res_inb), to_bf16(h.delta, h.deltab);
+    to_bf16(h.dy, h.dyb), to_bf16(h.dres, h.dresb);
+}
+
+static void from_bf16(const std::vector<uint16_t> &b, std::vector<float> &f) {
+    f.resize(b.size());
+    for (size_t i = 0; i < b.size(); i++) f[i] = bf16_to_float(b[i]);
+}
+
+static void run_case(int N, int C, int plant) {
+    host_case h;
+    const uint64_t seed = g_seed ^ ((uint64_t)N << 32) ^ (uint64_t)C ^ ((uint64_t)plant << 60);
+    make_case(h, N, C, seed, plant);
+    const size_t n = (size_t)N * C;
+    char shape[96];
+    snprintf(shape, sizeof shape, "N=%d C=%d%s", N, C, plant ? " nonfinite" : "");
+
+    /* Reference. */
+    std::vector<float> out_r(n), rstd_r(N), res_r(n), out2_r(n), rstd2_r(N), dx_r(n), dx2_r(n), dw_r(h.dw0);
+    ref_rmsnorm_forward(out_r.data(), rstd_r.data(), h.x.data(), h.w.data(), N, C, h.eps, ACT_BF16);
+    ref_rmsnorm_residual_forward(res_r.data(), out2_r.data(), rstd2_r.data(), h.res_in.data(), h.delta.data(),
+                                 h.w.data(), N, C, h.eps, ACT_BF16);
+    ref_rmsnorm_backward(dx_r.data(), dw_r.data(), h.dy.data(), h.x.data(), h.w.data(), rstd_r.data(), N, C, ACT_BF16);
+    ref_rmsnorm_residual_backward(dx2_r.data(), nullptr, h.dy.data(), h.dres.data(), h.x.data(), h.w.data(),
+                                  rstd_r.data(), N, C, ACT_BF16);
+    /* Naive same-precision dw: sequential fp32 over rows, the second oracle of the vs-naive tier. */
+    std::vector<float> dw_naive(h.dw0);
+    for (int c = 0; c < C; c++) {
+        float s = 0.0f;
+        for (int i = 0; i < N; i++) {
+            const size_t j = (size_t)i * C + c;
+            s += h.dy[j] * bf16_round(h.x[j] * rstd_r[i]);
+        }
+        dw_naive[c] = h.dw0[c] + s;
+    }
+
+    /* Device. */
+    struct dev_buf bx, bw, bout, brstd, bres_in, bdelta, bres, bout2, brstd2, bdy, bdres, bdx, bdx2, bdw, bws, brstd_in;
+    dev_buf_alloc(&bx, "x", n * 2, POISON_NONE, h.xb.data());
+    dev_buf_alloc(&bw, "w", (size_t)C * 2, POISON_NONE, h.wb.data());
+    dev_buf_alloc(&bout, "out", n * 2, POISON_BF16, nullptr);
+    dev_buf_alloc(&brstd, "rstd", (size_t)N * 4, POISON_F32, nullptr);
+    dev_buf_alloc(&bres_in, "res_in", n * 2, POISON_NONE, h.res_inb.data());
+    dev_buf_alloc(&bdelta, "delta", n * 2, POISON_NONE, h.deltab.data());
+    dev_buf_alloc(&bres, "res_out", n * 2, POISON_BF16, nullptr);
+    dev_buf_alloc(&bout2, "out(residual)", n * 2, POISON_BF16, nullptr);
+    dev_buf_alloc(&brstd2, "rstd(residual)", (size_t)N * 4, POISON_F32, nullptr);
+    dev_buf_alloc(&bdy, "dy", n * 2, POISON_NONE, h.dyb.data());
+    dev_buf_alloc(&bdres, "dres", n * 2, POISON_NONE, h.dresb.data());
+    dev_buf_alloc(&bdx, "dx", n * 2, POISON_BF16, nullptr);
+    dev_buf_alloc(&bdx2, "dx(residual)", n * 2, POISON_BF16, nullptr);
+    dev_buf_alloc(&bdw, "dw", (size_t)C * 4, POISON_NONE, h.dw0.data());
+    dev_buf_alloc(&brstd_in, "rstd(ref)", (size_t)N * 4, POISON_NONE, rstd_r.data());
+    const size_t ws = gpu_rmsnorm_backward_workspace_size(N, C);
+    dev_buf_alloc(&bws, "workspace", ws, POISON_F32, nullptr);
+
+    const uint16_t *dxp = (const uint16_t *)bx.data, *dwp = (const uint16_t *)bw.data;
+    gpu_rmsnorm_forward_bf16((uint16_t *)bout.data, (float *)brstd.data, dxp, dwp, N, C, h.eps, g_stream);
+    gpu_rmsnorm_residual_forward_bf16((uint16_t *)bres.data, (uint16_t *)bout2.data, (float *)brstd2.data,
+                                      (const uint16_t *)bres_in.data, (const uint16_t *)bdelta.data, dwp, N, C, h.eps,
+                                      g_stream);
+    gpu_rmsnorm_backward_bf16((uint16_t *)bdx.data, (float *)bdw.data, (const uint16_t *)bdy.data, nullptr, dxp, dwp,
+                              (const float *)brstd_in.data, N, C, bws.data, g_stream);
+    gpu_rmsnorm_backward_bf16((uint16_t *)bdx2.data, nullptr, (const uint16_t *)bdy.data,
+                              (const uint16_t *)bdres.data, dxp, dwp, (const float *)brstd_in.data, N, C, bws.data,
+                              g_stream);
+    CUDA_CHECK(cudaStreamSynchronize(g_stream));
+
+    std::vector<uint16_t> outb(n), resb(n), out2b(n), dxb(n), dx2b(n);
+    std::vector<float> out_g, res_g, out2_g, dx_g, dx2_g, rstd_g(N), rstd2_g(N), dw_g(C), ws_host(ws / 4);
+    dev_buf_download(&bout, outb.data(), 1);
+    dev_buf_download(&brstd, rstd_g.data(), 1);
+    dev_buf_download(&bres, resb.data(), 1);
+    dev_buf_download(&bout2, out2b.data(), 1);
+    dev_buf_download(&brstd2, rstd2_g.data(), 1);
+    dev_buf_download(&bdx, dxb.data(), 1);
+    dev_buf_download(&bdx2, dx2b.data(), 1);
+    dev_buf_download(&bdw, dw_g.data(), 0);
+    dev_buf_download(&bws, ws_host.data(), 0);
+    for (struct dev_buf *b : {&bx, &bw, &bres_in, &bdelta, &bdy, &bdres, &brstd_in}) {
+        std::vector<unsigned char> tmp(b->nbytes);
+        dev_buf_download(b, tmp.data(), 0); /* inputs: guards intact, contents untouched */
+    }
+    from_bf16(outb, out_g), from_bf16(resb, res_g), from_bf16(out2b, out2_g), from_bf16(dxb, dx_g);
+    from_bf16(dx2b, dx2_g);
+
+    struct cmp_case c = {"rmsnorm_forward", "out", shape, "bf16", seed};
+    cmp_elementwise(&c, out_g.data(), out_r.data(), (int64_t)n, BF16_EPS, 2.0, 0.0, nullptr);
+    c.what = "rstd";
+    c.dtype = "f32";
+    cmp_elementwise(&c, rstd_g.data(), rstd_r.data(), N, FLT_EPSILON, C / 4.0 + 3.0, 0.0, nullptr);
+    c.op = "rmsnorm_residual_forward";
+    c.what = "res_out";
+    c.dtype = "bf16";
+    cmp_exact_f32(&c, res_g.data(), res_r.data(), (int64_t)n);
+    c.what = "out";
+    cmp_elementwise(&c, out2_g.data(), out2_r.data(), (int64_t)n, BF16_EPS, 2.0, 0.0, nullptr);
+    c.what = "rstd";
+    c.dtype = "f32";
+    cmp_elementwise(&c, rstd2_g.data(), rstd2_r.data(), N, FLT_EPSILON, C / 4.0 + 3.0, 0.0, nullptr);
+
+    const double sum_floor = (double)C * ldexp(1.0, -24) / BF16_EPS;
+    c.op = "rmsnorm_backward";
+    c.what = "dx";
+    c.dtype = "bf16";
+    cmp_elementwise(&c, dx_g.data(), dx_r.data(), (int64_t)n, BF16_EPS, 2.0, sum_floor * cmp_rms(dx_r.data(), (int64_t)n),
+                    nullptr);
+    c.what = "dw";
+    c.dtype = "f32";
+    cmp_vs_naive(&c, dw_g.data(), dw_naive.data(), dw_r.data(), C, 2.0, FLT_EPSILON * cmp_rms(dw_r.data(), C), nullptr);
+    c.op = "rmsnorm_residual_backward";
+    c.what = "dx";
+    c.dtype = "bf16";
+    cmp_elementwise(&c, dx2_g.data(), dx2_r.data(), (int64_t)n, BF16_EPS, 2.0,
+                    sum_floor * cmp_rms(dx2_r.data(), (int64_t)n), nullptr);
+
+    /* Bitwise determinism: the same call twice gives the same dx and dw bits. */
+    std::vector<float> dw_again(C);
+    dev_buf_reset(&bdw, h.dw0.data());
+    dev_buf_reset(&bdx, nullptr);
+    gpu_rmsnorm_backward_bf16((uint16_t *)bdx.data, (float *)bdw.data, (const uint16_t *)bdy.data, nullptr, dxp, dwp,
+                              (const float *)brstd_in.data, N, C, bws.data, g_stream);
+    std::vector<uint16_t> dxb_again(n);
+    dev_buf_download(&bdx, dxb_again.data(), 1);
+    dev_buf_download(&bdw, dw_again.data(), 0);
+    c.op = "rmsnorm_backward";
+    c.what = "dx determinism";
+    cmp_exact_bytes(&c, dxb_again.data(), dxb.data(), n * 2);
+    c.what = "dw determinism";
+    cmp_exact_bytes(&c, dw_again.data(), dw_g.data(), (size_t)C * 4);
+
+    for (struct dev_buf *b : {&bx, &bw, &bout, &brstd, &bres_in, &bdelta, &bres, &bout2, &brstd2, &bdy, &bdres, &bdx,
+                              &bdx2, &bdw, &bws, &brstd_in})
+        dev_buf_free(b);
+}
+
+struct bench_ctx {
+    int N, C, which;
+    uint16_t *x, *w, *out, *res_in, *res_out, *dy, *dres, *dx;
+    float *rstd, *dw;
+    void *ws;
+};
+
+static void bench_call(void *p, cudaStream_t s) {
+    bench_ctx *b = (bench_ctx *)p;
+    switch (b->which) {
+        case 0: gpu_rmsnorm_forward_bf16(b->out, b->rstd, b->x, b->w, b->N, b->C, 1e-5f, s); break;
+        case 1:
+            gpu_rmsnorm_residual_forward_bf16(b->res_out, b->out, b->rstd, b->res_in, b->x, b->w, b->N, b->C, 1e-5f, s);
+            break;
+        case 2: gpu_rmsnorm_backward_bf16(b->dx, nullptr, b->dy, b->dres, b->x, b->w, b->rstd, b->N, b->C, b->ws, s); break;
+        default: gpu_rmsnorm_backward_bf16(b->dx, b->dw, b->dy, nullptr, b->x, b->w, b->rstd, b->N, b->C, b->ws, s); break;
+    }
+}
+
+static void bench(double ceiling) {
+    const int shapes[][2] = {{16384, 576}, {8192, 2048}, {8192, 3072}, {8192, 4096}};
+    for (auto &sh : shapes) {
+        const int N = sh[0], C = sh[1];
+        const size_t n = (size_t)N * C;
+        host_case h;
+        make_case(h, N, C, g_seed, 0);
+        bench_ctx b = {N, C, 0};
+        uint16_t **bufs[] = {&b.x, &b.out, &b.res_in, &b.res_out, &b.dy, &b.dres, &b.dx};
+        for (uint16_t **p : bufs) CUDA_CHECK(cudaMalloc(p, n * 2));
+        CUDA_CHECK(cudaMalloc(&b.w, (size_t)C * 2));
+        CUDA_CHECK(cudaMalloc(&b.rstd, (size_t)N * 4));
+        CUDA_CHECK(cudaMalloc(&b.dw, (size_t)C * 4));
+        CUDA_CHECK(cudaMalloc(&b.ws, gpu_rmsnorm_backward_workspace_size(N, C)));
+        CUDA_CHECK(cudaMemcpy(b.x, h.xb.data(), n * 2, cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(b.res_in, h.res_inb.data(), n * 2, cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(b.dy, h.dyb.data(), n * 2, cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(b.dres, h.dresb.data(), n * 2, cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(b.w, h.wb.data(), (size_t)C * 2, cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemset(b.dw, 0, (size_t)C * 4));
+        gpu_rmsnorm_forward_bf16(b.out, b.rstd, b.x, b.w, N, C, 1e-5f, g_stream);
+        char shape[64];
+        snprintf(shape, sizeof shape, "N=%d C=%d", N, C);
+        /* Fewest bytes each pass must move: inputs read once, outputs written once. */
+        const double fwd = 2.0 * n * 2 + 2.0 * C + 4.0 * N;
+        const double res = 4.0 * n * 2 + 2.0 * C + 4.0 * N;
+        const double bwd_dres = 4.0 * n * 2 + 2.0 * C + 4.0 * N;
+        const double bwd_dw = 3.0 * n * 2 + 2.0 * C + 4.0 * N + 8.0 * C;
+        const char *names[] = {"rmsnorm_forward", "rmsnorm_residual_forward", "rmsnorm_residual_backward",
+                               "rmsnorm_backward_dw"};
+        const double bytes[] = {fwd, res, bwd_dres, bwd_dw};
+        for (int which = 0; which < 4; which++) {
+            b.which = which;
+            struct bench_result r = bench_time(bench_call, &b, g_stream, 5, 25, 10);
+            bench_json(names[which], shape, bytes[which], 0, r, ceiling);
+        }
+        for (uint16_t **p : bufs) CUDA_CHECK(cudaFree(*p));
+        CUDA_CHECK(cudaFree(b.w));
+        CUDA_CHECK(cudaFree(b.rstd));
+        CUDA_CHECK(cudaFree(b.dw));
+        CUDA_CHECK(cudaFree(b.ws));
+    }
+}
+
+int main(int argc, char **argv) {
+    g_seed = test_seed(argc, argv, 20261122);
+    parity_init();
+    CUDA_CHECK(cudaStreamCreate(&g_stream));
+    const int Cs[] = {8, 33, 264, 576, 1000, 1023, 2048, 4096, 8192};
+    const int Ns[] = {1, 7, 33, 8192};
+    for (int C : Cs)
+        for (int N : Ns) run_case(N, C, 0);
+    run_case(7, 576, 1);
+    run_case(33, 33, 1);
+    const int rc = test_finish("rmsnorm_parity");
+    if (rc == 0 && test_has_flag(argc, argv, "--bench")) bench(bench_copy_ceiling(g_stream));
+    CUDA_CHECK(cudaStreamDestroy(g_stream));
+    return rc;
+}
