@@ -1,0 +1,88 @@
+/* config.h — the model configuration of every LlamaForCausalLM-shaped family refine trains
+ * (Llama 2/3/3.x, Mistral, Qwen2, SmolLM), read from an HF config.json or GGUF metadata, or
+ * named (the shapes used by the benchmark).
+ *
+ * Field names use the dimension letters of ref/shapes.h. Semantics follow transformers'
+ * LlamaConfig (NUMERICS.md §7): head_dim D = config.head_dim when present, else C / H;
+ * rope_scaling "llama3" (factor, low/high_freq_factor, original_max_position_embeddings);
+ * tie_word_embeddings (the lm_head is embed_tokens); attention_bias (q/k/v biases, Qwen2 —
+ * Qwen2 configs have no attention_bias key and always use q/k/v bias, never o bias).
+ */
+#ifndef REFINE_IO_CONFIG_H
+#define REFINE_IO_CONFIG_H
+
+#include "io/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum rope_scaling_kind {
+    ROPE_SCALING_NONE = 0,
+    ROPE_SCALING_LLAMA3 = 1,
+};
+
+struct rope_scaling {
+    enum rope_scaling_kind kind;
+    float factor;
+    float low_freq_factor;
+    float high_freq_factor;
+    int original_max_position_embeddings;
+};
+
+/* bitsandbytes 4-bit quantization_config of a pre-quantized checkpoint (NUMERICS.md §1.8). */
+enum quant_kind {
+    QUANT_NONE = 0,
+    QUANT_BNB_NF4 = 1,
+    QUANT_BNB_FP4 = 2, /* recognized so that it can be rejected with a clear message */
+};
+
+struct quant_config {
+    enum quant_kind kind;
+    int double_quant;       /* bnb_4bit_use_double_quant */
+    int blocksize;          /* 64 unless the checkpoint's quant_state says otherwise */
+    char compute_dtype[16]; /* bnb_4bit_compute_dtype, e.g. "bfloat16" */
+};
+
+#define CONFIG_MAX_EOS 8
+
+struct model_config {
+    char model_type[32]; /* "llama", "mistral", "qwen2" (SmolLM checkpoints say "llama") */
+    int C;               /* hidden_size */
+    int F;               /* intermediate_size */
+    int L;               /* num_hidden_layers */
+    int H;               /* num_attention_heads */
+    int KVH;             /* num_key_value_heads (defaults to H) */
+    int D;               /* head_dim */
+    int V;               /* vocab_size */
+    int max_position_embeddings;
+    float rms_norm_eps;
+    float rope_theta;
+    struct rope_scaling rope_scaling;
+    int tie_word_embeddings;
+    int attention_bias; /* q, k, v projections carry a bias */
+    int bos_token_id;   /* -1 when absent */
+    int eos_token_ids[CONFIG_MAX_EOS];
+    int n_eos;
+    int pad_token_id; /* -1 when absent */
+    char torch_dtype[16];
+    struct quant_config quant;
+};
+
+/* Reads <path> (a config.json, or a directory holding one). Checks every field the model needs:
+ * present, of the right JSON type, in range, and consistent (H % KVH == 0, hidden_act "silu",
+ * no mlp_bias, rope_scaling kind supported, ...). */
+int config_from_hf_json(struct model_config *c, const char *path, struct io_err *e);
+
+/* The shapes of the named configs: "llama-3.2-1b", "llama-3.2-3b", "llama-3.1-8b",
+ * "smollm2-135m" (NUMERICS.md §7.3; SmolLM2-135M from its GGUF). */
+int config_named(struct model_config *c, const char *name, struct io_err *e);
+
+/* Checks the consistency of a config however it was built (the same rules as the readers). */
+int config_validate(const struct model_config *c, struct io_err *e);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* REFINE_IO_CONFIG_H */
