@@ -1,0 +1,372 @@
+/* options.c — the flag table of both trainers, parsing, help and JSON (options.h). */
+#include "train/options.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+const char *const train_target_names[TARGET_COUNT] = {"q", "k", "v", "o", "gate", "up", "down"};
+
+enum opt_kind { K_PATH, K_INT, K_FLOAT, K_U64, K_ENUM, K_FLAG, K_TARGETS, K_DATA };
+
+struct opt_def {
+    const char *name;
+    enum opt_kind kind;
+    size_t offset;
+    const char *const *choices; /* K_ENUM: NULL-terminated names, index = enum value */
+    double lo, hi;              /* K_INT / K_FLOAT: allowed closed range */
+    const char *help;
+};
+
+static const char *const k_methods[] = {"lora", "dora", "qlora", "qdora", "full", NULL};
+static const char *const k_schedules[] = {"cosine", "linear", "constant", NULL};
+static const char *const k_optimizers[] = {"adamw", "adamw8bit", NULL};
+static const char *const k_recompute[] = {"none", "attn", "layer", NULL};
+static const char *const k_exports[] = {"adapter", "merged", NULL};
+static const char *const k_scalings[] = {"standard", "rslora", NULL};
+
+#define OFF(field) offsetof(struct train_options, field)
+
+static const struct opt_def k_opts[] = {
+    {"model", K_PATH, OFF(model), NULL, 0, 0,
+     "model: an HF folder (config.json + safetensors), a bitsandbytes 4-bit folder, or a .gguf file"},
+    {"data", K_DATA, 0, NULL, 0, 0,
+     "training data: text files, folders of them, or .jsonl (text | prompt+response | messages); "
+     "repeat the flag or separate with commas"},
+    {"out", K_PATH, OFF(out), NULL, 0, 0, "output folder: adapter, checkpoint, metrics.jsonl, loss.svg"},
+    {"resume", K_PATH, OFF(resume), NULL, 0, 0, "continue bit-identically from the checkpoint in this folder"},
+    {"method", K_ENUM, OFF(method), k_methods, 0, 0, "what trains: lora | dora | qlora | qdora | full"},
+    {"rank", K_INT, OFF(rank), NULL, 1, 4096, "adapter rank r"},
+    {"alpha", K_FLOAT, OFF(alpha), NULL, 1e-6, 1e6, "adapter alpha (scale alpha/r, or alpha/sqrt(r) with rslora)"},
+    {"scaling", K_ENUM, OFF(scaling), k_scalings, 0, 0, "adapter scale: standard (alpha/r) | rslora (alpha/sqrt(r))"},
+    {"dropout", K_FLOAT, OFF(dropout), NULL, 0, 0.95, "dropout on the adapter input"},
+    {"targets", K_TARGETS, OFF(targets), NULL, 0, 0, "adapted linear layers: any of q,k,v,o,gate,up,down, or all"},
+    {"seq", K_INT, OFF(seq), NULL, 2, 1 << 20, "sequence length (tokens per packed sequence)"},
+    {"micro-batch", K_INT, OFF(micro_batch), NULL, 1, 1 << 16, "sequences per micro-batch"},
+    {"grad-accum", K_INT, OFF(grad_accum), NULL, 1, 1 << 16, "micro-batches per optimizer step"},
+    {"epochs", K_INT, OFF(epochs), NULL, 0, 1 << 20, "passes over the training data (0: no limit)"},
+    {"max-steps", K_INT, OFF(max_steps), NULL, 0, 1 << 30, "optimizer steps (0: no limit); the first limit reached ends training"},
+    {"lr", K_FLOAT, OFF(lr), NULL, 0, 10, "peak learning rate"},
+    {"min-lr-ratio", K_FLOAT, OFF(min_lr_ratio), NULL, 0, 1, "final learning rate as a fraction of --lr (cosine, linear)"},
+    {"warmup", K_INT, OFF(warmup), NULL, 0, 1 << 30, "linear warm-up steps"},
+    {"schedule", K_ENUM, OFF(schedule), k_schedules, 0, 0, "learning-rate decay after warm-up: cosine | linear | constant"},
+    {"weight-decay", K_FLOAT, OFF(weight_decay), NULL, 0, 10, "decoupled weight decay (AdamW)"},
+    {"clip", K_FLOAT, OFF(clip), NULL, 0, 1e9, "clip the global gradient norm to this (0: no clipping)"},
+    {"beta1", K_FLOAT, OFF(beta1), NULL, 0, 0.999999, "AdamW beta1"},
+    {"beta2", K_FLOAT, OFF(beta2), NULL, 0, 0.999999999, "AdamW beta2"},
+    {"eps", K_FLOAT, OFF(eps), NULL, 0, 1, "AdamW epsilon"},
+    {"optimizer", K_ENUM, OFF(optimizer), k_optimizers, 0, 0, "adamw | adamw8bit (bitsandbytes-style 8-bit blockwise states)"},
+    {"recompute", K_ENUM, OFF(recompute), k_recompute, 0, 0, "activation recomputation in backward: none | attn | layer"},
+    {"auto-batch", K_FLAG, OFF(auto_batch), NULL, 0, 0, "pick the largest micro-batch the memory plan allows (GPU)"},
+    {"eval-every", K_INT, OFF(eval_every), NULL, 0, 1 << 30, "evaluate every N steps (0: only at the end)"},
+    {"eval-batches", K_INT, OFF(eval_batches), NULL, 1, 1 << 30, "validation micro-batches per evaluation"},
+    {"val-fraction", K_FLOAT, OFF(val_fraction), NULL, 0, 0.9, "fraction of the packed sequences held out for validation"},
+    {"seed", K_U64, OFF(seed), NULL, 0, 0, "seed of initialization, shuffling and dropout"},
+    {"export", K_ENUM, OFF(export_kind), k_exports, 0, 0, "adapter (PEFT files) | merged (also an HF safetensors model with the adapter merged)"},
+    {"log-every", K_INT, OFF(log_every), NULL, 1, 1 << 30, "progress line and metrics record every N steps"},
+    {"checkpoint-every", K_INT, OFF(checkpoint_every), NULL, 0, 1 << 30, "write a resumable checkpoint every N steps (0: at the end)"},
+    {"stop-after", K_INT, OFF(max_steps_this_run), NULL, 0, 1 << 30, "stop this run after N steps with a checkpoint (resume later)"},
+    {"help", K_FLAG, OFF(help), NULL, 0, 0, "print this help"},
+};
+
+enum { N_OPTS = (int)(sizeof k_opts / sizeof k_opts[0]) };
+
+void train_cache_dir(char *buf, size_t cap) {
+    const char *c = getenv("REFINE_CACHE");
+    if (c != NULL && c[0] != '\0') {
+        snprintf(buf, cap, "%s", c);
+        return;
+    }
+    const char *home = getenv("HOME");
+    snprintf(buf, cap, "%s/.cache/refine", home != NULL ? home : ".");
+}
+
+const char *train_method_name(enum train_method m) {
+    return (int)m >= 0 && (int)m < 5 ? k_methods[m] : "?";
+}
+
+void train_options_defaults(struct train_options *o, const char *cache) {
+    memset(o, 0, sizeof *o);
+    snprintf(o->model, sizeof o->model, "%s/models/SmolLM2-135M-Instruct.Q4_1.gguf", cache);
+    o->n_data = 1;
+    snprintf(o->data[0], sizeof o->data[0], "%s/corpus/kjv.txt", cache);
+    time_t now = time(NULL);
+    struct tm tm;
+    localtime_r(&now, &tm);
+    snprintf(o->out, sizeof o->out, "runs/refine-%04d%02d%02d-%02d%02d%02d", tm.tm_year + 1900, tm.tm_mon + 1,
+             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
+    o->method = METHOD_LORA;
+    o->rank = 16;
+    o->alpha = 32.0f;
+    o->scaling = LORA_SCALING_STANDARD;
+    o->dropout = 0.0f;
+    o->targets = (1u << TARGET_COUNT) - 1;
+    o->seq = 128;
+    o->micro_batch = 4;
+    o->grad_accum = 1;
+    o->epochs = 0;
+    o->max_steps = 60;
+    o->lr = 1e-3f;
+    o->min_lr_ratio = 0.1f;
+    o->warmup = 5;
+    o->schedule = SCHEDULE_COSINE;
+    o->weight_decay = 0.0f;
+    o->clip = 1.0f;
+    o->beta1 = 0.9f;
+    o->beta2 = 0.999f;
+    o->eps = 1e-8f;
+    o->optimizer = OPTIMIZER_ADAMW;
+    o->recompute = RECOMPUTE_NONE;
+    o->eval_every = 20;
+    o->eval_batches = 8;
+    o->val_fraction = 0.1f;
+    o->seed = 42;
+    o->export_kind = EXPORT_ADAPTER;
+    o->log_every = 1;
+    o->checkpoint_every = 0;
+}
+
+static const struct opt_def *find_opt(const char *name, size_t len) {
+    for (int i = 0; i < N_OPTS; i++)
+        if (strlen(k_opts[i].name) == len && strncmp(k_opts[i].name, name, len) == 0) return &k_opts[i];
+    return NULL;
+}
+
+static int parse_targets(unsigned *mask, const char *v, struct io_err *e) {
+    if (strcmp(v, "all") == 0) {
+        *mask = (1u << TARGET_COUNT) - 1;
+        return 0;
+    }
+    unsigned m = 0;
+    const char *p = v;
+    while (*p != '\0') {
+        const char *end = strchr(p, ',');
+        size_t len = end != NULL ? (size_t)(end - p) : strlen(p);
+        int found = -1;
+        for (int t = 0; t < TARGET_COUNT; t++) {
+            const char *n = train_target_names[t];
+            /* Accept the HF module names too: q_proj, gate_proj, ... */
+            size_t nl = strlen(n);
+            if ((len == nl && strncmp(p, n, len) == 0) ||
+                (len == nl + 5 && strncmp(p, n, nl) == 0 && strncmp(p + nl, "_proj", 5) == 0))
+                found = t;
+        }
+        if (found < 0)
+            return io_fail(e, "--targets: unknown target '%.*s' (allowed: q,k,v,o,gate,up,down or all)", (int)len, p);
+        m |= 1u << found;
+        p += len;
+        if (*p == ',') p++;
+    }
+    if (m == 0) return io_fail(e, "--targets: empty list (allowed: q,k,v,o,gate,up,down or all)");
+    *mask = m;
+    return 0;
+}
+
+static int set_value(struct train_options *o, const struct opt_def *d, const char *v, struct io_err *e) {
+    char *base = (char *)o;
+    char *end = NULL;
+    errno = 0;
+    switch (d->kind) {
+        case K_PATH: {
+            if (v[0] == '\0') return io_fail(e, "--%s: empty path", d->name);
+            if (strlen(v) >= OPT_PATH_MAX) return io_fail(e, "--%s: path longer than %d bytes", d->name, OPT_PATH_MAX - 1);
+            snprintf(base + d->offset, OPT_PATH_MAX, "%s", v);
+            return 0;
+        }
+        case K_DATA: {
+            const char *p = v;
+            while (*p != '\0') {
+                const char *comma = strchr(p, ',');
+                size_t len = comma != NULL ? (size_t)(comma - p) : strlen(p);
+                if (len == 0) return io_fail(e, "--data: empty path in '%s'", v);
+                if (o->n_data >= OPT_MAX_DATA) return io_fail(e, "--data: more than %d paths", OPT_MAX_DATA);
+                if (len >= OPT_PATH_MAX) return io_fail(e, "--data: path longer than %d bytes", OPT_PATH_MAX - 1);
+                memcpy(o->data[o->n_data], p, len);
+                o->data[o->n_data][len] = '\0';
+                o->n_data++;
+                p += len;
+                if (*p == ',') p++;
+            }
+            return 0;
+        }
+        case K_INT: {
+            long long x = strtoll(v, &end, 10);
+            if (end == v || *end != '\0' || errno != 0)
+                return io_fail(e, "--%s: '%s' is not an integer", d->name, v);
+            if ((double)x < d->lo || (double)x > d->hi)
+                return io_fail(e, "--%s: %lld is out of range [%.0f, %.0f]", d->name, x, d->lo, d->hi);
+            *(int *)(base + d->offset) = (int)x;
+            return 0;
+        }
+        case K_FLOAT: {
+            double x = strtod(v, &end);
+            if (end == v || *end != '\0' || errno != 0 || !isfinite(x))
+                return io_fail(e, "--%s: '%s' is not a finite number", d->name, v);
+            if (x < d->lo || x > d->hi) return io_fail(e, "--%s: %g is out of range [%g, %g]", d->name, x, d->lo, d->hi);
+            *(float *)(base + d->offset) = (float)x;
+            return 0;
+        }
+        case K_U64: {
+            if (v[0] == '-') return io_fail(e, "--%s: '%s' must be a non-negative integer", d->name, v);
+            unsigned long long x = strtoull(v, &end, 0);
+            if (end == v || *end != '\0' || errno != 0)
+                return io_fail(e, "--%s: '%s' is not a non-negative integer", d->name, v);
+            *(unsigned long long *)(base + d->offset) = x;
+            return 0;
+        }
+        case K_ENUM: {
+            for (int i = 0; d->choices[i] != NULL; i++) {
+                if (strcmp(d->choices[i], v) == 0) {
+                    *(int *)(base + d->offset) = i;
+                    return 0;
+                }
+            }
+            char allowed[256] = "";
+            for (int i = 0; d->choices[i] != NULL; i++) {
+                strncat(allowed, i ? " | " : "", sizeof allowed - strlen(allowed) - 1);
+                strncat(allowed, d->choices[i], sizeof allowed - strlen(allowed) - 1);
+            }
+            return io_fail(e, "--%s: '%s' is not one of %s", d->name, v, allowed);
+        }
+        case K_TARGETS: return parse_targets((unsigned *)(base + d->offset), v, e);
+        case K_FLAG: *(int *)(base + d->offset) = 1; return 0;
+    }
+    return io_fail(e, "--%s: internal error", d->name);
+}
+
+static int check_combination(const struct train_options *o, struct io_err *e) {
+    if (o->epochs == 0 && o->max_steps == 0)
+        return io_fail(e, "set --epochs or --max-steps (both are 0: training would never end)");
+    if (o->warmup > 0 && o->max_steps > 0 && o->warmup >= o->max_steps)
+        return io_fail(e, "--warmup %d must be smaller than --max-steps %d", o->warmup, o->max_steps);
+    if (o->n_data == 0) return io_fail(e, "no --data given");
+    if (o->method == METHOD_FULL && o->dropout > 0.0f)
+        return io_fail(e, "--dropout applies to adapters; --method full trains the weights themselves");
+    if (o->optimizer == OPTIMIZER_ADAMW8BIT && o->weight_decay < 0) return io_fail(e, "--weight-decay must be ≥ 0");
+    return 0;
+}
+
+int train_options_parse(struct train_options *o, int argc, char **argv, struct io_err *e) {
+    int data_given = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strncmp(a, "--", 2) != 0)
+            return io_fail(e, "unexpected argument '%s' (every option is a --flag; see --help)", a);
+        const char *name = a + 2;
+        const char *eq = strchr(name, '=');
+        size_t len = eq != NULL ? (size_t)(eq - name) : strlen(name);
+        const struct opt_def *d = find_opt(name, len);
+        if (d == NULL) return io_fail(e, "unknown option '--%.*s' (see --help)", (int)len, name);
+        const char *value = NULL;
+        if (d->kind == K_FLAG) {
+            if (eq != NULL) return io_fail(e, "--%s takes no value", d->name);
+        } else if (eq != NULL) {
+            value = eq + 1;
+        } else {
+            if (i + 1 >= argc) return io_fail(e, "--%s needs a value", d->name);
+            value = argv[++i];
+        }
+        if (d->kind == K_DATA && !data_given) {
+            o->n_data = 0; /* the first --data replaces the default corpus */
+            data_given = 1;
+        }
+        if (set_value(o, d, value != NULL ? value : "", e) != 0) return -1;
+    }
+    if (o->help) return 0;
+    return check_combination(o, e);
+}
+
+static void default_text(const struct train_options *o, const struct opt_def *d, char *buf, size_t cap) {
+    const char *base = (const char *)o;
+    switch (d->kind) {
+        case K_PATH: snprintf(buf, cap, "%s", (base + d->offset)[0] ? base + d->offset : "(none)"); break;
+        case K_DATA: snprintf(buf, cap, "%s", o->data[0]); break;
+        case K_INT: snprintf(buf, cap, "%d", *(const int *)(base + d->offset)); break;
+        case K_FLOAT: snprintf(buf, cap, "%g", (double)*(const float *)(base + d->offset)); break;
+        case K_U64: snprintf(buf, cap, "%llu", *(const unsigned long long *)(base + d->offset)); break;
+        case K_ENUM: snprintf(buf, cap, "%s", d->choices[*(const int *)(base + d->offset)]); break;
+        case K_FLAG: snprintf(buf, cap, "off"); break;
+        case K_TARGETS: snprintf(buf, cap, "all"); break;
+    }
+}
+
+void train_options_help(FILE *f, const char *program, const char *cache) {
+    struct train_options d;
+    train_options_defaults(&d, cache);
+    snprintf(d.out, sizeof d.out, "runs/refine-<date>-<time>");
+    fprintf(f, "usage: %s [--flag value]...\n\n", program);
+    fprintf(f, "Fine-tunes a Llama-family model. With no flags: LoRA on SmolLM2-135M-Instruct with the\n"
+               "King James Bible (tools/setup.sh fetches both into %s).\n\n", cache);
+    for (int i = 0; i < N_OPTS; i++) {
+        char def[OPT_PATH_MAX];
+        default_text(&d, &k_opts[i], def, sizeof def);
+        fprintf(f, "  --%-17s %s\n  %-19s (default: %s)\n", k_opts[i].name, k_opts[i].help, "", def);
+    }
+}
+
+/* Appends a JSON string literal (escaped) to buf. */
+static void json_str(char *buf, size_t cap, const char *s) {
+    size_t n = strlen(buf);
+    if (n + 2 >= cap) return;
+    buf[n++] = '"';
+    for (; *s != '\0' && n + 8 < cap; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') {
+            buf[n++] = '\\';
+            buf[n++] = (char)c;
+        } else if (c < 0x20) {
+            n += (size_t)snprintf(buf + n, cap - n, "\\u%04x", c);
+        } else {
+            buf[n++] = (char)c;
+        }
+    }
+    buf[n++] = '"';
+    buf[n] = '\0';
+}
+
+int train_options_to_json(const struct train_options *o, char *buf, size_t cap) {
+    const char *base = (const char *)o;
+    buf[0] = '\0';
+    strncat(buf, "{", cap - strlen(buf) - 1);
+    for (int i = 0; i < N_OPTS; i++) {
+        const struct opt_def *d = &k_opts[i];
+        if (d->kind == K_FLAG && strcmp(d->name, "help") == 0) continue;
+        size_t n = strlen(buf);
+        snprintf(buf + n, cap - n, "%s\"%s\":", n > 1 ? "," : "", d->name);
+        n = strlen(buf);
+        switch (d->kind) {
+            case K_PATH: json_str(buf, cap, base + d->offset); break;
+            case K_DATA:
+                strncat(buf, "[", cap - strlen(buf) - 1);
+                for (int j = 0; j < o->n_data; j++) {
+                    if (j) strncat(buf, ",", cap - strlen(buf) - 1);
+                    json_str(buf, cap, o->data[j]);
+                }
+                strncat(buf, "]", cap - strlen(buf) - 1);
+                break;
+            case K_INT: snprintf(buf + n, cap - n, "%d", *(const int *)(base + d->offset)); break;
+            case K_FLAG: snprintf(buf + n, cap - n, "%s", *(const int *)(base + d->offset) ? "true" : "false"); break;
+            case K_FLOAT: snprintf(buf + n, cap - n, "%.9g", (double)*(const float *)(base + d->offset)); break;
+            case K_U64: snprintf(buf + n, cap - n, "%llu", *(const unsigned long long *)(base + d->offset)); break;
+            case K_ENUM: json_str(buf, cap, d->choices[*(const int *)(base + d->offset)]); break;
+            case K_TARGETS: {
+                strncat(buf, "[", cap - strlen(buf) - 1);
+                int first = 1;
+                for (int t = 0; t < TARGET_COUNT; t++) {
+                    if (!(o->targets & (1u << t))) continue;
+                    if (!first) strncat(buf, ",", cap - strlen(buf) - 1);
+                    json_str(buf, cap, train_target_names[t]);
+                    first = 0;
+                }
+                strncat(buf, "]", cap - strlen(buf) - 1);
+                break;
+            }
+        }
+    }
+    strncat(buf, "}", cap - strlen(buf) - 1);
+    return strlen(buf) + 1 < cap ? 0 : -1;
+}
