@@ -1,0 +1,70 @@
+/* metrics.h — the training record: a JSONL metrics log, the loss plot, the progress line.
+ *
+ * metrics.jsonl (one JSON object per line, flushed after each):
+ *   {"kind":"train","step":12,"loss":2.3456,"lr":0.001,"grad_norm":0.8,"tokens":6144,
+ *    "tokens_per_s":1234.5,"mfu":0.12,"mem_GiB":3.2,"elapsed_s":12.3}
+ *   {"kind":"eval","step":20,"val_loss":2.1,"val_ppl":8.17,"val_tokens":4096,"elapsed_s":20.1}
+ * The first line is {"kind":"run", "options":{...}, "engine":"...", "device":"..."}. A resumed
+ * run appends to the same file after truncating records past the checkpoint's step.
+ * loss.svg: training loss (per step) and validation loss (per evaluation) against the step, with
+ * axes, ticks and a legend — a plain SVG file any browser shows; rewritten atomically after every
+ * evaluation and at the end.
+ * The progress line (stdout): step/total, loss, lr, tokens/s, MFU (when the engine knows its
+ * FLOP rate ceiling), memory, elapsed and ETA.
+ */
+#ifndef REFINE_TRAIN_METRICS_H
+#define REFINE_TRAIN_METRICS_H
+
+#include <stdio.h>
+
+#include "io/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct train_record {
+    int step; /* 1-based: the optimizer step just taken */
+    double loss, lr, grad_norm;
+    long long tokens; /* tokens processed in this step */
+    double tokens_per_s, mfu, mem_gib, elapsed_s;
+};
+
+struct eval_record {
+    int step;
+    double val_loss, val_ppl;
+    long long val_tokens;
+    double elapsed_s;
+};
+
+struct metrics {
+    FILE *log;
+    char log_path[1024];
+    char svg_path[1024];
+    int n_train, cap_train;
+    struct train_record *train;
+    int n_eval, cap_eval;
+    struct eval_record *eval;
+};
+
+/* Opens <dir>/metrics.jsonl. With resume_step < 0 a new log is started with the run header line;
+ * otherwise the existing log is read back, records after resume_step are dropped, and the file
+ * is rewritten with the rest before appending continues. */
+int metrics_open(struct metrics *m, const char *dir, const char *run_header_json, int resume_step, struct io_err *e);
+int metrics_train(struct metrics *m, const struct train_record *r, struct io_err *e);
+int metrics_eval(struct metrics *m, const struct eval_record *r, struct io_err *e);
+/* Writes <dir>/loss.svg from the records so far (atomically). */
+int metrics_plot(const struct metrics *m, struct io_err *e);
+void metrics_close(struct metrics *m);
+
+/* Formats the progress line of step r (of total) into buf. */
+void metrics_progress_line(char *buf, size_t cap, const struct train_record *r, int total, double eta_s);
+
+/* Renders the SVG of the given series into a malloc'ed string (the caller frees it). */
+char *metrics_svg(const struct train_record *train, int n_train, const struct eval_record *eval, int n_eval);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* REFINE_TRAIN_METRICS_H */
