@@ -90,12 +90,15 @@ int metrics_open(struct metrics *m, const char *dir, const char *run_header_json
     snprintf(m->log_path, sizeof m->log_path, "%s/metrics.jsonl", dir);
     snprintf(m->svg_path, sizeof m->svg_path, "%s/loss.svg", dir);
     char *header = NULL;
-    if (resume_step >= 0 && file_exists(m->log_path)) {
-        if (read_back(m, &header, resume_step, e) != 0) return -1;
+    if (resume_step >= 0 && file_exists(m->log_path) && read_back(m, &header, resume_step, e) != 0) {
+        free(header);
+        metrics_close(m);
+        return -1;
     }
     m->log = fopen(m->log_path, "w");
     if (m->log == NULL) {
         free(header);
+        metrics_close(m);
         return io_fail(e, "%s: cannot write the metrics log", m->log_path);
     }
     fprintf(m->log, "%s\n", header != NULL ? header : run_header_json);
