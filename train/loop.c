@@ -1,0 +1,194 @@
+/* loop.c — the training loop (loop.h). */
+#include "train/loop.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "io/check.h"
+#include "io/file.h"
+#include "train/checkpoint.h"
+#include "train/metrics.h"
+#include "train/schedule.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int train_total_steps(const struct train_options *o, int64_t n_train) {
+    const int64_t per_step = (int64_t)o->micro_batch * o->grad_accum;
+    const int64_t spe = n_train / per_step;
+    if (spe <= 0) return 0;
+    int64_t total = o->max_steps > 0 ? o->max_steps : INT32_MAX;
+    if (o->epochs > 0 && (int64_t)o->epochs * spe < total) total = (int64_t)o->epochs * spe;
+    return (int)total;
+}
+
+/* Validation loss over min(eval_batches, n_val / B) micro-batches: Σ NLL / Σ valid labels. */
+static int evaluate(const struct train_options *o, const struct train_engine *eng, const struct batch_source *src,
+                    int32_t *tokens, int32_t *labels, double *loss, int64_t *n_tokens, struct io_err *e) {
+    const int B = o->micro_batch, T = src->T;
+    int64_t batches = src->n_val / B;
+    if (batches > o->eval_batches) batches = o->eval_batches;
+    double nll = 0.0;
+    int64_t valid = 0;
+    for (int64_t i = 0; i < batches; i++) {
+        int64_t v = src->val_batch(src->self, i * B, B, tokens, labels);
+        double s = 0.0;
+        if (eng->eval(eng->self, tokens, labels, B, T, &s, e) != 0) return -1;
+        nll += s;
+        valid += v;
+    }
+    *loss = valid > 0 ? nll / (double)valid : NAN;
+    *n_tokens = valid;
+    return 0;
+}
+
+int train_loop_run(const struct train_options *o, const struct train_engine *eng, const struct batch_source *src,
+                   struct loop_result *res, struct io_err *e) {
+    memset(res, 0, sizeof *res);
+    res->first_val_loss = res->last_val_loss = res->last_train_loss = NAN;
+    const int B = o->micro_batch, T = src->T, A = o->grad_accum;
+    const int total = train_total_steps(o, src->n_train);
+    if (total == 0)
+        return io_fail(e, "the training data holds %" PRId64 " sequences of %d tokens; one optimizer step needs "
+                          "--micro-batch %d × --grad-accum %d = %d (add data, or lower --seq, --micro-batch or --grad-accum)",
+                       src->n_train, T, B, A, B * A);
+    const int64_t per_epoch = (src->n_train / ((int64_t)B * A)) * (int64_t)B * A; /* sequences used per epoch */
+    res->total_steps = total;
+    if (make_dirs(o->out, e) != 0) return -1;
+
+    char *opts = malloc(65536);
+    CHECK(opts != NULL, "out of memory");
+    CHECK(train_options_to_json(o, opts, 65536) == 0, "options do not fit their JSON buffer");
+    char *header = malloc(65536 + 1024);
+    CHECK(header != NULL, "out of memory");
+    snprintf(header, 65536 + 1024,
+             "{\"kind\":\"run\",\"engine\":\"%s\",\"total_steps\":%d,\"train_sequences\":%" PRId64
+             ",\"val_sequences\":%" PRId64 ",\"seq\":%d,\"options\":%s}",
+             eng->name, total, src->n_train, src->n_val, T, opts);
+
+    struct loop_position pos = {0, 0, 0, 0};
+    int rc = 0;
+    if (o->resume[0] != '\0') {
+        rc = checkpoint_load(o->resume, eng, &pos, opts, e);
+        if (rc == 0) printf("resumed from %s at step %d\n", o->resume, pos.step);
+    }
+    struct metrics m;
+    if (rc == 0) rc = metrics_open(&m, o->out, header, o->resume[0] != '\0' ? pos.step : -1, e);
+    free(header);
+    if (rc != 0) {
+        free(opts);
+        return -1;
+    }
+
+    int32_t *tokens = malloc(sizeof(int32_t) * (size_t)A * B * T);
+    int32_t *labels = malloc(sizeof(int32_t) * (size_t)A * B * T);
+    int64_t *valid = malloc(sizeof(int64_t) * (size_t)A);
+    CHECK(tokens != NULL && labels != NULL && valid != NULL, "out of memory for the step's batches");
+    const double t0 = now_s();
+    double elapsed_before = 0.0; /* time of the steps of earlier runs, from the resumed log */
+    if (m.n_train > 0) elapsed_before = m.train[m.n_train - 1].elapsed_s;
+    const int first_step = pos.step;
+    const int stop_at = o->max_steps_this_run > 0 && first_step + o->max_steps_this_run < total
+                            ? first_step + o->max_steps_this_run
+                            : total;
+    char line[512];
+
+    if (pos.step == 0 && src->n_val > 0) {
+        double vl;
+        int64_t vt;
+        if ((rc = evaluate(o, eng, src, tokens, labels, &vl, &vt, e)) == 0) {
+            struct eval_record r = {0, vl, exp(vl), (long long)vt, elapsed_before};
+            rc = metrics_eval(&m, &r, e);
+            res->first_val_loss = res->last_val_loss = vl;
+            printf("step 0/%d | validation loss %.4f | perplexity %.3f\n", total, vl, exp(vl));
+        }
+    } else if (m.n_eval > 0) {
+        res->first_val_loss = m.eval[0].val_loss;
+        res->last_val_loss = m.eval[m.n_eval - 1].val_loss;
+    }
+
+    while (rc == 0 && pos.step < stop_at) {
+        const double ts = now_s();
+        /* Draw the step's micro-batches first: the loss is the mean over all their valid labels. */
+        int64_t n_valid = 0;
+        for (int a = 0; a < A; a++) {
+            if (pos.position + B > per_epoch) {
+                pos.epoch++;
+                pos.position = 0;
+            }
+            valid[a] = src->train_batch(src->self, pos.epoch, pos.position, B, tokens + (size_t)a * B * T,
+                                        labels + (size_t)a * B * T);
+            pos.position += B;
+            n_valid += valid[a];
+        }
+        const float grad_scale = n_valid > 0 ? (float)(1.0 / (double)n_valid) : 0.0f;
+        double nll = 0.0;
+        for (int a = 0; a < A && rc == 0; a++) {
+            double s = 0.0;
+            rc = eng->micro_step(eng->self, tokens + (size_t)a * B * T, labels + (size_t)a * B * T, B, T, grad_scale,
+                                 pos.micro_index, &s, e);
+            pos.micro_index++;
+            nll += s;
+        }
+        if (rc != 0) break;
+        const int step = pos.step + 1;
+        const double loss = n_valid > 0 ? nll / (double)n_valid : 0.0;
+        if (!isfinite(loss)) {
+            rc = io_fail(e, "step %d: the training loss is %g; training stopped (the last checkpoint, if any, is "
+                            "intact in %s/checkpoint)",
+                         step, loss, o->out);
+            break;
+        }
+        struct optim_step h = {step, train_lr_at(o->schedule, o->lr, o->min_lr_ratio, o->warmup, total, pos.step),
+                               o->beta1, o->beta2, o->eps, o->weight_decay, o->clip};
+        double gnorm = 0.0;
+        if (n_valid > 0 && (rc = eng->optimizer_step(eng->self, &h, &gnorm, e)) != 0) {
+            io_fail_context(e, "step %d: training stopped (the last checkpoint, if any, is intact in %s/checkpoint)",
+                            step, o->out);
+            break;
+        }
+        pos.step = step;
+        const double dt = now_s() - ts, elapsed = elapsed_before + (now_s() - t0);
+        const long long ntok = (long long)A * B * T;
+        struct train_record r = {step, loss, h.lr, gnorm, ntok, (double)ntok / dt, 0.0, 0.0, elapsed};
+        if (eng->peak_flops > 0) r.mfu = eng->flops_per_token * r.tokens_per_s / eng->peak_flops;
+        if (eng->mem_gib != NULL) r.mem_gib = eng->mem_gib(eng->self);
+        res->last_train_loss = loss;
+        if ((rc = metrics_train(&m, &r, e)) != 0) break;
+        if (step % o->log_every == 0 || step == 1 || step == total) {
+            const double per_step = (now_s() - t0) / (double)(step - first_step);
+            metrics_progress_line(line, sizeof line, &r, total, per_step * (double)(total - step));
+            printf("%s\n", line);
+            fflush(stdout);
+        }
+        const int last = step == total;
+        if (src->n_val > 0 && ((o->eval_every > 0 && step % o->eval_every == 0) || last)) {
+            double vl;
+            int64_t vt;
+            if ((rc = evaluate(o, eng, src, tokens, labels, &vl, &vt, e)) != 0) break;
+            struct eval_record v = {step, vl, exp(vl), (long long)vt, elapsed_before + (now_s() - t0)};
+            if ((rc = metrics_eval(&m, &v, e)) != 0) break;
+            res->last_val_loss = vl;
+            printf("step %d/%d | validation loss %.4f | perplexity %.3f\n", step, total, vl, exp(vl));
+            if ((rc = metrics_plot(&m, e)) != 0) break;
+        }
+        if ((o->checkpoint_every > 0 && step % o->checkpoint_every == 0) || last || step == stop_at)
+            if ((rc = checkpoint_save(o->out, eng, &pos, opts, e)) != 0) break;
+    }
+    if (rc == 0) rc = metrics_plot(&m, e);
+    res->steps_done = pos.step;
+    res->stopped_early = rc == 0 && pos.step < total;
+    metrics_close(&m);
+    free(tokens);
+    free(labels);
+    free(valid);
+    free(opts);
+    return rc;
+}
