@@ -67,6 +67,10 @@ struct model_config {
     int pad_token_id; /* -1 when absent */
     char torch_dtype[16];
     struct quant_config quant;
+    /* Sliding-window attention (Mistral v0.1, Qwen2 with use_sliding_window): 0 when none. refine
+     * computes full causal attention, which equals the windowed attention exactly when no
+     * sequence is longer than the window: config_check_seq_len enforces that. */
+    int sliding_window;
 };
 
 /* Reads <path> (a config.json, or a directory holding one). Checks every field the model needs:
@@ -80,6 +84,10 @@ int config_named(struct model_config *c, const char *name, struct io_err *e);
 
 /* Checks the consistency of a config however it was built (the same rules as the readers). */
 int config_validate(const struct model_config *c, struct io_err *e);
+
+/* Checks that sequences of T tokens are within what the model computes exactly: T ≤
+ * max_position_embeddings and, with a sliding window, T ≤ sliding_window. */
+int config_check_seq_len(const struct model_config *c, int T, struct io_err *e);
 
 #ifdef __cplusplus
 }

@@ -91,6 +91,20 @@ const char *safetensors_meta(const struct safetensors *st, const char *key); /* 
  * to nearest). `out` holds t->numel floats. Other dtypes: -1 with a message naming the tensor. */
 int st_tensor_to_f32(float *out, const struct st_tensor *t, struct io_err *e);
 
+/* Converts a tensor of dtype BF16 (copy), F32 or F16 (round to nearest even; every NaN becomes
+ * 0x7FC0, as torch does) to bf16 bits. `out` holds t->numel values. Other dtypes: -1. */
+int st_tensor_to_bf16(uint16_t *out, const struct st_tensor *t, struct io_err *e);
+
+/* numel and byte size of `dtype` with this shape: 0; -1 when a dimension is negative or the
+ * size overflows 64 bits; -2 when numel·bits is not a multiple of 8 (sub-byte dtypes). */
+int st_shape_bytes(int64_t *numel, size_t *nbytes, enum st_dtype dtype, int ndim, const int64_t *shape);
+
+/* Writes "[a, b, c]" into buf (for messages). */
+void st_shape_str(char *buf, size_t cap, int ndim, const int64_t *shape);
+
+/* The first name that occurs twice among names[0..n), or NULL (O(n log n)). */
+const char *st_first_duplicate(const char *const *names, int n);
+
 /* Checks dtype and shape; the message names the file, the tensor, what it has and what was
  * expected. ndim < 0 skips the shape check. */
 int st_expect(const struct safetensors *st, const struct st_tensor *t, enum st_dtype dtype, int ndim,
