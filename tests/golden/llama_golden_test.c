@@ -31,6 +31,8 @@
 #include <string.h>
 
 #include "io/config.h"
+#include "io/file.h"
+#include "io/gguf.h"
 #include "ref/adamw.h"
 #include "ref/llama.h"
 #include "tests/common/compare.h"
@@ -243,11 +245,95 @@ static void run_case(const char *model, const char *mode) {
     free(targets);
 }
 
+/* SmolLM2-135M-Instruct from the GGUF through io/gguf.h against transformers loading the same
+ * GGUF (tests/golden/gen/gen_smollm2.py): the loss of the text and the logits at 4 positions.
+ * Skipped, with a message, when the model file is absent (tools/setup.sh fetches it). Tolerance:
+ * the tier-(d) rule above with L = 30, K_max = F = 1536. */
+static void run_smollm2(void) {
+    char path[1200];
+    const char *cache = getenv("REFINE_CACHE");
+    const char *home = getenv("HOME");
+    if (cache != NULL && *cache)
+        snprintf(path, sizeof path, "%s/models/SmolLM2-135M-Instruct.Q4_1.gguf", cache);
+    else
+        snprintf(path, sizeof path, "%s/.cache/refine/models/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : "");
+    if (!file_exists(path)) {
+        printf("SKIPPED the SmolLM2 logits: %s is absent (tools/setup.sh fetches it)\n", path);
+        return;
+    }
+    struct gguf_model gm;
+    struct io_err e = {{0}};
+    if (gguf_model_open(&gm, path, &e) != 0) {
+        test_fail("SmolLM2: %s", e.msg);
+        return;
+    }
+    const struct model_config *c = &gm.config;
+    struct llama_weights w;
+    ref_llama_weights_alloc(&w, c);
+    static const enum model_weight kinds[LLAMA_N_LINEAR] = {MW_Q, MW_K, MW_V, MW_O, MW_GATE, MW_UP, MW_DOWN};
+    static const enum model_weight bias_kinds[3] = {MW_Q_BIAS, MW_K_BIAS, MW_V_BIAS};
+    int ok = 1;
+    ok &= gguf_model_weight_f32(w.embed, &gm, gguf_model_get(&gm, MW_EMBED, 0), &e) == 0;
+    ok &= gguf_model_weight_f32(w.final_norm, &gm, gguf_model_get(&gm, MW_FINAL_NORM, 0), &e) == 0;
+    if (!c->tie_word_embeddings) ok &= gguf_model_weight_f32(w.lm_head, &gm, gguf_model_get(&gm, MW_LM_HEAD, 0), &e) == 0;
+    for (int l = 0; l < c->L && ok; l++) {
+        ok &= gguf_model_weight_f32(w.layers[l].attn_norm, &gm, gguf_model_get(&gm, MW_ATTN_NORM, l), &e) == 0;
+        ok &= gguf_model_weight_f32(w.layers[l].mlp_norm, &gm, gguf_model_get(&gm, MW_MLP_NORM, l), &e) == 0;
+        for (int t = 0; t < LLAMA_N_LINEAR; t++) {
+            ok &= gguf_model_weight_f32(w.layers[l].w[t], &gm, gguf_model_get(&gm, kinds[t], l), &e) == 0;
+            if (t < 3 && w.layers[l].bias[t])
+                ok &= gguf_model_weight_f32(w.layers[l].bias[t], &gm, gguf_model_get(&gm, bias_kinds[t], l), &e) == 0;
+        }
+    }
+    EXPECT(ok, "SmolLM2 weights: %s", e.msg);
+
+    struct golden g;
+    golden_open(&g, DIR "smollm2/logits.safetensors");
+    const int T = (int)golden_numel(&g, "input_ids"), P = (int)golden_numel(&g, "positions");
+    int64_t *ids64 = golden_i64(&g, "input_ids", -1, NULL), *pos64 = golden_i64(&g, "positions", -1, NULL);
+    int32_t *ids = to_i32(ids64, T), *targets = malloc((size_t)T * sizeof *targets);
+    for (int t = 0; t < T; t++) targets[t] = t + 1 < T ? ids[t + 1] : -100; /* labels = input_ids, shifted */
+    int64_t lshape[2] = {P, c->V};
+    float *ref = golden_f32(&g, "logits", 2, lshape);
+    double ref_loss = golden_scalar(&g, "loss");
+
+    struct llama_options o;
+    ref_llama_options_default(&o);
+    o.blas = 1; /* 135M parameters: the sgemm path (agrees with the naive one, tests/unit/llama_test) */
+    struct llama_model m;
+    ref_llama_init(&m, c, &o, 1, T, T);
+    float *slab = malloc(ref_llama_slab_floats(&m) * sizeof(float));
+    float *logits = malloc((size_t)T * (size_t)c->V * sizeof(float));
+    float *rows = malloc((size_t)P * (size_t)c->V * sizeof(float));
+    struct llama_batch batch = {1, T, ids, targets, NULL, 0};
+    double loss = ref_llama_forward(&m, &w, NULL, &batch, slab, logits);
+    for (int p = 0; p < P; p++) memcpy(rows + (size_t)p * c->V, logits + (size_t)pos64[p] * c->V, (size_t)c->V * 4);
+    struct tol tol = tolerances(c);
+    compare("smollm2", "gguf", "logits", rows, ref, (int64_t)P * c->V, tol.fwd);
+    double loss_k = tol.fwd * (1.0 + log2((double)T));
+    EXPECT(fabs(loss - ref_loss) <= loss_k * FLT_EPSILON * fabs(ref_loss), "smollm2: loss %.9g, torch %.9g (tol %.3g)",
+           loss, ref_loss, loss_k * FLT_EPSILON * fabs(ref_loss));
+    printf("smollm2: T=%d loss %.7f (transformers %.7f)\n", T, loss, ref_loss);
+    free(rows);
+    free(logits);
+    free(slab);
+    free(ref);
+    free(ids64);
+    free(pos64);
+    free(ids);
+    free(targets);
+    ref_llama_free(&m);
+    golden_close(&g);
+    ref_llama_weights_free(&w, c);
+    gguf_model_close(&gm);
+}
+
 int main(int argc, char **argv) {
     (void)test_seed(argc, argv, 0); /* the fixtures carry their own seeds (tests/golden/data/MANIFEST) */
     static const char *const llama_modes[] = {"full", "lora", "dora", "qlora", "qdora"};
     static const char *const qwen_modes[] = {"full", "lora", "dora"};
     for (size_t i = 0; i < sizeof llama_modes / sizeof *llama_modes; i++) run_case("llama", llama_modes[i]);
     for (size_t i = 0; i < sizeof qwen_modes / sizeof *qwen_modes; i++) run_case("qwen2", qwen_modes[i]);
+    run_smollm2();
     return test_finish("llama_golden_test");
 }
