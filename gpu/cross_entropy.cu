@@ -44,8 +44,9 @@ __global__ void ce_count_valid(float *mult, const int32_t *labels, int N, int re
 
 /* Merge of two online-softmax states (max m, Σ exp(z − m) s). */
 __device__ __forceinline__ void merge_ms(float &m, float &s, float m2, float s2) {
-    if (m2 == -INFINITY) return;
-    if (m == -INFINITY) {
+    /* an empty state (no element seen) is (−inf, 0); a NaN in s must survive the merge */
+    if (m2 == -INFINITY && s2 == 0.0f) return;
+    if (m == -INFINITY && s == 0.0f) {
         m = m2, s = s2;
         return;
     }
