@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(kBlock) adamw_chunk_update(const gpu_adamw_par
             m = __fsub_rn(g, __fmul_rn(__fsub_rn(g, m), __fsub_rn(1.0f, s.one_minus_beta1)));
         v = __fadd_rn(__fmul_rn(v, s.beta2), __fmul_rn(__fmul_rn(s.one_minus_beta2, g), g));
         const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), s.bc2_sqrt), s.eps);
-        w = __fadd_rn(w, __fmul_rn(s.neg_step_size, __fdiv_rn(m, denom)));
+        w = __fadd_rn(w, __fdiv_rn(__fmul_rn(s.neg_step_size, m), denom));
         p.master[i] = w;
         p.m[i] = m;
         p.v[i] = v;
@@ -171,7 +171,7 @@ extern "C" void gpu_adamw_grad_norm(struct gpu_adamw *a, float *grad_norm, cudaS
     CUDA_CHECK(cudaMemcpyAsync(grad_norm, a->d_norm_coef, sizeof(float), cudaMemcpyDeviceToDevice, stream));
 }
 
-extern "C" void gpu_adamw_step(struct gpu_adamw *a, const struct adamw_hparams *h, float *grad_norm,
+extern "C" void gpu_adamw_step(struct gpu_adamw *a, const struct gpu_adamw_step_args *h, float *grad_norm,
                                cudaStream_t stream) {
     CHECK(h->step >= 1, "adamw step %lld must be >= 1", (long long)h->step);
     CHECK(h->beta1 >= 0 && h->beta1 < 1 && h->beta2 >= 0 && h->beta2 < 1 && h->eps > 0 && h->lr >= 0,

@@ -9,10 +9,13 @@
  *   p ← p·(1 − lr·wd)                           (only tensors with decay = 1)
  *   m ← m + (1−β1)·(g − m)                      (aten lerp with weight 1−β1 < 0.5)
  *   v ← v·β2 + ((1−β2)·g)·g                     (mul_ then addcmul_)
- *   p ← p + (−lr/bc1)·(m / (sqrt(v)/sqrt(bc2) + eps))     bc1 = 1 − β1^t, bc2 = 1 − β2^t
+ *   p ← p + ((−lr/bc1)·m) / (sqrt(v)/sqrt(bc2) + eps)     bc1 = 1 − β1^t, bc2 = 1 − β2^t
+ *                                               (addcdiv: self + value·t1 / t2, left to right)
  *   copy ← bf16_rne(p)                          (when the tensor has a bf16 compute copy)
  * The scalars (1 − lr·wd, 1−β1, 1−β2, −lr/bc1, sqrt(bc2)) are computed in double on the host and
- * rounded to fp32, as torch does with Python floats. Deterministic: the norm's partial sums have
+ * rounded to fp32, as torch does with Python floats: the update is ref_adamw_step's (ref/adamw.h)
+ * operation for operation. The norm differs from ref_clip_grad_norm only in summation order (the
+ * reference rounds per-tensor norms to fp32 first). Deterministic: the norm's partial sums have
  * a fixed order, and every element is updated by one thread.
  *
  * Shapes: per tensor, master, m, v, grad (n) fp32 and copy (n) bf16 or NULL; all device memory.
@@ -41,10 +44,10 @@ struct gpu_adamw_param {
     int decay;          /* 1: weight decay applies to this tensor */
 };
 
-struct adamw_hparams {
-    double lr, beta1, beta2, eps, weight_decay;
-    double max_grad_norm; /* ≤ 0: no clipping */
-    int64_t step;         /* t, 1 on the first step */
+struct gpu_adamw_step_args {
+    double lr, beta1, beta2, eps, weight_decay; /* as ref/adamw.h's adamw_hparams */
+    double max_grad_norm;                       /* ≤ 0: no clipping */
+    int64_t step;                               /* t, 1 on the first step */
 };
 
 struct gpu_adamw;
@@ -53,7 +56,7 @@ struct gpu_adamw *build_gpu_adamw(const struct gpu_adamw_param *params, int coun
 void free_gpu_adamw(struct gpu_adamw *a);
 
 /* One optimizer step over every tensor given at build time. */
-void gpu_adamw_step(struct gpu_adamw *a, const struct adamw_hparams *h, float *grad_norm, cudaStream_t stream);
+void gpu_adamw_step(struct gpu_adamw *a, const struct gpu_adamw_step_args *h, float *grad_norm, cudaStream_t stream);
 
 /* Only the global norm (no update), e.g. for logging: grad_norm (device float). */
 void gpu_adamw_grad_norm(struct gpu_adamw *a, float *grad_norm, cudaStream_t stream);
