@@ -7,7 +7,9 @@
  * shared-memory tree) into `partials`; (2) one block adds the partials in double in a fixed order
  * and writes the norm and the clip coefficient to device memory (no host round trip); (3) the
  * update, memory-bound (reads p, m, v, g, writes p, m, v and the bf16 copy: 30 bytes an element),
- * coalesced fp32 accesses, each op written with __f*_rn so that nvcc cannot contract it.
+ * 16-byte accesses (4 elements a thread) for tensors whose size is a multiple of 4 and whose
+ * buffers are aligned, else coalesced scalar accesses; each op written with __f*_rn so that nvcc
+ * cannot contract it. kChunk is a multiple of 4, so a chunk never splits a vector.
  *
  * Test and benchmark: bazel test --config=gpu //tests/parity:adamw_parity
  *                     (binary) adamw_parity --bench
@@ -53,16 +55,37 @@ __device__ __forceinline__ float block_sum_f32(float v, float *sh) {
     return sh[0];
 }
 
-__global__ void __launch_bounds__(kBlock) adamw_chunk_sumsq(float *partials, const gpu_adamw_param *params,
+/* The device copy of a tensor's descriptor, with the vector-path flag decided at build time. */
+struct tensor_desc {
+    float *master;
+    __nv_bfloat16 *copy;
+    float *m, *v;
+    const float *grad;
+    int64_t n;
+    int decay;
+    int vec4; /* n % 4 == 0 and every pointer aligned for 4-element accesses */
+};
+
+__global__ void __launch_bounds__(kBlock) adamw_chunk_sumsq(float *partials, const tensor_desc *params,
                                                             const chunk_ref *chunks) {
     __shared__ float sh[kBlock];
     const chunk_ref c = chunks[blockIdx.x];
-    const gpu_adamw_param p = params[c.tensor];
+    const tensor_desc p = params[c.tensor];
     const int64_t end = c.start + kChunk < p.n ? c.start + kChunk : p.n;
     float s = 0.0f;
-    for (int64_t i = c.start + threadIdx.x; i < end; i += kBlock) {
-        const float g = p.grad[i];
-        s = __fadd_rn(s, __fmul_rn(g, g));
+    if (p.vec4) {
+        for (int64_t i = c.start + 4 * threadIdx.x; i < end; i += 4 * kBlock) {
+            const float4 g = *reinterpret_cast<const float4 *>(p.grad + i);
+            s = __fadd_rn(s, __fmul_rn(g.x, g.x));
+            s = __fadd_rn(s, __fmul_rn(g.y, g.y));
+            s = __fadd_rn(s, __fmul_rn(g.z, g.z));
+            s = __fadd_rn(s, __fmul_rn(g.w, g.w));
+        }
+    } else {
+        for (int64_t i = c.start + threadIdx.x; i < end; i += kBlock) {
+            const float g = p.grad[i];
+            s = __fadd_rn(s, __fmul_rn(g, g));
+        }
     }
     const float total = block_sum_f32(s, sh);
     if (threadIdx.x == 0) partials[blockIdx.x] = total;
@@ -93,36 +116,61 @@ __global__ void __launch_bounds__(kBlock) adamw_finish_norm(float *out, const fl
     }
 }
 
-__global__ void __launch_bounds__(kBlock) adamw_chunk_update(const gpu_adamw_param *params, const chunk_ref *chunks,
+/* One element of the update, in ref/adamw.h's order. */
+__device__ __forceinline__ void adamw_element(float &w, float &m, float &v, float g_raw, float coef, int decay,
+                                              const step_scalars &s) {
+    const float g = __fmul_rn(g_raw, coef);
+    if (decay) w = __fmul_rn(w, s.decay_factor);
+    /* aten lerp(m, g, wt): wt < 0.5 ? m + wt·(g − m) : g − (g − m)·(1 − wt) */
+    if (s.one_minus_beta1 < 0.5f)
+        m = __fadd_rn(m, __fmul_rn(s.one_minus_beta1, __fsub_rn(g, m)));
+    else
+        m = __fsub_rn(g, __fmul_rn(__fsub_rn(g, m), __fsub_rn(1.0f, s.one_minus_beta1)));
+    v = __fadd_rn(__fmul_rn(v, s.beta2), __fmul_rn(__fmul_rn(s.one_minus_beta2, g), g));
+    const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), s.bc2_sqrt), s.eps);
+    w = __fadd_rn(w, __fdiv_rn(__fmul_rn(s.neg_step_size, m), denom));
+}
+
+__global__ void __launch_bounds__(kBlock) adamw_chunk_update(const tensor_desc *params, const chunk_ref *chunks,
                                                              const float *norm_coef, int clip, step_scalars s) {
     const chunk_ref c = chunks[blockIdx.x];
-    const gpu_adamw_param p = params[c.tensor];
+    const tensor_desc p = params[c.tensor];
     const int64_t end = c.start + kChunk < p.n ? c.start + kChunk : p.n;
     const float coef = clip ? norm_coef[1] : 1.0f;
-    const bool lerp_low = s.one_minus_beta1 < 0.5f;
-    for (int64_t i = c.start + threadIdx.x; i < end; i += kBlock) {
-        const float g = __fmul_rn(p.grad[i], coef);
-        float w = p.master[i], m = p.m[i], v = p.v[i];
-        if (p.decay) w = __fmul_rn(w, s.decay_factor);
-        /* aten lerp(m, g, wt): wt < 0.5 ? m + wt·(g − m) : g − (g − m)·(1 − wt) */
-        if (lerp_low)
-            m = __fadd_rn(m, __fmul_rn(s.one_minus_beta1, __fsub_rn(g, m)));
-        else
-            m = __fsub_rn(g, __fmul_rn(__fsub_rn(g, m), __fsub_rn(1.0f, s.one_minus_beta1)));
-        v = __fadd_rn(__fmul_rn(v, s.beta2), __fmul_rn(__fmul_rn(s.one_minus_beta2, g), g));
-        const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), s.bc2_sqrt), s.eps);
-        w = __fadd_rn(w, __fdiv_rn(__fmul_rn(s.neg_step_size, m), denom));
-        p.master[i] = w;
-        p.m[i] = m;
-        p.v[i] = v;
-        if (p.copy) reinterpret_cast<__nv_bfloat16 *>(p.copy)[i] = __float2bfloat16_rn(w);
+    if (p.vec4) {
+        for (int64_t i = c.start + 4 * threadIdx.x; i < end; i += 4 * kBlock) {
+            const float4 g = *reinterpret_cast<const float4 *>(p.grad + i);
+            float4 w = *reinterpret_cast<const float4 *>(p.master + i);
+            float4 m = *reinterpret_cast<const float4 *>(p.m + i);
+            float4 v = *reinterpret_cast<const float4 *>(p.v + i);
+            adamw_element(w.x, m.x, v.x, g.x, coef, p.decay, s);
+            adamw_element(w.y, m.y, v.y, g.y, coef, p.decay, s);
+            adamw_element(w.z, m.z, v.z, g.z, coef, p.decay, s);
+            adamw_element(w.w, m.w, v.w, g.w, coef, p.decay, s);
+            *reinterpret_cast<float4 *>(p.master + i) = w;
+            *reinterpret_cast<float4 *>(p.m + i) = m;
+            *reinterpret_cast<float4 *>(p.v + i) = v;
+            if (p.copy) {
+                __nv_bfloat162 h[2] = {__floats2bfloat162_rn(w.x, w.y), __floats2bfloat162_rn(w.z, w.w)};
+                *reinterpret_cast<uint2 *>(p.copy + i) = *reinterpret_cast<const uint2 *>(h);
+            }
+        }
+    } else {
+        for (int64_t i = c.start + threadIdx.x; i < end; i += kBlock) {
+            float w = p.master[i], m = p.m[i], v = p.v[i];
+            adamw_element(w, m, v, p.grad[i], coef, p.decay, s);
+            p.master[i] = w;
+            p.m[i] = m;
+            p.v[i] = v;
+            if (p.copy) p.copy[i] = __float2bfloat16_rn(w);
+        }
     }
 }
 
 }  // namespace
 
 struct gpu_adamw {
-    gpu_adamw_param *d_params;
+    tensor_desc *d_params;
     chunk_ref *d_chunks;
     float *d_partials;
     float *d_norm_coef;
@@ -141,11 +189,19 @@ extern "C" struct gpu_adamw *build_gpu_adamw(const struct gpu_adamw_param *param
     struct gpu_adamw *a = static_cast<struct gpu_adamw *>(calloc(1, sizeof(struct gpu_adamw)));
     CHECK(a != nullptr, "out of host memory");
     a->n_chunks = (int)chunks.size();
-    CUDA_CHECK(cudaMalloc(&a->d_params, sizeof(gpu_adamw_param) * count));
+    std::vector<tensor_desc> descs(count);
+    for (int t = 0; t < count; t++) {
+        const gpu_adamw_param &q = params[t];
+        const bool al = ((uintptr_t)q.master | (uintptr_t)q.m | (uintptr_t)q.v | (uintptr_t)q.grad) % 16 == 0 &&
+                        (uintptr_t)q.copy % 8 == 0;
+        descs[t] = tensor_desc{q.master, reinterpret_cast<__nv_bfloat16 *>(q.copy), q.m, q.v, q.grad, q.n, q.decay,
+                               (q.n % 4 == 0 && al) ? 1 : 0};
+    }
+    CUDA_CHECK(cudaMalloc(&a->d_params, sizeof(tensor_desc) * count));
     CUDA_CHECK(cudaMalloc(&a->d_chunks, sizeof(chunk_ref) * chunks.size()));
     CUDA_CHECK(cudaMalloc(&a->d_partials, sizeof(float) * chunks.size()));
     CUDA_CHECK(cudaMalloc(&a->d_norm_coef, 2 * sizeof(float)));
-    CUDA_CHECK(cudaMemcpy(a->d_params, params, sizeof(gpu_adamw_param) * count, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(a->d_params, descs.data(), sizeof(tensor_desc) * count, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(a->d_chunks, chunks.data(), sizeof(chunk_ref) * chunks.size(), cudaMemcpyHostToDevice));
     return a;
 }
