@@ -242,7 +242,7 @@ extern "C" void gpu_adamw_step(struct gpu_adamw *a, const struct gpu_adamw_step_
     s.beta2 = (float)h->beta2;
     s.one_minus_beta2 = (float)(1.0 - h->beta2);
     s.neg_step_size = (float)(-(h->lr / bc1));
-    s.bc2_sqrt = (float)sqrt(bc2);
+    s.bc2_sqrt = (float)pow(bc2, 0.5); /* as ref/adamw.c, to the last bit */
     s.eps = (float)h->eps;
     adamw_chunk_update<<<a->n_chunks, kBlock, 0, stream>>>(a->d_params, a->d_chunks, a->d_norm_coef, clip ? 1 : 0,
                                                            s);
