@@ -6,8 +6,7 @@
  * memory (deterministic), writes nll and, for the backward, reads the row a second time (it is
  * usually still in L2) and overwrites it with dz = (softmax − onehot)·mult in bf16; (3) dh = dz W
  * (bf16) and dW += dzᵀ h (fp32) through gpu/gemm. The fp32 logits of a row exist only in registers.
- * Before the chunks, one small kernel counts the valid labels and sets mult on the device; after
- * them, one block sums the per-row nll in double in a fixed order into the loss.
+ * After the chunks, one block sums the per-row nll in double in a fixed order into the loss.
  * Bytes per logit: 2 written by the GEMM, 4 read + 2 written by the softmax pass; the GEMMs
  * (2·N·C·V FLOPs each) dominate for Llama vocabularies.
  *
@@ -28,19 +27,6 @@ namespace {
 constexpr int kRowBlock = 512;
 
 size_t round256(size_t b) { return (b + 255) & ~(size_t)255; }
-
-__global__ void ce_count_valid(float *mult, const int32_t *labels, int N, int reduction, float scale) {
-    __shared__ int sh[256];
-    int c = 0;
-    for (int i = threadIdx.x; i < N; i += blockDim.x) c += labels[i] != CE_IGNORE_INDEX;
-    sh[threadIdx.x] = c;
-    __syncthreads();
-    for (int s = 128; s > 0; s >>= 1) {
-        if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) mult[0] = reduction == CE_MEAN ? __fdiv_rn(1.0f, (float)sh[0]) : scale;
-}
 
 /* Merge of two online-softmax states (max m, Σ exp(z − m) s). */
 __device__ __forceinline__ void merge_ms(float &m, float &s, float m2, float s2) {
@@ -67,7 +53,7 @@ __device__ __forceinline__ void push(float &m, float &s, float z) {
 template <int VW>
 __global__ void __launch_bounds__(kRowBlock) ce_softmax_rows(float *__restrict__ nll, bf16 *dz, const bf16 *z,
                                                              const int32_t *__restrict__ labels, int V,
-                                                             const float *__restrict__ mult_p) {
+                                                             float mult) {
     __shared__ float sm[kRowBlock], ss[kRowBlock];
     const int64_t row = blockIdx.x;
     const bf16 *zr = z + row * V;
@@ -98,7 +84,6 @@ __global__ void __launch_bounds__(kRowBlock) ce_softmax_rows(float *__restrict__
         nll[row] = valid ? __fsub_rn(lse, zy) : 0.0f;
     }
     if (dz == nullptr) return;
-    const float mult = mult_p[0];
     bf16 *dr = dz + row * V;
     for (int j = threadIdx.x * VW; j < V; j += kRowBlock * VW) {
         float v[VW];
@@ -117,7 +102,7 @@ __global__ void __launch_bounds__(kRowBlock) ce_softmax_rows(float *__restrict__
     }
 }
 
-__global__ void ce_finish_loss(float *loss, const float *nll, int N, const float *mult) {
+__global__ void ce_finish_loss(float *loss, const float *nll, int N, double inv_count) {
     __shared__ double sh[256];
     double s = 0.0;
     for (int i = threadIdx.x; i < N; i += blockDim.x) s += (double)nll[i];
@@ -127,11 +112,11 @@ __global__ void ce_finish_loss(float *loss, const float *nll, int N, const float
         if (threadIdx.x < k) sh[threadIdx.x] += sh[threadIdx.x + k];
         __syncthreads();
     }
-    if (threadIdx.x == 0) loss[0] = (float)(sh[0] * (double)mult[0]);
+    if (threadIdx.x == 0) loss[0] = (float)(sh[0] * inv_count);
 }
 
-void softmax_rows(float *nll, uint16_t *dz, const uint16_t *z, const int32_t *labels, int rows, int V,
-                  const float *mult, cudaStream_t stream) {
+void softmax_rows(float *nll, uint16_t *dz, const uint16_t *z, const int32_t *labels, int rows, int V, float mult,
+                  cudaStream_t stream) {
     const bf16 *zb = reinterpret_cast<const bf16 *>(z);
     bf16 *dzb = reinterpret_cast<bf16 *>(dz);
     const bool vec = V % 8 == 0 && ((uintptr_t)z & 15u) == 0 && ((uintptr_t)dz & 15u) == 0;
@@ -150,31 +135,29 @@ using namespace refine;
 extern "C" size_t gpu_lm_head_ce_workspace_size(int N, int V, int rows_per_chunk) {
     CHECK(N >= 1 && V >= 1 && rows_per_chunk >= 1, "ce N=%d V=%d rows_per_chunk=%d", N, V, rows_per_chunk);
     const int R = rows_per_chunk < N ? rows_per_chunk : N;
-    return round256((size_t)R * V * 2) + round256((size_t)N * 4) + 256;
+    return round256((size_t)R * V * 2) + round256((size_t)N * 4);
 }
 
 extern "C" void gpu_cross_entropy_rows_bf16(float *nll, uint16_t *dz, const uint16_t *z, const int32_t *labels, int N,
-                                            int V, const float *mult, cudaStream_t stream) {
+                                            int V, float mult, cudaStream_t stream) {
     CHECK(N >= 1 && V >= 1, "ce N=%d V=%d", N, V);
     softmax_rows(nll, dz, z, labels, N, V, mult, stream);
 }
 
 extern "C" void gpu_lm_head_cross_entropy_bf16(float *loss, uint16_t *dh, float *dw, const uint16_t *h,
                                                const uint16_t *w, const int32_t *labels, int N, int C, int V,
-                                               enum ce_reduction reduction, float scale, int rows_per_chunk,
+                                               int64_t n_valid_total, float grad_scale, int rows_per_chunk,
                                                struct gpu_gemm *gemm, void *workspace, cudaStream_t stream) {
     CHECK(N >= 1 && C >= 1 && V >= 1 && rows_per_chunk >= 1, "ce N=%d C=%d V=%d rows_per_chunk=%d", N, C, V,
           rows_per_chunk);
-    CHECK(reduction == CE_MEAN || reduction == CE_SCALED_SUM, "ce: bad reduction %d", (int)reduction);
+    CHECK(n_valid_total >= 1, "ce: n_valid_total=%lld must be >= 1 (a batch with every label ignored is skipped)",
+          (long long)n_valid_total);
     CHECK(((uintptr_t)workspace & 255u) == 0, "ce workspace must be 256-byte aligned");
     const int R = rows_per_chunk < N ? rows_per_chunk : N;
     unsigned char *ws = static_cast<unsigned char *>(workspace);
     uint16_t *zbuf = reinterpret_cast<uint16_t *>(ws);
     float *nll = reinterpret_cast<float *>(ws + round256((size_t)R * V * 2));
-    float *mult = reinterpret_cast<float *>(ws + round256((size_t)R * V * 2) + round256((size_t)N * 4));
-
-    ce_count_valid<<<1, 256, 0, stream>>>(mult, labels, N, (int)reduction, scale);
-    KERNEL_CHECK(stream);
+    const float mult = (float)((double)grad_scale / (double)n_valid_total);
     const bool backward = dh != nullptr || dw != nullptr;
     for (int r0 = 0; r0 < N; r0 += R) {
         const int rows = N - r0 < R ? N - r0 : R;
@@ -184,6 +167,6 @@ extern "C" void gpu_lm_head_cross_entropy_bf16(float *loss, uint16_t *dh, float 
         if (dh) gpu_linear_backward_dx_bf16(gemm, dh + (int64_t)r0 * C, zbuf, w, rows, C, V, GEMM_OVERWRITE, stream);
         if (dw) gpu_linear_backward_dw_f32(gemm, dw, zbuf, hc, rows, C, V, stream);
     }
-    ce_finish_loss<<<1, 256, 0, stream>>>(loss, nll, N, mult);
+    ce_finish_loss<<<1, 256, 0, stream>>>(loss, nll, N, 1.0 / (double)n_valid_total);
     KERNEL_CHECK(stream);
 }
