@@ -18,7 +18,11 @@
  *                 n[o]² = ‖W_o‖² + 2s·(W Aᵀ)[o,:]·B[o,:] + s²·B[o,:] (A Aᵀ) B[o,:]ᵀ
  *                 all in double (A Aᵀ computed once per call into the workspace), negative values
  *                 from cancellation clamped to 0, n = sqrt rounded once to fp32. This is the form
- *                 the GPU uses (DESIGN.md, "Speed"); the two forms agree to a few fp32 ulps of n.
+ *                 the GPU uses (DESIGN.md, "Speed"). Accuracy: with the cancellation factor
+ *                 κ = ‖ |W_o| + |s(BA)_o| ‖ / ‖W_o + s(BA)_o‖ ≥ 1, the direct n is within ~3κ·u
+ *                 (u = 2⁻²⁴) relative of the exact norm, the factored one within ~κ²·u/2 (the fp32
+ *                 ‖W_o‖² is rounded once); for κ ≈ 1 (sBA small against W, as in training) both
+ *                 agree to a few ulps.
  * The caller computes n once per step (it depends on W, A, B only) and passes it to forward and
  * backward. Precondition: n[o] > 0 (as in PEFT, a zero row gives Inf/NaN).
  *
@@ -49,7 +53,7 @@
  * dlora_a, dlora_b may be NULL to skip it. Sums in double in index order; act() as in lora.h
  * (u, y, dx rounded for ACT_BF16; parameter gradients fp32).
  *
- * Workspace: ref_dora_backward_workspace_size(N, R) floats (du);
+ * Workspace: ref_dora_backward_workspace_size(N, C_out, R) floats (du, mns);
  *            ref_dora_weight_norm_factored_workspace_size(C_out, R) doubles (W Aᵀ and A Aᵀ).
  * Shapes: x, x_d, keep, dx (N, C_in); y, dy (N, C_out); u (N, R); w (C_out, C_in);
  *         bias, mag, dmag, wnorm, w_sq (C_out).
@@ -88,7 +92,7 @@ void ref_dora_forward(float *y, float *u, const float *x, const float *x_d, cons
                       int C_in, int C_out, int R, float scale, enum act_dtype act);
 
 /* Floats of scratch ref_dora_backward needs. */
-size_t ref_dora_backward_workspace_size(int N, int R);
+size_t ref_dora_backward_workspace_size(int N, int C_out, int R);
 
 void ref_dora_backward(float *dx, float *dmag, float *dlora_a, float *dlora_b, const float *dy, const float *x,
                        const float *x_d, const uint8_t *keep, float keep_scale, const float *u, const float *w,

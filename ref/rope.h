@@ -15,8 +15,10 @@
  * Angles and tables (LlamaRotaryEmbedding.forward, autocast off):
  *   θ[p, i]   = fp32( float(p) · inv[i] )            one fp32 product (exact p for p < 2^24)
  *   cos[p, i] = fp32(cos θ), sin[p, i] = fp32(sin θ)  evaluated in double, rounded once
- *             (torch's fp32 cos/sin are within an ulp of these; attention_scaling is 1 for the
- *             default and llama3 types, so it is omitted)
+ *             (torch's fp32 CPU cos/sin are within 1 ulp of these: for D = 64, llama3 32×,
+ *             positions 0..8191, 5.8% of the cos and 2.8% of the sin entries differ by 1 ulp;
+ *             inv_freq is bit-identical to transformers 5.23 for D = 64, 128 and both llama3
+ *             factors. attention_scaling is 1 for the default and llama3 types: omitted)
  * HF's emb = cat(freqs, freqs) repeats the table for dims i and i + D/2; the tables here store the
  * D/2 distinct columns once: cos, sin (T_max, D/2) fp32, row p = position p.
  *
