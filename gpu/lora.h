@@ -1,0 +1,69 @@
+/* lora.h — the LoRA adapter of a linear layer on the GPU (PEFT lora.Linear), riding on the base
+ * layer's products: every matrix product goes through gpu/gemm.h (BF16 operands, FP32 accumulate).
+ *
+ * Notation and scale convention as in ref/lora.h: x (N, C_in), A = lora_a (R, C_in),
+ * B = lora_b (C_out, R), s = ref_lora_scale(α, R, mode). The adapter's parameters live as fp32
+ * master weights in the optimizer (gpu/adamw.h) with bf16 compute copies: lora_a and lora_b here
+ * are those bf16 copies; their gradients dlora_a, dlora_b are fp32 and ACCUMULATE.
+ * x_a is the adapter's input: x, or dropout(x) when p > 0 (the caller draws the mask, e.g.
+ * gpu/dropout.h, and passes the dropped input; keep and keep_scale as in ref/lora.h).
+ *
+ * Forward (on entry y holds the base output x Wᵀ (+ b), bf16):
+ *   u = bf16( x_a Aᵀ )                     (N, R)    OVERWRITTEN, saved for the backward
+ *   y = bf16( y + s·(u Bᵀ) )               (N, C_out) ACCUMULATES (gemm beta = 1, sum in fp32)
+ * Backward, for dy (N, C_out) bf16:
+ *   dB += s·dyᵀ u                          (C_out, R) fp32 ACCUMULATES
+ *   du  = bf16( s·dy B )                   (N, R)    workspace (bf16: it is a GEMM operand)
+ *   dA += duᵀ x_a                          (R, C_in) fp32 ACCUMULATES
+ *   dx  = bf16( dx + mask(du A) )          (N, C_in) ACCUMULATES onto the base layer's dx = dy W
+ *   mask(t) = t·keep_scale where keep = 1, 0 where keep = 0 (keep = NULL: t; the product goes
+ *   straight into dx through gemm's beta = 1). With keep, du A is formed in fp32 in the workspace
+ *   and one elementwise pass adds its masked value: dx = bf16(dx + (keep ? t·keep_scale : 0)).
+ * Any of dx, dlora_a, dlora_b may be NULL to skip it (as ref_lora_backward).
+ *
+ * Against ref/lora.h (ACT_BF16): the same roundings of u, y and dx, except that (1) the products
+ * are fp32 sums in cuBLASLt's order instead of double sums in index order, (2) s multiplies the
+ * fp32 sum (gemm alpha) instead of each term, and (3) du is rounded to bf16 (the reference keeps it
+ * fp32). With power-of-two s and integer inputs whose sums stay exactly representable, both give
+ * the same bits (tests/parity/lora_parity.cu checks both regimes).
+ *
+ * Workspace: gpu_lora_backward_workspace_size(N, C_in, R, masked) bytes, 256-byte aligned; never
+ * allocated here. gpu_lora_reserve creates the gemm plans of a shape (setup, so the hot path
+ * allocates nothing). Shapes: x_a, dx (N, C_in); keep (N, C_in) bytes; y, dy (N, C_out); u (N, R).
+ * Aliasing: none (y and dx are read-modify-write). All pointers device memory; nothing is
+ * synchronized. Mirrors peft/tuners/lora/layer.py Linear.forward and its autograd.
+ */
+#ifndef REFINE_GPU_LORA_H
+#define REFINE_GPU_LORA_H
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpu/gemm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum lora_mask { LORA_NO_MASK = 0, LORA_MASKED = 1 };
+
+void gpu_lora_forward_bf16(struct gpu_gemm *g, uint16_t *y, uint16_t *u, const uint16_t *x_a,
+                           const uint16_t *lora_a, const uint16_t *lora_b, int N, int C_in, int C_out, int R,
+                           float scale, cudaStream_t stream);
+
+size_t gpu_lora_backward_workspace_size(int N, int C_in, int R, enum lora_mask mask);
+
+void gpu_lora_backward_bf16(struct gpu_gemm *g, uint16_t *dx, float *dlora_a, float *dlora_b, const uint16_t *dy,
+                            const uint16_t *x_a, const uint8_t *keep, float keep_scale, const uint16_t *u,
+                            const uint16_t *lora_a, const uint16_t *lora_b, int N, int C_in, int C_out, int R,
+                            float scale, void *workspace, cudaStream_t stream);
+
+/* Creates the gemm plans of the forward and backward of this shape (launches nothing). */
+void gpu_lora_reserve(struct gpu_gemm *g, int N, int C_in, int C_out, int R, enum lora_mask mask);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* REFINE_GPU_LORA_H */
