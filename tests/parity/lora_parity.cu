@@ -1,0 +1,380 @@
+/* lora_parity.cu — gpu/lora (the LoRA adapter's products through gpu/gemm) against ref/lora.h.
+ *
+ *   bazel test --config=gpu //tests/parity:lora_parity
+ *   lora_parity [--seed=N] [--bench]
+ *
+ * What is covered: forward (u, y += s·u Bᵀ) and backward (dB, dA accumulated onto old values,
+ * dx accumulated onto the base layer's dx), with and without a dropout mask, at tile edges
+ * (N, C_in, C_out ∈ {1, 7, 8, 33, 65, 127, 129, 255, 257}), at the real shapes of SmolLM2-135M
+ * (C 576, F 1536, fused QKV 960) and Llama-3.2-1B (C 2048, KV 512, F 8192), R ∈ {8, 16, 64}, rows
+ * kept to a few dozen (the oracle is plain loops; the bench runs N = 8192). The overwritten output
+ * u is poisoned and must be written entirely; every buffer has guard regions; the whole
+ * forward + backward is run twice and must give the same bits; an Inf planted in x must make the
+ * same positions non-finite as in the reference.
+ *
+ * Tolerances (derived; STYLE.md tiers):
+ *  (a) exact — inputs are sparse small integers (zero with probability 3/4, else ±1 or ±2; exact
+ *      in bf16), s ∈ {0.5, 2} and the dropout scale 2 (p = 0.5) are powers of two, old gradients
+ *      are integers. Every fp32 sum is then exact in any order (|sums| ≪ 2^24), s multiplies
+ *      exactly, and both sides round the same exact values to bf16 at the same points (u, y, dx).
+ *      The one extra GPU rounding is du → bf16; the test checks on the reference's own du (its
+ *      workspace) that every value is exactly representable in bf16 (sparse inputs keep |du| far
+ *      below 256), so u, y, dx, dA, dB must agree bit for bit.
+ *  (c) vs naive — normal-valued inputs (bf16-rounded), s = α/√R (rsLoRA: not a power of two),
+ *      dropout p = 0.1: the error against ref/lora.h (double sums; ACT_BF16) of each output is at
+ *      most 2× that of a naive same-precision implementation of the GPU's algorithm (sequential fp32
+ *      sums, u and du rounded to bf16, s applied to the fp32 sum), plus one rounding of the result
+ *      at the rms of the reference (BF16_EPS·rms for bf16 outputs, FLT_EPSILON·rms for fp32), since
+ *      either side may round a value in the other direction once.
+ *  determinism — bitwise, the same inputs twice (cuBLASLt's plan is fixed per shape).
+ */
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <vector>
+
+#include "gpu/cuda_check.h"
+#include "gpu/gemm.h"
+#include "gpu/lora.h"
+#include "ref/bf16.h"
+#include "ref/lora.h"
+#include "tests/common/compare.h"
+#include "tests/common/harness.h"
+#include "tests/common/rng.h"
+#include "tests/parity/parity.h"
+
+static uint64_t g_seed;
+static cudaStream_t g_stream;
+static struct gpu_gemm *g_gemm;
+
+enum regime { EXACT = 0, NORMAL = 1 };
+
+static void fill(struct rng *r, std::vector<float> &v, enum regime rg, double std) {
+    if (rg == EXACT) {
+        for (float &x : v) {
+            const int k = rng_int(r, 16); /* 12/16 zero, else ±1, ±2 */
+            x = k < 12 ? 0.0f : (float)(k < 14 ? (k == 12 ? -1 : 1) : (k == 14 ? -2 : 2));
+        }
+    } else {
+        rng_fill_normal(r, v.data(), (int64_t)v.size(), 0.0, std);
+        for (float &x : v) x = bf16_round(x);
+    }
+}
+
+static std::vector<uint16_t> bits_of(const std::vector<float> &v) {
+    std::vector<uint16_t> b(v.size());
+    for (size_t i = 0; i < v.size(); i++) b[i] = bf16_from_float(v[i]);
+    return b;
+}
+
+static std::vector<float> floats_of(const std::vector<uint16_t> &b) {
+    std::vector<float> v(b.size());
+    for (size_t i = 0; i < b.size(); i++) v[i] = bf16_to_float(b[i]);
+    return v;
+}
+
+/* out (M, P) = Σ_k a(i,k)·b(k,j), sequential fp32 sums in k order (the naive same-precision
+ * product); a(i,k) = a[i·as_i + k·as_k], b(k,j) = b[k·bs_k + j·bs_j]. */
+static void naive_mm(float *out, const float *a, int64_t as_i, int64_t as_k, const float *b, int64_t bs_k,
+                     int64_t bs_j, int M, int P, int K) {
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < P; j++) {
+            float s = 0.0f;
+            for (int k = 0; k < K; k++) s += a[i * as_i + k * as_k] * b[k * bs_k + j * bs_j];
+            out[(int64_t)i * P + j] = s;
+        }
+}
+
+struct lora_case {
+    int N, C_in, C_out, R;
+    enum regime rg;
+    int dropout;
+};
+
+/* Compares one output: exact in the EXACT regime, vs-naive in the NORMAL one. */
+static void compare(const struct cmp_case *cc, const std::vector<float> &got, const std::vector<float> &naive,
+                    const std::vector<float> &ref, enum regime rg, int is_bf16) {
+    const int64_t n = (int64_t)ref.size();
+    if (rg == EXACT) {
+        cmp_exact_f32(cc, got.data(), ref.data(), n);
+        return;
+    }
+    /* floor: one rounding of the result at its typical magnitude (see the file comment) */
+    std::vector<float> finite;
+    for (float v : ref)
+        if (isfinite(v)) finite.push_back(v);
+    const double rms = cmp_rms(finite.data(), (int64_t)finite.size());
+    cmp_vs_naive(cc, got.data(), naive.data(), ref.data(), n, 2.0, (is_bf16 ? BF16_EPS : FLT_EPSILON) * rms, nullptr);
+}
+
+static void run_case(const lora_case &c, int plant_inf, int id) {
+    const uint64_t seed = g_seed * 1000003u + (uint64_t)id;
+    struct rng r;
+    rng_init(&r, seed);
+    const int N = c.N, C_in = c.C_in, C_out = c.C_out, R = c.R;
+    const bool ex = c.rg == EXACT;
+    const float s = ex ? ((id >> 2) % 2 ? 0.5f : 2.0f) : ref_lora_scale(32.0, R, LORA_SCALE_RSLORA);
+    const float p = ex ? 0.5f : 0.1f;
+    const float keep_scale = 1.0f / (1.0f - p);
+    char shape[160];
+    snprintf(shape, sizeof shape, "N=%d C_in=%d C_out=%d R=%d s=%g%s%s %s", N, C_in, C_out, R, (double)s,
+             c.dropout ? " dropout" : "", plant_inf ? " inf" : "", ex ? "exact" : "normal");
+
+    std::vector<float> x((size_t)N * C_in), A((size_t)R * C_in), B((size_t)C_out * R), y0((size_t)N * C_out),
+        dy((size_t)N * C_out), dx0((size_t)N * C_in), dA0((size_t)R * C_in), dB0((size_t)C_out * R);
+    fill(&r, x, c.rg, 1.0);
+    fill(&r, A, c.rg, 1.0 / sqrt((double)C_in));
+    fill(&r, B, c.rg, 0.02);
+    fill(&r, y0, c.rg, 1.0);
+    fill(&r, dy, c.rg, 1.0);
+    fill(&r, dx0, c.rg, 1.0);
+    if (ex) {
+        rng_fill_int(&r, dA0.data(), (int64_t)dA0.size(), -100, 100);
+        rng_fill_int(&r, dB0.data(), (int64_t)dB0.size(), -100, 100);
+    } else {
+        rng_fill_normal(&r, dA0.data(), (int64_t)dA0.size(), 0.0, 1.0);
+        rng_fill_normal(&r, dB0.data(), (int64_t)dB0.size(), 0.0, 1.0);
+    }
+    std::vector<uint8_t> keep;
+    std::vector<float> xd;
+    if (c.dropout) {
+        keep.resize(x.size());
+        xd.resize(x.size());
+        for (size_t i = 0; i < x.size(); i++) {
+            keep[i] = rng_uniform(&r) >= p;
+            xd[i] = keep[i] ? bf16_round(x[i] * keep_scale) : 0.0f; /* the bf16 input the GPU reads */
+        }
+    }
+    if (plant_inf) x[(size_t)(N / 2) * C_in + C_in / 3] = INFINITY;
+    const std::vector<float> &xa = c.dropout ? xd : x;
+
+    /* Reference. */
+    std::vector<float> u_ref((size_t)N * R), y_ref(y0), dx_ref(dx0), dA_ref(dA0), dB_ref(dB0);
+    std::vector<float> ws(ref_lora_backward_workspace_size(N, R));
+    ref_lora_forward(y_ref.data(), u_ref.data(), x.data(), c.dropout ? xd.data() : nullptr, A.data(), B.data(), N, C_in,
+                     C_out, R, s, ACT_BF16);
+    if (!plant_inf)
+        ref_lora_backward(dx_ref.data(), dA_ref.data(), dB_ref.data(), dy.data(), x.data(),
+                          c.dropout ? xd.data() : nullptr, c.dropout ? keep.data() : nullptr, keep_scale, u_ref.data(),
+                          A.data(), B.data(), N, C_in, C_out, R, s, ACT_BF16, ws.data());
+    if (ex && !plant_inf) {
+        int64_t inexact = 0;
+        for (float v : ws) inexact += bf16_round(v) != v;
+        EXPECT(inexact == 0, "lora %s: %lld reference du values not exact in bf16: the exact tier's precondition fails",
+               shape, (long long)inexact);
+    }
+
+    /* Naive same-precision implementation of the GPU's algorithm (NORMAL regime only). */
+    std::vector<float> u_n, y_n, dx_n, dA_n, dB_n;
+    if (!ex) {
+        std::vector<float> t((size_t)N * C_out);
+        u_n.resize((size_t)N * R);
+        naive_mm(u_n.data(), xa.data(), C_in, 1, A.data(), 1, C_in, N, R, C_in);
+        for (float &v : u_n) v = bf16_round(v);
+        naive_mm(t.data(), u_n.data(), R, 1, B.data(), 1, R, N, C_out, R);
+        y_n.resize(t.size());
+        for (size_t i = 0; i < t.size(); i++) y_n[i] = bf16_round(s * t[i] + y0[i]);
+        if (!plant_inf) {
+            dB_n.resize(dB0.size());
+            naive_mm(dB_n.data(), dy.data(), 1, C_out, u_n.data(), R, 1, C_out, R, N);
+            for (size_t i = 0; i < dB_n.size(); i++) dB_n[i] = s * dB_n[i] + dB0[i];
+            std::vector<float> du((size_t)N * R);
+            naive_mm(du.data(), dy.data(), C_out, 1, B.data(), R, 1, N, R, C_out);
+            for (float &v : du) v = bf16_round(s * v);
+            dA_n.resize(dA0.size());
+            naive_mm(dA_n.data(), du.data(), 1, R, xa.data(), C_in, 1, R, C_in, N);
+            for (size_t i = 0; i < dA_n.size(); i++) dA_n[i] += dA0[i];
+            dx_n.resize(dx0.size());
+            naive_mm(dx_n.data(), du.data(), R, 1, A.data(), C_in, 1, N, C_in, R);
+            for (size_t i = 0; i < dx_n.size(); i++) {
+                float tv = dx_n[i];
+                if (c.dropout) tv = keep[i] ? tv * keep_scale : 0.0f;
+                dx_n[i] = bf16_round(dx0[i] + tv);
+            }
+        }
+    }
+
+    /* Device. */
+    const std::vector<uint16_t> xab = bits_of(xa), Ab = bits_of(A), Bb = bits_of(B), y0b = bits_of(y0),
+                                dyb = bits_of(dy), dx0b = bits_of(dx0);
+    std::vector<uint16_t> xab_inf = xab;
+    if (plant_inf) xab_inf[(size_t)(N / 2) * C_in + C_in / 3] = bf16_from_float(INFINITY);
+    const size_t ws_bytes = gpu_lora_backward_workspace_size(N, C_in, R, c.dropout ? LORA_MASKED : LORA_NO_MASK);
+    struct dev_buf bx, bA, bB, by, bu, bdy, bdx, bdA, bdB, bkeep, bws;
+    dev_buf_alloc(&bx, "x_a", xab.size() * 2, POISON_NONE, plant_inf ? xab_inf.data() : xab.data());
+    dev_buf_alloc(&bA, "lora_a", Ab.size() * 2, POISON_NONE, Ab.data());
+    dev_buf_alloc(&bB, "lora_b", Bb.size() * 2, POISON_NONE, Bb.data());
+    dev_buf_alloc(&by, "y", y0b.size() * 2, POISON_NONE, y0b.data());
+    dev_buf_alloc(&bu, "u", (size_t)N * R * 2, POISON_BF16, nullptr);
+    dev_buf_alloc(&bdy, "dy", dyb.size() * 2, POISON_NONE, dyb.data());
+    dev_buf_alloc(&bdx, "dx", dx0b.size() * 2, POISON_NONE, dx0b.data());
+    dev_buf_alloc(&bdA, "dlora_a", dA0.size() * 4, POISON_NONE, dA0.data());
+    dev_buf_alloc(&bdB, "dlora_b", dB0.size() * 4, POISON_NONE, dB0.data());
+    dev_buf_alloc(&bkeep, "keep", c.dropout ? keep.size() : 1, POISON_NONE, c.dropout ? keep.data() : nullptr);
+    dev_buf_alloc(&bws, "workspace", ws_bytes, POISON_NONE, nullptr);
+
+    std::vector<uint16_t> ub((size_t)N * R), yb(y0b.size()), dxb(dx0b.size());
+    std::vector<float> dA_g(dA0.size()), dB_g(dB0.size());
+    std::vector<std::vector<unsigned char>> runs;
+    for (int rep = 0; rep < 2; rep++) {
+        if (rep) {
+            dev_buf_reset(&by, y0b.data());
+            dev_buf_reset(&bu, nullptr);
+            dev_buf_reset(&bdx, dx0b.data());
+            dev_buf_reset(&bdA, dA0.data());
+            dev_buf_reset(&bdB, dB0.data());
+            dev_buf_reset(&bws, nullptr);
+        }
+        gpu_lora_forward_bf16(g_gemm, (uint16_t *)by.data, (uint16_t *)bu.data, (const uint16_t *)bx.data,
+                              (const uint16_t *)bA.data, (const uint16_t *)bB.data, N, C_in, C_out, R, s, g_stream);
+        if (!plant_inf)
+            gpu_lora_backward_bf16(g_gemm, (uint16_t *)bdx.data, (float *)bdA.data, (float *)bdB.data,
+                                   (const uint16_t *)bdy.data, (const uint16_t *)bx.data,
+                                   c.dropout ? (const uint8_t *)bkeep.data : nullptr, keep_scale,
+                                   (const uint16_t *)bu.data, (const uint16_t *)bA.data, (const uint16_t *)bB.data, N,
+                                   C_in, C_out, R, s, bws.data, g_stream);
+        dev_buf_download(&bu, ub.data(), 1);
+        dev_buf_download(&by, yb.data(), 0);
+        dev_buf_download(&bdx, dxb.data(), 0);
+        dev_buf_download(&bdA, dA_g.data(), 0);
+        dev_buf_download(&bdB, dB_g.data(), 0);
+        std::vector<unsigned char> img;
+        for (auto *v : {&ub, &yb, &dxb}) img.insert(img.end(), (unsigned char *)v->data(), (unsigned char *)(v->data() + v->size()));
+        for (auto *v : {&dA_g, &dB_g}) img.insert(img.end(), (unsigned char *)v->data(), (unsigned char *)(v->data() + v->size()));
+        runs.push_back(img);
+    }
+    for (struct dev_buf *b : {&bx, &bA, &bB, &bdy, &bkeep, &bws}) {
+        std::vector<unsigned char> tmp(b->nbytes);
+        dev_buf_download(b, tmp.data(), 0); /* guards of the inputs and the workspace */
+    }
+
+    struct cmp_case cc = {"lora_forward", "u", shape, "bf16", seed};
+    compare(&cc, floats_of(ub), u_n, u_ref, c.rg, 1);
+    cc.what = "y";
+    compare(&cc, floats_of(yb), y_n, y_ref, c.rg, 1);
+    if (!plant_inf) {
+        cc.op = "lora_backward";
+        cc.what = "dx (accumulated)";
+        compare(&cc, floats_of(dxb), dx_n, dx_ref, c.rg, 1);
+        cc.dtype = "f32";
+        cc.what = "dlora_a (accumulated)";
+        compare(&cc, dA_g, dA_n, dA_ref, c.rg, 0);
+        cc.what = "dlora_b (accumulated)";
+        compare(&cc, dB_g, dB_n, dB_ref, c.rg, 0);
+    }
+    cc.op = "lora";
+    cc.what = "determinism (forward + backward twice)";
+    cmp_exact_bytes(&cc, runs[1].data(), runs[0].data(), runs[0].size());
+    for (struct dev_buf *b : {&bx, &bA, &bB, &by, &bu, &bdy, &bdx, &bdA, &bdB, &bkeep, &bws}) dev_buf_free(b);
+}
+
+/* ---- bench: forward and backward at N = 8192 against the base layer's products ---- */
+
+struct bench_ctx {
+    uint16_t *x, *w, *A, *B, *y, *u, *dy, *dx;
+    float *dA, *dB;
+    void *ws;
+    int N, C_in, C_out, R;
+};
+
+static void base_fwd(void *p, cudaStream_t s) {
+    bench_ctx *b = (bench_ctx *)p;
+    gpu_linear_forward_bf16(g_gemm, b->y, b->x, b->w, nullptr, b->N, b->C_in, b->C_out, s);
+}
+static void base_bwd(void *p, cudaStream_t s) {
+    bench_ctx *b = (bench_ctx *)p;
+    gpu_linear_backward_dx_bf16(g_gemm, b->dx, b->dy, b->w, b->N, b->C_in, b->C_out, GEMM_OVERWRITE, s);
+}
+static void lora_fwd(void *p, cudaStream_t s) {
+    bench_ctx *b = (bench_ctx *)p;
+    gpu_lora_forward_bf16(g_gemm, b->y, b->u, b->x, b->A, b->B, b->N, b->C_in, b->C_out, b->R, 2.0f, s);
+}
+static void lora_bwd(void *p, cudaStream_t s) {
+    bench_ctx *b = (bench_ctx *)p;
+    gpu_lora_backward_bf16(g_gemm, b->dx, b->dA, b->dB, b->dy, b->x, nullptr, 1.0f, b->u, b->A, b->B, b->N, b->C_in,
+                           b->C_out, b->R, 2.0f, b->ws, s);
+}
+
+static void bench(double copy_gbps) {
+    struct shp {
+        const char *name;
+        int N, C_in, C_out;
+    } shapes[] = {{"smollm2-135m q", 16384, 576, 576},     {"smollm2-135m gate_up", 16384, 576, 3072},
+                  {"smollm2-135m down", 16384, 1536, 576}, {"llama-3.2-1b q", 8192, 2048, 2048},
+                  {"llama-3.2-1b k", 8192, 2048, 512},     {"llama-3.2-1b gate_up", 8192, 2048, 16384},
+                  {"llama-3.2-1b down", 8192, 8192, 2048}};
+    const int ranks[] = {8, 16, 64};
+    for (const shp &sh : shapes)
+        for (int R : ranks) {
+            bench_ctx b;
+            b.N = sh.N, b.C_in = sh.C_in, b.C_out = sh.C_out, b.R = R;
+            const size_t nx = (size_t)sh.N * sh.C_in, ny = (size_t)sh.N * sh.C_out;
+            CUDA_CHECK(cudaMalloc(&b.x, nx * 2));
+            CUDA_CHECK(cudaMalloc(&b.dx, nx * 2));
+            CUDA_CHECK(cudaMalloc(&b.y, ny * 2));
+            CUDA_CHECK(cudaMalloc(&b.dy, ny * 2));
+            CUDA_CHECK(cudaMalloc(&b.w, (size_t)sh.C_out * sh.C_in * 2));
+            CUDA_CHECK(cudaMalloc(&b.A, (size_t)R * sh.C_in * 2));
+            CUDA_CHECK(cudaMalloc(&b.B, (size_t)sh.C_out * R * 2));
+            CUDA_CHECK(cudaMalloc(&b.u, (size_t)sh.N * R * 2));
+            CUDA_CHECK(cudaMalloc(&b.dA, (size_t)R * sh.C_in * 4));
+            CUDA_CHECK(cudaMalloc(&b.dB, (size_t)sh.C_out * R * 4));
+            CUDA_CHECK(cudaMalloc(&b.ws, gpu_lora_backward_workspace_size(sh.N, sh.C_in, R, LORA_NO_MASK)));
+            CUDA_CHECK(cudaMemset(b.x, 0x3C, nx * 2));
+            CUDA_CHECK(cudaMemset(b.dx, 0, nx * 2));
+            CUDA_CHECK(cudaMemset(b.y, 0, ny * 2));
+            CUDA_CHECK(cudaMemset(b.dy, 0x3C, ny * 2));
+            CUDA_CHECK(cudaMemset(b.w, 0x3C, (size_t)sh.C_out * sh.C_in * 2));
+            CUDA_CHECK(cudaMemset(b.A, 0x3C, (size_t)R * sh.C_in * 2));
+            CUDA_CHECK(cudaMemset(b.B, 0x3C, (size_t)sh.C_out * R * 2));
+            CUDA_CHECK(cudaMemset(b.dA, 0, (size_t)R * sh.C_in * 4));
+            CUDA_CHECK(cudaMemset(b.dB, 0, (size_t)sh.C_out * R * 4));
+            gpu_lora_reserve(g_gemm, sh.N, sh.C_in, sh.C_out, R, LORA_NO_MASK);
+            char shape[128];
+            snprintf(shape, sizeof shape, "%s N=%d C_in=%d C_out=%d R=%d", sh.name, sh.N, sh.C_in, sh.C_out, R);
+            /* Bytes the unfused products must move: forward reads x, writes and reads u, reads and
+             * writes y; backward reads dy twice (dB, du), x once (dA), reads and writes dx. */
+            const double bf = 2.0 * nx + 4.0 * sh.N * R + 4.0 * ny;
+            const double bb = 4.0 * ny + 2.0 * nx + 4.0 * nx + 6.0 * sh.N * R;
+            struct bench_result rbf = bench_time(base_fwd, &b, g_stream, 3, 15, 3);
+            struct bench_result rbb = bench_time(base_bwd, &b, g_stream, 3, 15, 3);
+            struct bench_result rf = bench_time(lora_fwd, &b, g_stream, 3, 15, 3);
+            struct bench_result rb = bench_time(lora_bwd, &b, g_stream, 3, 15, 3);
+            bench_json("lora_forward", shape, bf, 0, rf, copy_gbps);
+            bench_json("lora_backward", shape, bb, 0, rb, copy_gbps);
+            printf("{\"op\":\"lora_overhead\",\"shape\":\"%s\",\"base_fwd_ms\":%.4f,\"base_bwd_dx_ms\":%.4f,"
+                   "\"lora_fwd_pct_of_base\":%.1f,\"lora_bwd_pct_of_base\":%.1f}\n",
+                   shape, rbf.median_ms, rbb.median_ms, 100.0 * rf.median_ms / rbf.median_ms,
+                   100.0 * rb.median_ms / rbb.median_ms);
+            for (void *q : {(void *)b.x, (void *)b.dx, (void *)b.y, (void *)b.dy, (void *)b.w, (void *)b.A, (void *)b.B,
+                            (void *)b.u, (void *)b.dA, (void *)b.dB, b.ws})
+                CUDA_CHECK(cudaFree(q));
+        }
+}
+
+int main(int argc, char **argv) {
+    g_seed = test_seed(argc, argv, 20261140);
+    parity_init();
+    CUDA_CHECK(cudaStreamCreate(&g_stream));
+    g_gemm = build_gpu_gemm(GEMM_DEFAULT_WORKSPACE);
+    const int shapes[][4] = {
+        {1, 8, 8, 8},        {7, 33, 65, 8},       {65, 129, 127, 16},   {33, 255, 257, 64},  {8, 257, 7, 16},
+        {64, 576, 576, 8},   {64, 576, 960, 16},   {48, 576, 1536, 64},  {48, 1536, 576, 16}, {32, 2048, 2048, 16},
+        {32, 2048, 512, 64}, {16, 2048, 8192, 8},  {16, 8192, 2048, 64}, {8, 2048, 16384, 16}};
+    int id = 0;
+    for (const auto &s : shapes)
+        for (int rg = 0; rg < 2; rg++)
+            for (int dr = 0; dr < 2; dr++) {
+                lora_case c = {s[0], s[1], s[2], s[3], (regime)rg, dr};
+                run_case(c, 0, id++);
+            }
+    lora_case inf_case = {9, 64, 40, 8, NORMAL, 0};
+    run_case(inf_case, 1, id++);
+    const int rc = test_finish("lora_parity");
+    if (rc == 0 && test_has_flag(argc, argv, "--bench")) bench(bench_copy_ceiling(g_stream));
+    free_gpu_gemm(g_gemm);
+    CUDA_CHECK(cudaStreamDestroy(g_stream));
+    return rc;
+}
