@@ -1,0 +1,512 @@
+/* dora_parity.cu — gpu/dora (factored row norm, fused magnitude scaling, backward) against ref/dora.h.
+ *
+ *   bazel test --config=gpu //tests/parity:dora_parity
+ *   dora_parity [--seed=N] [--bench]
+ *
+ * What is covered, per shape (tile edges 1, 7, 8, 33, 65, 127, 129, 255, 257; SmolLM2-135M C 576,
+ * F 1536; Llama-3.2-1B C 2048, KV 512, F 8192; R ∈ {8, 16, 64}; rows kept to a few — the
+ * reference's dx loop walks W by columns — the bench runs N = 8192):
+ *  - w_sq against ref_dora_weight_sq, the GPU row norm against ref_dora_weight_norm_factored;
+ *  - the forward chained on the GPU's own outputs as in training: y0 = the base output x Wᵀ + b
+ *    (ref_linear_forward_naive, ACT_BF16), then u, y and the saved z against ref_dora_forward;
+ *  - the backward from the forward's u and z: dx (the base path dy W plus the adapter's share,
+ *    composed in the reference as ref_linear_backward_naive (ACT_F32) then ref_dora_backward),
+ *    dmag, dlora_a, dlora_b accumulated onto old values.
+ * The overwritten outputs (u, z, dx) are poisoned and must be written entirely, every buffer has
+ * guard regions, and the whole sequence is run twice and must give the same bits.
+ *
+ * Tolerances (derived; STYLE.md tiers):
+ *  (a) exact — sparse ±1 inputs (density 1/4, and ≤ 64/C for the factors reduced over C so that
+ *      every sum keeps a few dozen terms), s = 1, per-row mns = m/n ∈ {0.5, 1, 2} (m is set to
+ *      n·2^k; fp32 division of n·2^k by n is exact). Every fp32 and double sum is then exact in
+ *      any order, n² is the same exact double on both sides (one correctly rounded sqrt each), and
+ *      the GPU's extra bf16 roundings (z, dy_s, du, the base dx before the adapter's share) fall
+ *      on values that are exactly representable — the test checks that precondition on the
+ *      reference's own values (and that the reference's ACT_F32 and ACT_BF16 outputs agree) — so
+ *      w_sq, n, u, y, z, dx, dm, dA, dB must agree bit for bit.
+ *  (b) w_sq on normal inputs: both sides sum exact bf16 squares in double (orders differ by
+ *      ≤ C·2⁻⁵³ relative) and round once to fp32: k = 1, eps = FLT_EPSILON.
+ *  (c) vs naive — normal inputs, s = α/√R (not a power of two), mns = 1 + 0.1·normal: each output's
+ *      error against the double-sum reference is at most 2× that of a naive same-precision
+ *      implementation of the GPU's algorithm (sequential fp32 sums, the same bf16 roundings), plus
+ *      one rounding of the result at the reference's rms (BF16_EPS or FLT_EPSILON times it).
+ *  determinism — bitwise, the same inputs twice.
+ */
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "gpu/cuda_check.h"
+#include "gpu/dora.h"
+#include "gpu/gemm.h"
+#include "gpu/lora.h"
+#include "ref/bf16.h"
+#include "ref/dora.h"
+#include "ref/linear.h"
+#include "ref/lora.h"
+#include "tests/common/compare.h"
+#include "tests/common/harness.h"
+#include "tests/common/rng.h"
+#include "tests/parity/parity.h"
+
+static uint64_t g_seed;
+static cudaStream_t g_stream;
+static struct gpu_gemm *g_gemm;
+
+enum regime { EXACT = 0, NORMAL = 1 };
+
+/* EXACT: ±1 with probability `density`, else 0. NORMAL: normal(0, std) rounded to bf16. */
+static void fill(struct rng *r, std::vector<float> &v, enum regime rg, double density, double std) {
+    if (rg == EXACT) {
+        for (float &x : v) x = rng_uniform(r) < density ? (rng_int(r, 2) ? 1.0f : -1.0f) : 0.0f;
+    } else {
+        rng_fill_normal(r, v.data(), (int64_t)v.size(), 0.0, std);
+        for (float &x : v) x = bf16_round(x);
+    }
+}
+
+static std::vector<uint16_t> bits_of(const std::vector<float> &v) {
+    std::vector<uint16_t> b(v.size());
+    for (size_t i = 0; i < v.size(); i++) b[i] = bf16_from_float(v[i]);
+    return b;
+}
+
+static std::vector<float> floats_of(const std::vector<uint16_t> &b) {
+    std::vector<float> v(b.size());
+    for (size_t i = 0; i < b.size(); i++) v[i] = bf16_to_float(b[i]);
+    return v;
+}
+
+static std::vector<float> rounded(std::vector<float> v) {
+    for (float &x : v) x = bf16_round(x);
+    return v;
+}
+
+static int64_t count_inexact_bf16(const float *v, size_t n) {
+    int64_t k = 0;
+    for (size_t i = 0; i < n; i++) k += isfinite(v[i]) && bf16_round(v[i]) != v[i];
+    return k;
+}
+
+/* out (M, P) = Σ_k a(i,k)·b(k,j), sequential fp32 sums in k order (the naive same-precision
+ * product); a(i,k) = a[i·as_i + k·as_k], b(k,j) = b[k·bs_k + j·bs_j]. The loop order follows b's
+ * layout (each element still sums its terms in k order). */
+static void naive_mm(float *out, const float *a, int64_t as_i, int64_t as_k, const float *b, int64_t bs_k,
+                     int64_t bs_j, int M, int P, int K) {
+    if (bs_j == 1) {
+        for (int i = 0; i < M; i++) {
+            float *o = out + (int64_t)i * P;
+            for (int j = 0; j < P; j++) o[j] = 0.0f;
+            for (int k = 0; k < K; k++) {
+                const float av = a[i * as_i + k * as_k];
+                const float *bk = b + k * bs_k;
+                for (int j = 0; j < P; j++) o[j] += av * bk[j];
+            }
+        }
+        return;
+    }
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < P; j++) {
+            float s = 0.0f;
+            for (int k = 0; k < K; k++) s += a[i * as_i + k * as_k] * b[k * bs_k + j * bs_j];
+            out[(int64_t)i * P + j] = s;
+        }
+}
+
+static void compare(const struct cmp_case *cc, const std::vector<float> &got, const std::vector<float> &naive,
+                    const std::vector<float> &ref, enum regime rg, int is_bf16) {
+    const int64_t n = (int64_t)ref.size();
+    if (rg == EXACT) {
+        cmp_exact_f32(cc, got.data(), ref.data(), n);
+        return;
+    }
+    std::vector<float> finite;
+    for (float v : ref)
+        if (isfinite(v)) finite.push_back(v);
+    const double rms = cmp_rms(finite.data(), (int64_t)finite.size());
+    cmp_vs_naive(cc, got.data(), naive.data(), ref.data(), n, 2.0, (is_bf16 ? BF16_EPS : FLT_EPSILON) * rms, nullptr);
+}
+
+struct dora_case {
+    int N, C_in, C_out, R;
+    enum regime rg;
+    int bias;
+};
+
+static void run_case(const dora_case &c, int id) {
+    const uint64_t seed = g_seed * 1000003u + (uint64_t)id;
+    struct rng r;
+    rng_init(&r, seed);
+    const int N = c.N, C_in = c.C_in, C_out = c.C_out, R = c.R;
+    const bool ex = c.rg == EXACT;
+    const float s = ex ? 1.0f : ref_lora_scale(32.0, R, LORA_SCALE_RSLORA);
+    char shape[160];
+    snprintf(shape, sizeof shape, "N=%d C_in=%d C_out=%d R=%d s=%g%s %s", N, C_in, C_out, R, (double)s,
+             c.bias ? " bias" : "", ex ? "exact" : "normal");
+
+    const double d_in = fmin(0.25, 64.0 / C_in), d_out = fmin(0.25, 64.0 / C_out);
+    std::vector<float> x((size_t)N * C_in), W((size_t)C_out * C_in), b(C_out), A((size_t)R * C_in), B((size_t)C_out * R),
+        dy((size_t)N * C_out), dA0((size_t)R * C_in), dB0((size_t)C_out * R), dm0(C_out), mag(C_out);
+    fill(&r, x, c.rg, 0.25, 1.0);
+    fill(&r, W, c.rg, d_in, 0.02);
+    for (int o = 0; o < C_out; o++) /* a nonzero entry in every row: n > 0 (ref/dora.h's precondition) */
+        if (ex) W[(size_t)o * C_in + o % C_in] = 1.0f;
+    fill(&r, b, c.rg, 0.25, 0.5);
+    fill(&r, A, c.rg, d_in, 1.0 / sqrt((double)C_in));
+    fill(&r, B, c.rg, d_out, 0.01);
+    fill(&r, dy, c.rg, 0.25, 1.0);
+    if (ex) {
+        rng_fill_int(&r, dA0.data(), (int64_t)dA0.size(), -100, 100);
+        rng_fill_int(&r, dB0.data(), (int64_t)dB0.size(), -100, 100);
+        rng_fill_int(&r, dm0.data(), (int64_t)dm0.size(), -100, 100);
+    } else {
+        rng_fill_normal(&r, dA0.data(), (int64_t)dA0.size(), 0.0, 1.0);
+        rng_fill_normal(&r, dB0.data(), (int64_t)dB0.size(), 0.0, 1.0);
+        rng_fill_normal(&r, dm0.data(), (int64_t)dm0.size(), 0.0, 1.0);
+    }
+    const float *bias = c.bias ? b.data() : nullptr;
+
+    /* Reference: w_sq, the factored norm, m from it, y0 = the base output, the forward. */
+    std::vector<float> wsq_ref(C_out), n_ref(C_out);
+    std::vector<double> nws(ref_dora_weight_norm_factored_workspace_size(C_out, R));
+    ref_dora_weight_sq(wsq_ref.data(), W.data(), C_in, C_out);
+    ref_dora_weight_norm_factored(n_ref.data(), wsq_ref.data(), W.data(), A.data(), B.data(), C_in, C_out, R, s,
+                                  nws.data());
+    for (int o = 0; o < C_out; o++) {
+        if (ex) {
+            const int k = rng_int(&r, 3); /* mns ∈ {0.5, 1, 2} exactly */
+            mag[o] = n_ref[o] * (k == 0 ? 0.5f : k == 1 ? 1.0f : 2.0f);
+        } else {
+            mag[o] = n_ref[o] * (float)(1.0 + 0.1 * rng_normal(&r));
+        }
+    }
+    std::vector<float> y0((size_t)N * C_out);
+    ref_linear_forward_naive(y0.data(), x.data(), W.data(), bias, N, C_in, C_out, ACT_BF16);
+    std::vector<float> y_ref(y0), u_ref((size_t)N * R);
+    ref_dora_forward(y_ref.data(), u_ref.data(), x.data(), nullptr, W.data(), bias, A.data(), B.data(), mag.data(),
+                     n_ref.data(), N, C_in, C_out, R, s, ACT_BF16);
+    /* z = bf16((y0 − b) + s·l) with l from the reference's u (double sum). */
+    std::vector<float> z_ref((size_t)N * C_out), z_exact((size_t)N * C_out);
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < C_out; o++) {
+            double l = 0;
+            for (int q = 0; q < R; q++) l += (double)u_ref[(size_t)n * R + q] * B[(size_t)o * R + q];
+            const float base = bias ? y0[(size_t)n * C_out + o] - b[o] : y0[(size_t)n * C_out + o];
+            z_exact[(size_t)n * C_out + o] = (float)((double)base + (double)s * l);
+            z_ref[(size_t)n * C_out + o] = bf16_round(z_exact[(size_t)n * C_out + o]);
+        }
+    /* Backward: dx = dy W (base, fp32) then the adapter's share. */
+    std::vector<float> dx_ref((size_t)N * C_in), dA_ref(dA0), dB_ref(dB0), dm_ref(dm0);
+    std::vector<float> rws(ref_dora_backward_workspace_size(N, C_out, R));
+    ref_linear_backward_naive(dx_ref.data(), nullptr, nullptr, dy.data(), x.data(), W.data(), N, C_in, C_out, ACT_F32);
+    ref_dora_backward(dx_ref.data(), dm_ref.data(), dA_ref.data(), dB_ref.data(), dy.data(), x.data(), nullptr, nullptr,
+                      1.0f, u_ref.data(), W.data(), A.data(), B.data(), mag.data(), n_ref.data(), N, C_in, C_out, R,
+                      s, ACT_BF16, rws.data());
+
+    if (ex) {
+        /* The exact tier's preconditions (file comment): no rounding changes anything anywhere. */
+        std::vector<float> dys((size_t)N * C_out), dxb((size_t)N * C_in);
+        for (int n = 0; n < N; n++)
+            for (int o = 0; o < C_out; o++) dys[(size_t)n * C_out + o] = (mag[o] / n_ref[o]) * dy[(size_t)n * C_out + o];
+        ref_linear_backward_naive(dxb.data(), nullptr, nullptr, dys.data(), x.data(), W.data(), N, C_in, C_out, ACT_F32);
+        std::vector<float> y0f((size_t)N * C_out);
+        ref_linear_forward_naive(y0f.data(), x.data(), W.data(), bias, N, C_in, C_out, ACT_F32);
+        std::vector<float> y32(y0), u32((size_t)N * R);
+        ref_dora_forward(y32.data(), u32.data(), x.data(), nullptr, W.data(), bias, A.data(), B.data(), mag.data(),
+                         n_ref.data(), N, C_in, C_out, R, s, ACT_F32);
+        const int64_t bad = count_inexact_bf16(z_exact.data(), z_exact.size()) +
+                            count_inexact_bf16(rws.data(), (size_t)N * R) /* du */ +
+                            count_inexact_bf16(dxb.data(), dxb.size()) + (y0f != y0) +
+                            (y32 != y_ref) + (u32 != u_ref);
+        EXPECT(bad == 0, "dora %s: %lld values of the exact tier are not exact in bf16 (test data too dense)", shape,
+               (long long)bad);
+    }
+
+    /* Naive same-precision implementation of the GPU's algorithm (NORMAL only). */
+    std::vector<float> n_n, u_n, y_n, z_n, dx_n, dA_n, dB_n, dm_n;
+    if (!ex) {
+        std::vector<float> wa((size_t)C_out * R), aa((size_t)R * R);
+        naive_mm(wa.data(), W.data(), C_in, 1, A.data(), 1, C_in, C_out, R, C_in);
+        naive_mm(aa.data(), A.data(), C_in, 1, A.data(), 1, C_in, R, R, C_in);
+        n_n.resize(C_out);
+        for (int o = 0; o < C_out; o++) {
+            double cross = 0, quad = 0;
+            for (int q = 0; q < R; q++) {
+                cross += (double)wa[(size_t)o * R + q] * B[(size_t)o * R + q];
+                double t = 0;
+                for (int k = 0; k < R; k++) t += (double)aa[(size_t)q * R + k] * B[(size_t)o * R + k];
+                quad += (double)B[(size_t)o * R + q] * t;
+            }
+            const double n2 = (double)wsq_ref[o] + 2.0 * s * cross + (double)s * s * quad;
+            n_n[o] = (float)sqrt(n2 > 0 ? n2 : 0);
+        }
+        u_n.resize((size_t)N * R);
+        naive_mm(u_n.data(), x.data(), C_in, 1, A.data(), 1, C_in, N, R, C_in);
+        u_n = rounded(u_n);
+        std::vector<float> t((size_t)N * C_out);
+        naive_mm(t.data(), u_n.data(), R, 1, B.data(), 1, R, N, C_out, R);
+        y_n.resize(t.size()), z_n.resize(t.size());
+        std::vector<float> dys(t.size());
+        for (int n = 0; n < N; n++)
+            for (int o = 0; o < C_out; o++) {
+                const size_t e = (size_t)n * C_out + o;
+                const float mns = mag[o] / n_ref[o], sl = s * t[e];
+                const float base = bias ? y0[e] - b[o] : y0[e];
+                y_n[e] = bf16_round(y0[e] + ((mns - 1.0f) * base + mns * sl));
+                z_n[e] = bf16_round(base + sl);
+                dys[e] = bf16_round(mns * dy[e]);
+            }
+        dm_n.resize(C_out);
+        for (int o = 0; o < C_out; o++) {
+            float acc = 0.0f;
+            for (int n = 0; n < N; n++) acc += dy[(size_t)n * C_out + o] * z_n[(size_t)n * C_out + o];
+            dm_n[o] = (float)((double)dm0[o] + (double)acc / n_ref[o]);
+        }
+        std::vector<float> dxb((size_t)N * C_in), du((size_t)N * R), dxl((size_t)N * C_in);
+        naive_mm(dxb.data(), dys.data(), C_out, 1, W.data(), C_in, 1, N, C_in, C_out);
+        dxb = rounded(dxb);
+        dB_n.resize(dB0.size());
+        naive_mm(dB_n.data(), dys.data(), 1, C_out, u_n.data(), R, 1, C_out, R, N);
+        for (size_t i = 0; i < dB_n.size(); i++) dB_n[i] = s * dB_n[i] + dB0[i];
+        naive_mm(du.data(), dys.data(), C_out, 1, B.data(), R, 1, N, R, C_out);
+        for (float &v : du) v = bf16_round(s * v);
+        dA_n.resize(dA0.size());
+        naive_mm(dA_n.data(), du.data(), 1, R, x.data(), C_in, 1, R, C_in, N);
+        for (size_t i = 0; i < dA_n.size(); i++) dA_n[i] += dA0[i];
+        naive_mm(dxl.data(), du.data(), R, 1, A.data(), C_in, 1, N, C_in, R);
+        dx_n.resize(dxl.size());
+        for (size_t i = 0; i < dxl.size(); i++) dx_n[i] = bf16_round(dxb[i] + dxl[i]);
+    }
+
+    /* Device. */
+    const std::vector<uint16_t> xb = bits_of(x), Wb = bits_of(W), bb = bits_of(b), Ab = bits_of(A), Bb = bits_of(B),
+                                y0b = bits_of(y0), dyb = bits_of(dy);
+    const size_t ws_bytes = std::max(std::max(gpu_dora_weight_norm_workspace_size(C_out, R),
+                                              gpu_dora_forward_workspace_size(N, C_out)),
+                                     gpu_dora_backward_workspace_size(N, C_in, C_out, R));
+    struct dev_buf bx, bW, bb_, bA, bB, bwsq, bn, bmag, by, bz, bu, bdy, bdx, bdA, bdB, bdm, bws;
+    dev_buf_alloc(&bx, "x", xb.size() * 2, POISON_NONE, xb.data());
+    dev_buf_alloc(&bW, "w", Wb.size() * 2, POISON_NONE, Wb.data());
+    dev_buf_alloc(&bb_, "bias", bb.size() * 2, POISON_NONE, bb.data());
+    dev_buf_alloc(&bA, "lora_a", Ab.size() * 2, POISON_NONE, Ab.data());
+    dev_buf_alloc(&bB, "lora_b", Bb.size() * 2, POISON_NONE, Bb.data());
+    dev_buf_alloc(&bwsq, "w_sq", (size_t)C_out * 4, POISON_F32, nullptr);
+    dev_buf_alloc(&bn, "wnorm", (size_t)C_out * 4, POISON_F32, nullptr);
+    dev_buf_alloc(&bmag, "mag", (size_t)C_out * 4, POISON_NONE, mag.data());
+    dev_buf_alloc(&by, "y", y0b.size() * 2, POISON_NONE, y0b.data());
+    dev_buf_alloc(&bz, "z", y0b.size() * 2, POISON_BF16, nullptr);
+    dev_buf_alloc(&bu, "u", (size_t)N * R * 2, POISON_BF16, nullptr);
+    dev_buf_alloc(&bdy, "dy", dyb.size() * 2, POISON_NONE, dyb.data());
+    dev_buf_alloc(&bdx, "dx", (size_t)N * C_in * 2, POISON_BF16, nullptr);
+    dev_buf_alloc(&bdA, "dlora_a", dA0.size() * 4, POISON_NONE, dA0.data());
+    dev_buf_alloc(&bdB, "dlora_b", dB0.size() * 4, POISON_NONE, dB0.data());
+    dev_buf_alloc(&bdm, "dmag", dm0.size() * 4, POISON_NONE, dm0.data());
+    dev_buf_alloc(&bws, "workspace", ws_bytes, POISON_NONE, nullptr);
+    /* The forward and backward read the reference's n, so that each stage is checked on its own;
+     * the GPU's n is checked against it first. */
+    struct dev_buf bnref;
+    dev_buf_alloc(&bnref, "wnorm (reference)", (size_t)C_out * 4, POISON_NONE, n_ref.data());
+
+    std::vector<float> wsq_g(C_out), n_g(C_out), dA_g(dA0.size()), dB_g(dB0.size()), dm_g(C_out);
+    std::vector<uint16_t> yg(y0b.size()), zg(y0b.size()), ug((size_t)N * R), dxg((size_t)N * C_in);
+    std::vector<std::vector<unsigned char>> runs;
+    for (int rep = 0; rep < 2; rep++) {
+        if (rep) {
+            for (struct dev_buf *bf : {&bwsq, &bn, &bz, &bu, &bdx, &bws}) dev_buf_reset(bf, nullptr);
+            dev_buf_reset(&by, y0b.data());
+            dev_buf_reset(&bdA, dA0.data());
+            dev_buf_reset(&bdB, dB0.data());
+            dev_buf_reset(&bdm, dm0.data());
+        }
+        gpu_dora_weight_sq_f32((float *)bwsq.data, (const uint16_t *)bW.data, C_in, C_out, g_stream);
+        /* the norm from the reference's w_sq, so that the two are compared separately */
+        struct dev_buf bwsq_ref;
+        dev_buf_alloc(&bwsq_ref, "w_sq (reference)", (size_t)C_out * 4, POISON_NONE, wsq_ref.data());
+        gpu_dora_weight_norm_f32(g_gemm, (float *)bn.data, (const float *)bwsq_ref.data, (const uint16_t *)bW.data,
+                                 (const uint16_t *)bA.data, (const uint16_t *)bB.data, C_in, C_out, R, s, bws.data,
+                                 g_stream);
+        gpu_dora_forward_bf16(g_gemm, (uint16_t *)by.data, (uint16_t *)bz.data, (uint16_t *)bu.data,
+                              (const uint16_t *)bx.data, c.bias ? (const uint16_t *)bb_.data : nullptr,
+                              (const uint16_t *)bA.data, (const uint16_t *)bB.data, (const float *)bmag.data,
+                              (const float *)bnref.data, N, C_in, C_out, R, s, bws.data, g_stream);
+        gpu_dora_backward_bf16(g_gemm, (uint16_t *)bdx.data, (float *)bdm.data, (float *)bdA.data, (float *)bdB.data,
+                               (const uint16_t *)bdy.data, (const uint16_t *)bx.data, (const uint16_t *)bz.data,
+                               (const uint16_t *)bu.data, (const uint16_t *)bW.data, (const uint16_t *)bA.data,
+                               (const uint16_t *)bB.data, (const float *)bmag.data, (const float *)bnref.data, N, C_in,
+                               C_out, R, s, bws.data, g_stream);
+        dev_buf_download(&bwsq, wsq_g.data(), 1);
+        dev_buf_download(&bn, n_g.data(), 1);
+        dev_buf_download(&by, yg.data(), 0);
+        dev_buf_download(&bz, zg.data(), 1);
+        dev_buf_download(&bu, ug.data(), 1);
+        dev_buf_download(&bdx, dxg.data(), 1);
+        dev_buf_download(&bdA, dA_g.data(), 0);
+        dev_buf_download(&bdB, dB_g.data(), 0);
+        dev_buf_download(&bdm, dm_g.data(), 0);
+        dev_buf_free(&bwsq_ref);
+        std::vector<unsigned char> img;
+        for (auto *v : {&wsq_g, &n_g, &dA_g, &dB_g, &dm_g})
+            img.insert(img.end(), (unsigned char *)v->data(), (unsigned char *)(v->data() + v->size()));
+        for (auto *v : {&yg, &zg, &ug, &dxg})
+            img.insert(img.end(), (unsigned char *)v->data(), (unsigned char *)(v->data() + v->size()));
+        runs.push_back(img);
+    }
+    for (struct dev_buf *bf : {&bx, &bW, &bb_, &bA, &bB, &bmag, &bdy, &bws, &bnref}) {
+        std::vector<unsigned char> tmp(bf->nbytes);
+        dev_buf_download(bf, tmp.data(), 0);
+    }
+
+    struct cmp_case cc = {"dora_weight_sq", "w_sq", shape, "f32", seed};
+    if (ex) cmp_exact_f32(&cc, wsq_g.data(), wsq_ref.data(), C_out);
+    else cmp_elementwise(&cc, wsq_g.data(), wsq_ref.data(), C_out, FLT_EPSILON, 1.0, 0.0, nullptr);
+    cc.op = "dora_weight_norm";
+    cc.what = "wnorm (factored)";
+    compare(&cc, n_g, n_n, n_ref, c.rg, 0);
+    cc.op = "dora_forward";
+    cc.dtype = "bf16";
+    cc.what = "u";
+    compare(&cc, floats_of(ug), u_n, u_ref, c.rg, 1);
+    cc.what = "y";
+    compare(&cc, floats_of(yg), y_n, y_ref, c.rg, 1);
+    cc.what = "z (saved pre-magnitude output)";
+    compare(&cc, floats_of(zg), z_n, z_ref, c.rg, 1);
+    cc.op = "dora_backward";
+    cc.what = "dx (base path + adapter)";
+    compare(&cc, floats_of(dxg), dx_n, dx_ref, c.rg, 1);
+    cc.dtype = "f32";
+    cc.what = "dmag (accumulated)";
+    compare(&cc, dm_g, dm_n, dm_ref, c.rg, 0);
+    cc.what = "dlora_a (accumulated)";
+    compare(&cc, dA_g, dA_n, dA_ref, c.rg, 0);
+    cc.what = "dlora_b (accumulated)";
+    compare(&cc, dB_g, dB_n, dB_ref, c.rg, 0);
+    cc.op = "dora";
+    cc.what = "determinism (norm, forward, backward twice)";
+    cmp_exact_bytes(&cc, runs[1].data(), runs[0].data(), runs[0].size());
+    for (struct dev_buf *bf : {&bx, &bW, &bb_, &bA, &bB, &bwsq, &bn, &bmag, &by, &bz, &bu, &bdy, &bdx, &bdA, &bdB,
+                               &bdm, &bws, &bnref})
+        dev_buf_free(bf);
+}
+
+/* ---- bench: N = 8192, DoRA against LoRA on the same shape, the elementwise passes against the copy rate ---- */
+
+struct bench_ctx {
+    uint16_t *x, *w, *A, *B, *y, *z, *u, *dy, *dx, *dys;
+    float *dA, *dB, *mag, *n, *wsq, *dm;
+    void *ws;
+    int N, C_in, C_out, R;
+};
+
+static void b_norm(void *p, cudaStream_t s) {
+    bench_ctx *b = (bench_ctx *)p;
+    gpu_dora_weight_norm_f32(g_gemm, b->n, b->wsq, b->w, b->A, b->B, b->C_in, b->C_out, b->R, 2.0f, b->ws, s);
+}
+static void b_dora_fwd(void *p, cudaStream_t s) {
+    bench_ctx *b = (bench_ctx *)p;
+    gpu_dora_forward_bf16(g_gemm, b->y, b->z, b->u, b->x, nullptr, b->A, b->B, b->mag, b->n, b->N, b->C_in, b->C_out,
+                          b->R, 2.0f, b->ws, s);
+}
+static void b_lora_fwd(void *p, cudaStream_t s) {
+    bench_ctx *b = (bench_ctx *)p;
+    gpu_lora_forward_bf16(g_gemm, b->y, b->u, b->x, b->A, b->B, b->N, b->C_in, b->C_out, b->R, 2.0f, s);
+}
+static void b_rescale(void *p, cudaStream_t s) {
+    bench_ctx *b = (bench_ctx *)p;
+    gpu_dora_rescale_bf16(b->dys, b->dm, b->dy, b->z, b->mag, b->n, b->N, b->C_out, b->ws, s);
+}
+static void b_dora_bwd(void *p, cudaStream_t s) {
+    bench_ctx *b = (bench_ctx *)p;
+    gpu_dora_backward_bf16(g_gemm, b->dx, b->dm, b->dA, b->dB, b->dy, b->x, b->z, b->u, b->w, b->A, b->B, b->mag, b->n,
+                           b->N, b->C_in, b->C_out, b->R, 2.0f, b->ws, s);
+}
+static void b_lora_bwd(void *p, cudaStream_t s) {
+    bench_ctx *b = (bench_ctx *)p;
+    gpu_linear_backward_dx_bf16(g_gemm, b->dx, b->dy, b->w, b->N, b->C_in, b->C_out, GEMM_OVERWRITE, s);
+    gpu_lora_backward_bf16(g_gemm, b->dx, b->dA, b->dB, b->dy, b->x, nullptr, 1.0f, b->u, b->A, b->B, b->N, b->C_in,
+                           b->C_out, b->R, 2.0f, b->ws, s);
+}
+
+static void *dev_fill(size_t bytes, int byte) {
+    void *p;
+    CUDA_CHECK(cudaMalloc(&p, bytes));
+    CUDA_CHECK(cudaMemset(p, byte, bytes));
+    return p;
+}
+
+static void bench(double copy_gbps) {
+    struct shp {
+        const char *name;
+        int N, C_in, C_out;
+    } shapes[] = {{"smollm2-135m q", 16384, 576, 576},
+                  {"smollm2-135m gate_up", 16384, 576, 3072},
+                  {"llama-3.2-1b q", 8192, 2048, 2048},
+                  {"llama-3.2-1b gate_up", 8192, 2048, 16384},
+                  {"llama-3.2-1b down", 8192, 8192, 2048}};
+    for (const shp &sh : shapes) {
+        const int R = 16;
+        bench_ctx b;
+        b.N = sh.N, b.C_in = sh.C_in, b.C_out = sh.C_out, b.R = R;
+        const size_t nx = (size_t)sh.N * sh.C_in, ny = (size_t)sh.N * sh.C_out;
+        b.x = (uint16_t *)dev_fill(nx * 2, 0x3C), b.dx = (uint16_t *)dev_fill(nx * 2, 0);
+        b.y = (uint16_t *)dev_fill(ny * 2, 0x3C), b.z = (uint16_t *)dev_fill(ny * 2, 0x3C);
+        b.dy = (uint16_t *)dev_fill(ny * 2, 0x3C), b.dys = (uint16_t *)dev_fill(ny * 2, 0);
+        b.w = (uint16_t *)dev_fill((size_t)sh.C_out * sh.C_in * 2, 0x3C);
+        b.A = (uint16_t *)dev_fill((size_t)R * sh.C_in * 2, 0x3C), b.B = (uint16_t *)dev_fill((size_t)sh.C_out * R * 2, 0x3C);
+        b.u = (uint16_t *)dev_fill((size_t)sh.N * R * 2, 0);
+        b.dA = (float *)dev_fill((size_t)R * sh.C_in * 4, 0), b.dB = (float *)dev_fill((size_t)sh.C_out * R * 4, 0);
+        b.mag = (float *)dev_fill((size_t)sh.C_out * 4, 0x3F), b.n = (float *)dev_fill((size_t)sh.C_out * 4, 0x3F);
+        b.wsq = (float *)dev_fill((size_t)sh.C_out * 4, 0x3F), b.dm = (float *)dev_fill((size_t)sh.C_out * 4, 0);
+        const size_t wsb = std::max(std::max(gpu_dora_weight_norm_workspace_size(sh.C_out, R),
+                                             gpu_dora_forward_workspace_size(sh.N, sh.C_out)),
+                                    gpu_dora_backward_workspace_size(sh.N, sh.C_in, sh.C_out, R));
+        b.ws = dev_fill(wsb, 0);
+        char shape[128];
+        snprintf(shape, sizeof shape, "%s N=%d C_in=%d C_out=%d R=%d", sh.name, sh.N, sh.C_in, sh.C_out, R);
+        struct bench_result rn = bench_time(b_norm, &b, g_stream, 3, 15, 3);
+        struct bench_result rdf = bench_time(b_dora_fwd, &b, g_stream, 3, 15, 3);
+        struct bench_result rlf = bench_time(b_lora_fwd, &b, g_stream, 3, 15, 3);
+        struct bench_result rr = bench_time(b_rescale, &b, g_stream, 3, 15, 3);
+        struct bench_result rdb = bench_time(b_dora_bwd, &b, g_stream, 3, 15, 3);
+        struct bench_result rlb = bench_time(b_lora_bwd, &b, g_stream, 3, 15, 3);
+        /* row norm: reads W once (the W Aᵀ product dominates) */
+        bench_json("dora_weight_norm", shape, 2.0 * sh.C_out * sh.C_in, 0, rn, copy_gbps);
+        /* forward: the two rank-R products + the pass reading y (2) and s·l (4), writing y (2) and z (2) per element,
+         * plus the s·l write (4) */
+        bench_json("dora_forward", shape, 2.0 * nx + 14.0 * ny, 0, rdf, copy_gbps);
+        /* rescale: reads dy and z, writes dy_s (6 bytes an element) */
+        bench_json("dora_rescale", shape, 6.0 * ny, 0, rr, copy_gbps);
+        bench_json("dora_backward_with_base_dx", shape, 0, 0, rdb, 0);
+        printf("{\"op\":\"dora_vs_lora\",\"shape\":\"%s\",\"dora_fwd_ms\":%.4f,\"lora_fwd_ms\":%.4f,"
+               "\"dora_bwd_ms\":%.4f,\"lora_bwd_with_base_dx_ms\":%.4f,\"row_norm_ms\":%.4f}\n",
+               shape, rdf.median_ms, rlf.median_ms, rdb.median_ms, rlb.median_ms, rn.median_ms);
+        for (void *q : {(void *)b.x, (void *)b.dx, (void *)b.y, (void *)b.z, (void *)b.dy, (void *)b.dys, (void *)b.w,
+                        (void *)b.A, (void *)b.B, (void *)b.u, (void *)b.dA, (void *)b.dB, (void *)b.mag, (void *)b.n,
+                        (void *)b.wsq, (void *)b.dm, b.ws})
+            CUDA_CHECK(cudaFree(q));
+    }
+}
+
+int main(int argc, char **argv) {
+    g_seed = test_seed(argc, argv, 20261141);
+    parity_init();
+    CUDA_CHECK(cudaStreamCreate(&g_stream));
+    g_gemm = build_gpu_gemm(GEMM_DEFAULT_WORKSPACE);
+    const int shapes[][4] = {{1, 8, 8, 8},        {7, 33, 65, 8},     {65, 129, 127, 16}, {33, 255, 257, 64},
+                             {9, 257, 7, 16},     {32, 576, 576, 8},  {32, 576, 1536, 16}, {16, 1536, 576, 64},
+                             {8, 2048, 2048, 16}, {8, 2048, 512, 64}, {4, 2048, 8192, 16}, {4, 8192, 2048, 8}};
+    int id = 0;
+    for (const auto &s : shapes)
+        for (int rg = 0; rg < 2; rg++) {
+            dora_case c = {s[0], s[1], s[2], s[3], (regime)rg, id % 3 != 2};
+            run_case(c, id++);
+        }
+    const int rc = test_finish("dora_parity");
+    if (rc == 0 && test_has_flag(argc, argv, "--bench")) bench(bench_copy_ceiling(g_stream));
+    free_gpu_gemm(g_gemm);
+    CUDA_CHECK(cudaStreamDestroy(g_stream));
+    return rc;
+}
