@@ -22,7 +22,7 @@
  *      any order, n² is the same exact double on both sides (one correctly rounded sqrt each), and
  *      the GPU's extra bf16 roundings (z, dy_s, du, the base dx before the adapter's share) fall
  *      on values that are exactly representable — the test checks that precondition on the
- *      reference's own values (and that the reference's ACT_F32 and ACT_BF16 outputs agree) — so
+ *      reference's own values, and that the base output y0 was not rounded — so
  *      w_sq, n, u, y, z, dx, dm, dA, dB must agree bit for bit.
  *  (b) w_sq on normal inputs: both sides sum exact bf16 squares in double (orders differ by
  *      ≤ C·2⁻⁵³ relative) and round once to fp32: k = 1, eps = FLT_EPSILON.
@@ -215,13 +215,9 @@ static void run_case(const dora_case &c, int id) {
         ref_linear_backward_naive(dxb.data(), nullptr, nullptr, dys.data(), x.data(), W.data(), N, C_in, C_out, ACT_F32);
         std::vector<float> y0f((size_t)N * C_out);
         ref_linear_forward_naive(y0f.data(), x.data(), W.data(), bias, N, C_in, C_out, ACT_F32);
-        std::vector<float> y32(y0), u32((size_t)N * R);
-        ref_dora_forward(y32.data(), u32.data(), x.data(), nullptr, W.data(), bias, A.data(), B.data(), mag.data(),
-                         n_ref.data(), N, C_in, C_out, R, s, ACT_F32);
         const int64_t bad = count_inexact_bf16(z_exact.data(), z_exact.size()) +
                             count_inexact_bf16(rws.data(), (size_t)N * R) /* du */ +
-                            count_inexact_bf16(dxb.data(), dxb.size()) + (y0f != y0) +
-                            (y32 != y_ref) + (u32 != u_ref);
+                            count_inexact_bf16(dxb.data(), dxb.size()) + (y0f != y0);
         EXPECT(bad == 0, "dora %s: %lld values of the exact tier are not exact in bf16 (test data too dense)", shape,
                (long long)bad);
     }
