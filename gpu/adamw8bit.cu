@@ -137,8 +137,14 @@ __global__ void __launch_bounds__(kBlock) adamw8bit_chunk_update(const tensor_de
     if (d.is_8bit) {
         uint8_t c1[kPerLane], c2[kPerLane];
         if (full) {
-            *reinterpret_cast<uint2 *>(c1) = *reinterpret_cast<const uint2 *>(d.q1 + e0);
-            *reinterpret_cast<uint2 *>(c2) = *reinterpret_cast<const uint2 *>(d.q2 + e0);
+            const uint2 r1 = *reinterpret_cast<const uint2 *>(d.q1 + e0);
+            const uint2 r2 = *reinterpret_cast<const uint2 *>(d.q2 + e0);
+#pragma unroll
+            for (int j = 0; j < kPerLane; j++) {
+                const int sh = 8 * (j % 4);
+                c1[j] = (uint8_t)(((j < 4 ? r1.x : r1.y) >> sh) & 0xFFu);
+                c2[j] = (uint8_t)(((j < 4 ? r2.x : r2.y) >> sh) & 0xFFu);
+            }
         } else {
 #pragma unroll
             for (int j = 0; j < kPerLane; j++) c1[j] = valid[j] ? d.q1[e0 + j] : 0, c2[j] = valid[j] ? d.q2[e0 + j] : 0;
@@ -183,8 +189,15 @@ __global__ void __launch_bounds__(kBlock) adamw8bit_chunk_update(const tensor_de
             c2[j] = (uint8_t)encode_cuda(map2, __fdiv_rn(v[j], max2));
         }
         if (full) {
-            *reinterpret_cast<uint2 *>(d.q1 + e0) = *reinterpret_cast<const uint2 *>(c1);
-            *reinterpret_cast<uint2 *>(d.q2 + e0) = *reinterpret_cast<const uint2 *>(c2);
+            uint2 w1 = make_uint2(0, 0), w2 = make_uint2(0, 0);
+#pragma unroll
+            for (int j = 0; j < kPerLane; j++) {
+                const int sh = 8 * (j % 4);
+                if (j < 4) w1.x |= (uint32_t)c1[j] << sh, w2.x |= (uint32_t)c2[j] << sh;
+                else w1.y |= (uint32_t)c1[j] << sh, w2.y |= (uint32_t)c2[j] << sh;
+            }
+            *reinterpret_cast<uint2 *>(d.q1 + e0) = w1;
+            *reinterpret_cast<uint2 *>(d.q2 + e0) = w2;
         } else {
 #pragma unroll
             for (int j = 0; j < kPerLane; j++)
@@ -210,10 +223,13 @@ __global__ void __launch_bounds__(kBlock) adamw8bit_chunk_update(const tensor_de
         pp[0] = make_float4(p[0], p[1], p[2], p[3]);
         pp[1] = make_float4(p[4], p[5], p[6], p[7]);
         if (d.copy) {
-            __nv_bfloat162 h[4];
+            uint32_t h[4];
 #pragma unroll
-            for (int j = 0; j < 4; j++) h[j] = __floats2bfloat162_rn(p[2 * j], p[2 * j + 1]);
-            *reinterpret_cast<uint4 *>(d.copy + e0) = *reinterpret_cast<const uint4 *>(h);
+            for (int j = 0; j < 4; j++) {
+                const __nv_bfloat162 b2 = __floats2bfloat162_rn(p[2 * j], p[2 * j + 1]); /* .x = p[2j], low half */
+                h[j] = (uint32_t)__bfloat16_as_ushort(b2.x) | ((uint32_t)__bfloat16_as_ushort(b2.y) << 16);
+            }
+            *reinterpret_cast<uint4 *>(d.copy + e0) = make_uint4(h[0], h[1], h[2], h[3]);
         }
     } else {
 #pragma unroll
