@@ -9,9 +9,9 @@
  * B 2048×16 and 8192×16); some tensors with bf16 copies, one offset by one element so that its full
  * blocks take the scalar path. Four steps with fresh gradients each (normals of mixed scales, from
  * the printed seed); at step 2 NaN and ±Inf are planted in the gradients (the 8-bit path must zero
- * those elements' moments and leave p; the fp32 path propagates them) and one whole 256-block
- * gets zero gradients (its absmax becomes 0 and its codes come from 0/0, exercising the encoder's
- * NaN path and the sign nudge's wrap-around). Two hyperparameter sets: bitsandbytes' defaults,
+ * those elements' moments and leave p; the fp32 path propagates them), and at step 1 one whole
+ * 256-block gets zero gradients (its absmax stays 0 and its codes come from 0/0, exercising the
+ * encoder's NaN path and the sign nudge's wrap-around). Two hyperparameter sets: bitsandbytes' defaults,
  * and wd = 0 with gnorm_scale = 0.5 and other betas.
  * Outputs: p, the state codes, the block absmax and the fp32 states, updated in place, compared
  * after every step; the bf16 copies are poisoned before each step and must be written entirely;
@@ -111,11 +111,9 @@ static void run_optimizer(const std::vector<int64_t> &sizes, const struct adamw8
         for (int i = 0; i < T; i++) {
             host_tensor &t = ts[i];
             rng_fill_normal(&r, t.g.data(), t.n, 0.0, i % 3 == 1 ? 1e-3 : 1.0);
-            if (step == 2) {
-                if (t.n > 3) t.g[t.n / 3] = NAN, t.g[t.n / 2] = INFINITY, t.g[t.n - 1] = -INFINITY;
-                if (t.n >= 1024) /* one whole 256-block of zero gradients */
-                    for (int64_t j = 512; j < 768; j++) t.g[j] = 0.0f;
-            }
+            if (step == 1 && t.n >= 1024) /* one whole 256-block of zero gradients while its absmax is 0 */
+                for (int64_t j = 512; j < 768; j++) t.g[j] = 0.0f;
+            if (step == 2 && t.n > 3) t.g[t.n / 3] = NAN, t.g[t.n / 2] = INFINITY, t.g[t.n - 1] = -INFINITY;
             std::vector<float> g_img(t.n + ds[i].off, 0.0f);
             memcpy(g_img.data() + ds[i].off, t.g.data(), t.n * 4);
             dev_buf_reset(&ds[i].g, g_img.data());
