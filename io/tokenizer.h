@@ -202,7 +202,8 @@ void chat_tokens_free(struct chat_tokens *c);
 /* Renders messages[0..n_messages) with the tokenizer's chat template and tokenizes the result
  * exactly as HF tokenizer.apply_chat_template(messages, tokenize=True) does (the rendered text
  * is encoded in one pass, special tokens matched, no extra BOS). Special-token strings inside
- * message content are NOT matched (they stay text), so data cannot forge turns. Overwrites *out.
+ * message content are NOT matched (they stay text), so data cannot forge turns. Overwrites *out
+ * (which must be zeroed or hold an earlier result: its arrays are freed first).
  * Returns -1 with *e set when the tokenizer has no chat template or a role is empty. */
 int tokenizer_apply_chat(struct tokenizer *t, const struct chat_message *messages,
                          size_t n_messages, int flags, struct chat_tokens *out,
