@@ -12,9 +12,13 @@
  * most 2× naive-bf16's (STYLE tier (c)). Outputs and workspaces are poisoned and guarded.
  *
  * Timing of the flash reference (the oracle of the GPU parity tests at that size), B=1 T=512 H=8
- * D=64, block 64×64, ACT_F32, one thread, -O2 without sanitizers, on the shared 2-core development
- * machine (bazel-bin/tests/unit/attention_test --bench):
- *   KVH=8: forward 0.29 s, backward 0.69 s;   KVH=2: forward 0.30 s, backward 0.86 s.
+ * D=64, block 64×64, ACT_F32, one thread, -O2 without sanitizers (attention_test --bench, three
+ * runs each; both machines were shared, hence the spread):
+ *   development machine (2 cores, load ≈ 8):  forward 0.21–0.57 s, backward 0.51–1.21 s
+ *   GPU host CPU (Xeon, 16 cores):             forward 0.16–0.35 s, backward 0.36–1.21 s
+ *   (KVH = 8 and KVH = 2 alike.) So about 1 s per forward + backward at that size. The naive
+ *   form costs about the same (development machine: forward 0.23–0.47 s, backward 0.26–0.61 s)
+ *   and needs 4·B·H·T² bytes of workspace (8 MiB here).
  * The whole test runs in about 1 s (1.5 s under ASan or UBSan).
  */
 #include <float.h>
@@ -471,6 +475,17 @@ static void bench(void) {
         printf("{\"op\":\"ref_attention_flash\",\"B\":1,\"T\":512,\"H\":8,\"KVH\":%d,\"D\":64,\"forward_s\":%.3f,"
                "\"backward_s\":%.3f}\n",
                s.KVH, t1 - t0, t2 - t1);
+        float *ws = malloc(ref_attention_naive_workspace_size(s.B, s.T, s.H));
+        t0 = now_s();
+        ref_attention_naive_forward(r.out, r.lse, r.q, r.k, r.v, s.B, s.T, s.H, s.KVH, s.D, scale, ACT_F32, ws);
+        t1 = now_s();
+        ref_attention_naive_backward(r.dq, r.dk, r.dv, r.g, r.q, r.k, r.v, r.out, s.B, s.T, s.H, s.KVH, s.D, scale,
+                                     ACT_F32, ws);
+        t2 = now_s();
+        printf("{\"op\":\"ref_attention_naive\",\"B\":1,\"T\":512,\"H\":8,\"KVH\":%d,\"D\":64,\"forward_s\":%.3f,"
+               "\"backward_s\":%.3f}\n",
+               s.KVH, t1 - t0, t2 - t1);
+        free(ws);
         run_free(&r);
     }
 }
