@@ -94,8 +94,10 @@ static void test_hand_case(void) {
          * naive backward): 4 fp32 ulps of the largest magnitude (≈ 3) bound them all. */
         const double tol = 4.0 * FLT_EPSILON * 3.0;
         for (int t = 0; t < 2; t++) {
-            EXPECT(fabs(out[t] - ex_out[t]) <= tol, "%s out[%d] %.9g expected %.9g", name, t, (double)out[t], ex_out[t]);
-            EXPECT(fabs(lse[t] - ex_lse[t]) <= tol, "%s lse[%d] %.9g expected %.9g", name, t, (double)lse[t], ex_lse[t]);
+            EXPECT(fabs(out[t] - ex_out[t]) <= tol, "%s out[%d] %.9g expected %.9g", name, t, (double)out[t],
+                   ex_out[t]);
+            EXPECT(fabs(lse[t] - ex_lse[t]) <= tol, "%s lse[%d] %.9g expected %.9g", name, t, (double)lse[t],
+                   ex_lse[t]);
             EXPECT(fabs(dq[t] - ex_dq[t]) <= tol, "%s dq[%d] %.9g expected %.9g", name, t, (double)dq[t], ex_dq[t]);
             EXPECT(fabs(dk[t] - ex_dk[t]) <= tol, "%s dk[%d] %.9g expected %.9g", name, t, (double)dk[t], ex_dk[t]);
             EXPECT(fabs(dv[t] - ex_dv[t]) <= tol, "%s dv[%d] %.9g expected %.9g", name, t, (double)dv[t], ex_dv[t]);
