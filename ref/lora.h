@@ -82,6 +82,10 @@ void ref_lora_backward(float *dx, float *dlora_a, float *dlora_b, const float *d
                        const float *lora_a, const float *lora_b, int N, int C_in, int C_out, int R, float scale,
                        enum act_dtype act, float *workspace);
 
+/* dA[r,i] += Σ_n du[n,r]·x_a[n,i] (double sum in n order), dlora_a (R, C_in), du (N, R),
+ * x_a (N, C_in): the step LoRA and DoRA share. */
+void ref_adapter_grad_a(float *dlora_a, const float *du, const float *xa, int N, int C_in, int R);
+
 #ifdef __cplusplus
 }
 #endif
