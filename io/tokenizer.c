@@ -408,14 +408,16 @@ static int cmp_u32_desc(const void *a, const void *b) {
 }
 
 int tok_finish(struct tokenizer *t, const char *src, struct io_err *e) {
+    int n_bytes = 0;
     for (int b = 0; b < 256; b++) {
         char c = (char)b;
         uint32_t id;
-        if (!tok_strmap_get(&t->by_bytes, &c, 1, &id))
-            return io_fail(e, "%s: the vocabulary has no token for byte 0x%02x (a byte-level BPE "
-                              "vocabulary needs all 256)", src, b);
-        t->byte_id[b] = (int32_t)id;
+        t->byte_id[b] = tok_strmap_get(&t->by_bytes, &c, 1, &id) ? (int32_t)id : -1;
+        n_bytes += t->byte_id[b] >= 0;
     }
+    if (n_bytes < 128)
+        return io_fail(e, "%s: the vocabulary has tokens for only %d of the 256 bytes; not a byte-level "
+                          "BPE vocabulary", src, n_bytes);
     free(t->added_lens);
     t->added_lens = NULL;
     t->n_added_lens = 0;
@@ -572,22 +574,24 @@ static struct tok_heap_item heap_pop(struct tokenizer *t, size_t *hn) {
 /* BPE of one word (raw bytes w[0..n), n ≥ 1); appends its ids to out. */
 static void bpe_word(struct tokenizer *t, const uint8_t *w, size_t n, struct tok_ids *out) {
     uint32_t id;
-    if (n == 1) {
-        ids_push(out, (uint32_t)t->byte_id[w[0]]);
-        return;
-    }
-    if (t->ignore_merges && tok_strmap_get(&t->by_bytes, (const char *)w, n, &id)) {
+    if (t->ignore_merges && n > 1 && tok_strmap_get(&t->by_bytes, (const char *)w, n, &id)) {
         ids_push(out, id);
         return;
     }
     scratch_reserve(t, n);
     uint32_t *sid = t->sym_id;
     int32_t *prev = t->sym_prev, *next = t->sym_next;
+    size_t m = 0; /* bytes without a token are dropped, as HF BPE does when unk_token is null */
     for (size_t i = 0; i < n; i++) {
-        sid[i] = (uint32_t)t->byte_id[w[i]];
-        prev[i] = (int32_t)i - 1;
-        next[i] = i + 1 < n ? (int32_t)i + 1 : -1;
+        if (t->byte_id[w[i]] < 0) continue;
+        sid[m] = (uint32_t)t->byte_id[w[i]];
+        prev[m] = (int32_t)m - 1;
+        next[m] = (int32_t)m + 1;
+        m++;
     }
+    if (m == 0) return;
+    next[m - 1] = -1;
+    n = m;
     size_t hn = 0;
     uint32_t rank;
     for (size_t i = 0; i + 1 < n; i++)

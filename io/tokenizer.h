@@ -18,12 +18,15 @@
  *      adjacent pairs (leftmost first on ties), until no pair has a merge. Merges come from the
  *      "merges" list (either ["a","b"] pairs or legacy "a b" strings), or for tiktoken from the
  *      ranks themselves (the pair (a,b) has rank rank(a‖b) when a‖b is in the table).
+ *      A byte with no single-byte token in the vocabulary (SmolLM2 lacks 21, e.g. 0x04) is
+ *      dropped, as HF's BPE does when unk_token is null.
  *   5. TOKENIZER_ADD_BOS prepends the BOS id (the TemplateProcessing post-processor's
  *      "single" template with a leading special token, or tokenizer_config / GGUF add_bos).
  * Decode is the inverse mapping: ids → vocabulary strings → bytes (ByteLevel decoder); added
  * tokens decode to their content. decode(encode(x)) == x for every byte string x (invalid UTF-8
- * included) when encode did not add BOS. Decoding is per byte: a token may end inside a UTF-8
- * sequence, so decoding a prefix of ids can yield an incomplete character.
+ * included) when encode did not add BOS and the vocabulary has all 256 bytes. Decoding is per
+ * byte: a token may end inside a UTF-8 sequence, so decoding a prefix of ids can yield an
+ * incomplete character.
  *
  * Supported tokenizer.json: model.type "BPE" with byte_fallback false, no dropout, no
  * continuing_subword_prefix / end_of_word_suffix (empty strings are accepted); normalizer null;
