@@ -303,7 +303,7 @@ static void round_trips(struct tokenizer *t, struct rng *r, const char *what, in
         /* encoding is a function of the text: a second encode (cached words) agrees */
         struct tok_ids again = {0};
         tokenizer_encode(t, buf, n, 0, &again);
-        EXPECT(again.n == ids.n && memcmp(again.ids, ids.ids, ids.n * sizeof *ids.ids) == 0,
+        EXPECT(again.n == ids.n && (ids.n == 0 || memcmp(again.ids, ids.ids, ids.n * sizeof *ids.ids) == 0),
                "%s: encode is not repeatable on case %d", what, c);
         tok_ids_free(&again);
         if (bad > 3) break;
