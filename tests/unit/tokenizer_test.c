@@ -529,6 +529,51 @@ static void test_malformed(void) {
     expect_load_error("emptydir", NULL, "no tokenizer.json");
 }
 
+/* Truncated and byte-flipped copies of valid files: each either loads or fails with a message
+ * naming the file; never a crash (run under --config=asan for the memory-safety half). */
+static void test_corrupted(struct rng *r) {
+    struct tiny_opts o = {.missing_byte = -1, .bos_template = 1};
+    write_tiny(tmp_path("tiny"), &o);
+    char srcs[2][700];
+    snprintf(srcs[0], sizeof srcs[0], "%s", tmp_path("tiny/tokenizer.json"));
+    snprintf(srcs[1], sizeof srcs[1], "%s", tmp_path("tiny.tiktoken"));
+    for (int k = 0; k < 2; k++) {
+        char *text;
+        size_t len;
+        struct io_err e;
+        if (read_file_text(&text, &len, srcs[k], 1u << 24, &e)) io_exit(&e);
+        int loaded = 0, failed = 0;
+        for (int c = 0; c < 60; c++) {
+            char *copy = malloc(len + 1);
+            memcpy(copy, text, len);
+            size_t n = len;
+            if (c % 2 == 0) {
+                n = (size_t)(rng_u64(r) % len);
+            } else {
+                for (int f = 0; f < 4; f++) copy[rng_u64(r) % len] = (char)(rng_u64(r) & 0xFF);
+            }
+            const char *path = tmp_path(k == 0 ? "corrupt.json" : "corrupt.tiktoken");
+            write_text(path, copy, n);
+            free(copy);
+            e.msg[0] = 0;
+            struct tokenizer *t = tokenizer_load(path, &e);
+            if (t) {
+                loaded++;
+                struct tok_ids ids = {0};
+                tokenizer_encode(t, "hello <|x|> world", 17, TOKENIZER_ADD_BOS, &ids);
+                tok_ids_free(&ids);
+                tokenizer_free(t);
+            } else {
+                failed++;
+                EXPECT(strstr(e.msg, path) != NULL, "corrupted %s: message '%s' does not name the file", path, e.msg);
+            }
+        }
+        EXPECT(failed > 0, "corrupted copies of %s were all accepted", srcs[k]);
+        printf("corrupted copies of %s: %d loaded, %d rejected\n", strrchr(srcs[k], '/') + 1, loaded, failed);
+        free(text);
+    }
+}
+
 int main(int argc, char **argv) {
     uint64_t seed = test_seed(argc, argv, 5);
     struct rng r;
@@ -544,5 +589,6 @@ int main(int argc, char **argv) {
     test_gguf();
     test_chat();
     test_malformed();
+    test_corrupted(&r);
     return test_finish("tokenizer_test");
 }
