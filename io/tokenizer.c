@@ -616,7 +616,7 @@ static void bpe_word(struct tokenizer *t, const uint8_t *w, size_t n, struct tok
     for (int32_t i = 0; i >= 0; i = next[i]) ids_push(out, sid[i]);
 }
 
-#define CACHE_MAX_IDS (1u << 24)
+#define CACHE_MAX_IDS (1u << 23) /* the cache packs (offset << 8 | count) into 32 bits */
 #define CACHE_MAX_WORD 256
 
 static void cache_reset(struct tokenizer *t) {
@@ -634,14 +634,16 @@ static void emit_word(struct tokenizer *t, const char *w, size_t n, size_t base,
     uint32_t val;
     if (n <= CACHE_MAX_WORD && tok_strmap_get(&t->cache, w, n, &val)) {
         uint32_t off = val >> 8, cnt = val & 0xFF;
-        ids_reserve(out, cnt);
-        memcpy(out->ids + out->n, t->cache_ids + off, cnt * sizeof(uint32_t));
-        out->n += cnt;
+        if (cnt) {
+            ids_reserve(out, cnt);
+            memcpy(out->ids + out->n, t->cache_ids + off, cnt * sizeof(uint32_t));
+            out->n += cnt;
+        }
     } else {
         bpe_word(t, (const uint8_t *)w, n, out);
         size_t cnt = out->n - start;
         if (n <= CACHE_MAX_WORD && cnt < 256) {
-            if (t->cache_n + cnt > CACHE_MAX_IDS) cache_reset(t);
+            if (t->cache_n + cnt > CACHE_MAX_IDS || t->cache.n > (1u << 20)) cache_reset(t);
             if (t->cache_n + cnt > t->cache_cap) {
                 size_t cap = t->cache_cap ? t->cache_cap * 2 : 1 << 16;
                 while (cap < t->cache_n + cnt) cap *= 2;
@@ -649,7 +651,7 @@ static void emit_word(struct tokenizer *t, const char *w, size_t n, size_t base,
                 CHECK(t->cache_ids, "out of memory");
                 t->cache_cap = cap;
             }
-            memcpy(t->cache_ids + t->cache_n, out->ids + start, cnt * sizeof(uint32_t));
+            if (cnt) memcpy(t->cache_ids + t->cache_n, out->ids + start, cnt * sizeof(uint32_t));
             char *key = tok_arena_copy(&t->cache_arena, w, n);
             tok_strmap_put(&t->cache, key, n, (uint32_t)(t->cache_n << 8) | (uint32_t)cnt, NULL);
             t->cache_n += cnt;

@@ -372,6 +372,18 @@ static const char *const LLAMA3_SPECIAL[] = {
 };
 #define LLAMA3_N_SPECIAL 256
 
+/* The decimal rank in s[0..n): all digits, < 2^24; -1 otherwise. (Not strtol: the text is
+ * one big buffer, not a string per line.) */
+static long parse_rank(const char *s, size_t n) {
+    if (n == 0 || n > 8) return -1;
+    long r = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9') return -1;
+        r = 10 * r + (s[i] - '0');
+    }
+    return r < (1L << 24) ? r : -1;
+}
+
 static int looks_like_tiktoken(const char *text, size_t len) {
     size_t i = 0;
     while (i < len && b64_value((unsigned char)text[i]) >= 0) i++;
@@ -393,9 +405,8 @@ static struct tokenizer *load_tiktoken(const char *path, const char *text, size_
         size_t end = j > i && text[j - 1] == '\r' ? j - 1 : j;
         if (end > i) {
             const char *sp = memchr(text + i, ' ', end - i);
-            char *stop = NULL;
-            long r = sp ? strtol(sp + 1, &stop, 10) : -1;
-            if (!sp || stop != text + end || r < 0 || r >= (1L << 24)) {
+            long r = sp ? parse_rank(sp + 1, (size_t)(text + end - sp - 1)) : -1;
+            if (r < 0) {
                 io_fail(e, "%s: line %zu is not '<base64 token> <rank>'", path, lines + 1);
                 return NULL;
             }
@@ -429,7 +440,7 @@ static struct tokenizer *load_tiktoken(const char *path, const char *text, size_
                 goto fail;
             }
             size_t sl = tok_bytelevel_encode(str, bytes, (size_t)n);
-            if (tok_set(t, (uint32_t)strtol(sp + 1, NULL, 10), str, sl, (const char *)bytes, (size_t)n, 0, path, e))
+            if (tok_set(t, (uint32_t)parse_rank(sp + 1, (size_t)(text + end - sp - 1)), str, sl, (const char *)bytes, (size_t)n, 0, path, e))
                 goto fail;
         }
         i = j + 1;

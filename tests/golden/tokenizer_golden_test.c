@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cJSON.h"
 #include "io/error.h"
@@ -223,9 +224,51 @@ static void cache_path(char *buf, size_t cap, const char *rel) {
     else snprintf(buf, cap, "%s/.cache/refine/%s", home ? home : ".", rel);
 }
 
-int main(void) {
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* --bench: encode ≥ 10 MB (the cached KJV corpus repeated) with each tokenizer, one thread. */
+static void bench(void) {
+    char path[1200];
+    cache_path(path, sizeof path, "corpus/kjv.txt");
+    char *text;
+    size_t len;
+    struct io_err e;
+    if (read_file_text(&text, &len, path, 1u << 30, &e)) io_exit(&e);
+    size_t reps = (10u << 20) / len + 1, n = reps * len;
+    char *big = malloc(n);
+    for (size_t r = 0; r < reps; r++) memcpy(big + r * len, text, len);
+    free(text);
+    const char *paths[2] = {DATA "smollm2", NULL};
+    char l3[1200];
+    cache_path(l3, sizeof l3, "tokenizers/llama3.tiktoken");
+    paths[1] = l3;
+    for (int k = 0; k < 2; k++) {
+        double t0 = now_s();
+        struct tokenizer *t = tokenizer_load(paths[k], &e);
+        if (!t) io_exit(&e);
+        double t1 = now_s();
+        struct tok_ids ids = {0};
+        tokenizer_encode(t, big, n, 0, &ids);
+        double t2 = now_s();
+        printf("bench %s: load %.2f s; encode %.1f MB -> %zu ids in %.2f s (%.1f MB/s)\n", paths[k], t1 - t0,
+               (double)n / 1e6, ids.n, t2 - t1, (double)n / 1e6 / (t2 - t1));
+        tok_ids_free(&ids);
+        tokenizer_free(t);
+    }
+    free(big);
+}
+
+int main(int argc, char **argv) {
     load_data();
     struct io_err e;
+    if (test_has_flag(argc, argv, "--bench")) {
+        bench();
+        return 0;
+    }
 
     struct tokenizer *smol = tokenizer_load(DATA "smollm2", &e);
     EXPECT(smol != NULL, "smollm2: %s", smol ? "" : e.msg);
