@@ -33,6 +33,7 @@
 #include "io/config.h"
 #include "io/file.h"
 #include "io/gguf.h"
+#include "io/model_files.h"
 #include "ref/adamw.h"
 #include "ref/llama.h"
 #include "tests/common/compare.h"
@@ -108,7 +109,7 @@ static void run_case(const char *model, const char *mode) {
     o.alpha = 8.0;
     o.targets = LLAMA_ALL_TARGETS;
 
-    struct golden gin, gm, gf, gq;
+    struct golden gin, gf, gq;
     snprintf(path, sizeof path, DIR "%s/inputs.safetensors", model);
     golden_open(&gin, path);
     int64_t shp[2] = {2, 24};
@@ -127,8 +128,14 @@ static void run_case(const char *model, const char *mode) {
     struct llama_tensor *ts = calloc((size_t)nt, sizeof *ts);
     ref_llama_tensors(ts, &cfg, &o, &w, &a);
 
-    snprintf(path, sizeof path, DIR "%s/model.safetensors", model);
-    golden_open(&gm, path);
+    /* the base model through io/: config.json + model.safetensors (BF16, exact values) */
+    struct model_files mf;
+    snprintf(path, sizeof path, DIR "%s", model);
+    if (model_files_open(&mf, path, &e) != 0 || ref_llama_weights_load(&w, &mf, &e) != 0) {
+        test_fail("%s: %s", path, e.msg);
+        return;
+    }
+    model_files_close(&mf);
     snprintf(path, sizeof path, DIR "%s/%s.safetensors", model, mode);
     golden_open(&gf, path);
     if (quant) {
@@ -142,13 +149,9 @@ static void run_case(const char *model, const char *mode) {
             continue;
         }
         snprintf(prefixed, sizeof prefixed, "base.%s", ts[i].name);
-        if (quant && golden_has(&gq, prefixed))
-            load_into(&gq, prefixed, ts[i].data, &ts[i]); /* the dequantized NF4 weight */
-        else
-            load_into(&gm, ts[i].name, ts[i].data, &ts[i]);
+        if (quant && golden_has(&gq, prefixed)) load_into(&gq, prefixed, ts[i].data, &ts[i]); /* dequantized NF4 */
     }
     if (quant) golden_close(&gq);
-    golden_close(&gm);
 
     struct tol tol = tolerances(&cfg);
     struct llama_model m;
