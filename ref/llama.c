@@ -138,6 +138,33 @@ void ref_llama_adapters_free(struct llama_adapters *a, const struct model_config
     a->layers = NULL;
 }
 
+static int load_one(float *dst, const struct model_source *s, enum model_weight kind, int layer, struct io_err *e) {
+    if (model_source_is_bnb(s, kind, layer)) {
+        char name[96];
+        model_weight_name(name, sizeof name, kind, layer);
+        return io_fail(e, "%s: %s is bitsandbytes 4-bit: dequantize it with ref/nf4", s->path, name);
+    }
+    return model_source_weight_f32(s, kind, layer, dst, e);
+}
+
+int ref_llama_weights_load(struct llama_weights *w, const struct model_source *s, struct io_err *e) {
+    static const enum model_weight kinds[LLAMA_N_LINEAR] = {MW_Q, MW_K, MW_V, MW_O, MW_GATE, MW_UP, MW_DOWN};
+    static const enum model_weight bias_kinds[3] = {MW_Q_BIAS, MW_K_BIAS, MW_V_BIAS};
+    const struct model_config *c = &s->config;
+    if (load_one(w->embed, s, MW_EMBED, 0, e) != 0 || load_one(w->final_norm, s, MW_FINAL_NORM, 0, e) != 0) return -1;
+    if (!c->tie_word_embeddings && load_one(w->lm_head, s, MW_LM_HEAD, 0, e) != 0) return -1;
+    for (int l = 0; l < c->L; l++) {
+        struct llama_layer *ly = &w->layers[l];
+        if (load_one(ly->attn_norm, s, MW_ATTN_NORM, l, e) != 0 || load_one(ly->mlp_norm, s, MW_MLP_NORM, l, e) != 0)
+            return -1;
+        for (int t = 0; t < LLAMA_N_LINEAR; t++) {
+            if (load_one(ly->w[t], s, kinds[t], l, e) != 0) return -1;
+            if (t < 3 && ly->bias[t] && load_one(ly->bias[t], s, bias_kinds[t], l, e) != 0) return -1;
+        }
+    }
+    return 0;
+}
+
 static void add_tensor(struct llama_tensor *list, int *n, const char *name, float *data, int ndim, int64_t d0,
                        int64_t d1, int trainable) {
     if (list) {
