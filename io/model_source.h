@@ -17,6 +17,7 @@
 #include "io/error.h"
 #include "io/gguf.h"
 #include "io/model_files.h"
+#include "io/tokenizer.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -44,6 +45,16 @@ const struct bnb4_weight *model_source_bnb(const struct model_source *s, enum mo
 /* fp32 copy (shape[0]·shape[1] floats); -1 with a message for bnb storage or a read error. */
 int model_source_weight_f32(const struct model_source *s, enum model_weight kind, int layer, float *out,
                             struct io_err *e);
+
+/* The model's tokenizer: <dir>/tokenizer.json (with tokenizer_config.json beside it) for an HF
+ * folder, the tokenizer.ggml.* metadata (and tokenizer.chat_template) for a GGUF file. NULL with
+ * *e set when there is none or it cannot be read. */
+struct tokenizer *model_source_tokenizer(const struct model_source *s, struct io_err *e);
+
+/* SHA-256 (hex) of what defines the tokenizer: the tokenizer.json (+ tokenizer_config.json)
+ * bytes, or the GGUF tokenizer metadata (model, pre, tokens, types, merges, special ids, add_bos,
+ * chat template). Token caches are keyed by it. */
+int model_source_tokenizer_identity(const struct model_source *s, char hex[65], struct io_err *e);
 
 #ifdef __cplusplus
 }

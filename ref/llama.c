@@ -224,7 +224,7 @@ static size_t adapter_ws_floats(const struct model_config *c, const struct llama
         int co, ci;
         ref_llama_linear_shape(c, (enum llama_linear)t, &co, &ci);
         size_t n = o->mode == LLAMA_LORA ? ref_lora_backward_workspace_size(N, o->R)
-                                         : ref_dora_backward_workspace_size(N, o->R);
+                                         : ref_dora_backward_workspace_size(N, co, o->R);
         if (n > most) most = n;
     }
     return most;

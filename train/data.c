@@ -176,6 +176,7 @@ static int jsonl_line(const char *path, int lineno, const char *line, size_t len
             const cJSON *it = cJSON_GetArrayItem(msgs, i);
             m[i].role = json_string(it, "role");
             m[i].content = json_string(it, "content");
+            m[i].content_len = m[i].content ? strlen(m[i].content) : 0;
             if (!m[i].role || !m[i].content) {
                 io_fail(e, "%s:%d: message %d needs string \"role\" and \"content\"", path, lineno, i);
                 ok = 0;

@@ -41,6 +41,7 @@
 #include <stdint.h>
 
 #include "io/error.h"
+#include "io/tokenizer.h" /* struct chat_message */
 #include "train/loop.h"
 
 #ifdef __cplusplus
@@ -58,11 +59,6 @@ struct token_vec {
 
 int token_vec_push(struct token_vec *t, uint32_t word, struct io_err *e);
 void token_vec_free(struct token_vec *t);
-
-struct chat_message {
-    const char *role; /* "system", "user", "assistant" */
-    const char *content;
-};
 
 /* How text becomes tokens: the trainer adapts the model's tokenizer (io/tokenizer.h); tests use
  * small synthetic encoders. encode and encode_chat APPEND words to out: encode marks every token

@@ -8,6 +8,7 @@
 
 #include "io/file.h"
 #include "io/model_files.h"
+#include "io/peft.h"
 #include "io/safetensors.h"
 
 static int find_tensor(const struct train_engine *eng, const char *name, struct engine_tensor *info) {
@@ -143,5 +144,60 @@ int export_merged(const char *dir, const struct model_config *c, const struct tr
     for (int i = 0; ts && i < n; i++) free((void *)ts[i].data);
     free(ts);
     free(names);
+    return rc;
+}
+
+int export_peft_adapter(const char *dir, const struct train_options *o, const struct model_config *c,
+                        const struct train_engine *eng, const char *base_model, struct io_err *e) {
+    static const enum model_weight kinds[TARGET_COUNT] = {MW_Q, MW_K, MW_V, MW_O, MW_GATE, MW_UP, MW_DOWN};
+    const int dora = o->method == METHOD_DORA || o->method == METHOD_QDORA;
+    struct peft_config pc;
+    memset(&pc, 0, sizeof pc);
+    pc.r = o->rank;
+    pc.lora_alpha = o->alpha;
+    pc.lora_dropout = o->dropout;
+    pc.use_rslora = o->scaling == SCALING_RSLORA;
+    pc.use_dora = dora;
+    for (int t = 0; t < TARGET_COUNT; t++)
+        if (o->targets & (1u << t)) pc.targets |= 1u << kinds[t];
+    snprintf(pc.base_model, sizeof pc.base_model, "%s", base_model ? base_model : "");
+    struct peft_module *mods = (struct peft_module *)calloc((size_t)c->L * TARGET_COUNT, sizeof *mods);
+    float **owned = (float **)calloc((size_t)c->L * TARGET_COUNT * 3, sizeof *owned);
+    int n = 0, n_owned = 0, rc = 0;
+    if (!mods || !owned) rc = io_fail(e, "export: out of memory");
+    for (int l = 0; l < c->L && rc == 0; l++)
+        for (int t = 0; t < TARGET_COUNT && rc == 0; t++) {
+            if (!(o->targets & (1u << t))) continue;
+            int64_t shape[2];
+            model_weight_shape(shape, c, kinds[t]);
+            char wname[112], key[200];
+            model_weight_name(wname, sizeof wname, kinds[t], l);
+            const int mlen = (int)(strlen(wname) - strlen(".weight"));
+            struct peft_module *m = &mods[n];
+            m->kind = kinds[t];
+            m->layer = l;
+            m->out = shape[0];
+            m->in = shape[1];
+            float *a = NULL, *b = NULL, *mag = NULL;
+            snprintf(key, sizeof key, "%.*s.lora_A.weight", mlen, wname);
+            int g = read_param(eng, key, (int64_t)o->rank * shape[1], &a, e);
+            if (g == 0) {
+                snprintf(key, sizeof key, "%.*s.lora_B.weight", mlen, wname);
+                g = read_param(eng, key, shape[0] * o->rank, &b, e);
+            }
+            if (g == 0 && dora) {
+                snprintf(key, sizeof key, "%.*s.lora_magnitude_vector", mlen, wname);
+                g = read_param(eng, key, shape[0], &mag, e);
+            }
+            if (g > 0) g = io_fail(e, "export: the engine has no adapter tensor %s", key);
+            owned[n_owned++] = a, owned[n_owned++] = b, owned[n_owned++] = mag;
+            m->lora_a = a, m->lora_b = b, m->magnitude = mag;
+            rc = g;
+            n++;
+        }
+    if (rc == 0) rc = peft_write(dir, &pc, mods, n, e);
+    for (int i = 0; i < n_owned; i++) free(owned[i]);
+    free(owned);
+    free(mods);
     return rc;
 }

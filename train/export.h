@@ -21,10 +21,17 @@
 #include "io/config.h"
 #include "io/error.h"
 #include "train/engine.h"
+#include "train/options.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The PEFT adapter folder (io/peft.h: adapter_config.json + adapter_model.safetensors) from the
+ * engine's adapter tensors and the run's options (rank, alpha, rsLoRA, dropout, DoRA, targets).
+ * base_model: base_model_name_or_path to record ("" writes null). */
+int export_peft_adapter(const char *dir, const struct train_options *o, const struct model_config *c,
+                        const struct train_engine *eng, const char *base_model, struct io_err *e);
 
 /* scale: the adapter's s (ignored for full fine-tuning, where full = 1). */
 int export_merged(const char *dir, const struct model_config *c, const struct train_engine *eng, int full,

@@ -262,6 +262,35 @@ static void test_bf16(void) {
     free_problem(&p);
 }
 
+/* A micro-batch whose labels are all ignored (the batch has valid labels elsewhere): its loss
+ * contribution is 0, dhidden is 0 and dW is untouched; an empty micro-batch (N = 0) too. */
+static void test_all_ignored(void) {
+    const int N = 4, C = 5, V = 9;
+    struct problem p;
+    make_problem(&p, N, C, V, 1.0, ACT_F32, g_seed + 29);
+    for (int n = 0; n < N; n++) p.y[n] = REF_IGNORE_INDEX;
+    void *ws = malloc(ref_cross_entropy_fused_workspace_size(3, 4, C));
+    float dh[20], dw[45], dw0[45];
+    for (int j = 0; j < 45; j++) dw[j] = dw0[j] = (float)j * 0.5f;
+    for (int j = 0; j < 20; j++) dh[j] = 1.0f;
+    double l = -1;
+    ref_cross_entropy_fused(&l, dh, dw, p.h, p.w, p.y, N, C, V, 7, 1.0f, 3, 4, ACT_F32, ws);
+    EXPECT(l == 0.0, "all-ignored micro-batch loss %.9g, expected 0", l);
+    int nz = 0;
+    for (int j = 0; j < 20; j++) nz += dh[j] != 0.0f;
+    EXPECT(nz == 0, "%d dhidden entries of ignored rows are not 0", nz);
+    struct cmp_case cw = {"cross_entropy_fused", "dW after an all-ignored micro-batch", "N=4 C=5 V=9", "f32", g_seed};
+    cmp_exact_f32(&cw, dw, dw0, 45);
+    l = -1;
+    ref_cross_entropy_fused(&l, dh, dw, p.h, p.w, p.y, 0, C, V, 7, 1.0f, 3, 4, ACT_F32, ws);
+    EXPECT(l == 0.0, "empty micro-batch loss %.9g, expected 0", l);
+    float lse[4];
+    ref_cross_entropy_forward(&l, lse, p.h, p.y, N, C, 3); /* plain form, logits = h (N, C = V') */
+    EXPECT(l == 0.0, "plain all-ignored loss %.9g, expected 0", l);
+    free(ws);
+    free_problem(&p);
+}
+
 struct fd_plain {
     int N, V;
     int64_t nv;
@@ -330,6 +359,7 @@ int main(int argc, char **argv) {
     test_softmax_rows(7, 129);
     test_softmax_rows(3, 1000);
     test_bf16();
+    test_all_ignored();
     test_gradients(5, 3, 11);
     test_gradients(9, 7, 19);
     return test_finish("cross_entropy_test");
