@@ -211,8 +211,8 @@ static size_t take(size_t *top, size_t n) {
     return at;
 }
 
-static int n_chunk(const struct llama_options *o) { return o->ce_n_chunk > 0 ? o->ce_n_chunk : 64; }
-static int v_chunk(const struct llama_options *o) { return o->ce_v_chunk > 0 ? o->ce_v_chunk : 256; }
+static int n_chunk(const struct llama_options *o) { return o->ce_n_chunk > 0 ? o->ce_n_chunk : o->blas ? 256 : 64; }
+static int v_chunk(const struct llama_options *o) { return o->ce_v_chunk > 0 ? o->ce_v_chunk : o->blas ? 4096 : 256; }
 static int block_q(const struct llama_options *o) { return o->attn_block_q > 0 ? o->attn_block_q : 16; }
 static int block_k(const struct llama_options *o) { return o->attn_block_k > 0 ? o->attn_block_k : 16; }
 
@@ -296,7 +296,8 @@ void ref_llama_init(struct llama_model *m, const struct model_config *c, const s
     s += 3 * ((N * F + 3) & ~(size_t)3);
     s += (ref_attention_flash_backward_workspace_size(B, T, c->H) + 3) & ~(size_t)3;
     s += (adapter_ws_floats(c, o, (int)N) + 3) & ~(size_t)3;
-    s += ((ref_cross_entropy_fused_workspace_size(n_chunk(o), v_chunk(o), c->C) + 3) / 4 + 3) & ~(size_t)3;
+    s += (((o->blas ? ref_cross_entropy_fused_blas_workspace_size(n_chunk(o), v_chunk(o), c->C)
+                  : ref_cross_entropy_fused_workspace_size(n_chunk(o), v_chunk(o), c->C)) + 3) / 4 + 3) & ~(size_t)3;
     m->scratch_floats = s;
     m->scratch = take(&top, s);
     m->total = top;
@@ -500,7 +501,7 @@ double ref_llama_forward(const struct llama_model *m, const struct llama_weights
     struct scratch sc;
     scratch_set(&sc, m, slab);
     double loss = 0.0;
-    ref_cross_entropy_fused(&loss, NULL, NULL, nf, w->lm_head, batch->targets, N, c->C, c->V, n_valid(m, batch), 1.0f,
+    (m->opt.blas ? ref_cross_entropy_fused_blas : ref_cross_entropy_fused)(&loss, NULL, NULL, nf, w->lm_head, batch->targets, N, c->C, c->V, n_valid(m, batch), 1.0f,
                             n_chunk(&m->opt), v_chunk(&m->opt), m->opt.act, sc.ce_ws);
     return loss;
 }
@@ -519,7 +520,7 @@ void ref_llama_backward(const struct llama_model *m, const struct llama_weights 
     scratch_set(&sc, m, slab);
 
     /* loss → d nf (in sc.dn) and the lm_head gradient (tied: into the embedding's, first) */
-    ref_cross_entropy_fused(NULL, sc.dn, grads ? grads->lm_head : NULL, slab + m->nf, w->lm_head, batch->targets, N,
+    (m->opt.blas ? ref_cross_entropy_fused_blas : ref_cross_entropy_fused)(NULL, sc.dn, grads ? grads->lm_head : NULL, slab + m->nf, w->lm_head, batch->targets, N,
                             c->C, c->V, n_valid(m, batch), grad_scale, n_chunk(&m->opt), v_chunk(&m->opt), act,
                             sc.ce_ws);
     ref_rmsnorm_backward(sc.G, grads ? grads->final_norm : NULL, sc.dn, x_in(m, slab, c->L), w->final_norm,
