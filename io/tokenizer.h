@@ -7,8 +7,10 @@
  *   1. Added/special tokens are matched in the raw text first (leftmost, longest at a position);
  *      the text between them is tokenized by steps 2–4, the matched tokens map to their ids.
  *      With TOKENIZER_SPLIT_SPECIAL they are not matched: "<|eot_id|>" in user data is plain text.
- *   2. Pre-tokenization splits each text segment into words: the Split regex (PCRE2, UTF mode,
- *      invalid UTF-8 tolerated: bytes that are not UTF-8 are matched as non-letters), the
+ *   2. Pre-tokenization splits each text segment into words: the Split regex (PCRE2, UTF and
+ *      UCP mode, \s widened to Unicode White_Space; bytes that are not valid UTF-8 are never
+ *      matched, so each run of them becomes a word of its own — the references accept only
+ *      valid UTF-8, this keeps any input encodable and decodable), the
  *      ByteLevel pre-tokenizer's GPT-2 regex when its use_regex is true, and Digits
  *      (individual_digits). behavior "Isolated" only (what every Llama-family tokenizer uses).
  *   3. ByteLevel mapping: every byte of a word becomes one printable code point (GPT-2's
@@ -18,12 +20,15 @@
  *      adjacent pairs (leftmost first on ties), until no pair has a merge. Merges come from the
  *      "merges" list (either ["a","b"] pairs or legacy "a b" strings), or for tiktoken from the
  *      ranks themselves (the pair (a,b) has rank rank(a‖b) when a‖b is in the table).
+ *      A byte with no single-byte token in the vocabulary (SmolLM2 lacks 21, e.g. 0x04) is
+ *      dropped, as HF's BPE does when unk_token is null.
  *   5. TOKENIZER_ADD_BOS prepends the BOS id (the TemplateProcessing post-processor's
  *      "single" template with a leading special token, or tokenizer_config / GGUF add_bos).
  * Decode is the inverse mapping: ids → vocabulary strings → bytes (ByteLevel decoder); added
  * tokens decode to their content. decode(encode(x)) == x for every byte string x (invalid UTF-8
- * included) when encode did not add BOS. Decoding is per byte: a token may end inside a UTF-8
- * sequence, so decoding a prefix of ids can yield an incomplete character.
+ * included) when encode did not add BOS and the vocabulary has all 256 bytes. Decoding is per
+ * byte: a token may end inside a UTF-8 sequence, so decoding a prefix of ids can yield an
+ * incomplete character.
  *
  * Supported tokenizer.json: model.type "BPE" with byte_fallback false, no dropout, no
  * continuing_subword_prefix / end_of_word_suffix (empty strings are accepted); normalizer null;
@@ -108,8 +113,9 @@ uint32_t tokenizer_vocab_size(const struct tokenizer *t);
 /* -1 when the tokenizer has none. */
 int64_t tokenizer_bos_id(const struct tokenizer *t);
 int64_t tokenizer_eos_id(const struct tokenizer *t);
-/* Whether the tokenizer's own configuration prepends BOS (HF post-processor / add_bos_token,
- * GGUF add_bos_token, tiktoken Llama 3: yes). The data pipeline passes TOKENIZER_ADD_BOS when
+/* Whether the tokenizer's own configuration prepends BOS (HF TemplateProcessing post-processor
+ * or tokenizer_config add_bos_token; without either, yes when the vocabulary has
+ * <|begin_of_text|>, as Meta's Llama 3 releases do; GGUF add_bos_token; tiktoken Llama 3: yes). The data pipeline passes TOKENIZER_ADD_BOS when
  * this is 1. */
 int tokenizer_adds_bos(const struct tokenizer *t);
 /* The id of a token given by its exact string (for added/special tokens their content, e.g.
@@ -160,7 +166,8 @@ int tokenizer_decode(const struct tokenizer *t, const uint32_t *ids, size_t n, i
 
 enum chat_template_kind {
     CHAT_TEMPLATE_NONE = 0,
-    /* Meta Llama 3 instruct: <|begin_of_text|> then per message
+    /* Meta Llama 3 instruct (recognized by <|start_header_id|> in the template; the dated system
+     * header of Llama 3.1+ templates is not reproduced): <|begin_of_text|> then per message
      *   <|start_header_id|>{role}<|end_header_id|>\n\n{content, whitespace-trimmed}<|eot_id|>
      * and, with CHAT_ADD_GENERATION_PROMPT, <|start_header_id|>assistant<|end_header_id|>\n\n. */
     CHAT_TEMPLATE_LLAMA3 = 1,
@@ -202,7 +209,8 @@ void chat_tokens_free(struct chat_tokens *c);
 /* Renders messages[0..n_messages) with the tokenizer's chat template and tokenizes the result
  * exactly as HF tokenizer.apply_chat_template(messages, tokenize=True) does (the rendered text
  * is encoded in one pass, special tokens matched, no extra BOS). Special-token strings inside
- * message content are NOT matched (they stay text), so data cannot forge turns. Overwrites *out.
+ * message content are NOT matched (they stay text), so data cannot forge turns. Overwrites *out
+ * (which must be zeroed or hold an earlier result: its arrays are freed first).
  * Returns -1 with *e set when the tokenizer has no chat template or a role is empty. */
 int tokenizer_apply_chat(struct tokenizer *t, const struct chat_message *messages,
                          size_t n_messages, int flags, struct chat_tokens *out,

@@ -24,9 +24,9 @@ void ref_adamw_step(float *param, float *m, float *v, const float *grad, int64_t
     for (int64_t j = 0; j < n; j++) {
         float p = param[j], g = grad[j];
         if (hp->weight_decay != 0.0) p = p * decay;     /* 1. param.mul_(1 - lr*wd) */
-        float mj = m[j] + w1 * (g - m[j]);               /* 2. exp_avg.lerp_(grad, 1 - beta1) */
+        float mj = fmaf(w1, g - m[j], m[j]);             /* 2. exp_avg.lerp_(grad, 1 - beta1) */
         float vj = v[j] * b2;                            /* 3. exp_avg_sq.mul_(beta2) */
-        vj = vj + (w2 * g) * g;                          /*    .addcmul_(grad, grad, value=1 - beta2) */
+        vj = fmaf(w2 * g, g, vj);                        /*    .addcmul_(grad, grad, value=1 - beta2) */
         float denom = sqrtf(vj) / bc2_sqrt + eps;        /* 5. (sqrt(v) / bc2_sqrt).add_(eps) */
         p = p + (neg_step_size * mj) / denom;            /* 6. param.addcdiv_(m, denom, value=-step_size) */
         param[j] = p;

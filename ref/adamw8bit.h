@@ -48,8 +48,9 @@ extern "C" {
 
 enum adamw8bit_variant { ADAMW8BIT_BNB_CUDA = 0, ADAMW8BIT_BNB_CPU = 1 };
 
+/* Python floats (double) as the optimizer holds them; the CUDA kernels receive them as float. */
 struct adamw8bit_hparams {
-    float lr, beta1, beta2, eps, weight_decay, gnorm_scale;
+    double lr, beta1, beta2, eps, weight_decay, gnorm_scale;
     int min_8bit_size;
     enum adamw8bit_variant variant;
 };

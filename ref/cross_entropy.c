@@ -3,6 +3,7 @@
  * logsumexp. Statistics and GEMM sums in double, in index order. */
 #include "ref/cross_entropy.h"
 
+#include <cblas.h>
 #include <math.h>
 #include <string.h>
 
@@ -95,9 +96,22 @@ static void logits_tile(double *tile, const float *hidden, const float *w, int n
     }
 }
 
-void ref_cross_entropy_fused(double *loss, float *dhidden, float *dw, const float *hidden, const float *w,
-                             const int32_t *labels, int N, int C, int V, int64_t n_valid_total, float grad_scale,
-                             int n_chunk, int v_chunk, enum act_dtype act, void *workspace) {
+size_t ref_cross_entropy_fused_blas_workspace_size(int n_chunk, int v_chunk, int C) {
+    return ref_cross_entropy_fused_workspace_size(n_chunk, v_chunk, C) +
+           sizeof(float) * ((size_t)n_chunk * (size_t)v_chunk + (size_t)n_chunk * (size_t)C);
+}
+
+/* The logits tile through sgemm (fp32 accumulation), then act() and widened to double. */
+static void logits_tile_blas(double *tile, float *ftile, const float *hidden, const float *w, int n0, int nc, int v0,
+                             int vc, int C, enum act_dtype act) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nc, vc, C, 1.0f, hidden + (int64_t)n0 * C, C,
+                w + (int64_t)v0 * C, C, 0.0f, ftile, vc);
+    for (int64_t k = 0; k < (int64_t)nc * vc; k++) tile[k] = act_round(ftile[k], act);
+}
+
+static void fused_core(double *loss, float *dhidden, float *dw, const float *hidden, const float *w,
+                       const int32_t *labels, int N, int C, int V, int64_t n_valid_total, float grad_scale,
+                       int n_chunk, int v_chunk, enum act_dtype act, void *workspace, int blas) {
     CHECK(C >= 1 && n_chunk >= 1 && v_chunk >= 1, "C=%d n_chunk=%d v_chunk=%d", C, n_chunk, v_chunk);
     CHECK(((uintptr_t)workspace & 7u) == 0, "the workspace must be 8-byte aligned");
     check_args(labels, N, V, n_valid_total);
@@ -105,6 +119,8 @@ void ref_cross_entropy_fused(double *loss, float *dhidden, float *dw, const floa
     double *m = tile + (size_t)n_chunk * (size_t)v_chunk;
     double *s = m + n_chunk, *zy = s + n_chunk, *lse = zy + n_chunk;
     double *dacc = lse + n_chunk;
+    float *ftile = (float *)(dacc + (size_t)n_chunk * (size_t)C); /* blas only */
+    float *ftmp = ftile + (size_t)n_chunk * (size_t)v_chunk;
     const double gw = (double)grad_scale / (double)n_valid_total;
     const int want_grad = dhidden != NULL || dw != NULL;
     double sum = 0.0;
@@ -115,7 +131,8 @@ void ref_cross_entropy_fused(double *loss, float *dhidden, float *dw, const floa
         for (int i = 0; i < nc; i++) m[i] = -INFINITY, s[i] = 0.0, zy[i] = 0.0;
         for (int v0 = 0; v0 < V; v0 += v_chunk) {
             const int vc = V - v0 < v_chunk ? V - v0 : v_chunk;
-            logits_tile(tile, hidden, w, n0, nc, v0, vc, C, act);
+            if (blas) logits_tile_blas(tile, ftile, hidden, w, n0, nc, v0, vc, C, act);
+            else logits_tile(tile, hidden, w, n0, nc, v0, vc, C, act);
             for (int i = 0; i < nc; i++) {
                 const double *z = tile + (int64_t)i * vc;
                 double mt = m[i];
@@ -137,7 +154,8 @@ void ref_cross_entropy_fused(double *loss, float *dhidden, float *dw, const floa
         if (dhidden != NULL) memset(dacc, 0, sizeof(double) * (size_t)nc * (size_t)C);
         for (int v0 = 0; v0 < V; v0 += v_chunk) {
             const int vc = V - v0 < v_chunk ? V - v0 : v_chunk;
-            logits_tile(tile, hidden, w, n0, nc, v0, vc, C, act);
+            if (blas) logits_tile_blas(tile, ftile, hidden, w, n0, nc, v0, vc, C, act);
+            else logits_tile(tile, hidden, w, n0, nc, v0, vc, C, act);
             for (int i = 0; i < nc; i++) { /* the tile becomes dz in place */
                 double *z = tile + (int64_t)i * vc;
                 int32_t y = labels[n0 + i];
@@ -149,6 +167,18 @@ void ref_cross_entropy_fused(double *loss, float *dhidden, float *dw, const floa
                     double p = exp(z[j] - lse[i]);
                     z[j] = act_round((float)(gw * (p - (v0 + j == y ? 1.0 : 0.0))), act);
                 }
+            }
+            if (blas) {
+                for (int64_t k = 0; k < (int64_t)nc * vc; k++) ftile[k] = (float)tile[k];
+                if (dhidden != NULL) { /* dacc += dz·W[v0..] through sgemm, widened per chunk */
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nc, C, vc, 1.0f, ftile, vc,
+                                w + (int64_t)v0 * C, C, 0.0f, ftmp, C);
+                    for (int64_t k = 0; k < (int64_t)nc * C; k++) dacc[k] += (double)ftmp[k];
+                }
+                if (dw != NULL) /* dW[v0..] += dzᵀ·h */
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, vc, C, nc, 1.0f, ftile, vc,
+                                hidden + (int64_t)n0 * C, C, 1.0f, dw + (int64_t)v0 * C, C);
+                continue;
             }
             if (dhidden != NULL) /* dacc[i,:] += Σ_j dz[i,j]·W[v0+j,:], v in increasing order */
                 for (int i = 0; i < nc; i++) {
@@ -176,4 +206,18 @@ void ref_cross_entropy_fused(double *loss, float *dhidden, float *dw, const floa
                     dhidden[(int64_t)(n0 + i) * C + c] = act_round((float)dacc[(int64_t)i * C + c], act);
     }
     if (loss != NULL) *loss = sum / (double)n_valid_total;
+}
+
+void ref_cross_entropy_fused(double *loss, float *dhidden, float *dw, const float *hidden, const float *w,
+                             const int32_t *labels, int N, int C, int V, int64_t n_valid_total, float grad_scale,
+                             int n_chunk, int v_chunk, enum act_dtype act, void *workspace) {
+    fused_core(loss, dhidden, dw, hidden, w, labels, N, C, V, n_valid_total, grad_scale, n_chunk, v_chunk, act,
+               workspace, 0);
+}
+
+void ref_cross_entropy_fused_blas(double *loss, float *dhidden, float *dw, const float *hidden, const float *w,
+                                  const int32_t *labels, int N, int C, int V, int64_t n_valid_total, float grad_scale,
+                                  int n_chunk, int v_chunk, enum act_dtype act, void *workspace) {
+    fused_core(loss, dhidden, dw, hidden, w, labels, N, C, V, n_valid_total, grad_scale, n_chunk, v_chunk, act,
+               workspace, 1);
 }

@@ -79,6 +79,16 @@ void ref_cross_entropy_fused(double *loss, float *dhidden, float *dw, const floa
                              const int32_t *labels, int N, int C, int V, int64_t n_valid_total, float grad_scale,
                              int n_chunk, int v_chunk, enum act_dtype act, void *workspace);
 
+/* The same with the three GEMMs (logits tile, dhidden, dW) through OpenBLAS cblas_sgemm: fp32
+ * accumulation in BLAS's order (reproducible on one machine, not bit-identical to the double
+ * form), softmax statistics still in double. The trainer's fast path (ref/llama options.blas).
+ * Workspace: ref_cross_entropy_fused_blas_workspace_size BYTES (the double form's plus an fp32
+ * tile and an (n_chunk, C) fp32 product). */
+size_t ref_cross_entropy_fused_blas_workspace_size(int n_chunk, int v_chunk, int C);
+void ref_cross_entropy_fused_blas(double *loss, float *dhidden, float *dw, const float *hidden, const float *w,
+                                  const int32_t *labels, int N, int C, int V, int64_t n_valid_total,
+                                  float grad_scale, int n_chunk, int v_chunk, enum act_dtype act, void *workspace);
+
 #ifdef __cplusplus
 }
 #endif

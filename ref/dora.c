@@ -5,8 +5,12 @@
 
 #include "io/check.h"
 #include "ref/bf16.h"
+#include "ref/lora.h"
 
 static inline float act_round(float v, enum act_dtype act) { return act == ACT_BF16 ? bf16_round(v) : v; }
+
+/* Column block of the cache-friendly loops (a stack array of doubles). */
+enum { COL_BLOCK = 256 };
 
 static void check_dims(int N, int C_in, int C_out, int R) {
     CHECK(N >= 0 && C_in >= 0 && C_out >= 0 && R > 0, "N=%d C_in=%d C_out=%d R=%d", N, C_in, C_out, R);
@@ -175,31 +179,35 @@ void ref_dora_backward(float *dx, float *dmag, float *dlora_a, float *dlora_b, c
     }
 
     /* dA[r,i] += Σ_n du[n,r]·x_a[n,i] */
-    if (dlora_a != NULL) {
-        for (int r = 0; r < R; r++) {
-            for (int i = 0; i < C_in; i++) {
-                double s = 0.0;
-                for (int n = 0; n < N; n++) s += (double)du[(int64_t)n * R + r] * (double)xa[(int64_t)n * C_in + i];
-                float *d = dlora_a + (int64_t)r * C_in + i;
-                *d = (float)((double)*d + s);
-            }
-        }
-    }
+    if (dlora_a != NULL) ref_adapter_grad_a(dlora_a, du, xa, N, C_in, R);
 
     /* dx[n,i] += mask(Σ_o ((mns−1)·dy[n,o])·W[o,i] + Σ_r du[n,r]·A[r,i]) */
     if (dx != NULL) {
+        /* Columns in blocks of COL_BLOCK, rows of W streamed inside: each element still sums over o
+         * then r in ascending order, so the result is that of the plain triple loop, bit for bit. */
         for (int n = 0; n < N; n++) {
             const float *dyn = dy + (int64_t)n * C_out;
             const float *dun = du + (int64_t)n * R;
-            for (int i = 0; i < C_in; i++) {
-                double s = 0.0;
-                for (int o = 0; o < C_out; o++)
-                    s += (double)((mns[o] - 1.0f) * dyn[o]) * (double)w[(int64_t)o * C_in + i];
-                for (int r = 0; r < R; r++) s += (double)dun[r] * (double)lora_a[(int64_t)r * C_in + i];
-                float t = (float)s;
-                if (keep != NULL) t = keep[(int64_t)n * C_in + i] ? t * keep_scale : 0.0f;
-                float *d = dx + (int64_t)n * C_in + i;
-                *d = act_round(*d + t, act);
+            for (int i0 = 0; i0 < C_in; i0 += COL_BLOCK) {
+                int nb = C_in - i0 < COL_BLOCK ? C_in - i0 : COL_BLOCK;
+                double acc[COL_BLOCK];
+                for (int i = 0; i < nb; i++) acc[i] = 0.0;
+                for (int o = 0; o < C_out; o++) {
+                    double c = (double)((mns[o] - 1.0f) * dyn[o]);
+                    const float *wo = w + (int64_t)o * C_in + i0;
+                    for (int i = 0; i < nb; i++) acc[i] += c * (double)wo[i];
+                }
+                for (int r = 0; r < R; r++) {
+                    double c = (double)dun[r];
+                    const float *ar = lora_a + (int64_t)r * C_in + i0;
+                    for (int i = 0; i < nb; i++) acc[i] += c * (double)ar[i];
+                }
+                for (int i = 0; i < nb; i++) {
+                    int64_t j = (int64_t)n * C_in + i0 + i;
+                    float t = (float)acc[i];
+                    if (keep != NULL) t = keep[j] ? t * keep_scale : 0.0f;
+                    dx[j] = act_round(dx[j] + t, act);
+                }
             }
         }
     }

@@ -138,6 +138,33 @@ void ref_llama_adapters_free(struct llama_adapters *a, const struct model_config
     a->layers = NULL;
 }
 
+static int load_one(float *dst, const struct model_source *s, enum model_weight kind, int layer, struct io_err *e) {
+    if (model_source_is_bnb(s, kind, layer)) {
+        char name[96];
+        model_weight_name(name, sizeof name, kind, layer);
+        return io_fail(e, "%s: %s is bitsandbytes 4-bit: dequantize it with ref/nf4", s->path, name);
+    }
+    return model_source_weight_f32(s, kind, layer, dst, e);
+}
+
+int ref_llama_weights_load(struct llama_weights *w, const struct model_source *s, struct io_err *e) {
+    static const enum model_weight kinds[LLAMA_N_LINEAR] = {MW_Q, MW_K, MW_V, MW_O, MW_GATE, MW_UP, MW_DOWN};
+    static const enum model_weight bias_kinds[3] = {MW_Q_BIAS, MW_K_BIAS, MW_V_BIAS};
+    const struct model_config *c = &s->config;
+    if (load_one(w->embed, s, MW_EMBED, 0, e) != 0 || load_one(w->final_norm, s, MW_FINAL_NORM, 0, e) != 0) return -1;
+    if (!c->tie_word_embeddings && load_one(w->lm_head, s, MW_LM_HEAD, 0, e) != 0) return -1;
+    for (int l = 0; l < c->L; l++) {
+        struct llama_layer *ly = &w->layers[l];
+        if (load_one(ly->attn_norm, s, MW_ATTN_NORM, l, e) != 0 || load_one(ly->mlp_norm, s, MW_MLP_NORM, l, e) != 0)
+            return -1;
+        for (int t = 0; t < LLAMA_N_LINEAR; t++) {
+            if (load_one(ly->w[t], s, kinds[t], l, e) != 0) return -1;
+            if (t < 3 && ly->bias[t] && load_one(ly->bias[t], s, bias_kinds[t], l, e) != 0) return -1;
+        }
+    }
+    return 0;
+}
+
 static void add_tensor(struct llama_tensor *list, int *n, const char *name, float *data, int ndim, int64_t d0,
                        int64_t d1, int trainable) {
     if (list) {
@@ -211,8 +238,8 @@ static size_t take(size_t *top, size_t n) {
     return at;
 }
 
-static int n_chunk(const struct llama_options *o) { return o->ce_n_chunk > 0 ? o->ce_n_chunk : 64; }
-static int v_chunk(const struct llama_options *o) { return o->ce_v_chunk > 0 ? o->ce_v_chunk : 256; }
+static int n_chunk(const struct llama_options *o) { return o->ce_n_chunk > 0 ? o->ce_n_chunk : o->blas ? 256 : 64; }
+static int v_chunk(const struct llama_options *o) { return o->ce_v_chunk > 0 ? o->ce_v_chunk : o->blas ? 4096 : 256; }
 static int block_q(const struct llama_options *o) { return o->attn_block_q > 0 ? o->attn_block_q : 16; }
 static int block_k(const struct llama_options *o) { return o->attn_block_k > 0 ? o->attn_block_k : 16; }
 
@@ -296,7 +323,8 @@ void ref_llama_init(struct llama_model *m, const struct model_config *c, const s
     s += 3 * ((N * F + 3) & ~(size_t)3);
     s += (ref_attention_flash_backward_workspace_size(B, T, c->H) + 3) & ~(size_t)3;
     s += (adapter_ws_floats(c, o, (int)N) + 3) & ~(size_t)3;
-    s += ((ref_cross_entropy_fused_workspace_size(n_chunk(o), v_chunk(o), c->C) + 3) / 4 + 3) & ~(size_t)3;
+    s += (((o->blas ? ref_cross_entropy_fused_blas_workspace_size(n_chunk(o), v_chunk(o), c->C)
+                  : ref_cross_entropy_fused_workspace_size(n_chunk(o), v_chunk(o), c->C)) + 3) / 4 + 3) & ~(size_t)3;
     m->scratch_floats = s;
     m->scratch = take(&top, s);
     m->total = top;
@@ -500,7 +528,7 @@ double ref_llama_forward(const struct llama_model *m, const struct llama_weights
     struct scratch sc;
     scratch_set(&sc, m, slab);
     double loss = 0.0;
-    ref_cross_entropy_fused(&loss, NULL, NULL, nf, w->lm_head, batch->targets, N, c->C, c->V, n_valid(m, batch), 1.0f,
+    (m->opt.blas ? ref_cross_entropy_fused_blas : ref_cross_entropy_fused)(&loss, NULL, NULL, nf, w->lm_head, batch->targets, N, c->C, c->V, n_valid(m, batch), 1.0f,
                             n_chunk(&m->opt), v_chunk(&m->opt), m->opt.act, sc.ce_ws);
     return loss;
 }
@@ -519,7 +547,7 @@ void ref_llama_backward(const struct llama_model *m, const struct llama_weights 
     scratch_set(&sc, m, slab);
 
     /* loss → d nf (in sc.dn) and the lm_head gradient (tied: into the embedding's, first) */
-    ref_cross_entropy_fused(NULL, sc.dn, grads ? grads->lm_head : NULL, slab + m->nf, w->lm_head, batch->targets, N,
+    (m->opt.blas ? ref_cross_entropy_fused_blas : ref_cross_entropy_fused)(NULL, sc.dn, grads ? grads->lm_head : NULL, slab + m->nf, w->lm_head, batch->targets, N,
                             c->C, c->V, n_valid(m, batch), grad_scale, n_chunk(&m->opt), v_chunk(&m->opt), act,
                             sc.ce_ws);
     ref_rmsnorm_backward(sc.G, grads ? grads->final_norm : NULL, sc.dn, x_in(m, slab, c->L), w->final_norm,

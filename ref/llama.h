@@ -60,6 +60,8 @@
 #include <stdint.h>
 
 #include "io/config.h"
+#include "io/error.h"
+#include "io/model_source.h"
 #include "ref/lora.h"
 #include "ref/rope.h"
 #include "ref/shapes.h"
@@ -148,6 +150,13 @@ void ref_llama_weights_alloc(struct llama_weights *w, const struct model_config 
 void ref_llama_weights_free(struct llama_weights *w, const struct model_config *c);
 void ref_llama_adapters_alloc(struct llama_adapters *a, const struct model_config *c, const struct llama_options *o);
 void ref_llama_adapters_free(struct llama_adapters *a, const struct model_config *c);
+
+/* Fills w (from ref_llama_weights_alloc with s->config) from a model opened by io/model_source.h
+ * (an HF folder or a GGUF file): every weight as fp32 in its HF shape (F32, F16, BF16, GGUF
+ * quantized types dequantized by io/gguf); a tied lm_head is the embedding. bitsandbytes 4-bit
+ * linears are not dequantized here (ref/nf4 does that, into w->layers[l].w[t]): they give -1
+ * with a message naming the weight. Returns 0 or -1. */
+int ref_llama_weights_load(struct llama_weights *w, const struct model_source *s, struct io_err *e);
 
 /* The tensors of a model in a fixed order, with their HF / PEFT names: base weights as in an HF
  * checkpoint ("model.layers.0.self_attn.q_proj.weight", "model.norm.weight", "lm_head.weight"

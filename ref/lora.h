@@ -13,7 +13,8 @@
  * caller passes the same mask as `keep` (N, C_in) bytes, 1 = kept, 0 = dropped, and
  * keep_scale = 1.0f / (float)(1 − p) (torch: input · noise with noise = 1/(1−p) in fp32, and
  * grad · noise in backward); keep = NULL when p = 0. x_d must equal x·keep_scale where kept and
- * 0 where dropped.
+ * 0 where dropped: ref_dropout_mask gives `keep` and ref_dropout_forward gives x_d (ref/dropout.h,
+ * scale fp32(1/(1−p)) as here).
  *
  * Forward (torch order: lora_B(lora_A(x_a)) * scaling, then result + that):
  *   u[n,r]  = act( Σ_i x_a[n,i]·A[r,i] )                  u (N, R) OVERWRITTEN, saved for backward
@@ -40,7 +41,7 @@
  * Init (PEFT init_lora_weights=True, reset_lora_parameters): A ~ kaiming_uniform_(a=√5), which
  * is U(−1/√C_in, 1/√C_in) (NUMERICS.md §2.1), B = 0. Our draws come from the caller's uniform
  * generator, not torch's, so the values differ from PEFT's; the distribution is the same:
- *   A[r,i] = (float)((2·uniform01(ctx) − 1) / √C_in) in row-major order, B = 0.
+ *   A[r,i] = (float)((2·uniform01(ctx) − 1)·(1/√C_in)) in double, row-major order; B = 0.
  *
  * Workspace: ref_lora_backward_workspace_size(N, R) floats (du).
  * Shapes: x, x_d (N, C_in); keep (N, C_in) uint8; y, dy (N, C_out); u (N, R); dx (N, C_in).
@@ -81,6 +82,10 @@ void ref_lora_backward(float *dx, float *dlora_a, float *dlora_b, const float *d
                        const float *x_d, const uint8_t *keep, float keep_scale, const float *u,
                        const float *lora_a, const float *lora_b, int N, int C_in, int C_out, int R, float scale,
                        enum act_dtype act, float *workspace);
+
+/* dA[r,i] += Σ_n du[n,r]·x_a[n,i] (double sum in n order), dlora_a (R, C_in), du (N, R),
+ * x_a (N, C_in): the step LoRA and DoRA share. */
+void ref_adapter_grad_a(float *dlora_a, const float *du, const float *xa, int N, int C_in, int R);
 
 #ifdef __cplusplus
 }

@@ -6,17 +6,21 @@
  * Quantize (bnb quantize_4bit, CUDA kQuantizeBlockwise with dQuantizeNF4), x flat of n elements:
  *   blocks of `blocksize` (64 default; 32, 64, 128, 256, 512, 1024, 2048, 4096 allowed), the last
  *   one short when blocksize ∤ n; n_blocks = ceil(n / blocksize);
- *   absmax[b] = max |x| over the block (fp32; fmaxf, so a NaN element does not enter it);
+ *   absmax[b] = max |x| over the block (fp32; CUDA: fmaxf from −FLT_MAX, so NaN elements do not
+ *     enter it and a short last block also sees the loader's 0.0 pads; torch's max propagates NaN);
  *   r = 1.0f / absmax[b] (fp32 division), x_norm = x · r (fp32 multiply, the reciprocal form);
  *   code = the CUDA decision tree: the count of thresholds t_k (nf4_thresholds[15], fp32
  *     literals, the midpoints of adjacent table values) with x_norm > t_k — a value exactly on a
  *     threshold takes the LOWER code; NaN fails every test: code 0. absmax = 0: r = +Inf, 0·Inf =
  *     NaN, code 0 (dequantizes to −1·0 = −0).
  *   Packing: byte j = (code[2j] << 4) | code[2j+1]: first element in the HIGH nibble; an odd n is
- *   padded with code 0 in the last low nibble. packed has nf4_packed_bytes(n) = (n+1)/2 bytes.
+ *   padded in the last low nibble with code 7, the code of 0.0 (CUDA's loader pads with 0.0, the
+ *   torch path pads the normalized values with 0; checked against
+ *   bitsandbytes 0.50). packed has nf4_packed_bytes(n) = (n+1)/2 bytes.
  *   bitsandbytes' pure-torch backend (used on CPU) differs only in: thresholds computed in fp32
  *   from the table (torch.bucketize, also ties-to-lower), the ragged tail divided by absmax instead
- *   of multiplied by its reciprocal, absmax clamped to ≥ 1e-38 and x_norm to [−1, 1]. NF4_TORCH
+ *   of multiplied by its reciprocal, absmax clamped to ≥ 1e-38 (the tail's stored clamped) and
+ *   x_norm to [−1, 1] — so an all-zero block gives code 7 (0.0) there but code 0 (−0.0) on CUDA. NF4_TORCH
  *   selects that variant (for the CPU fixtures); NF4_CUDA is what the GPU path must match.
  *
  * Dequantize (kDequantizeBlockwise / dequantize_4bit): out[k] = nf4_table[code_k] · absmax[k /

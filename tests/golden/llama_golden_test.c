@@ -32,7 +32,7 @@
 
 #include "io/config.h"
 #include "io/file.h"
-#include "io/gguf.h"
+#include "io/model_source.h"
 #include "ref/adamw.h"
 #include "ref/llama.h"
 #include "tests/common/compare.h"
@@ -108,7 +108,7 @@ static void run_case(const char *model, const char *mode) {
     o.alpha = 8.0;
     o.targets = LLAMA_ALL_TARGETS;
 
-    struct golden gin, gm, gf, gq;
+    struct golden gin, gf, gq;
     snprintf(path, sizeof path, DIR "%s/inputs.safetensors", model);
     golden_open(&gin, path);
     int64_t shp[2] = {2, 24};
@@ -127,8 +127,14 @@ static void run_case(const char *model, const char *mode) {
     struct llama_tensor *ts = calloc((size_t)nt, sizeof *ts);
     ref_llama_tensors(ts, &cfg, &o, &w, &a);
 
-    snprintf(path, sizeof path, DIR "%s/model.safetensors", model);
-    golden_open(&gm, path);
+    /* the base model through io/: config.json + model.safetensors (BF16, exact values) */
+    struct model_source ms;
+    snprintf(path, sizeof path, DIR "%s", model);
+    if (model_source_open(&ms, path, &e) != 0 || ref_llama_weights_load(&w, &ms, &e) != 0) {
+        test_fail("%s: %s", path, e.msg);
+        return;
+    }
+    model_source_close(&ms);
     snprintf(path, sizeof path, DIR "%s/%s.safetensors", model, mode);
     golden_open(&gf, path);
     if (quant) {
@@ -142,13 +148,9 @@ static void run_case(const char *model, const char *mode) {
             continue;
         }
         snprintf(prefixed, sizeof prefixed, "base.%s", ts[i].name);
-        if (quant && golden_has(&gq, prefixed))
-            load_into(&gq, prefixed, ts[i].data, &ts[i]); /* the dequantized NF4 weight */
-        else
-            load_into(&gm, ts[i].name, ts[i].data, &ts[i]);
+        if (quant && golden_has(&gq, prefixed)) load_into(&gq, prefixed, ts[i].data, &ts[i]); /* dequantized NF4 */
     }
     if (quant) golden_close(&gq);
-    golden_close(&gm);
 
     struct tol tol = tolerances(&cfg);
     struct llama_model m;
@@ -245,8 +247,8 @@ static void run_case(const char *model, const char *mode) {
     free(targets);
 }
 
-/* SmolLM2-135M-Instruct from the GGUF through io/gguf.h against transformers loading the same
- * GGUF (tests/golden/gen/gen_smollm2.py): the loss of the text and the logits at 4 positions.
+/* SmolLM2-135M-Instruct from the GGUF through io/model_source.h against transformers loading the
+ * same GGUF (tests/golden/gen/gen_smollm2.py): the loss of the text and the logits at 4 positions.
  * Skipped, with a message, when the model file is absent (tools/setup.sh fetches it). Tolerance:
  * the tier-(d) rule above with L = 30, K_max = F = 1536. */
 static void run_smollm2(void) {
@@ -261,37 +263,23 @@ static void run_smollm2(void) {
         printf("SKIPPED the SmolLM2 logits: %s is absent (tools/setup.sh fetches it)\n", path);
         return;
     }
-    struct gguf_model gm;
+    struct model_source ms;
     struct io_err e = {{0}};
-    if (gguf_model_open(&gm, path, &e) != 0) {
+    if (model_source_open(&ms, path, &e) != 0) {
         test_fail("SmolLM2: %s", e.msg);
         return;
     }
-    const struct model_config *c = &gm.config;
+    const struct model_config *c = &ms.config;
     struct llama_weights w;
     ref_llama_weights_alloc(&w, c);
-    static const enum model_weight kinds[LLAMA_N_LINEAR] = {MW_Q, MW_K, MW_V, MW_O, MW_GATE, MW_UP, MW_DOWN};
-    static const enum model_weight bias_kinds[3] = {MW_Q_BIAS, MW_K_BIAS, MW_V_BIAS};
-    int ok = 1;
-    ok &= gguf_model_weight_f32(w.embed, &gm, gguf_model_get(&gm, MW_EMBED, 0), &e) == 0;
-    ok &= gguf_model_weight_f32(w.final_norm, &gm, gguf_model_get(&gm, MW_FINAL_NORM, 0), &e) == 0;
-    if (!c->tie_word_embeddings) ok &= gguf_model_weight_f32(w.lm_head, &gm, gguf_model_get(&gm, MW_LM_HEAD, 0), &e) == 0;
-    for (int l = 0; l < c->L && ok; l++) {
-        ok &= gguf_model_weight_f32(w.layers[l].attn_norm, &gm, gguf_model_get(&gm, MW_ATTN_NORM, l), &e) == 0;
-        ok &= gguf_model_weight_f32(w.layers[l].mlp_norm, &gm, gguf_model_get(&gm, MW_MLP_NORM, l), &e) == 0;
-        for (int t = 0; t < LLAMA_N_LINEAR; t++) {
-            ok &= gguf_model_weight_f32(w.layers[l].w[t], &gm, gguf_model_get(&gm, kinds[t], l), &e) == 0;
-            if (t < 3 && w.layers[l].bias[t])
-                ok &= gguf_model_weight_f32(w.layers[l].bias[t], &gm, gguf_model_get(&gm, bias_kinds[t], l), &e) == 0;
-        }
-    }
-    EXPECT(ok, "SmolLM2 weights: %s", e.msg);
+    EXPECT(ref_llama_weights_load(&w, &ms, &e) == 0, "SmolLM2 weights: %s", e.msg);
 
     struct golden g;
     golden_open(&g, DIR "smollm2/logits.safetensors");
     const int T = (int)golden_numel(&g, "input_ids"), P = (int)golden_numel(&g, "positions");
     int64_t *ids64 = golden_i64(&g, "input_ids", -1, NULL), *pos64 = golden_i64(&g, "positions", -1, NULL);
     int32_t *ids = to_i32(ids64, T), *targets = malloc((size_t)T * sizeof *targets);
+
     for (int t = 0; t < T; t++) targets[t] = t + 1 < T ? ids[t + 1] : -100; /* labels = input_ids, shifted */
     int64_t lshape[2] = {P, c->V};
     float *ref = golden_f32(&g, "logits", 2, lshape);
@@ -325,7 +313,7 @@ static void run_smollm2(void) {
     ref_llama_free(&m);
     golden_close(&g);
     ref_llama_weights_free(&w, c);
-    gguf_model_close(&gm);
+    model_source_close(&ms);
 }
 
 int main(int argc, char **argv) {

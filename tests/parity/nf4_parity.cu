@@ -62,10 +62,8 @@ static void make_case(nf4_host &c, int64_t n, int blocksize, int nested, int nes
         c.nested_absmax.resize((size_t)nb2);
         rng_fill_uniform(&r, c.nested_absmax.data(), nb2, 0.01, 0.2);
         c.offset = (float)rng_range(&r, 0.01, 0.1);
-        if (special) {
-            c.nested_absmax[0] = INFINITY; /* Inf·code and, for code 127-like zeros, NaN */
-            if (nb2 > 1) c.offset = NAN;
-        }
+        if (special == 1) c.nested_absmax[0] = INFINITY; /* ±Inf absmax in the first 256 blocks, NaN for code 7 */
+        if (special == 2) c.offset = NAN;                 /* every absmax NaN */
     } else {
         c.absmax_f32.resize((size_t)nb);
         rng_fill_uniform(&r, c.absmax_f32.data(), nb, 0.001, 2.0);
@@ -199,6 +197,7 @@ int main(int argc, char **argv) {
         run_case(65 * 64 + 3, 64, nested, 7, 1, 0, id++);
         run_case(64 * 600, 64, nested, 256, 0, 1, id++);
         run_case(64 * 3, 64, nested, 2, 0, 1, id++);
+        if (nested) run_case(64 * 5 + 7, 64, nested, 256, 0, 2, id++);
     }
     const int rc = test_finish("nf4_parity");
     if (rc == 0 && test_has_flag(argc, argv, "--bench")) bench(bench_copy_ceiling(g_stream));

@@ -77,10 +77,13 @@ static void run_case(const rope_cfg &cfg, int N, int fused, int plant, int id) {
 
     for (int dir = 1; dir >= -1; dir -= 2) {
         std::vector<float> q_r(q), k_r(k);
+        /* Q only: the reference takes k = NULL (its KVH must still be ≥ 1; it is then unused) */
+        float *kr = KVH > 0 ? k_r.data() : nullptr;
+        const int kvh_ref = KVH > 0 ? KVH : 1;
         if (dir > 0)
-            ref_rope_forward(q_r.data(), KVH > 0 ? k_r.data() : nullptr, pos.data(), &cache, 1, N, H, KVH, D, ACT_BF16);
+            ref_rope_forward(q_r.data(), kr, pos.data(), &cache, 1, N, H, kvh_ref, D, ACT_BF16);
         else
-            ref_rope_backward(q_r.data(), KVH > 0 ? k_r.data() : nullptr, pos.data(), &cache, 1, N, H, KVH, D, ACT_BF16);
+            ref_rope_backward(q_r.data(), kr, pos.data(), &cache, 1, N, H, kvh_ref, D, ACT_BF16);
 
         /* the GPU gets the same tables, rounded to bf16 as the reference rounds them (act(cos)) */
         std::vector<uint16_t> cb(nt), sb(nt);

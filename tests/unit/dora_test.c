@@ -378,7 +378,7 @@ static void test_gradients(int N, int C_in, int C_out, int R, int dropout) {
 int main(int argc, char **argv) {
     g_seed = test_seed(argc, argv, 20261125);
     test_hand_case();
-    const int shapes[][4] = {{1, 1, 1, 1}, {3, 5, 7, 2}, {7, 33, 17, 4}, {5, 64, 96, 8}, {9, 130, 67, 3}};
+    const int shapes[][4] = {{1, 1, 1, 1}, {3, 5, 7, 2}, {7, 33, 17, 4}, {5, 64, 96, 8}, {9, 130, 67, 3}, {3, 600, 5, 2}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const int *d = shapes[s];
         test_norms(d[1], d[2], d[3]);

@@ -250,7 +250,7 @@ int main(int argc, char **argv) {
     g_seed = test_seed(argc, argv, 20261124);
     test_scale_and_init();
     test_hand_case();
-    const int shapes[][4] = {{1, 1, 1, 1}, {3, 5, 7, 2}, {7, 33, 17, 4}, {5, 64, 96, 8}, {9, 130, 67, 3}};
+    const int shapes[][4] = {{1, 1, 1, 1}, {3, 5, 7, 2}, {7, 33, 17, 4}, {5, 64, 96, 8}, {9, 130, 67, 3}, {3, 600, 5, 2}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const int *d = shapes[s];
         test_b_zero(d[0], d[1], d[2], d[3]);

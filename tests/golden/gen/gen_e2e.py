@@ -23,7 +23,7 @@ Files per model:
   dora.safetensors    the same with use_dora=True (magnitude initialised by PEFT to ‖W‖_row while
                       B was zero, so m/‖W + sBA‖ ≠ 1 once B is drawn)
   qlora.safetensors,  (llama only) the seven base linears quantized to NF4 by bitsandbytes (CPU
-  qdora.safetensors   backend, blocksize 64, double quantization, compute dtype fp32), LoRA/DoRA on
+  qdora.safetensors   backend, blocksize 32 (see NF4_BLOCKSIZE), double quantization, compute dtype fp32), LoRA/DoRA on
                       top: qlora holds base.<hf name> (the dequantized weight the forward multiplies
                       by, fp32) and nf4.<hf name>.* (the packed checkpoint tensors of HF's bnb-4bit
                       format); qdora uses the same quantized base (checked identical) and does not
@@ -53,6 +53,13 @@ LR, WD, BETAS, EPS, STEPS = 1e-2, 0.01, (0.9, 0.999), 1e-8, 5
 R, ALPHA = 4, 8
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 OUT = "tests/golden/data/e2e"
+# NF4 blocksize of the QLoRA/QDoRA fixtures. Not bitsandbytes' default 64: its CPU dequantization
+# kernel (bitsandbytes 0.50.2, cdequantize_blockwise_cpu_nf4_fp32) indexes absmax as if no block
+# straddled two rows, so a weight whose row length is not a multiple of the blocksize (down_proj,
+# in = F = 160) comes back with the wrong scales (round-trip error 0.21 where NF4 allows ~0.05);
+# CUDA and the flat layout of the format are right. With 32 every row holds whole blocks, and
+# flat_dequantize below checks that bitsandbytes' result is the format's.
+NF4_BLOCKSIZE = 32
 GEN = "tests/golden/gen/gen_e2e.py"
 
 # Full fine-tuning keeps the final weights of every 1-D tensor (norms, biases) and of these:
@@ -165,8 +172,19 @@ def adapter_model(base, cfg_cls_pair, state, use_dora, gen, quantize=False):
     return pm, adapters, qtensors
 
 
+def flat_dequantize(packed, qs):
+    """NF4 with double quantization as the format defines it (NUMERICS.md §1.7): element k uses code
+    k (high nibble first) and absmax[k // blocksize], absmax = code2[q]·absmax2[b // 256] + offset."""
+    p = packed.flatten()
+    codes = torch.stack([p >> 4, p & 15], 1).flatten().long()
+    s2 = qs.state2
+    am = s2.code[qs.absmax.long()] * s2.absmax.repeat_interleave(s2.blocksize)[: qs.absmax.numel()] + qs.offset
+    n = qs.shape.numel()
+    return (qs.code[codes[:n]] * am.repeat_interleave(qs.blocksize)[:n]).reshape(qs.shape)
+
+
 def quantize_linears(model):
-    """Replace the seven target linears by bitsandbytes Linear4bit (NF4, blocksize 64, double
+    """Replace the seven target linears by bitsandbytes Linear4bit (NF4, NF4_BLOCKSIZE, double
     quantization, compute fp32). Returns the dequantized weights and the packed checkpoint tensors."""
     import bitsandbytes as bnb
 
@@ -179,13 +197,15 @@ def quantize_linears(model):
             q = bnb.nn.Linear4bit(child.in_features, child.out_features, bias=child.bias is not None,
                                   compute_dtype=torch.float32, quant_type="nf4", compress_statistics=True)
             q.weight = bnb.nn.Params4bit(child.weight.detach().clone(), requires_grad=False, quant_type="nf4",
-                                         compress_statistics=True, blocksize=64)
+                                         compress_statistics=True, blocksize=NF4_BLOCKSIZE)
             if child.bias is not None:
                 q.bias = torch.nn.Parameter(child.bias.detach().clone())
             q = q.to("cpu")  # quantizes
             setattr(mod, child_name, q)
             qs = q.weight.quant_state
-            out["base." + full + ".weight"] = bnb.functional.dequantize_4bit(q.weight.data, qs).float().contiguous()
+            deq = bnb.functional.dequantize_4bit(q.weight.data, qs).float().contiguous()
+            assert torch.equal(deq, flat_dequantize(q.weight.data, qs)), f"{full}: bitsandbytes' dequantization is off"
+            out["base." + full + ".weight"] = deq
             out["nf4." + full + ".weight"] = q.weight.data.clone()
             for k, v in qs.as_dict(packed=True).items():
                 out["nf4." + full + ".weight." + k] = v.clone()
