@@ -32,7 +32,8 @@
  * Cost: without dropout the adapter adds no pass of its own, but the y += product reads and writes
  * y once more (4 bytes an element of y) and the backward reads dy twice more; at Llama-3.2-1B's
  * q_proj (N 8192, C 2048, R 16) that is ~35 µs against ~90 µs for the base product on an H100
- * (estimate from 3 TB/s and ~760 TFLOP/s). Folding the adapter into the base product's K dimension
+ * (an estimate from 3 TB/s and ~760 TFLOP/s, not a measurement: `lora_parity --bench` prints the
+ * measured lora_overhead lines). Folding the adapter into the base product's K dimension
  * (y = [x | s·u]·[W | B]ᵀ, dx = [dy | du]·[W ; A]) would remove it and needs padded activations.
  *
  * Workspace: gpu_lora_backward_workspace_size(N, C_in, R, masked) bytes, 256-byte aligned; never
