@@ -285,3 +285,24 @@ extern "C" void gpu_dora_backward_bf16(struct gpu_gemm *g, uint16_t *dx, float *
         gpu_lora_backward_bf16(g, dx, dlora_a, dlora_b, dy_s, x, nullptr, 1.0f, u, lora_a, lora_b, N, C_in, C_out, R,
                                scale, ws, stream);
 }
+
+extern "C" void gpu_dora_reserve(struct gpu_gemm *g, int N, int C_in, int C_out, int R) {
+    check_dims(N, C_in, C_out, R);
+    void *d = reinterpret_cast<void *>((uintptr_t)kAlign);
+    const uint16_t *h = static_cast<const uint16_t *>(d);
+    /* the same argument lists as the calls above, with dummy aligned pointers */
+    const gemm_args ps[] = {
+        {d, GEMM_OUT_F32, R, 0, h, GEMM_NO_TRANS, C_in, 0, h, GEMM_TRANS, C_in, 0, nullptr, C_out, R, C_in, 1, 1.0f,
+         GEMM_OVERWRITE}, /* W Aᵀ */
+        {d, GEMM_OUT_F32, R, 0, h, GEMM_NO_TRANS, C_in, 0, h, GEMM_TRANS, C_in, 0, nullptr, R, R, C_in, 1, 1.0f,
+         GEMM_OVERWRITE}, /* A Aᵀ */
+        {d, GEMM_OUT_BF16, R, 0, h, GEMM_NO_TRANS, C_in, 0, h, GEMM_TRANS, C_in, 0, nullptr, N, R, C_in, 1, 1.0f,
+         GEMM_OVERWRITE}, /* u */
+        {d, GEMM_OUT_F32, C_out, 0, h, GEMM_NO_TRANS, R, 0, h, GEMM_TRANS, R, 0, nullptr, N, C_out, R, 1, 1.0f,
+         GEMM_OVERWRITE}, /* s·u Bᵀ */
+        {d, GEMM_OUT_BF16, C_in, 0, h, GEMM_NO_TRANS, C_out, 0, h, GEMM_NO_TRANS, C_in, 0, nullptr, N, C_in, C_out, 1,
+         1.0f, GEMM_OVERWRITE}, /* the base path dx = dy_s W */
+    };
+    for (const gemm_args &p : ps) gpu_gemm_reserve(g, &p);
+    gpu_lora_reserve(g, N, C_in, C_out, R, LORA_NO_MASK);
+}

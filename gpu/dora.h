@@ -89,6 +89,10 @@ void gpu_dora_backward_bf16(struct gpu_gemm *g, uint16_t *dx, float *dmag, float
                             const float *wnorm, int N, int C_in, int C_out, int R, float scale, void *workspace,
                             cudaStream_t stream);
 
+/* Creates the gemm plans of the row norm, forward and backward of this shape (launches nothing),
+ * for 256-byte-aligned buffers (cudaMalloc's and the workspaces'). */
+void gpu_dora_reserve(struct gpu_gemm *g, int N, int C_in, int C_out, int R);
+
 #ifdef __cplusplus
 }
 #endif

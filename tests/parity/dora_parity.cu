@@ -310,6 +310,8 @@ static void run_case(const dora_case &c, int id) {
     std::vector<float> wsq_g(C_out), n_g(C_out), dA_g(dA0.size()), dB_g(dB0.size()), dm_g(C_out);
     std::vector<uint16_t> yg(y0b.size()), zg(y0b.size()), ug((size_t)N * R), dxg((size_t)N * C_in);
     std::vector<std::vector<unsigned char>> runs;
+    gpu_dora_reserve(g_gemm, N, C_in, C_out, R);
+    const int plans = gpu_gemm_plan_count(g_gemm);
     for (int rep = 0; rep < 2; rep++) {
         if (rep) {
             for (struct dev_buf *bf : {&bwsq, &bn, &bz, &bu, &bdx, &bws}) dev_buf_reset(bf, nullptr);
@@ -351,6 +353,9 @@ static void run_case(const dora_case &c, int id) {
             img.insert(img.end(), (unsigned char *)v->data(), (unsigned char *)(v->data() + v->size()));
         runs.push_back(img);
     }
+    /* gpu_dora_reserve saw every product (all buffers here are 256-byte aligned) */
+    EXPECT(gpu_gemm_plan_count(g_gemm) == plans, "dora %s: %d gemm plans created after gpu_dora_reserve", shape,
+           gpu_gemm_plan_count(g_gemm) - plans);
     for (struct dev_buf *bf : {&bx, &bW, &bb_, &bA, &bB, &bmag, &bdy, &bws, &bnref}) {
         std::vector<unsigned char> tmp(bf->nbytes);
         dev_buf_download(bf, tmp.data(), 0);
@@ -460,6 +465,8 @@ static void bench(double copy_gbps) {
                                              gpu_dora_forward_workspace_size(sh.N, sh.C_out)),
                                     gpu_dora_backward_workspace_size(sh.N, sh.C_in, sh.C_out, R));
         b.ws = dev_fill(wsb, 0);
+        gpu_dora_reserve(g_gemm, sh.N, sh.C_in, sh.C_out, R);
+        const int plans = gpu_gemm_plan_count(g_gemm);
         char shape[128];
         snprintf(shape, sizeof shape, "%s N=%d C_in=%d C_out=%d R=%d", sh.name, sh.N, sh.C_in, sh.C_out, R);
         struct bench_result rn = bench_time(b_norm, &b, g_stream, 3, 15, 3);
@@ -468,6 +475,10 @@ static void bench(double copy_gbps) {
         struct bench_result rr = bench_time(b_rescale, &b, g_stream, 3, 15, 3);
         struct bench_result rdb = bench_time(b_dora_bwd, &b, g_stream, 3, 15, 3);
         struct bench_result rlb = bench_time(b_lora_bwd, &b, g_stream, 3, 15, 3);
+        /* gpu_dora_reserve saw every product of the DoRA calls: timing them created no plan */
+        const int dora_plans = gpu_gemm_plan_count(g_gemm);
+        printf("{\"op\":\"dora_reserve\",\"shape\":\"%s\",\"plans_created_while_timing\":%d}\n", shape,
+               dora_plans - plans);
         /* row norm: reads W once (the W Aᵀ product dominates) */
         bench_json("dora_weight_norm", shape, 2.0 * sh.C_out * sh.C_in, 0, rn, copy_gbps);
         /* forward: the two rank-R products + the pass reading y (2) and s·l (4), writing y (2) and z (2) per element,

@@ -219,6 +219,8 @@ static void run_case(const lora_case &c, int plant_inf, int id) {
     std::vector<uint16_t> ub((size_t)N * R), yb(y0b.size()), dxb(dx0b.size());
     std::vector<float> dA_g(dA0.size()), dB_g(dB0.size());
     std::vector<std::vector<unsigned char>> runs;
+    gpu_lora_reserve(g_gemm, N, C_in, C_out, R, c.dropout ? LORA_MASKED : LORA_NO_MASK);
+    const int plans = gpu_gemm_plan_count(g_gemm);
     for (int rep = 0; rep < 2; rep++) {
         if (rep) {
             dev_buf_reset(&by, y0b.data());
@@ -246,6 +248,9 @@ static void run_case(const lora_case &c, int plant_inf, int id) {
         for (auto *v : {&dA_g, &dB_g}) img.insert(img.end(), (unsigned char *)v->data(), (unsigned char *)(v->data() + v->size()));
         runs.push_back(img);
     }
+    /* gpu_lora_reserve saw every product (all buffers here are 256-byte aligned) */
+    EXPECT(gpu_gemm_plan_count(g_gemm) == plans, "lora %s: %d gemm plans created after gpu_lora_reserve", shape,
+           gpu_gemm_plan_count(g_gemm) - plans);
     for (struct dev_buf *b : {&bx, &bA, &bB, &bdy, &bkeep, &bws}) {
         std::vector<unsigned char> tmp(b->nbytes);
         dev_buf_download(b, tmp.data(), 0); /* guards of the inputs and the workspace */
