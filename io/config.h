@@ -85,6 +85,12 @@ int config_named(struct model_config *c, const char *name, struct io_err *e);
 /* Checks the consistency of a config however it was built (the same rules as the readers). */
 int config_validate(const struct model_config *c, struct io_err *e);
 
+/* Writes c as an HF config.json (architectures LlamaForCausalLM or Qwen2ForCausalLM /
+ * MistralForCausalLM by model_type; every field above; quantization_config omitted, since an
+ * exported model is not quantized) atomically to path. config_from_hf_json reads it back to an
+ * equal struct (tested). */
+int config_write_hf_json(const struct model_config *c, const char *path, struct io_err *e);
+
 /* Checks that sequences of T tokens are within what the model computes exactly: T ≤
  * max_position_embeddings and, with a sliding window, T ≤ sliding_window. */
 int config_check_seq_len(const struct model_config *c, int T, struct io_err *e);

@@ -24,12 +24,20 @@
  * GPU kernel rounds: P and dS become bf16 MMA operands, O/dQ/dK/dV are stored as bf16. Row
  * statistics (max, sum, lse, Δ) and every accumulation are fp32 on the GPU, double here.
  *
- * Naive: workspace holds P (B, H, T, T) fp32 from the forward for the backward.
+ * Naive: workspace holds P (B, H, T, T) fp32 from the forward for the backward (entries j > i
+ *   are 0). With ACT_BF16 the forward rounds the normalized p, as transformers' eager attention
+ *   casts the fp32 softmax to the query dtype before P·V.
  * Flash: tiles of block_q query rows × block_k key rows, online softmax
  *   m_new = max(m, rowmax(s_blk)); l = exp(m − m_new)·l + Σ exp(s_blk − m_new); acc rescaled,
  *   so no T×T matrix exists; the backward recomputes p = exp(s − lse) tile by tile and its
  *   workspace holds Δ (B, H, T). Any block sizes ≥ 1 give the same result up to rounding; T need
  *   not be a multiple of either.
+ *   With ACT_BF16 the forward's P·V operand is, as in FlashAttention-2, the UNnormalized
+ *   p̃ = exp(s − m_new) rounded to bf16 (l sums the unrounded p̃), and out = act(acc / l); so the
+ *   forward depends on block_k (where the running max moves) and not on block_q. The backward's P
+ *   is normalized (from lse) in both implementations, and every output row sums in one fixed
+ *   order, so the flash backward's result does not depend on the block sizes.
+ * Workspace sizes are in bytes. The reference holds D ≤ 512.
  * A query row with no visible key cannot occur with causal Sq = Sk (every row sees itself).
  *
  * Aliasing: none. Sources: transformers eager_attention_forward + repeat_kv; flash-attention

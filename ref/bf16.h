@@ -4,8 +4,11 @@
  *   bf16_from_float(x): RNE of x to bf16. Ties go to the even mantissa. Finite values beyond the
  *     largest bf16 (0x7F7F ≈ 3.3895e38) round to ±Inf exactly as IEEE RNE does. ±Inf stays ±Inf.
  *     Every NaN becomes the canonical quiet NaN 0x7FC0 (torch: c10/util/BFloat16.h,
- *     round_to_nearest_even). CUDA's __float2bfloat16_rn gives 0x7FFF instead; both are NaN, and
- *     parity tests compare NaN positions, not payloads.
+ *     round_to_nearest_even). Payloads differ between libraries: CUDA's __float2bfloat16_rn gives
+ *     0x7FFF, and torch 2.15's vectorized CPU conversion (x.to(torch.bfloat16) on a tensor) gives
+ *     0xFFFF for every NaN (dumped, tests/golden/formats_golden_test.c); all are NaN, and parity
+ *     tests compare NaN positions, not payloads. Every non-NaN result agrees bit for bit with
+ *     torch on the golden sample.
  *   bf16_to_float(h): exact (shift into the upper half).
  *   bf16_round(x): bf16_to_float(bf16_from_float(x)), the rounding the GPU path applies when it
  *     stores an fp32 value as bf16.

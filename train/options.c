@@ -102,7 +102,7 @@ void train_options_defaults(struct train_options *o, const char *cache) {
     o->method = METHOD_LORA;
     o->rank = 16;
     o->alpha = 32.0f;
-    o->scaling = LORA_SCALING_STANDARD;
+    o->scaling = SCALING_STANDARD;
     o->dropout = 0.0f;
     o->targets = (1u << TARGET_COUNT) - 1;
     o->seq = 128;

@@ -26,7 +26,7 @@ enum lr_schedule { SCHEDULE_COSINE = 0, SCHEDULE_LINEAR, SCHEDULE_CONSTANT };
 enum optimizer_kind { OPTIMIZER_ADAMW = 0, OPTIMIZER_ADAMW8BIT };
 enum recompute_policy { RECOMPUTE_NONE = 0, RECOMPUTE_ATTN, RECOMPUTE_LAYER };
 enum export_kind { EXPORT_ADAPTER = 0, EXPORT_MERGED };
-enum lora_scaling { LORA_SCALING_STANDARD = 0, LORA_SCALING_RSLORA }; /* α/r or α/√r */
+enum adapter_scaling { SCALING_STANDARD = 0, SCALING_RSLORA }; /* α/r or α/√r */
 
 /* Bit i of targets selects target i of train_target_names (q, k, v, o, gate, up, down). */
 enum { TARGET_COUNT = 7 };
@@ -44,7 +44,7 @@ struct train_options {
     enum train_method method;
     int rank;
     float alpha;
-    enum lora_scaling scaling;
+    enum adapter_scaling scaling;
     float dropout;
     unsigned targets; /* bit mask over train_target_names */
     int seq;

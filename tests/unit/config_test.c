@@ -235,6 +235,37 @@ static void test_rejects(void) {
     EXPECT(config_validate(&c, &e) == 0, "no eos is valid: %s", e.msg);
 }
 
+/* config_write_hf_json → config_from_hf_json gives the same struct, for every named config and
+ * a Qwen2-like one with bias, untied head, several EOS ids and a sliding window. */
+static void test_write_round_trip(void) {
+    const char *names[] = {"llama-3.2-1b", "llama-3.2-3b", "llama-3.1-8b", "smollm2-135m"};
+    struct io_err e = {{0}};
+    char path[1200];
+    snprintf(path, sizeof path, "%s/written_config.json", g_dir);
+    for (int i = 0; i < 5; i++) {
+        struct model_config a, b;
+        EXPECT(config_named(&a, names[i < 4 ? i : 0], &e) == 0, "%s", e.msg);
+        if (i == 4) {
+            strcpy(a.model_type, "qwen2");
+            a.attention_bias = 1;
+            a.tie_word_embeddings = 0;
+            a.rope_scaling.kind = ROPE_SCALING_NONE;
+            memset(&a.rope_scaling, 0, sizeof a.rope_scaling);
+            a.n_eos = 2;
+            a.eos_token_ids[0] = 7;
+            a.eos_token_ids[1] = 9;
+            a.sliding_window = 4096;
+            a.pad_token_id = 3;
+        }
+        EXPECT(config_write_hf_json(&a, path, &e) == 0, "write: %s", e.msg);
+        b = load(path);
+        expect_same(&a, &b, names[i < 4 ? i : 0]);
+        EXPECT(a.n_eos == b.n_eos && memcmp(a.eos_token_ids, b.eos_token_ids, sizeof a.eos_token_ids[0] * (size_t)a.n_eos) == 0 &&
+                   a.sliding_window == b.sliding_window,
+               "eos list and window survive (%d)", i);
+    }
+}
+
 int main(int argc, char **argv) {
     (void)test_seed(argc, argv, 1);
     const char *t = getenv("TEST_TMPDIR");
@@ -244,5 +275,6 @@ int main(int argc, char **argv) {
     test_families();
     test_named();
     test_rejects();
+    test_write_round_trip();
     return test_finish("config_test");
 }

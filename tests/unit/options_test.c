@@ -35,7 +35,7 @@ int main(void) {
     EXPECT(o.n_data == 3 && strcmp(o.data[1], "b.jsonl") == 0 && strcmp(o.data[2], "c") == 0,
            "--data replaces the default and accumulates (%d)", o.n_data);
     EXPECT(o.lr == 2e-4f && o.seed == 16 && o.auto_batch == 1 && o.recompute == RECOMPUTE_LAYER &&
-               o.scaling == LORA_SCALING_RSLORA,
+               o.scaling == SCALING_RSLORA,
            "values");
 
     expect_error("unknown option '--rnak'", 3, (const char *[]){"train", "--rnak", "4"});

@@ -1,0 +1,252 @@
+/* adamw.cu — multi-tensor fused AdamW with global-norm clipping (gpu/adamw.h).
+ *
+ * Strategy: at build time every tensor is cut into chunks of kChunk elements, and a chunk table
+ * (tensor index, first element) is uploaded with the tensors' descriptors; one block owns one
+ * chunk in every kernel, so all tensors go in one launch whatever their sizes. A step is three
+ * launches: (1) per-chunk Σg² (each thread sums its strided elements in order in fp32, then a fixed
+ * shared-memory tree) into `partials`; (2) one block adds the partials in double in a fixed order
+ * and writes the norm and the clip coefficient to device memory (no host round trip); (3) the
+ * update, memory-bound (reads p, m, v, g, writes p, m, v and the bf16 copy: 30 bytes an element),
+ * 16-byte accesses (4 elements a thread) for tensors whose size is a multiple of 4 and whose
+ * buffers are aligned, else coalesced scalar accesses; each op written with __f*_rn so that nvcc
+ * cannot contract it. kChunk is a multiple of 4, so a chunk never splits a vector.
+ *
+ * Test and benchmark: bazel test --config=gpu //tests/parity:adamw_parity
+ *                     (binary) adamw_parity --bench
+ */
+#include "gpu/adamw.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include <vector>
+
+#include <cuda_bf16.h>
+
+#include "gpu/cuda_check.h"
+#include "io/check.h"
+
+namespace {
+
+constexpr int kBlock = 256;
+constexpr int64_t kChunk = 8192;
+
+struct chunk_ref {
+    int32_t tensor;
+    int32_t pad;
+    int64_t start;
+};
+
+struct step_scalars {
+    float decay_factor; /* 1 − lr·wd */
+    float one_minus_beta1, beta2, one_minus_beta2;
+    float neg_step_size; /* −lr/bc1 */
+    float bc2_sqrt;
+    float eps;
+};
+
+__device__ __forceinline__ float block_sum_f32(float v, float *sh) {
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (int s = kBlock / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) sh[threadIdx.x] = __fadd_rn(sh[threadIdx.x], sh[threadIdx.x + s]);
+        __syncthreads();
+    }
+    return sh[0];
+}
+
+/* The device copy of a tensor's descriptor, with the vector-path flag decided at build time. */
+struct tensor_desc {
+    float *master;
+    __nv_bfloat16 *copy;
+    float *m, *v;
+    const float *grad;
+    int64_t n;
+    int decay;
+    int vec4; /* n % 4 == 0 and every pointer aligned for 4-element accesses */
+};
+
+__global__ void __launch_bounds__(kBlock) adamw_chunk_sumsq(float *partials, const tensor_desc *params,
+                                                            const chunk_ref *chunks) {
+    __shared__ float sh[kBlock];
+    const chunk_ref c = chunks[blockIdx.x];
+    const tensor_desc p = params[c.tensor];
+    const int64_t end = c.start + kChunk < p.n ? c.start + kChunk : p.n;
+    float s = 0.0f;
+    if (p.vec4) {
+        for (int64_t i = c.start + 4 * threadIdx.x; i < end; i += 4 * kBlock) {
+            const float4 g = *reinterpret_cast<const float4 *>(p.grad + i);
+            s = __fadd_rn(s, __fmul_rn(g.x, g.x));
+            s = __fadd_rn(s, __fmul_rn(g.y, g.y));
+            s = __fadd_rn(s, __fmul_rn(g.z, g.z));
+            s = __fadd_rn(s, __fmul_rn(g.w, g.w));
+        }
+    } else {
+        for (int64_t i = c.start + threadIdx.x; i < end; i += kBlock) {
+            const float g = p.grad[i];
+            s = __fadd_rn(s, __fmul_rn(g, g));
+        }
+    }
+    const float total = block_sum_f32(s, sh);
+    if (threadIdx.x == 0) partials[blockIdx.x] = total;
+}
+
+/* out[0] = total norm, out[1] = clip coefficient. */
+__global__ void __launch_bounds__(kBlock) adamw_finish_norm(float *out, const float *partials, int n_chunks,
+                                                            float max_norm) {
+    __shared__ double sh[kBlock];
+    double s = 0.0;
+    for (int i = threadIdx.x; i < n_chunks; i += kBlock) s += (double)partials[i];
+    sh[threadIdx.x] = s;
+    __syncthreads();
+    for (int k = kBlock / 2; k > 0; k >>= 1) {
+        if (threadIdx.x < k) sh[threadIdx.x] += sh[threadIdx.x + k];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        const float total = (float)sqrt(sh[0]);
+        float coef = 1.0f;
+        if (max_norm > 0.0f) {
+            /* torch: clip_coef = max_norm / (total + 1e-6), clamped to 1 (fp32 tensor ops) */
+            coef = __fdiv_rn(max_norm, __fadd_rn(total, 1e-6f));
+            if (!(coef < 1.0f) && coef == coef) coef = 1.0f; /* NaN propagates, as torch's clamp does */
+        }
+        out[0] = total;
+        out[1] = coef;
+    }
+}
+
+/* One element of the update, in ref/adamw.h's order. */
+__device__ __forceinline__ void adamw_element(float &w, float &m, float &v, float g_raw, float coef, int decay,
+                                              const step_scalars &s) {
+    const float g = __fmul_rn(g_raw, coef);
+    if (decay) w = __fmul_rn(w, s.decay_factor);
+    /* aten lerp(m, g, wt): wt < 0.5 ? m + wt·(g − m) : g − (g − m)·(1 − wt) */
+    if (s.one_minus_beta1 < 0.5f)
+        m = __fadd_rn(m, __fmul_rn(s.one_minus_beta1, __fsub_rn(g, m)));
+    else
+        m = __fsub_rn(g, __fmul_rn(__fsub_rn(g, m), __fsub_rn(1.0f, s.one_minus_beta1)));
+    v = __fadd_rn(__fmul_rn(v, s.beta2), __fmul_rn(__fmul_rn(s.one_minus_beta2, g), g));
+    const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), s.bc2_sqrt), s.eps);
+    w = __fadd_rn(w, __fdiv_rn(__fmul_rn(s.neg_step_size, m), denom));
+}
+
+__global__ void __launch_bounds__(kBlock) adamw_chunk_update(const tensor_desc *params, const chunk_ref *chunks,
+                                                             const float *norm_coef, int clip, step_scalars s) {
+    const chunk_ref c = chunks[blockIdx.x];
+    const tensor_desc p = params[c.tensor];
+    const int64_t end = c.start + kChunk < p.n ? c.start + kChunk : p.n;
+    const float coef = clip ? norm_coef[1] : 1.0f;
+    if (p.vec4) {
+        for (int64_t i = c.start + 4 * threadIdx.x; i < end; i += 4 * kBlock) {
+            const float4 g = *reinterpret_cast<const float4 *>(p.grad + i);
+            float4 w = *reinterpret_cast<const float4 *>(p.master + i);
+            float4 m = *reinterpret_cast<const float4 *>(p.m + i);
+            float4 v = *reinterpret_cast<const float4 *>(p.v + i);
+            adamw_element(w.x, m.x, v.x, g.x, coef, p.decay, s);
+            adamw_element(w.y, m.y, v.y, g.y, coef, p.decay, s);
+            adamw_element(w.z, m.z, v.z, g.z, coef, p.decay, s);
+            adamw_element(w.w, m.w, v.w, g.w, coef, p.decay, s);
+            *reinterpret_cast<float4 *>(p.master + i) = w;
+            *reinterpret_cast<float4 *>(p.m + i) = m;
+            *reinterpret_cast<float4 *>(p.v + i) = v;
+            if (p.copy) {
+                __nv_bfloat162 h[2] = {__floats2bfloat162_rn(w.x, w.y), __floats2bfloat162_rn(w.z, w.w)};
+                *reinterpret_cast<uint2 *>(p.copy + i) = *reinterpret_cast<const uint2 *>(h);
+            }
+        }
+    } else {
+        for (int64_t i = c.start + threadIdx.x; i < end; i += kBlock) {
+            float w = p.master[i], m = p.m[i], v = p.v[i];
+            adamw_element(w, m, v, p.grad[i], coef, p.decay, s);
+            p.master[i] = w;
+            p.m[i] = m;
+            p.v[i] = v;
+            if (p.copy) p.copy[i] = __float2bfloat16_rn(w);
+        }
+    }
+}
+
+}  // namespace
+
+struct gpu_adamw {
+    tensor_desc *d_params;
+    chunk_ref *d_chunks;
+    float *d_partials;
+    float *d_norm_coef;
+    int n_chunks;
+};
+
+extern "C" struct gpu_adamw *build_gpu_adamw(const struct gpu_adamw_param *params, int count) {
+    CHECK(count >= 1, "adamw: %d tensors", count);
+    std::vector<chunk_ref> chunks;
+    for (int t = 0; t < count; t++) {
+        CHECK(params[t].n >= 1 && params[t].master && params[t].m && params[t].v && params[t].grad,
+              "adamw tensor %d: n=%lld or a NULL buffer", t, (long long)params[t].n);
+        for (int64_t s = 0; s < params[t].n; s += kChunk) chunks.push_back(chunk_ref{t, 0, s});
+    }
+    CHECK(chunks.size() < (size_t)INT32_MAX, "adamw: too many chunks");
+    struct gpu_adamw *a = static_cast<struct gpu_adamw *>(calloc(1, sizeof(struct gpu_adamw)));
+    CHECK(a != nullptr, "out of host memory");
+    a->n_chunks = (int)chunks.size();
+    std::vector<tensor_desc> descs(count);
+    for (int t = 0; t < count; t++) {
+        const gpu_adamw_param &q = params[t];
+        const bool al = ((uintptr_t)q.master | (uintptr_t)q.m | (uintptr_t)q.v | (uintptr_t)q.grad) % 16 == 0 &&
+                        (uintptr_t)q.copy % 8 == 0;
+        descs[t] = tensor_desc{q.master, reinterpret_cast<__nv_bfloat16 *>(q.copy), q.m, q.v, q.grad, q.n, q.decay,
+                               (q.n % 4 == 0 && al) ? 1 : 0};
+    }
+    CUDA_CHECK(cudaMalloc(&a->d_params, sizeof(tensor_desc) * count));
+    CUDA_CHECK(cudaMalloc(&a->d_chunks, sizeof(chunk_ref) * chunks.size()));
+    CUDA_CHECK(cudaMalloc(&a->d_partials, sizeof(float) * chunks.size()));
+    CUDA_CHECK(cudaMalloc(&a->d_norm_coef, 2 * sizeof(float)));
+    CUDA_CHECK(cudaMemcpy(a->d_params, descs.data(), sizeof(tensor_desc) * count, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(a->d_chunks, chunks.data(), sizeof(chunk_ref) * chunks.size(), cudaMemcpyHostToDevice));
+    return a;
+}
+
+extern "C" void free_gpu_adamw(struct gpu_adamw *a) {
+    if (!a) return;
+    CUDA_CHECK(cudaFree(a->d_params));
+    CUDA_CHECK(cudaFree(a->d_chunks));
+    CUDA_CHECK(cudaFree(a->d_partials));
+    CUDA_CHECK(cudaFree(a->d_norm_coef));
+    free(a);
+}
+
+static void norm_and_coef(struct gpu_adamw *a, float max_norm, cudaStream_t stream) {
+    adamw_chunk_sumsq<<<a->n_chunks, kBlock, 0, stream>>>(a->d_partials, a->d_params, a->d_chunks);
+    KERNEL_CHECK(stream);
+    adamw_finish_norm<<<1, kBlock, 0, stream>>>(a->d_norm_coef, a->d_partials, a->n_chunks, max_norm);
+    KERNEL_CHECK(stream);
+}
+
+extern "C" void gpu_adamw_grad_norm(struct gpu_adamw *a, float *grad_norm, cudaStream_t stream) {
+    norm_and_coef(a, 0.0f, stream);
+    CUDA_CHECK(cudaMemcpyAsync(grad_norm, a->d_norm_coef, sizeof(float), cudaMemcpyDeviceToDevice, stream));
+}
+
+extern "C" void gpu_adamw_step(struct gpu_adamw *a, const struct gpu_adamw_step_args *h, float *grad_norm,
+                               cudaStream_t stream) {
+    CHECK(h->step >= 1, "adamw step %lld must be >= 1", (long long)h->step);
+    CHECK(h->beta1 >= 0 && h->beta1 < 1 && h->beta2 >= 0 && h->beta2 < 1 && h->eps > 0 && h->lr >= 0,
+          "adamw hyperparameters out of range: lr=%g beta1=%g beta2=%g eps=%g", h->lr, h->beta1, h->beta2, h->eps);
+    const bool clip = h->max_grad_norm > 0;
+    if (clip || grad_norm) norm_and_coef(a, clip ? (float)h->max_grad_norm : 0.0f, stream);
+    const double t = (double)h->step;
+    const double bc1 = 1.0 - pow(h->beta1, t), bc2 = 1.0 - pow(h->beta2, t);
+    step_scalars s;
+    s.decay_factor = (float)(1.0 - h->lr * h->weight_decay);
+    s.one_minus_beta1 = (float)(1.0 - h->beta1);
+    s.beta2 = (float)h->beta2;
+    s.one_minus_beta2 = (float)(1.0 - h->beta2);
+    s.neg_step_size = (float)(-(h->lr / bc1));
+    s.bc2_sqrt = (float)pow(bc2, 0.5); /* as ref/adamw.c, to the last bit */
+    s.eps = (float)h->eps;
+    adamw_chunk_update<<<a->n_chunks, kBlock, 0, stream>>>(a->d_params, a->d_chunks, a->d_norm_coef, clip ? 1 : 0,
+                                                           s);
+    KERNEL_CHECK(stream);
+    if (grad_norm)
+        CUDA_CHECK(cudaMemcpyAsync(grad_norm, a->d_norm_coef, sizeof(float), cudaMemcpyDeviceToDevice, stream));
+}

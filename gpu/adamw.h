@@ -1,0 +1,68 @@
+/* adamw.h — multi-tensor fused AdamW on the GPU: fp32 master weights and moments, bf16 copies
+ * written out, global gradient-norm clipping, all trainable tensors in one launch.
+ *
+ * Math (torch.optim.AdamW single-tensor/foreach order, NUMERICS.md §5.1, and
+ * torch.nn.utils.clip_grad_norm_, §5.3), step t ≥ 1, every op an fp32 op rounded once:
+ *   total = sqrt(Σ_tensors Σ_i g_i²)           (fp32 squares summed per chunk, chunks summed in double)
+ *   coef  = min(max_norm / (total + 1e-6), 1)   (max_norm ≤ 0: no clipping, coef = 1)
+ *   g ← g·coef                                  (the gradient buffers are NOT modified; g·coef is used)
+ *   p ← p·(1 − lr·wd)                           (only tensors with decay = 1)
+ *   m ← m + (1−β1)·(g − m)                      (aten lerp with weight 1−β1 < 0.5)
+ *   v ← v·β2 + ((1−β2)·g)·g                     (mul_ then addcmul_)
+ *   p ← p + ((−lr/bc1)·m) / (sqrt(v)/sqrt(bc2) + eps)     bc1 = 1 − β1^t, bc2 = 1 − β2^t
+ *                                               (addcdiv: self + value·t1 / t2, left to right)
+ *   copy ← bf16_rne(p)                          (when the tensor has a bf16 compute copy)
+ * The scalars (1 − lr·wd, 1−β1, 1−β2, −lr/bc1, sqrt(bc2)) are computed in double on the host and
+ * rounded to fp32, as torch does with Python floats: the update is ref_adamw_step's (ref/adamw.h)
+ * operation for operation. The norm differs from ref_clip_grad_norm only in summation order (the
+ * reference rounds per-tensor norms to fp32 first). Deterministic: the norm's partial sums have
+ * a fixed order, and every element is updated by one thread.
+ *
+ * Shapes: per tensor, master, m, v, grad (n) fp32 and copy (n) bf16 or NULL; all device memory.
+ * master, m, v, copy are UPDATED IN PLACE; grad is read only. grad_norm (device, one float)
+ * receives the pre-clipping total norm when non-NULL.
+ * Aliasing: no buffer may be shared between two tensors or between two roles.
+ * build_gpu_adamw allocates the descriptor and chunk tables once (setup); gpu_adamw_step allocates
+ * nothing and does not synchronize.
+ */
+#ifndef REFINE_GPU_ADAMW_H
+#define REFINE_GPU_ADAMW_H
+
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct gpu_adamw_param {
+    float *master;      /* (n) fp32 */
+    uint16_t *copy;     /* (n) bf16 compute copy, or NULL */
+    float *m, *v;       /* (n) fp32 moments, zero before the first step */
+    const float *grad;  /* (n) fp32 */
+    int64_t n;
+    int decay;          /* 1: weight decay applies to this tensor */
+};
+
+struct gpu_adamw_step_args {
+    double lr, beta1, beta2, eps, weight_decay; /* as ref/adamw.h's adamw_hparams */
+    double max_grad_norm;                       /* ≤ 0: no clipping */
+    int64_t step;                               /* t, 1 on the first step */
+};
+
+struct gpu_adamw;
+
+struct gpu_adamw *build_gpu_adamw(const struct gpu_adamw_param *params, int count);
+void free_gpu_adamw(struct gpu_adamw *a);
+
+/* One optimizer step over every tensor given at build time. */
+void gpu_adamw_step(struct gpu_adamw *a, const struct gpu_adamw_step_args *h, float *grad_norm, cudaStream_t stream);
+
+/* Only the global norm (no update), e.g. for logging: grad_norm (device float). */
+void gpu_adamw_grad_norm(struct gpu_adamw *a, float *grad_norm, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* REFINE_GPU_ADAMW_H */

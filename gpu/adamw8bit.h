@@ -1,0 +1,62 @@
+/* adamw8bit.h — bitsandbytes AdamW8bit on the GPU: blockwise 8-bit Adam states, one launch per
+ * tensor, bit for bit ref/adamw8bit.h's ADAMW8BIT_BNB_CUDA variant.
+ *
+ * Math (ref/adamw8bit.h, bitsandbytes kOptimizerStatic8bit2StateBlockwise<float, ADAM, 256, 1> and
+ * kOptimizer32bit2State; NUMERICS.md §5.2), step t ≥ 1, every op one fp32 rounding:
+ *   c1 = 1 − β1^t, c2 = sqrt(1 − β2^t) (fp32 powf/sqrtf, on the host), step_size = (−lr·c2)/c1
+ *   8-bit (n ≥ min_8bit_size, 4096 by default), per block of 256 elements:
+ *     g finite:  m = map1[q1]·absmax1; m = m·β1 + (1−β1)·g
+ *                v = map2[q2]·absmax2; v = v·β2 + ((1−β2)·g)·g
+ *                p = p + step_size·(m / (sqrt(v) + c2·eps)); then p = p·(1 − lr·wd) when wd > 0
+ *     g NaN/Inf: m = v = 0, p unchanged
+ *     absmax1 = max |m|, absmax2 = max |v| over the block (a short last block also counts the
+ *     kernel's padding lanes: |map1[128]·absmax1·β1 + (1−β1)·0| and |map2[0]·absmax2·β2|);
+ *     q1 = encode(map1, m / absmax1), moved one code toward m's sign when the code's sign differs;
+ *     q2 = encode(map2, v / absmax2); encode = bitsandbytes' dQuantize<0> binary search and
+ *     midpoint rule (ref/quant8.h QUANT8_CUDA).
+ *   32-bit (n < min_8bit_size): m = m·β1 + (1−β1)·g, v = v·β2 + (1−β2)·(g·g),
+ *     p = p + step_size·(m / (sqrt(v) + eps·c2)), then the decay; no NaN guard (as bitsandbytes).
+ * g = grad·gnorm_scale first in both. Where bitsandbytes' kernel uses __powf/__fdividef the
+ * reference (and this code) uses IEEE powf and division, so GPU and reference agree exactly.
+ * copy (bf16, optional) receives bf16_rne(p) after the step.
+ *
+ * State (device): the 8-bit path uses q1, q2 (n) uint8, absmax1, absmax2 (ceil(n/256)) fp32 and
+ * the two maps (256 fp32 each: map1 signed, map2 unsigned, as quant8_dynamic_map builds them);
+ * the 32-bit path uses m, v (n) fp32. All zero before the first step. p, the state and copy are
+ * UPDATED IN PLACE; grad is read. Aliasing: none. One launch, no allocation, no synchronization.
+ */
+#ifndef REFINE_GPU_ADAMW8BIT_H
+#define REFINE_GPU_ADAMW8BIT_H
+
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct gpu_adamw8bit_tensor {
+    float *p;          /* (n) fp32 master */
+    uint16_t *copy;    /* (n) bf16 compute copy, or NULL */
+    const float *grad; /* (n) fp32 */
+    int64_t n;
+    int is_8bit;       /* n ≥ min_8bit_size */
+    uint8_t *q1, *q2;
+    float *absmax1, *absmax2;
+    const float *map1, *map2;
+    float *m, *v;      /* 32-bit path */
+};
+
+struct gpu_adamw8bit_args {
+    double lr, beta1, beta2, eps, weight_decay, gnorm_scale; /* as ref/adamw8bit.h's hparams */
+    int64_t step;                                           /* t, 1 on the first step */
+};
+
+void gpu_adamw8bit_step(const struct gpu_adamw8bit_tensor *t, const struct gpu_adamw8bit_args *h,
+                        cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* REFINE_GPU_ADAMW8BIT_H */

@@ -1,0 +1,458 @@
+/* attention.cu — see attention.h.
+ *
+ * Fragment layouts of mma.sync.m16n8k16 (bf16 in, fp32 accumulate), lane = 4·g + t:
+ *   A (16×16, row-major)  a0 (g, 2t..2t+1)  a1 (g+8, 2t..)  a2 (g, 2t+8..)  a3 (g+8, 2t+8..)
+ *   B (16×8, "col")       b0 (k 2t..2t+1, n g)  b1 (k 2t+8..2t+9, n g)
+ *   C (16×8, fp32)        c0,c1 (g, 2t..2t+1)   c2,c3 (g+8, 2t..2t+1)
+ * A comes from a row-major shared tile X[row][k]; B from an n-major shared tile Y[n][k]; both as
+ * 32-bit loads of two consecutive bf16. Rows are padded by 8 bf16 so that the 32 lanes of a
+ * fragment load hit 32 different banks. The C fragments of two adjacent 8-column tiles are
+ * exactly the A fragment of a 16-column k-step, so P and dS feed the next MMA from registers.
+ */
+#include "gpu/attention.h"
+
+#include <cuda_bf16.h>
+#include <math.h>
+
+#include "gpu/cuda_check.h"
+
+namespace {
+
+typedef __nv_bfloat16 bf16;
+
+constexpr int kRows = 64;    /* query rows (forward, dQ) or key rows (dK/dV) per CTA */
+constexpr int kCols = 64;    /* keys (forward, dQ) or queries (dK/dV) per inner tile */
+constexpr int kWarps = 4;    /* 16 rows each */
+constexpr int kThreads = 32 * kWarps;
+constexpr int kTPad = kCols + 8; /* leading dimension of transposed tiles [D][kCols] */
+
+__device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t ld32(const bf16 *p) { return *reinterpret_cast<const uint32_t *>(p); }
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&h);
+}
+
+/* acc (16×8) += X[r0.., k0..k0+K) · Y[n0.., k0..)ᵀ over K = 16·ksteps. */
+template <int KSTEPS>
+__device__ __forceinline__ void mma_tile(float (&acc)[4], const bf16 *X, int ldx, int r0, const bf16 *Y, int ldy,
+                                         int n0, int g, int t) {
+#pragma unroll
+    for (int ks = 0; ks < KSTEPS; ks++) {
+        const int k0 = ks * 16 + 2 * t;
+        const uint32_t a0 = ld32(X + (r0 + g) * ldx + k0), a1 = ld32(X + (r0 + g + 8) * ldx + k0);
+        const uint32_t a2 = ld32(X + (r0 + g) * ldx + k0 + 8), a3 = ld32(X + (r0 + g + 8) * ldx + k0 + 8);
+        const uint32_t b0 = ld32(Y + (n0 + g) * ldy + k0), b1 = ld32(Y + (n0 + g) * ldy + k0 + 8);
+        mma16816(acc, a0, a1, a2, a3, b0, b1);
+    }
+}
+
+/* Copies rows [row0, row0 + kRows) of a (T, stride) bf16 matrix (columns [0, D)) into a shared
+ * tile; rows ≥ T become zeros. transpose = 0: dst[r][d] with ld D + 8; 1: dst[d][r] with kTPad. */
+template <int D>
+__device__ __forceinline__ void load_tile(bf16 *dst, const bf16 *src, int64_t stride, int row0, int T,
+                                          bool transpose) {
+    constexpr int chunks_per_row = D / 8;
+    for (int c = threadIdx.x; c < kRows * chunks_per_row; c += kThreads) {
+        const int r = c / chunks_per_row, d = (c % chunks_per_row) * 8;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (row0 + r < T) v = *reinterpret_cast<const uint4 *>(src + (int64_t)(row0 + r) * stride + d);
+        if (!transpose) {
+            *reinterpret_cast<uint4 *>(dst + r * (D + 8) + d) = v;
+        } else {
+            const bf16 *e = reinterpret_cast<const bf16 *>(&v);
+#pragma unroll
+            for (int i = 0; i < 8; i++) dst[(d + i) * kTPad + r] = e[i];
+        }
+    }
+}
+
+/* ---- forward ----------------------------------------------------------------------------- */
+
+template <int D>
+__global__ void __launch_bounds__(kThreads) attn_forward(bf16 *__restrict__ out, float *__restrict__ lse,
+                                                          const bf16 *__restrict__ q, const bf16 *__restrict__ k,
+                                                          const bf16 *__restrict__ v, int T, int H, int KVH,
+                                                          float scale) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    bf16 *Qs = reinterpret_cast<bf16 *>(smem_raw);     /* [64][D+8] */
+    bf16 *Ks = Qs + kRows * (D + 8);                    /* [64][D+8] */
+    bf16 *Vt = Ks + kCols * (D + 8);                    /* [D][72]   */
+    const int q0 = blockIdx.x * kRows, h = blockIdx.y, b = blockIdx.z, kvh = h / (H / KVH);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int64_t qs = (int64_t)H * D, kvs = (int64_t)KVH * D;
+    const bf16 *qb = q + ((int64_t)b * T * H + h) * D, *kb = k + ((int64_t)b * T * KVH + kvh) * D,
+               *vb = v + ((int64_t)b * T * KVH + kvh) * D;
+    load_tile<D>(Qs, qb, qs, q0, T, false);
+
+    float o[D / 8][4];
+#pragma unroll
+    for (int i = 0; i < D / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    const int r0 = warp * 16;
+    const int row[2] = {q0 + r0 + g, q0 + r0 + g + 8};
+    const int last_key = min(q0 + kRows - 1, T - 1);
+
+    for (int k0 = 0; k0 <= last_key; k0 += kCols) {
+        __syncthreads(); /* previous tile consumed */
+        load_tile<D>(Ks, kb, kvs, k0, T, false);
+        load_tile<D>(Vt, vb, kvs, k0, T, true);
+        __syncthreads();
+        float s[kCols / 8][4];
+#pragma unroll
+        for (int nt = 0; nt < kCols / 8; nt++) {
+            s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+            mma_tile<D / 16>(s[nt], Qs, D + 8, r0, Ks, D + 8, nt * 8, g, t);
+        }
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int nt = 0; nt < kCols / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int key = k0 + nt * 8 + 2 * t + (e & 1), r = e >> 1;
+                float x = s[nt][e] * scale;
+                if (key > row[r] || key >= T) x = -INFINITY;
+                s[nt][e] = x;
+                mx[r] = fmaxf(mx[r], x);
+            }
+        float corr[2], ps[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            const float mn = fmaxf(m[r], mx[r]);
+            corr[r] = m[r] == -INFINITY ? 0.0f : __expf(m[r] - mn);
+            m[r] = mn;
+        }
+#pragma unroll
+        for (int nt = 0; nt < kCols / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int r = e >> 1;
+                const float p = s[nt][e] == -INFINITY ? 0.0f : __expf(s[nt][e] - m[r]);
+                s[nt][e] = p;
+                ps[r] += p;
+            }
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            ps[r] += __shfl_xor_sync(0xffffffffu, ps[r], 1);
+            ps[r] += __shfl_xor_sync(0xffffffffu, ps[r], 2);
+            l[r] = l[r] * corr[r] + ps[r];
+        }
+#pragma unroll
+        for (int i = 0; i < D / 8; i++) {
+            o[i][0] *= corr[0], o[i][1] *= corr[0], o[i][2] *= corr[1], o[i][3] *= corr[1];
+        }
+#pragma unroll
+        for (int kk = 0; kk < kCols / 16; kk++) {
+            const uint32_t a0 = pack_bf16(s[2 * kk][0], s[2 * kk][1]), a1 = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+            const uint32_t a2 = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                           a3 = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+            for (int dn = 0; dn < D / 8; dn++) {
+                const bf16 *y = Vt + (dn * 8 + g) * kTPad + kk * 16 + 2 * t;
+                mma16816(o[dn], a0, a1, a2, a3, ld32(y), ld32(y + 8));
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        if (row[r] >= T) continue;
+        const float inv = 1.0f / l[r];
+        bf16 *dst = out + (((int64_t)b * T + row[r]) * H + h) * D;
+#pragma unroll
+        for (int dn = 0; dn < D / 8; dn++) {
+            const uint32_t w = pack_bf16(o[dn][2 * r] * inv, o[dn][2 * r + 1] * inv);
+            *reinterpret_cast<uint32_t *>(dst + dn * 8 + 2 * t) = w;
+        }
+        if (t == 0) lse[((int64_t)b * H + h) * T + row[r]] = m[r] + logf(l[r]);
+    }
+}
+
+/* ---- backward ---------------------------------------------------------------------------- */
+
+/* Δ[b,h,i] = Σ_d dout·out: one warp per (b, i, h) row. */
+__global__ void attn_delta(float *__restrict__ delta, const bf16 *__restrict__ dout, const bf16 *__restrict__ out,
+                           int B, int T, int H, int D) {
+    const int64_t row = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (row >= (int64_t)B * T * H) return;
+    const bf16 *a = dout + row * D, *c = out + row * D;
+    float s = 0.0f;
+    for (int d = lane * 2; d < D; d += 64) {
+        const float2 x = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(a + d));
+        const float2 y = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(c + d));
+        s += x.x * y.x + x.y * y.y;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (lane == 0) {
+        const int h = (int)(row % H), i = (int)((row / H) % T), b = (int)(row / ((int64_t)H * T));
+        delta[((int64_t)b * H + h) * T + i] = s;
+    }
+}
+
+/* dK, dV of 64 keys of (b, kv head): rows of the CTA are keys, inner tiles are queries. */
+template <int D>
+__global__ void __launch_bounds__(kThreads) attn_backward_dkdv(bf16 *__restrict__ dk, bf16 *__restrict__ dv,
+                                                                const bf16 *__restrict__ dout,
+                                                                const bf16 *__restrict__ q,
+                                                                const bf16 *__restrict__ k,
+                                                                const bf16 *__restrict__ v,
+                                                                const float *__restrict__ lse,
+                                                                const float *__restrict__ delta, int T, int H,
+                                                                int KVH, float scale) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    bf16 *Ks = reinterpret_cast<bf16 *>(smem_raw); /* [64 keys][D+8] */
+    bf16 *Vs = Ks + kRows * (D + 8);                /* [64 keys][D+8] */
+    bf16 *Qs = Vs + kRows * (D + 8);                /* [64 q][D+8]    */
+    bf16 *Qt = Qs + kCols * (D + 8);                /* [D][72]        */
+    bf16 *Gs = Qt + D * kTPad;                      /* dO [64 q][D+8] */
+    bf16 *Gt = Gs + kCols * (D + 8);                /* dO [D][72]     */
+    float *Ls = reinterpret_cast<float *>(Gt + D * kTPad); /* lse [64] */
+    float *Ds = Ls + kCols;                                /* Δ [64]   */
+    const int kt0 = blockIdx.x * kRows, kvh = blockIdx.y, b = blockIdx.z, group = H / KVH;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int64_t qs = (int64_t)H * D, kvs = (int64_t)KVH * D;
+    const bf16 *kb = k + ((int64_t)b * T * KVH + kvh) * D, *vb = v + ((int64_t)b * T * KVH + kvh) * D;
+    load_tile<D>(Ks, kb, kvs, kt0, T, false);
+    load_tile<D>(Vs, vb, kvs, kt0, T, false);
+
+    float dka[D / 8][4], dva[D / 8][4];
+#pragma unroll
+    for (int i = 0; i < D / 8; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dka[i][e] = dva[i][e] = 0.0f;
+    const int r0 = warp * 16;
+    const int key[2] = {kt0 + r0 + g, kt0 + r0 + g + 8};
+
+    for (int hh = 0; hh < group; hh++) {
+        const int h = kvh * group + hh;
+        const bf16 *qb = q + ((int64_t)b * T * H + h) * D, *gb = dout + ((int64_t)b * T * H + h) * D;
+        const float *lb = lse + ((int64_t)b * H + h) * T, *db = delta + ((int64_t)b * H + h) * T;
+        for (int c0 = (kt0 / kCols) * kCols; c0 < T; c0 += kCols) {
+            __syncthreads();
+            load_tile<D>(Qs, qb, qs, c0, T, false);
+            load_tile<D>(Qt, qb, qs, c0, T, true);
+            load_tile<D>(Gs, gb, qs, c0, T, false);
+            load_tile<D>(Gt, gb, qs, c0, T, true);
+            for (int i = threadIdx.x; i < kCols; i += kThreads) {
+                Ls[i] = c0 + i < T ? lb[c0 + i] : 0.0f;
+                Ds[i] = c0 + i < T ? db[c0 + i] : 0.0f;
+            }
+            __syncthreads();
+            float p[kCols / 8][4], dp[kCols / 8][4];
+#pragma unroll
+            for (int nt = 0; nt < kCols / 8; nt++) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) p[nt][e] = dp[nt][e] = 0.0f;
+                mma_tile<D / 16>(p[nt], Ks, D + 8, r0, Qs, D + 8, nt * 8, g, t);  /* Sᵀ = K Qᵀ  */
+                mma_tile<D / 16>(dp[nt], Vs, D + 8, r0, Gs, D + 8, nt * 8, g, t); /* dPᵀ = V dOᵀ */
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int qi = nt * 8 + 2 * t + (e & 1), r = e >> 1;
+                    const bool ok = c0 + qi < T && key[r] <= c0 + qi && key[r] < T;
+                    const float pe = ok ? __expf(p[nt][e] * scale - Ls[qi]) : 0.0f;
+                    p[nt][e] = pe;
+                    dp[nt][e] = pe * (dp[nt][e] - Ds[qi]); /* dSᵀ */
+                }
+            }
+#pragma unroll
+            for (int kk = 0; kk < kCols / 16; kk++) {
+                const uint32_t a0 = pack_bf16(p[2 * kk][0], p[2 * kk][1]), a1 = pack_bf16(p[2 * kk][2], p[2 * kk][3]);
+                const uint32_t a2 = pack_bf16(p[2 * kk + 1][0], p[2 * kk + 1][1]),
+                               a3 = pack_bf16(p[2 * kk + 1][2], p[2 * kk + 1][3]);
+                const uint32_t s0 = pack_bf16(dp[2 * kk][0], dp[2 * kk][1]),
+                               s1 = pack_bf16(dp[2 * kk][2], dp[2 * kk][3]);
+                const uint32_t s2 = pack_bf16(dp[2 * kk + 1][0], dp[2 * kk + 1][1]),
+                               s3 = pack_bf16(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
+#pragma unroll
+                for (int dn = 0; dn < D / 8; dn++) {
+                    const bf16 *yg = Gt + (dn * 8 + g) * kTPad + kk * 16 + 2 * t;
+                    mma16816(dva[dn], a0, a1, a2, a3, ld32(yg), ld32(yg + 8)); /* dV += Pᵀ dO */
+                    const bf16 *yq = Qt + (dn * 8 + g) * kTPad + kk * 16 + 2 * t;
+                    mma16816(dka[dn], s0, s1, s2, s3, ld32(yq), ld32(yq + 8)); /* dK += dSᵀ Q */
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        if (key[r] >= T) continue;
+        const int64_t off = (((int64_t)b * T + key[r]) * KVH + kvh) * D;
+#pragma unroll
+        for (int dn = 0; dn < D / 8; dn++) {
+            *reinterpret_cast<uint32_t *>(dk + off + dn * 8 + 2 * t) =
+                pack_bf16(dka[dn][2 * r] * scale, dka[dn][2 * r + 1] * scale);
+            *reinterpret_cast<uint32_t *>(dv + off + dn * 8 + 2 * t) = pack_bf16(dva[dn][2 * r], dva[dn][2 * r + 1]);
+        }
+    }
+}
+
+/* dQ of 64 queries of (b, h): rows are queries, inner tiles are keys. */
+template <int D>
+__global__ void __launch_bounds__(kThreads) attn_backward_dq(bf16 *__restrict__ dq, const bf16 *__restrict__ dout,
+                                                              const bf16 *__restrict__ q,
+                                                              const bf16 *__restrict__ k,
+                                                              const bf16 *__restrict__ v,
+                                                              const float *__restrict__ lse,
+                                                              const float *__restrict__ delta, int T, int H, int KVH,
+                                                              float scale) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    bf16 *Qs = reinterpret_cast<bf16 *>(smem_raw); /* [64 q][D+8]  */
+    bf16 *Gs = Qs + kRows * (D + 8);                /* dO [64][D+8] */
+    bf16 *Ks = Gs + kRows * (D + 8);                /* [64 keys][D+8] */
+    bf16 *Kt = Ks + kCols * (D + 8);                /* [D][72] */
+    bf16 *Vs = Kt + D * kTPad;                      /* [64 keys][D+8] */
+    const int q0 = blockIdx.x * kRows, h = blockIdx.y, b = blockIdx.z, kvh = h / (H / KVH);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int64_t qs = (int64_t)H * D, kvs = (int64_t)KVH * D;
+    const bf16 *qb = q + ((int64_t)b * T * H + h) * D, *gb = dout + ((int64_t)b * T * H + h) * D;
+    const bf16 *kb = k + ((int64_t)b * T * KVH + kvh) * D, *vb = v + ((int64_t)b * T * KVH + kvh) * D;
+    load_tile<D>(Qs, qb, qs, q0, T, false);
+    load_tile<D>(Gs, gb, qs, q0, T, false);
+    const int r0 = warp * 16;
+    const int row[2] = {q0 + r0 + g, q0 + r0 + g + 8};
+    float lrow[2], drow[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        lrow[r] = row[r] < T ? lse[((int64_t)b * H + h) * T + row[r]] : 0.0f;
+        drow[r] = row[r] < T ? delta[((int64_t)b * H + h) * T + row[r]] : 0.0f;
+    }
+    float dqa[D / 8][4];
+#pragma unroll
+    for (int i = 0; i < D / 8; i++) dqa[i][0] = dqa[i][1] = dqa[i][2] = dqa[i][3] = 0.0f;
+    const int last_key = min(q0 + kRows - 1, T - 1);
+    for (int k0 = 0; k0 <= last_key; k0 += kCols) {
+        __syncthreads();
+        load_tile<D>(Ks, kb, kvs, k0, T, false);
+        load_tile<D>(Kt, kb, kvs, k0, T, true);
+        load_tile<D>(Vs, vb, kvs, k0, T, false);
+        __syncthreads();
+        float ds[kCols / 8][4];
+#pragma unroll
+        for (int nt = 0; nt < kCols / 8; nt++) {
+            float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int e = 0; e < 4; e++) ds[nt][e] = 0.0f;
+            mma_tile<D / 16>(s, Qs, D + 8, r0, Ks, D + 8, nt * 8, g, t);      /* S = Q Kᵀ  */
+            mma_tile<D / 16>(ds[nt], Gs, D + 8, r0, Vs, D + 8, nt * 8, g, t); /* dP = dO Vᵀ */
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int kj = k0 + nt * 8 + 2 * t + (e & 1), r = e >> 1;
+                const float p = kj <= row[r] && kj < T ? __expf(s[e] * scale - lrow[r]) : 0.0f;
+                ds[nt][e] = p * (ds[nt][e] - drow[r]);
+            }
+        }
+#pragma unroll
+        for (int kk = 0; kk < kCols / 16; kk++) {
+            const uint32_t a0 = pack_bf16(ds[2 * kk][0], ds[2 * kk][1]), a1 = pack_bf16(ds[2 * kk][2], ds[2 * kk][3]);
+            const uint32_t a2 = pack_bf16(ds[2 * kk + 1][0], ds[2 * kk + 1][1]),
+                           a3 = pack_bf16(ds[2 * kk + 1][2], ds[2 * kk + 1][3]);
+#pragma unroll
+            for (int dn = 0; dn < D / 8; dn++) {
+                const bf16 *y = Kt + (dn * 8 + g) * kTPad + kk * 16 + 2 * t;
+                mma16816(dqa[dn], a0, a1, a2, a3, ld32(y), ld32(y + 8)); /* dQ += dS K */
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        if (row[r] >= T) continue;
+        bf16 *dst = dq + (((int64_t)b * T + row[r]) * H + h) * D;
+#pragma unroll
+        for (int dn = 0; dn < D / 8; dn++)
+            *reinterpret_cast<uint32_t *>(dst + dn * 8 + 2 * t) =
+                pack_bf16(dqa[dn][2 * r] * scale, dqa[dn][2 * r + 1] * scale);
+    }
+}
+
+template <int D>
+constexpr size_t forward_smem() {
+    return (size_t)(2 * kRows * (D + 8) + D * kTPad) * sizeof(bf16);
+}
+template <int D>
+constexpr size_t dkdv_smem() {
+    return (size_t)(4 * kRows * (D + 8) + 2 * D * kTPad) * sizeof(bf16) + 2 * kCols * sizeof(float);
+}
+template <int D>
+constexpr size_t dq_smem() {
+    return (size_t)(4 * kRows * (D + 8) + D * kTPad) * sizeof(bf16);
+}
+
+template <int D>
+void forward_launch(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int B, int T, int H, int KVH,
+                    float scale, cudaStream_t stream) {
+    const size_t smem = forward_smem<D>();
+    CUDA_CHECK(cudaFuncSetAttribute(attn_forward<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    const dim3 grid((unsigned)((T + kRows - 1) / kRows), (unsigned)H, (unsigned)B);
+    attn_forward<D><<<grid, kThreads, smem, stream>>>(out, lse, q, k, v, T, H, KVH, scale);
+    KERNEL_CHECK(stream);
+}
+
+template <int D>
+void backward_launch(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const bf16 *q, const bf16 *k, const bf16 *v,
+                     const float *lse, const float *delta, int B, int T, int H, int KVH, float scale,
+                     cudaStream_t stream) {
+    const size_t s1 = dkdv_smem<D>(), s2 = dq_smem<D>();
+    CUDA_CHECK(cudaFuncSetAttribute(attn_backward_dkdv<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s1));
+    CUDA_CHECK(cudaFuncSetAttribute(attn_backward_dq<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s2));
+    const unsigned tiles = (unsigned)((T + kRows - 1) / kRows);
+    attn_backward_dkdv<D><<<dim3(tiles, (unsigned)KVH, (unsigned)B), kThreads, s1, stream>>>(dk, dv, dout, q, k, v, lse,
+                                                                                           delta, T, H, KVH, scale);
+    KERNEL_CHECK(stream);
+    attn_backward_dq<D><<<dim3(tiles, (unsigned)H, (unsigned)B), kThreads, s2, stream>>>(dq, dout, q, k, v, lse, delta,
+                                                                                       T, H, KVH, scale);
+    KERNEL_CHECK(stream);
+}
+
+void check_args(int B, int T, int H, int KVH, int D) {
+    if (B < 1 || T < 1 || H < 1 || KVH < 1 || H % KVH != 0 || (D != 64 && D != 128)) {
+        fprintf(stderr, "gpu_attention: unsupported shape B=%d T=%d H=%d KVH=%d D=%d (D must be 64 or 128, H %% KVH == 0)\n",
+                B, T, H, KVH, D);
+        exit(2);
+    }
+}
+
+} // namespace
+
+extern "C" void gpu_attention_forward_bf16(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k,
+                                           const uint16_t *v, int B, int T, int H, int KVH, int D, float scale,
+                                           cudaStream_t stream) {
+    check_args(B, T, H, KVH, D);
+    bf16 *o = reinterpret_cast<bf16 *>(out);
+    const bf16 *qq = reinterpret_cast<const bf16 *>(q), *kk = reinterpret_cast<const bf16 *>(k),
+               *vv = reinterpret_cast<const bf16 *>(v);
+    if (D == 64) forward_launch<64>(o, lse, qq, kk, vv, B, T, H, KVH, scale, stream);
+    else forward_launch<128>(o, lse, qq, kk, vv, B, T, H, KVH, scale, stream);
+}
+
+extern "C" size_t gpu_attention_backward_workspace_size(int B, int T, int H) {
+    return ((size_t)B * H * T * sizeof(float) + 255) / 256 * 256;
+}
+
+extern "C" void gpu_attention_backward_bf16(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint16_t *dout,
+                                            const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                                            const uint16_t *out, const float *lse, int B, int T, int H, int KVH,
+                                            int D, float scale, void *workspace, cudaStream_t stream) {
+    check_args(B, T, H, KVH, D);
+    float *delta = reinterpret_cast<float *>(workspace);
+    const int64_t rows = (int64_t)B * T * H;
+    attn_delta<<<(unsigned)((rows + 7) / 8), 256, 0, stream>>>(delta, reinterpret_cast<const bf16 *>(dout),
+                                                               reinterpret_cast<const bf16 *>(out), B, T, H, D);
+    KERNEL_CHECK(stream);
+    bf16 *a = reinterpret_cast<bf16 *>(dq), *bk = reinterpret_cast<bf16 *>(dk), *bv = reinterpret_cast<bf16 *>(dv);
+    const bf16 *g = reinterpret_cast<const bf16 *>(dout), *qq = reinterpret_cast<const bf16 *>(q),
+               *kk = reinterpret_cast<const bf16 *>(k), *vv = reinterpret_cast<const bf16 *>(v);
+    if (D == 64) backward_launch<64>(a, bk, bv, g, qq, kk, vv, lse, delta, B, T, H, KVH, scale, stream);
+    else backward_launch<128>(a, bk, bv, g, qq, kk, vv, lse, delta, B, T, H, KVH, scale, stream);
+}

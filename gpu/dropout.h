@@ -1,0 +1,33 @@
+/* dropout.h — inverted dropout on the GPU with ref/dropout.h's counter-based mask, bit for bit.
+ *
+ * Math (ref/dropout.h, torch.nn.functional.dropout(training=True) with refine's mask): for element
+ * e of a call keyed (seed, offset), keep(e) = u(e) ≥ p with u from Philox4x32-10 at counter
+ * (e >> 2, offset), key seed, lane e & 3 (gpu/philox.cuh); scale = fp32(1 / (1 − p)) from double;
+ *   forward   out[e] = keep(e) ? bf16(x[e]·scale) : 0
+ *   backward  dx[e]  = keep(e) ? bf16(dy[e]·scale) : 0        (the same mask: same seed, offset)
+ * out / dx OVERWRITE. The mask never exists in memory: it is recomputed from the counters, so the
+ * backward costs no saved state; kernels that fuse dropout use dropout_keep4 of gpu/philox.cuh.
+ * Shapes: x, out, dy, dx (n) bf16, device pointers. Preconditions: 0 ≤ p < 1, n ≥ 0 (CHECKed).
+ * Aliasing: out may equal x, dx may equal dy (in place); no other overlap.
+ */
+#ifndef REFINE_GPU_DROPOUT_H
+#define REFINE_GPU_DROPOUT_H
+
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+void gpu_dropout_forward_bf16(uint16_t *out, const uint16_t *x, int64_t n, float p, uint64_t seed, uint64_t offset,
+                              cudaStream_t stream);
+
+void gpu_dropout_backward_bf16(uint16_t *dx, const uint16_t *dy, int64_t n, float p, uint64_t seed, uint64_t offset,
+                               cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* REFINE_GPU_DROPOUT_H */

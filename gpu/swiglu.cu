@@ -1,0 +1,116 @@
+/* swiglu.cu — SwiGLU forward/backward kernels (gpu/swiglu.h).
+ *
+ * Strategy: memory-bound elementwise (forward reads 4 bytes and writes 2 per element; backward
+ * reads 6 and writes 4). Each thread owns VW = 8 consecutive elements of one row (16-byte loads
+ * and stores through gpu/vec.cuh) when F and the row strides are multiples of 8, else VW = 1; a
+ * grid-stride loop walks the (row, 8-column group) pairs. Rounding follows the header step by
+ * step: every intermediate that torch stores as bf16 goes through bf16_round_dev, and the fp32
+ * arithmetic uses __fmul_rn/__fadd_rn/__fdiv_rn so that nvcc cannot contract it into FMAs. expf is
+ * the full-precision libdevice exp (≤ 2 ulp), not the __expf intrinsic.
+ *
+ * Test and benchmark: bazel test --config=gpu //tests/parity:swiglu_parity
+ *                     (binary) swiglu_parity --bench
+ */
+#include "gpu/swiglu.h"
+
+#include "gpu/cuda_check.h"
+#include "gpu/vec.cuh"
+#include "io/check.h"
+
+namespace refine {
+namespace {
+
+constexpr int kBlock = 256;
+
+__device__ __forceinline__ float sigmoid_dev(float g) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-g))); }
+__device__ __forceinline__ float silu_dev(float g) { return __fdiv_rn(g, __fadd_rn(1.0f, expf(-g))); }
+
+template <int VW>
+__global__ void __launch_bounds__(kBlock) swiglu_forward_elementwise(bf16 *__restrict__ h, const bf16 *g,
+                                                                     const bf16 *u, int F, int ld_in,
+                                                                     int64_t groups) {
+    const int gpr = F / VW; /* groups per row */
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < groups; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t row = i / gpr;
+        const int col = (int)(i - row * gpr) * VW;
+        float gv[VW], uv[VW], hv[VW];
+        load_bf16<VW>(gv, g + row * ld_in + col);
+        load_bf16<VW>(uv, u + row * ld_in + col);
+#pragma unroll
+        for (int j = 0; j < VW; j++) hv[j] = __fmul_rn(bf16_round_dev(silu_dev(gv[j])), uv[j]);
+        store_bf16<VW>(h + row * F + col, hv);
+    }
+}
+
+template <int VW>
+__global__ void __launch_bounds__(kBlock) swiglu_backward_elementwise(bf16 *dg, bf16 *du, const bf16 *__restrict__ dh,
+                                                                      const bf16 *g, const bf16 *u, int F, int ld_in,
+                                                                      int ld_out, int64_t groups) {
+    const int gpr = F / VW;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < groups; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t row = i / gpr;
+        const int col = (int)(i - row * gpr) * VW;
+        float gv[VW], uv[VW], dhv[VW], dgv[VW], duv[VW];
+        load_bf16<VW>(gv, g + row * ld_in + col);
+        load_bf16<VW>(uv, u + row * ld_in + col);
+        load_bf16<VW>(dhv, dh + row * F + col);
+#pragma unroll
+        for (int j = 0; j < VW; j++) {
+            const float s = sigmoid_dev(gv[j]);
+            const float a = bf16_round_dev(silu_dev(gv[j]));
+            const float da = bf16_round_dev(__fmul_rn(dhv[j], uv[j]));
+            duv[j] = __fmul_rn(dhv[j], a);
+            /* silu'(g) = s·(1 + g·(1 − s)), the order of aten's silu_backward */
+            const float dsilu = __fmul_rn(s, __fadd_rn(1.0f, __fmul_rn(gv[j], __fsub_rn(1.0f, s))));
+            dgv[j] = __fmul_rn(da, dsilu);
+        }
+        store_bf16<VW>(dg + row * ld_out + col, dgv);
+        store_bf16<VW>(du + row * ld_out + col, duv);
+    }
+}
+
+int grid_for(int64_t items) {
+    const int64_t b = (items + kBlock - 1) / kBlock;
+    return (int)(b < 2048 ? (b > 0 ? b : 1) : 2048);
+}
+
+bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+}  // namespace
+}  // namespace refine
+
+using namespace refine;
+
+extern "C" void gpu_swiglu_forward_bf16(uint16_t *h, const uint16_t *g, const uint16_t *u, int N, int F, int ld_in,
+                                        cudaStream_t stream) {
+    CHECK(N >= 1 && F >= 1 && ld_in >= F, "swiglu N=%d F=%d ld_in=%d", N, F, ld_in);
+    bf16 *hb = reinterpret_cast<bf16 *>(h);
+    const bf16 *gb = reinterpret_cast<const bf16 *>(g), *ub = reinterpret_cast<const bf16 *>(u);
+    if (F % 8 == 0 && ld_in % 8 == 0 && aligned16(h) && aligned16(g) && aligned16(u)) {
+        const int64_t groups = (int64_t)N * (F / 8);
+        swiglu_forward_elementwise<8><<<grid_for(groups), kBlock, 0, stream>>>(hb, gb, ub, F, ld_in, groups);
+    } else {
+        const int64_t groups = (int64_t)N * F;
+        swiglu_forward_elementwise<1><<<grid_for(groups), kBlock, 0, stream>>>(hb, gb, ub, F, ld_in, groups);
+    }
+    KERNEL_CHECK(stream);
+}
+
+extern "C" void gpu_swiglu_backward_bf16(uint16_t *dg, uint16_t *du, const uint16_t *dh, const uint16_t *g,
+                                         const uint16_t *u, int N, int F, int ld_in, int ld_out, cudaStream_t stream) {
+    CHECK(N >= 1 && F >= 1 && ld_in >= F && ld_out >= F, "swiglu N=%d F=%d ld_in=%d ld_out=%d", N, F, ld_in, ld_out);
+    bf16 *dgb = reinterpret_cast<bf16 *>(dg), *dub = reinterpret_cast<bf16 *>(du);
+    const bf16 *dhb = reinterpret_cast<const bf16 *>(dh), *gb = reinterpret_cast<const bf16 *>(g),
+               *ub = reinterpret_cast<const bf16 *>(u);
+    if (F % 8 == 0 && ld_in % 8 == 0 && ld_out % 8 == 0 && aligned16(dg) && aligned16(du) && aligned16(dh) &&
+        aligned16(g) && aligned16(u)) {
+        const int64_t groups = (int64_t)N * (F / 8);
+        swiglu_backward_elementwise<8>
+            <<<grid_for(groups), kBlock, 0, stream>>>(dgb, dub, dhb, gb, ub, F, ld_in, ld_out, groups);
+    } else {
+        const int64_t groups = (int64_t)N * F;
+        swiglu_backward_elementwise<1>
+            <<<grid_for(groups), kBlock, 0, stream>>>(dgb, dub, dhb, gb, ub, F, ld_in, ld_out, groups);
+    }
+    KERNEL_CHECK(stream);
+}

@@ -1,0 +1,240 @@
+/* llama.h — the Llama model (HF LlamaForCausalLM / Qwen2ForCausalLM) composed from the reference
+ * ops: forward to the loss, backward for full fine-tuning and for LoRA / DoRA adapters.
+ *
+ * Model (NUMERICS.md §7; transformers modeling_llama.py), N = B·T rows, row n = b·T + t:
+ *   x_0      = embed[ids]                                         ref/embedding.h
+ *   for each layer l:
+ *     n1     = rmsnorm(x_l; attn_norm)                            ref/rmsnorm.h
+ *     q,k,v  = n1 Wqᵀ (+bq), n1 Wkᵀ (+bk), n1 Wvᵀ (+bv)           ref/linear.h (+ adapter)
+ *     q,k    = rope(q), rope(k) at positions p                    ref/rope.h (llama3 scaling)
+ *     a      = attention(q, k, v), causal, GQA, scale 1/√D        ref/attention.h
+ *     h      = act(x_l + a Woᵀ)
+ *     n2     = rmsnorm(h; mlp_norm)
+ *     m      = swiglu(n2 Wgᵀ, n2 Wuᵀ)                             ref/swiglu.h
+ *     x_l+1  = act(h + m Wdᵀ)
+ *   nf       = rmsnorm(x_L; final_norm)
+ *   loss     = Σ_valid (logsumexp(nf Wheadᵀ) − z_y) / n_valid     ref/cross_entropy.h (fused: the
+ *              (N, V) logits never exist); Whead = embed when tied.
+ * Positions: p = t (each sequence starts at 0) unless the batch gives positions (packing).
+ * Targets are the SHIFTED labels: targets[n] is the token predicted at row n (HF's labels[b, t+1],
+ * −100 for the last position and ignored tokens); the caller shifts (ForCausalLMLoss semantics).
+ *
+ * Adapters. Each of the seven linears (LLAMA_Q .. LLAMA_DOWN) may carry, per options.targets:
+ *   LoRA  y += s·x Aᵀ Bᵀ                                         ref/lora.h
+ *   DoRA  y = b + (m/‖W + sBA‖_row)·(x Wᵀ + s·x Aᵀ Bᵀ)           ref/dora.h (direct row norm,
+ *         recomputed from W, A, B at every forward, detached as in PEFT)
+ * with s = ref_lora_scale(alpha, R, scaling). Adapter dropout is not modelled (p = 0, PEFT's
+ * nn.Identity). In LoRA/DoRA modes every base weight (embeddings, norms, linears, biases) is
+ * frozen and only the adapters train; in LLAMA_FULL every base weight trains.
+ * QLoRA / QDoRA: the base linears are NF4 in the checkpoint; the caller dequantizes them (the nf4
+ * op) into the weight struct, as bitsandbytes' Linear4bit multiplies by the dequantized weight
+ * with compute dtype fp32. Nothing else differs.
+ *
+ * Activations: act() is the identity for ACT_F32 and bf16 rounding where the GPU stores bf16
+ * (passed to every op; residual adds rounded here). Weights are used as given (bf16-representable
+ * for a bf16 model: the caller's business).
+ *
+ * Memory: every activation lives in ONE slab of ref_llama_slab_floats() floats, carved by a plan
+ * computed from (config, options, B, T). Without recomputation the slab holds every layer's saved
+ * activations; with options.recompute it holds each layer's input x_l and one layer's working set,
+ * and backward re-runs each layer's forward from x_l before its backward: the same code on the
+ * same input, so gradients are bit-identical to the non-recomputing path.
+ *
+ * Calls: ref_llama_forward fills the slab and returns the loss (double). ref_llama_backward uses
+ * the slab of the immediately preceding forward (same weights, batch and options) and
+ * ACCUMULATES parameter gradients (dw += ...): into grads (LLAMA_FULL; tied: grads->embed
+ * receives the lm_head and embedding gradients, lm_head first) or into agrads (LoRA/DoRA). Zero
+ * them before the first micro-batch. grad_scale multiplies the loss gradient (1 normally).
+ * n_valid_total: valid targets of the whole optimizer batch (HF num_items_in_batch); 0 means
+ * "count this batch's". A batch with no valid target is a CHECK failure (HF gives NaN).
+ *
+ * Linear layers go through ref_linear_*_naive (double sums in index order, bit-reproducible on
+ * any machine) unless options.blas selects the sgemm path (faster, reproducible on one machine).
+ * Attention: the flash-style tiled form (no T×T matrix is saved) unless options.attn_naive.
+ * Not thread-safe across calls sharing a slab. Aliasing: none (weights, grads, slab disjoint).
+ */
+#ifndef REFINE_REF_LLAMA_H
+#define REFINE_REF_LLAMA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "io/config.h"
+#include "io/error.h"
+#include "io/model_source.h"
+#include "ref/lora.h"
+#include "ref/rope.h"
+#include "ref/shapes.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The seven linear layers of a block, in PEFT's target_modules spelling order. */
+enum llama_linear {
+    LLAMA_Q = 0,
+    LLAMA_K,
+    LLAMA_V,
+    LLAMA_O,
+    LLAMA_GATE,
+    LLAMA_UP,
+    LLAMA_DOWN,
+    LLAMA_N_LINEAR
+};
+
+/* "self_attn.q_proj", ..., "mlp.down_proj": the module path inside model.layers.{i}. */
+const char *ref_llama_linear_name(enum llama_linear t);
+/* C_out and C_in of linear t under config c. */
+void ref_llama_linear_shape(const struct model_config *c, enum llama_linear t, int *c_out, int *c_in);
+
+enum llama_mode {
+    LLAMA_FULL = 0, /* every base weight trains */
+    LLAMA_LORA = 1, /* base frozen; LoRA adapters on options.targets train */
+    LLAMA_DORA = 2, /* base frozen; DoRA adapters (A, B, magnitude) on options.targets train */
+};
+
+#define LLAMA_ALL_TARGETS ((1u << LLAMA_N_LINEAR) - 1u)
+
+struct llama_options {
+    enum llama_mode mode;
+    unsigned targets;          /* bit (1u << t) per adapted linear (LoRA/DoRA modes) */
+    int R;                     /* adapter rank */
+    double alpha;              /* lora_alpha */
+    enum lora_scaling scaling; /* α/R or α/√R */
+    enum act_dtype act;
+    int recompute;    /* 1: save only each layer's input, re-run the layer in backward */
+    int blas;         /* 1: linears through cblas_sgemm; 0: the naive double-sum loops */
+    int attn_naive;   /* 1: naive attention (saves P, B·H·T² floats per layer); 0: flash */
+    int attn_block_q; /* flash tiles (≥ 1; 0 picks 16) */
+    int attn_block_k;
+    int ce_n_chunk; /* fused cross-entropy chunks (≥ 1; 0 picks 64 rows × 256 vocabulary rows) */
+    int ce_v_chunk;
+};
+
+/* Options with the defaults: LLAMA_FULL, all targets, R = 8, alpha = 16, ACT_F32, naive linears,
+ * flash attention, no recomputation. */
+void ref_llama_options_default(struct llama_options *o);
+
+/* Base weights. w[t] is (C_out, C_in) row-major (dequantized NF4 for QLoRA/QDoRA). bias[t] is
+ * non-NULL only for q/k/v when config.attention_bias. lm_head == embed when tied. */
+struct llama_layer {
+    float *attn_norm; /* (C) input_layernorm */
+    float *mlp_norm;  /* (C) post_attention_layernorm */
+    float *w[LLAMA_N_LINEAR];
+    float *bias[LLAMA_N_LINEAR];
+};
+
+struct llama_weights {
+    float *embed;      /* (V, C) model.embed_tokens */
+    float *lm_head;    /* (V, C); == embed when tie_word_embeddings */
+    float *final_norm; /* (C) model.norm */
+    struct llama_layer *layers; /* L */
+};
+
+/* Adapters of one linear: a (R, C_in), b (C_out, R), mag (C_out, DoRA only); all NULL when the
+ * linear is not a target. */
+struct llama_adapter {
+    float *a;
+    float *b;
+    float *mag;
+};
+
+struct llama_adapters {
+    struct llama_adapter (*layers)[LLAMA_N_LINEAR]; /* L × 7 */
+};
+
+/* Allocation helpers (malloc; exit with a message when memory runs out). Every tensor is
+ * allocated (zeroed) with the shapes the config implies; alloc_grads of a tied model makes
+ * lm_head alias embed, like the weights. adapters_alloc allocates the targets of o only. */
+void ref_llama_weights_alloc(struct llama_weights *w, const struct model_config *c);
+void ref_llama_weights_free(struct llama_weights *w, const struct model_config *c);
+void ref_llama_adapters_alloc(struct llama_adapters *a, const struct model_config *c, const struct llama_options *o);
+void ref_llama_adapters_free(struct llama_adapters *a, const struct model_config *c);
+
+/* Fills w (from ref_llama_weights_alloc with s->config) from a model opened by io/model_source.h
+ * (an HF folder or a GGUF file): every weight as fp32 in its HF shape (F32, F16, BF16, GGUF
+ * quantized types dequantized by io/gguf); a tied lm_head is the embedding. bitsandbytes 4-bit
+ * linears are not dequantized here (ref/nf4 does that, into w->layers[l].w[t]): they give -1
+ * with a message naming the weight. Returns 0 or -1. */
+int ref_llama_weights_load(struct llama_weights *w, const struct model_source *s, struct io_err *e);
+
+/* The tensors of a model in a fixed order, with their HF / PEFT names: base weights as in an HF
+ * checkpoint ("model.layers.0.self_attn.q_proj.weight", "model.norm.weight", "lm_head.weight"
+ * only when untied), adapters as in PEFT's adapter_model.safetensors
+ * ("base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight", "...lora_B.weight",
+ * "...lora_magnitude_vector"). trainable says whether the mode trains it. a may be NULL (no
+ * adapters listed). Returns the count; list may be NULL to count only. */
+struct llama_tensor {
+    char name[112];
+    float *data;
+    int64_t numel;
+    int ndim;
+    int64_t shape[2];
+    int trainable;
+};
+
+int ref_llama_tensors(struct llama_tensor *list, const struct model_config *c, const struct llama_options *o,
+                      const struct llama_weights *w, const struct llama_adapters *a);
+
+/* One micro-batch: ids, targets (N) int32; positions (N) int32 or NULL for 0..T−1 per row. */
+struct llama_batch {
+    int B;
+    int T;
+    const int32_t *ids;
+    const int32_t *targets;
+    const int32_t *positions;
+    int64_t n_valid_total;
+};
+
+/* The model's fixed state for one (config, options, B, T): the rope tables and the slab plan.
+ * init builds the rope cache (max_pos = T, or more when positions need it: max_pos ≥ every
+ * position used) and computes the plan; free releases the rope cache. */
+struct llama_plan_layer {
+    size_t x, rstd1, n1, q, k, v, att, lse, attw, h, rstd2, n2, gate, up, mlp;
+    size_t u[LLAMA_N_LINEAR];     /* adapter intermediates x Aᵀ (N, R) */
+    size_t wnorm[LLAMA_N_LINEAR]; /* DoRA row norms (C_out) */
+};
+
+struct llama_model {
+    struct model_config cfg;
+    struct llama_options opt;
+    int B, T;
+    struct ref_rope_cache rope;
+    int32_t *pos0;    /* (N) default positions t of row b·T + t */
+    float lora_scale; /* s of the adapters */
+    float attn_scale; /* fp32(1/√D) */
+    /* slab plan (offsets in floats) */
+    size_t per_layer;              /* floats of one layer's saved set */
+    size_t layer_stride;           /* per_layer without recompute, else 0 (one shared set) */
+    size_t x_in;                   /* (L + 1) × (N, C): each layer's input; x_in[L] = x_L */
+    size_t layer0;                 /* first layer set */
+    struct llama_plan_layer pl;    /* offsets inside one layer set */
+    size_t rstd_f, nf;             /* final norm */
+    size_t scratch;                /* backward scratch */
+    size_t scratch_floats;
+    size_t total;                  /* floats of the whole slab */
+};
+
+void ref_llama_init(struct llama_model *m, const struct model_config *c, const struct llama_options *o, int B, int T,
+                    int max_pos);
+void ref_llama_free(struct llama_model *m);
+
+/* Floats of the slab (== m->total). */
+size_t ref_llama_slab_floats(const struct llama_model *m);
+
+/* Forward: fills slab, returns the loss (mean over n_valid_total). logits (N, V) is written when
+ * non-NULL (a separate lm_head GEMM for tests and evaluation; the loss never needs it). */
+double ref_llama_forward(const struct llama_model *m, const struct llama_weights *w, const struct llama_adapters *a,
+                         const struct llama_batch *batch, float *slab, float *logits);
+
+/* Backward of the preceding forward. grads: LLAMA_FULL (else NULL); agrads: LoRA/DoRA (else
+ * NULL). The slab's saved activations are consumed (overwritten by scratch). */
+void ref_llama_backward(const struct llama_model *m, const struct llama_weights *w, const struct llama_adapters *a,
+                        const struct llama_batch *batch, float *slab, struct llama_weights *grads,
+                        struct llama_adapters *agrads, float grad_scale);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* REFINE_REF_LLAMA_H */

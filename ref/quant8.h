@@ -1,0 +1,49 @@
+/* quant8.h — bitsandbytes 8-bit dynamic maps and blockwise 8-bit quantization (NUMERICS.md §1.5, §1.6).
+ *
+ * Dynamic map (functional.create_dynamic_map(signed, max_exponent_bits=7, total_bits=8)):
+ *   for i = 0..6: b = torch.linspace(0.1, 1.0, k+1) in fp32 with k = 2^i (signed) or 2^(i+1)
+ *   (unsigned); means_j = (b_j + b_{j+1}) / 2 in fp32; value = fp32(10^(i−6)) · means_j (fp32
+ *   product); signed maps take ±value. Then 0 and 1.0 are appended and the 256 values sorted.
+ *   Signed: [0..126] negative, [127] = 0, [255] = +1 (no −1). Unsigned: [0] = 0, [255] = 1.
+ *   torch.linspace on CPU: step = (end − start)/(steps − 1) in fp32; element j = start + j·step for
+ *   j < steps/2, end − (steps − 1 − j)·step otherwise (fp32).
+ *
+ * Blockwise quantize (quantize_blockwise, CUDA kQuantizeBlockwise<.., General8bit>):
+ *   absmax[b] = max |x| over the block of `blocksize` elements (last block short);
+ *   x_norm = x · (1.0f / absmax[b]);
+ *   code = QUANT8_CUDA: dQuantize<0>: binary search over the sorted map, then the nearer of the
+ *          two neighbours by the fp32 midpoint; an exact tie keeps the search's last pivot;
+ *          QUANT8_NEAREST: the index whose value is nearest to x_norm, ties to the LOWER index
+ *          (torch.bucketize over fp32 midpoints: bnb's pure-torch backend).
+ * Dequantize: out[k] = map[q[k]] · absmax[k / blocksize] (fp32 product).
+ * Shapes: x, q, out (n); absmax (ceil(n / blocksize)). OVERWRITES. Aliasing: none.
+ */
+#ifndef REFINE_REF_QUANT8_H
+#define REFINE_REF_QUANT8_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum quant8_round { QUANT8_CUDA = 0, QUANT8_NEAREST = 1 };
+
+/* The 256-entry map, ascending. is_signed: 1 for the signed map (Adam m, double quant). */
+void quant8_dynamic_map(float map[256], int is_signed);
+
+/* torch.linspace(start, end, steps) in fp32 (steps ≥ 2). */
+void quant8_linspace_f32(float *out, float start, float end, int steps);
+
+uint8_t quant8_encode(const float map[256], float x_norm, enum quant8_round r);
+
+void quant8_quantize_blockwise(uint8_t *q, float *absmax, const float *x, int64_t n, int blocksize,
+                               const float map[256], enum quant8_round r);
+void quant8_dequantize_blockwise(float *out, const uint8_t *q, const float *absmax, int64_t n, int blocksize,
+                                 const float map[256]);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* REFINE_REF_QUANT8_H */

@@ -1,0 +1,480 @@
+/* train_main.c — //ref:train: the shared training loop (train/) on the CPU reference model
+ * (ref/llama), the oracle trainer of refine.
+ *
+ *   bazel run //ref:train                      LoRA on SmolLM2-135M-Instruct with the default corpus
+ *   bazel run //ref:train -- --help            every flag with its default
+ *
+ * What it does: opens the model (HF folder or GGUF, io/model_source.h) and its tokenizer, reads
+ * and packs the data (train/data.h), builds the reference engine below, runs train_loop_run, and
+ * writes the PEFT adapter (and with --export merged an HF model) into --out.
+ *
+ * The engine (train/engine.h) over ref/llama:
+ *   - weights fp32 on the host; trainable tensors: the adapters (LoRA: A, B; DoRA: A, B, m) of the
+ *     --targets linears, or every base weight with --method full;
+ *   - micro_step: forward to the mean NLL of the micro-batch (times its valid labels: Σ NLL) and
+ *     backward scaled so that the accumulated gradient is that of the step's mean loss;
+ *   - optimizer_step: global norm (ref_grad_total_norm), clip (ref_clip_coef, ref_grad_scale),
+ *     torch-order AdamW per tensor (ref_adamw_step), zeroed gradients; a non-finite norm names the
+ *     first tensor with a non-finite gradient and changes nothing;
+ *   - tensors: params "<HF module>.lora_A.weight", ... and optimizer state "<param>.exp_avg",
+ *     "<param>.exp_avg_sq" for checkpoints.
+ * Adapter init follows PEFT (ref_lora_init: A uniform ±1/√C_in from the seed, B = 0; DoRA m =
+ * ‖W‖_row), so step 0 is exactly the base model.
+ * Linears run through OpenBLAS sgemm (options.blas), attention in the flash form; activations
+ * fp32 (the oracle's precision).
+ * Not supported here (refused with a message): --dropout > 0, --optimizer adamw8bit, QLoRA from a
+ * model that is not bitsandbytes-quantized... see check_supported().
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "io/config.h"
+#include "io/error.h"
+#include "io/model_source.h"
+#include "io/peft.h"
+#include "io/tokenizer.h"
+#include "ref/adamw.h"
+#include "ref/dora.h"
+#include "ref/llama.h"
+#include "ref/lora.h"
+#include "train/data.h"
+#include "train/engine.h"
+#include "train/export.h"
+#include "train/loop.h"
+#include "train/options.h"
+
+/* ---- the engine --------------------------------------------------------------------------- */
+
+struct param {
+    char name[200];
+    float *data, *grad, *m, *v;
+    int64_t numel;
+    int ndim;
+    int64_t shape[2];
+};
+
+struct ref_engine {
+    struct model_config cfg;
+    struct llama_options lopt;
+    struct llama_model model;
+    struct llama_weights w, gw;  /* gw: gradients in full fine-tuning */
+    struct llama_adapters a, ga; /* ga: adapter gradients */
+    float *slab;
+    int n_params;
+    struct param *params;
+    struct llama_tensor *all; /* every tensor (base and adapters) for base_weight_read */
+    int n_all;
+    int B, T;
+};
+
+static void *xcalloc(size_t n, size_t size) {
+    void *p = calloc(n ? n : 1, size);
+    if (!p) {
+        fprintf(stderr, "refine: out of memory (%zu × %zu bytes)\n", n, size);
+        exit(1);
+    }
+    return p;
+}
+
+static const char *strip_peft_prefix(const char *name) {
+    static const char prefix[] = "base_model.model.";
+    return strncmp(name, prefix, sizeof prefix - 1) == 0 ? name + sizeof prefix - 1 : name;
+}
+
+static int eng_micro_step(void *self, const int32_t *tokens, const int32_t *labels, int B, int T, float grad_scale,
+                          uint64_t micro_index, double *nll_sum, struct io_err *e) {
+    (void)micro_index; /* no dropout in the reference engine */
+    struct ref_engine *r = self;
+    if (B != r->B || T != r->T) return io_fail(e, "reference engine planned for %d×%d, got %d×%d", r->B, r->T, B, T);
+    int64_t valid = 0;
+    for (int i = 0; i < B * T; i++) valid += labels[i] != -100;
+    *nll_sum = 0.0;
+    if (valid == 0) return 0;
+    /* The model's loss is the mean over n_valid_total; this micro-batch's count makes it the
+     * micro-batch mean, so Σ NLL = loss·valid and the gradient of the step's mean is
+     * (grad_scale·valid) × the gradient of the micro-batch mean. */
+    struct llama_batch b = {B, T, tokens, labels, NULL, valid};
+    *nll_sum = ref_llama_forward(&r->model, &r->w, &r->a, &b, r->slab, NULL) * (double)valid;
+    const int full = r->lopt.mode == LLAMA_FULL;
+    ref_llama_backward(&r->model, &r->w, &r->a, &b, r->slab, full ? &r->gw : NULL, full ? NULL : &r->ga,
+                       (float)((double)grad_scale * (double)valid));
+    return 0;
+}
+
+static int eng_eval(void *self, const int32_t *tokens, const int32_t *labels, int B, int T, double *nll_sum,
+                    struct io_err *e) {
+    struct ref_engine *r = self;
+    if (B != r->B || T != r->T) return io_fail(e, "reference engine planned for %d×%d, got %d×%d", r->B, r->T, B, T);
+    int64_t valid = 0;
+    for (int i = 0; i < B * T; i++) valid += labels[i] != -100;
+    *nll_sum = 0.0;
+    if (valid == 0) return 0;
+    struct llama_batch b = {B, T, tokens, labels, NULL, valid};
+    *nll_sum = ref_llama_forward(&r->model, &r->w, &r->a, &b, r->slab, NULL) * (double)valid;
+    return 0;
+}
+
+static int eng_optimizer_step(void *self, const struct optim_step *h, double *grad_norm, struct io_err *e) {
+    struct ref_engine *r = self;
+    const float **g = xcalloc((size_t)r->n_params, sizeof *g);
+    int64_t *n = xcalloc((size_t)r->n_params, sizeof *n);
+    for (int i = 0; i < r->n_params; i++) g[i] = r->params[i].grad, n[i] = r->params[i].numel;
+    const float total = ref_grad_total_norm(g, n, r->n_params);
+    *grad_norm = total;
+    int rc = 0;
+    if (!isfinite(total)) {
+        for (int i = 0; i < r->n_params && rc == 0; i++)
+            for (int64_t j = 0; j < r->params[i].numel; j++)
+                if (!isfinite(r->params[i].grad[j])) {
+                    rc = io_fail(e, "gradient of %s is not finite (element %" PRId64 ")", r->params[i].name, j);
+                    break;
+                }
+        if (rc == 0) rc = io_fail(e, "the gradient norm is not finite");
+    }
+    if (rc == 0) {
+        if (h->clip > 0) {
+            const float coef = ref_clip_coef(total, h->clip);
+            float **gm = xcalloc((size_t)r->n_params, sizeof *gm);
+            for (int i = 0; i < r->n_params; i++) gm[i] = r->params[i].grad;
+            ref_grad_scale(gm, n, r->n_params, coef);
+            free(gm);
+        }
+        const struct adamw_hparams hp = {h->lr, h->beta1, h->beta2, h->eps, h->weight_decay};
+        for (int i = 0; i < r->n_params; i++) {
+            struct param *p = &r->params[i];
+            ref_adamw_step(p->data, p->m, p->v, p->grad, p->numel, h->step, &hp);
+        }
+    }
+    for (int i = 0; i < r->n_params; i++) memset(r->params[i].grad, 0, (size_t)r->params[i].numel * sizeof(float));
+    free(g);
+    free(n);
+    return rc;
+}
+
+/* Engine tensors: params, then exp_avg of each, then exp_avg_sq of each. */
+static int eng_n_tensors(void *self) { return 3 * ((struct ref_engine *)self)->n_params; }
+
+static int eng_tensor_info(void *self, int i, struct engine_tensor *info) {
+    struct ref_engine *r = self;
+    const struct param *p = &r->params[i % r->n_params];
+    const int kind = i / r->n_params;
+    memset(info, 0, sizeof *info);
+    snprintf(info->name, sizeof info->name, "%s%s", p->name, kind == 0 ? "" : kind == 1 ? ".exp_avg" : ".exp_avg_sq");
+    info->role = kind == 0 ? ROLE_PARAM : ROLE_OPTIM;
+    info->dtype = ST_F32;
+    info->ndim = p->ndim;
+    info->shape[0] = p->shape[0];
+    info->shape[1] = p->shape[1];
+    return 0;
+}
+
+static float *tensor_ptr(struct ref_engine *r, int i) {
+    struct param *p = &r->params[i % r->n_params];
+    const int kind = i / r->n_params;
+    return kind == 0 ? p->data : kind == 1 ? p->m : p->v;
+}
+
+static int eng_tensor_read(void *self, int i, void *host, struct io_err *e) {
+    (void)e;
+    struct ref_engine *r = self;
+    memcpy(host, tensor_ptr(r, i), (size_t)r->params[i % r->n_params].numel * sizeof(float));
+    return 0;
+}
+
+static int eng_tensor_write(void *self, int i, const void *host, struct io_err *e) {
+    (void)e;
+    struct ref_engine *r = self;
+    memcpy(tensor_ptr(r, i), host, (size_t)r->params[i % r->n_params].numel * sizeof(float));
+    return 0;
+}
+
+static int eng_base_weight_read(void *self, const char *hf_name, float *host, struct io_err *e) {
+    struct ref_engine *r = self;
+    for (int i = 0; i < r->n_all; i++)
+        if (strcmp(strip_peft_prefix(r->all[i].name), hf_name) == 0) {
+            memcpy(host, r->all[i].data, (size_t)r->all[i].numel * sizeof(float));
+            return 0;
+        }
+    if (strcmp(hf_name, "lm_head.weight") == 0 && r->cfg.tie_word_embeddings)
+        return eng_base_weight_read(self, "model.embed_tokens.weight", host, e);
+    return io_fail(e, "the model has no weight %s", hf_name);
+}
+
+static double eng_mem_gib(void *self) {
+    struct ref_engine *r = self;
+    return (double)ref_llama_slab_floats(&r->model) * 4.0 / (1024.0 * 1024.0 * 1024.0);
+}
+
+static void eng_destroy(void *self) {
+    struct ref_engine *r = self;
+    for (int i = 0; i < r->n_params; i++) {
+        free(r->params[i].m);
+        free(r->params[i].v);
+    }
+    free(r->params);
+    free(r->all);
+    free(r->slab);
+    if (r->lopt.mode == LLAMA_FULL) ref_llama_weights_free(&r->gw, &r->cfg);
+    else {
+        ref_llama_adapters_free(&r->a, &r->cfg);
+        ref_llama_adapters_free(&r->ga, &r->cfg);
+    }
+    ref_llama_weights_free(&r->w, &r->cfg);
+    ref_llama_free(&r->model);
+    free(r);
+}
+
+/* uniform01 for ref_lora_init: splitmix64 of a counter (deterministic from the seed). */
+struct seq_rng {
+    uint64_t s;
+};
+
+static double seq_uniform01(void *ctx) {
+    struct seq_rng *g = ctx;
+    uint64_t z = (g->s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (double)(z >> 11) * 0x1.0p-53;
+}
+
+static int load_base_weights(struct ref_engine *r, const struct model_source *src, struct io_err *e) {
+    const struct model_config *c = &r->cfg;
+    static const enum model_weight lin_kind[LLAMA_N_LINEAR] = {MW_Q, MW_K, MW_V, MW_O, MW_GATE, MW_UP, MW_DOWN};
+    if (model_source_weight_f32(src, MW_EMBED, -1, r->w.embed, e)) return -1;
+    if (model_source_weight_f32(src, MW_FINAL_NORM, -1, r->w.final_norm, e)) return -1;
+    if (!c->tie_word_embeddings && model_source_weight_f32(src, MW_LM_HEAD, -1, r->w.lm_head, e)) return -1;
+    for (int l = 0; l < c->L; l++) {
+        struct llama_layer *ly = &r->w.layers[l];
+        if (model_source_weight_f32(src, MW_ATTN_NORM, l, ly->attn_norm, e)) return -1;
+        if (model_source_weight_f32(src, MW_MLP_NORM, l, ly->mlp_norm, e)) return -1;
+        for (int t = 0; t < LLAMA_N_LINEAR; t++) {
+            if (model_source_weight_f32(src, lin_kind[t], l, ly->w[t], e)) return -1;
+            if (ly->bias[t]) {
+                const enum model_weight bk = t == LLAMA_Q ? MW_Q_BIAS : t == LLAMA_K ? MW_K_BIAS : MW_V_BIAS;
+                if (model_source_weight_f32(src, bk, l, ly->bias[t], e)) return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+static int ref_engine_create(struct train_engine *eng, const struct train_options *o, const struct model_source *src,
+                             struct io_err *e) {
+    struct ref_engine *r = xcalloc(1, sizeof *r);
+    r->cfg = src->config;
+    r->B = o->micro_batch;
+    r->T = o->seq;
+    ref_llama_options_default(&r->lopt);
+    r->lopt.mode = o->method == METHOD_FULL ? LLAMA_FULL : o->method == METHOD_DORA ? LLAMA_DORA : LLAMA_LORA;
+    r->lopt.targets = o->targets;
+    r->lopt.R = o->rank;
+    r->lopt.alpha = o->alpha;
+    r->lopt.scaling = o->scaling == SCALING_RSLORA ? LORA_SCALE_RSLORA : LORA_SCALE_STANDARD;
+    r->lopt.act = ACT_F32;
+    r->lopt.recompute = o->recompute != RECOMPUTE_NONE;
+    r->lopt.blas = 1;
+    ref_llama_init(&r->model, &r->cfg, &r->lopt, r->B, r->T, r->T);
+    ref_llama_weights_alloc(&r->w, &r->cfg);
+    if (load_base_weights(r, src, e)) {
+        free(r);
+        return -1;
+    }
+    const int full = r->lopt.mode == LLAMA_FULL;
+    if (full) {
+        ref_llama_weights_alloc(&r->gw, &r->cfg);
+    } else {
+        ref_llama_adapters_alloc(&r->a, &r->cfg, &r->lopt);
+        ref_llama_adapters_alloc(&r->ga, &r->cfg, &r->lopt);
+        struct seq_rng g = {o->seed ^ 0x5EEDA11CE5ull};
+        for (int l = 0; l < r->cfg.L; l++)
+            for (int t = 0; t < LLAMA_N_LINEAR; t++) {
+                struct llama_adapter *ad = &r->a.layers[l][t];
+                if (!ad->a) continue;
+                int co, ci;
+                ref_llama_linear_shape(&r->cfg, (enum llama_linear)t, &co, &ci);
+                ref_lora_init(ad->a, ad->b, ci, co, r->lopt.R, seq_uniform01, &g);
+                if (ad->mag) ref_dora_weight_norm(ad->mag, r->w.layers[l].w[t], ad->a, ad->b, ci, co, r->lopt.R, 0.0f);
+            }
+    }
+    /* the parameter table: trainable tensors of the model with their gradient twins */
+    const int n_all = ref_llama_tensors(NULL, &r->cfg, &r->lopt, &r->w, full ? NULL : &r->a);
+    r->all = xcalloc((size_t)n_all, sizeof *r->all);
+    struct llama_tensor *gl = xcalloc((size_t)n_all, sizeof *gl);
+    r->n_all = ref_llama_tensors(r->all, &r->cfg, &r->lopt, &r->w, full ? NULL : &r->a);
+    ref_llama_tensors(gl, &r->cfg, &r->lopt, full ? &r->gw : &r->w, full ? NULL : &r->ga);
+    r->params = xcalloc((size_t)n_all, sizeof *r->params);
+    for (int i = 0; i < n_all; i++) {
+        if (!r->all[i].trainable) continue;
+        struct param *p = &r->params[r->n_params++];
+        snprintf(p->name, sizeof p->name, "%s", strip_peft_prefix(r->all[i].name));
+        p->data = r->all[i].data;
+        p->grad = gl[i].data;
+        p->numel = r->all[i].numel;
+        p->ndim = r->all[i].ndim;
+        p->shape[0] = r->all[i].shape[0];
+        p->shape[1] = r->all[i].shape[1];
+        p->m = xcalloc((size_t)p->numel, sizeof(float));
+        p->v = xcalloc((size_t)p->numel, sizeof(float));
+    }
+    free(gl);
+    if (r->n_params == 0) {
+        eng_destroy(r);
+        return io_fail(e, "nothing to train: --targets selects no linear layer");
+    }
+    r->slab = xcalloc(ref_llama_slab_floats(&r->model), sizeof(float));
+
+    memset(eng, 0, sizeof *eng);
+    eng->name = "ref (CPU, fp32)";
+    eng->self = r;
+    /* FLOPs per token: 4·N_mm (adapters) or 6·N_mm (full) + 3·attention (PERFORMANCE.md) */
+    const struct model_config *c = &r->cfg;
+    const double n_mm = (double)c->L * ((double)c->C * (c->H + 2 * c->KVH) * c->D + (double)c->H * c->D * c->C +
+                                        3.0 * c->C * c->F) +
+                        (double)c->V * c->C;
+    const double attn = (double)c->L * 4.0 * c->H * c->D * r->T / 2.0;
+    eng->flops_per_token = (full ? 6.0 : 4.0) * n_mm + 3.0 * attn;
+    eng->peak_flops = 0.0;
+    eng->micro_step = eng_micro_step;
+    eng->eval = eng_eval;
+    eng->optimizer_step = eng_optimizer_step;
+    eng->n_tensors = eng_n_tensors;
+    eng->tensor_info = eng_tensor_info;
+    eng->tensor_read = eng_tensor_read;
+    eng->tensor_write = eng_tensor_write;
+    eng->base_weight_read = eng_base_weight_read;
+    eng->mem_gib = eng_mem_gib;
+    eng->destroy = eng_destroy;
+    return 0;
+}
+
+/* ---- the tokenizer as the data pipeline's encoder ----------------------------------------- */
+
+static int enc_text(void *self, const char *text, size_t len, uint32_t target, struct token_vec *out,
+                    struct io_err *e) {
+    struct tokenizer *tok = self;
+    struct tok_ids ids = {0};
+    tokenizer_encode(tok, text, len, 0, &ids);
+    int rc = 0;
+    for (size_t i = 0; i < ids.n && rc == 0; i++) rc = token_vec_push(out, ids.ids[i] | target, e);
+    tok_ids_free(&ids);
+    return rc;
+}
+
+static int enc_chat(void *self, const struct chat_message *msgs, int n, struct token_vec *out, struct io_err *e) {
+    struct tokenizer *tok = self;
+    struct chat_tokens ct = {0};
+    int rc = tokenizer_apply_chat(tok, msgs, (size_t)n, 0, &ct, e);
+    for (size_t i = 0; i < ct.n && rc == 0; i++) rc = token_vec_push(out, ct.ids[i] | (ct.mask[i] ? DATA_TARGET : 0), e);
+    chat_tokens_free(&ct);
+    return rc;
+}
+
+/* ---- main ------------------------------------------------------------------------------------ */
+
+static int check_supported(const struct train_options *o, struct io_err *e) {
+    if (o->dropout > 0.0f)
+        return io_fail(e, "--dropout %g: the CPU reference trainer has no adapter dropout (use --dropout 0, or "
+                          "//gpu:train)",
+                       (double)o->dropout);
+    if (o->optimizer == OPTIMIZER_ADAMW8BIT)
+        return io_fail(e, "--optimizer adamw8bit is not available in the CPU reference trainer (use adamw)");
+    if (o->method == METHOD_QLORA || o->method == METHOD_QDORA)
+        return io_fail(e, "--method %s is not available in the CPU reference trainer yet (lora, dora and full are)",
+                       train_method_name(o->method));
+    return 0;
+}
+
+/* OpenBLAS picks its kernels from the CPU model at load time and falls back to its generic SSE3
+ * kernels on virtual CPUs that report an unknown model (seen on cloud VMs: 3× slower sgemm). When
+ * the user has not chosen, name the kernel family from the instruction set and restart once. */
+static void openblas_coretype(char **argv) {
+    if (getenv("OPENBLAS_CORETYPE") != NULL) return;
+    __builtin_cpu_init();
+    const char *t = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? "Haswell" : NULL;
+    if (t == NULL || setenv("OPENBLAS_CORETYPE", t, 1) != 0) return;
+    execv("/proc/self/exe", argv); /* on failure: carry on with the generic kernels */
+}
+
+int main(int argc, char **argv) {
+    openblas_coretype(argv);
+    const char *wd = getenv("BUILD_WORKING_DIRECTORY"); /* bazel run: paths are the user's */
+    if (wd && chdir(wd) != 0) {
+        fprintf(stderr, "refine: cannot enter %s\n", wd);
+        return 1;
+    }
+    char cache[1024];
+    train_cache_dir(cache, sizeof cache);
+    struct train_options o;
+    struct io_err e = {{0}};
+    train_options_defaults(&o, cache);
+    if (train_options_parse(&o, argc, argv, &e)) io_exit(&e);
+    if (o.help) {
+        train_options_help(stdout, "bazel run //ref:train --", cache);
+        return 0;
+    }
+    if (check_supported(&o, &e)) io_exit(&e);
+
+    struct model_source src;
+    if (model_source_open(&src, o.model, &e)) io_exit(&e);
+    if (config_check_seq_len(&src.config, o.seq, &e)) io_exit(&e);
+    struct tokenizer *tok = model_source_tokenizer(&src, &e);
+    if (!tok) io_exit(&e);
+    printf("model %s: %d layers, width %d, %d/%d heads, vocabulary %d%s\n", o.model, src.config.L, src.config.C,
+           src.config.H, src.config.KVH, src.config.V, src.config.tie_word_embeddings ? ", tied head" : "");
+
+    struct data_encoder enc = {0};
+    enc.self = tok;
+    if (model_source_tokenizer_identity(&src, enc.identity, &e)) io_exit(&e);
+    enc.add_bos = tokenizer_adds_bos(tok) && tokenizer_bos_id(tok) >= 0;
+    enc.bos = enc.add_bos ? (uint32_t)tokenizer_bos_id(tok) : 0;
+    const int64_t eos = src.config.n_eos > 0 ? src.config.eos_token_ids[0] : tokenizer_eos_id(tok);
+    if (eos < 0) {
+        io_fail(&e, "%s: the model names no end-of-sequence token", o.model);
+        io_exit(&e);
+    }
+    enc.eos = (uint32_t)eos;
+    enc.encode = enc_text;
+    enc.encode_chat = tokenizer_chat_template(tok) != CHAT_TEMPLATE_NONE ? enc_chat : NULL;
+    const char *paths[OPT_MAX_DATA];
+    for (int i = 0; i < o.n_data; i++) paths[i] = o.data[i];
+    struct data_options dopt = {o.seq, o.val_fraction, o.seed, cache};
+    struct dataset ds;
+    if (dataset_open(&ds, paths, o.n_data, &enc, &dopt, &e)) io_exit(&e);
+    printf("data: %d file(s), %zu tokens (%" PRId64 " trained), %" PRId64 " training and %" PRId64
+           " validation sequences of %d\n",
+           ds.n_files, ds.S, ds.n_targets, ds.n_train, ds.n_val, ds.T);
+
+    struct train_engine eng;
+    if (ref_engine_create(&eng, &o, &src, &e)) io_exit(&e);
+    struct batch_source bs;
+    dataset_batch_source(&ds, &bs);
+    struct loop_result res;
+    int rc = train_loop_run(&o, &eng, &bs, &res, &e);
+    if (rc == 0 && !res.stopped_early) {
+        struct ref_engine *r = eng.self;
+        const float scale = ref_lora_scale(o.alpha, o.rank, r->lopt.scaling);
+        char dir[OPT_PATH_MAX + 32];
+        if (o.method != METHOD_FULL) {
+            snprintf(dir, sizeof dir, "%s/adapter", o.out);
+            rc = export_peft_adapter(dir, &o, &src.config, &eng, "", &e);
+            if (rc == 0) printf("adapter (PEFT): %s\n", dir);
+        }
+        if (rc == 0 && (o.export_kind == EXPORT_MERGED || o.method == METHOD_FULL)) {
+            snprintf(dir, sizeof dir, "%s/merged", o.out);
+            rc = export_merged(dir, &src.config, &eng, o.method == METHOD_FULL, scale, &e);
+            if (rc == 0) printf("model (HF safetensors, bf16): %s\n", dir);
+        }
+    }
+    if (rc == 0) printf("metrics: %s/metrics.jsonl, plot: %s/loss.svg, checkpoint: %s/checkpoint\n", o.out, o.out, o.out);
+    eng.destroy(eng.self);
+    dataset_close(&ds);
+    tokenizer_free(tok);
+    model_source_close(&src);
+    if (rc) io_exit(&e);
+    return 0;
+}

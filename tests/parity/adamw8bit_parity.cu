@@ -1,0 +1,200 @@
+/* adamw8bit_parity.cu — gpu/adamw8bit against ref/adamw8bit (ADAMW8BIT_BNB_CUDA), bit for bit.
+ *
+ *   bazel test --config=gpu //tests/parity:adamw8bit_parity
+ *   adamw8bit_parity [--seed=N] [--bench]
+ *
+ * Tensors of 1, 7 and 4095 elements (the 32-bit path below min_8bit_size = 4096) and 4096, 4097
+ * (a 1-element last block: the padding lanes enter the maxima), 2560, 100000 and a LoRA factor of
+ * Llama-3.2-1B (16 × 2048) on the 8-bit path; four steps each with fresh gradients (normals of
+ * scale 1 or 0.01 from the printed seed), weight decay 0.01 and 0, gnorm_scale 1 and 0.5; a NaN
+ * and an Inf planted in one step's gradient (the 8-bit path zeroes those moments and leaves p).
+ * After every step: p, the codes q1 and q2, absmax1 and absmax2 (8-bit) or m and v (32-bit), and
+ * the bf16 copy (= bf16(p), poisoned before each step) are compared; guards on every buffer.
+ *
+ * Tolerance: (a) exact. The kernel performs ref/adamw8bit.c's fp32 operations in its order on the
+ * same values, forms the scalars with the same fp32 host expressions (same libm powf/sqrtf), takes
+ * the block maxima with fmaxf (order-free) and encodes with the same binary search, so every bit
+ * of the state and of p must agree.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <vector>
+
+#include "gpu/adamw8bit.h"
+#include "gpu/cuda_check.h"
+#include "ref/adamw8bit.h"
+#include "ref/bf16.h"
+#include "tests/common/compare.h"
+#include "tests/common/harness.h"
+#include "tests/common/rng.h"
+#include "tests/parity/parity.h"
+
+static uint64_t g_seed;
+static cudaStream_t g_stream;
+
+static void run_tensor(int64_t n, double wd, double gnorm_scale, int plant, int id) {
+    const uint64_t seed = g_seed * 1000003u + (uint64_t)id;
+    struct rng r;
+    rng_init(&r, seed);
+    char shape[128];
+    snprintf(shape, sizeof shape, "n=%lld wd=%g gnorm_scale=%g%s", (long long)n, wd, gnorm_scale,
+             plant ? " nonfinite grads" : "");
+    struct adamw8bit_hparams h = adamw8bit_defaults();
+    h.weight_decay = wd, h.gnorm_scale = gnorm_scale, h.variant = ADAMW8BIT_BNB_CUDA;
+    struct adamw8bit_state s;
+    adamw8bit_init(&s, n, h.min_8bit_size);
+    const int64_t nb = adamw8bit_n_blocks(n);
+    std::vector<float> p((size_t)n), g((size_t)n);
+    rng_fill_normal(&r, p.data(), n, 0.0, 1.0);
+
+    struct dev_buf bp, bg, bcopy, bq1, bq2, ba1, ba2, bm1, bm2, bm, bv;
+    dev_buf_alloc(&bp, "p", (size_t)n * 4, POISON_NONE, p.data());
+    dev_buf_alloc(&bg, "grad", (size_t)n * 4, POISON_NONE, nullptr);
+    dev_buf_alloc(&bcopy, "copy", (size_t)n * 2, POISON_BF16, nullptr);
+    const std::vector<unsigned char> zeros((size_t)n * 4, 0);
+    struct gpu_adamw8bit_tensor t;
+    memset(&t, 0, sizeof t);
+    t.p = (float *)bp.data, t.copy = (uint16_t *)bcopy.data, t.grad = (const float *)bg.data, t.n = n;
+    t.is_8bit = s.is_8bit;
+    if (s.is_8bit) {
+        dev_buf_alloc(&bq1, "q1", (size_t)n, POISON_NONE, zeros.data());
+        dev_buf_alloc(&bq2, "q2", (size_t)n, POISON_NONE, zeros.data());
+        dev_buf_alloc(&ba1, "absmax1", (size_t)nb * 4, POISON_NONE, zeros.data());
+        dev_buf_alloc(&ba2, "absmax2", (size_t)nb * 4, POISON_NONE, zeros.data());
+        dev_buf_alloc(&bm1, "map1", 256 * 4, POISON_NONE, s.map1);
+        dev_buf_alloc(&bm2, "map2", 256 * 4, POISON_NONE, s.map2);
+        t.q1 = (uint8_t *)bq1.data, t.q2 = (uint8_t *)bq2.data;
+        t.absmax1 = (float *)ba1.data, t.absmax2 = (float *)ba2.data;
+        t.map1 = (const float *)bm1.data, t.map2 = (const float *)bm2.data;
+    } else {
+        dev_buf_alloc(&bm, "m", (size_t)n * 4, POISON_NONE, zeros.data());
+        dev_buf_alloc(&bv, "v", (size_t)n * 4, POISON_NONE, zeros.data());
+        t.m = (float *)bm.data, t.v = (float *)bv.data;
+    }
+    for (int step = 1; step <= 4; step++) {
+        rng_fill_normal(&r, g.data(), n, 0.0, id % 2 ? 0.01 : 1.0);
+        if (plant && step == 2 && n >= 300) g[5] = NAN, g[290] = INFINITY;
+        dev_buf_reset(&bg, g.data());
+        dev_buf_reset(&bcopy, nullptr);
+        const struct gpu_adamw8bit_args a = {h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.gnorm_scale, step};
+        gpu_adamw8bit_step(&t, &a, g_stream);
+        adamw8bit_step(&s, p.data(), g.data(), &h);
+
+        char what[64];
+        struct cmp_case cc = {"adamw8bit", what, shape, "f32", seed};
+        std::vector<float> pg((size_t)n), tmpf((size_t)n), want_copy((size_t)n), got_copy((size_t)n);
+        std::vector<uint16_t> cb((size_t)n);
+        dev_buf_download(&bp, pg.data(), 0);
+        dev_buf_download(&bcopy, cb.data(), 1);
+        dev_buf_download(&bg, tmpf.data(), 0);
+        snprintf(what, sizeof what, "p (step %d)", step);
+        cmp_exact_f32(&cc, pg.data(), p.data(), n);
+        for (int64_t i = 0; i < n; i++) got_copy[i] = bf16_to_float(cb[i]), want_copy[i] = bf16_round(pg[i]);
+        snprintf(what, sizeof what, "bf16 copy (step %d)", step);
+        cc.dtype = "bf16";
+        cmp_exact_f32(&cc, got_copy.data(), want_copy.data(), n);
+        cc.dtype = "f32";
+        if (s.is_8bit) {
+            std::vector<uint8_t> q1((size_t)n), q2((size_t)n);
+            std::vector<float> a1((size_t)nb), a2((size_t)nb);
+            dev_buf_download(&bq1, q1.data(), 0);
+            dev_buf_download(&bq2, q2.data(), 0);
+            dev_buf_download(&ba1, a1.data(), 0);
+            dev_buf_download(&ba2, a2.data(), 0);
+            snprintf(what, sizeof what, "absmax1 (step %d)", step);
+            cmp_exact_f32(&cc, a1.data(), s.absmax1, nb);
+            snprintf(what, sizeof what, "absmax2 (step %d)", step);
+            cmp_exact_f32(&cc, a2.data(), s.absmax2, nb);
+            cc.dtype = "u8";
+            snprintf(what, sizeof what, "q1 (step %d)", step);
+            cmp_exact_bytes(&cc, q1.data(), s.q1, (size_t)n);
+            snprintf(what, sizeof what, "q2 (step %d)", step);
+            cmp_exact_bytes(&cc, q2.data(), s.q2, (size_t)n);
+        } else {
+            std::vector<float> m((size_t)n), v((size_t)n);
+            dev_buf_download(&bm, m.data(), 0);
+            dev_buf_download(&bv, v.data(), 0);
+            snprintf(what, sizeof what, "m (step %d)", step);
+            cmp_exact_f32(&cc, m.data(), s.m, n);
+            snprintf(what, sizeof what, "v (step %d)", step);
+            cmp_exact_f32(&cc, v.data(), s.v, n);
+        }
+    }
+    for (struct dev_buf *b : {&bp, &bg, &bcopy}) dev_buf_free(b);
+    if (s.is_8bit)
+        for (struct dev_buf *b : {&bq1, &bq2, &ba1, &ba2, &bm1, &bm2}) dev_buf_free(b);
+    else
+        for (struct dev_buf *b : {&bm, &bv}) dev_buf_free(b);
+    adamw8bit_free(&s);
+}
+
+struct bench_ctx {
+    struct gpu_adamw8bit_tensor t;
+    struct gpu_adamw8bit_args a;
+};
+
+static void bench_call(void *p, cudaStream_t s) {
+    bench_ctx *b = (bench_ctx *)p;
+    gpu_adamw8bit_step(&b->t, &b->a, s);
+}
+
+static void bench(double ceiling) {
+    const int64_t sizes[] = {(int64_t)16 << 20, (int64_t)256 << 20};
+    for (int64_t n : sizes) {
+        struct adamw8bit_state s;
+        adamw8bit_init(&s, 256, 1); /* only for the maps */
+        bench_ctx b;
+        memset(&b, 0, sizeof b);
+        const int64_t nb = adamw8bit_n_blocks(n);
+        float *p, *g, *a1, *a2, *m1, *m2;
+        uint8_t *q1, *q2;
+        uint16_t *copy;
+        CUDA_CHECK(cudaMalloc(&p, (size_t)n * 4));
+        CUDA_CHECK(cudaMalloc(&g, (size_t)n * 4));
+        CUDA_CHECK(cudaMalloc(&copy, (size_t)n * 2));
+        CUDA_CHECK(cudaMalloc(&q1, (size_t)n));
+        CUDA_CHECK(cudaMalloc(&q2, (size_t)n));
+        CUDA_CHECK(cudaMalloc(&a1, (size_t)nb * 4));
+        CUDA_CHECK(cudaMalloc(&a2, (size_t)nb * 4));
+        CUDA_CHECK(cudaMalloc(&m1, 1024));
+        CUDA_CHECK(cudaMalloc(&m2, 1024));
+        CUDA_CHECK(cudaMemset(p, 0, (size_t)n * 4));
+        CUDA_CHECK(cudaMemset(g, 0x3C, (size_t)n * 4)); /* fp32 0x3C3C3C3C ≈ 0.0115 */
+        CUDA_CHECK(cudaMemset(q1, 0, (size_t)n));
+        CUDA_CHECK(cudaMemset(q2, 0, (size_t)n));
+        CUDA_CHECK(cudaMemset(a1, 0, (size_t)nb * 4));
+        CUDA_CHECK(cudaMemset(a2, 0, (size_t)nb * 4));
+        CUDA_CHECK(cudaMemcpy(m1, s.map1, 1024, cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(m2, s.map2, 1024, cudaMemcpyHostToDevice));
+        b.t = {p, copy, g, n, 1, q1, q2, a1, a2, m1, m2, nullptr, nullptr};
+        b.a = {1e-3, 0.9, 0.999, 1e-8, 0.01, 1.0, 1};
+        char shape[64];
+        snprintf(shape, sizeof shape, "n=%lld 8-bit", (long long)n);
+        /* p read+write 8, g 4, q1 and q2 read+write 4, bf16 copy 2 (absmax negligible) */
+        bench_json("adamw8bit_step", shape, 18.0 * n, 0, bench_time(bench_call, &b, g_stream, 3, 15, 3), ceiling);
+        for (void *q : {(void *)p, (void *)g, (void *)copy, (void *)q1, (void *)q2, (void *)a1, (void *)a2, (void *)m1,
+                        (void *)m2})
+            CUDA_CHECK(cudaFree(q));
+        adamw8bit_free(&s);
+    }
+}
+
+int main(int argc, char **argv) {
+    g_seed = test_seed(argc, argv, 20261131);
+    parity_init();
+    CUDA_CHECK(cudaStreamCreate(&g_stream));
+    const int64_t ns[] = {1, 7, 4095, 4096, 4097, 2560, 100000, 16 * 2048};
+    int id = 0;
+    for (int64_t n : ns) {
+        run_tensor(n, 0.01, 1.0, 0, id++);
+        run_tensor(n, 0.0, 0.5, 0, id++);
+    }
+    run_tensor(4097, 0.01, 1.0, 1, id++);
+    run_tensor(100000, 0.01, 1.0, 1, id++);
+    const int rc = test_finish("adamw8bit_parity");
+    if (rc == 0 && test_has_flag(argc, argv, "--bench")) bench(bench_copy_ceiling(g_stream));
+    CUDA_CHECK(cudaStreamDestroy(g_stream));
+    return rc;
+}

@@ -1,0 +1,223 @@
+/* adamw_parity.cu — gpu/adamw (multi-tensor fused AdamW + global-norm clipping) against ref/adamw.
+ *
+ *   bazel test --config=gpu //tests/parity:adamw_parity
+ *   adamw_parity [--seed=N] [--bench]
+ *
+ * One optimizer over tensors of sizes around the chunk edges (1, 7, 8191, 8192, 8193, 100000) and
+ * of the real LoRA shapes of Llama-3.2-1B (A 16×2048, B 2048×16, B 8192×16), with weight decay on
+ * some and not others, bf16 copies on some; three steps with fresh gradients each (bias
+ * corrections for t = 1, 2, 3), once without clipping and once with max_norm below the norm.
+ * Inputs: normals from the printed seed (gradients of mixed scales). Outputs: master, m, v updated
+ * in place and compared after every step; the bf16 copies are poisoned before each step and must
+ * be written entirely; guard regions around every buffer.
+ *
+ * Tolerances (tier b, derived):
+ *  - grad norm: the GPU sums squares in fp32 over ≤ 32 elements per thread then an 8-level tree
+ *    (relative error ≤ 40u on Σg², u = 2^-24), in double across chunks; sqrt halves it → ≤ 21u + one
+ *    rounding each side: eps = FLT_EPSILON (2u), k = 12.
+ *  - no clipping: (a) exact. gpu/adamw.h performs ref_adamw_step's fp32 operations in ref/adamw.h's
+ *    order on the same values, with the same double scalars rounded once (same host libm), so
+ *    master, m, v agree bit for bit; the bf16 copy is exactly bf16(master).
+ *  - clipping: coef inherits the norm's relative error (≤ 12 eps), which scales g, hence m (k = 16)
+ *    and v (k = 28, squared); master moves by at most ~3.2·lr per step, so its absolute error
+ *    ≤ 12·eps·3.2·lr, i.e. floor = 38·lr/k ≈ 10·lr with k = 4. The bf16 copy of a master value
+ *    off by that much flips at most one bf16 rounding: k = 2, eps = BF16_EPS, no floor.
+ */
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <vector>
+
+#include "gpu/adamw.h"
+#include "gpu/cuda_check.h"
+#include "ref/adamw.h"
+#include "ref/bf16.h"
+#include "tests/common/compare.h"
+#include "tests/common/harness.h"
+#include "tests/common/rng.h"
+#include "tests/parity/parity.h"
+
+static uint64_t g_seed;
+static cudaStream_t g_stream;
+
+struct host_tensor {
+    int64_t n;
+    int decay, has_copy;
+    std::vector<float> p, m, v, g;
+};
+
+/* The reference: the global norm (ref_grad_total_norm), with clipping ref_clip_grad_norm (which
+ * scales the host gradients in place), then one ref_adamw_step per tensor. */
+static double oracle_norm_and_clip(std::vector<host_tensor> &ts, double max_norm) {
+    std::vector<float *> gs;
+    std::vector<int64_t> ns;
+    for (auto &t : ts) gs.push_back(t.g.data()), ns.push_back(t.n);
+    if (max_norm > 0) return ref_clip_grad_norm(gs.data(), ns.data(), (int)ts.size(), max_norm);
+    return ref_grad_total_norm(gs.data(), ns.data(), (int)ts.size());
+}
+
+static void oracle_step(host_tensor &t, const struct gpu_adamw_step_args &h) {
+    const struct adamw_hparams hp = {h.lr, h.beta1, h.beta2, h.eps, t.decay ? h.weight_decay : 0.0};
+    ref_adamw_step(t.p.data(), t.m.data(), t.v.data(), t.g.data(), t.n, h.step, &hp);
+}
+
+static void run_optimizer(const std::vector<int64_t> &sizes, double max_norm, int id) {
+    const uint64_t seed = g_seed * 1000003u + (uint64_t)id;
+    struct rng r;
+    rng_init(&r, seed);
+    char shape[96];
+    snprintf(shape, sizeof shape, "%zu tensors, max_norm=%g", sizes.size(), max_norm);
+    const int T = (int)sizes.size();
+    std::vector<host_tensor> ts(T);
+    for (int i = 0; i < T; i++) {
+        host_tensor &t = ts[i];
+        t.n = sizes[i], t.decay = i % 3 != 1, t.has_copy = i % 2 == 0;
+        t.p.resize(t.n), t.m.assign(t.n, 0.0f), t.v.assign(t.n, 0.0f), t.g.resize(t.n);
+        rng_fill_normal(&r, t.p.data(), t.n, 0.0, 1.0);
+    }
+    /* Device state. */
+    std::vector<struct dev_buf> bp(T), bm(T), bv(T), bg(T), bc(T);
+    std::vector<struct gpu_adamw_param> params(T);
+    for (int i = 0; i < T; i++) {
+        host_tensor &t = ts[i];
+        const size_t b4 = (size_t)t.n * 4;
+        dev_buf_alloc(&bp[i], "master", b4, POISON_NONE, t.p.data());
+        dev_buf_alloc(&bm[i], "m", b4, POISON_NONE, t.m.data());
+        dev_buf_alloc(&bv[i], "v", b4, POISON_NONE, t.v.data());
+        dev_buf_alloc(&bg[i], "grad", b4, POISON_NONE, nullptr);
+        dev_buf_alloc(&bc[i], "copy", (size_t)t.n * 2, POISON_BF16, nullptr);
+        params[i] = {(float *)bp[i].data, t.has_copy ? (uint16_t *)bc[i].data : nullptr, (float *)bm[i].data,
+                     (float *)bv[i].data, (const float *)bg[i].data, t.n, t.decay};
+    }
+    struct gpu_adamw *opt = build_gpu_adamw(params.data(), T);
+    struct dev_buf bnorm;
+    dev_buf_alloc(&bnorm, "grad_norm", 4, POISON_F32, nullptr);
+
+    struct gpu_adamw_step_args h = {1e-3, 0.9, 0.999, 1e-8, 0.01, max_norm, 0};
+    const bool clip = max_norm > 0;
+    for (int step = 1; step <= 3; step++) {
+        h.step = step;
+        for (int i = 0; i < T; i++) {
+            host_tensor &t = ts[i];
+            rng_fill_normal(&r, t.g.data(), t.n, 0.0, i % 2 ? 0.01 : 1.0);
+            dev_buf_reset(&bg[i], t.g.data());
+            dev_buf_reset(&bc[i], nullptr);
+        }
+        dev_buf_reset(&bnorm, nullptr);
+        gpu_adamw_step(opt, &h, (float *)bnorm.data, g_stream);
+        const double norm_r = oracle_norm_and_clip(ts, max_norm);
+        for (host_tensor &t : ts) oracle_step(t, h);
+
+        float norm_g = 0, norm_rf = (float)norm_r;
+        dev_buf_download(&bnorm, &norm_g, 1);
+        char what[64];
+        snprintf(what, sizeof what, "grad norm (step %d)", step);
+        struct cmp_case cc = {"adamw", what, shape, "f32", seed};
+        cmp_elementwise(&cc, &norm_g, &norm_rf, 1, FLT_EPSILON, 12.0, 0.0, nullptr);
+        for (int i = 0; i < T; i++) {
+            host_tensor &t = ts[i];
+            std::vector<float> p(t.n), m(t.n), v(t.n), cf(t.n);
+            std::vector<uint16_t> c(t.n);
+            dev_buf_download(&bp[i], p.data(), 0);
+            dev_buf_download(&bm[i], m.data(), 0);
+            dev_buf_download(&bv[i], v.data(), 0);
+            dev_buf_download(&bc[i], c.data(), t.has_copy);
+            std::vector<float> gtmp(t.n);
+            dev_buf_download(&bg[i], gtmp.data(), 0);
+            snprintf(what, sizeof what, "tensor %d (n=%lld) step %d master", i, (long long)t.n, step);
+            cc.what = what;
+            if (!clip) cmp_exact_f32(&cc, p.data(), t.p.data(), t.n);
+            else cmp_elementwise(&cc, p.data(), t.p.data(), t.n, FLT_EPSILON, 4.0, 10.0 * h.lr, nullptr);
+            snprintf(what, sizeof what, "tensor %d (n=%lld) step %d m", i, (long long)t.n, step);
+            if (!clip) cmp_exact_f32(&cc, m.data(), t.m.data(), t.n);
+            else cmp_elementwise(&cc, m.data(), t.m.data(), t.n, FLT_EPSILON, 16.0, 0.0, nullptr);
+            snprintf(what, sizeof what, "tensor %d (n=%lld) step %d v", i, (long long)t.n, step);
+            if (!clip) cmp_exact_f32(&cc, v.data(), t.v.data(), t.n);
+            else cmp_elementwise(&cc, v.data(), t.v.data(), t.n, FLT_EPSILON, 28.0, 0.0, nullptr);
+            if (t.has_copy) {
+                for (int64_t j = 0; j < t.n; j++) cf[j] = bf16_to_float(c[j]);
+                std::vector<float> want(t.n);
+                for (int64_t j = 0; j < t.n; j++) want[j] = bf16_round(t.p[j]);
+                snprintf(what, sizeof what, "tensor %d (n=%lld) step %d bf16 copy", i, (long long)t.n, step);
+                cc.dtype = "bf16";
+                /* the copy is bf16(master) of the GPU's own master: exact */
+                std::vector<float> own(t.n);
+                for (int64_t j = 0; j < t.n; j++) own[j] = bf16_round(p[j]);
+                cmp_exact_f32(&cc, cf.data(), own.data(), t.n);
+                cmp_elementwise(&cc, cf.data(), want.data(), t.n, BF16_EPS, 2.0, 0.0, nullptr);
+                cc.dtype = "f32";
+            }
+            /* keep the host state equal to the device's so that later steps compare one step */
+            t.p = p, t.m = m, t.v = v;
+        }
+    }
+    free_gpu_adamw(opt);
+    for (int i = 0; i < T; i++)
+        for (struct dev_buf *b : {&bp[i], &bm[i], &bv[i], &bg[i], &bc[i]}) dev_buf_free(b);
+    dev_buf_free(&bnorm);
+}
+
+struct bench_ctx {
+    struct gpu_adamw *opt;
+    struct gpu_adamw_step_args h;
+    float *norm;
+};
+
+static void bench_call(void *p, cudaStream_t s) {
+    bench_ctx *b = (bench_ctx *)p;
+    gpu_adamw_step(b->opt, &b->h, b->norm, s);
+}
+
+static void bench(double ceiling) {
+    /* Full fine-tuning of a 1B-sized parameter set (1.24e9 in 16 + 1 tensors would need 37 GB of
+     * state; 0.25e9 elements keep the bench quick) and the LoRA set of Llama-3.2-1B r = 16. */
+    struct set {
+        const char *name;
+        int count;
+        int64_t n;
+    } sets[] = {{"full-ft 64 x 4M", 64, (int64_t)4 << 20}, {"lora r16 1B: 112 x 16x2048..8192", 112, 16 * 4096}};
+    for (const set &st : sets) {
+        std::vector<struct gpu_adamw_param> ps(st.count);
+        std::vector<void *> allocs;
+        for (int i = 0; i < st.count; i++) {
+            float *buf;
+            uint16_t *copy;
+            CUDA_CHECK(cudaMalloc(&buf, (size_t)st.n * 16));
+            CUDA_CHECK(cudaMalloc(&copy, (size_t)st.n * 2));
+            CUDA_CHECK(cudaMemset(buf, 0, (size_t)st.n * 16));
+            allocs.push_back(buf), allocs.push_back(copy);
+            ps[i] = {buf, copy, buf + st.n, buf + 2 * st.n, buf + 3 * st.n, st.n, 1};
+        }
+        bench_ctx b;
+        b.opt = build_gpu_adamw(ps.data(), st.count);
+        b.h = {1e-4, 0.9, 0.999, 1e-8, 0.01, 1.0, 1};
+        CUDA_CHECK(cudaMalloc(&b.norm, 4));
+        /* bytes: read p, m, v, g (16) + write p, m, v (12) + bf16 copy (2); the norm pass reads g again */
+        const double total = (double)st.count * st.n;
+        bench_json("adamw_step_clip", st.name, 34.0 * total, 0, bench_time(bench_call, &b, g_stream, 3, 15, 3), ceiling);
+        b.h.max_grad_norm = 0;
+        CUDA_CHECK(cudaFree(b.norm));
+        b.norm = nullptr;
+        bench_json("adamw_step_noclip", st.name, 30.0 * total, 0, bench_time(bench_call, &b, g_stream, 3, 15, 3), ceiling);
+        free_gpu_adamw(b.opt);
+        for (void *p : allocs) CUDA_CHECK(cudaFree(p));
+    }
+}
+
+int main(int argc, char **argv) {
+    g_seed = test_seed(argc, argv, 20261128);
+    parity_init();
+    CUDA_CHECK(cudaStreamCreate(&g_stream));
+    const std::vector<int64_t> edges = {1, 7, 8191, 8192, 8193, 100000};
+    const std::vector<int64_t> lora = {16 * 2048, 2048 * 16, 16 * 2048, 512 * 16, 16 * 8192, 8192 * 16};
+    run_optimizer(edges, 0.0, 0);
+    run_optimizer(edges, 1.0, 1);
+    run_optimizer(lora, 0.0, 2);
+    run_optimizer(lora, 0.5, 3);
+    const int rc = test_finish("adamw_parity");
+    if (rc == 0 && test_has_flag(argc, argv, "--bench")) bench(bench_copy_ceiling(g_stream));
+    CUDA_CHECK(cudaStreamDestroy(g_stream));
+    return rc;
+}

@@ -1,0 +1,171 @@
+/* embedding_parity.cu — gpu/embedding (gather, deterministic scatter-add) against ref/embedding.
+ *
+ *   bazel test --config=gpu //tests/parity:embedding_parity
+ *   embedding_parity [--seed=N] [--bench]
+ *
+ * Shapes: C ∈ {1, 7, 8, 33, 576, 2048} × N ∈ {1, 7, 300, 4096} × V ∈ {1, 5, 1000}, then the real
+ * vocabularies 49152 and 128256 (narrow rows) and widths 2048, 4096: 16-byte and scalar gathers, runs of one id far longer than others (ids drawn from a
+ * skewed distribution: half of the rows from 4 hot ids), every row the same id (V = 1), and the
+ * real vocabularies. Ids from the printed seed; dtable starts from random fp32 (it accumulates).
+ *
+ * Tolerances:
+ *  - forward: (a) exact — a copy.
+ *  - backward: (a) exact. ref_embedding_backward adds each token's row in fp32 in increasing n,
+ *    one add per token; gpu/embedding sums each id's rows in increasing n onto the old value in
+ *    fp32 — the same additions in the same order for every element.
+ *  - determinism: a second backward from the same start gives the same bits.
+ */
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <vector>
+
+#include "gpu/cuda_check.h"
+#include "gpu/embedding.h"
+#include "ref/bf16.h"
+#include "ref/embedding.h"
+#include "tests/common/compare.h"
+#include "tests/common/harness.h"
+#include "tests/common/rng.h"
+#include "tests/parity/parity.h"
+
+static uint64_t g_seed;
+static cudaStream_t g_stream;
+
+static void run_case(int N, int C, int V, int id) {
+    const uint64_t seed = g_seed * 1000003u + (uint64_t)id;
+    struct rng r;
+    rng_init(&r, seed);
+    char shape[96];
+    snprintf(shape, sizeof shape, "N=%d C=%d V=%d", N, C, V);
+    const size_t nt = (size_t)V * C, nr = (size_t)N * C;
+    std::vector<float> table(nt), dout(nr), dt0(nt);
+    rng_fill_normal(&r, table.data(), (int64_t)nt, 0.0, 1.0);
+    rng_fill_normal(&r, dout.data(), (int64_t)nr, 0.0, 1.0);
+    rng_fill_normal(&r, dt0.data(), (int64_t)nt, 0.0, 1.0);
+    for (float &x : table) x = bf16_round(x);
+    for (float &x : dout) x = bf16_round(x);
+    std::vector<int32_t> ids(N);
+    for (int n = 0; n < N; n++) ids[n] = rng_int(&r, 2) ? rng_int(&r, V < 4 ? V : 4) : rng_int(&r, V);
+
+    std::vector<float> out_r(nr), dt_r(dt0);
+    ref_embedding_forward(out_r.data(), ids.data(), table.data(), N, V, C);
+    ref_embedding_backward(dt_r.data(), dout.data(), ids.data(), N, V, C);
+
+    std::vector<uint16_t> tb(nt), db(nr);
+    for (size_t i = 0; i < nt; i++) tb[i] = bf16_from_float(table[i]);
+    for (size_t i = 0; i < nr; i++) db[i] = bf16_from_float(dout[i]);
+    struct dev_buf btab, bids, bout, bdout, bdt, bws;
+    dev_buf_alloc(&btab, "table", nt * 2, POISON_NONE, tb.data());
+    dev_buf_alloc(&bids, "ids", (size_t)N * 4, POISON_NONE, ids.data());
+    dev_buf_alloc(&bout, "out", nr * 2, POISON_BF16, nullptr);
+    dev_buf_alloc(&bdout, "dout", nr * 2, POISON_NONE, db.data());
+    dev_buf_alloc(&bdt, "dtable", nt * 4, POISON_NONE, dt0.data());
+    const size_t ws = gpu_embedding_backward_workspace_size(N, V);
+    dev_buf_alloc(&bws, "workspace", ws, POISON_NONE, nullptr);
+    gpu_embedding_forward_bf16((uint16_t *)bout.data, (const int32_t *)bids.data, (const uint16_t *)btab.data, N, C, V,
+                               g_stream);
+    gpu_embedding_backward_f32((float *)bdt.data, (const uint16_t *)bdout.data, (const int32_t *)bids.data, N, C, V,
+                               bws.data, g_stream);
+    std::vector<uint16_t> ob(nr);
+    std::vector<float> out_g(nr), dt_g(nt), dt_again(nt);
+    dev_buf_download(&bout, ob.data(), 1);
+    dev_buf_download(&bdt, dt_g.data(), 0);
+    for (size_t i = 0; i < nr; i++) out_g[i] = bf16_to_float(ob[i]);
+    for (struct dev_buf *b : {&btab, &bids, &bdout}) {
+        std::vector<unsigned char> tmp(b->nbytes);
+        dev_buf_download(b, tmp.data(), 0);
+    }
+
+    struct cmp_case cc = {"embedding_forward", "out", shape, "bf16", seed};
+    cmp_exact_f32(&cc, out_g.data(), out_r.data(), (int64_t)nr);
+    cc.op = "embedding_backward";
+    cc.what = "dtable";
+    cc.dtype = "f32";
+    cmp_exact_f32(&cc, dt_g.data(), dt_r.data(), (int64_t)nt);
+
+    dev_buf_reset(&bdt, dt0.data());
+    gpu_embedding_backward_f32((float *)bdt.data, (const uint16_t *)bdout.data, (const int32_t *)bids.data, N, C, V,
+                               bws.data, g_stream);
+    dev_buf_download(&bdt, dt_again.data(), 0);
+    cc.what = "dtable determinism";
+    cmp_exact_bytes(&cc, dt_again.data(), dt_g.data(), nt * 4);
+    for (struct dev_buf *b : {&btab, &bids, &bout, &bdout, &bdt, &bws}) dev_buf_free(b);
+}
+
+struct bench_ctx {
+    int N, C, V, which;
+    uint16_t *table, *out, *dout;
+    int32_t *ids;
+    float *dtable;
+    void *ws;
+};
+
+static void bench_call(void *p, cudaStream_t s) {
+    bench_ctx *b = (bench_ctx *)p;
+    if (b->which == 0)
+        gpu_embedding_forward_bf16(b->out, b->ids, b->table, b->N, b->C, b->V, s);
+    else
+        gpu_embedding_backward_f32(b->dtable, b->dout, b->ids, b->N, b->C, b->V, b->ws, s);
+}
+
+static void bench(double ceiling) {
+    const int shapes[][3] = {{16384, 576, 49152}, {8192, 2048, 128256}, {8192, 4096, 128256}};
+    for (auto &sh : shapes) {
+        bench_ctx b;
+        memset(&b, 0, sizeof b);
+        b.N = sh[0], b.C = sh[1], b.V = sh[2];
+        const size_t nt = (size_t)b.V * b.C, nr = (size_t)b.N * b.C;
+        std::vector<int32_t> ids(b.N);
+        struct rng r;
+        rng_init(&r, g_seed);
+        for (int32_t &x : ids) x = rng_int(&r, b.V);
+        CUDA_CHECK(cudaMalloc(&b.table, nt * 2));
+        CUDA_CHECK(cudaMalloc(&b.dtable, nt * 4));
+        CUDA_CHECK(cudaMalloc(&b.out, nr * 2));
+        CUDA_CHECK(cudaMalloc(&b.dout, nr * 2));
+        CUDA_CHECK(cudaMalloc(&b.ids, (size_t)b.N * 4));
+        CUDA_CHECK(cudaMalloc(&b.ws, gpu_embedding_backward_workspace_size(b.N, b.V)));
+        CUDA_CHECK(cudaMemset(b.table, 0x3F, nt * 2));
+        CUDA_CHECK(cudaMemset(b.dout, 0x3F, nr * 2));
+        CUDA_CHECK(cudaMemset(b.dtable, 0, nt * 4));
+        CUDA_CHECK(cudaMemcpy(b.ids, ids.data(), (size_t)b.N * 4, cudaMemcpyHostToDevice));
+        char shape[64];
+        snprintf(shape, sizeof shape, "N=%d C=%d V=%d", b.N, b.C, b.V);
+        b.which = 0;
+        /* gather: read N rows of the table, write N rows */
+        bench_json("embedding_forward", shape, 4.0 * nr + 4.0 * b.N, 0, bench_time(bench_call, &b, g_stream, 5, 25, 10),
+                   ceiling);
+        b.which = 1;
+        /* scatter-add: read dout (bf16) and, for the touched rows, read+write dtable (fp32) */
+        bench_json("embedding_backward", shape, 2.0 * nr + 8.0 * nr + 4.0 * b.N, 0,
+                   bench_time(bench_call, &b, g_stream, 5, 25, 10), ceiling);
+        for (void *p : {(void *)b.table, (void *)b.dtable, (void *)b.out, (void *)b.dout, (void *)b.ids, b.ws})
+            CUDA_CHECK(cudaFree(p));
+    }
+}
+
+int main(int argc, char **argv) {
+    g_seed = test_seed(argc, argv, 20261126);
+    parity_init();
+    CUDA_CHECK(cudaStreamCreate(&g_stream));
+    const int Cs[] = {1, 7, 8, 33, 576, 2048};
+    const int Ns[] = {1, 7, 300, 4096};
+    const int Vs[] = {1, 5, 1000};
+    int id = 0;
+    for (int C : Cs)
+        for (int N : Ns)
+            for (int V : Vs) run_case(N, C, V, id++);
+    /* real vocabularies (17-bit ids for the sort) with narrow rows to keep the host tables small,
+     * and real widths with a smaller vocabulary */
+    run_case(512, 64, 49152, id++);
+    run_case(300, 8, 128256, id++);
+    run_case(64, 2048, 5000, id++);
+    run_case(33, 4096, 3000, id++);
+    const int rc = test_finish("embedding_parity");
+    if (rc == 0 && test_has_flag(argc, argv, "--bench")) bench(bench_copy_ceiling(g_stream));
+    CUDA_CHECK(cudaStreamDestroy(g_stream));
+    return rc;
+}

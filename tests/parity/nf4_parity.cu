@@ -1,0 +1,206 @@
+/* nf4_parity.cu — gpu/nf4 dequantization against the NF4 oracle, bit for bit.
+ *
+ *   bazel test --config=gpu //tests/parity:nf4_parity
+ *   nf4_parity [--seed=N] [--bench]
+ *
+ * Inputs are random from the printed seed: packed code bytes (every code value occurs), first-
+ * level absmax as 8-bit codes into a random sorted 256-entry map with random second-level absmax
+ * and offset (nested), or as random fp32 (not nested). n sweeps the vector width and block edges
+ * (1, 15, 16, 17, 31..33, 63..65, 1000, odd n with a padded last byte) and real weights
+ * (Llama-3.2-1B o_proj 2048², MLP 8192·2048; SmolLM2 576·1536); blocksize 32, 64 (the default),
+ * 128, 4096; nested blocksize 256 and a ragged one; aligned and misaligned pointers (scalar path).
+ * Special values: a zero absmax block (0·code), an Inf absmax (Inf·0 = NaN for code 7) and a NaN
+ * offset must give the same bits on both sides.
+ *
+ * Tolerance: (a) exact. Dequantization is two fp32 products, one fp32 add and one RNE to bf16 —
+ * deterministic IEEE operations, so every bf16 bit must agree (NaN matches any NaN).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "gpu/cuda_check.h"
+#include "gpu/nf4.h"
+#include "ref/bf16.h"
+#include "ref/nf4.h"
+#include "tests/common/compare.h"
+#include "tests/common/harness.h"
+#include "tests/common/poison.h"
+#include "tests/common/rng.h"
+#include "tests/parity/parity.h"
+
+static uint64_t g_seed;
+static cudaStream_t g_stream;
+
+struct nf4_host {
+    int64_t n;
+    int blocksize, nested_blocksize, nested;
+    std::vector<uint8_t> codes, absmax_q;
+    std::vector<float> absmax_f32, nested_absmax, nested_code, quant_map;
+    float offset;
+};
+
+static void make_case(nf4_host &c, int64_t n, int blocksize, int nested, int nested_bs, uint64_t seed, int special) {
+    struct rng r;
+    rng_init(&r, seed);
+    c.n = n, c.blocksize = blocksize, c.nested = nested, c.nested_blocksize = nested_bs;
+    const int64_t nb = (n + blocksize - 1) / blocksize;
+    c.codes.resize((size_t)((n + 1) / 2));
+    for (auto &b : c.codes) b = (uint8_t)rng_int(&r, 256);
+    if (n % 2) c.codes.back() &= 0xF0; /* the padding code of an odd n is 0 */
+    c.quant_map.assign(nf4_table, nf4_table + 16);
+    if (nested) {
+        const int64_t nb2 = (nb + nested_bs - 1) / nested_bs;
+        c.absmax_q.resize((size_t)nb);
+        for (auto &b : c.absmax_q) b = (uint8_t)rng_int(&r, 256);
+        c.nested_code.resize(256);
+        rng_fill_uniform(&r, c.nested_code.data(), 256, -1.0, 1.0);
+        std::sort(c.nested_code.begin(), c.nested_code.end());
+        c.nested_absmax.resize((size_t)nb2);
+        rng_fill_uniform(&r, c.nested_absmax.data(), nb2, 0.01, 0.2);
+        c.offset = (float)rng_range(&r, 0.01, 0.1);
+        if (special == 1) c.nested_absmax[0] = INFINITY; /* ±Inf absmax in the first 256 blocks, NaN for code 7 */
+        if (special == 2) c.offset = NAN;                 /* every absmax NaN */
+    } else {
+        c.absmax_f32.resize((size_t)nb);
+        rng_fill_uniform(&r, c.absmax_f32.data(), nb, 0.001, 2.0);
+        if (special) {
+            c.absmax_f32[0] = 0.0f;
+            if (nb > 1) c.absmax_f32[1] = INFINITY;
+            if (nb > 2) c.absmax_f32[2] = NAN;
+        }
+    }
+}
+
+/* The reference: nf4_double_dequantize rebuilds the fp32 absmax when nested, nf4_dequantize
+ * forms the fp32 products and rounds them to bf16. */
+static void oracle(const nf4_host &c, std::vector<float> &out) {
+    const int64_t nb = nf4_n_blocks(c.n, c.blocksize);
+    std::vector<float> absmax(c.nested ? (size_t)nb : 0);
+    if (c.nested)
+        nf4_double_dequantize(absmax.data(), c.absmax_q.data(), c.nested_absmax.data(), c.offset, c.nested_code.data(),
+                              nb, c.nested_blocksize);
+    out.resize((size_t)c.n);
+    nf4_dequantize(out.data(), c.codes.data(), c.nested ? absmax.data() : c.absmax_f32.data(), c.n, c.blocksize,
+                   ACT_BF16);
+}
+
+static void run_case(int64_t n, int blocksize, int nested, int nested_bs, int misalign, int special, int id) {
+    nf4_host c;
+    const uint64_t seed = g_seed * 7919u + (uint64_t)id;
+    make_case(c, n, blocksize, nested, nested_bs, seed, special);
+    char shape[128];
+    snprintf(shape, sizeof shape, "n=%lld blocksize=%d %s nested_bs=%d%s%s", (long long)n, blocksize,
+             nested ? "nested" : "fp32-absmax", nested_bs, misalign ? " misaligned" : "", special ? " special" : "");
+    std::vector<float> wantf;
+    oracle(c, wantf);
+
+    /* misaligned: codes at an odd byte, out at a 2-byte (not 16-byte) boundary */
+    const size_t moff = misalign ? 1 : 0;
+    std::vector<uint8_t> codes_img(c.codes.size() + moff, 0);
+    memcpy(codes_img.data() + moff, c.codes.data(), c.codes.size());
+    struct dev_buf bcodes, bq, bf, bna, bnc, bmap, bout;
+    dev_buf_alloc(&bcodes, "codes", codes_img.size(), POISON_NONE, codes_img.data());
+    dev_buf_alloc(&bmap, "quant_map", 64, POISON_NONE, c.quant_map.data());
+    struct gpu_nf4_tensor t;
+    memset(&t, 0, sizeof t);
+    t.codes = (const uint8_t *)bcodes.data + moff;
+    t.quant_map = (const float *)bmap.data;
+    t.n = n, t.blocksize = blocksize, t.nested_blocksize = nested_bs;
+    if (nested) {
+        dev_buf_alloc(&bq, "absmax_q", c.absmax_q.size(), POISON_NONE, c.absmax_q.data());
+        dev_buf_alloc(&bna, "nested_absmax", c.nested_absmax.size() * 4, POISON_NONE, c.nested_absmax.data());
+        dev_buf_alloc(&bnc, "nested_code", 256 * 4, POISON_NONE, c.nested_code.data());
+        t.absmax_q = (const uint8_t *)bq.data, t.nested_absmax = (const float *)bna.data;
+        t.nested_code = (const float *)bnc.data, t.nested_offset = c.offset;
+    } else {
+        dev_buf_alloc(&bf, "absmax", c.absmax_f32.size() * 4, POISON_NONE, c.absmax_f32.data());
+        t.absmax_f32 = (const float *)bf.data;
+    }
+    /* out: poisoned; misaligned runs write one element later, element 0 of the image stays poison */
+    dev_buf_alloc(&bout, "out", (size_t)(n + moff) * 2, POISON_BF16, nullptr);
+    gpu_nf4_dequantize_bf16((uint16_t *)bout.data + moff, &t, g_stream);
+    std::vector<uint16_t> got_img((size_t)(n + moff));
+    dev_buf_download(&bout, got_img.data(), misalign ? 0 : 1);
+    if (misalign) EXPECT(got_img[0] == POISON_BF16_BITS, "nf4 %s: wrote before the output", shape);
+    std::vector<float> got((size_t)n);
+    for (int64_t i = 0; i < n; i++) got[i] = bf16_to_float(got_img[i + moff]);
+    struct cmp_case cc = {"nf4_dequantize", "out", shape, "bf16", seed};
+    cmp_exact_f32(&cc, got.data(), wantf.data(), n);
+    for (struct dev_buf *b : {&bcodes, &bmap, &bout}) dev_buf_free(b);
+    if (nested)
+        for (struct dev_buf *b : {&bq, &bna, &bnc}) dev_buf_free(b);
+    else
+        dev_buf_free(&bf);
+}
+
+struct bench_ctx {
+    uint16_t *out;
+    struct gpu_nf4_tensor t;
+};
+
+static void bench_call(void *p, cudaStream_t s) {
+    bench_ctx *b = (bench_ctx *)p;
+    gpu_nf4_dequantize_bf16(b->out, &b->t, s);
+}
+
+static void bench(double ceiling) {
+    const int64_t sizes[][2] = {{2048, 2048}, {8192, 2048}, {16384, 2048}, {14336, 4096}};
+    for (auto &sz : sizes) {
+        const int64_t n = sz[0] * sz[1];
+        nf4_host c;
+        make_case(c, n, 64, 1, 256, g_seed, 0);
+        bench_ctx b;
+        memset(&b, 0, sizeof b);
+        uint8_t *codes, *aq;
+        float *na, *nc, *map;
+        CUDA_CHECK(cudaMalloc(&codes, c.codes.size()));
+        CUDA_CHECK(cudaMalloc(&aq, c.absmax_q.size()));
+        CUDA_CHECK(cudaMalloc(&na, c.nested_absmax.size() * 4));
+        CUDA_CHECK(cudaMalloc(&nc, 256 * 4));
+        CUDA_CHECK(cudaMalloc(&map, 64));
+        CUDA_CHECK(cudaMalloc(&b.out, (size_t)n * 2));
+        CUDA_CHECK(cudaMemcpy(codes, c.codes.data(), c.codes.size(), cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(aq, c.absmax_q.data(), c.absmax_q.size(), cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(na, c.nested_absmax.data(), c.nested_absmax.size() * 4, cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(nc, c.nested_code.data(), 256 * 4, cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(map, c.quant_map.data(), 64, cudaMemcpyHostToDevice));
+        b.t.codes = codes, b.t.absmax_q = aq, b.t.nested_absmax = na, b.t.nested_code = nc, b.t.quant_map = map;
+        b.t.nested_offset = c.offset, b.t.n = n, b.t.blocksize = 64, b.t.nested_blocksize = 256;
+        char shape[64];
+        snprintf(shape, sizeof shape, "%lldx%lld blocksize=64 nested", (long long)sz[0], (long long)sz[1]);
+        /* bytes that must move: codes n/2, absmax codes n/64, output 2n */
+        const double bytes = (double)n / 2 + (double)n / 64 + 2.0 * n;
+        bench_json("nf4_dequantize", shape, bytes, 0, bench_time(bench_call, &b, g_stream, 5, 25, 10), ceiling);
+        for (void *p : {(void *)codes, (void *)aq, (void *)na, (void *)nc, (void *)map, (void *)b.out})
+            CUDA_CHECK(cudaFree(p));
+    }
+}
+
+int main(int argc, char **argv) {
+    g_seed = test_seed(argc, argv, 20261124);
+    parity_init();
+    CUDA_CHECK(cudaStreamCreate(&g_stream));
+    const int64_t ns[] = {1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 1000, 4097, 576 * 1536};
+    const int bss[] = {32, 64, 128, 4096};
+    int id = 0;
+    for (int64_t n : ns)
+        for (int bs : bss)
+            for (int nested = 0; nested < 2; nested++) run_case(n, bs, nested, 256, 0, 0, id++);
+    for (int nested = 0; nested < 2; nested++) {
+        run_case(2048 * 2048, 64, nested, 256, 0, 0, id++);
+        run_case(8192 * 2048, 64, nested, 256, 0, 0, id++);
+        run_case(1000, 64, nested, 256, 1, 0, id++);
+        run_case(65 * 64 + 3, 64, nested, 7, 1, 0, id++);
+        run_case(64 * 600, 64, nested, 256, 0, 1, id++);
+        run_case(64 * 3, 64, nested, 2, 0, 1, id++);
+        if (nested) run_case(64 * 5 + 7, 64, nested, 256, 0, 2, id++);
+    }
+    const int rc = test_finish("nf4_parity");
+    if (rc == 0 && test_has_flag(argc, argv, "--bench")) bench(bench_copy_ceiling(g_stream));
+    CUDA_CHECK(cudaStreamDestroy(g_stream));
+    return rc;
+}

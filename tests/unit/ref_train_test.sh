@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# ref_train_test.sh — //ref:train end to end on the tiny Llama-3-like model of the golden fixtures
+# (2 layers, C = 64, GQA 4:1, tied, llama3 RoPE) with a byte-level tokenizer:
+#   - a run writes metrics, plot, checkpoint and a PEFT adapter, and the validation loss falls;
+#   - 3 steps, a stop, and a resume give the same adapter bytes and per-step losses as 6 steps;
+#   - two identical runs give identical bytes; DoRA and full fine-tuning run and export merged;
+#   - bad input (missing data, a malformed JSONL line, chat data for a tokenizer without a template, an
+#     unknown flag) ends with exit status 1
+#     and one message, and leaves an earlier run's outputs alone.
+set -uo pipefail
+bin=${1:?usage: ref_train_test.sh PATH_TO_REF_TRAIN}
+tmp=${TEST_TMPDIR:-/tmp}/ref_train_test.$$
+export REFINE_CACHE=$tmp/cache
+mkdir -p "$tmp/model"
+cp tests/golden/data/e2e/llama/config.json tests/golden/data/e2e/llama/model.safetensors "$tmp/model/"
+cp tests/unit/testdata/bytes_tokenizer.json "$tmp/model/tokenizer.json"
+for i in $(seq 1 60); do
+    echo "In the beginning $i the model learned that line $i follows line $((i - 1)), and so on."
+done >"$tmp/data.txt"
+printf '%s\n' '{"prompt": "Q: two plus two?", "response": " A: four."}' >"$tmp/qa.jsonl"
+printf '%s\n' '{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}' >"$tmp/chat.jsonl"
+
+pass=0
+fail=0
+check() { # check NAME COMMAND...
+    local name=$1
+    shift
+    if "$@"; then
+        pass=$((pass + 1))
+    else
+        fail=$((fail + 1))
+        echo "FAIL: $name"
+    fi
+}
+losses() { grep '"kind":"train"' "$1/metrics.jsonl" | sed 's/.*"loss":\([^,]*\).*/\1/'; }
+common=(--model "$tmp/model" --data "$tmp/data.txt" --seq 16 --micro-batch 2 --grad-accum 2 --max-steps 6
+    --warmup 1 --eval-every 3 --eval-batches 2 --lr 1e-2 --rank 4 --alpha 8 --seed 7)
+
+"$bin" "${common[@]}" --out "$tmp/a" >"$tmp/a.log" 2>&1
+check "run a exits 0" test $? -eq 0
+check "adapter written" test -s "$tmp/a/adapter/adapter_model.safetensors" -a -s "$tmp/a/adapter/adapter_config.json"
+check "metrics and plot written" test -s "$tmp/a/metrics.jsonl" -a -s "$tmp/a/loss.svg"
+first=$(grep -m1 'validation loss' "$tmp/a.log" | sed 's/.*validation loss \([0-9.]*\).*/\1/')
+last=$(grep 'validation loss' "$tmp/a.log" | tail -1 | sed 's/.*validation loss \([0-9.]*\).*/\1/')
+check "validation loss falls ($first -> $last)" awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }'
+
+"$bin" "${common[@]}" --out "$tmp/a2" >/dev/null 2>&1
+check "identical runs give identical adapters" cmp -s "$tmp/a/adapter/adapter_model.safetensors" "$tmp/a2/adapter/adapter_model.safetensors"
+
+"$bin" "${common[@]}" --out "$tmp/b" --stop-after 3 >"$tmp/b1.log" 2>&1
+check "stop after 3 exits 0" test $? -eq 0
+check "no adapter after a stopped run" test ! -e "$tmp/b/adapter"
+"$bin" "${common[@]}" --out "$tmp/b" --resume "$tmp/b" >"$tmp/b2.log" 2>&1
+check "resume exits 0" test $? -eq 0
+check "3 + resume 3 == 6: adapter bytes" cmp -s "$tmp/a/adapter/adapter_model.safetensors" "$tmp/b/adapter/adapter_model.safetensors"
+check "3 + resume 3 == 6: per-step losses" test "$(losses "$tmp/a")" = "$(losses "$tmp/b")"
+
+"$bin" "${common[@]}" --method dora --export merged --data "$tmp/qa.jsonl" --data "$tmp/data.txt" --out "$tmp/d" >"$tmp/d.log" 2>&1
+check "DoRA with prompt/response data and merged export" test $? -eq 0 -a -s "$tmp/d/merged/model.safetensors" -a -s "$tmp/d/merged/config.json"
+"$bin" "${common[@]}" --method full --out "$tmp/f" >"$tmp/f.log" 2>&1
+check "full fine-tuning exports the model" test $? -eq 0 -a -s "$tmp/f/merged/model.safetensors"
+
+before=$(cat "$tmp/a/metrics.jsonl" | md5sum)
+"$bin" "${common[@]}" --data "$tmp/missing.txt" --out "$tmp/a" >"$tmp/e1.log" 2>&1
+rc=$?
+check "missing data: exit 1 with a message" test $rc -eq 1 -a "$(grep -c '^refine: .*missing.txt' "$tmp/e1.log")" -eq 1
+check "missing data: the earlier run is untouched" test "$(cat "$tmp/a/metrics.jsonl" | md5sum)" = "$before"
+"$bin" "${common[@]}" --data "$tmp/chat.jsonl" --out "$tmp/e" >"$tmp/e4.log" 2>&1
+check "chat data without a chat template: exit 1 naming it" test $? -eq 1 -a "$(grep -c 'no chat template' "$tmp/e4.log")" -eq 1
+printf '%s\n' '{"text": "fine"}' '{"text": broken' >"$tmp/bad.jsonl"
+"$bin" "${common[@]}" --data "$tmp/bad.jsonl" --out "$tmp/e" >"$tmp/e2.log" 2>&1
+check "malformed JSONL: exit 1 naming file and line" test $? -eq 1 -a "$(grep -c 'bad.jsonl:2' "$tmp/e2.log")" -eq 1
+"$bin" --no-such-flag >"$tmp/e3.log" 2>&1
+check "unknown flag: exit 1" test $? -eq 1
+"$bin" --help >"$tmp/help.log" 2>&1
+check "--help documents the flags" grep -q -- '--micro-batch' "$tmp/help.log"
+
+if [ $fail -ne 0 ]; then
+    for f in "$tmp"/*.log; do echo "== $f"; tail -n 5 "$f"; done
+fi
+echo "ref_train_test: $pass passed, $fail failed"
+[ $fail -eq 0 ]

@@ -1,0 +1,489 @@
+/* data.c — see data.h. */
+#include "train/data.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "io/file.h"
+#include "io/sha256.h"
+
+enum { CACHE_VERSION = 1 };
+static const char cache_magic[8] = {'R', 'F', 'T', 'O', 'K', '1', 0, 0};
+
+int token_vec_push(struct token_vec *t, uint32_t word, struct io_err *e) {
+    if (t->n == t->cap) {
+        const size_t cap = t->cap ? t->cap * 2 : 1024;
+        uint32_t *v = (uint32_t *)realloc(t->v, cap * sizeof *v);
+        if (!v) return io_fail(e, "out of memory for %zu tokens", cap);
+        t->v = v;
+        t->cap = cap;
+    }
+    t->v[t->n++] = word;
+    return 0;
+}
+
+void token_vec_free(struct token_vec *t) {
+    free(t->v);
+    memset(t, 0, sizeof *t);
+}
+
+/* ---- deterministic permutations ---------------------------------------------------------- */
+
+static uint64_t splitmix64(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [0, n) without modulo bias (rejection on the top of the 64-bit range). */
+static uint64_t below(uint64_t *s, uint64_t n) {
+    const uint64_t limit = UINT64_MAX - UINT64_MAX % n;
+    uint64_t r;
+    do r = splitmix64(s);
+    while (r >= limit);
+    return r % n;
+}
+
+/* Fisher–Yates over a[0..n). */
+static void shuffle(int64_t *a, int64_t n, uint64_t stream) {
+    uint64_t s = stream;
+    for (int64_t i = n - 1; i > 0; i--) {
+        const int64_t j = (int64_t)below(&s, (uint64_t)i + 1);
+        const int64_t t = a[i];
+        a[i] = a[j];
+        a[j] = t;
+    }
+}
+
+static uint64_t stream_key(unsigned long long seed, uint64_t purpose) {
+    uint64_t s = (uint64_t)seed ^ (purpose * 0xD1B54A32D192ED03ull);
+    return splitmix64(&s);
+}
+
+/* ---- input files ------------------------------------------------------------------------- */
+
+static int utf8_check(const uint8_t *p, size_t n, size_t *bad_at) {
+    size_t i = 0;
+    while (i < n) {
+        const uint8_t c = p[i];
+        int len;
+        uint32_t cp;
+        if (c < 0x80) {
+            i++;
+            continue;
+        } else if ((c & 0xE0) == 0xC0) {
+            len = 2, cp = c & 0x1F;
+        } else if ((c & 0xF0) == 0xE0) {
+            len = 3, cp = c & 0x0F;
+        } else if ((c & 0xF8) == 0xF0) {
+            len = 4, cp = c & 0x07;
+        } else {
+            *bad_at = i;
+            return 0;
+        }
+        if (i + (size_t)len > n) {
+            *bad_at = i;
+            return 0;
+        }
+        for (int k = 1; k < len; k++) {
+            if ((p[i + k] & 0xC0) != 0x80) {
+                *bad_at = i;
+                return 0;
+            }
+            cp = cp << 6 | (p[i + k] & 0x3F);
+        }
+        const uint32_t min_cp = len == 2 ? 0x80 : len == 3 ? 0x800 : 0x10000;
+        if (cp < min_cp || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
+            *bad_at = i;
+            return 0;
+        }
+        i += (size_t)len;
+    }
+    return 1;
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    const size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+static int encode_doc(const struct data_encoder *enc, const char *text, size_t len, struct token_vec *out,
+                      struct io_err *e) {
+    if (enc->add_bos && token_vec_push(out, enc->bos, e)) return -1;
+    if (enc->encode(enc->self, text, len, DATA_TARGET, out, e)) return -1;
+    return token_vec_push(out, enc->eos | DATA_TARGET, e);
+}
+
+static const char *json_string(const cJSON *obj, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+static int jsonl_line(const char *path, int lineno, const char *line, size_t len, const struct data_encoder *enc,
+                      struct token_vec *out, struct io_err *e) {
+    cJSON *j = cJSON_ParseWithLength(line, len);
+    int rc = -1;
+    if (!j || !cJSON_IsObject(j)) {
+        io_fail(e, "%s:%d: not a JSON object", path, lineno);
+        goto done;
+    }
+    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(j, "messages");
+    const char *text = json_string(j, "text"), *prompt = json_string(j, "prompt"),
+               *response = json_string(j, "response");
+    const int kinds = (text != NULL) + (prompt != NULL || response != NULL) + (msgs != NULL);
+    if (kinds != 1) {
+        io_fail(e, "%s:%d: expected exactly one of \"text\", \"prompt\"+\"response\" or \"messages\" (strings)",
+                path, lineno);
+        goto done;
+    }
+    if (text) {
+        rc = encode_doc(enc, text, strlen(text), out, e);
+    } else if (prompt || response) {
+        if (!prompt || !response) {
+            io_fail(e, "%s:%d: \"prompt\" and \"response\" must both be strings", path, lineno);
+            goto done;
+        }
+        if ((enc->add_bos && token_vec_push(out, enc->bos, e)) ||
+            enc->encode(enc->self, prompt, strlen(prompt), 0, out, e) ||
+            enc->encode(enc->self, response, strlen(response), DATA_TARGET, out, e) ||
+            token_vec_push(out, enc->eos | DATA_TARGET, e))
+            goto done;
+        rc = 0;
+    } else {
+        const int n = cJSON_IsArray(msgs) ? cJSON_GetArraySize(msgs) : -1;
+        if (n <= 0) {
+            io_fail(e, "%s:%d: \"messages\" must be a non-empty array", path, lineno);
+            goto done;
+        }
+        if (!enc->encode_chat) {
+            io_fail(e, "%s:%d: this model's tokenizer has no chat template for \"messages\"", path, lineno);
+            goto done;
+        }
+        struct chat_message *m = (struct chat_message *)calloc((size_t)n, sizeof *m);
+        if (!m) {
+            io_fail(e, "out of memory");
+            goto done;
+        }
+        int ok = 1;
+        for (int i = 0; i < n && ok; i++) {
+            const cJSON *it = cJSON_GetArrayItem(msgs, i);
+            m[i].role = json_string(it, "role");
+            m[i].content = json_string(it, "content");
+            m[i].content_len = m[i].content ? strlen(m[i].content) : 0;
+            if (!m[i].role || !m[i].content) {
+                io_fail(e, "%s:%d: message %d needs string \"role\" and \"content\"", path, lineno, i);
+                ok = 0;
+            } else if (strcmp(m[i].role, "system") && strcmp(m[i].role, "user") && strcmp(m[i].role, "assistant")) {
+                io_fail(e, "%s:%d: message %d has role \"%s\" (expected system, user or assistant)", path, lineno, i,
+                        m[i].role);
+                ok = 0;
+            }
+        }
+        if (ok && enc->encode_chat(enc->self, m, n, out, e) == 0) {
+            rc = 0;
+        } else if (ok) {
+            io_fail_context(e, "%s:%d", path, lineno);
+        }
+        free(m);
+    }
+done:
+    cJSON_Delete(j);
+    return rc;
+}
+
+int data_tokenize_file(const char *path, const struct data_encoder *enc, struct token_vec *out, struct io_err *e) {
+    struct mapped_file m;
+    if (map_file(&m, path, e)) return -1;
+    int rc = -1;
+    size_t bad = 0;
+    if (!utf8_check(m.data, m.size, &bad)) {
+        io_fail(e, "%s: not UTF-8 text (invalid byte sequence at byte %zu)", path, bad);
+        goto done;
+    }
+    if (ends_with(path, ".jsonl")) {
+        size_t i = 0;
+        int lineno = 0;
+        while (i < m.size) {
+            size_t j = i;
+            while (j < m.size && m.data[j] != '\n') j++;
+            lineno++;
+            size_t k = i;
+            while (k < j && (m.data[k] == ' ' || m.data[k] == '\t' || m.data[k] == '\r')) k++;
+            if (k < j && jsonl_line(path, lineno, (const char *)m.data + i, j - i, enc, out, e)) goto done;
+            i = j + 1;
+        }
+    } else if (m.size > 0) {
+        if (encode_doc(enc, (const char *)m.data, m.size, out, e)) goto done;
+    }
+    rc = 0;
+done:
+    unmap_file(&m);
+    return rc;
+}
+
+/* Cache: magic (8) | count u64 | words u32[count], little-endian as the host (x86-64/aarch64). */
+static int cache_path_of(char *buf, size_t cap, const char *cache, const char *path, const struct data_encoder *enc,
+                         struct io_err *e) {
+    struct mapped_file m;
+    if (map_file(&m, path, e)) return -1;
+    struct sha256 s;
+    sha256_init(&s);
+    char head[96];
+    const int hn = snprintf(head, sizeof head, "refine-tokens-v%d|%s|%d|", CACHE_VERSION, enc->identity, enc->add_bos);
+    sha256_update(&s, head, (size_t)hn);
+    if (m.size) sha256_update(&s, m.data, m.size);
+    unmap_file(&m);
+    uint8_t d[32];
+    char hex[65];
+    sha256_final(&s, d);
+    sha256_hex(d, hex);
+    snprintf(buf, cap, "%s/tokens/%s.tok", cache, hex);
+    return 0;
+}
+
+static int cache_read(const char *cpath, struct token_vec *out, struct io_err *e) {
+    if (!file_exists(cpath)) return 1;
+    struct mapped_file m;
+    struct io_err ignored;
+    if (map_file(&m, cpath, &ignored)) return 1;
+    uint64_t count = 0;
+    int ok = m.size >= 16 && memcmp(m.data, cache_magic, 8) == 0;
+    if (ok) {
+        memcpy(&count, m.data + 8, 8);
+        ok = count <= (m.size - 16) / 4 && m.size == 16 + count * 4;
+    }
+    if (ok)
+        for (uint64_t i = 0; i < count; i++) {
+            uint32_t w;
+            memcpy(&w, m.data + 16 + 4 * i, 4);
+            if (token_vec_push(out, w, e)) {
+                unmap_file(&m);
+                return -1;
+            }
+        }
+    unmap_file(&m);
+    return ok ? 0 : 1; /* a damaged entry is rebuilt */
+}
+
+static int cache_write(const char *cache, const char *cpath, const uint32_t *w, size_t n, struct io_err *e) {
+    char dir[1200];
+    snprintf(dir, sizeof dir, "%s/tokens", cache);
+    if (make_dirs(dir, e)) return -1;
+    const uint64_t count = n;
+    struct file_part parts[3] = {{cache_magic, 8}, {&count, 8}, {w, n * 4}};
+    return write_file_atomic_parts(cpath, parts, 3, e);
+}
+
+/* Collects the regular files under path (or path itself), sorted. */
+struct path_list {
+    char **p;
+    int n, cap;
+};
+
+static int path_push(struct path_list *l, const char *s, struct io_err *e) {
+    if (l->n == l->cap) {
+        const int cap = l->cap ? 2 * l->cap : 16;
+        char **p = (char **)realloc(l->p, (size_t)cap * sizeof *p);
+        if (!p) return io_fail(e, "out of memory");
+        l->p = p;
+        l->cap = cap;
+    }
+    if (!(l->p[l->n] = strdup(s))) return io_fail(e, "out of memory");
+    l->n++;
+    return 0;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+static int walk(const char *path, struct path_list *l, int depth, struct io_err *e) {
+    struct stat st;
+    if (stat(path, &st) != 0) return io_fail(e, "%s: %s", path, strerror(errno));
+    if (S_ISREG(st.st_mode)) return path_push(l, path, e);
+    if (!S_ISDIR(st.st_mode)) return io_fail(e, "%s: not a regular file or folder", path);
+    if (depth > 32) return io_fail(e, "%s: folders nested too deeply", path);
+    DIR *d = opendir(path);
+    if (!d) return io_fail(e, "%s: %s", path, strerror(errno));
+    struct path_list here = {0};
+    int rc = 0;
+    for (struct dirent *de; rc == 0 && (de = readdir(d)) != NULL;) {
+        if (de->d_name[0] == '.') continue;
+        char child[4096];
+        if (snprintf(child, sizeof child, "%s/%s", path, de->d_name) >= (int)sizeof child)
+            rc = io_fail(e, "%s/%s: path too long", path, de->d_name);
+        else
+            rc = path_push(&here, child, e);
+    }
+    closedir(d);
+    if (here.n) qsort(here.p, (size_t)here.n, sizeof *here.p, cmp_str);
+    for (int i = 0; i < here.n; i++) {
+        if (rc == 0) rc = walk(here.p[i], l, depth + 1, e);
+        free(here.p[i]);
+    }
+    free(here.p);
+    return rc;
+}
+
+/* ---- packing, split, batches ------------------------------------------------------------- */
+
+static int finish_open(struct dataset *d, const struct data_options *o, struct io_err *e) {
+    d->T = o->T;
+    d->seed = o->seed;
+    d->epoch_cached = -1;
+    if (o->T < 1) return io_fail(e, "sequence length must be at least 1");
+    if (d->S < (size_t)o->T + 1)
+        return io_fail(e, "the data holds %zu tokens, fewer than one sequence of %d (+1) tokens", d->S, o->T);
+    d->n_seq = (int64_t)((d->S - 1) / (size_t)o->T);
+    for (size_t i = 0; i < d->S; i++) d->n_targets += (d->stream[i] & DATA_TARGET) != 0;
+    int64_t n_val = 0;
+    if (o->val_fraction > 0 && d->n_seq >= 2) {
+        n_val = (int64_t)llround((double)o->val_fraction * (double)d->n_seq);
+        if (n_val < 1) n_val = 1;
+        if (n_val > d->n_seq - 1) n_val = d->n_seq - 1;
+    }
+    int64_t *perm = (int64_t *)malloc((size_t)d->n_seq * sizeof *perm);
+    d->epoch_order = (int64_t *)malloc((size_t)(d->n_seq - n_val) * sizeof *d->epoch_order);
+    if (!perm || !d->epoch_order) {
+        free(perm);
+        return io_fail(e, "out of memory");
+    }
+    for (int64_t i = 0; i < d->n_seq; i++) perm[i] = i;
+    shuffle(perm, d->n_seq, stream_key(o->seed, 1));
+    d->n_val = n_val;
+    d->n_train = d->n_seq - n_val;
+    d->val_order = perm;
+    d->train_set = perm + n_val;
+    return 0;
+}
+
+int dataset_from_stream(struct dataset *d, const uint32_t *stream, size_t S, const struct data_options *o,
+                        struct io_err *e) {
+    memset(d, 0, sizeof *d);
+    for (size_t i = 0; i < S; i++)
+        if (token_vec_push(&d->owned, stream[i], e)) return -1;
+    d->stream = d->owned.v;
+    d->S = d->owned.n;
+    if (finish_open(d, o, e)) {
+        dataset_close(d);
+        return -1;
+    }
+    return 0;
+}
+
+int dataset_open(struct dataset *d, const char *const *paths, int n_paths, const struct data_encoder *enc,
+                 const struct data_options *o, struct io_err *e) {
+    memset(d, 0, sizeof *d);
+    struct path_list files = {0};
+    int rc = 0;
+    if (n_paths < 1) rc = io_fail(e, "no training data given (--data)");
+    for (int i = 0; i < n_paths && rc == 0; i++) {
+        const int before = files.n;
+        rc = walk(paths[i], &files, 0, e);
+        if (rc == 0 && files.n == before) rc = io_fail(e, "%s: folder holds no data files", paths[i]);
+    }
+    for (int i = 0; i < files.n && rc == 0; i++) {
+        char cpath[1400];
+        const size_t before = d->owned.n;
+        int hit = 1;
+        if (o->cache) {
+            if ((rc = cache_path_of(cpath, sizeof cpath, o->cache, files.p[i], enc, e))) break;
+            hit = cache_read(cpath, &d->owned, e);
+            if (hit < 0) rc = -1;
+        }
+        if (rc == 0 && hit != 0) {
+            d->owned.n = before;
+            struct token_vec t = {0};
+            rc = data_tokenize_file(files.p[i], enc, &t, e);
+            for (size_t k = 0; k < t.n && rc == 0; k++) rc = token_vec_push(&d->owned, t.v[k], e);
+            if (rc == 0 && o->cache) {
+                struct io_err werr;
+                if (cache_write(o->cache, cpath, t.v, t.n, &werr))
+                    fprintf(stderr, "refine: warning: token cache not written (%s)\n", werr.msg);
+            }
+            token_vec_free(&t);
+        } else if (rc == 0) {
+            d->cache_hits++;
+        }
+        d->n_files++;
+    }
+    for (int i = 0; i < files.n; i++) free(files.p[i]);
+    free(files.p);
+    if (rc == 0) {
+        d->stream = d->owned.v;
+        d->S = d->owned.n;
+        rc = finish_open(d, o, e);
+    }
+    if (rc) dataset_close(d);
+    return rc;
+}
+
+void dataset_close(struct dataset *d) {
+    token_vec_free(&d->owned);
+    free(d->val_order);
+    free(d->epoch_order);
+    memset(d, 0, sizeof *d);
+}
+
+int64_t dataset_sequence(const struct dataset *d, int64_t seq, int32_t *tokens, int32_t *labels) {
+    const uint32_t *w = d->stream + (size_t)seq * (size_t)d->T;
+    int64_t valid = 0;
+    for (int t = 0; t < d->T; t++) {
+        tokens[t] = (int32_t)(w[t] & DATA_ID_MASK);
+        const uint32_t next = w[t + 1];
+        if (next & DATA_TARGET) {
+            labels[t] = (int32_t)(next & DATA_ID_MASK);
+            valid++;
+        } else {
+            labels[t] = -100;
+        }
+    }
+    return valid;
+}
+
+static const int64_t *epoch_order(struct dataset *d, int epoch) {
+    if (d->epoch_cached != epoch) {
+        memcpy(d->epoch_order, d->train_set, (size_t)d->n_train * sizeof *d->epoch_order);
+        shuffle(d->epoch_order, d->n_train, stream_key(d->seed, 1000 + (uint64_t)epoch));
+        d->epoch_cached = epoch;
+    }
+    return d->epoch_order;
+}
+
+static int64_t src_train_batch(void *self, int epoch, int64_t pos, int B, int32_t *tokens, int32_t *labels) {
+    struct dataset *d = (struct dataset *)self;
+    if (d->n_train == 0) return 0;
+    const int64_t *order = epoch_order(d, epoch);
+    int64_t valid = 0;
+    for (int b = 0; b < B; b++) {
+        const int64_t seq = order[(pos + b) % d->n_train];
+        valid += dataset_sequence(d, seq, tokens + (size_t)b * d->T, labels + (size_t)b * d->T);
+    }
+    return valid;
+}
+
+static int64_t src_val_batch(void *self, int64_t first, int B, int32_t *tokens, int32_t *labels) {
+    struct dataset *d = (struct dataset *)self;
+    if (d->n_val == 0) return 0;
+    int64_t valid = 0;
+    for (int b = 0; b < B; b++) {
+        const int64_t seq = d->val_order[(first + b) % d->n_val];
+        valid += dataset_sequence(d, seq, tokens + (size_t)b * d->T, labels + (size_t)b * d->T);
+    }
+    return valid;
+}
+
+void dataset_batch_source(struct dataset *d, struct batch_source *src) {
+    memset(src, 0, sizeof *src);
+    src->self = d;
+    src->T = d->T;
+    src->n_train = d->n_train;
+    src->n_val = d->n_val;
+    src->train_batch = src_train_batch;
+    src->val_batch = src_val_batch;
+}
