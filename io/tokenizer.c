@@ -6,6 +6,9 @@
 #include "io/check.h"
 #include "io/tokenizer.h"
 #include "io/tokenizer_internal.h"
+#ifndef PCRE2_CODE_UNIT_WIDTH /* set by //third_party:pcre2; also for builds outside Bazel */
+#define PCRE2_CODE_UNIT_WIDTH 8
+#endif
 #include "pcre2.h"
 
 /* ---- hashing and maps -------------------------------------------------------------------- */

@@ -160,27 +160,41 @@ static int parse_post_processor(struct tokenizer *t, const cJSON *p, const char 
 }
 
 /* tokenizer_config.json next to the tokenizer.json: bos/eos, add_bos_token, chat_template. */
-static void read_tokenizer_config(struct tokenizer *t, const char *json_path, int bos_from_post) {
+static int read_tokenizer_config(struct tokenizer *t, const char *json_path, int bos_from_post,
+                                 struct io_err *e) {
     const char *slash = strrchr(json_path, '/');
     int dir_len = slash ? (int)(slash - json_path + 1) : 0;
     char cfg_path[1200];
-    if (dir_len > 1100) return;
+    if (dir_len > 1100) return 0;
     snprintf(cfg_path, sizeof cfg_path, "%.*stokenizer_config.json", dir_len, json_path);
     char *text = NULL;
     size_t len;
-    struct io_err ignored;
-    if (!file_exists(cfg_path) || read_file_text(&text, &len, cfg_path, 64u << 20, &ignored)) return;
+    if (!file_exists(cfg_path)) return 0;
+    if (read_file_text(&text, &len, cfg_path, 64u << 20, e)) return -1;
     cJSON *c = cJSON_ParseWithLength(text, len);
     free(text);
-    if (!c) return;
-    const char *names[2] = {NULL, NULL};
+    if (!cJSON_IsObject(c)) {
+        cJSON_Delete(c);
+        return io_fail(e, "%s: not a JSON object", cfg_path);
+    }
     const char *keys[2] = {"bos_token", "eos_token"};
+    int64_t *ids[2] = {&t->bos_id, &t->eos_id};
     for (int k = 0; k < 2; k++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(c, keys[k]);
-        names[k] = cJSON_IsString(v) ? v->valuestring : json_str(v, "content");
+        const char *name = cJSON_IsString(v) ? v->valuestring : json_str(v, "content");
+        if (v && !cJSON_IsNull(v) && !name) {
+            cJSON_Delete(c);
+            return io_fail(e, "%s: \"%s\" is neither a string nor {\"content\": string}", cfg_path, keys[k]);
+        }
+        if (!name || (k == 0 && bos_from_post)) continue;
+        int64_t id = tokenizer_token_to_id(t, name, strlen(name));
+        if (id < 0) {
+            io_fail(e, "%s: %s '%.80s' is not a token of %s", cfg_path, keys[k], name, json_path);
+            cJSON_Delete(c);
+            return -1;
+        }
+        *ids[k] = id;
     }
-    if (!bos_from_post) tok_set_bos_eos_by_name(t, names[0], NULL);
-    tok_set_bos_eos_by_name(t, NULL, names[1]);
     const cJSON *ab = cJSON_GetObjectItemCaseSensitive(c, "add_bos_token");
     if (cJSON_IsBool(ab)) t->adds_bos = cJSON_IsTrue(ab);
     const cJSON *ct = cJSON_GetObjectItemCaseSensitive(c, "chat_template");
@@ -194,6 +208,7 @@ static void read_tokenizer_config(struct tokenizer *t, const char *json_path, in
         }
     }
     cJSON_Delete(c);
+    return 0;
 }
 
 static struct tokenizer *load_json(const char *path, const char *text, size_t len, struct io_err *e) {
@@ -320,7 +335,7 @@ static struct tokenizer *load_json(const char *path, const char *text, size_t le
      * config says otherwise (its post-processor does so in Meta's releases). */
     tok_set_bos_eos_by_name(t, "<|begin_of_text|>", "<|end_of_text|>");
     if (!bos_from_post && t->bos_id >= 0) t->adds_bos = 1;
-    read_tokenizer_config(t, path, bos_from_post);
+    if (read_tokenizer_config(t, path, bos_from_post, e)) goto fail;
     if (tok_finish(t, path, e)) goto fail;
     cJSON_Delete(root);
     return t;

@@ -5,6 +5,9 @@
  *     HF tokenizers'; decode gives the string back; the same through tokenizer_from_gguf_kv fed
  *     with the fixture's tokens, types and merges (pre "smollm"); ChatML conversations equal
  *     apply_chat_template, and the loss mask selects exactly the assistant turns.
+ *   SmolLM2 from the real GGUF ($REFINE_CACHE/models/SmolLM2-135M-Instruct.Q4_1.gguf, fetched by
+ *     tools/setup.sh) through io/model_source: the same ids and conversations. Skipped, with a
+ *     message, when the cached file is absent.
  *   Llama 3 (Meta's tokenizer.model in $REFINE_CACHE/tokenizers/llama3.tiktoken, fetched by
  *     tools/setup.sh): ids equal tiktoken's with Meta's pattern and specials; Llama 3 chat
  *     conversations equal apply_chat_template. Also the HF tokenizer.json when
@@ -19,6 +22,7 @@
 #include "cJSON.h"
 #include "io/error.h"
 #include "io/file.h"
+#include "io/model_source.h"
 #include "io/tokenizer.h"
 #include "tests/common/harness.h"
 
@@ -284,6 +288,26 @@ int main(int argc, char **argv) {
     }
 
     char path[1200];
+    cache_path(path, sizeof path, "models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    if (!file_exists(path)) {
+        printf("SKIP smollm2 (GGUF): %s is absent; run tools/setup.sh to fetch it\n", path);
+    } else {
+        struct model_source src;
+        struct tokenizer *t = NULL;
+        if (model_source_open(&src, path, &e) == 0) {
+            t = model_source_tokenizer(&src, &e);
+            model_source_close(&src);
+        }
+        EXPECT(t != NULL, "smollm2 GGUF: %s", t ? "" : e.msg);
+        if (t) {
+            EXPECT(tokenizer_vocab_size(t) == 49152 && tokenizer_bos_id(t) == 1 && tokenizer_eos_id(t) == 2 &&
+                       !tokenizer_adds_bos(t) && tokenizer_chat_template(t) == CHAT_TEMPLATE_CHATML,
+                   "smollm2 GGUF: V, bos/eos, add_bos or chat template differ from the GGUF metadata");
+            check_strings(t, "smollm2 (GGUF)", "smollm2", 0);
+            check_chat(t, "smollm2 chat (GGUF)", "smollm2");
+            tokenizer_free(t);
+        }
+    }
     cache_path(path, sizeof path, "tokenizers/llama3.tiktoken");
     if (!file_exists(path)) {
         printf("SKIP llama3 (tiktoken): %s is absent; run tools/setup.sh to fetch it\n", path);

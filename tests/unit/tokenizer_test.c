@@ -36,6 +36,8 @@ static void write_text(const char *path, const char *s, size_t n) {
     fclose(f);
 }
 
+static void write_str(const char *path, const char *s) { write_text(path, s, strlen(s)); }
+
 /* The mapped (ByteLevel) spelling of a byte string, NUL-terminated, in a static buffer. */
 static const char *mapped(const char *bytes) {
     static char buf[8][256];
@@ -525,6 +527,23 @@ static void test_malformed(void) {
     expect_load_error("tik_b64.tiktoken", "IQ== 0\n!!!! 1\n", "base64");
     expect_load_error("tik_rank.tiktoken", "IQ== 0\nIg== x\n", "line 2");
     expect_load_error("tik_dup.tiktoken", "IQ== 0\nIg== 0\n", "twice");
+    /* tokenizer_config.json next to a valid tokenizer.json */
+    struct tiny_opts o = {.missing_byte = -1};
+    write_tiny(tmp_path("badcfg"), &o);
+    const char *cfg = tmp_path("badcfg/tokenizer_config.json");
+    struct io_err e;
+    write_str(cfg, "{\"bos_token\": ");
+    EXPECT(!tokenizer_load(tmp_path("badcfg"), &e) && strstr(e.msg, "tokenizer_config.json") && strstr(e.msg, "JSON"),
+           "truncated tokenizer_config.json: %s", e.msg);
+    write_str(cfg, "{\"eos_token\": \"<|nope|>\"}");
+    EXPECT(!tokenizer_load(tmp_path("badcfg"), &e) && strstr(e.msg, "<|nope|>"), "unknown eos_token: %s", e.msg);
+    write_str(cfg, "{\"bos_token\": 7}");
+    EXPECT(!tokenizer_load(tmp_path("badcfg"), &e) && strstr(e.msg, "bos_token"), "numeric bos_token: %s", e.msg);
+    write_str(cfg, "{\"bos_token\": {\"content\": \"<|x|>\"}, \"eos_token\": null, \"add_bos_token\": true}");
+    struct tokenizer *t = tokenizer_load(tmp_path("badcfg"), &e);
+    EXPECT(t && tokenizer_bos_id(t) == ID_X && tokenizer_eos_id(t) == -1 && tokenizer_adds_bos(t),
+           "bos_token as {content}, eos_token null, add_bos_token: %s", t ? "" : e.msg);
+    tokenizer_free(t);
     mkdir(tmp_path("emptydir"), 0755);
     expect_load_error("emptydir", NULL, "no tokenizer.json");
 }
