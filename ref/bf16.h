@@ -12,6 +12,12 @@
  *   bf16_to_float(h): exact (shift into the upper half).
  *   bf16_round(x): bf16_to_float(bf16_from_float(x)), the rounding the GPU path applies when it
  *     stores an fp32 value as bf16.
+ *   bf16_from_double(x): RNE of a double straight to bf16, ONE rounding. Not the same as
+ *     bf16_from_float((float)x): the double → float → bf16 chain rounds twice and differs where
+ *     the first rounding lands exactly on a bf16 midpoint (e.g. x = 1 + 2^-8 + 2^-30 goes to
+ *     1 + 2^-8 as a float, a tie, then to 1.0; directly it goes to 1 + 2^-7). Use it where a
+ *     reduction is held in double and its bf16 result must be the correctly rounded one.
+ *   bf16_is_nan(h): 1 for the NaN patterns (exponent all ones, mantissa non-zero).
  * Subnormals are kept (no flush to zero), as on the CPU and in CUDA's conversion.
  */
 #ifndef REFINE_REF_BF16_H
@@ -50,6 +56,10 @@ static inline uint16_t bf16_from_float(float x) {
 }
 
 static inline float bf16_to_float(uint16_t h) { return ref_f32_from_bits((uint32_t)h << 16); }
+
+static inline int bf16_is_nan(uint16_t h) { return (h & 0x7FFF) > 0x7F80; }
+
+uint16_t bf16_from_double(double x);
 
 static inline float bf16_round(float x) { return bf16_to_float(bf16_from_float(x)); }
 

@@ -131,10 +131,58 @@ static void test_random(void) {
     free(x), free(y), free(h);
 }
 
+/* bf16_from_double against a brute-force choice between the two bf16 neighbours, in long double
+ * arithmetic-free form: the neighbours are found from the float truncation toward zero and
+ * compared by exact double differences (both are exact: bf16 values have 8 significant bits). */
+static void test_from_double(void) {
+    struct rng r;
+    rng_init(&r, g_seed + 5);
+    int64_t bad = 0, double_rounding = 0;
+    for (int i = 0; i < 1000000; i++) {
+        double x = ldexp(rng_range(&r, -1, 1), rng_int(&r, 300) - 150);
+        if (i % 4 == 0) {
+            /* Near a bf16 midpoint: a random bf16 value + half its quantum ± a tiny offset. */
+            float b = bf16_to_float((uint16_t)(rng_u64(&r) & 0x7F7F));
+            int e;
+            frexpf(b, &e);
+            double q = ldexp(1.0, (e - 1 < -126 ? -126 : e - 1) - 7);
+            x = (double)b + q / 2 + ldexp(rng_range(&r, -1, 1), -40) * q * (i % 8 == 0 ? 0 : 1);
+        }
+        double a = fabs(x);
+        /* Neighbours: lo = the largest bf16 magnitude ≤ a, hi = the next one (2^128 for Inf). */
+        uint32_t lo = 0;
+        for (uint32_t step = 0x8000; step; step >>= 1)
+            if (lo + step <= 0x7F80 && bf16_value(lo + step, 1) <= a) lo += step;
+        uint32_t hi = lo + 1;
+        double dl = a - bf16_value(lo, 1), dh = bf16_value(hi, 1) - a;
+        uint32_t want = dl < dh ? lo : dh < dl ? hi : ((lo & 1) ? hi : lo);
+        if (a >= 0x1p128) want = 0x7F80;
+        if (signbit(x)) want |= 0x8000;
+        uint16_t got = bf16_from_double(x);
+        if (got != want) {
+            if (bad < 5) printf("  from_double: x=%a got 0x%04X want 0x%04X\n", x, got, want);
+            bad++;
+        }
+        double_rounding += bf16_from_float((float)x) != got;
+    }
+    EXPECT(bad == 0, "bf16_from_double: %lld of 1e6 wrong", (long long)bad);
+    printf("  bf16_from_double: the float chain rounds differently on %lld of 1e6 (near-midpoint) inputs\n",
+           (long long)double_rounding);
+    EXPECT(bf16_from_double(1.0 + 0x1p-8 + 0x1p-30) == 0x3F81, "one rounding: 1 + 2^-8 + 2^-30 → 1 + 2^-7");
+    EXPECT(bf16_from_float((float)(1.0 + 0x1p-8 + 0x1p-30)) == 0x3F80, "the float chain: → 1.0 (double rounding)");
+    EXPECT(bf16_from_double(NAN) == 0x7FC0 && bf16_from_double(-INFINITY) == 0xFF80 && bf16_from_double(-0.0) == 0x8000,
+           "specials");
+    EXPECT(bf16_from_double(0x1p200) == 0x7F80 && bf16_from_double(0x1p-140) == 0x0000 &&
+               bf16_from_double(0x1.8p-133) == 0x0002,
+           "overflow, underflow and subnormal ties");
+    EXPECT(bf16_is_nan(0x7FC0) && bf16_is_nan(0xFFFF) && !bf16_is_nan(0x7F80) && !bf16_is_nan(0x0001), "bf16_is_nan");
+}
+
 int main(int argc, char **argv) {
     g_seed = test_seed(argc, argv, 20261123);
     test_all_patterns();
     test_boundaries();
     test_random();
+    test_from_double();
     return test_finish("bf16_test");
 }
