@@ -33,6 +33,7 @@
 #include "io/config.h"
 #include "io/file.h"
 #include "io/model_source.h"
+#include "io/tokenizer.h"
 #include "ref/adamw.h"
 #include "ref/llama.h"
 #include "tests/common/compare.h"
@@ -248,7 +249,8 @@ static void run_case(const char *model, const char *mode) {
 }
 
 /* SmolLM2-135M-Instruct from the GGUF through io/model_source.h against transformers loading the
- * same GGUF (tests/golden/gen/gen_smollm2.py): the loss of the text and the logits at 4 positions.
+ * same GGUF (tests/golden/gen/gen_smollm2.py): the token ids of the text (refine's tokenizer from
+ * the GGUF metadata), the loss of the text and the logits at 4 positions.
  * Skipped, with a message, when the model file is absent (tools/setup.sh fetches it). Tolerance:
  * the tier-(d) rule above with L = 30, K_max = F = 1536. */
 static void run_smollm2(void) {
@@ -279,7 +281,25 @@ static void run_smollm2(void) {
     const int T = (int)golden_numel(&g, "input_ids"), P = (int)golden_numel(&g, "positions");
     int64_t *ids64 = golden_i64(&g, "input_ids", -1, NULL), *pos64 = golden_i64(&g, "positions", -1, NULL);
     int32_t *ids = to_i32(ids64, T), *targets = malloc((size_t)T * sizeof *targets);
-
+    /* the tokenizer from the GGUF metadata (io/tokenizer) must give transformers' ids */
+    const int nb = (int)golden_numel(&g, "text_bytes");
+    int64_t *tb = golden_i64(&g, "text_bytes", -1, NULL);
+    char *text = malloc((size_t)nb + 1);
+    for (int i = 0; i < nb; i++) text[i] = (char)tb[i];
+    text[nb] = 0;
+    struct tokenizer *tok = model_source_tokenizer(&ms, &e);
+    EXPECT(tok != NULL, "SmolLM2 tokenizer: %s", e.msg);
+    if (tok) {
+        struct tok_ids enc = {0};
+        tokenizer_encode(tok, text, (size_t)nb, 0, &enc);
+        int same = enc.n == (size_t)T;
+        for (int t = 0; same && t < T; t++) same = enc.ids[t] == (uint32_t)ids[t];
+        EXPECT(same, "SmolLM2: refine's tokenizer gives %zu ids for the text, transformers %d (or other ids)", enc.n, T);
+        tok_ids_free(&enc);
+        tokenizer_free(tok);
+    }
+    free(tb);
+    free(text);
     for (int t = 0; t < T; t++) targets[t] = t + 1 < T ? ids[t + 1] : -100; /* labels = input_ids, shifted */
     int64_t lshape[2] = {P, c->V};
     float *ref = golden_f32(&g, "logits", 2, lshape);
