@@ -154,8 +154,8 @@ void ref_llama_adapters_free(struct llama_adapters *a, const struct model_config
 /* Fills w (from ref_llama_weights_alloc with s->config) from a model opened by io/model_source.h
  * (an HF folder or a GGUF file): every weight as fp32 in its HF shape (F32, F16, BF16, GGUF
  * quantized types dequantized by io/gguf); a tied lm_head is the embedding. bitsandbytes 4-bit
- * linears are not dequantized here (ref/nf4 does that, into w->layers[l].w[t]): they give -1
- * with a message naming the weight. Returns 0 or -1. */
+ * linears (a pre-quantized QLoRA checkpoint) are dequantized to fp32 by ref/nf4, as
+ * bitsandbytes' Linear4bit does with compute dtype fp32. Returns 0, or -1 with a message. */
 int ref_llama_weights_load(struct llama_weights *w, const struct model_source *s, struct io_err *e);
 
 /* The tensors of a model in a fixed order, with their HF / PEFT names: base weights as in an HF

@@ -1,8 +1,10 @@
 /* llama_golden_test.c — ref/llama against transformers + PEFT (+ bitsandbytes) end to end, on the
  * fixtures of tests/golden/gen/gen_e2e.py (tests/golden/data/e2e/{llama,qwen2}/):
  * logits, loss and every trainable gradient for full fine-tuning, LoRA and DoRA (QLoRA and QDoRA
- * on the Llama-like model: the base linears NF4-quantized by bitsandbytes, handed to ref/llama
- * dequantized), then a 5-step AdamW trajectory (losses and final trainable weights).
+ * on the Llama-like model: the base linears NF4-quantized by bitsandbytes, dequantized by ref/nf4
+ * from the packed checkpoint tensors — bit-identical to bitsandbytes' own dequantization, tier
+ * (a) — and handed to ref/llama), then a 5-step AdamW trajectory (losses and final trainable
+ * weights).
  *
  *   bazel test //tests/golden:llama_golden_test
  *
@@ -36,6 +38,7 @@
 #include "io/tokenizer.h"
 #include "ref/adamw.h"
 #include "ref/llama.h"
+#include "ref/nf4.h"
 #include "tests/common/compare.h"
 #include "tests/common/harness.h"
 #include "tests/golden/golden.h"
@@ -149,7 +152,24 @@ static void run_case(const char *model, const char *mode) {
             continue;
         }
         snprintf(prefixed, sizeof prefixed, "base.%s", ts[i].name);
-        if (quant && golden_has(&gq, prefixed)) load_into(&gq, prefixed, ts[i].data, &ts[i]); /* dequantized NF4 */
+        if (!quant || !golden_has(&gq, prefixed)) continue;
+        /* QLoRA base: ref/nf4 dequantizes the packed bitsandbytes tensors (nf4.<name>.*) and
+         * must reproduce bitsandbytes' dequantized weight (base.<name>) exactly */
+        char nf4name[200];
+        snprintf(nf4name, sizeof nf4name, "nf4.%s", ts[i].name);
+        struct bnb4_weight bw;
+        int64_t qshape[2];
+        if (nf4_bind(&bw, qshape, &gq.st, nf4name, &e) != 0 ||
+            nf4_dequantize_bnb(ts[i].data, &bw, ts[i].numel, ACT_F32, &e) != 0) {
+            test_fail("%s: %s", nf4name, e.msg);
+            continue;
+        }
+        EXPECT(qshape[0] == ts[i].shape[0] && qshape[1] == ts[i].shape[1], "%s: shape [%lld, %lld]", nf4name,
+               (long long)qshape[0], (long long)qshape[1]);
+        float *bnb = golden_f32(&gq, prefixed, ts[i].ndim, ts[i].shape);
+        struct cmp_case cc = {"nf4_dequantize_bnb", prefixed, "llama", "f32", 0};
+        cmp_exact_f32(&cc, ts[i].data, bnb, ts[i].numel);
+        free(bnb);
     }
     if (quant) golden_close(&gq);
 
