@@ -15,7 +15,9 @@
  *   nf       = rmsnorm(x_L; final_norm)
  *   loss     = Σ_valid (logsumexp(nf Wheadᵀ) − z_y) / n_valid     ref/cross_entropy.h (fused: the
  *              (N, V) logits never exist); Whead = embed when tied.
- * Positions: p = t (each sequence starts at 0) unless the batch gives positions (packing).
+ * Positions: p = t (each sequence starts at 0) unless the batch gives positions (packing; the
+ * attention stays causal over the whole row, as HF's with position_ids alone: documents packed in
+ * one row are not masked from each other).
  * Targets are the SHIFTED labels: targets[n] is the token predicted at row n (HF's labels[b, t+1],
  * −100 for the last position and ignored tokens); the caller shifts (ForCausalLMLoss semantics).
  *
@@ -26,9 +28,10 @@
  * with s = ref_lora_scale(alpha, R, scaling). Adapter dropout is not modelled (p = 0, PEFT's
  * nn.Identity). In LoRA/DoRA modes every base weight (embeddings, norms, linears, biases) is
  * frozen and only the adapters train; in LLAMA_FULL every base weight trains.
- * QLoRA / QDoRA: the base linears are NF4 in the checkpoint; the caller dequantizes them (the nf4
- * op) into the weight struct, as bitsandbytes' Linear4bit multiplies by the dequantized weight
- * with compute dtype fp32. Nothing else differs.
+ * QLoRA / QDoRA: the base linears are NF4 in the checkpoint; they are dequantized (ref/nf4; done
+ * by ref_llama_weights_load for a bitsandbytes checkpoint) into the weight struct, as
+ * bitsandbytes' Linear4bit multiplies by the dequantized weight with compute dtype fp32. Nothing
+ * else differs.
  *
  * Activations: act() is the identity for ACT_F32 and bf16 rounding where the GPU stores bf16
  * (passed to every op; residual adds rounded here). Weights are used as given (bf16-representable
