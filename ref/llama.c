@@ -15,6 +15,7 @@
 #include "ref/embedding.h"
 #include "ref/linear.h"
 #include "ref/lora.h"
+#include "ref/nf4.h"
 #include "ref/rmsnorm.h"
 #include "ref/rope.h"
 #include "ref/swiglu.h"
@@ -140,9 +141,12 @@ void ref_llama_adapters_free(struct llama_adapters *a, const struct model_config
 
 static int load_one(float *dst, const struct model_source *s, enum model_weight kind, int layer, struct io_err *e) {
     if (model_source_is_bnb(s, kind, layer)) {
-        char name[96];
-        model_weight_name(name, sizeof name, kind, layer);
-        return io_fail(e, "%s: %s is bitsandbytes 4-bit: dequantize it with ref/nf4", s->path, name);
+        /* QLoRA: the NF4 weight dequantized to fp32, as bitsandbytes' Linear4bit does with
+         * compute dtype fp32 */
+        int64_t shape[2];
+        int nd = model_source_shape(s, kind, layer, shape);
+        CHECK(nd == 2, "bnb weight kind %d with %d dims", (int)kind, nd);
+        return nf4_dequantize_bnb(dst, model_source_bnb(s, kind, layer), shape[0] * shape[1], ACT_F32, e);
     }
     return model_source_weight_f32(s, kind, layer, dst, e);
 }

@@ -15,7 +15,9 @@
  *   nf       = rmsnorm(x_L; final_norm)
  *   loss     = Σ_valid (logsumexp(nf Wheadᵀ) − z_y) / n_valid     ref/cross_entropy.h (fused: the
  *              (N, V) logits never exist); Whead = embed when tied.
- * Positions: p = t (each sequence starts at 0) unless the batch gives positions (packing).
+ * Positions: p = t (each sequence starts at 0) unless the batch gives positions (packing; the
+ * attention stays causal over the whole row, as HF's with position_ids alone: documents packed in
+ * one row are not masked from each other).
  * Targets are the SHIFTED labels: targets[n] is the token predicted at row n (HF's labels[b, t+1],
  * −100 for the last position and ignored tokens); the caller shifts (ForCausalLMLoss semantics).
  *
@@ -26,9 +28,10 @@
  * with s = ref_lora_scale(alpha, R, scaling). Adapter dropout is not modelled (p = 0, PEFT's
  * nn.Identity). In LoRA/DoRA modes every base weight (embeddings, norms, linears, biases) is
  * frozen and only the adapters train; in LLAMA_FULL every base weight trains.
- * QLoRA / QDoRA: the base linears are NF4 in the checkpoint; the caller dequantizes them (the nf4
- * op) into the weight struct, as bitsandbytes' Linear4bit multiplies by the dequantized weight
- * with compute dtype fp32. Nothing else differs.
+ * QLoRA / QDoRA: the base linears are NF4 in the checkpoint; they are dequantized (ref/nf4; done
+ * by ref_llama_weights_load for a bitsandbytes checkpoint) into the weight struct, as
+ * bitsandbytes' Linear4bit multiplies by the dequantized weight with compute dtype fp32. Nothing
+ * else differs.
  *
  * Activations: act() is the identity for ACT_F32 and bf16 rounding where the GPU stores bf16
  * (passed to every op; residual adds rounded here). Weights are used as given (bf16-representable
@@ -154,8 +157,8 @@ void ref_llama_adapters_free(struct llama_adapters *a, const struct model_config
 /* Fills w (from ref_llama_weights_alloc with s->config) from a model opened by io/model_source.h
  * (an HF folder or a GGUF file): every weight as fp32 in its HF shape (F32, F16, BF16, GGUF
  * quantized types dequantized by io/gguf); a tied lm_head is the embedding. bitsandbytes 4-bit
- * linears are not dequantized here (ref/nf4 does that, into w->layers[l].w[t]): they give -1
- * with a message naming the weight. Returns 0 or -1. */
+ * linears (a pre-quantized QLoRA checkpoint) are dequantized to fp32 by ref/nf4, as
+ * bitsandbytes' Linear4bit does with compute dtype fp32. Returns 0, or -1 with a message. */
 int ref_llama_weights_load(struct llama_weights *w, const struct model_source *s, struct io_err *e);
 
 /* The tensors of a model in a fixed order, with their HF / PEFT names: base weights as in an HF

@@ -1,8 +1,10 @@
 /* llama_golden_test.c — ref/llama against transformers + PEFT (+ bitsandbytes) end to end, on the
  * fixtures of tests/golden/gen/gen_e2e.py (tests/golden/data/e2e/{llama,qwen2}/):
  * logits, loss and every trainable gradient for full fine-tuning, LoRA and DoRA (QLoRA and QDoRA
- * on the Llama-like model: the base linears NF4-quantized by bitsandbytes, handed to ref/llama
- * dequantized), then a 5-step AdamW trajectory (losses and final trainable weights).
+ * on the Llama-like model: the base linears NF4-quantized by bitsandbytes, dequantized by ref/nf4
+ * from the packed checkpoint tensors — bit-identical to bitsandbytes' own dequantization, tier
+ * (a) — and handed to ref/llama), then a 5-step AdamW trajectory (losses and final trainable
+ * weights).
  *
  *   bazel test //tests/golden:llama_golden_test
  *
@@ -33,8 +35,10 @@
 #include "io/config.h"
 #include "io/file.h"
 #include "io/model_source.h"
+#include "io/tokenizer.h"
 #include "ref/adamw.h"
 #include "ref/llama.h"
+#include "ref/nf4.h"
 #include "tests/common/compare.h"
 #include "tests/common/harness.h"
 #include "tests/golden/golden.h"
@@ -148,7 +152,24 @@ static void run_case(const char *model, const char *mode) {
             continue;
         }
         snprintf(prefixed, sizeof prefixed, "base.%s", ts[i].name);
-        if (quant && golden_has(&gq, prefixed)) load_into(&gq, prefixed, ts[i].data, &ts[i]); /* dequantized NF4 */
+        if (!quant || !golden_has(&gq, prefixed)) continue;
+        /* QLoRA base: ref/nf4 dequantizes the packed bitsandbytes tensors (nf4.<name>.*) and
+         * must reproduce bitsandbytes' dequantized weight (base.<name>) exactly */
+        char nf4name[200];
+        snprintf(nf4name, sizeof nf4name, "nf4.%s", ts[i].name);
+        struct bnb4_weight bw;
+        int64_t qshape[2];
+        if (nf4_bind(&bw, qshape, &gq.st, nf4name, &e) != 0 ||
+            nf4_dequantize_bnb(ts[i].data, &bw, ts[i].numel, ACT_F32, &e) != 0) {
+            test_fail("%s: %s", nf4name, e.msg);
+            continue;
+        }
+        EXPECT(qshape[0] == ts[i].shape[0] && qshape[1] == ts[i].shape[1], "%s: shape [%lld, %lld]", nf4name,
+               (long long)qshape[0], (long long)qshape[1]);
+        float *bnb = golden_f32(&gq, prefixed, ts[i].ndim, ts[i].shape);
+        struct cmp_case cc = {"nf4_dequantize_bnb", prefixed, "llama", "f32", 0};
+        cmp_exact_f32(&cc, ts[i].data, bnb, ts[i].numel);
+        free(bnb);
     }
     if (quant) golden_close(&gq);
 
@@ -248,7 +269,8 @@ static void run_case(const char *model, const char *mode) {
 }
 
 /* SmolLM2-135M-Instruct from the GGUF through io/model_source.h against transformers loading the
- * same GGUF (tests/golden/gen/gen_smollm2.py): the loss of the text and the logits at 4 positions.
+ * same GGUF (tests/golden/gen/gen_smollm2.py): the token ids of the text (refine's tokenizer from
+ * the GGUF metadata), the loss of the text and the logits at 4 positions.
  * Skipped, with a message, when the model file is absent (tools/setup.sh fetches it). Tolerance:
  * the tier-(d) rule above with L = 30, K_max = F = 1536. */
 static void run_smollm2(void) {
@@ -279,7 +301,25 @@ static void run_smollm2(void) {
     const int T = (int)golden_numel(&g, "input_ids"), P = (int)golden_numel(&g, "positions");
     int64_t *ids64 = golden_i64(&g, "input_ids", -1, NULL), *pos64 = golden_i64(&g, "positions", -1, NULL);
     int32_t *ids = to_i32(ids64, T), *targets = malloc((size_t)T * sizeof *targets);
-
+    /* the tokenizer from the GGUF metadata (io/tokenizer) must give transformers' ids */
+    const int nb = (int)golden_numel(&g, "text_bytes");
+    int64_t *tb = golden_i64(&g, "text_bytes", -1, NULL);
+    char *text = malloc((size_t)nb + 1);
+    for (int i = 0; i < nb; i++) text[i] = (char)tb[i];
+    text[nb] = 0;
+    struct tokenizer *tok = model_source_tokenizer(&ms, &e);
+    EXPECT(tok != NULL, "SmolLM2 tokenizer: %s", e.msg);
+    if (tok) {
+        struct tok_ids enc = {0};
+        tokenizer_encode(tok, text, (size_t)nb, 0, &enc);
+        int same = enc.n == (size_t)T;
+        for (int t = 0; same && t < T; t++) same = enc.ids[t] == (uint32_t)ids[t];
+        EXPECT(same, "SmolLM2: refine's tokenizer gives %zu ids for the text, transformers %d (or other ids)", enc.n, T);
+        tok_ids_free(&enc);
+        tokenizer_free(tok);
+    }
+    free(tb);
+    free(text);
     for (int t = 0; t < T; t++) targets[t] = t + 1 < T ? ids[t + 1] : -100; /* labels = input_ids, shifted */
     int64_t lshape[2] = {P, c->V};
     float *ref = golden_f32(&g, "logits", 2, lshape);

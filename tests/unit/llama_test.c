@@ -12,10 +12,12 @@
 #include <string.h>
 
 #include "io/config.h"
+#include "io/model_source.h"
 #include "ref/bf16.h"
 #include "ref/cross_entropy.h"
 #include "ref/dora.h"
 #include "ref/llama.h"
+#include "ref/nf4.h"
 #include "tests/common/compare.h"
 #include "tests/common/gradcheck.h"
 #include "tests/common/harness.h"
@@ -388,8 +390,73 @@ static void test_accumulation(int which, enum llama_mode mode) {
     fixture_free(&half);
 }
 
+/* ref_llama_weights_load on the io test folders (BF16 tied, F16 Qwen2 with biases, bitsandbytes
+ * NF4): every one loads and gives a finite loss. For the NF4 model, every block of 64 dequantized
+ * values must be one scale times NF4 table values, the largest |value| being the scale itself
+ * (the block's absmax element encodes to ±1): |w/max − t| ≤ 2ε for the nearest table value t. A
+ * wrong block-to-absmax mapping breaks that. */
+static void test_load(void) {
+    static const char *const dirs[] = {"tests/unit/testdata/models/llama_tied_bf16",
+                                       "tests/unit/testdata/models/qwen2_f16",
+                                       "tests/unit/testdata/models/llama_bnb_nf4"};
+    for (int d = 0; d < 3; d++) {
+        struct model_source ms;
+        struct io_err e = {{0}};
+        if (model_source_open(&ms, dirs[d], &e) != 0) {
+            test_fail("%s: %s", dirs[d], e.msg);
+            continue;
+        }
+        const struct model_config *c = &ms.config;
+        struct llama_weights w;
+        ref_llama_weights_alloc(&w, c);
+        int ok = ref_llama_weights_load(&w, &ms, &e) == 0;
+        EXPECT(ok, "%s: %s", dirs[d], e.msg);
+        if (ok && model_source_is_bnb(&ms, MW_DOWN, 1)) {
+            int co, ci, bad = 0;
+            ref_llama_linear_shape(c, LLAMA_DOWN, &co, &ci);
+            const float *x = w.layers[1].w[LLAMA_DOWN];
+            const int64_t n = (int64_t)co * ci;
+            for (int64_t b0 = 0; b0 < n; b0 += NF4_BLOCKSIZE) {
+                int64_t b1 = b0 + NF4_BLOCKSIZE < n ? b0 + NF4_BLOCKSIZE : n;
+                float mx = 0;
+                for (int64_t i = b0; i < b1; i++) mx = fabsf(x[i]) > mx ? fabsf(x[i]) : mx;
+                for (int64_t i = b0; i < b1 && mx > 0; i++) {
+                    double r = x[i] / mx, best = 1e9;
+                    for (int k = 0; k < 16; k++) best = fmin(best, fabs(r - nf4_table[k]));
+                    bad += best > 2 * FLT_EPSILON;
+                }
+            }
+            EXPECT(bad == 0, "%s: %d dequantized NF4 values are not table values times their block's scale", dirs[d],
+                   bad);
+        }
+        if (ok) {
+            struct llama_options o;
+            ref_llama_options_default(&o);
+            struct llama_model m;
+            const int T = 6;
+            ref_llama_init(&m, c, &o, 1, T, T);
+            float *slab = malloc(ref_llama_slab_floats(&m) * sizeof(float));
+            int32_t ids[6], targets[6];
+            struct rng r;
+            rng_init(&r, g_seed + (uint64_t)d);
+            for (int t = 0; t < T; t++) {
+                ids[t] = rng_int(&r, c->V);
+                targets[t] = t + 1 < T ? rng_int(&r, c->V) : REF_IGNORE_INDEX;
+            }
+            struct llama_batch b = {1, T, ids, targets, NULL, 0};
+            double loss = ref_llama_forward(&m, &w, NULL, &b, slab, NULL);
+            EXPECT(isfinite(loss) && loss > 0, "%s: loss %g", dirs[d], loss);
+            free(slab);
+            ref_llama_free(&m);
+        }
+        ref_llama_weights_free(&w, c);
+        model_source_close(&ms);
+    }
+}
+
 int main(int argc, char **argv) {
     g_seed = test_seed(argc, argv, 20261123);
+    test_load();
     for (int which = 0; which < 2; which++) {
         test_gradcheck(which, LLAMA_FULL, 0);
         test_gradcheck(which, LLAMA_LORA, LLAMA_ALL_TARGETS);
