@@ -23,7 +23,8 @@
  *  - loss: the mean of the nll, each off by ≤ e: k = 2, eps = FLT_EPSILON, floor e/(2·FLT_EPSILON).
  *  - dh and dW from the fused call against ref_linear_backward_naive fed with the GPU's own dz
  *    (the fused call's dz is the same kernel on the same exact logits): dh (bf16) as the GEMM
- *    test's bf16 rule, dW (fp32, accumulated onto random values) vs naive (tier c).
+ *    test's bf16 rule, dW (fp32, accumulated onto random values chunk by chunk) vs a naive fp32
+ *    version of the same chunked accumulation (tier c).
  */
 #include <float.h>
 #include <math.h>
@@ -147,11 +148,17 @@ static void run_case(int N, int C, int V, int rows_per_chunk, int extra_valid, f
             dh_naive[(size_t)n * C + c] = s;
             e_dh = fmax(e_dh, fabs((double)s - dh_r[(size_t)n * C + c]));
         }
+    /* dW accumulates chunk by chunk (one fp32 add into dW per chunk of rows_per_chunk rows), so the
+     * naive same-precision version does the same: a sequential fp32 sum per chunk, then the add. */
     for (int v = 0; v < V; v++)
         for (int c = 0; c < C; c++) {
-            float s = 0.0f;
-            for (int n = 0; n < N; n++) s += dz_g[(size_t)n * V + v] * h[(size_t)n * C + c];
-            dw_naive[(size_t)v * C + c] = dw0[(size_t)v * C + c] + s;
+            float acc = dw0[(size_t)v * C + c];
+            for (int r0 = 0; r0 < N; r0 += rows_per_chunk) {
+                float s = 0.0f;
+                for (int n = r0; n < N && n < r0 + rows_per_chunk; n++) s += dz_g[(size_t)n * V + v] * h[(size_t)n * C + c];
+                acc += s;
+            }
+            dw_naive[(size_t)v * C + c] = acc;
         }
     std::vector<float> dh_rb(h.size());
     for (size_t i = 0; i < h.size(); i++) dh_rb[i] = bf16_round(dh_r[i]);
