@@ -22,8 +22,11 @@
  * ‖W‖_row), so step 0 is exactly the base model.
  * Linears run through OpenBLAS sgemm (options.blas), attention in the flash form; activations
  * fp32 (the oracle's precision).
- * Not supported here (refused with a message): --dropout > 0, --optimizer adamw8bit, QLoRA from a
- * model that is not bitsandbytes-quantized... see check_supported().
+ * QLoRA / QDoRA: the base Linears are NF4 — read from a bitsandbytes 4-bit checkpoint, or quantized
+ * here as bitsandbytes quantizes at load (NF4, blocksize 64, double quantization) — and the model
+ * computes with their fp32 dequantization (bitsandbytes' compute dtype); the adapters are LoRA/DoRA.
+ * A full fine-tune of a 4-bit checkpoint is refused (its base cannot train).
+ * Not supported here (refused with a message): --dropout > 0, --optimizer adamw8bit.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -40,6 +43,8 @@
 #include "ref/adamw.h"
 #include "ref/dora.h"
 #include "ref/llama.h"
+#include "ref/nf4.h"
+#include "ref/quant8.h"
 #include "ref/lora.h"
 #include "train/data.h"
 #include "train/engine.h"
@@ -242,7 +247,29 @@ static double seq_uniform01(void *ctx) {
     return (double)(z >> 11) * 0x1.0p-53;
 }
 
-static int load_base_weights(struct ref_engine *r, const struct model_source *src, struct io_err *e) {
+/* QLoRA on a plain checkpoint: the base Linear is quantized as bitsandbytes does when it loads a
+ * model with load_in_4bit (NF4, blocksize 64, double quantization of the absmax with the signed
+ * dynamic map, blocks of 256), and the training computes with its dequantization. */
+static int nf4_round_trip(float *w, int64_t n, struct io_err *e) {
+    const int64_t nb = nf4_n_blocks(n, NF4_BLOCKSIZE), nb2 = (nb + NF4_NESTED_BLOCKSIZE - 1) / NF4_NESTED_BLOCKSIZE;
+    uint8_t *packed = malloc((size_t)nf4_packed_bytes(n)), *absmax_q = malloc((size_t)nb);
+    float *absmax = malloc((size_t)nb * sizeof(float)), *absmax2 = malloc((size_t)nb2 * sizeof(float));
+    if (!packed || !absmax_q || !absmax || !absmax2) {
+        free(packed), free(absmax_q), free(absmax), free(absmax2);
+        return io_fail(e, "out of memory quantizing a weight to NF4");
+    }
+    float code2[256], offset;
+    quant8_dynamic_map(code2, 1);
+    nf4_quantize(packed, absmax, w, n, NF4_BLOCKSIZE, NF4_CUDA);
+    nf4_double_quantize(absmax_q, absmax2, &offset, absmax, nb, code2);
+    nf4_double_dequantize(absmax, absmax_q, absmax2, offset, code2, nb, NF4_NESTED_BLOCKSIZE);
+    nf4_dequantize(w, packed, absmax, n, NF4_BLOCKSIZE, ACT_F32);
+    free(packed), free(absmax_q), free(absmax), free(absmax2);
+    return 0;
+}
+
+static int load_base_weights(struct ref_engine *r, const struct model_source *src, int quantize_nf4,
+                             struct io_err *e) {
     const struct model_config *c = &r->cfg;
     static const enum model_weight lin_kind[LLAMA_N_LINEAR] = {MW_Q, MW_K, MW_V, MW_O, MW_GATE, MW_UP, MW_DOWN};
     if (model_source_weight_f32(src, MW_EMBED, -1, r->w.embed, e)) return -1;
@@ -253,7 +280,15 @@ static int load_base_weights(struct ref_engine *r, const struct model_source *sr
         if (model_source_weight_f32(src, MW_ATTN_NORM, l, ly->attn_norm, e)) return -1;
         if (model_source_weight_f32(src, MW_MLP_NORM, l, ly->mlp_norm, e)) return -1;
         for (int t = 0; t < LLAMA_N_LINEAR; t++) {
-            if (model_source_weight_f32(src, lin_kind[t], l, ly->w[t], e)) return -1;
+            const struct bnb4_weight *bnb = model_source_bnb(src, lin_kind[t], l);
+            int co, ci;
+            ref_llama_linear_shape(c, (enum llama_linear)t, &co, &ci);
+            if (bnb) {
+                if (nf4_dequantize_bnb(ly->w[t], bnb, (int64_t)co * ci, ACT_F32, e)) return -1;
+            } else {
+                if (model_source_weight_f32(src, lin_kind[t], l, ly->w[t], e)) return -1;
+                if (quantize_nf4 && nf4_round_trip(ly->w[t], (int64_t)co * ci, e)) return -1;
+            }
             if (ly->bias[t]) {
                 const enum model_weight bk = t == LLAMA_Q ? MW_Q_BIAS : t == LLAMA_K ? MW_K_BIAS : MW_V_BIAS;
                 if (model_source_weight_f32(src, bk, l, ly->bias[t], e)) return -1;
@@ -270,7 +305,9 @@ static int ref_engine_create(struct train_engine *eng, const struct train_option
     r->B = o->micro_batch;
     r->T = o->seq;
     ref_llama_options_default(&r->lopt);
-    r->lopt.mode = o->method == METHOD_FULL ? LLAMA_FULL : o->method == METHOD_DORA ? LLAMA_DORA : LLAMA_LORA;
+    r->lopt.mode = o->method == METHOD_FULL                                ? LLAMA_FULL
+                  : o->method == METHOD_DORA || o->method == METHOD_QDORA ? LLAMA_DORA
+                                                                          : LLAMA_LORA;
     r->lopt.targets = o->targets;
     r->lopt.R = o->rank;
     r->lopt.alpha = o->alpha;
@@ -280,7 +317,7 @@ static int ref_engine_create(struct train_engine *eng, const struct train_option
     r->lopt.blas = 1;
     ref_llama_init(&r->model, &r->cfg, &r->lopt, r->B, r->T, r->T);
     ref_llama_weights_alloc(&r->w, &r->cfg);
-    if (load_base_weights(r, src, e)) {
+    if (load_base_weights(r, src, o->method == METHOD_QLORA || o->method == METHOD_QDORA, e)) {
         free(r);
         return -1;
     }
@@ -383,9 +420,6 @@ static int check_supported(const struct train_options *o, struct io_err *e) {
                        (double)o->dropout);
     if (o->optimizer == OPTIMIZER_ADAMW8BIT)
         return io_fail(e, "--optimizer adamw8bit is not available in the CPU reference trainer (use adamw)");
-    if (o->method == METHOD_QLORA || o->method == METHOD_QDORA)
-        return io_fail(e, "--method %s is not available in the CPU reference trainer yet (lora, dora and full are)",
-                       train_method_name(o->method));
     return 0;
 }
 
@@ -422,6 +456,11 @@ int main(int argc, char **argv) {
     struct model_source src;
     if (model_source_open(&src, o.model, &e)) io_exit(&e);
     if (config_check_seq_len(&src.config, o.seq, &e)) io_exit(&e);
+    if (o.method == METHOD_FULL && model_source_is_bnb(&src, MW_Q, 0)) {
+        io_fail(&e, "%s is a bitsandbytes 4-bit checkpoint: its base weights cannot train (use --method qlora or "
+                    "qdora)", o.model);
+        io_exit(&e);
+    }
     struct tokenizer *tok = model_source_tokenizer(&src, &e);
     if (!tok) io_exit(&e);
     printf("model %s: %d layers, width %d, %d/%d heads, vocabulary %d%s\n", o.model, src.config.L, src.config.C,

@@ -3,7 +3,8 @@
 # (2 layers, C = 64, GQA 4:1, tied, llama3 RoPE) with a byte-level tokenizer:
 #   - a run writes metrics, plot, checkpoint and a PEFT adapter, and the validation loss falls;
 #   - 3 steps, a stop, and a resume give the same adapter bytes and per-step losses as 6 steps;
-#   - two identical runs give identical bytes; DoRA and full fine-tuning run and export merged;
+#   - two identical runs give identical bytes; DoRA, QLoRA, QDoRA and full fine-tuning run, and
+#     DoRA and full export merged models;
 #   - bad input (missing data, a malformed JSONL line, chat data for a tokenizer without a template, an
 #     unknown flag) ends with exit status 1
 #     and one message, and leaves an earlier run's outputs alone.
@@ -59,6 +60,12 @@ check "3 + resume 3 == 6: per-step losses" test "$(losses "$tmp/a")" = "$(losses
 check "DoRA with prompt/response data and merged export" test $? -eq 0 -a -s "$tmp/d/merged/model.safetensors" -a -s "$tmp/d/merged/config.json"
 "$bin" "${common[@]}" --method full --out "$tmp/f" >"$tmp/f.log" 2>&1
 check "full fine-tuning exports the model" test $? -eq 0 -a -s "$tmp/f/merged/model.safetensors"
+
+"$bin" "${common[@]}" --method qlora --out "$tmp/q" >"$tmp/q.log" 2>&1
+check "QLoRA (NF4 base) runs and writes its adapter" test $? -eq 0 -a -s "$tmp/q/adapter/adapter_model.safetensors"
+check "QLoRA trains another model than LoRA (NF4 base)" test "$(losses "$tmp/q")" != "$(losses "$tmp/a")"
+"$bin" "${common[@]}" --method qdora --out "$tmp/qd" >"$tmp/qd.log" 2>&1
+check "QDoRA runs" test $? -eq 0 -a -s "$tmp/qd/adapter/adapter_model.safetensors"
 
 before=$(cat "$tmp/a/metrics.jsonl" | md5sum)
 "$bin" "${common[@]}" --data "$tmp/missing.txt" --out "$tmp/a" >"$tmp/e1.log" 2>&1
