@@ -17,7 +17,7 @@
  *     torch-order AdamW per tensor (ref_adamw_step), zeroed gradients; a non-finite norm names the
  *     first tensor with a non-finite gradient and changes nothing;
  *   - tensors: params "<HF module>.lora_A.weight", ... and optimizer state "<param>.exp_avg",
- *     "<param>.exp_avg_sq" for checkpoints.
+ *     "<param>.exp_avg_sq" (8-bit: ".state1", ".state2", ".absmax1", ".absmax2") for checkpoints.
  * Adapter init follows PEFT (ref_lora_init: A uniform ±1/√C_in from the seed, B = 0; DoRA m =
  * ‖W‖_row), so step 0 is exactly the base model.
  * Linears run through OpenBLAS sgemm (options.blas), attention in the flash form; activations
@@ -26,7 +26,9 @@
  * here as bitsandbytes quantizes at load (NF4, blocksize 64, double quantization) — and the model
  * computes with their fp32 dequantization (bitsandbytes' compute dtype); the adapters are LoRA/DoRA.
  * A full fine-tune of a 4-bit checkpoint is refused (its base cannot train).
- * Not supported here (refused with a message): --dropout > 0, --optimizer adamw8bit.
+ * --optimizer adamw8bit: bitsandbytes' 8-bit blockwise AdamW (ref/adamw8bit.h, the CUDA kernel's
+ * order), its state checkpointed as uint8 codes and block absmax.
+ * Not supported here (refused with a message): --dropout > 0.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -41,6 +43,7 @@
 #include "io/peft.h"
 #include "io/tokenizer.h"
 #include "ref/adamw.h"
+#include "ref/adamw8bit.h"
 #include "ref/dora.h"
 #include "ref/llama.h"
 #include "ref/nf4.h"
@@ -56,10 +59,18 @@
 
 struct param {
     char name[200];
-    float *data, *grad, *m, *v;
+    float *data, *grad, *m, *v; /* m, v: AdamW's moments (--optimizer adamw) */
+    struct adamw8bit_state s8; /* --optimizer adamw8bit */
     int64_t numel;
     int ndim;
     int64_t shape[2];
+};
+
+/* One engine tensor: a parameter or a piece of optimizer state, with its storage. */
+struct slot {
+    struct engine_tensor info;
+    void *ptr;
+    size_t bytes;
 };
 
 struct ref_engine {
@@ -71,6 +82,9 @@ struct ref_engine {
     float *slab;
     int n_params;
     struct param *params;
+    int adamw8bit;
+    int n_slots;
+    struct slot *slots; /* the engine tensors (checkpoint view) */
     struct llama_tensor *all; /* every tensor (base and adapters) for base_weight_read */
     int n_all;
     int B, T;
@@ -149,9 +163,16 @@ static int eng_optimizer_step(void *self, const struct optim_step *h, double *gr
             free(gm);
         }
         const struct adamw_hparams hp = {h->lr, h->beta1, h->beta2, h->eps, h->weight_decay};
+        struct adamw8bit_hparams h8 = adamw8bit_defaults();
+        h8.lr = h->lr, h8.beta1 = h->beta1, h8.beta2 = h->beta2, h8.eps = h->eps, h8.weight_decay = h->weight_decay;
         for (int i = 0; i < r->n_params; i++) {
             struct param *p = &r->params[i];
-            ref_adamw_step(p->data, p->m, p->v, p->grad, p->numel, h->step, &hp);
+            if (r->adamw8bit) {
+                p->s8.step = h->step - 1; /* the loop's step count: a resumed state continues it */
+                adamw8bit_step(&p->s8, p->data, p->grad, &h8);
+            } else {
+                ref_adamw_step(p->data, p->m, p->v, p->grad, p->numel, h->step, &hp);
+            }
         }
     }
     for (int i = 0; i < r->n_params; i++) memset(r->params[i].grad, 0, (size_t)r->params[i].numel * sizeof(float));
@@ -160,41 +181,71 @@ static int eng_optimizer_step(void *self, const struct optim_step *h, double *gr
     return rc;
 }
 
-/* Engine tensors: params, then exp_avg of each, then exp_avg_sq of each. */
-static int eng_n_tensors(void *self) { return 3 * ((struct ref_engine *)self)->n_params; }
+static int eng_n_tensors(void *self) { return ((struct ref_engine *)self)->n_slots; }
 
 static int eng_tensor_info(void *self, int i, struct engine_tensor *info) {
-    struct ref_engine *r = self;
-    const struct param *p = &r->params[i % r->n_params];
-    const int kind = i / r->n_params;
-    memset(info, 0, sizeof *info);
-    snprintf(info->name, sizeof info->name, "%s%s", p->name, kind == 0 ? "" : kind == 1 ? ".exp_avg" : ".exp_avg_sq");
-    info->role = kind == 0 ? ROLE_PARAM : ROLE_OPTIM;
-    info->dtype = ST_F32;
-    info->ndim = p->ndim;
-    info->shape[0] = p->shape[0];
-    info->shape[1] = p->shape[1];
+    *info = ((struct ref_engine *)self)->slots[i].info;
     return 0;
-}
-
-static float *tensor_ptr(struct ref_engine *r, int i) {
-    struct param *p = &r->params[i % r->n_params];
-    const int kind = i / r->n_params;
-    return kind == 0 ? p->data : kind == 1 ? p->m : p->v;
 }
 
 static int eng_tensor_read(void *self, int i, void *host, struct io_err *e) {
     (void)e;
-    struct ref_engine *r = self;
-    memcpy(host, tensor_ptr(r, i), (size_t)r->params[i % r->n_params].numel * sizeof(float));
+    const struct slot *sl = &((struct ref_engine *)self)->slots[i];
+    memcpy(host, sl->ptr, sl->bytes);
     return 0;
 }
 
 static int eng_tensor_write(void *self, int i, const void *host, struct io_err *e) {
     (void)e;
-    struct ref_engine *r = self;
-    memcpy(tensor_ptr(r, i), host, (size_t)r->params[i % r->n_params].numel * sizeof(float));
+    const struct slot *sl = &((struct ref_engine *)self)->slots[i];
+    memcpy(sl->ptr, host, sl->bytes);
     return 0;
+}
+
+static void add_slot(struct ref_engine *r, const struct param *p, const char *suffix, enum engine_tensor_role role,
+                     enum st_dtype dtype, int64_t n, void *ptr) {
+    struct slot *sl = &r->slots[r->n_slots++];
+    memset(sl, 0, sizeof *sl);
+    snprintf(sl->info.name, sizeof sl->info.name, "%s%s", p->name, suffix);
+    sl->info.role = role;
+    sl->info.dtype = dtype;
+    if (role == ROLE_PARAM || n == p->numel) {
+        sl->info.ndim = p->ndim;
+        sl->info.shape[0] = p->shape[0];
+        sl->info.shape[1] = p->shape[1];
+    } else {
+        sl->info.ndim = 1;
+        sl->info.shape[0] = n;
+    }
+    sl->ptr = ptr;
+    sl->bytes = (size_t)n * (dtype == ST_U8 ? 1 : 4);
+}
+
+/* Parameters first, then each parameter's optimizer state: AdamW's exp_avg / exp_avg_sq, or the
+ * 8-bit state (codes state1/state2 and their block absmax, as bitsandbytes names them; fp32
+ * moments for tensors below its 8-bit threshold). */
+static void build_slots(struct ref_engine *r) {
+    r->slots = xcalloc((size_t)r->n_params * 5, sizeof *r->slots);
+    for (int i = 0; i < r->n_params; i++) {
+        struct param *p = &r->params[i];
+        add_slot(r, p, "", ROLE_PARAM, ST_F32, p->numel, p->data);
+    }
+    for (int i = 0; i < r->n_params; i++) {
+        struct param *p = &r->params[i];
+        if (!r->adamw8bit) {
+            add_slot(r, p, ".exp_avg", ROLE_OPTIM, ST_F32, p->numel, p->m);
+            add_slot(r, p, ".exp_avg_sq", ROLE_OPTIM, ST_F32, p->numel, p->v);
+        } else if (p->s8.is_8bit) {
+            const int64_t nb = adamw8bit_n_blocks(p->numel);
+            add_slot(r, p, ".state1", ROLE_OPTIM, ST_U8, p->numel, p->s8.q1);
+            add_slot(r, p, ".state2", ROLE_OPTIM, ST_U8, p->numel, p->s8.q2);
+            add_slot(r, p, ".absmax1", ROLE_OPTIM, ST_F32, nb, p->s8.absmax1);
+            add_slot(r, p, ".absmax2", ROLE_OPTIM, ST_F32, nb, p->s8.absmax2);
+        } else {
+            add_slot(r, p, ".exp_avg", ROLE_OPTIM, ST_F32, p->numel, p->s8.m);
+            add_slot(r, p, ".exp_avg_sq", ROLE_OPTIM, ST_F32, p->numel, p->s8.v);
+        }
+    }
 }
 
 static int eng_base_weight_read(void *self, const char *hf_name, float *host, struct io_err *e) {
@@ -219,7 +270,9 @@ static void eng_destroy(void *self) {
     for (int i = 0; i < r->n_params; i++) {
         free(r->params[i].m);
         free(r->params[i].v);
+        if (r->adamw8bit) adamw8bit_free(&r->params[i].s8);
     }
+    free(r->slots);
     free(r->params);
     free(r->all);
     free(r->slab);
@@ -315,6 +368,7 @@ static int ref_engine_create(struct train_engine *eng, const struct train_option
     r->lopt.act = ACT_F32;
     r->lopt.recompute = o->recompute != RECOMPUTE_NONE;
     r->lopt.blas = 1;
+    r->adamw8bit = o->optimizer == OPTIMIZER_ADAMW8BIT;
     ref_llama_init(&r->model, &r->cfg, &r->lopt, r->B, r->T, r->T);
     ref_llama_weights_alloc(&r->w, &r->cfg);
     if (load_base_weights(r, src, o->method == METHOD_QLORA || o->method == METHOD_QDORA, e)) {
@@ -355,14 +409,19 @@ static int ref_engine_create(struct train_engine *eng, const struct train_option
         p->ndim = r->all[i].ndim;
         p->shape[0] = r->all[i].shape[0];
         p->shape[1] = r->all[i].shape[1];
-        p->m = xcalloc((size_t)p->numel, sizeof(float));
-        p->v = xcalloc((size_t)p->numel, sizeof(float));
+        if (r->adamw8bit) {
+            adamw8bit_init(&p->s8, p->numel, ADAMW8BIT_MIN_8BIT_SIZE);
+        } else {
+            p->m = xcalloc((size_t)p->numel, sizeof(float));
+            p->v = xcalloc((size_t)p->numel, sizeof(float));
+        }
     }
     free(gl);
     if (r->n_params == 0) {
         eng_destroy(r);
         return io_fail(e, "nothing to train: --targets selects no linear layer");
     }
+    build_slots(r);
     r->slab = xcalloc(ref_llama_slab_floats(&r->model), sizeof(float));
 
     memset(eng, 0, sizeof *eng);
@@ -418,8 +477,6 @@ static int check_supported(const struct train_options *o, struct io_err *e) {
         return io_fail(e, "--dropout %g: the CPU reference trainer has no adapter dropout (use --dropout 0, or "
                           "//gpu:train)",
                        (double)o->dropout);
-    if (o->optimizer == OPTIMIZER_ADAMW8BIT)
-        return io_fail(e, "--optimizer adamw8bit is not available in the CPU reference trainer (use adamw)");
     return 0;
 }
 

@@ -67,6 +67,13 @@ check "QLoRA trains another model than LoRA (NF4 base)" test "$(losses "$tmp/q")
 "$bin" "${common[@]}" --method qdora --out "$tmp/qd" >"$tmp/qd.log" 2>&1
 check "QDoRA runs" test $? -eq 0 -a -s "$tmp/qd/adapter/adapter_model.safetensors"
 
+"$bin" "${common[@]}" --method full --optimizer adamw8bit --out "$tmp/o" >"$tmp/o.log" 2>&1
+check "8-bit AdamW (full: 8-bit states for the large tensors) runs" test $? -eq 0 -a -s "$tmp/o/merged/model.safetensors"
+"$bin" "${common[@]}" --method full --optimizer adamw8bit --out "$tmp/o2" --stop-after 3 >/dev/null 2>&1
+"$bin" "${common[@]}" --method full --optimizer adamw8bit --out "$tmp/o2" --resume "$tmp/o2" >"$tmp/o2.log" 2>&1
+check "8-bit AdamW: 3 + resume 3 == 6 (model bytes)" cmp -s "$tmp/o/merged/model.safetensors" "$tmp/o2/merged/model.safetensors"
+check "8-bit AdamW: 3 + resume 3 == 6 (losses)" test "$(losses "$tmp/o")" = "$(losses "$tmp/o2")"
+
 before=$(cat "$tmp/a/metrics.jsonl" | md5sum)
 "$bin" "${common[@]}" --data "$tmp/missing.txt" --out "$tmp/a" >"$tmp/e1.log" 2>&1
 rc=$?
