@@ -59,6 +59,11 @@ struct sbuf {
 
 static void sb_add(struct sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void sb_add(struct sbuf *b, const char *fmt, ...) {
+    if (b->p == NULL) {
+        b->cap = 4096;
+        b->p = malloc(b->cap);
+        CHECK(b->p != NULL, "out of memory");
+    }
     for (;;) {
         va_list ap;
         va_start(ap, fmt);
@@ -378,7 +383,18 @@ int peft_config_parse(struct peft_config *c, const char *json, size_t len, const
         goto done;
     }
     v = key_of(root, "base_model_name_or_path");
-    if (cJSON_IsString(v)) snprintf(c->base_model, sizeof c->base_model, "%s", v->valuestring);
+    if (cJSON_IsString(v)) {
+        size_t n = strlen(v->valuestring);
+        if (n >= sizeof c->base_model || !utf8_valid((const unsigned char *)v->valuestring, n)) {
+            io_fail(e, "%s: \"base_model_name_or_path\" is longer than %zu bytes or not valid UTF-8 once unescaped",
+                    name, sizeof c->base_model - 1);
+            goto done;
+        }
+        memcpy(c->base_model, v->valuestring, n + 1);
+    } else if (!is_null_or_absent(v)) {
+        io_fail(e, "%s: \"base_model_name_or_path\" must be a string or null", name);
+        goto done;
+    }
     rc = 0;
 done:
     cJSON_Delete(root);
