@@ -335,6 +335,26 @@ int peft_config_parse(struct peft_config *c, const char *json, size_t len, const
         io_fail(e, "%s: \"%s\" is set; refine supports adapters without it", name, must_be_empty[i]);
         goto done;
     }
+    /* LoRA variants that compute something else, or whose initialisation rewrites the base
+     * weights (PiSSA, OLoRA, CorDA, LoftQ, LoRA-GA: the adapter only fits the modified base). */
+    static const char *const variants[] = {"use_qalora", "alora_invocation_tokens", "use_bdlora", "arrow_config",
+                                           "kasa_config", "monteclora_config", "velora_config", "megatron_config"};
+    for (size_t i = 0; i < sizeof variants / sizeof variants[0]; i++) {
+        v = key_of(root, variants[i]);
+        if (is_null_or_absent(v) || cJSON_IsFalse(v)) continue;
+        io_fail(e, "%s: \"%s\" is set; refine reads plain LoRA, rsLoRA and DoRA adapters", name, variants[i]);
+        goto done;
+    }
+    v = key_of(root, "init_lora_weights");
+    if (!is_null_or_absent(v) && !cJSON_IsBool(v) &&
+        !(cJSON_IsString(v) && (strcmp(v->valuestring, "gaussian") == 0 || strcmp(v->valuestring, "eva") == 0 ||
+                                strcmp(v->valuestring, "orthogonal") == 0))) {
+        io_fail(e, "%s: \"init_lora_weights\" is %s%.40s%s, an initialisation that changes the base weights or that "
+                "refine does not know; expected true, false, \"gaussian\", \"eva\" or \"orthogonal\"", name,
+                cJSON_IsString(v) ? "\"" : "", cJSON_IsString(v) ? v->valuestring : "not a string",
+                cJSON_IsString(v) ? "\"" : "");
+        goto done;
+    }
     v = key_of(root, "target_modules");
     if (is_null_or_absent(v)) {
         c->targets = (1u << MW_Q) | (1u << MW_V); /* PEFT's default for llama */

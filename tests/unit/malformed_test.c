@@ -738,6 +738,10 @@ static void test_peft(void) {
     expect_reject("modules_to_save", R_PEFT, adapter("p_mts", m), "modules_to_save", "p_mts");
     m.from = "\"fan_in_fan_out\": false", m.to = "\"fan_in_fan_out\": true";
     expect_reject("fan_in_fan_out", R_PEFT, adapter("p_fifo", m), "fan_in_fan_out", "p_fifo");
+    m.from = "\"bias\"", m.to = "\"init_lora_weights\": \"pissa\", \"bias\"";
+    expect_reject("PiSSA initialisation (rewrites the base)", R_PEFT, adapter("p_pissa", m), "pissa", "p_pissa");
+    m.to = "\"use_qalora\": true, \"bias\"";
+    expect_reject("QA-LoRA", R_PEFT, adapter("p_qalora", m), "use_qalora", "p_qalora");
     m = A(), m.from = "\"use_dora\": false", m.to = "\"use_dora\": true";
     expect_reject("DoRA without magnitudes", R_PEFT, adapter("p_nomag", m), "lora_magnitude_vector", "p_nomag");
     m = A(), m.dora = 1;
