@@ -276,6 +276,13 @@ const struct gguf_model_weight *gguf_model_get(const struct gguf_model *m, enum 
     return w->present ? w : NULL;
 }
 
+const struct gguf_model_weight *gguf_model_find(const struct gguf_model *m, const char *hf_name) {
+    if (strcmp(hf_name, "lm_head.weight") == 0) return gguf_model_get(m, MW_LM_HEAD, -1);
+    for (int s = 0; s < m->n_weights; s++)
+        if (m->weights[s].present && strcmp(m->weights[s].name, hf_name) == 0) return &m->weights[s];
+    return NULL;
+}
+
 static void shape_str(char *buf, size_t cap, int ndim, const int64_t *s) {
     if (ndim == 1) snprintf(buf, cap, "[%lld]", (long long)s[0]);
     else snprintf(buf, cap, "[%lld, %lld]", (long long)s[0], (long long)s[1]);

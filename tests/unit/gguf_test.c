@@ -185,6 +185,11 @@ static void test_tiny_model(const struct safetensors *ex) {
         free(raw);
     }
     EXPECT(gguf_model_get(&m, MW_Q_BIAS, 0) == NULL && gguf_model_get(&m, MW_Q, 2) == NULL, "absent weights");
+    EXPECT(gguf_model_find(&m, "model.layers.1.self_attn.q_proj.weight") == q &&
+               gguf_model_find(&m, "lm_head.weight") == gguf_model_get(&m, MW_LM_HEAD, -1) &&
+               gguf_model_find(&m, "model.layers.2.self_attn.q_proj.weight") == NULL &&
+               gguf_model_find(&m, "model.layers.0.self_attn.q_proj.bias") == NULL,
+           "find by HF name");
     gguf_model_close(&m);
 }
 
@@ -265,6 +270,10 @@ static void test_small_variants(void) {
         EXPECT(r->kind == ROPE_SCALING_LLAMA3 && r->factor == 32.0f && r->low_freq_factor == 1.0f &&
                    r->high_freq_factor == 4.0f && r->original_max_position_embeddings == 8192,
                "llama3 scaling from rope_freqs: kind %d factor %g", (int)r->kind, (double)r->factor);
+        const struct gguf_model_weight *head = gguf_model_find(&m, "lm_head.weight");
+        EXPECT(head != NULL && head->t == gguf_model_find(&m, "model.embed_tokens.weight")->t &&
+                   head->kind == MW_LM_HEAD,
+               "tied lm_head found by name, reading the embedding");
         EXPECT(m.config.tie_word_embeddings && m.lm_head_tied && m.config.max_position_embeddings == 131072 &&
                    m.config.rope_theta == 500000.0f && m.config.bos_token_id == -1 && m.config.n_eos == 0,
                "llama3 rope file config");
