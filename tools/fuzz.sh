@@ -5,9 +5,8 @@
 #   tools/fuzz.sh [SECONDS] [TARGET ...]      e.g. tools/fuzz.sh 60 gguf peft_config
 #
 # SECONDS per target (default 30); targets default to all of safetensors, config, gguf,
-# peft_config. Needs clang with libFuzzer and ASan/UBSan runtimes (Debian: clang and
-# libclang-rt-<version>-dev, or clang-14 whose runtime ships in libclang-common-14-dev) and the
-# libraries io/ links (libcjson-dev, libpcre2-dev). Work goes to $FUZZ_DIR (default
+# peft_config. Needs clang with the libFuzzer, ASan and UBSan runtimes (Debian 12: apt-get install
+# clang libclang-rt-14-dev) and the libraries io/ links (libcjson-dev, libpcre2-dev). Work goes to $FUZZ_DIR (default
 # /tmp/refine-fuzz): bin/, corpus/<target>/ (kept between runs, so coverage accumulates) and, on a
 # finding, crash-*/leak-*/timeout-* inputs under artifacts/<target>/. Exit status 1 when any
 # target finds a crash, a leak, a timeout or an out-of-memory; the reproducer's path is printed.
