@@ -256,6 +256,25 @@ static void test_config(void) {
                   config_variant("mf_fewer", "\"num_hidden_layers\":2", "\"num_hidden_layers\":1", 1), "", "mf_fewer");
     expect_reject("config with another vocabulary", R_MODEL_FILES,
                   config_variant("mf_vocab", "\"vocab_size\":64", "\"vocab_size\":65", 1), "embed_tokens", "mf_vocab");
+    {
+        /* The same weights with one tensor's dtype string changed from BF16 to I16 (same size). */
+        const char *dir = config_variant("mf_dtype", "\"vocab_size\"", "\"vocab_size\"", 1);
+        char sp[1500];
+        snprintf(sp, sizeof sp, "%s/model.safetensors", dir);
+        struct mapped_file mf;
+        struct io_err e;
+        if (map_file(&mf, sp, &e) != 0) io_exit(&e);
+        size_t size = mf.size;
+        uint8_t *b = malloc(size);
+        memcpy(b, mf.data, size);
+        unmap_file(&mf);
+        uint8_t *at = memmem(b, size, "\"BF16\"", 6);
+        EXPECT(at != NULL, "a BF16 tensor to retype");
+        if (at != NULL) memcpy(at, "\"I16\" ", 6);
+        write_bytes(sp, b, size);
+        free(b);
+        expect_reject("a weight stored as I16", R_MODEL_FILES, dir, "I16", "mf_dtype");
+    }
     expect_reject("folder without weights", R_MODEL_FILES, config_variant("mf_none", "\"vocab_size\"", "\"vocab_size\"", 0),
                   "", "mf_none");
 }
