@@ -95,7 +95,7 @@ enum ggml_type {
     GGML_TYPE_Q5_1 = 7,
     GGML_TYPE_Q8_0 = 8,
     GGML_TYPE_BF16 = 30,
-    GGML_TYPE_COUNT = 42 /* one past the largest number this reader names */
+    GGML_TYPE_COUNT = 31 /* one past the largest type number this reader knows (BF16) */
 };
 
 #define GGUF_MAX_DIMS 4
