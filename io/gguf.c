@@ -312,7 +312,8 @@ static int check_layout(struct gguf_file *g, struct cursor *c) {
                            "(the file is truncated or the offset is wrong)",
                            c->name, t->name, (unsigned long long)t->offset,
                            (unsigned long long)(t->offset + (uint64_t)t->nbytes), data_size);
-        t->data = c->base + g->data_offset + t->offset;
+        /* An empty tensor may sit at the very end (or past a short file's data section). */
+        t->data = t->nbytes > 0 ? c->base + g->data_offset + t->offset : c->base;
     }
     const struct gguf_tensor **byoff = malloc((size_t)g->n_tensors * sizeof *byoff);
     CHECK(byoff != NULL, "out of memory");

@@ -95,7 +95,7 @@ enum ggml_type {
     GGML_TYPE_Q5_1 = 7,
     GGML_TYPE_Q8_0 = 8,
     GGML_TYPE_BF16 = 30,
-    GGML_TYPE_COUNT = 42 /* one past the largest number this reader names */
+    GGML_TYPE_COUNT = 31 /* one past the largest type number this reader knows (BF16) */
 };
 
 #define GGUF_MAX_DIMS 4
@@ -202,6 +202,10 @@ int gguf_config(struct model_config *c, const struct gguf_file *g, struct io_err
 
 /* The weight of that kind (layer ignored for the global kinds); NULL when the config has none. */
 const struct gguf_model_weight *gguf_model_get(const struct gguf_model *m, enum model_weight kind, int layer);
+
+/* The weight with this HF name ("model.layers.3.self_attn.q_proj.weight", "lm_head.weight"), or
+ * NULL. A tied lm_head is found under "lm_head.weight" too. */
+const struct gguf_model_weight *gguf_model_find(const struct gguf_model *m, const char *hf_name);
 
 /* The HF tensor of weight w as fp32, row-major in the HF shape (w->shape[0]·w->shape[1] floats),
  * with the RoPE row permutation undone. A tied lm_head gives the embedding. */

@@ -276,6 +276,13 @@ const struct gguf_model_weight *gguf_model_get(const struct gguf_model *m, enum 
     return w->present ? w : NULL;
 }
 
+const struct gguf_model_weight *gguf_model_find(const struct gguf_model *m, const char *hf_name) {
+    if (strcmp(hf_name, "lm_head.weight") == 0) return gguf_model_get(m, MW_LM_HEAD, -1);
+    for (int s = 0; s < m->n_weights; s++)
+        if (m->weights[s].present && strcmp(m->weights[s].name, hf_name) == 0) return &m->weights[s];
+    return NULL;
+}
+
 static void shape_str(char *buf, size_t cap, int ndim, const int64_t *s) {
     if (ndim == 1) snprintf(buf, cap, "[%lld]", (long long)s[0]);
     else snprintf(buf, cap, "[%lld, %lld]", (long long)s[0], (long long)s[1]);
@@ -311,6 +318,10 @@ static int bind(struct gguf_model *m, struct io_err *e) {
         if (!w->present)
             return io_fail(e, "%s: tensor '%s' is a bias, which a %s model does not have", g->file.path, t->name,
                            c->model_type);
+        if (t->type != GGML_TYPE_F32 && t->type != GGML_TYPE_F16 && t->type != GGML_TYPE_BF16 &&
+            t->type != GGML_TYPE_Q8_0 && t->type != GGML_TYPE_Q4_0 && t->type != GGML_TYPE_Q4_1)
+            return io_fail(e, "%s: tensor '%s' has type %s; refine loads F32, F16, BF16, Q8_0, Q4_0 and Q4_1 GGUF "
+                           "tensors (re-quantize the model, e.g. to Q8_0)", g->file.path, t->name, ggml_type_name(t->type));
         int64_t hf[2] = {t->ne[t->ndim - 1], t->ndim == 2 ? t->ne[0] : 0};
         if (t->ndim != w->ndim || hf[0] != w->shape[0] || (w->ndim == 2 && hf[1] != w->shape[1])) {
             char want[48], got[80];
@@ -324,10 +335,6 @@ static int bind(struct gguf_model *m, struct io_err *e) {
             return io_fail(e, "%s: tensor '%s' (%s) has shape %s (rows, columns) but the metadata implies %s", g->file.path,
                            t->name, w->name, got, want);
         }
-        if (t->type != GGML_TYPE_F32 && t->type != GGML_TYPE_F16 && t->type != GGML_TYPE_BF16 &&
-            t->type != GGML_TYPE_Q8_0 && t->type != GGML_TYPE_Q4_0 && t->type != GGML_TYPE_Q4_1)
-            return io_fail(e, "%s: tensor '%s' has type %s; refine loads F32, F16, BF16, Q8_0, Q4_0 and Q4_1 GGUF "
-                           "tensors (re-quantize the model, e.g. to Q8_0)", g->file.path, t->name, ggml_type_name(t->type));
         w->t = t;
     }
     int missing = 0;

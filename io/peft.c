@@ -59,6 +59,11 @@ struct sbuf {
 
 static void sb_add(struct sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void sb_add(struct sbuf *b, const char *fmt, ...) {
+    if (b->p == NULL) {
+        b->cap = 4096;
+        b->p = malloc(b->cap);
+        CHECK(b->p != NULL, "out of memory");
+    }
     for (;;) {
         va_list ap;
         va_start(ap, fmt);
@@ -330,6 +335,26 @@ int peft_config_parse(struct peft_config *c, const char *json, size_t len, const
         io_fail(e, "%s: \"%s\" is set; refine supports adapters without it", name, must_be_empty[i]);
         goto done;
     }
+    /* LoRA variants that compute something else, or whose initialisation rewrites the base
+     * weights (PiSSA, OLoRA, CorDA, LoftQ, LoRA-GA: the adapter only fits the modified base). */
+    static const char *const variants[] = {"use_qalora", "alora_invocation_tokens", "use_bdlora", "arrow_config",
+                                           "kasa_config", "monteclora_config", "velora_config", "megatron_config"};
+    for (size_t i = 0; i < sizeof variants / sizeof variants[0]; i++) {
+        v = key_of(root, variants[i]);
+        if (is_null_or_absent(v) || cJSON_IsFalse(v)) continue;
+        io_fail(e, "%s: \"%s\" is set; refine reads plain LoRA, rsLoRA and DoRA adapters", name, variants[i]);
+        goto done;
+    }
+    v = key_of(root, "init_lora_weights");
+    if (!is_null_or_absent(v) && !cJSON_IsBool(v) &&
+        !(cJSON_IsString(v) && (strcmp(v->valuestring, "gaussian") == 0 || strcmp(v->valuestring, "eva") == 0 ||
+                                strcmp(v->valuestring, "orthogonal") == 0))) {
+        io_fail(e, "%s: \"init_lora_weights\" is %s%.40s%s, an initialisation that changes the base weights or that "
+                "refine does not know; expected true, false, \"gaussian\", \"eva\" or \"orthogonal\"", name,
+                cJSON_IsString(v) ? "\"" : "", cJSON_IsString(v) ? v->valuestring : "not a string",
+                cJSON_IsString(v) ? "\"" : "");
+        goto done;
+    }
     v = key_of(root, "target_modules");
     if (is_null_or_absent(v)) {
         c->targets = (1u << MW_Q) | (1u << MW_V); /* PEFT's default for llama */
@@ -378,7 +403,18 @@ int peft_config_parse(struct peft_config *c, const char *json, size_t len, const
         goto done;
     }
     v = key_of(root, "base_model_name_or_path");
-    if (cJSON_IsString(v)) snprintf(c->base_model, sizeof c->base_model, "%s", v->valuestring);
+    if (cJSON_IsString(v)) {
+        size_t n = strlen(v->valuestring);
+        if (n >= sizeof c->base_model || !utf8_valid((const unsigned char *)v->valuestring, n)) {
+            io_fail(e, "%s: \"base_model_name_or_path\" is longer than %zu bytes or not valid UTF-8 once unescaped",
+                    name, sizeof c->base_model - 1);
+            goto done;
+        }
+        memcpy(c->base_model, v->valuestring, n + 1);
+    } else if (!is_null_or_absent(v)) {
+        io_fail(e, "%s: \"base_model_name_or_path\" must be a string or null", name);
+        goto done;
+    }
     rc = 0;
 done:
     cJSON_Delete(root);

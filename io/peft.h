@@ -17,7 +17,9 @@
  *
  * Reading (peft_read): the config must say peft_type "LORA" with a positive integer r, a numeric
  * lora_alpha, bias "none", fan_in_fan_out false, no modules_to_save, rank_pattern/alpha_pattern
- * empty, no lora_bias; target_modules a list of the seven Llama Linear names, "all-linear", or
+ * empty, no lora_bias, no LoRA variant that computes something else (QA-LoRA, aLoRA, ...), and an
+ * init_lora_weights that leaves the base weights as they are (true, false, "gaussian", "eva",
+ * "orthogonal"; PiSSA, OLoRA, CorDA, LoftQ adapters only fit their rewritten base); target_modules a list of the seven Llama Linear names, "all-linear", or
  * null (PEFT's Llama default q_proj, v_proj); layers_to_transform null or a list of layers.
  * Every tensor name must be one of the three forms above for a targeted module (F32, F16 or BF16;
  * copied to fp32), every module must have both factors (and a magnitude exactly when use_dora),

@@ -185,6 +185,11 @@ static void test_tiny_model(const struct safetensors *ex) {
         free(raw);
     }
     EXPECT(gguf_model_get(&m, MW_Q_BIAS, 0) == NULL && gguf_model_get(&m, MW_Q, 2) == NULL, "absent weights");
+    EXPECT(gguf_model_find(&m, "model.layers.1.self_attn.q_proj.weight") == q &&
+               gguf_model_find(&m, "lm_head.weight") == gguf_model_get(&m, MW_LM_HEAD, -1) &&
+               gguf_model_find(&m, "model.layers.2.self_attn.q_proj.weight") == NULL &&
+               gguf_model_find(&m, "model.layers.0.self_attn.q_proj.bias") == NULL,
+           "find by HF name");
     gguf_model_close(&m);
 }
 
@@ -251,6 +256,48 @@ static void test_tiny(void) {
     }
     test_tiny_model(&ex);
     safetensors_close(&ex);
+}
+
+/* rope_freqs.weight (Llama 3.1+ conversions) gives the llama3 scaling; qwen2 keeps its q/k rows
+ * as they are and has q/k/v biases. */
+static void test_small_variants(void) {
+    struct gguf_model m;
+    struct io_err e = {{0}};
+    if (gguf_model_open(&m, GD "tiny_llama3_rope.gguf", &e) != 0) {
+        EXPECT(0, "llama3 rope: %s", e.msg);
+    } else {
+        const struct rope_scaling *r = &m.config.rope_scaling;
+        EXPECT(r->kind == ROPE_SCALING_LLAMA3 && r->factor == 32.0f && r->low_freq_factor == 1.0f &&
+                   r->high_freq_factor == 4.0f && r->original_max_position_embeddings == 8192,
+               "llama3 scaling from rope_freqs: kind %d factor %g", (int)r->kind, (double)r->factor);
+        const struct gguf_model_weight *head = gguf_model_find(&m, "lm_head.weight");
+        EXPECT(head != NULL && head->t == gguf_model_find(&m, "model.embed_tokens.weight")->t &&
+                   head->kind == MW_LM_HEAD,
+               "tied lm_head found by name, reading the embedding");
+        EXPECT(m.config.tie_word_embeddings && m.lm_head_tied && m.config.max_position_embeddings == 131072 &&
+                   m.config.rope_theta == 500000.0f && m.config.bos_token_id == -1 && m.config.n_eos == 0,
+               "llama3 rope file config");
+        gguf_model_close(&m);
+    }
+    if (gguf_model_open(&m, GD "tiny_qwen2.gguf", &e) != 0) {
+        EXPECT(0, "qwen2: %s", e.msg);
+        return;
+    }
+    EXPECT(strcmp(m.config.model_type, "qwen2") == 0 && m.config.attention_bias && m.config.rope_theta == 1e6f,
+           "qwen2 config");
+    static const enum model_weight kinds[] = {MW_Q, MW_K, MW_Q_BIAS, MW_K_BIAS, MW_V_BIAS};
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        const struct gguf_model_weight *w = gguf_model_get(&m, kinds[i], 0);
+        EXPECT(w != NULL && w->t != NULL && !w->rope_permuted, "qwen2 weight %d bound, not permuted", (int)kinds[i]);
+        if (w == NULL || w->t == NULL) continue;
+        float *a = malloc((size_t)w->t->numel * sizeof *a), *b = malloc((size_t)w->t->numel * sizeof *b);
+        EXPECT(gguf_model_weight_f32(a, &m, w, &e) == 0 && gguf_tensor_to_f32(b, &m.g, w->t, &e) == 0, "%s", e.msg);
+        EXPECT(memcmp(a, b, (size_t)w->t->numel * sizeof *a) == 0, "%s is the GGUF tensor as stored", w->name);
+        free(a);
+        free(b);
+    }
+    EXPECT(strcmp(gguf_model_get(&m, MW_V_BIAS, 0)->name, "model.layers.0.self_attn.v_proj.bias") == 0, "bias name");
+    gguf_model_close(&m);
 }
 
 /* The real SmolLM2-135M-Instruct Q4_1 file. */
@@ -345,6 +392,7 @@ int main(int argc, char **argv) {
     test_names();
     test_f16_exhaustive();
     test_tiny();
+    test_small_variants();
     test_smollm2();
     return test_finish("gguf_test");
 }

@@ -267,6 +267,59 @@ static void read_peft_saved(const char *dir, int dora) {
     peft_free(&a);
 }
 
+/* PEFT keeps the adapter dtype when autocast is off: BF16 factors read back as their exact fp32
+ * values. The file is refine's own LoRA round trip with every tensor converted to BF16. */
+static void read_bf16_factors(void) {
+    char src[1300], dst[1300], path[1400];
+    snprintf(src, sizeof src, "%s/lora/adapter_model.safetensors", g_dir);
+    snprintf(dst, sizeof dst, "%s/lora_bf16", g_dir);
+    struct io_err e = {{0}};
+    struct safetensors st;
+    if (make_dirs(dst, &e) != 0 || safetensors_open(&st, src, &e) != 0) {
+        EXPECT(0, "%s", e.msg);
+        return;
+    }
+    struct st_tensor *t = calloc((size_t)st.n_tensors, sizeof *t);
+    for (int i = 0; i < st.n_tensors; i++) {
+        t[i] = st.tensors[i];
+        uint16_t *h = malloc((size_t)t[i].numel * 2);
+        st_tensor_to_bf16(h, &st.tensors[i], &e);
+        t[i].dtype = ST_BF16, t[i].data = (const uint8_t *)h, t[i].nbytes = (size_t)t[i].numel * 2;
+    }
+    snprintf(path, sizeof path, "%s/adapter_model.safetensors", dst);
+    EXPECT(safetensors_write(path, t, st.n_tensors, NULL, 0, &e) == 0, "%s", e.msg);
+    char *cfg = NULL;
+    snprintf(path, sizeof path, "%s/lora/adapter_config.json", g_dir);
+    size_t n = 0;
+    EXPECT(read_file_text(&cfg, &n, path, 1 << 20, &e) == 0, "%s", e.msg);
+    snprintf(path, sizeof path, "%s/adapter_config.json", dst);
+    EXPECT(cfg != NULL && write_file_atomic(path, cfg, n, &e) == 0, "%s", e.msg);
+    free(cfg);
+    struct model_config mc = tiny_config();
+    struct peft_adapter a;
+    if (peft_read(&a, dst, &mc, &e) != 0) {
+        EXPECT(0, "bf16 adapter: %s", e.msg);
+    } else {
+        const struct peft_module *m = peft_find(&a, MW_UP, 1);
+        char key[192];
+        peft_key(key, sizeof key, MW_UP, 1, "lora_A.weight");
+        const struct st_tensor *ref = safetensors_find(&st, key);
+        int same = m != NULL && ref != NULL;
+        for (int64_t i = 0; same && i < ref->numel; i++) {
+            float r;
+            memcpy(&r, ref->data + 4 * i, 4);
+            uint32_t bits;
+            memcpy(&bits, &m->lora_a[i], 4);
+            same = (bits & 0xFFFF) == 0 && fabsf(m->lora_a[i] - r) <= fabsf(r) * (1.0f / 256);
+        }
+        EXPECT(same && a.n == 14, "bf16 factors read as their fp32 values");
+        peft_free(&a);
+    }
+    for (int i = 0; i < st.n_tensors; i++) free((void *)t[i].data);
+    free(t);
+    safetensors_close(&st);
+}
+
 /* --write=DIR: the adapters check_peft_load.py loads into PEFT (seeded, printed). */
 static int write_for_peft(const char *dir) {
     struct model_config mc = tiny_config();
@@ -308,6 +361,7 @@ int main(int argc, char **argv) {
     rng_init(&r, g_seed);
     round_trip("lora", make_config(4, 8, 0, 0, all_targets), &mc, &r, PD "lora");
     round_trip("dora", make_config(4, 8, 1, 0, all_targets), &mc, &r, PD "dora");
+    read_bf16_factors();
     struct peft_config pc = make_config(3, 2.5, 0, 1, (1u << MW_Q) | (1u << MW_V));
     pc.lora_dropout = 0.05;
     snprintf(pc.base_model, sizeof pc.base_model, "HuggingFaceTB/SmolLM2-135M \"caf\xc3\xa9\" \xf0\x9f\x98\x80");

@@ -10,7 +10,8 @@ L=2, H=4, KVH=2, V=64; torch seed 0), and for each adapter:
   1. PeftModel.from_pretrained(base, dir) with warnings recorded: no warning about missing or
      unexpected adapter keys; set_peft_model_state_dict on the file reports no unexpected keys
      and no missing lora_* keys;
-  2. every lora_A / lora_B / lora_magnitude_vector parameter of the PEFT model equals the file;
+  2. every lora_A / lora_B / lora_magnitude_vector parameter of the PEFT model equals the file, and
+     adapter_config.json is byte for byte what json.dumps(indent=2, sort_keys=True) makes of it;
   3. the PEFT model's logits on random tokens equal (max abs diff ≤ 2e-5) those of the base model
      with every targeted weight replaced by the merge computed here from the file:
      W' = W + s·B·A (s = alpha/r, or alpha/sqrt(r) with use_rslora), and for DoRA
@@ -70,7 +71,10 @@ def check(d):
             fails.append(f"{k}: no parameter {name}")
         elif not torch.equal(params[name].detach(), v):
             fails.append(f"{k}: loaded values differ")
-    cfg = json.load(open(os.path.join(d, "adapter_config.json")))
+    text = open(os.path.join(d, "adapter_config.json")).read()
+    cfg = json.loads(text)
+    if json.dumps(cfg, indent=2, sort_keys=True) != text:
+        fails.append("adapter_config.json is not laid out as PeftConfig.save_pretrained writes it")
     r, alpha = cfg["r"], cfg["lora_alpha"]
     s = alpha / math.sqrt(r) if cfg["use_rslora"] else alpha / r
     with torch.no_grad():

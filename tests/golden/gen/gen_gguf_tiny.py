@@ -11,9 +11,14 @@ of its stored bytes in ggml order (F32, shape = reversed ne), and for q_proj / k
 "hf:<HF name>" = the same with transformers' reverse permutation of the rows (LlamaTensorProcessor._reverse_permute_weights,
 restated below). Metadata: the seed and versions.
 
+tiny_llama3_rope.gguf: one layer, with the rope_freqs.weight tensor llama.cpp's converter writes
+for Llama 3.1+ rope scaling (factor 32, low 1, high 4, original context 8192).
+tiny_qwen2.gguf: one layer of architecture qwen2, with q/k/v biases.
+
     python3 tests/golden/gen/gen_gguf_tiny.py
 """
 import importlib.metadata
+import math
 import os
 
 import gguf
@@ -121,8 +126,62 @@ def main():
     meta = {"generator": "tests/golden/gen/gen_gguf_tiny.py", "seed": str(SEED),
             "gguf": importlib.metadata.version("gguf"), "numpy": np.__version__}
     save_file(expected, os.path.join(OUT_DIR, "tiny_llama_expected.safetensors"), metadata=meta)
-    for f in ("tiny_llama.gguf", "tiny_llama_expected.safetensors"):
+    write_small("tiny_llama3_rope.gguf", "llama", np.random.default_rng(SEED + 1), rope_factor=32.0)
+    write_small("tiny_qwen2.gguf", "qwen2", np.random.default_rng(SEED + 2), rope_factor=None)
+    for f in ("tiny_llama.gguf", "tiny_llama_expected.safetensors", "tiny_llama3_rope.gguf", "tiny_qwen2.gguf"):
         print(f, os.path.getsize(os.path.join(OUT_DIR, f)))
+
+
+def llama3_rope_factors(base, dim, factor, low=1.0, high=4.0, old_context_len=8192):
+    """The rope_freqs.weight llama.cpp's converter writes for rope_type "llama3" (restated from
+    convert_hf_to_gguf.py LlamaModel.generate_extra_tensors; freqs in float32 as torch computes them)."""
+    freqs = 1.0 / (np.float32(base) ** (np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim)))
+    low_wavelen, high_wavelen = old_context_len / low, old_context_len / high
+    out = []
+    for f in freqs.astype(np.float64):
+        wavelen = 2 * math.pi / f
+        if wavelen < high_wavelen:
+            out.append(1.0)
+        elif wavelen > low_wavelen:
+            out.append(factor)
+        else:
+            smooth = (old_context_len / wavelen - low) / (high - low)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
+
+
+def write_small(fname, arch, rng, rope_factor):
+    """One layer, F32/Q8_0 tensors, tied embeddings: a llama with llama3 rope factors (factor 32, as
+    Llama 3.2 1B/3B), or a qwen2 with q/k/v biases (which llama.cpp does not permute)."""
+    w = gguf.GGUFWriter(os.path.join(OUT_DIR, fname), arch)
+    c, f, h, kvh, d, v = 32, 64, 2, 1, 16, 40
+    w.add_block_count(1)
+    w.add_context_length(131072 if rope_factor else 32768)
+    w.add_embedding_length(c)
+    w.add_feed_forward_length(f)
+    w.add_head_count(h)
+    w.add_head_count_kv(kvh)
+    w.add_rope_freq_base(500000.0 if rope_factor else 1000000.0)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_token_list([f"t{i}" for i in range(v)])
+    shapes = {"token_embd.weight": (v, c), "output_norm.weight": (c,), "blk.0.attn_norm.weight": (c,),
+              "blk.0.attn_q.weight": (h * d, c), "blk.0.attn_k.weight": (kvh * d, c),
+              "blk.0.attn_v.weight": (kvh * d, c), "blk.0.attn_output.weight": (c, h * d),
+              "blk.0.ffn_norm.weight": (c,), "blk.0.ffn_gate.weight": (f, c), "blk.0.ffn_up.weight": (f, c),
+              "blk.0.ffn_down.weight": (c, f)}
+    if arch == "qwen2":
+        shapes.update({"blk.0.attn_q.bias": (h * d,), "blk.0.attn_k.bias": (kvh * d,),
+                       "blk.0.attn_v.bias": (kvh * d,)})
+    for name, shape in shapes.items():
+        x = rng.standard_normal(shape).astype(np.float32)
+        t = Q.Q8_0 if len(shape) == 2 else Q.F32
+        w.add_tensor(name, gguf.quants.quantize(x, t), raw_dtype=t)
+    if rope_factor:
+        w.add_tensor("rope_freqs.weight", llama3_rope_factors(500000.0, d, rope_factor))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
 
 
 if __name__ == "__main__":
