@@ -5,6 +5,7 @@
 #   tools/fuzz.sh [SECONDS] [TARGET ...]      e.g. tools/fuzz.sh 60 gguf peft_config
 #
 # SECONDS per target (default 30); targets default to all of safetensors, config, gguf,
+# tokenizer, tokenize,
 # peft_config. Needs clang with the libFuzzer, ASan and UBSan runtimes (Debian 12: apt-get install
 # clang libclang-rt-14-dev) and the libraries io/ links (libcjson-dev, libpcre2-dev). Work goes to $FUZZ_DIR (default
 # /tmp/refine-fuzz): bin/, corpus/<target>/ (kept between runs, so coverage accumulates) and, on a
@@ -16,7 +17,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 seconds=${1:-30}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(safetensors config gguf peft_config)
+[ ${#targets[@]} -gt 0 ] || targets=(safetensors config gguf peft_config tokenizer tokenize)
 work=${FUZZ_DIR:-/tmp/refine-fuzz}
 cc=${CC_FUZZ:-clang}
 
