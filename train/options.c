@@ -106,13 +106,13 @@ void train_options_defaults(struct train_options *o, const char *cache) {
     o->dropout = 0.0f;
     o->targets = (1u << TARGET_COUNT) - 1;
     o->seq = 128;
-    o->micro_batch = 4;
+    o->micro_batch = 2;
     o->grad_accum = 1;
     o->epochs = 0;
-    o->max_steps = 60;
+    o->max_steps = 30;
     o->lr = 1e-3f;
     o->min_lr_ratio = 0.1f;
-    o->warmup = 5;
+    o->warmup = 3;
     o->schedule = SCHEDULE_COSINE;
     o->weight_decay = 0.0f;
     o->clip = 1.0f;
@@ -121,8 +121,8 @@ void train_options_defaults(struct train_options *o, const char *cache) {
     o->eps = 1e-8f;
     o->optimizer = OPTIMIZER_ADAMW;
     o->recompute = RECOMPUTE_NONE;
-    o->eval_every = 20;
-    o->eval_batches = 8;
+    o->eval_every = 10;
+    o->eval_batches = 4;
     o->val_fraction = 0.1f;
     o->seed = 42;
     o->export_kind = EXPORT_ADAPTER;

@@ -48,7 +48,7 @@ int main(void) {
     expect_error("takes no value", 2, (const char *[]){"train", "--auto-batch=1"});
     expect_error("unexpected argument", 2, (const char *[]){"train", "model.gguf"});
     expect_error("set --epochs or --max-steps", 3, (const char *[]){"train", "--max-steps", "0"});
-    expect_error("--warmup 60 must be smaller", 3, (const char *[]){"train", "--warmup", "60"});
+    expect_error("--warmup 30 must be smaller", 3, (const char *[]){"train", "--warmup", "30"});
     expect_error("--method full", 5, (const char *[]){"train", "--method", "full", "--dropout", "0.1"});
     expect_error("non-negative", 3, (const char *[]){"train", "--seed", "-1"});
 
