@@ -4,8 +4,9 @@
  *   A (16×16, row-major)  a0 (g, 2t..2t+1)  a1 (g+8, 2t..)  a2 (g, 2t+8..)  a3 (g+8, 2t+8..)
  *   B (16×8, "col")       b0 (k 2t..2t+1, n g)  b1 (k 2t+8..2t+9, n g)
  *   C (16×8, fp32)        c0,c1 (g, 2t..2t+1)   c2,c3 (g+8, 2t..2t+1)
- * A comes from a row-major shared tile X[row][k]; B from an n-major shared tile Y[n][k]; both as
- * 32-bit loads of two consecutive bf16. Rows are padded by 8 bf16 so that the 32 lanes of a
+ * A comes from a row-major shared tile X[row][k]; B from an n-major shared tile Y[n][k] (both as
+ * 32-bit loads of two consecutive bf16) or from a k-major tile X[k][n] through ldmatrix .trans
+ * (V in P·V, dO and Q in the dV/dK products, K in dQ), so no tile is ever transposed in memory. Rows are padded by 8 bf16 so that the 32 lanes of a
  * fragment load hit 32 different banks. The C fragments of two adjacent 8-column tiles are
  * exactly the A fragment of a 16-column k-step, so P and dS feed the next MMA from registers.
  */
@@ -24,7 +25,6 @@ constexpr int kRows = 64;    /* query rows (forward, dQ) or key rows (dK/dV) per
 constexpr int kCols = 64;    /* keys (forward, dQ) or queries (dK/dV) per inner tile */
 constexpr int kWarps = 4;    /* 16 rows each */
 constexpr int kThreads = 32 * kWarps;
-constexpr int kTPad = kCols + 8; /* leading dimension of transposed tiles [D][kCols] */
 
 __device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                          uint32_t b0, uint32_t b1) {
@@ -33,6 +33,24 @@ __device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1
         "{%0,%1,%2,%3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* Four 8×8 bf16 matrices from shared memory, transposed (ldmatrix .trans): lane l gives the row
+ * address of matrix l / 8. Used for B operands stored k-major (rows = k, columns = n): for
+ * rows k0..k0+15 and columns n0..n0+15 of such a tile, r0/r1 are b0/b1 of the n-tile n0 and
+ * r2/r3 those of n-tile n0 + 8. */
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3,
+                                                  const bf16 *p) {
+    const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(p));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(a));
+}
+
+/* B fragments of two adjacent n-tiles (n0, n0 + 8) for k-step k0 from a k-major tile X[k][n] with
+ * leading dimension ld. */
+__device__ __forceinline__ void load_b_kmajor(uint32_t (&b)[4], const bf16 *X, int ld, int k0, int n0, int lane) {
+    ldmatrix_x4_trans(b[0], b[1], b[2], b[3], X + (k0 + (lane & 15)) * ld + n0 + (lane >> 4) * 8);
 }
 
 __device__ __forceinline__ uint32_t ld32(const bf16 *p) { return *reinterpret_cast<const uint32_t *>(p); }
@@ -57,22 +75,16 @@ __device__ __forceinline__ void mma_tile(float (&acc)[4], const bf16 *X, int ldx
 }
 
 /* Copies rows [row0, row0 + kRows) of a (T, stride) bf16 matrix (columns [0, D)) into a shared
- * tile; rows ≥ T become zeros. transpose = 0: dst[r][d] with ld D + 8; 1: dst[d][r] with kTPad. */
+ * tile dst[r][d] with leading dimension D + 8; rows ≥ T become zeros. Tiles are read as A
+ * operands and n-major B operands by 32-bit loads, and as k-major B operands by ldmatrix .trans. */
 template <int D>
-__device__ __forceinline__ void load_tile(bf16 *dst, const bf16 *src, int64_t stride, int row0, int T,
-                                          bool transpose) {
+__device__ __forceinline__ void load_tile(bf16 *dst, const bf16 *src, int64_t stride, int row0, int T) {
     constexpr int chunks_per_row = D / 8;
     for (int c = threadIdx.x; c < kRows * chunks_per_row; c += kThreads) {
         const int r = c / chunks_per_row, d = (c % chunks_per_row) * 8;
         uint4 v = make_uint4(0, 0, 0, 0);
         if (row0 + r < T) v = *reinterpret_cast<const uint4 *>(src + (int64_t)(row0 + r) * stride + d);
-        if (!transpose) {
-            *reinterpret_cast<uint4 *>(dst + r * (D + 8) + d) = v;
-        } else {
-            const bf16 *e = reinterpret_cast<const bf16 *>(&v);
-#pragma unroll
-            for (int i = 0; i < 8; i++) dst[(d + i) * kTPad + r] = e[i];
-        }
+        *reinterpret_cast<uint4 *>(dst + r * (D + 8) + d) = v;
     }
 }
 
@@ -86,13 +98,13 @@ __global__ void __launch_bounds__(kThreads) attn_forward(bf16 *__restrict__ out,
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16 *Qs = reinterpret_cast<bf16 *>(smem_raw);     /* [64][D+8] */
     bf16 *Ks = Qs + kRows * (D + 8);                    /* [64][D+8] */
-    bf16 *Vt = Ks + kCols * (D + 8);                    /* [D][72]   */
+    bf16 *Vs = Ks + kCols * (D + 8);                    /* [64][D+8] */
     const int q0 = blockIdx.x * kRows, h = blockIdx.y, b = blockIdx.z, kvh = h / (H / KVH);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int64_t qs = (int64_t)H * D, kvs = (int64_t)KVH * D;
     const bf16 *qb = q + ((int64_t)b * T * H + h) * D, *kb = k + ((int64_t)b * T * KVH + kvh) * D,
                *vb = v + ((int64_t)b * T * KVH + kvh) * D;
-    load_tile<D>(Qs, qb, qs, q0, T, false);
+    load_tile<D>(Qs, qb, qs, q0, T);
 
     float o[D / 8][4];
 #pragma unroll
@@ -104,8 +116,8 @@ __global__ void __launch_bounds__(kThreads) attn_forward(bf16 *__restrict__ out,
 
     for (int k0 = 0; k0 <= last_key; k0 += kCols) {
         __syncthreads(); /* previous tile consumed */
-        load_tile<D>(Ks, kb, kvs, k0, T, false);
-        load_tile<D>(Vt, vb, kvs, k0, T, true);
+        load_tile<D>(Ks, kb, kvs, k0, T);
+        load_tile<D>(Vs, vb, kvs, k0, T);
         __syncthreads();
         float s[kCols / 8][4];
 #pragma unroll
@@ -158,9 +170,11 @@ __global__ void __launch_bounds__(kThreads) attn_forward(bf16 *__restrict__ out,
             const uint32_t a2 = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
                            a3 = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 #pragma unroll
-            for (int dn = 0; dn < D / 8; dn++) {
-                const bf16 *y = Vt + (dn * 8 + g) * kTPad + kk * 16 + 2 * t;
-                mma16816(o[dn], a0, a1, a2, a3, ld32(y), ld32(y + 8));
+            for (int dn = 0; dn < D / 8; dn += 2) {
+                uint32_t b[4];
+                load_b_kmajor(b, Vs, D + 8, kk * 16, dn * 8, lane);
+                mma16816(o[dn], a0, a1, a2, a3, b[0], b[1]);
+                mma16816(o[dn + 1], a0, a1, a2, a3, b[2], b[3]);
             }
         }
     }
@@ -215,17 +229,15 @@ __global__ void __launch_bounds__(kThreads) attn_backward_dkdv(bf16 *__restrict_
     bf16 *Ks = reinterpret_cast<bf16 *>(smem_raw); /* [64 keys][D+8] */
     bf16 *Vs = Ks + kRows * (D + 8);                /* [64 keys][D+8] */
     bf16 *Qs = Vs + kRows * (D + 8);                /* [64 q][D+8]    */
-    bf16 *Qt = Qs + kCols * (D + 8);                /* [D][72]        */
-    bf16 *Gs = Qt + D * kTPad;                      /* dO [64 q][D+8] */
-    bf16 *Gt = Gs + kCols * (D + 8);                /* dO [D][72]     */
-    float *Ls = reinterpret_cast<float *>(Gt + D * kTPad); /* lse [64] */
+    bf16 *Gs = Qs + kCols * (D + 8);                /* dO [64 q][D+8] */
+    float *Ls = reinterpret_cast<float *>(Gs + kCols * (D + 8)); /* lse [64] */
     float *Ds = Ls + kCols;                                /* Δ [64]   */
     const int kt0 = blockIdx.x * kRows, kvh = blockIdx.y, b = blockIdx.z, group = H / KVH;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int64_t qs = (int64_t)H * D, kvs = (int64_t)KVH * D;
     const bf16 *kb = k + ((int64_t)b * T * KVH + kvh) * D, *vb = v + ((int64_t)b * T * KVH + kvh) * D;
-    load_tile<D>(Ks, kb, kvs, kt0, T, false);
-    load_tile<D>(Vs, vb, kvs, kt0, T, false);
+    load_tile<D>(Ks, kb, kvs, kt0, T);
+    load_tile<D>(Vs, vb, kvs, kt0, T);
 
     float dka[D / 8][4], dva[D / 8][4];
 #pragma unroll
@@ -241,10 +253,8 @@ __global__ void __launch_bounds__(kThreads) attn_backward_dkdv(bf16 *__restrict_
         const float *lb = lse + ((int64_t)b * H + h) * T, *db = delta + ((int64_t)b * H + h) * T;
         for (int c0 = (kt0 / kCols) * kCols; c0 < T; c0 += kCols) {
             __syncthreads();
-            load_tile<D>(Qs, qb, qs, c0, T, false);
-            load_tile<D>(Qt, qb, qs, c0, T, true);
-            load_tile<D>(Gs, gb, qs, c0, T, false);
-            load_tile<D>(Gt, gb, qs, c0, T, true);
+            load_tile<D>(Qs, qb, qs, c0, T);
+            load_tile<D>(Gs, gb, qs, c0, T);
             for (int i = threadIdx.x; i < kCols; i += kThreads) {
                 Ls[i] = c0 + i < T ? lb[c0 + i] : 0.0f;
                 Ds[i] = c0 + i < T ? db[c0 + i] : 0.0f;
@@ -276,11 +286,14 @@ __global__ void __launch_bounds__(kThreads) attn_backward_dkdv(bf16 *__restrict_
                 const uint32_t s2 = pack_bf16(dp[2 * kk + 1][0], dp[2 * kk + 1][1]),
                                s3 = pack_bf16(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
 #pragma unroll
-                for (int dn = 0; dn < D / 8; dn++) {
-                    const bf16 *yg = Gt + (dn * 8 + g) * kTPad + kk * 16 + 2 * t;
-                    mma16816(dva[dn], a0, a1, a2, a3, ld32(yg), ld32(yg + 8)); /* dV += Pᵀ dO */
-                    const bf16 *yq = Qt + (dn * 8 + g) * kTPad + kk * 16 + 2 * t;
-                    mma16816(dka[dn], s0, s1, s2, s3, ld32(yq), ld32(yq + 8)); /* dK += dSᵀ Q */
+                for (int dn = 0; dn < D / 8; dn += 2) {
+                    uint32_t b[4];
+                    load_b_kmajor(b, Gs, D + 8, kk * 16, dn * 8, lane); /* dV += Pᵀ dO */
+                    mma16816(dva[dn], a0, a1, a2, a3, b[0], b[1]);
+                    mma16816(dva[dn + 1], a0, a1, a2, a3, b[2], b[3]);
+                    load_b_kmajor(b, Qs, D + 8, kk * 16, dn * 8, lane); /* dK += dSᵀ Q */
+                    mma16816(dka[dn], s0, s1, s2, s3, b[0], b[1]);
+                    mma16816(dka[dn + 1], s0, s1, s2, s3, b[2], b[3]);
                 }
             }
         }
@@ -311,15 +324,14 @@ __global__ void __launch_bounds__(kThreads) attn_backward_dq(bf16 *__restrict__ 
     bf16 *Qs = reinterpret_cast<bf16 *>(smem_raw); /* [64 q][D+8]  */
     bf16 *Gs = Qs + kRows * (D + 8);                /* dO [64][D+8] */
     bf16 *Ks = Gs + kRows * (D + 8);                /* [64 keys][D+8] */
-    bf16 *Kt = Ks + kCols * (D + 8);                /* [D][72] */
-    bf16 *Vs = Kt + D * kTPad;                      /* [64 keys][D+8] */
+    bf16 *Vs = Ks + kCols * (D + 8);                /* [64 keys][D+8] */
     const int q0 = blockIdx.x * kRows, h = blockIdx.y, b = blockIdx.z, kvh = h / (H / KVH);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int64_t qs = (int64_t)H * D, kvs = (int64_t)KVH * D;
     const bf16 *qb = q + ((int64_t)b * T * H + h) * D, *gb = dout + ((int64_t)b * T * H + h) * D;
     const bf16 *kb = k + ((int64_t)b * T * KVH + kvh) * D, *vb = v + ((int64_t)b * T * KVH + kvh) * D;
-    load_tile<D>(Qs, qb, qs, q0, T, false);
-    load_tile<D>(Gs, gb, qs, q0, T, false);
+    load_tile<D>(Qs, qb, qs, q0, T);
+    load_tile<D>(Gs, gb, qs, q0, T);
     const int r0 = warp * 16;
     const int row[2] = {q0 + r0 + g, q0 + r0 + g + 8};
     float lrow[2], drow[2];
@@ -334,9 +346,8 @@ __global__ void __launch_bounds__(kThreads) attn_backward_dq(bf16 *__restrict__ 
     const int last_key = min(q0 + kRows - 1, T - 1);
     for (int k0 = 0; k0 <= last_key; k0 += kCols) {
         __syncthreads();
-        load_tile<D>(Ks, kb, kvs, k0, T, false);
-        load_tile<D>(Kt, kb, kvs, k0, T, true);
-        load_tile<D>(Vs, vb, kvs, k0, T, false);
+        load_tile<D>(Ks, kb, kvs, k0, T);
+        load_tile<D>(Vs, vb, kvs, k0, T);
         __syncthreads();
         float ds[kCols / 8][4];
 #pragma unroll
@@ -359,9 +370,11 @@ __global__ void __launch_bounds__(kThreads) attn_backward_dq(bf16 *__restrict__ 
             const uint32_t a2 = pack_bf16(ds[2 * kk + 1][0], ds[2 * kk + 1][1]),
                            a3 = pack_bf16(ds[2 * kk + 1][2], ds[2 * kk + 1][3]);
 #pragma unroll
-            for (int dn = 0; dn < D / 8; dn++) {
-                const bf16 *y = Kt + (dn * 8 + g) * kTPad + kk * 16 + 2 * t;
-                mma16816(dqa[dn], a0, a1, a2, a3, ld32(y), ld32(y + 8)); /* dQ += dS K */
+            for (int dn = 0; dn < D / 8; dn += 2) {
+                uint32_t b[4];
+                load_b_kmajor(b, Ks, D + 8, kk * 16, dn * 8, lane); /* dQ += dS K */
+                mma16816(dqa[dn], a0, a1, a2, a3, b[0], b[1]);
+                mma16816(dqa[dn + 1], a0, a1, a2, a3, b[2], b[3]);
             }
         }
     }
@@ -378,15 +391,15 @@ __global__ void __launch_bounds__(kThreads) attn_backward_dq(bf16 *__restrict__ 
 
 template <int D>
 constexpr size_t forward_smem() {
-    return (size_t)(2 * kRows * (D + 8) + D * kTPad) * sizeof(bf16);
+    return (size_t)(3 * kRows * (D + 8)) * sizeof(bf16);
 }
 template <int D>
 constexpr size_t dkdv_smem() {
-    return (size_t)(4 * kRows * (D + 8) + 2 * D * kTPad) * sizeof(bf16) + 2 * kCols * sizeof(float);
+    return (size_t)(4 * kRows * (D + 8)) * sizeof(bf16) + 2 * kCols * sizeof(float);
 }
 template <int D>
 constexpr size_t dq_smem() {
-    return (size_t)(4 * kRows * (D + 8) + D * kTPad) * sizeof(bf16);
+    return (size_t)(4 * kRows * (D + 8)) * sizeof(bf16);
 }
 
 template <int D>
