@@ -33,7 +33,8 @@
  *    epilogue, E = (k + 2)·FLT_EPSILON·S.
  *  - (c) fp32 D, elementwise: |got − ref| ≤ E plus D's own rounding (one fp32 ulp of |ref|):
  *    k = 2, eps = FLT_EPSILON, floor = E/(2·FLT_EPSILON). (A vs-naive rule against a sequential
- *    fp32 sum does not hold: the H100's order erred 2.3× the sequential rms at k = 2048.)
+ *    fp32 sum does not hold: at k = 2048 the H100's max and rms errors were 109% and 234% of
+ *    2× the sequential sum's.)
  *  - (b) bf16 D: the oracle rounds once, the GPU once, plus (bias or beta = 1) up to two roundings
  *    inside the epilogue (see above), each of a value alpha·acc (+ C or bias) = true − the rest, so
  *    ≤ u·(|true| + max|C| + max|bias|) with u = BF16_EPS/2; relative parts 4u·|true| at most, within
