@@ -9,7 +9,7 @@
  * update, memory-bound (reads p, m, v, g, writes p, m, v and the bf16 copy: 30 bytes an element),
  * 16-byte accesses (4 elements a thread) for tensors whose size is a multiple of 4 and whose
  * buffers are aligned, else coalesced scalar accesses; each op written with __f*_rn so that nvcc
- * cannot contract it. kChunk is a multiple of 4, so a chunk never splits a vector.
+ * cannot contract it, and the two fused multiply-adds of ref/adamw.h with __fmaf_rn. kChunk is a multiple of 4, so a chunk never splits a vector.
  *
  * Test and benchmark: bazel test --config=gpu //tests/parity:adamw_parity
  *                     (binary) adamw_parity --bench
@@ -121,12 +121,15 @@ __device__ __forceinline__ void adamw_element(float &w, float &m, float &v, floa
                                               const step_scalars &s) {
     const float g = __fmul_rn(g_raw, coef);
     if (decay) w = __fmul_rn(w, s.decay_factor);
-    /* aten lerp(m, g, wt): wt < 0.5 ? m + wt·(g − m) : g − (g − m)·(1 − wt) */
+    /* ref/adamw.h steps 2-3: the lerp and the addcmul each one fused multiply-add, as torch's CPU
+     * kernels compute them (vec::fmadd) and ref/adamw.c does with fmaf.
+     * aten lerp(m, g, wt): wt < 0.5 ? fma(wt, g − m, m) : fma(wt − 1, g − m, g) */
     if (s.one_minus_beta1 < 0.5f)
-        m = __fadd_rn(m, __fmul_rn(s.one_minus_beta1, __fsub_rn(g, m)));
+        m = __fmaf_rn(s.one_minus_beta1, __fsub_rn(g, m), m);
     else
-        m = __fsub_rn(g, __fmul_rn(__fsub_rn(g, m), __fsub_rn(1.0f, s.one_minus_beta1)));
-    v = __fadd_rn(__fmul_rn(v, s.beta2), __fmul_rn(__fmul_rn(s.one_minus_beta2, g), g));
+        m = __fmaf_rn(__fsub_rn(s.one_minus_beta1, 1.0f), __fsub_rn(g, m), g);
+    /* v·β2, then fma((1 − β2)·g, g, ·) */
+    v = __fmaf_rn(__fmul_rn(s.one_minus_beta2, g), g, __fmul_rn(v, s.beta2));
     const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), s.bc2_sqrt), s.eps);
     w = __fadd_rn(w, __fdiv_rn(__fmul_rn(s.neg_step_size, m), denom));
 }

@@ -7,11 +7,12 @@
  *   coef  = min(max_norm / (total + 1e-6), 1)   (max_norm ≤ 0: no clipping, coef = 1)
  *   g ← g·coef                                  (the gradient buffers are NOT modified; g·coef is used)
  *   p ← p·(1 − lr·wd)                           (only tensors with decay = 1)
- *   m ← m + (1−β1)·(g − m)                      (aten lerp with weight 1−β1 < 0.5)
- *   v ← v·β2 + ((1−β2)·g)·g                     (mul_ then addcmul_)
+ *   m ← fma(1−β1, g − m, m)                     (aten lerp with weight 1−β1 < 0.5, one rounding)
+ *   v ← fma((1−β2)·g, g, v·β2)                  (mul_ then addcmul_, the addcmul one rounding)
  *   p ← p + ((−lr/bc1)·m) / (sqrt(v)/sqrt(bc2) + eps)     bc1 = 1 − β1^t, bc2 = 1 − β2^t
  *                                               (addcdiv: self + value·t1 / t2, left to right)
  *   copy ← bf16_rne(p)                          (when the tensor has a bf16 compute copy)
+ * ("every op rounded once": the two fma above round once each, as ref/adamw.c's fmaf.)
  * The scalars (1 − lr·wd, 1−β1, 1−β2, −lr/bc1, sqrt(bc2)) are computed in double on the host and
  * rounded to fp32, as torch does with Python floats: the update is ref_adamw_step's (ref/adamw.h)
  * operation for operation. The norm differs from ref_clip_grad_norm only in summation order (the

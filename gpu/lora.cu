@@ -109,7 +109,8 @@ extern "C" void gpu_lora_backward_bf16(struct gpu_gemm *g, uint16_t *dx, float *
     uint16_t *du = static_cast<uint16_t *>(workspace);
     float *t = reinterpret_cast<float *>(static_cast<unsigned char *>(workspace) + align_up((size_t)N * R * 2));
     const bool masked = keep != nullptr;
-    const lora_plan p = make_plan(nullptr, nullptr, x_a, lora_a, lora_b, dlora_a, dlora_b, dy, du,
+    /* u is an operand of dB (make_plan's u is non-const only because the forward writes it) */
+    const lora_plan p = make_plan(nullptr, const_cast<uint16_t *>(u), x_a, lora_a, lora_b, dlora_a, dlora_b, dy, du,
                                   masked ? (void *)t : (void *)dx, masked ? GEMM_OUT_F32 : GEMM_OUT_BF16,
                                   masked ? GEMM_OVERWRITE : GEMM_ACCUMULATE, N, C_in, C_out, R, scale);
     if (dlora_b) gpu_gemm(g, &p.bwd_db, stream);

@@ -9,7 +9,9 @@
  * small ones (one chunk, several, a ragged last one) and 16 / 3 on the real ones. Labels uniform
  * in [0, V) with ~20% ignored (−100); n_valid_total = this call's count (the mean) or larger (other
  * micro-batches of the batch), grad_scale 1 or 0.5; one micro-batch with every label ignored
- * (zero loss, zero gradients).
+ * (zero loss, zero gradients) while the batch has valid labels elsewhere (a batch with none at all
+ * is outside the contract: the caller skips it, and a draw that ignores every label of such a
+ * batch gets its first label made valid).
  *
  * Inputs are chosen so that the logits are exact: h integers in [−4, 4], W integers in [−4, 4]
  * times 2^-6 (exact in bf16); every partial sum of z = h Wᵀ is a multiple of 2^-6 below 2^18, exact
@@ -76,6 +78,14 @@ static void run_case(int N, int C, int V, int rows_per_chunk, int extra_valid, f
     rng_fill_normal(&r, dw0.data(), (int64_t)dw0.size(), 0.0, 1.0);
     std::vector<int32_t> labels(N);
     for (int n = 0; n < N; n++) labels[n] = (all_ignored || rng_int(&r, 5) == 0) ? REF_IGNORE_INDEX : rng_int(&r, V);
+    /* A whole batch without a valid label (n_valid_total = 0) is outside both contracts
+     * (gpu/cross_entropy.h and ref/cross_entropy.h CHECK n_valid_total >= 1: the loss would be 0/0,
+     * and the caller skips such a batch). The random draw can produce one (N = 1, or every row
+     * ignored by chance) when no other micro-batch adds valid labels: make the first label valid. */
+    if (extra_valid == 0 && ref_cross_entropy_count_valid(labels.data(), N) == 0) {
+        EXPECT(!all_ignored, "an all-ignored micro-batch needs valid labels elsewhere in the batch");
+        labels[0] = rng_int(&r, V);
+    }
 
     std::vector<float> z((size_t)N * V), nll_r, dz_r;
     ref_linear_forward_naive(z.data(), h.data(), w.data(), nullptr, N, C, V, ACT_BF16);
