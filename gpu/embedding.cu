@@ -5,7 +5,9 @@
  * ids' low ceil(log2 V) bits — radix sort is stable, so equal ids keep ascending n; (3) one
  * block per sorted position; the blocks that start a run of equal ids sum that run: each thread
  * owns columns c ≡ threadIdx.x (mod blockDim), starts from dtable[v, c] and adds dout[n, c] for
- * the run's rows in order (coalesced row reads). Blocks that do not start a run return at once.
+ * the run's rows in order (coalesced row reads, 8 columns a thread with 16-byte accesses when
+ * C % 8 == 0; before that, one column a thread reached 46–59% of the copy rate on an H100).
+ * Blocks that do not start a run return at once.
  * Workspace: sorted ids, n before and after the sort, then CUB's temporary storage, each 256-byte
  * aligned; sized by gpu_embedding_backward_workspace_size.
  *
@@ -60,6 +62,10 @@ __global__ void embedding_iota(int32_t *rows, int N) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < N; i += gridDim.x * blockDim.x) rows[i] = i;
 }
 
+/* VW = 8: 16-byte reads of dout and two float4 read-modify-writes of dtable per thread (C % 8 == 0
+ * and aligned pointers); VW = 1 otherwise. Each element's additions keep the same order (rows of
+ * the run in increasing n), so both paths give the same bits. */
+template <int VW>
 __global__ void __launch_bounds__(kBlock) embedding_sum_runs(float *__restrict__ dtable, const bf16 *__restrict__ dout,
                                                              const int32_t *__restrict__ sorted_ids,
                                                              const int32_t *__restrict__ sorted_rows, int N, int C) {
@@ -69,10 +75,26 @@ __global__ void __launch_bounds__(kBlock) embedding_sum_runs(float *__restrict__
     int end = start + 1;
     while (end < N && sorted_ids[end] == v) end++;
     float *dst = dtable + (int64_t)v * C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        float acc = dst[c];
-        for (int j = start; j < end; j++) acc = __fadd_rn(acc, __bfloat162float(dout[(int64_t)sorted_rows[j] * C + c]));
-        dst[c] = acc;
+    for (int c = threadIdx.x * VW; c < C; c += blockDim.x * VW) {
+        float acc[VW];
+        if constexpr (VW == 8) {
+            const float4 a = *reinterpret_cast<const float4 *>(dst + c), b = *reinterpret_cast<const float4 *>(dst + c + 4);
+            acc[0] = a.x, acc[1] = a.y, acc[2] = a.z, acc[3] = a.w, acc[4] = b.x, acc[5] = b.y, acc[6] = b.z, acc[7] = b.w;
+        } else {
+            acc[0] = dst[c];
+        }
+        for (int j = start; j < end; j++) {
+            float x[VW];
+            load_bf16<VW>(x, dout + (int64_t)sorted_rows[j] * C + c);
+#pragma unroll
+            for (int k = 0; k < VW; k++) acc[k] = __fadd_rn(acc[k], x[k]);
+        }
+        if constexpr (VW == 8) {
+            *reinterpret_cast<float4 *>(dst + c) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+            *reinterpret_cast<float4 *>(dst + c + 4) = make_float4(acc[4], acc[5], acc[6], acc[7]);
+        } else {
+            dst[c] = acc[0];
+        }
     }
 }
 
@@ -118,7 +140,10 @@ extern "C" void gpu_embedding_backward_f32(float *dtable, const uint16_t *dout, 
     CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, ids, sorted_ids, rows, sorted_rows, N, 0,
                                                end_bit_for(V), stream));
     KERNEL_CHECK(stream);
-    embedding_sum_runs<<<N, kBlock, 0, stream>>>(dtable, reinterpret_cast<const bf16 *>(dout), sorted_ids, sorted_rows,
-                                                 N, C);
+    const bf16 *db = reinterpret_cast<const bf16 *>(dout);
+    if (C % 8 == 0 && ((uintptr_t)dtable & 15u) == 0 && ((uintptr_t)dout & 15u) == 0)
+        embedding_sum_runs<8><<<N, kBlock, 0, stream>>>(dtable, db, sorted_ids, sorted_rows, N, C);
+    else
+        embedding_sum_runs<1><<<N, kBlock, 0, stream>>>(dtable, db, sorted_ids, sorted_rows, N, C);
     KERNEL_CHECK(stream);
 }
