@@ -144,6 +144,12 @@ void build_plan(struct gpu_gemm *g, plan *pl, const plan_key &key, const gemm_ar
     CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
     CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d));
     CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d));
+    /* Split-K partial sums only in the compute type (fp32) and never in place: a reduction in the
+     * output type would round each partial to bf16 (seen on the H100 as 8-ulp errors in small-N,
+     * long-K products), and the in-place scheme adds partials in the output type too. */
+    const uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reduction,
+                                                    sizeof reduction));
     cublasLtMatmulHeuristicResult_t res;
     int found = 0;
     CUDA_CHECK(cublasLtMatmulAlgoGetHeuristic(g->handle, pl->desc, pl->la, pl->lb, pl->ld, pl->ld, pref, 1, &res, &found));

@@ -176,7 +176,10 @@ static void run_case(const lora_case &c, int plant_inf, int id) {
         for (float &v : u_n) v = bf16_round(v);
         naive_mm(t.data(), u_n.data(), R, 1, B.data(), 1, R, N, C_out, R);
         y_n.resize(t.size());
-        for (size_t i = 0; i < t.size(); i++) y_n[i] = bf16_round(s * t[i] + y0[i]);
+        /* y += s·(u Bᵀ) is one GEMM with beta = 1 into the bf16 y: cuBLASLt's epilogue rounds the
+         * scaled product to bf16 before it adds C (measured on the H100: gemm_parity's epilogue
+         * cases), so the same-precision algorithm has two roundings here. */
+        for (size_t i = 0; i < t.size(); i++) y_n[i] = bf16_round(bf16_round(s * t[i]) + y0[i]);
         if (!plant_inf) {
             dB_n.resize(dB0.size());
             naive_mm(dB_n.data(), dy.data(), 1, C_out, u_n.data(), R, 1, C_out, R, N);
