@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "io/check.h"
+#include "ref/dropout.h"
 
 static void die(const struct golden *g, const char *fmt, const char *name, const char *detail) {
     fprintf(stderr, "FAIL golden fixture %s: ", g->path);
@@ -98,3 +99,31 @@ double golden_scalar(const struct golden *g, const char *name) {
 }
 
 const char *golden_meta(const struct golden *g, const char *key) { return safetensors_meta(&g->st, key); }
+
+float *golden_case_f32(const struct golden *g, const char *cs, const char *name, int ndim, int64_t d0, int64_t d1) {
+    char key[96];
+    snprintf(key, sizeof key, "%s.%s", cs, name);
+    int64_t shape[2] = {d0, d1};
+    return golden_f32(g, key, ndim, shape);
+}
+
+void golden_dropout_case(const struct golden *g, const char *cs, struct cmp_case *c, const float *x, int rows,
+                         int cols, float p, uint64_t seed, uint64_t offset, uint8_t **keep, float **xd,
+                         float *keep_scale) {
+    const int64_t n = (int64_t)rows * cols;
+    *keep = malloc((size_t)n);
+    *xd = malloc(sizeof(float) * (size_t)n);
+    float *keep_f = malloc(sizeof(float) * (size_t)n);
+    CHECK(*keep != NULL && *xd != NULL && keep_f != NULL, "out of memory");
+    ref_dropout_mask(*keep, n, p, seed, offset);
+    float *keep_ref = golden_case_f32(g, cs, "keep", 2, rows, cols);
+    float *ks_ref = golden_case_f32(g, cs, "keep_scale", 1, 1, 0);
+    for (int64_t j = 0; j < n; j++) keep_f[j] = (*keep)[j];
+    c->what = "dropout mask (ref_dropout_mask vs the one PEFT used)";
+    cmp_exact_f32(c, keep_f, keep_ref, n);
+    *keep_scale = (float)(1.0 / (1.0 - (double)p));
+    c->what = "keep_scale";
+    cmp_exact_f32(c, keep_scale, ks_ref, 1);
+    for (int64_t j = 0; j < n; j++) (*xd)[j] = (*keep)[j] ? x[j] * *keep_scale : 0.0f;
+    free(keep_f), free(keep_ref), free(ks_ref);
+}

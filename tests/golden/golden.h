@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "io/safetensors.h"
+#include "tests/common/compare.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -35,6 +36,19 @@ double golden_scalar(const struct golden *g, const char *name);
 const char *golden_meta(const struct golden *g, const char *key);
 /* Number of elements of a tensor (exits if absent). */
 int64_t golden_numel(const struct golden *g, const char *name);
+
+/* Fixtures holding several cases name their tensors "<case>.<name>": golden_f32 of that name with
+ * shape (d0) when ndim is 1, (d0, d1) when 2. */
+float *golden_case_f32(const struct golden *g, const char *cs, const char *name, int ndim, int64_t d0, int64_t d1);
+
+/* Adapter fixtures with dropout p > 0 on an input x of rows × cols: draws refine's mask
+ * (ref_dropout_mask with seed and offset), checks it and the keep scale 1/(1−p) against the mask
+ * the generator fed PEFT ("<case>.keep", "<case>.keep_scale"), and returns (malloc'ed) the mask
+ * and the dropped input x_d = keep ? x·scale : 0, with the scale. c names the case in reports;
+ * its `what` is left pointing at the last check. */
+void golden_dropout_case(const struct golden *g, const char *cs, struct cmp_case *c, const float *x, int rows,
+                         int cols, float p, uint64_t seed, uint64_t offset, uint8_t **keep, float **xd,
+                         float *keep_scale);
 
 #ifdef __cplusplus
 }

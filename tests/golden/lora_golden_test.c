@@ -26,11 +26,9 @@
 enum { N = 6, C_IN = 20, C_OUT = 12 };
 #define DROP_SEED 0x5EED0F00DULL
 
+/* "<case>.<name>" of the fixture (golden_case_f32). */
 static float *get(const struct golden *g, const char *cs, const char *name, int ndim, int64_t d0, int64_t d1) {
-    char key[96];
-    snprintf(key, sizeof key, "%s.%s", cs, name);
-    int64_t shape[2] = {d0, d1};
-    return golden_f32(g, key, ndim, shape);
+    return golden_case_f32(g, cs, name, ndim, d0, d1);
 }
 
 static void run_case(const struct golden *g, const char *cs, int case_index, int R, double alpha,
@@ -49,21 +47,8 @@ static void run_case(const struct golden *g, const char *cs, int case_index, int
 
     uint8_t *keep = NULL;
     float *xd = NULL, keep_scale = 1.0f;
-    if (p_drop > 0) {
-        keep = malloc(N * C_IN);
-        ref_dropout_mask(keep, N * C_IN, p_drop, DROP_SEED, (uint64_t)case_index);
-        float *keep_ref = get(g, cs, "keep", 2, N, C_IN), *ks_ref = get(g, cs, "keep_scale", 1, 1, 0);
-        float keep_f[N * C_IN];
-        for (int j = 0; j < N * C_IN; j++) keep_f[j] = keep[j];
-        c.what = "dropout mask (ref_dropout_mask vs the one PEFT used)";
-        cmp_exact_f32(&c, keep_f, keep_ref, N * C_IN);
-        keep_scale = (float)(1.0 / (1.0 - (double)p_drop));
-        c.what = "keep_scale";
-        cmp_exact_f32(&c, &keep_scale, ks_ref, 1);
-        xd = malloc(sizeof(float) * N * C_IN);
-        for (int j = 0; j < N * C_IN; j++) xd[j] = keep[j] ? x[j] * keep_scale : 0.0f;
-        free(keep_ref), free(ks_ref);
-    }
+    if (p_drop > 0)
+        golden_dropout_case(g, cs, &c, x, N, C_IN, p_drop, DROP_SEED, (uint64_t)case_index, &keep, &xd, &keep_scale);
 
     float y[N * C_OUT], u[N * 8], dx[N * C_IN], ws[N * 8];
     float *da = calloc((size_t)R * C_IN, sizeof(float)), *db = calloc((size_t)C_OUT * R, sizeof(float));
