@@ -53,12 +53,6 @@ static void bf16_fill(std::vector<float> &f, std::vector<uint16_t> &b, struct rn
     }
 }
 
-static std::vector<float> floats_of(const std::vector<uint16_t> &b) {
-    std::vector<float> f(b.size());
-    for (size_t i = 0; i < b.size(); i++) f[i] = bf16_to_float(b[i]);
-    return f;
-}
-
 static void run_case(int B, int T, int H, int KVH, int D) {
     const uint64_t seed = g_seed ^ ((uint64_t)T << 40) ^ ((uint64_t)H << 24) ^ ((uint64_t)KVH << 16) ^ (uint64_t)D ^
                           ((uint64_t)B << 56);

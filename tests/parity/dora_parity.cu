@@ -69,18 +69,6 @@ static void fill(struct rng *r, std::vector<float> &v, enum regime rg, double de
     }
 }
 
-static std::vector<uint16_t> bits_of(const std::vector<float> &v) {
-    std::vector<uint16_t> b(v.size());
-    for (size_t i = 0; i < v.size(); i++) b[i] = bf16_from_float(v[i]);
-    return b;
-}
-
-static std::vector<float> floats_of(const std::vector<uint16_t> &b) {
-    std::vector<float> v(b.size());
-    for (size_t i = 0; i < b.size(); i++) v[i] = bf16_to_float(b[i]);
-    return v;
-}
-
 static std::vector<float> rounded(std::vector<float> v) {
     for (float &x : v) x = bf16_round(x);
     return v;
@@ -90,31 +78,6 @@ static int64_t count_inexact_bf16(const float *v, size_t n) {
     int64_t k = 0;
     for (size_t i = 0; i < n; i++) k += isfinite(v[i]) && bf16_round(v[i]) != v[i];
     return k;
-}
-
-/* out (M, P) = Σ_k a(i,k)·b(k,j), sequential fp32 sums in k order (the naive same-precision
- * product); a(i,k) = a[i·as_i + k·as_k], b(k,j) = b[k·bs_k + j·bs_j]. The loop order follows b's
- * layout (each element still sums its terms in k order). */
-static void naive_mm(float *out, const float *a, int64_t as_i, int64_t as_k, const float *b, int64_t bs_k,
-                     int64_t bs_j, int M, int P, int K) {
-    if (bs_j == 1) {
-        for (int i = 0; i < M; i++) {
-            float *o = out + (int64_t)i * P;
-            for (int j = 0; j < P; j++) o[j] = 0.0f;
-            for (int k = 0; k < K; k++) {
-                const float av = a[i * as_i + k * as_k];
-                const float *bk = b + k * bs_k;
-                for (int j = 0; j < P; j++) o[j] += av * bk[j];
-            }
-        }
-        return;
-    }
-    for (int i = 0; i < M; i++)
-        for (int j = 0; j < P; j++) {
-            float s = 0.0f;
-            for (int k = 0; k < K; k++) s += a[i * as_i + k * as_k] * b[k * bs_k + j * bs_j];
-            out[(int64_t)i * P + j] = s;
-        }
 }
 
 static void compare(const struct cmp_case *cc, const std::vector<float> &got, const std::vector<float> &naive,

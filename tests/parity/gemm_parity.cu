@@ -76,12 +76,6 @@ static void fill(struct rng *r, std::vector<float> &v, enum values kind) {
     for (float &x : v) x = bf16_round(x);
 }
 
-static std::vector<uint16_t> bits_of(const std::vector<float> &v) {
-    std::vector<uint16_t> b(v.size());
-    for (size_t i = 0; i < v.size(); i++) b[i] = bf16_from_float(v[i]);
-    return b;
-}
-
 /* Elements a stored operand of `rows` rows of `row_len` with leading dimension ld spans. */
 static int64_t span(int64_t rows, int64_t row_len, int64_t ld) { return (rows - 1) * ld + row_len; }
 

@@ -64,30 +64,6 @@ static void fill(struct rng *r, std::vector<float> &v, enum regime rg, double st
     }
 }
 
-static std::vector<uint16_t> bits_of(const std::vector<float> &v) {
-    std::vector<uint16_t> b(v.size());
-    for (size_t i = 0; i < v.size(); i++) b[i] = bf16_from_float(v[i]);
-    return b;
-}
-
-static std::vector<float> floats_of(const std::vector<uint16_t> &b) {
-    std::vector<float> v(b.size());
-    for (size_t i = 0; i < b.size(); i++) v[i] = bf16_to_float(b[i]);
-    return v;
-}
-
-/* out (M, P) = Σ_k a(i,k)·b(k,j), sequential fp32 sums in k order (the naive same-precision
- * product); a(i,k) = a[i·as_i + k·as_k], b(k,j) = b[k·bs_k + j·bs_j]. */
-static void naive_mm(float *out, const float *a, int64_t as_i, int64_t as_k, const float *b, int64_t bs_k,
-                     int64_t bs_j, int M, int P, int K) {
-    for (int i = 0; i < M; i++)
-        for (int j = 0; j < P; j++) {
-            float s = 0.0f;
-            for (int k = 0; k < K; k++) s += a[i * as_i + k * as_k] * b[k * bs_k + j * bs_j];
-            out[(int64_t)i * P + j] = s;
-        }
-}
-
 struct lora_case {
     int N, C_in, C_out, R;
     enum regime rg;
