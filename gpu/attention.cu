@@ -60,6 +60,29 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     return *reinterpret_cast<uint32_t *>(&h);
 }
 
+/* The A fragment of k-step kk of a 16 × kCols operand held as the C fragments of its kCols/8
+ * column tiles (tiles 2kk and 2kk+1 form k-step kk), rounded to bf16. */
+__device__ __forceinline__ void a_from_c(uint32_t (&a)[4], const float (&c)[kCols / 8][4], int kk) {
+    a[0] = pack_bf16(c[2 * kk][0], c[2 * kk][1]);
+    a[1] = pack_bf16(c[2 * kk][2], c[2 * kk][3]);
+    a[2] = pack_bf16(c[2 * kk + 1][0], c[2 * kk + 1][1]);
+    a[3] = pack_bf16(c[2 * kk + 1][2], c[2 * kk + 1][3]);
+}
+
+/* acc (16 × D, D/8 C fragments) += A (k-step kk) · X[kk·16 .. kk·16+16)[0 .. D) for a k-major
+ * shared tile X with leading dimension D + 8. */
+template <int D>
+__device__ __forceinline__ void mma_kmajor(float (&acc)[D / 8][4], const uint32_t (&a)[4], const bf16 *X, int kk,
+                                           int lane) {
+#pragma unroll
+    for (int dn = 0; dn < D / 8; dn += 2) {
+        uint32_t b[4];
+        load_b_kmajor(b, X, D + 8, kk * 16, dn * 8, lane);
+        mma16816(acc[dn], a[0], a[1], a[2], a[3], b[0], b[1]);
+        mma16816(acc[dn + 1], a[0], a[1], a[2], a[3], b[2], b[3]);
+    }
+}
+
 /* acc (16×8) += X[r0.., k0..k0+K) · Y[n0.., k0..)ᵀ over K = 16·ksteps. */
 template <int KSTEPS>
 __device__ __forceinline__ void mma_tile(float (&acc)[4], const bf16 *X, int ldx, int r0, const bf16 *Y, int ldy,
@@ -166,16 +189,9 @@ __global__ void __launch_bounds__(kThreads) attn_forward(bf16 *__restrict__ out,
         }
 #pragma unroll
         for (int kk = 0; kk < kCols / 16; kk++) {
-            const uint32_t a0 = pack_bf16(s[2 * kk][0], s[2 * kk][1]), a1 = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
-            const uint32_t a2 = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                           a3 = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-#pragma unroll
-            for (int dn = 0; dn < D / 8; dn += 2) {
-                uint32_t b[4];
-                load_b_kmajor(b, Vs, D + 8, kk * 16, dn * 8, lane);
-                mma16816(o[dn], a0, a1, a2, a3, b[0], b[1]);
-                mma16816(o[dn + 1], a0, a1, a2, a3, b[2], b[3]);
-            }
+            uint32_t a[4];
+            a_from_c(a, s, kk);
+            mma_kmajor<D>(o, a, Vs, kk, lane); /* O += P V */
         }
     }
 #pragma unroll
@@ -278,23 +294,11 @@ __global__ void __launch_bounds__(kThreads) attn_backward_dkdv(bf16 *__restrict_
             }
 #pragma unroll
             for (int kk = 0; kk < kCols / 16; kk++) {
-                const uint32_t a0 = pack_bf16(p[2 * kk][0], p[2 * kk][1]), a1 = pack_bf16(p[2 * kk][2], p[2 * kk][3]);
-                const uint32_t a2 = pack_bf16(p[2 * kk + 1][0], p[2 * kk + 1][1]),
-                               a3 = pack_bf16(p[2 * kk + 1][2], p[2 * kk + 1][3]);
-                const uint32_t s0 = pack_bf16(dp[2 * kk][0], dp[2 * kk][1]),
-                               s1 = pack_bf16(dp[2 * kk][2], dp[2 * kk][3]);
-                const uint32_t s2 = pack_bf16(dp[2 * kk + 1][0], dp[2 * kk + 1][1]),
-                               s3 = pack_bf16(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
-#pragma unroll
-                for (int dn = 0; dn < D / 8; dn += 2) {
-                    uint32_t b[4];
-                    load_b_kmajor(b, Gs, D + 8, kk * 16, dn * 8, lane); /* dV += Pᵀ dO */
-                    mma16816(dva[dn], a0, a1, a2, a3, b[0], b[1]);
-                    mma16816(dva[dn + 1], a0, a1, a2, a3, b[2], b[3]);
-                    load_b_kmajor(b, Qs, D + 8, kk * 16, dn * 8, lane); /* dK += dSᵀ Q */
-                    mma16816(dka[dn], s0, s1, s2, s3, b[0], b[1]);
-                    mma16816(dka[dn + 1], s0, s1, s2, s3, b[2], b[3]);
-                }
+                uint32_t a[4];
+                a_from_c(a, p, kk);
+                mma_kmajor<D>(dva, a, Gs, kk, lane); /* dV += Pᵀ dO */
+                a_from_c(a, dp, kk);
+                mma_kmajor<D>(dka, a, Qs, kk, lane); /* dK += dSᵀ Q */
             }
         }
     }
@@ -366,16 +370,9 @@ __global__ void __launch_bounds__(kThreads) attn_backward_dq(bf16 *__restrict__ 
         }
 #pragma unroll
         for (int kk = 0; kk < kCols / 16; kk++) {
-            const uint32_t a0 = pack_bf16(ds[2 * kk][0], ds[2 * kk][1]), a1 = pack_bf16(ds[2 * kk][2], ds[2 * kk][3]);
-            const uint32_t a2 = pack_bf16(ds[2 * kk + 1][0], ds[2 * kk + 1][1]),
-                           a3 = pack_bf16(ds[2 * kk + 1][2], ds[2 * kk + 1][3]);
-#pragma unroll
-            for (int dn = 0; dn < D / 8; dn += 2) {
-                uint32_t b[4];
-                load_b_kmajor(b, Ks, D + 8, kk * 16, dn * 8, lane); /* dQ += dS K */
-                mma16816(dqa[dn], a0, a1, a2, a3, b[0], b[1]);
-                mma16816(dqa[dn + 1], a0, a1, a2, a3, b[2], b[3]);
-            }
+            uint32_t a[4];
+            a_from_c(a, ds, kk);
+            mma_kmajor<D>(dqa, a, Ks, kk, lane); /* dQ += dS K */
         }
     }
 #pragma unroll
