@@ -82,6 +82,8 @@ struct ref_engine {
     float *slab;
     int n_params;
     struct param *params;
+    float **grads;    /* params[i].grad, the list the norm and the clip take */
+    int64_t *numels;  /* params[i].numel */
     int adamw8bit;
     int n_slots;
     struct slot *slots; /* the engine tensors (checkpoint view) */
@@ -139,10 +141,7 @@ static int eng_eval(void *self, const int32_t *tokens, const int32_t *labels, in
 
 static int eng_optimizer_step(void *self, const struct optim_step *h, double *grad_norm, struct io_err *e) {
     struct ref_engine *r = self;
-    const float **g = xcalloc((size_t)r->n_params, sizeof *g);
-    int64_t *n = xcalloc((size_t)r->n_params, sizeof *n);
-    for (int i = 0; i < r->n_params; i++) g[i] = r->params[i].grad, n[i] = r->params[i].numel;
-    const float total = ref_grad_total_norm(g, n, r->n_params);
+    const float total = ref_grad_total_norm((const float *const *)r->grads, r->numels, r->n_params);
     *grad_norm = total;
     int rc = 0;
     if (!isfinite(total)) {
@@ -156,11 +155,7 @@ static int eng_optimizer_step(void *self, const struct optim_step *h, double *gr
     }
     if (rc == 0) {
         if (h->clip > 0) {
-            const float coef = ref_clip_coef(total, h->clip);
-            float **gm = xcalloc((size_t)r->n_params, sizeof *gm);
-            for (int i = 0; i < r->n_params; i++) gm[i] = r->params[i].grad;
-            ref_grad_scale(gm, n, r->n_params, coef);
-            free(gm);
+            ref_grad_scale(r->grads, r->numels, r->n_params, ref_clip_coef(total, h->clip));
         }
         const struct adamw_hparams hp = {h->lr, h->beta1, h->beta2, h->eps, h->weight_decay};
         struct adamw8bit_hparams h8 = adamw8bit_defaults();
@@ -175,9 +170,7 @@ static int eng_optimizer_step(void *self, const struct optim_step *h, double *gr
             }
         }
     }
-    for (int i = 0; i < r->n_params; i++) memset(r->params[i].grad, 0, (size_t)r->params[i].numel * sizeof(float));
-    free(g);
-    free(n);
+    for (int i = 0; i < r->n_params; i++) memset(r->grads[i], 0, (size_t)r->numels[i] * sizeof(float));
     return rc;
 }
 
@@ -226,6 +219,9 @@ static void add_slot(struct ref_engine *r, const struct param *p, const char *su
  * moments for tensors below its 8-bit threshold). */
 static void build_slots(struct ref_engine *r) {
     r->slots = xcalloc((size_t)r->n_params * 5, sizeof *r->slots);
+    r->grads = xcalloc((size_t)r->n_params, sizeof *r->grads);
+    r->numels = xcalloc((size_t)r->n_params, sizeof *r->numels);
+    for (int i = 0; i < r->n_params; i++) r->grads[i] = r->params[i].grad, r->numels[i] = r->params[i].numel;
     for (int i = 0; i < r->n_params; i++) {
         struct param *p = &r->params[i];
         add_slot(r, p, "", ROLE_PARAM, ST_F32, p->numel, p->data);
@@ -273,6 +269,8 @@ static void eng_destroy(void *self) {
         if (r->adamw8bit) adamw8bit_free(&r->params[i].s8);
     }
     free(r->slots);
+    free(r->grads);
+    free(r->numels);
     free(r->params);
     free(r->all);
     free(r->slab);
