@@ -41,6 +41,7 @@
 #include "ref/nf4.h"
 #include "tests/common/compare.h"
 #include "tests/common/harness.h"
+#include "train/options.h" /* train_cache_dir */
 #include "tests/golden/golden.h"
 
 #define DIR "tests/golden/data/e2e/"
@@ -274,13 +275,9 @@ static void run_case(const char *model, const char *mode) {
  * Skipped, with a message, when the model file is absent (tools/setup.sh fetches it). Tolerance:
  * the tier-(d) rule above with L = 30, K_max = F = 1536. */
 static void run_smollm2(void) {
-    char path[1200];
-    const char *cache = getenv("REFINE_CACHE");
-    const char *home = getenv("HOME");
-    if (cache != NULL && *cache)
-        snprintf(path, sizeof path, "%s/models/SmolLM2-135M-Instruct.Q4_1.gguf", cache);
-    else
-        snprintf(path, sizeof path, "%s/.cache/refine/models/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : "");
+    char cache[1024], path[1200];
+    train_cache_dir(cache, sizeof cache);
+    snprintf(path, sizeof path, "%s/models/SmolLM2-135M-Instruct.Q4_1.gguf", cache);
     if (!file_exists(path)) {
         printf("SKIPPED the SmolLM2 logits: %s is absent (tools/setup.sh fetches it)\n", path);
         return;

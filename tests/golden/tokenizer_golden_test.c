@@ -25,6 +25,7 @@
 #include "io/model_source.h"
 #include "io/tokenizer.h"
 #include "tests/common/harness.h"
+#include "train/options.h" /* train_cache_dir */
 
 #define DATA "tests/golden/data/tokenizer/"
 
@@ -222,10 +223,9 @@ static void check_gguf_path(const struct tokenizer *ref) {
 }
 
 static void cache_path(char *buf, size_t cap, const char *rel) {
-    const char *c = getenv("REFINE_CACHE");
-    const char *home = getenv("HOME");
-    if (c && c[0]) snprintf(buf, cap, "%s/%s", c, rel);
-    else snprintf(buf, cap, "%s/.cache/refine/%s", home ? home : ".", rel);
+    char cache[1024];
+    train_cache_dir(cache, sizeof cache);
+    snprintf(buf, cap, "%s/%s", cache, rel);
 }
 
 static double now_s(void) {

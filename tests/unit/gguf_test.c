@@ -23,6 +23,7 @@
 #include "io/safetensors.h"
 #include "tests/common/compare.h"
 #include "tests/common/harness.h"
+#include "train/options.h" /* train_cache_dir */
 
 #define GD "tests/golden/data/gguf/"
 
@@ -302,13 +303,9 @@ static void test_small_variants(void) {
 
 /* The real SmolLM2-135M-Instruct Q4_1 file. */
 static void test_smollm2(void) {
-    char path[1200];
-    const char *cache = getenv("REFINE_CACHE");
-    const char *home = getenv("HOME");
-    if (cache != NULL && *cache)
-        snprintf(path, sizeof path, "%s/models/SmolLM2-135M-Instruct.Q4_1.gguf", cache);
-    else
-        snprintf(path, sizeof path, "%s/.cache/refine/models/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : "");
+    char cache[1024], path[1200];
+    train_cache_dir(cache, sizeof cache);
+    snprintf(path, sizeof path, "%s/models/SmolLM2-135M-Instruct.Q4_1.gguf", cache);
     if (!file_exists(path)) {
         printf("SKIPPED the SmolLM2 GGUF checks: %s is absent (tools/setup.sh fetches it)\n", path);
         return;
