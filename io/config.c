@@ -28,6 +28,7 @@
 
 #include "cJSON.h"
 #include "io/file.h"
+#include "io/utf8.h"
 
 #define CONFIG_MAX_BYTES (4u << 20)
 
@@ -334,26 +335,6 @@ static int parse_root(struct model_config *c, const cJSON *root, const char *pat
     return 0;
 }
 
-/* Offset of the first byte that breaks strict UTF-8 (overlong forms, surrogates and code points
- * above U+10FFFF included), or n when the text is valid: cJSON does not check. */
-static size_t utf8_invalid_at(const char *text, size_t n) {
-    const unsigned char *s = (const unsigned char *)text;
-    static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
-    size_t i = 0;
-    while (i < n) {
-        int len = s[i] < 0x80 ? 1 : (s[i] & 0xE0) == 0xC0 ? 2 : (s[i] & 0xF0) == 0xE0 ? 3 : (s[i] & 0xF8) == 0xF0 ? 4 : 0;
-        if (len == 0 || n - i < (size_t)len) return i;
-        uint32_t cp = len == 1 ? s[i] : s[i] & (0x7F >> len);
-        for (int k = 1; k < len; k++) {
-            if ((s[i + k] & 0xC0) != 0x80) return i;
-            cp = (cp << 6) | (s[i + k] & 0x3F);
-        }
-        if ((len > 1 && cp < min_cp[len]) || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
-        i += (size_t)len;
-    }
-    return n;
-}
-
 int config_from_hf_json(struct model_config *c, const char *path, struct io_err *e) {
     memset(c, 0, sizeof *c);
     char file[4096];
@@ -366,10 +347,10 @@ int config_from_hf_json(struct model_config *c, const char *path, struct io_err 
     char *text;
     size_t len;
     if (read_file_text(&text, &len, file, CONFIG_MAX_BYTES, e) != 0) return -1;
-    size_t bad = utf8_invalid_at(text, len);
-    if (bad < len) {
+    const int64_t bad = utf8_invalid_at(text, len);
+    if (bad >= 0) {
         free(text);
-        return io_fail(e, "%s: not valid UTF-8 (byte %zu); JSON text must be UTF-8", file, bad);
+        return io_fail(e, "%s: not valid UTF-8 (byte %lld); JSON text must be UTF-8", file, (long long)bad);
     }
     cJSON *root = cJSON_ParseWithLength(text, len);
     free(text);

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "io/check.h"
+#include "io/utf8.h"
 
 #define GGUF_MAX_NAME 64           /* ggml GGML_MAX_NAME: tensor names are shorter */
 #define GGUF_MAX_KEY (1u << 16)    /* far above any real key */
@@ -115,37 +116,6 @@ static int rd_u64(struct cursor *c, uint64_t *v, const char *what) {
     return 0;
 }
 
-/* Strict UTF-8 (no overlong forms, no surrogates, at most U+10FFFF): 1 when valid. */
-static int utf8_valid(const uint8_t *s, uint64_t n) {
-    uint64_t i = 0;
-    while (i < n) {
-        uint8_t b = s[i];
-        int len;
-        uint32_t cp;
-        if (b < 0x80) {
-            i++;
-            continue;
-        } else if ((b & 0xE0) == 0xC0) {
-            len = 2, cp = b & 0x1F;
-        } else if ((b & 0xF0) == 0xE0) {
-            len = 3, cp = b & 0x0F;
-        } else if ((b & 0xF8) == 0xF0) {
-            len = 4, cp = b & 0x07;
-        } else {
-            return 0;
-        }
-        if (n - i < (uint64_t)len) return 0;
-        for (int k = 1; k < len; k++) {
-            if ((s[i + k] & 0xC0) != 0x80) return 0;
-            cp = (cp << 6) | (s[i + k] & 0x3F);
-        }
-        static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
-        if (cp < min_cp[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-        i += (uint64_t)len;
-    }
-    return 1;
-}
-
 /* A string; `what` names it in messages. max_len 0: no limit beyond the file. */
 static int rd_str(struct cursor *c, struct gguf_str *s, uint64_t max_len, const char *what) {
     uint64_t n;
@@ -156,7 +126,7 @@ static int rd_str(struct cursor *c, struct gguf_str *s, uint64_t max_len, const 
     if (max_len != 0 && n >= max_len)
         return io_fail(c->e, "%s: %s is %llu bytes long; at most %llu are allowed", c->name, what,
                        (unsigned long long)n, (unsigned long long)(max_len - 1));
-    if (!utf8_valid(c->base + c->pos, n)) return io_fail(c->e, "%s: %s is not valid UTF-8", c->name, what);
+    if (utf8_invalid_at(c->base + c->pos, n) >= 0) return io_fail(c->e, "%s: %s is not valid UTF-8", c->name, what);
     s->ptr = (const char *)(c->base + c->pos);
     s->len = n;
     c->pos += (size_t)n;

@@ -12,6 +12,7 @@
 #include "io/check.h"
 #include "io/file.h"
 #include "io/safetensors.h"
+#include "io/utf8.h"
 
 #define PEFT_CONFIG_MAX_BYTES (1u << 20)
 #define PEFT_MAX_LAYERS 4096
@@ -230,29 +231,6 @@ int peft_write(const char *dir, const struct peft_config *c, const struct peft_m
 
 /* ---- reading ------------------------------------------------------------------------------- */
 
-static int utf8_valid(const unsigned char *s, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        unsigned char c = s[i];
-        int len;
-        uint32_t cp;
-        if (c < 0x80) { i++; continue; }
-        if ((c & 0xE0) == 0xC0) len = 2, cp = c & 0x1F;
-        else if ((c & 0xF0) == 0xE0) len = 3, cp = c & 0x0F;
-        else if ((c & 0xF8) == 0xF0) len = 4, cp = c & 0x07;
-        else return 0;
-        if (n - i < (size_t)len) return 0;
-        for (int k = 1; k < len; k++) {
-            if ((s[i + k] & 0xC0) != 0x80) return 0;
-            cp = (cp << 6) | (s[i + k] & 0x3F);
-        }
-        static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
-        if (cp < min_cp[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-        i += (size_t)len;
-    }
-    return 1;
-}
-
 static const cJSON *key_of(const cJSON *o, const char *k) { return cJSON_GetObjectItemCaseSensitive(o, k); }
 
 static int is_null_or_absent(const cJSON *v) { return v == NULL || cJSON_IsNull(v); }
@@ -273,7 +251,7 @@ static int target_from_name(const char *s) {
 
 int peft_config_parse(struct peft_config *c, const char *json, size_t len, const char *name, struct io_err *e) {
     memset(c, 0, sizeof *c);
-    if (!utf8_valid((const unsigned char *)json, len)) return io_fail(e, "%s: not valid UTF-8", name);
+    if (utf8_invalid_at(json, len) >= 0) return io_fail(e, "%s: not valid UTF-8", name);
     if (memchr(json, '\0', len) != NULL) return io_fail(e, "%s: holds a NUL byte; expected JSON text", name);
     cJSON *root = cJSON_ParseWithLength(json, len);
     if (root == NULL || !cJSON_IsObject(root)) {
@@ -405,7 +383,7 @@ int peft_config_parse(struct peft_config *c, const char *json, size_t len, const
     v = key_of(root, "base_model_name_or_path");
     if (cJSON_IsString(v)) {
         size_t n = strlen(v->valuestring);
-        if (n >= sizeof c->base_model || !utf8_valid((const unsigned char *)v->valuestring, n)) {
+        if (n >= sizeof c->base_model || utf8_invalid_at(v->valuestring, n) >= 0) {
             io_fail(e, "%s: \"base_model_name_or_path\" is longer than %zu bytes or not valid UTF-8 once unescaped",
                     name, sizeof c->base_model - 1);
             goto done;

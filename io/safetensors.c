@@ -20,6 +20,7 @@
 
 #include "cJSON.h"
 #include "io/check.h"
+#include "io/utf8.h"
 
 #define ST_MAX_HEADER 100000000ull
 #define ST_MAX_INT 9007199254740992.0 /* 2^53: every smaller non-negative integer is exact */
@@ -92,37 +93,6 @@ void st_shape_str(char *buf, size_t cap, int ndim, const int64_t *shape) {
 }
 
 /* ---- header validation helpers ---- */
-
-/* Strict UTF-8 (no overlong forms, no surrogates, at most U+10FFFF). Returns the offset of the
- * first invalid byte, or -1 when all n bytes are valid. */
-static int64_t utf8_invalid_at(const uint8_t *s, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        uint8_t c = s[i];
-        size_t len;
-        uint32_t cp, min;
-        if (c < 0x80) {
-            i++;
-            continue;
-        } else if ((c & 0xE0) == 0xC0) {
-            len = 2, cp = c & 0x1F, min = 0x80;
-        } else if ((c & 0xF0) == 0xE0) {
-            len = 3, cp = c & 0x0F, min = 0x800;
-        } else if ((c & 0xF8) == 0xF0) {
-            len = 4, cp = c & 0x07, min = 0x10000;
-        } else {
-            return (int64_t)i;
-        }
-        if (n - i < len) return (int64_t)i;
-        for (size_t k = 1; k < len; k++) {
-            if ((s[i + k] & 0xC0) != 0x80) return (int64_t)i;
-            cp = (cp << 6) | (s[i + k] & 0x3F);
-        }
-        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return (int64_t)i;
-        i += len;
-    }
-    return -1;
-}
 
 static int is_json_space(uint8_t c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 

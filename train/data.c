@@ -12,6 +12,7 @@
 
 #include "io/file.h"
 #include "io/sha256.h"
+#include "io/utf8.h"
 
 enum { CACHE_VERSION = 1 };
 static const char cache_magic[8] = {'R', 'F', 'T', 'O', 'K', '1', 0, 0};
@@ -68,46 +69,6 @@ static uint64_t stream_key(unsigned long long seed, uint64_t purpose) {
 }
 
 /* ---- input files ------------------------------------------------------------------------- */
-
-static int utf8_check(const uint8_t *p, size_t n, size_t *bad_at) {
-    size_t i = 0;
-    while (i < n) {
-        const uint8_t c = p[i];
-        int len;
-        uint32_t cp;
-        if (c < 0x80) {
-            i++;
-            continue;
-        } else if ((c & 0xE0) == 0xC0) {
-            len = 2, cp = c & 0x1F;
-        } else if ((c & 0xF0) == 0xE0) {
-            len = 3, cp = c & 0x0F;
-        } else if ((c & 0xF8) == 0xF0) {
-            len = 4, cp = c & 0x07;
-        } else {
-            *bad_at = i;
-            return 0;
-        }
-        if (i + (size_t)len > n) {
-            *bad_at = i;
-            return 0;
-        }
-        for (int k = 1; k < len; k++) {
-            if ((p[i + k] & 0xC0) != 0x80) {
-                *bad_at = i;
-                return 0;
-            }
-            cp = cp << 6 | (p[i + k] & 0x3F);
-        }
-        const uint32_t min_cp = len == 2 ? 0x80 : len == 3 ? 0x800 : 0x10000;
-        if (cp < min_cp || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
-            *bad_at = i;
-            return 0;
-        }
-        i += (size_t)len;
-    }
-    return 1;
-}
 
 static int ends_with(const char *s, const char *suffix) {
     const size_t a = strlen(s), b = strlen(suffix);
@@ -202,9 +163,9 @@ int data_tokenize_file(const char *path, const struct data_encoder *enc, struct 
     struct mapped_file m;
     if (map_file(&m, path, e)) return -1;
     int rc = -1;
-    size_t bad = 0;
-    if (!utf8_check(m.data, m.size, &bad)) {
-        io_fail(e, "%s: not UTF-8 text (invalid byte sequence at byte %zu)", path, bad);
+    const int64_t bad = utf8_invalid_at(m.data, m.size);
+    if (bad >= 0) {
+        io_fail(e, "%s: not UTF-8 text (invalid byte sequence at byte %lld)", path, (long long)bad);
         goto done;
     }
     if (ends_with(path, ".jsonl")) {
