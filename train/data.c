@@ -159,54 +159,48 @@ done:
     return rc;
 }
 
+/* The words of one input file's bytes (path names it and picks the format), appended to out. */
+static int tokenize_bytes(const char *path, const uint8_t *data, size_t size, const struct data_encoder *enc,
+                          struct token_vec *out, struct io_err *e) {
+    const int64_t bad = utf8_invalid_at(data, size);
+    if (bad >= 0) return io_fail(e, "%s: not UTF-8 text (invalid byte sequence at byte %lld)", path, (long long)bad);
+    if (!ends_with(path, ".jsonl")) return size > 0 ? encode_doc(enc, (const char *)data, size, out, e) : 0;
+    size_t i = 0;
+    int lineno = 0;
+    while (i < size) {
+        size_t j = i;
+        while (j < size && data[j] != '\n') j++;
+        lineno++;
+        size_t k = i;
+        while (k < j && (data[k] == ' ' || data[k] == '\t' || data[k] == '\r')) k++;
+        if (k < j && jsonl_line(path, lineno, (const char *)data + i, j - i, enc, out, e)) return -1;
+        i = j + 1;
+    }
+    return 0;
+}
+
 int data_tokenize_file(const char *path, const struct data_encoder *enc, struct token_vec *out, struct io_err *e) {
     struct mapped_file m;
     if (map_file(&m, path, e)) return -1;
-    int rc = -1;
-    const int64_t bad = utf8_invalid_at(m.data, m.size);
-    if (bad >= 0) {
-        io_fail(e, "%s: not UTF-8 text (invalid byte sequence at byte %lld)", path, (long long)bad);
-        goto done;
-    }
-    if (ends_with(path, ".jsonl")) {
-        size_t i = 0;
-        int lineno = 0;
-        while (i < m.size) {
-            size_t j = i;
-            while (j < m.size && m.data[j] != '\n') j++;
-            lineno++;
-            size_t k = i;
-            while (k < j && (m.data[k] == ' ' || m.data[k] == '\t' || m.data[k] == '\r')) k++;
-            if (k < j && jsonl_line(path, lineno, (const char *)m.data + i, j - i, enc, out, e)) goto done;
-            i = j + 1;
-        }
-    } else if (m.size > 0) {
-        if (encode_doc(enc, (const char *)m.data, m.size, out, e)) goto done;
-    }
-    rc = 0;
-done:
+    const int rc = tokenize_bytes(path, m.data, m.size, enc, out, e);
     unmap_file(&m);
     return rc;
 }
 
 /* Cache: magic (8) | count u64 | words u32[count], little-endian as the host (x86-64/aarch64). */
-static int cache_path_of(char *buf, size_t cap, const char *cache, const char *path, const struct data_encoder *enc,
-                         struct io_err *e) {
-    struct mapped_file m;
-    if (map_file(&m, path, e)) return -1;
+static void cache_path_of(char *buf, size_t cap, const char *cache, const uint8_t *data, size_t size,
+                          const struct data_encoder *enc) {
     struct sha256 s;
     sha256_init(&s);
     char head[96];
     const int hn = snprintf(head, sizeof head, "refine-tokens-v%d|%s|%d|", CACHE_VERSION, enc->identity, enc->add_bos);
     sha256_update(&s, head, (size_t)hn);
-    if (m.size) sha256_update(&s, m.data, m.size);
-    unmap_file(&m);
+    if (size) sha256_update(&s, data, size);
     uint8_t d[32];
     char hex[65];
     sha256_final(&s, d);
     sha256_hex(d, hex);
     snprintf(buf, cap, "%s/tokens/%s.tok", cache, hex);
-    return 0;
 }
 
 static int cache_read(const char *cpath, struct token_vec *out, struct io_err *e) {
@@ -349,28 +343,29 @@ int dataset_open(struct dataset *d, const char *const *paths, int n_paths, const
         if (rc == 0 && files.n == before) rc = io_fail(e, "%s: folder holds no data files", paths[i]);
     }
     for (int i = 0; i < files.n && rc == 0; i++) {
+        /* one mapping per file: hashed for the cache key, tokenized on a miss */
+        struct mapped_file m;
+        if ((rc = map_file(&m, files.p[i], e))) break;
         char cpath[1400];
         const size_t before = d->owned.n;
         int hit = 1;
         if (o->cache) {
-            if ((rc = cache_path_of(cpath, sizeof cpath, o->cache, files.p[i], enc, e))) break;
+            cache_path_of(cpath, sizeof cpath, o->cache, m.data, m.size, enc);
             hit = cache_read(cpath, &d->owned, e);
             if (hit < 0) rc = -1;
         }
         if (rc == 0 && hit != 0) {
             d->owned.n = before;
-            struct token_vec t = {0};
-            rc = data_tokenize_file(files.p[i], enc, &t, e);
-            for (size_t k = 0; k < t.n && rc == 0; k++) rc = token_vec_push(&d->owned, t.v[k], e);
+            rc = tokenize_bytes(files.p[i], m.data, m.size, enc, &d->owned, e);
             if (rc == 0 && o->cache) {
                 struct io_err werr;
-                if (cache_write(o->cache, cpath, t.v, t.n, &werr))
+                if (cache_write(o->cache, cpath, d->owned.v + before, d->owned.n - before, &werr))
                     fprintf(stderr, "refine: warning: token cache not written (%s)\n", werr.msg);
             }
-            token_vec_free(&t);
         } else if (rc == 0) {
             d->cache_hits++;
         }
+        unmap_file(&m);
         d->n_files++;
     }
     for (int i = 0; i < files.n; i++) free(files.p[i]);
