@@ -139,6 +139,29 @@ void ref_llama_adapters_free(struct llama_adapters *a, const struct model_config
     a->layers = NULL;
 }
 
+/* uniform01 for ref_lora_init: splitmix64 of a counter. */
+static double splitmix_uniform01(void *ctx) {
+    uint64_t *s = ctx;
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (double)(z >> 11) * 0x1.0p-53;
+}
+
+void ref_llama_adapters_init(struct llama_adapters *a, const struct model_config *c, const struct llama_options *o,
+                             uint64_t seed) {
+    uint64_t state = seed ^ 0x5EEDA11CE5ull;
+    for (int l = 0; l < c->L; l++)
+        for (int t = 0; t < LLAMA_N_LINEAR; t++) {
+            struct llama_adapter *ad = &a->layers[l][t];
+            if (!ad->a) continue;
+            int co, ci;
+            ref_llama_linear_shape(c, (enum llama_linear)t, &co, &ci);
+            ref_lora_init(ad->a, ad->b, ci, co, o->R, splitmix_uniform01, &state);
+        }
+}
+
 static int load_one(float *dst, const struct model_source *s, enum model_weight kind, int layer, struct io_err *e) {
     if (model_source_is_bnb(s, kind, layer)) {
         /* QLoRA: the NF4 weight dequantized to fp32, as bitsandbytes' Linear4bit does with

@@ -154,6 +154,14 @@ void ref_llama_weights_free(struct llama_weights *w, const struct model_config *
 void ref_llama_adapters_alloc(struct llama_adapters *a, const struct model_config *c, const struct llama_options *o);
 void ref_llama_adapters_free(struct llama_adapters *a, const struct model_config *c);
 
+/* PEFT's initialization of the adapters of o (ref_lora_init: A uniform ±1/√C_in, B = 0), every
+ * target of every layer in order (layer 0 q, k, v, o, gate, up, down, then layer 1, ...), from
+ * one splitmix64 stream seeded with seed ^ 0x5EEDA11CE5: the same values in every trainer for the
+ * same --seed. DoRA magnitudes are left to the caller (m = ‖W‖_row, which needs the weights in the
+ * precision the trainer computes with). */
+void ref_llama_adapters_init(struct llama_adapters *a, const struct model_config *c, const struct llama_options *o,
+                             uint64_t seed);
+
 /* Fills w (from ref_llama_weights_alloc with s->config) from a model opened by io/model_source.h
  * (an HF folder or a GGUF file): every weight as fp32 in its HF shape (F32, F16, BF16, GGUF
  * quantized types dequantized by io/gguf); a tied lm_head is the embedding. bitsandbytes 4-bit

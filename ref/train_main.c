@@ -40,8 +40,6 @@
 #include "io/config.h"
 #include "io/error.h"
 #include "io/model_source.h"
-#include "io/peft.h"
-#include "io/tokenizer.h"
 #include "ref/adamw.h"
 #include "ref/adamw8bit.h"
 #include "ref/dora.h"
@@ -49,10 +47,8 @@
 #include "ref/nf4.h"
 #include "ref/quant8.h"
 #include "ref/lora.h"
-#include "train/data.h"
 #include "train/engine.h"
-#include "train/export.h"
-#include "train/loop.h"
+#include "train/cli.h"
 #include "train/options.h"
 
 /* ---- the engine --------------------------------------------------------------------------- */
@@ -284,20 +280,6 @@ static void eng_destroy(void *self) {
     free(r);
 }
 
-/* uniform01 for ref_lora_init: splitmix64 of a counter (deterministic from the seed). */
-struct seq_rng {
-    uint64_t s;
-};
-
-static double seq_uniform01(void *ctx) {
-    struct seq_rng *g = ctx;
-    uint64_t z = (g->s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return (double)(z >> 11) * 0x1.0p-53;
-}
-
 /* QLoRA on a plain checkpoint: the base Linear is quantized as bitsandbytes does when it loads a
  * model with load_in_4bit (NF4, blocksize 64, double quantization of the absmax with the signed
  * dynamic map, blocks of 256), and the training computes with its dequantization. */
@@ -349,7 +331,7 @@ static int load_base_weights(struct ref_engine *r, const struct model_source *sr
     return 0;
 }
 
-static int ref_engine_create(struct train_engine *eng, const struct train_options *o, const struct model_source *src,
+static int ref_engine_create(struct train_engine *eng, struct train_options *o, const struct model_source *src,
                              struct io_err *e) {
     struct ref_engine *r = xcalloc(1, sizeof *r);
     r->cfg = src->config;
@@ -379,15 +361,14 @@ static int ref_engine_create(struct train_engine *eng, const struct train_option
     } else {
         ref_llama_adapters_alloc(&r->a, &r->cfg, &r->lopt);
         ref_llama_adapters_alloc(&r->ga, &r->cfg, &r->lopt);
-        struct seq_rng g = {o->seed ^ 0x5EEDA11CE5ull};
+        ref_llama_adapters_init(&r->a, &r->cfg, &r->lopt, o->seed);
         for (int l = 0; l < r->cfg.L; l++)
             for (int t = 0; t < LLAMA_N_LINEAR; t++) {
                 struct llama_adapter *ad = &r->a.layers[l][t];
-                if (!ad->a) continue;
+                if (!ad->mag) continue;
                 int co, ci;
                 ref_llama_linear_shape(&r->cfg, (enum llama_linear)t, &co, &ci);
-                ref_lora_init(ad->a, ad->b, ci, co, r->lopt.R, seq_uniform01, &g);
-                if (ad->mag) ref_dora_weight_norm(ad->mag, r->w.layers[l].w[t], ad->a, ad->b, ci, co, r->lopt.R, 0.0f);
+                ref_dora_weight_norm(ad->mag, r->w.layers[l].w[t], ad->a, ad->b, ci, co, r->lopt.R, 0.0f);
             }
     }
     /* the parameter table: trainable tensors of the model with their gradient twins */
@@ -433,6 +414,7 @@ static int ref_engine_create(struct train_engine *eng, const struct train_option
     const double attn = (double)c->L * 4.0 * c->H * c->D * r->T / 2.0;
     eng->flops_per_token = (full ? 6.0 : 4.0) * n_mm + 3.0 * attn;
     eng->peak_flops = 0.0;
+    eng->adapter_scale = full ? 0.0f : ref_lora_scale(o->alpha, o->rank, r->lopt.scaling);
     eng->micro_step = eng_micro_step;
     eng->eval = eng_eval;
     eng->optimizer_step = eng_optimizer_step;
@@ -444,28 +426,6 @@ static int ref_engine_create(struct train_engine *eng, const struct train_option
     eng->mem_gib = eng_mem_gib;
     eng->destroy = eng_destroy;
     return 0;
-}
-
-/* ---- the tokenizer as the data pipeline's encoder ----------------------------------------- */
-
-static int enc_text(void *self, const char *text, size_t len, uint32_t target, struct token_vec *out,
-                    struct io_err *e) {
-    struct tokenizer *tok = self;
-    struct tok_ids ids = {0};
-    tokenizer_encode(tok, text, len, 0, &ids);
-    int rc = 0;
-    for (size_t i = 0; i < ids.n && rc == 0; i++) rc = token_vec_push(out, ids.ids[i] | target, e);
-    tok_ids_free(&ids);
-    return rc;
-}
-
-static int enc_chat(void *self, const struct chat_message *msgs, int n, struct token_vec *out, struct io_err *e) {
-    struct tokenizer *tok = self;
-    struct chat_tokens ct = {0};
-    int rc = tokenizer_apply_chat(tok, msgs, (size_t)n, 0, &ct, e);
-    for (size_t i = 0; i < ct.n && rc == 0; i++) rc = token_vec_push(out, ct.ids[i] | (ct.mask[i] ? DATA_TARGET : 0), e);
-    chat_tokens_free(&ct);
-    return rc;
 }
 
 /* ---- main ------------------------------------------------------------------------------------ */
@@ -491,84 +451,6 @@ static void openblas_coretype(char **argv) {
 
 int main(int argc, char **argv) {
     openblas_coretype(argv);
-    const char *wd = getenv("BUILD_WORKING_DIRECTORY"); /* bazel run: paths are the user's */
-    if (wd && chdir(wd) != 0) {
-        fprintf(stderr, "refine: cannot enter %s\n", wd);
-        return 1;
-    }
-    char cache[1024];
-    train_cache_dir(cache, sizeof cache);
-    struct train_options o;
-    struct io_err e = {{0}};
-    train_options_defaults(&o, cache);
-    if (train_options_parse(&o, argc, argv, &e)) io_exit(&e);
-    if (o.help) {
-        train_options_help(stdout, "bazel run //ref:train --", cache);
-        return 0;
-    }
-    if (check_supported(&o, &e)) io_exit(&e);
-
-    struct model_source src;
-    if (model_source_open(&src, o.model, &e)) io_exit(&e);
-    if (config_check_seq_len(&src.config, o.seq, &e)) io_exit(&e);
-    if (o.method == METHOD_FULL && model_source_is_bnb(&src, MW_Q, 0)) {
-        io_fail(&e, "%s is a bitsandbytes 4-bit checkpoint: its base weights cannot train (use --method qlora or "
-                    "qdora)", o.model);
-        io_exit(&e);
-    }
-    struct tokenizer *tok = model_source_tokenizer(&src, &e);
-    if (!tok) io_exit(&e);
-    printf("model %s: %d layers, width %d, %d/%d heads, vocabulary %d%s\n", o.model, src.config.L, src.config.C,
-           src.config.H, src.config.KVH, src.config.V, src.config.tie_word_embeddings ? ", tied head" : "");
-
-    struct data_encoder enc = {0};
-    enc.self = tok;
-    if (model_source_tokenizer_identity(&src, enc.identity, &e)) io_exit(&e);
-    enc.add_bos = tokenizer_adds_bos(tok) && tokenizer_bos_id(tok) >= 0;
-    enc.bos = enc.add_bos ? (uint32_t)tokenizer_bos_id(tok) : 0;
-    const int64_t eos = src.config.n_eos > 0 ? src.config.eos_token_ids[0] : tokenizer_eos_id(tok);
-    if (eos < 0) {
-        io_fail(&e, "%s: the model names no end-of-sequence token", o.model);
-        io_exit(&e);
-    }
-    enc.eos = (uint32_t)eos;
-    enc.encode = enc_text;
-    enc.encode_chat = tokenizer_chat_template(tok) != CHAT_TEMPLATE_NONE ? enc_chat : NULL;
-    const char *paths[OPT_MAX_DATA];
-    for (int i = 0; i < o.n_data; i++) paths[i] = o.data[i];
-    struct data_options dopt = {o.seq, o.val_fraction, o.seed, cache};
-    struct dataset ds;
-    if (dataset_open(&ds, paths, o.n_data, &enc, &dopt, &e)) io_exit(&e);
-    printf("data: %d file(s), %zu tokens (%" PRId64 " trained), %" PRId64 " training and %" PRId64
-           " validation sequences of %d\n",
-           ds.n_files, ds.S, ds.n_targets, ds.n_train, ds.n_val, ds.T);
-
-    struct train_engine eng;
-    if (ref_engine_create(&eng, &o, &src, &e)) io_exit(&e);
-    struct batch_source bs;
-    dataset_batch_source(&ds, &bs);
-    struct loop_result res;
-    int rc = train_loop_run(&o, &eng, &bs, &res, &e);
-    if (rc == 0 && !res.stopped_early) {
-        struct ref_engine *r = eng.self;
-        const float scale = ref_lora_scale(o.alpha, o.rank, r->lopt.scaling);
-        char dir[OPT_PATH_MAX + 32];
-        if (o.method != METHOD_FULL) {
-            snprintf(dir, sizeof dir, "%s/adapter", o.out);
-            rc = export_peft_adapter(dir, &o, &src.config, &eng, "", &e);
-            if (rc == 0) printf("adapter (PEFT): %s\n", dir);
-        }
-        if (rc == 0 && (o.export_kind == EXPORT_MERGED || o.method == METHOD_FULL)) {
-            snprintf(dir, sizeof dir, "%s/merged", o.out);
-            rc = export_merged(dir, &src.config, &eng, o.method == METHOD_FULL, scale, &e);
-            if (rc == 0) printf("model (HF safetensors, bf16): %s\n", dir);
-        }
-    }
-    if (rc == 0) printf("metrics: %s/metrics.jsonl, plot: %s/loss.svg, checkpoint: %s/checkpoint\n", o.out, o.out, o.out);
-    eng.destroy(eng.self);
-    dataset_close(&ds);
-    tokenizer_free(tok);
-    model_source_close(&src);
-    if (rc) io_exit(&e);
-    return 0;
+    static const struct trainer ref_trainer = {"bazel run //ref:train --", check_supported, ref_engine_create};
+    return train_main(argc, argv, &ref_trainer);
 }

@@ -62,6 +62,8 @@ struct train_engine {
     void *self;
     double flops_per_token; /* model FLOPs per trained token (PERFORMANCE.md convention) */
     double peak_flops;      /* the device's measured bf16 GEMM rate, FLOP/s; 0 when unknown (no MFU) */
+    float adapter_scale;    /* s of the adapters (ref/lora.h's convention), for the merged export; 0 in full
+                               fine-tuning */
 
     int (*micro_step)(void *self, const int32_t *tokens, const int32_t *labels, int B, int T, float grad_scale,
                       uint64_t micro_index, double *nll_sum, struct io_err *e);

@@ -1,0 +1,46 @@
+/* cli.h — the program around the training loop, shared by //ref:train and //gpu:train.
+ *
+ * train_main does everything a trainer program does except building its engine:
+ *   1. under `bazel run`, enter the user's working directory (BUILD_WORKING_DIRECTORY);
+ *   2. options: defaults (train/options.h, the artifact cache), argv, --help, the trainer's own
+ *      checks (t->check: e.g. "no CUDA device", "--dropout is not supported here");
+ *   3. the model (io/model_source.h: HF folder or GGUF), the sequence length against it, the
+ *      refusal of full fine-tuning on a 4-bit checkpoint, the tokenizer;
+ *   4. the data (train/data.h) through the tokenizer and its chat template;
+ *   5. the engine (t->create, which may change the options it owns, e.g. --auto-batch picking
+ *      the micro-batch), the loop (train/loop.h), then the exports: the PEFT adapter for the
+ *      adapter methods, the merged HF model with --export merged and always for --method full.
+ * Every failure of user input ends in one message and exit status 1 (io_exit); nothing written
+ * by an earlier run is touched before the loop starts writing its own --out folder.
+ */
+#ifndef REFINE_TRAIN_CLI_H
+#define REFINE_TRAIN_CLI_H
+
+#include "io/error.h"
+#include "io/model_source.h"
+#include "train/engine.h"
+#include "train/options.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct trainer {
+    const char *program; /* how the user runs it, for --help: "bazel run //ref:train --" */
+    /* Options this trainer refuses or the machine cannot run; NULL: none. Runs before the model
+     * and the data are read. */
+    int (*check)(const struct train_options *o, struct io_err *e);
+    /* Builds the engine for the opened model; may adjust options it decides (micro_batch under
+     * --auto-batch) before the loop sees them. */
+    int (*create)(struct train_engine *eng, struct train_options *o, const struct model_source *src,
+                  struct io_err *e);
+};
+
+/* The whole program; returns main's exit status (0), or exits with status 1 on bad input. */
+int train_main(int argc, char **argv, const struct trainer *t);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* REFINE_TRAIN_CLI_H */
