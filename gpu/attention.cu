@@ -426,8 +426,9 @@ void backward_launch(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const bf16 
 }
 
 void check_args(int B, int T, int H, int KVH, int D) {
-    if (B < 1 || T < 1 || H < 1 || KVH < 1 || H % KVH != 0 || (D != 64 && D != 128)) {
-        fprintf(stderr, "gpu_attention: unsupported shape B=%d T=%d H=%d KVH=%d D=%d (D must be 64 or 128, H %% KVH == 0)\n",
+    if (B < 1 || T < 1 || H < 1 || KVH < 1 || H % KVH != 0 || (D != 16 && D != 32 && D != 64 && D != 128)) {
+        fprintf(stderr,
+                "gpu_attention: unsupported shape B=%d T=%d H=%d KVH=%d D=%d (D must be 16, 32, 64 or 128, H %% KVH == 0)\n",
                 B, T, H, KVH, D);
         exit(2);
     }
@@ -442,8 +443,12 @@ extern "C" void gpu_attention_forward_bf16(uint16_t *out, float *lse, const uint
     bf16 *o = reinterpret_cast<bf16 *>(out);
     const bf16 *qq = reinterpret_cast<const bf16 *>(q), *kk = reinterpret_cast<const bf16 *>(k),
                *vv = reinterpret_cast<const bf16 *>(v);
-    if (D == 64) forward_launch<64>(o, lse, qq, kk, vv, B, T, H, KVH, scale, stream);
-    else forward_launch<128>(o, lse, qq, kk, vv, B, T, H, KVH, scale, stream);
+    switch (D) {
+    case 16: forward_launch<16>(o, lse, qq, kk, vv, B, T, H, KVH, scale, stream); break;
+    case 32: forward_launch<32>(o, lse, qq, kk, vv, B, T, H, KVH, scale, stream); break;
+    case 64: forward_launch<64>(o, lse, qq, kk, vv, B, T, H, KVH, scale, stream); break;
+    default: forward_launch<128>(o, lse, qq, kk, vv, B, T, H, KVH, scale, stream); break;
+    }
 }
 
 extern "C" size_t gpu_attention_backward_workspace_size(int B, int T, int H) {
@@ -463,6 +468,10 @@ extern "C" void gpu_attention_backward_bf16(uint16_t *dq, uint16_t *dk, uint16_t
     bf16 *a = reinterpret_cast<bf16 *>(dq), *bk = reinterpret_cast<bf16 *>(dk), *bv = reinterpret_cast<bf16 *>(dv);
     const bf16 *g = reinterpret_cast<const bf16 *>(dout), *qq = reinterpret_cast<const bf16 *>(q),
                *kk = reinterpret_cast<const bf16 *>(k), *vv = reinterpret_cast<const bf16 *>(v);
-    if (D == 64) backward_launch<64>(a, bk, bv, g, qq, kk, vv, lse, delta, B, T, H, KVH, scale, stream);
-    else backward_launch<128>(a, bk, bv, g, qq, kk, vv, lse, delta, B, T, H, KVH, scale, stream);
+    switch (D) {
+    case 16: backward_launch<16>(a, bk, bv, g, qq, kk, vv, lse, delta, B, T, H, KVH, scale, stream); break;
+    case 32: backward_launch<32>(a, bk, bv, g, qq, kk, vv, lse, delta, B, T, H, KVH, scale, stream); break;
+    case 64: backward_launch<64>(a, bk, bv, g, qq, kk, vv, lse, delta, B, T, H, KVH, scale, stream); break;
+    default: backward_launch<128>(a, bk, bv, g, qq, kk, vv, lse, delta, B, T, H, KVH, scale, stream); break;
+    }
 }

@@ -17,7 +17,8 @@
  * Rounding points (where the GPU differs from ref/ in rounding, not in math): P in the forward is
  *   relative to the running max, not to lse; accumulations are fp32 in MMA order.
  *
- * Preconditions: D ∈ {64, 128}; H % KVH == 0; T ≥ 1 (any T: partial tiles are masked); all
+ * Preconditions: D ∈ {16, 32, 64, 128} (the tiles are generic in D, a multiple of 16: one
+ *   instantiation each; 16 and 32 serve small models such as the test models); H % KVH == 0; T ≥ 1 (any T: partial tiles are masked); all
  *   pointers 16-byte aligned. Workspace of the backward: gpu_attention_backward_workspace_size
  *   bytes (Δ, fp32 (B, H, T)). Aliasing: none.
  * The Hopper (wgmma/TMA) kernels will sit beside these behind the same two entry points.

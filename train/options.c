@@ -28,6 +28,7 @@ static const char *const k_optimizers[] = {"adamw", "adamw8bit", NULL};
 static const char *const k_recompute[] = {"none", "attn", "layer", NULL};
 static const char *const k_exports[] = {"adapter", "merged", NULL};
 static const char *const k_scalings[] = {"standard", "rslora", NULL};
+static const char *const k_precisions[] = {"auto", "fp32", "bf16", NULL};
 
 #define OFF(field) offsetof(struct train_options, field)
 
@@ -60,6 +61,9 @@ static const struct opt_def k_opts[] = {
     {"beta2", K_FLOAT, OFF(beta2), NULL, 0, 0.999999999, "AdamW beta2"},
     {"eps", K_FLOAT, OFF(eps), NULL, 0, 1, "AdamW epsilon"},
     {"optimizer", K_ENUM, OFF(optimizer), k_optimizers, 0, 0, "adamw | adamw8bit (bitsandbytes-style 8-bit blockwise states)"},
+    {"precision", K_ENUM, OFF(precision), k_precisions, 0, 0,
+     "arithmetic: auto (fp32 in //ref:train, bf16 in //gpu:train) | fp32 | bf16 (in //ref:train: bf16 weights and "
+     "activations rounded where //gpu:train rounds them)"},
     {"recompute", K_ENUM, OFF(recompute), k_recompute, 0, 0, "activation recomputation in backward: none | attn | layer"},
     {"auto-batch", K_FLAG, OFF(auto_batch), NULL, 0, 0, "pick the largest micro-batch the memory plan allows (GPU)"},
     {"eval-every", K_INT, OFF(eval_every), NULL, 0, 1 << 30, "evaluate every N steps (0: only at the end)"},

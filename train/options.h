@@ -28,6 +28,8 @@ enum optimizer_kind { OPTIMIZER_ADAMW = 0, OPTIMIZER_ADAMW8BIT };
 enum recompute_policy { RECOMPUTE_NONE = 0, RECOMPUTE_ATTN, RECOMPUTE_LAYER };
 enum export_kind { EXPORT_ADAPTER = 0, EXPORT_MERGED };
 enum adapter_scaling { SCALING_STANDARD = 0, SCALING_RSLORA }; /* α/r or α/√r */
+/* PRECISION_AUTO: the trainer's own arithmetic (fp32 on the CPU, bf16 on the GPU). */
+enum precision { PRECISION_AUTO = 0, PRECISION_FP32, PRECISION_BF16 };
 
 /* Bit i of targets selects target i of train_target_names (q, k, v, o, gate, up, down). */
 enum { TARGET_COUNT = 7 };
@@ -61,6 +63,7 @@ struct train_options {
     float clip; /* 0: no clipping */
     float beta1, beta2, eps;
     enum optimizer_kind optimizer;
+    enum precision precision;
     enum recompute_policy recompute;
     int auto_batch;
     int eval_every; /* steps; 0: only at the end */

@@ -4,7 +4,7 @@
  *   attention_parity [--seed=N] [--bench]
  *
  * Shapes (B, T, H, KVH, D): T = 1, 17, 63, 64, 65, 100, 257, 1024 (partial tiles, one tile, tile
- * edges), GQA ratios 1, 3, 4 and 8:1 as in SmolLM2 (9:3 → 3) and Llama 3 (32:8 → 4), D = 64 and 128.
+ * edges), GQA ratios 1, 3, 4 and 8:1 as in SmolLM2 (9:3 → 3) and Llama 3 (32:8 → 4), D = 64 and 128 (and 16, 32).
  * Inputs are bf16-rounded normals from the printed seed; both sides see the same bits. Outputs are
  * poisoned and guarded.
  *
@@ -218,7 +218,9 @@ int main(int argc, char **argv) {
     CUDA_CHECK(cudaStreamCreate(&g_stream));
     const int cases[][5] = {{1, 1, 4, 4, 64},   {2, 17, 6, 2, 64},   {1, 63, 9, 3, 64},    {1, 64, 8, 2, 128},
                             {2, 65, 4, 1, 128}, {1, 100, 6, 2, 128}, {1, 257, 12, 4, 64},  {1, 257, 8, 8, 128},
-                            {1, 1024, 8, 2, 128}, {1, 1024, 16, 4, 64}};
+                            {1, 1024, 8, 2, 128}, {1, 1024, 16, 4, 64},
+                            /* head dims of small models (the test models have D = 16) */
+                            {2, 33, 4, 1, 16},  {1, 130, 6, 2, 16}, {2, 65, 4, 2, 32}};
     for (auto &cs : cases) run_case(cs[0], cs[1], cs[2], cs[3], cs[4]);
     const int rc = test_finish("attention_parity");
     /* % of the measured dense bf16 GEMM rate on an H100 (PERFORMANCE.md: 784–800 TFLOP/s). */
