@@ -20,11 +20,29 @@
  *     "<param>.exp_avg_sq" (8-bit: ".state1", ".state2", ".absmax1", ".absmax2") for checkpoints.
  * Adapter init follows PEFT (ref_lora_init: A uniform ±1/√C_in from the seed, B = 0; DoRA m =
  * ‖W‖_row), so step 0 is exactly the base model.
- * Linears run through OpenBLAS sgemm (options.blas), attention in the flash form; activations
- * fp32 (the oracle's precision).
+ * Linears run through OpenBLAS sgemm (options.blas), attention in the flash form.
  * QLoRA / QDoRA: the base Linears are NF4 — read from a bitsandbytes 4-bit checkpoint, or quantized
  * here as bitsandbytes quantizes at load (NF4, blocksize 64, double quantization) — and the model
- * computes with their fp32 dequantization (bitsandbytes' compute dtype); the adapters are LoRA/DoRA.
+ * computes with their dequantization; the adapters are LoRA/DoRA.
+ *
+ * Precision (--precision):
+ *   auto, fp32  the oracle: weights, dequantized NF4 (bitsandbytes' compute dtype fp32) and
+ *               activations in fp32.
+ *   bf16        the naive same-precision twin of //gpu:train, rounding where it rounds, so that
+ *               the GPU trainer's error against the fp32 run can be bounded by 2× this run's
+ *               (STYLE.md, tier (c)):
+ *     - activations bf16 (llama_options.act = ACT_BF16: every stored activation is rounded);
+ *     - frozen base weights (embedding, lm_head, norms, linears, biases) are rounded to bf16 once
+ *       after loading; an NF4 weight becomes bf16_rne(code·absmax), the GPU's dequantization
+ *       straight to bf16; DoRA's initial m = ‖W‖_row is taken from that rounded W;
+ *     - trainable tensors keep fp32 masters (what AdamW updates, what checkpoints and exports
+ *       hold) and the model computes with bf16-rounded compute copies of them: LoRA/DoRA A and B,
+ *       or every weight in full fine-tuning (the tied embedding/lm_head is one tensor, one copy);
+ *       the DoRA magnitude is used elementwise and has no copy (the model reads the fp32 master).
+ *       Gradients are taken with respect to the compute copies and applied to the masters; the
+ *       copies are refreshed (refresh_compute) after every optimizer step and whenever a
+ *       checkpoint writes a parameter (resume), so the next forward sees round(master).
+ *     The compute copies cost one more copy of the trainable parameters (bf16 mode only).
  * A full fine-tune of a 4-bit checkpoint is refused (its base cannot train).
  * --optimizer adamw8bit: bitsandbytes' 8-bit blockwise AdamW (ref/adamw8bit.h, the CUDA kernel's
  * order), its state checkpointed as uint8 codes and block absmax.
@@ -42,6 +60,7 @@
 #include "io/model_source.h"
 #include "ref/adamw.h"
 #include "ref/adamw8bit.h"
+#include "ref/bf16.h"
 #include "ref/dora.h"
 #include "ref/llama.h"
 #include "ref/nf4.h"
@@ -56,6 +75,7 @@
 struct param {
     char name[200];
     float *data, *grad, *m, *v; /* m, v: AdamW's moments (--optimizer adamw) */
+    float *compute;             /* bf16: the rounded copy the model computes with; NULL: uses data */
     struct adamw8bit_state s8; /* --optimizer adamw8bit */
     int64_t numel;
     int ndim;
@@ -65,6 +85,7 @@ struct param {
 /* One engine tensor: a parameter or a piece of optimizer state, with its storage. */
 struct slot {
     struct engine_tensor info;
+    struct param *param; /* ROLE_PARAM: the parameter (its compute copy follows a write) */
     void *ptr;
     size_t bytes;
 };
@@ -73,8 +94,13 @@ struct ref_engine {
     struct model_config cfg;
     struct llama_options lopt;
     struct llama_model model;
-    struct llama_weights w, gw;  /* gw: gradients in full fine-tuning */
-    struct llama_adapters a, ga; /* ga: adapter gradients */
+    struct llama_weights w, gw;  /* w: base weights (full: the fp32 masters); gw: full's gradients */
+    struct llama_adapters a, ga; /* a: adapter masters; ga: adapter gradients */
+    int bf16;                    /* --precision bf16 */
+    struct llama_weights w16;    /* bf16 full fine-tuning: the compute copy of w */
+    struct llama_adapters a16;   /* bf16 LoRA/DoRA: compute copies of A and B (mag: a's own) */
+    const struct llama_weights *cw;  /* what the model computes with: &w or &w16 */
+    const struct llama_adapters *ca; /* &a or &a16 */
     float *slab;
     int n_params;
     struct param *params;
@@ -115,9 +141,10 @@ static int eng_micro_step(void *self, const int32_t *tokens, const int32_t *labe
      * micro-batch mean, so Σ NLL = loss·valid and the gradient of the step's mean is
      * (grad_scale·valid) × the gradient of the micro-batch mean. */
     struct llama_batch b = {B, T, tokens, labels, NULL, valid};
-    *nll_sum = ref_llama_forward(&r->model, &r->w, &r->a, &b, r->slab, NULL) * (double)valid;
+    *nll_sum = ref_llama_forward(&r->model, r->cw, r->ca, &b, r->slab, NULL) * (double)valid;
+    /* gradients with respect to the tensors the forward used (bf16: the compute copies) */
     const int full = r->lopt.mode == LLAMA_FULL;
-    ref_llama_backward(&r->model, &r->w, &r->a, &b, r->slab, full ? &r->gw : NULL, full ? NULL : &r->ga,
+    ref_llama_backward(&r->model, r->cw, r->ca, &b, r->slab, full ? &r->gw : NULL, full ? NULL : &r->ga,
                        (float)((double)grad_scale * (double)valid));
     return 0;
 }
@@ -131,8 +158,14 @@ static int eng_eval(void *self, const int32_t *tokens, const int32_t *labels, in
     *nll_sum = 0.0;
     if (valid == 0) return 0;
     struct llama_batch b = {B, T, tokens, labels, NULL, valid};
-    *nll_sum = ref_llama_forward(&r->model, &r->w, &r->a, &b, r->slab, NULL) * (double)valid;
+    *nll_sum = ref_llama_forward(&r->model, r->cw, r->ca, &b, r->slab, NULL) * (double)valid;
     return 0;
+}
+
+/* bf16: the compute copy of p becomes its master rounded to bf16 (what the GPU's optimizer writes
+ * beside the fp32 master). A no-op for tensors without a copy and in fp32. */
+static void refresh_compute(const struct param *p) {
+    if (p->compute) bf16_round_array(p->compute, p->data, p->numel);
 }
 
 static int eng_optimizer_step(void *self, const struct optim_step *h, double *grad_norm, struct io_err *e) {
@@ -164,6 +197,7 @@ static int eng_optimizer_step(void *self, const struct optim_step *h, double *gr
             } else {
                 ref_adamw_step(p->data, p->m, p->v, p->grad, p->numel, h->step, &hp);
             }
+            refresh_compute(p);
         }
     }
     for (int i = 0; i < r->n_params; i++) memset(r->grads[i], 0, (size_t)r->numels[i] * sizeof(float));
@@ -188,16 +222,18 @@ static int eng_tensor_write(void *self, int i, const void *host, struct io_err *
     (void)e;
     const struct slot *sl = &((struct ref_engine *)self)->slots[i];
     memcpy(sl->ptr, host, sl->bytes);
+    if (sl->param) refresh_compute(sl->param); /* a resumed master: the next forward sees it */
     return 0;
 }
 
-static void add_slot(struct ref_engine *r, const struct param *p, const char *suffix, enum engine_tensor_role role,
+static void add_slot(struct ref_engine *r, struct param *p, const char *suffix, enum engine_tensor_role role,
                      enum st_dtype dtype, int64_t n, void *ptr) {
     struct slot *sl = &r->slots[r->n_slots++];
     memset(sl, 0, sizeof *sl);
     snprintf(sl->info.name, sizeof sl->info.name, "%s%s", p->name, suffix);
     sl->info.role = role;
     sl->info.dtype = dtype;
+    sl->param = role == ROLE_PARAM ? p : NULL;
     if (role == ROLE_PARAM || n == p->numel) {
         sl->info.ndim = p->ndim;
         sl->info.shape[0] = p->shape[0];
@@ -257,6 +293,22 @@ static double eng_mem_gib(void *self) {
     return (double)ref_llama_slab_floats(&r->model) * 4.0 / (1024.0 * 1024.0 * 1024.0);
 }
 
+/* bf16 LoRA/DoRA: the compute copies of the adapters — A and B of their own, filled by
+ * refresh_compute; the DoRA magnitude is the master's own vector (elementwise, never rounded). */
+static void alloc_compute_adapters(struct ref_engine *r) {
+    struct llama_options ab_only = r->lopt;
+    ab_only.mode = LLAMA_LORA; /* allocates A and B of every target, no magnitude */
+    ref_llama_adapters_alloc(&r->a16, &r->cfg, &ab_only);
+    for (int l = 0; l < r->cfg.L; l++)
+        for (int t = 0; t < LLAMA_N_LINEAR; t++) r->a16.layers[l][t].mag = r->a.layers[l][t].mag;
+}
+
+static void free_compute_adapters(struct llama_adapters *a16, const struct model_config *c) {
+    for (int l = 0; l < c->L; l++)
+        for (int t = 0; t < LLAMA_N_LINEAR; t++) a16->layers[l][t].mag = NULL; /* the master's */
+    ref_llama_adapters_free(a16, c);
+}
+
 static void eng_destroy(void *self) {
     struct ref_engine *r = self;
     for (int i = 0; i < r->n_params; i++) {
@@ -270,8 +322,11 @@ static void eng_destroy(void *self) {
     free(r->params);
     free(r->all);
     free(r->slab);
-    if (r->lopt.mode == LLAMA_FULL) ref_llama_weights_free(&r->gw, &r->cfg);
-    else {
+    if (r->lopt.mode == LLAMA_FULL) {
+        ref_llama_weights_free(&r->gw, &r->cfg);
+        if (r->bf16) ref_llama_weights_free(&r->w16, &r->cfg);
+    } else {
+        if (r->bf16) free_compute_adapters(&r->a16, &r->cfg);
         ref_llama_adapters_free(&r->a, &r->cfg);
         ref_llama_adapters_free(&r->ga, &r->cfg);
     }
@@ -331,6 +386,17 @@ static int load_base_weights(struct ref_engine *r, const struct model_source *sr
     return 0;
 }
 
+/* bf16: every frozen base weight stored as the GPU stores it, rounded to bf16 once. For an NF4
+ * weight (dequantized to fp32 above) this is bf16_rne(code·absmax): the GPU's dequantization
+ * straight to bf16. */
+static void round_base_weights(struct ref_engine *r) {
+    const int n = ref_llama_tensors(NULL, &r->cfg, &r->lopt, &r->w, NULL);
+    struct llama_tensor *list = xcalloc((size_t)n, sizeof *list);
+    ref_llama_tensors(list, &r->cfg, &r->lopt, &r->w, NULL);
+    for (int i = 0; i < n; i++) bf16_round_array(list[i].data, list[i].data, list[i].numel);
+    free(list);
+}
+
 static int ref_engine_create(struct train_engine *eng, struct train_options *o, const struct model_source *src,
                              struct io_err *e) {
     struct ref_engine *r = xcalloc(1, sizeof *r);
@@ -345,7 +411,8 @@ static int ref_engine_create(struct train_engine *eng, struct train_options *o, 
     r->lopt.R = o->rank;
     r->lopt.alpha = o->alpha;
     r->lopt.scaling = o->scaling == SCALING_RSLORA ? LORA_SCALE_RSLORA : LORA_SCALE_STANDARD;
-    r->lopt.act = ACT_F32;
+    r->bf16 = o->precision == PRECISION_BF16; /* auto and fp32: the oracle */
+    r->lopt.act = r->bf16 ? ACT_BF16 : ACT_F32;
     r->lopt.recompute = o->recompute != RECOMPUTE_NONE;
     r->lopt.blas = 1;
     r->adamw8bit = o->optimizer == OPTIMIZER_ADAMW8BIT;
@@ -356,12 +423,17 @@ static int ref_engine_create(struct train_engine *eng, struct train_options *o, 
         return -1;
     }
     const int full = r->lopt.mode == LLAMA_FULL;
+    /* bf16: frozen weights rounded once (before DoRA's m = ‖W‖_row, taken from what the model
+     * holds); trained weights keep their loaded fp32 values as masters and get a compute copy */
+    if (r->bf16 && !full) round_base_weights(r);
     if (full) {
         ref_llama_weights_alloc(&r->gw, &r->cfg);
+        if (r->bf16) ref_llama_weights_alloc(&r->w16, &r->cfg);
     } else {
         ref_llama_adapters_alloc(&r->a, &r->cfg, &r->lopt);
         ref_llama_adapters_alloc(&r->ga, &r->cfg, &r->lopt);
         ref_llama_adapters_init(&r->a, &r->cfg, &r->lopt, o->seed);
+        if (r->bf16) alloc_compute_adapters(r);
         for (int l = 0; l < r->cfg.L; l++)
             for (int t = 0; t < LLAMA_N_LINEAR; t++) {
                 struct llama_adapter *ad = &r->a.layers[l][t];
@@ -371,12 +443,16 @@ static int ref_engine_create(struct train_engine *eng, struct train_options *o, 
                 ref_dora_weight_norm(ad->mag, r->w.layers[l].w[t], ad->a, ad->b, ci, co, r->lopt.R, 0.0f);
             }
     }
-    /* the parameter table: trainable tensors of the model with their gradient twins */
+    r->cw = r->bf16 && full ? &r->w16 : &r->w;
+    r->ca = r->bf16 && !full ? &r->a16 : &r->a;
+    /* the parameter table: trainable tensors of the model with their gradient and compute twins
+     * (the three lists come in the same order) */
     const int n_all = ref_llama_tensors(NULL, &r->cfg, &r->lopt, &r->w, full ? NULL : &r->a);
     r->all = xcalloc((size_t)n_all, sizeof *r->all);
-    struct llama_tensor *gl = xcalloc((size_t)n_all, sizeof *gl);
+    struct llama_tensor *gl = xcalloc((size_t)n_all, sizeof *gl), *cl = xcalloc((size_t)n_all, sizeof *cl);
     r->n_all = ref_llama_tensors(r->all, &r->cfg, &r->lopt, &r->w, full ? NULL : &r->a);
     ref_llama_tensors(gl, &r->cfg, &r->lopt, full ? &r->gw : &r->w, full ? NULL : &r->ga);
+    ref_llama_tensors(cl, &r->cfg, &r->lopt, r->cw, full ? NULL : r->ca);
     r->params = xcalloc((size_t)n_all, sizeof *r->params);
     for (int i = 0; i < n_all; i++) {
         if (!r->all[i].trainable) continue;
@@ -384,10 +460,12 @@ static int ref_engine_create(struct train_engine *eng, struct train_options *o, 
         snprintf(p->name, sizeof p->name, "%s", strip_peft_prefix(r->all[i].name));
         p->data = r->all[i].data;
         p->grad = gl[i].data;
+        p->compute = cl[i].data != p->data ? cl[i].data : NULL; /* fp32, DoRA's m: none */
         p->numel = r->all[i].numel;
         p->ndim = r->all[i].ndim;
         p->shape[0] = r->all[i].shape[0];
         p->shape[1] = r->all[i].shape[1];
+        refresh_compute(p);
         if (r->adamw8bit) {
             adamw8bit_init(&p->s8, p->numel, ADAMW8BIT_MIN_8BIT_SIZE);
         } else {
@@ -396,6 +474,7 @@ static int ref_engine_create(struct train_engine *eng, struct train_options *o, 
         }
     }
     free(gl);
+    free(cl);
     if (r->n_params == 0) {
         eng_destroy(r);
         return io_fail(e, "nothing to train: --targets selects no linear layer");
@@ -404,7 +483,7 @@ static int ref_engine_create(struct train_engine *eng, struct train_options *o, 
     r->slab = xcalloc(ref_llama_slab_floats(&r->model), sizeof(float));
 
     memset(eng, 0, sizeof *eng);
-    eng->name = "ref (CPU, fp32)";
+    eng->name = r->bf16 ? "ref (CPU, bf16)" : "ref (CPU, fp32)";
     eng->self = r;
     /* FLOPs per token: 4·N_mm (adapters) or 6·N_mm (full) + 3·attention (PERFORMANCE.md) */
     const struct model_config *c = &r->cfg;
