@@ -135,7 +135,10 @@ __device__ __forceinline__ void adamw_element(float &w, float &m, float &v, floa
 }
 
 __global__ void __launch_bounds__(kBlock) adamw_chunk_update(const tensor_desc *params, const chunk_ref *chunks,
-                                                             const float *norm_coef, int clip, step_scalars s) {
+                                                             const float *norm_coef, int clip, int guard,
+                                                             step_scalars s) {
+    /* A non-finite global norm means a non-finite gradient somewhere: no tensor is updated. */
+    if (guard && !isfinite(norm_coef[0])) return;
     const chunk_ref c = chunks[blockIdx.x];
     const tensor_desc p = params[c.tensor];
     const int64_t end = c.start + kChunk < p.n ? c.start + kChunk : p.n;
@@ -178,20 +181,26 @@ struct gpu_adamw {
     float *d_partials;
     float *d_norm_coef;
     int n_chunks;
+    bool norm_only; /* some tensor has no state: only gpu_adamw_grad_norm may be called */
 };
 
 extern "C" struct gpu_adamw *build_gpu_adamw(const struct gpu_adamw_param *params, int count) {
     CHECK(count >= 1, "adamw: %d tensors", count);
     std::vector<chunk_ref> chunks;
+    bool norm_only = false;
     for (int t = 0; t < count; t++) {
-        CHECK(params[t].n >= 1 && params[t].master && params[t].m && params[t].v && params[t].grad,
-              "adamw tensor %d: n=%lld or a NULL buffer", t, (long long)params[t].n);
+        const bool has_state = params[t].master && params[t].m && params[t].v;
+        const bool no_state = !params[t].master && !params[t].m && !params[t].v && !params[t].copy;
+        CHECK(params[t].n >= 1 && params[t].grad && (has_state || no_state),
+              "adamw tensor %d: n=%lld, or master/m/v partly NULL", t, (long long)params[t].n);
+        if (no_state) norm_only = true;
         for (int64_t s = 0; s < params[t].n; s += kChunk) chunks.push_back(chunk_ref{t, 0, s});
     }
     CHECK(chunks.size() < (size_t)INT32_MAX, "adamw: too many chunks");
     struct gpu_adamw *a = static_cast<struct gpu_adamw *>(calloc(1, sizeof(struct gpu_adamw)));
     CHECK(a != nullptr, "out of host memory");
     a->n_chunks = (int)chunks.size();
+    a->norm_only = norm_only;
     std::vector<tensor_desc> descs(count);
     for (int t = 0; t < count; t++) {
         const gpu_adamw_param &q = params[t];
@@ -232,6 +241,7 @@ extern "C" void gpu_adamw_grad_norm(struct gpu_adamw *a, float *grad_norm, cudaS
 
 extern "C" void gpu_adamw_step(struct gpu_adamw *a, const struct gpu_adamw_step_args *h, float *grad_norm,
                                cudaStream_t stream) {
+    CHECK(!a->norm_only, "adamw: built without optimizer state (norm only)");
     CHECK(h->step >= 1, "adamw step %lld must be >= 1", (long long)h->step);
     CHECK(h->beta1 >= 0 && h->beta1 < 1 && h->beta2 >= 0 && h->beta2 < 1 && h->eps > 0 && h->lr >= 0,
           "adamw hyperparameters out of range: lr=%g beta1=%g beta2=%g eps=%g", h->lr, h->beta1, h->beta2, h->eps);
@@ -248,7 +258,7 @@ extern "C" void gpu_adamw_step(struct gpu_adamw *a, const struct gpu_adamw_step_
     s.bc2_sqrt = (float)pow(bc2, 0.5); /* as ref/adamw.c, to the last bit */
     s.eps = (float)h->eps;
     adamw_chunk_update<<<a->n_chunks, kBlock, 0, stream>>>(a->d_params, a->d_chunks, a->d_norm_coef, clip ? 1 : 0,
-                                                           s);
+                                                           (clip || grad_norm) ? 1 : 0, s);
     KERNEL_CHECK(stream);
     if (grad_norm)
         CUDA_CHECK(cudaMemcpyAsync(grad_norm, a->d_norm_coef, sizeof(float), cudaMemcpyDeviceToDevice, stream));

@@ -19,6 +19,10 @@
  * reference rounds per-tensor norms to fp32 first). Deterministic: the norm's partial sums have
  * a fixed order, and every element is updated by one thread.
  *
+ * Non-finite gradients: when the norm is computed (clipping, or grad_norm requested) and is not
+ * finite, the update kernel changes nothing (the caller reads the norm and reports the tensor).
+ * Norm only: a tensor given with master = m = v = copy = NULL carries no state; a context holding
+ * one serves gpu_adamw_grad_norm only (e.g. for an optimizer that updates elsewhere).
  * Shapes: per tensor, master, m, v, grad (n) fp32 and copy (n) bf16 or NULL; all device memory.
  * master, m, v, copy are UPDATED IN PLACE; grad is read only. grad_norm (device, one float)
  * receives the pre-clipping total norm when non-NULL.

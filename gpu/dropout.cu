@@ -48,14 +48,29 @@ __global__ void __launch_bounds__(kBlock) dropout_groups_of_4(bf16 *out, const b
     }
 }
 
+/* keep[e] = 1 when element e is kept (the mask gpu/lora.h's backward takes), 4 per thread. */
+__global__ void __launch_bounds__(kBlock) dropout_mask_groups_of_4(uint8_t *keep, int64_t n, float p, uint64_t seed,
+                                                                   uint64_t offset) {
+    const int64_t groups = (n + 3) / 4;
+    for (int64_t g = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; g < groups; g += (int64_t)gridDim.x * blockDim.x) {
+        bool k[4];
+        dropout_keep4(k, seed, offset, (uint64_t)g, p);
+        const int64_t e0 = 4 * g;
+        for (int l = 0; l < 4 && e0 + l < n; l++) keep[e0 + l] = k[l] ? 1 : 0;
+    }
+}
+
+int grid_of(int64_t n) {
+    const int64_t b = ((n + 3) / 4 + kBlock - 1) / kBlock;
+    return (int)(b < 4096 ? b : 4096);
+}
+
 void dropout_launch(uint16_t *out, const uint16_t *x, int64_t n, float p, uint64_t seed, uint64_t offset,
                     cudaStream_t stream) {
     CHECK(n >= 0 && p >= 0.0f && p < 1.0f, "dropout n=%lld p=%g: need n >= 0 and 0 <= p < 1", (long long)n, (double)p);
     if (n == 0) return;
     const float scale = (float)(1.0 / (1.0 - (double)p));
-    const int64_t groups = (n + 3) / 4;
-    const int64_t b = (groups + kBlock - 1) / kBlock;
-    const int blocks = (int)(b < 4096 ? b : 4096);
+    const int blocks = grid_of(n);
     bf16 *o = reinterpret_cast<bf16 *>(out);
     const bf16 *xi = reinterpret_cast<const bf16 *>(x);
     if ((((uintptr_t)out | (uintptr_t)x) & 7u) == 0)
@@ -76,4 +91,13 @@ extern "C" void gpu_dropout_forward_bf16(uint16_t *out, const uint16_t *x, int64
 extern "C" void gpu_dropout_backward_bf16(uint16_t *dx, const uint16_t *dy, int64_t n, float p, uint64_t seed,
                                           uint64_t offset, cudaStream_t stream) {
     refine::dropout_launch(dx, dy, n, p, seed, offset, stream);
+}
+
+extern "C" void gpu_dropout_mask_u8(uint8_t *keep, int64_t n, float p, uint64_t seed, uint64_t offset,
+                                    cudaStream_t stream) {
+    CHECK(n >= 0 && p >= 0.0f && p < 1.0f, "dropout mask n=%lld p=%g: need n >= 0 and 0 <= p < 1", (long long)n,
+          (double)p);
+    if (n == 0) return;
+    refine::dropout_mask_groups_of_4<<<refine::grid_of(n), refine::kBlock, 0, stream>>>(keep, n, p, seed, offset);
+    KERNEL_CHECK(stream);
 }

@@ -23,6 +23,10 @@ extern "C" {
 void gpu_dropout_forward_bf16(uint16_t *out, const uint16_t *x, int64_t n, float p, uint64_t seed, uint64_t offset,
                               cudaStream_t stream);
 
+/* keep (n) bytes: 1 where the call keyed (seed, offset) keeps element e, else 0 (ref_dropout_mask's
+ * mask): the `keep` argument of gpu/lora.h's backward. */
+void gpu_dropout_mask_u8(uint8_t *keep, int64_t n, float p, uint64_t seed, uint64_t offset, cudaStream_t stream);
+
 void gpu_dropout_backward_bf16(uint16_t *dx, const uint16_t *dy, int64_t n, float p, uint64_t seed, uint64_t offset,
                                cudaStream_t stream);
 

@@ -20,6 +20,8 @@
 
 #include <string.h>
 
+#include <cuda_bf16.h>
+
 #include "gpu/cuda_check.h"
 #include "io/check.h"
 
@@ -264,3 +266,61 @@ void gpu_linear_backward_dw_f32(struct gpu_gemm *g, float *dw, const uint16_t *d
 }
 
 }  /* extern "C" */
+
+namespace {
+
+__global__ void fill_random_bf16(__nv_bfloat16 *p, int64_t n, uint32_t seed) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        uint32_t z = (uint32_t)i * 2654435761u ^ seed;
+        z ^= z >> 15, z *= 0x2C1B3C6Du, z ^= z >> 12, z *= 0x297A2D39u, z ^= z >> 15;
+        p[i] = __float2bfloat16_rn((float)(z >> 8) * 0x1p-24f * 2.0f - 1.0f);
+    }
+}
+
+}  // namespace
+
+extern "C" double gpu_gemm_measure_bf16_rate(int n) {
+    CHECK(n >= 256, "gemm rate: n=%d", n);
+    const size_t bytes = (size_t)n * n * sizeof(uint16_t);
+    uint16_t *a = nullptr, *b = nullptr, *d = nullptr;
+    if (cudaMalloc(&a, bytes) != cudaSuccess || cudaMalloc(&b, bytes) != cudaSuccess ||
+        cudaMalloc(&d, bytes) != cudaSuccess) {
+        cudaGetLastError();
+        if (a) cudaFree(a);
+        if (b) cudaFree(b);
+        return 0.0; /* no room: the rate stays unknown */
+    }
+    cudaStream_t s;
+    CUDA_CHECK(cudaStreamCreate(&s));
+    /* never time on zeros: random values in [-1, 1) */
+    fill_random_bf16<<<1024, 256, 0, s>>>(reinterpret_cast<__nv_bfloat16 *>(a), (int64_t)n * n, 1u);
+    KERNEL_CHECK(s);
+    fill_random_bf16<<<1024, 256, 0, s>>>(reinterpret_cast<__nv_bfloat16 *>(b), (int64_t)n * n, 2u);
+    KERNEL_CHECK(s);
+    struct gpu_gemm *g = build_gpu_gemm(GEMM_DEFAULT_WORKSPACE);
+    gemm_args p;
+    memset(&p, 0, sizeof p);
+    p.d = d, p.d_type = GEMM_OUT_BF16, p.ldd = n;
+    p.a = a, p.op_a = GEMM_NO_TRANS, p.lda = n;
+    p.b = b, p.op_b = GEMM_NO_TRANS, p.ldb = n;
+    p.m = p.n = p.k = n, p.batch = 1, p.alpha = 1.0f, p.beta = GEMM_OVERWRITE;
+    for (int i = 0; i < 3; i++) gpu_gemm(g, &p, s);
+    cudaEvent_t e0, e1;
+    CUDA_CHECK(cudaEventCreate(&e0));
+    CUDA_CHECK(cudaEventCreate(&e1));
+    const int reps = 10;
+    CUDA_CHECK(cudaEventRecord(e0, s));
+    for (int i = 0; i < reps; i++) gpu_gemm(g, &p, s);
+    CUDA_CHECK(cudaEventRecord(e1, s));
+    CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms = 0.0f;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    CUDA_CHECK(cudaEventDestroy(e0));
+    CUDA_CHECK(cudaEventDestroy(e1));
+    free_gpu_gemm(g);
+    CUDA_CHECK(cudaStreamDestroy(s));
+    CUDA_CHECK(cudaFree(a));
+    CUDA_CHECK(cudaFree(b));
+    CUDA_CHECK(cudaFree(d));
+    return 2.0 * (double)n * n * n * reps / (ms * 1e-3);
+}

@@ -87,6 +87,11 @@ void gpu_gemm(struct gpu_gemm *g, const struct gemm_args *p, cudaStream_t stream
 /* Plans cached so far (for tests and setup checks). */
 int gpu_gemm_plan_count(const struct gpu_gemm *g);
 
+/* The device's bf16 GEMM rate in FLOP/s: an n×n×n product (random operands, 3 warm-up runs, the
+ * mean of 10 timed by CUDA events) — PERFORMANCE.md's ceiling for MFU. 0 when the three n×n
+ * buffers do not fit. */
+double gpu_gemm_measure_bf16_rate(int n);
+
 /* The three products of a linear layer (see above); tensors contiguous. */
 void gpu_linear_forward_bf16(struct gpu_gemm *g, uint16_t *y, const uint16_t *x, const uint16_t *w,
                              const uint16_t *b, int N, int C_in, int C_out, cudaStream_t stream);

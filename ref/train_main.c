@@ -67,6 +67,7 @@
 #include "ref/quant8.h"
 #include "ref/lora.h"
 #include "train/engine.h"
+#include "train/metrics.h"
 #include "train/cli.h"
 #include "train/options.h"
 
@@ -485,13 +486,7 @@ static int ref_engine_create(struct train_engine *eng, struct train_options *o, 
     memset(eng, 0, sizeof *eng);
     eng->name = r->bf16 ? "ref (CPU, bf16)" : "ref (CPU, fp32)";
     eng->self = r;
-    /* FLOPs per token: 4·N_mm (adapters) or 6·N_mm (full) + 3·attention (PERFORMANCE.md) */
-    const struct model_config *c = &r->cfg;
-    const double n_mm = (double)c->L * ((double)c->C * (c->H + 2 * c->KVH) * c->D + (double)c->H * c->D * c->C +
-                                        3.0 * c->C * c->F) +
-                        (double)c->V * c->C;
-    const double attn = (double)c->L * 4.0 * c->H * c->D * r->T / 2.0;
-    eng->flops_per_token = (full ? 6.0 : 4.0) * n_mm + 3.0 * attn;
+    eng->flops_per_token = train_flops_per_token(&r->cfg, r->T, full);
     eng->peak_flops = 0.0;
     eng->adapter_scale = full ? 0.0f : ref_lora_scale(o->alpha, o->rank, r->lopt.scaling);
     eng->micro_step = eng_micro_step;

@@ -255,3 +255,11 @@ void metrics_progress_line(char *buf, size_t cap, const struct train_record *r, 
     snprintf(buf, cap, "step %d/%d | loss %.4f | lr %.3g | grad %.3g | %.0f tok/s%s%s | %s elapsed | ETA %s", r->step,
              total, r->loss, r->lr, r->grad_norm, r->tokens_per_s, mfu, mem, el, eta);
 }
+
+double train_flops_per_token(const struct model_config *c, int T, int full) {
+    const double n_mm = (double)c->L * ((double)c->C * (c->H + 2.0 * c->KVH) * c->D + (double)c->H * c->D * c->C +
+                                        3.0 * c->C * c->F) +
+                        (double)c->V * c->C;
+    const double attn = (double)c->L * 4.0 * c->H * c->D * T / 2.0;
+    return (full ? 6.0 : 4.0) * n_mm + 3.0 * attn;
+}

@@ -17,6 +17,7 @@
 
 #include <stdio.h>
 
+#include "io/config.h"
 #include "io/error.h"
 
 #ifdef __cplusplus
@@ -56,6 +57,11 @@ int metrics_eval(struct metrics *m, const struct eval_record *r, struct io_err *
 /* Writes <dir>/loss.svg from the records so far (atomically). */
 int metrics_plot(const struct metrics *m, struct io_err *e);
 void metrics_close(struct metrics *m);
+
+/* Model FLOPs per trained token, PERFORMANCE.md's convention (HF peer's flops_per_token):
+ * N_mm = L·(C·H·D + 2·C·KVH·D + H·D·C + 3·C·F) + C·V, attention = L·4·H·D·T/2 (causal half);
+ * 6·N_mm + 3·attention for full fine-tuning, 4·N_mm + 3·attention with frozen base weights. */
+double train_flops_per_token(const struct model_config *c, int T, int full);
 
 /* Formats the progress line of step r (of total) into buf. */
 void metrics_progress_line(char *buf, size_t cap, const struct train_record *r, int total, double eta_s);

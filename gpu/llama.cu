@@ -1,0 +1,474 @@
+/* llama.cu — forward, backward and optimizer step of the GPU model (gpu/llama.h).
+ *
+ * Strategy: the step is ref/llama.c's composition of ops, each op a parity-tested kernel of gpu/,
+ * all on one stream, buffers from the slabs of llama_layout.cu:
+ *   forward   embedding → per layer [NF4 dequantization] rmsnorm, q/k/v (+ adapters), rope,
+ *             flash attention, o (+ adapter), residual + rmsnorm (one kernel), gate/up
+ *             (+ adapters), swiglu, down (+ adapter), residual → final rmsnorm → lm_head fused
+ *             with the cross-entropy, which also writes d nf (training) so the logits are formed
+ *             once per step;
+ *   backward  final rmsnorm, then per layer from the last: [dequantization unless the layer is
+ *             still in the buffer] [recomputation] down, swiglu (in place over gate/up), gate +
+ *             up into one dx (GEMM beta = 1), residual rmsnorm backward, o, attention, rope, q + k
+ *             + v, residual rmsnorm backward; the embedding's scatter-add in full fine-tuning.
+ *             Layer 0's input gradient is skipped when nothing upstream trains (adapter modes).
+ * A linear's backward: dW (full), DoRA's rescale of dy (dm and mns⊙dy), the base dx GEMM
+ * (overwriting, or accumulating the q/k/v and gate/up paths), the adapter's products
+ * (gpu/lora.h: dB, du, dA, dx += du A; with dropout the input and mask are regenerated).
+ * Bias gradients (full fine-tuning of Qwen2) are a GEMM with a ones vector: db += 1ᵀ dy.
+ *
+ * Test: tests/parity/train_parity.sh (//gpu:train against //ref:train). Benchmark: //gpu:bench.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu/attention.h"
+#include "gpu/cross_entropy.h"
+#include "gpu/cuda_check.h"
+#include "gpu/dora.h"
+#include "gpu/dropout.h"
+#include "gpu/embedding.h"
+#include "gpu/llama_internal.h"
+#include "gpu/lora.h"
+#include "gpu/nf4.h"
+#include "gpu/rmsnorm.h"
+#include "gpu/rope.h"
+#include "gpu/swiglu.h"
+#include "gpu/vec.cuh"
+#include "io/check.h"
+#include "ref/adamw.h"
+
+using refine::bf16;
+
+namespace {
+
+constexpr int kBlock = 256;
+
+/* y = bf16(a + b): the residual add (ref/llama.c's add_into with ACT_BF16). */
+template <int VW>
+__global__ void __launch_bounds__(kBlock) residual_add(bf16 *y, const bf16 *a, const bf16 *b, int64_t n) {
+    const int64_t i = ((int64_t)blockIdx.x * kBlock + threadIdx.x) * VW;
+    if (i >= n) return;
+    float x[VW], z[VW];
+    refine::load_bf16<VW>(x, a + i);
+    refine::load_bf16<VW>(z, b + i);
+#pragma unroll
+    for (int j = 0; j < VW; j++) x[j] = __fadd_rn(x[j], z[j]);
+    refine::store_bf16<VW>(y + i, x);
+}
+
+__global__ void __launch_bounds__(kBlock) f32_to_bf16(bf16 *dst, const float *src, int64_t n) {
+    for (int64_t i = (int64_t)blockIdx.x * kBlock + threadIdx.x; i < n; i += (int64_t)gridDim.x * kBlock)
+        dst[i] = __float2bfloat16_rn(src[i]);
+}
+
+unsigned grid_for(int64_t n, int per_thread) {
+    const int64_t b = (n / per_thread + kBlock - 1) / kBlock;
+    return (unsigned)(b < 1 ? 1 : b);
+}
+
+void add_bf16(uint16_t *y, const uint16_t *a, const uint16_t *b, int64_t n, cudaStream_t s) {
+    bf16 *yy = reinterpret_cast<bf16 *>(y);
+    const bf16 *aa = reinterpret_cast<const bf16 *>(a), *bb = reinterpret_cast<const bf16 *>(b);
+    if (n % 8 == 0 && (((uintptr_t)y | (uintptr_t)a | (uintptr_t)b) & 15u) == 0)
+        residual_add<8><<<grid_for(n, 8), kBlock, 0, s>>>(yy, aa, bb, n);
+    else
+        residual_add<1><<<grid_for(n, 1), kBlock, 0, s>>>(yy, aa, bb, n);
+    KERNEL_CHECK(s);
+}
+
+/* ---- profiling: an event pair around each op, summed per category when read ---------------- */
+
+void prof_flush(gpu_llama *m) {
+    if (m->prof_n == 0) return;
+    CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    for (int i = 0; i < m->prof_n; i++) {
+        float ms = 0.0f;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, m->prof_ev[2 * i], m->prof_ev[2 * i + 1]));
+        m->prof_ms[m->prof_cat[i]] += ms;
+    }
+    m->prof_n = 0;
+}
+
+struct prof_scope {
+    gpu_llama *m;
+    int slot;
+    prof_scope(gpu_llama *mm, int cat) : m(mm), slot(-1) {
+        if (!m->prof_on) return;
+        if (m->prof_n == m->prof_cap) prof_flush(m);
+        slot = m->prof_n++;
+        m->prof_cat[slot] = cat;
+        CUDA_CHECK(cudaEventRecord(m->prof_ev[2 * slot], m->stream));
+    }
+    ~prof_scope() {
+        if (slot >= 0) CUDA_CHECK(cudaEventRecord(m->prof_ev[2 * slot + 1], m->stream));
+    }
+};
+
+#define PROF_CAT2(a, b) a##b
+#define PROF_CAT(a, b) PROF_CAT2(a, b)
+#define PROF(m, cat) prof_scope PROF_CAT(prof_, __LINE__)((m), (cat))
+
+const char *const kProfNames[N_PROF] = {
+    "embedding",       "rmsnorm",       "linear forward", "linear dx",       "linear dW",    "adapter forward",
+    "adapter backward", "nf4 dequantize", "rope",          "attention forward", "attention backward", "swiglu",
+    "residual add",    "lm_head + loss", "optimizer",     "copies"};
+
+/* ---- the model ------------------------------------------------------------------------------- */
+
+uint64_t dropout_offset(const gpu_llama *m, int l, int t, uint64_t micro) {
+    return (micro * (uint64_t)m->cfg.L + (uint64_t)l) * (uint64_t)LLAMA_N_LINEAR + (uint64_t)t;
+}
+
+}  // namespace
+
+void gl_dequantize_layer(gpu_llama *m, int l) {
+    if (m->opt.base != GPU_BASE_NF4 || m->dq_layer == l) return;
+    PROF(m, PROF_NF4);
+    for (int t = 0; t < LLAMA_N_LINEAR; t++) {
+        gl_linear &lin = m->layers[l].lin[t];
+        const gl_nf4 &q = lin.nf4;
+        const gpu_nf4_tensor d = {q.codes,      q.nested ? q.absmax_q : nullptr, q.nested ? nullptr : q.absmax_f32,
+                                  q.absmax2,    q.code2,                         q.offset,
+                                  q.qmap,       q.n,                             q.blocksize,
+                                  q.nested_blocksize};
+        gpu_nf4_dequantize_bf16(lin.w, &d, m->stream);
+    }
+    m->dq_layer = l;
+}
+
+namespace {
+
+/* y (N, C_out) = linear t of layer l applied to x, with its adapter (train: with dropout). */
+void proj_forward(gpu_llama *m, int l, int t, uint16_t *y, const uint16_t *x, int train, uint64_t micro) {
+    gl_linear &lin = m->layers[l].lin[t];
+    gl_acts &a = m->acts[l];
+    const int N = m->N;
+    {
+        PROF(m, PROF_LINEAR_FWD);
+        gpu_linear_forward_bf16(m->gemm, y, x, lin.w, lin.bias, N, lin.c_in, lin.c_out, m->stream);
+    }
+    if (!lin.target) return;
+    PROF(m, PROF_ADAPTER_FWD);
+    const int R = m->opt.R;
+    const float s = m->opt.lora_scale;
+    if (m->opt.mode == LLAMA_LORA) {
+        const uint16_t *xa = x;
+        if (train && m->opt.dropout > 0) {
+            gpu_dropout_forward_bf16(m->x_drop, x, (int64_t)N * lin.c_in, m->opt.dropout, m->opt.seed,
+                                     dropout_offset(m, l, t, micro), m->stream);
+            xa = m->x_drop;
+        }
+        gpu_lora_forward_bf16(m->gemm, y, a.u[t], xa, lin.a, lin.b, N, lin.c_in, lin.c_out, R, s, m->stream);
+    } else {
+        gpu_dora_weight_norm_f32(m->gemm, a.wnorm[t], lin.w_sq, lin.w, lin.a, lin.b, lin.c_in, lin.c_out, R, s, m->ws,
+                                 m->stream);
+        gpu_dora_forward_bf16(m->gemm, y, a.z[t], a.u[t], x, lin.bias, lin.a, lin.b, lin.mag, a.wnorm[t], N, lin.c_in,
+                              lin.c_out, R, s, m->ws, m->stream);
+    }
+}
+
+/* The backward of linear t of layer l for dy: dx (when non-NULL) overwritten or accumulated per
+ * beta; parameter gradients accumulate. x is the linear's saved input. */
+void proj_backward(gpu_llama *m, int l, int t, uint16_t *dx, enum gemm_beta beta, const uint16_t *dy,
+                   const uint16_t *x, uint64_t micro) {
+    gl_linear &lin = m->layers[l].lin[t];
+    gl_acts &a = m->acts[l];
+    const int N = m->N;
+    if (m->opt.mode == LLAMA_FULL) {
+        PROF(m, PROF_LINEAR_DW);
+        gpu_linear_backward_dw_f32(m->gemm, lin.w_grad, dy, x, N, lin.c_in, lin.c_out, m->stream);
+        if (lin.bias_grad) {
+            /* db (1, C_out) += 1ᵀ (1, N) · dy (N, C_out) */
+            const gemm_args p = {lin.bias_grad, GEMM_OUT_F32, lin.c_out, 0,       m->ones, GEMM_NO_TRANS, N,
+                                 0,          dy,           GEMM_NO_TRANS, lin.c_out, 0,      nullptr,
+                                 1,          lin.c_out,    N,             1,         1.0f,   GEMM_ACCUMULATE};
+            gpu_gemm(m->gemm, &p, m->stream);
+        }
+    }
+    const uint16_t *g = dy;
+    if (lin.target && m->opt.mode == LLAMA_DORA) {
+        PROF(m, PROF_ADAPTER_BWD);
+        gpu_dora_rescale_bf16(m->dy_s, lin.mag_grad, dy, a.z[t], lin.mag, a.wnorm[t], N, lin.c_out, m->ws, m->stream);
+        g = m->dy_s;
+    }
+    if (dx) {
+        PROF(m, PROF_LINEAR_DX);
+        gpu_linear_backward_dx_bf16(m->gemm, dx, g, lin.w, N, lin.c_in, lin.c_out, beta, m->stream);
+    }
+    if (!lin.target) return;
+    PROF(m, PROF_ADAPTER_BWD);
+    const uint16_t *xa = x;
+    const uint8_t *keep = nullptr;
+    float keep_scale = 1.0f;
+    if (m->opt.mode == LLAMA_LORA && m->opt.dropout > 0) {
+        const int64_t n = (int64_t)N * lin.c_in;
+        const uint64_t off = dropout_offset(m, l, t, micro);
+        gpu_dropout_forward_bf16(m->x_drop, x, n, m->opt.dropout, m->opt.seed, off, m->stream);
+        gpu_dropout_mask_u8(m->keep, n, m->opt.dropout, m->opt.seed, off, m->stream);
+        xa = m->x_drop;
+        keep = m->keep;
+        keep_scale = (float)(1.0 / (1.0 - (double)m->opt.dropout));
+    }
+    gpu_lora_backward_bf16(m->gemm, dx, lin.a_grad, lin.b_grad, g, xa, keep, keep_scale, a.u[t], lin.a, lin.b, N,
+                           lin.c_in, lin.c_out, m->opt.R, m->opt.lora_scale, m->ws, m->stream);
+}
+
+/* Layer l from its input x[l]; the output goes to x[l + 1]. attn_only: the attention part alone,
+ * from the saved n1 (recomputation under GPU_RECOMPUTE_ATTN). */
+void layer_forward(gpu_llama *m, int l, int train, uint64_t micro, int attn_only) {
+    const model_config &c = m->cfg;
+    gl_layer &ly = m->layers[l];
+    gl_acts &a = m->acts[l];
+    const int N = m->N, F = c.F;
+    const uint16_t *x = m->x[l];
+    cudaStream_t s = m->stream;
+    if (!attn_only) {
+        PROF(m, PROF_NORM);
+        gpu_rmsnorm_forward_bf16(a.n1, a.rstd1, x, ly.attn_norm, N, c.C, c.rms_norm_eps, s);
+    }
+    proj_forward(m, l, LLAMA_Q, a.q, a.n1, train, micro);
+    proj_forward(m, l, LLAMA_K, a.k, a.n1, train, micro);
+    proj_forward(m, l, LLAMA_V, a.v, a.n1, train, micro);
+    {
+        PROF(m, PROF_ROPE);
+        gpu_rope_forward_bf16(a.q, a.k, m->rope_cos, m->rope_sin, m->pos, N, c.H, c.KVH, c.D, m->QD, m->KD, s);
+    }
+    {
+        PROF(m, PROF_ATTN_FWD);
+        gpu_attention_forward_bf16(a.att, a.lse, a.q, a.k, a.v, m->opt.B, m->opt.T, c.H, c.KVH, c.D,
+                                   (float)(1.0 / sqrt((double)c.D)), s);
+    }
+    if (attn_only) return;
+    proj_forward(m, l, LLAMA_O, m->tmp, a.att, train, micro);
+    {
+        PROF(m, PROF_NORM);
+        gpu_rmsnorm_residual_forward_bf16(a.h, a.n2, a.rstd2, x, m->tmp, ly.mlp_norm, N, c.C, c.rms_norm_eps, s);
+    }
+    proj_forward(m, l, LLAMA_GATE, a.gate, a.n2, train, micro);
+    proj_forward(m, l, LLAMA_UP, a.up, a.n2, train, micro);
+    {
+        PROF(m, PROF_SWIGLU);
+        gpu_swiglu_forward_bf16(a.mlp, a.gate, a.up, N, F, F, s);
+    }
+    proj_forward(m, l, LLAMA_DOWN, m->tmp, a.mlp, train, micro);
+    {
+        PROF(m, PROF_RESIDUAL);
+        add_bf16(m->x[l + 1], a.h, m->tmp, (int64_t)N * c.C, s);
+    }
+}
+
+/* G holds d x[l + 1] on entry and d x[l] on exit (unless layer 0's is not needed). */
+void layer_backward(gpu_llama *m, int l, uint64_t micro) {
+    const model_config &c = m->cfg;
+    gl_layer &ly = m->layers[l];
+    gl_acts &a = m->acts[l];
+    const int N = m->N, F = c.F, full = m->opt.mode == LLAMA_FULL;
+    cudaStream_t s = m->stream;
+    /* MLP */
+    proj_backward(m, l, LLAMA_DOWN, m->dmlp, GEMM_OVERWRITE, m->G, a.mlp, micro);
+    {
+        PROF(m, PROF_SWIGLU);
+        gpu_swiglu_backward_bf16(a.gate, a.up, m->dmlp, a.gate, a.up, N, F, F, F, s); /* in place */
+    }
+    proj_backward(m, l, LLAMA_GATE, m->dn, GEMM_OVERWRITE, a.gate, a.n2, micro);
+    proj_backward(m, l, LLAMA_UP, m->dn, GEMM_ACCUMULATE, a.up, a.n2, micro);
+    {
+        PROF(m, PROF_NORM);
+        gpu_rmsnorm_backward_bf16(m->G, full ? ly.mlp_norm_grad : nullptr, m->dn, m->G, a.h, ly.mlp_norm, a.rstd2, N,
+                                  c.C, m->ws, s);
+    }
+    /* attention */
+    proj_backward(m, l, LLAMA_O, m->datt, GEMM_OVERWRITE, m->G, a.att, micro);
+    {
+        PROF(m, PROF_ATTN_BWD);
+        gpu_attention_backward_bf16(m->dq, m->dk, m->dv, m->datt, a.q, a.k, a.v, a.att, a.lse, m->opt.B, m->opt.T, c.H,
+                                    c.KVH, c.D, (float)(1.0 / sqrt((double)c.D)), m->ws, s);
+    }
+    {
+        PROF(m, PROF_ROPE);
+        gpu_rope_backward_bf16(m->dq, m->dk, m->rope_cos, m->rope_sin, m->pos, N, c.H, c.KVH, c.D, m->QD, m->KD, s);
+    }
+    const int need_dx = full || l > 0; /* the embedding is frozen in the adapter modes */
+    uint16_t *dx = need_dx ? m->dn : nullptr;
+    proj_backward(m, l, LLAMA_Q, dx, GEMM_OVERWRITE, m->dq, a.n1, micro);
+    proj_backward(m, l, LLAMA_K, dx, GEMM_ACCUMULATE, m->dk, a.n1, micro);
+    proj_backward(m, l, LLAMA_V, dx, GEMM_ACCUMULATE, m->dv, a.n1, micro);
+    if (need_dx) {
+        PROF(m, PROF_NORM);
+        gpu_rmsnorm_backward_bf16(m->G, full ? ly.attn_norm_grad : nullptr, m->dn, m->G, m->x[l], ly.attn_norm,
+                                  a.rstd1, N, c.C, m->ws, s);
+    }
+}
+
+void forward(gpu_llama *m, int train, int64_t n_valid, float grad_scale, uint64_t micro) {
+    const model_config &c = m->cfg;
+    const int N = m->N, full = m->opt.mode == LLAMA_FULL;
+    cudaStream_t s = m->stream;
+    {
+        PROF(m, PROF_EMBED);
+        gpu_embedding_forward_bf16(m->x[0], m->tokens, m->embed, N, c.C, c.V, s);
+    }
+    for (int l = 0; l < c.L; l++) {
+        gl_dequantize_layer(m, l);
+        layer_forward(m, l, train, micro, 0);
+    }
+    {
+        PROF(m, PROF_NORM);
+        gpu_rmsnorm_forward_bf16(m->nf, m->rstd_f, m->x[c.L], m->final_norm, N, c.C, c.rms_norm_eps, s);
+    }
+    PROF(m, PROF_LM_HEAD);
+    gpu_lm_head_cross_entropy_bf16(m->loss_dev, train ? m->dn : nullptr, train && full ? m->lm_head_grad : nullptr,
+                                   m->nf, m->lm_head, m->labels, N, c.C, c.V, n_valid, grad_scale, m->plan.ce_rows,
+                                   m->gemm, m->ws, s);
+}
+
+void backward(gpu_llama *m, uint64_t micro) {
+    const model_config &c = m->cfg;
+    const int N = m->N, full = m->opt.mode == LLAMA_FULL;
+    cudaStream_t s = m->stream;
+    {
+        PROF(m, PROF_NORM);
+        gpu_rmsnorm_backward_bf16(m->G, full ? m->final_norm_grad : nullptr, m->dn, nullptr, m->x[c.L], m->final_norm,
+                                  m->rstd_f, N, c.C, m->ws, s);
+    }
+    for (int l = c.L - 1; l >= 0; l--) {
+        gl_dequantize_layer(m, l);
+        if (m->opt.recompute == GPU_RECOMPUTE_LAYER)
+            layer_forward(m, l, 1, micro, 0);
+        else if (m->opt.recompute == GPU_RECOMPUTE_ATTN)
+            layer_forward(m, l, 1, micro, 1);
+        layer_backward(m, l, micro);
+    }
+    if (full) {
+        PROF(m, PROF_EMBED);
+        gpu_embedding_backward_f32(m->embed_grad, m->G, m->tokens, N, c.C, c.V, m->ws, s);
+    }
+}
+
+}  // namespace
+
+void gl_to_bf16(uint16_t *dst, const float *src, int64_t n, cudaStream_t s) {
+    if (n <= 0) return;
+    const int64_t b = (n + kBlock - 1) / kBlock;
+    f32_to_bf16<<<(unsigned)(b < 8192 ? b : 8192), kBlock, 0, s>>>(reinterpret_cast<bf16 *>(dst), src, n);
+    KERNEL_CHECK(s);
+}
+
+extern "C" void gpu_llama_set_batch(gpu_llama *m, const int32_t *tokens, const int32_t *labels) {
+    /* the previous batch's copies read the pinned buffers: wait for them before refilling */
+    CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    const size_t bytes = (size_t)m->N * sizeof(int32_t);
+    memcpy(m->h_tokens, tokens, bytes);
+    memcpy(m->h_labels, labels, bytes);
+    PROF(m, PROF_COPY);
+    CUDA_CHECK(cudaMemcpyAsync(m->tokens, m->h_tokens, bytes, cudaMemcpyHostToDevice, m->stream));
+    CUDA_CHECK(cudaMemcpyAsync(m->labels, m->h_labels, bytes, cudaMemcpyHostToDevice, m->stream));
+}
+
+extern "C" void gpu_llama_train_micro(gpu_llama *m, int64_t n_valid_total, float grad_scale, uint64_t micro_index) {
+    CHECK(n_valid_total >= 1, "train_micro: n_valid_total=%lld", (long long)n_valid_total);
+    forward(m, 1, n_valid_total, grad_scale, micro_index);
+    backward(m, micro_index);
+}
+
+extern "C" void gpu_llama_eval(gpu_llama *m, int64_t n_valid_total) {
+    CHECK(n_valid_total >= 1, "eval: n_valid_total=%lld", (long long)n_valid_total);
+    forward(m, 0, n_valid_total, 1.0f, 0);
+}
+
+extern "C" float gpu_llama_loss(gpu_llama *m) {
+    CUDA_CHECK(cudaMemcpyAsync(m->h_scalars, m->loss_dev, sizeof(float), cudaMemcpyDeviceToHost, m->stream));
+    CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    return m->h_scalars[0];
+}
+
+/* Index of the first parameter whose gradient holds a NaN or an Inf (host scan; the failure path). */
+static int first_nonfinite(gpu_llama *m) {
+    CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    for (int i = 0; i < m->n_params; i++) {
+        const gl_param &p = m->params[i];
+        float *h = static_cast<float *>(malloc((size_t)p.n * sizeof(float)));
+        CHECK(h != nullptr, "out of host memory");
+        CUDA_CHECK(cudaMemcpy(h, p.grad, (size_t)p.n * sizeof(float), cudaMemcpyDeviceToHost));
+        int bad = 0;
+        for (int64_t j = 0; j < p.n && !bad; j++) bad = !isfinite(h[j]);
+        free(h);
+        if (bad) return i;
+    }
+    return -1;
+}
+
+extern "C" int gpu_llama_optimizer_step(gpu_llama *m, const gpu_llama_step *h, double *grad_norm) {
+    cudaStream_t s = m->stream;
+    double norm;
+    {
+        PROF(m, PROF_OPTIMIZER);
+        if (m->opt.optimizer == GPU_OPT_ADAMW) {
+            const gpu_adamw_step_args a = {h->lr, h->beta1, h->beta2, h->eps, h->weight_decay, h->clip, h->step};
+            gpu_adamw_step(m->adamw, &a, m->norm_dev, s); /* skips the update when the norm is not finite */
+            CUDA_CHECK(cudaMemcpyAsync(m->h_scalars + 1, m->norm_dev, sizeof(float), cudaMemcpyDeviceToHost, s));
+            CUDA_CHECK(cudaStreamSynchronize(s));
+            norm = m->h_scalars[1];
+        } else {
+            /* 8-bit: the norm first (the clip coefficient is a host scalar of the update) */
+            gpu_adamw_grad_norm(m->adamw, m->norm_dev, s);
+            CUDA_CHECK(cudaMemcpyAsync(m->h_scalars + 1, m->norm_dev, sizeof(float), cudaMemcpyDeviceToHost, s));
+            CUDA_CHECK(cudaStreamSynchronize(s));
+            norm = m->h_scalars[1];
+            if (isfinite(norm)) {
+                const float coef = h->clip > 0 ? ref_clip_coef((float)norm, h->clip) : 1.0f;
+                const gpu_adamw8bit_args a = {h->lr, h->beta1, h->beta2, h->eps, h->weight_decay, (double)coef, h->step};
+                for (int i = 0; i < m->n_params; i++) {
+                    const gl_param &p = m->params[i];
+                    const gpu_adamw8bit_tensor t = {p.master,  p.copy,    p.grad, p.n, p.is_8bit, p.q1, p.q2,
+                                                    p.absmax1, p.absmax2, m->map1, m->map2, p.m, p.v};
+                    gpu_adamw8bit_step(&t, &a, s);
+                }
+            }
+        }
+    }
+    *grad_norm = norm;
+    const int bad = isfinite(norm) ? -1 : first_nonfinite(m);
+    CUDA_CHECK(cudaMemsetAsync(m->slab[SLAB_GRADS], 0, m->plan.grads, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    return bad;
+}
+
+extern "C" void gpu_llama_drop_grads(gpu_llama *m) {
+    CUDA_CHECK(cudaMemsetAsync(m->slab[SLAB_GRADS], 0, m->plan.grads, m->stream));
+    CUDA_CHECK(cudaStreamSynchronize(m->stream));
+}
+
+extern "C" void gpu_llama_profile_reset(gpu_llama *m) {
+    if (!m->opt.profile) return;
+    CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    m->prof_on = 1;
+    m->prof_n = 0;
+    for (int i = 0; i < N_PROF; i++) m->prof_ms[i] = 0.0;
+}
+
+extern "C" void gpu_llama_profile_print(gpu_llama *m, FILE *f, int steps) {
+    if (!m->opt.profile) return;
+    prof_flush(m);
+    m->prof_on = 0;
+    double total = 0.0;
+    for (int i = 0; i < N_PROF; i++) total += m->prof_ms[i];
+    fprintf(f, "{\"profile\":{\"steps\":%d,\"total_ms_per_step\":%.3f", steps, total / (steps > 0 ? steps : 1));
+    for (int i = 0; i < N_PROF; i++)
+        fprintf(f, ",\"%s\":[%.3f,%.1f]", kProfNames[i], m->prof_ms[i] / (steps > 0 ? steps : 1),
+                total > 0 ? 100.0 * m->prof_ms[i] / total : 0.0);
+    fprintf(f, "}}\n");
+}
+
+extern "C" void gpu_llama_timer_begin(gpu_llama *m) { CUDA_CHECK(cudaEventRecord(m->t_begin, m->stream)); }
+
+extern "C" double gpu_llama_timer_end(gpu_llama *m) {
+    CUDA_CHECK(cudaEventRecord(m->t_end, m->stream));
+    CUDA_CHECK(cudaEventSynchronize(m->t_end));
+    float ms = 0.0f;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, m->t_begin, m->t_end));
+    return ms;
+}

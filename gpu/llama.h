@@ -1,0 +1,182 @@
+/* llama.h — the Llama model on one GPU for training: full fine-tuning, LoRA, DoRA, QLoRA and
+ * QDoRA, BF16 compute, fp32 master weights and optimizer state; ref/llama.h is its oracle.
+ *
+ * Model (the math of ref/llama.h with act = ACT_BF16: every activation is stored in bf16 where
+ * ref/ rounds, products accumulate in fp32), N = B·T rows:
+ *   x0 = embed[ids]; per layer: n1 = rmsnorm(x); q, k, v = n1 W{q,k,v}ᵀ (+ bias, Qwen2) with
+ *   adapters; rope(q, k); att = flash attention (causal, GQA); h = x + att Woᵀ; n2 = rmsnorm(h);
+ *   mlp = swiglu(n2 Wgᵀ, n2 Wuᵀ); x' = h + mlp Wdᵀ; then nf = rmsnorm(x_L) and the lm_head fused
+ *   with the cross-entropy in row chunks (gpu/cross_entropy.h: the loss and d nf come out of one
+ *   pass, the (N, V) logits never exist). Ops: gpu/{embedding, rmsnorm, gemm, lora, dora, rope,
+ *   attention, swiglu, cross_entropy, nf4, dropout, adamw, adamw8bit}.h, each parity-tested.
+ * Storage:
+ *   frozen base weights  bf16 (GPU_BASE_BF16), or NF4 with double-quantized absmax (GPU_BASE_NF4:
+ *                        QLoRA / QDoRA), dequantized per layer just in time into ONE reused bf16
+ *                        buffer (forward, and again in backward unless the layer is still there);
+ *   trainable tensors    fp32 master + bf16 compute copy (the DoRA magnitude has no copy: it is
+ *                        used elementwise in fp32), fp32 gradients (ACCUMULATE over micro-batches),
+ *                        AdamW moments fp32, or bitsandbytes-style 8-bit blockwise states;
+ *   activations          bf16, planned per --recompute policy:
+ *                          NONE  every layer's saved set (as ref/llama without recompute);
+ *                          ATTN  the attention part (q, k, v, attention output and its lse, the
+ *                                q/k/v adapters' intermediates) is one shared set, recomputed from
+ *                                the saved n1 before each layer's backward;
+ *                          LAYER only each layer's input is kept; the layer is re-run from it
+ *                                before its backward (ref/llama's recompute).
+ *                        Recomputation runs the same kernels on the same inputs: bit-identical.
+ * Memory is planned, not discovered: gpu_llama_plan_bytes counts every byte the model will hold
+ * from (config, options) with the same layout code that build_gpu_llama then carves its slabs
+ * with (weights, parameters, gradients, optimizer state, activations, scratch), so the plan and
+ * the allocation cannot disagree. Nothing is allocated after build; a step enqueues work on one
+ * stream and synchronizes only where a value must reach the host (gpu_llama_loss, the norm in
+ * gpu_llama_optimizer_step).
+ * Adapters follow PEFT: targets of o.targets, scale s = o.lora_scale; dropout p (LoRA only) from a
+ * counter-based mask keyed (seed, micro_index, layer, target) and regenerated in backward, so no
+ * mask is stored and a resumed run draws the same masks.
+ * Tensor names (checkpoints, exports) are those of train/engine.h: adapters
+ * "model.layers.3.self_attn.q_proj.lora_A.weight", ".lora_B.weight", ".lora_magnitude_vector";
+ * full fine-tuning the HF weight names; optimizer state "<param>.exp_avg", ".exp_avg_sq"
+ * (8-bit: ".state1", ".state2", ".absmax1", ".absmax2").
+ * Errors: CUDA failures are CHECKs (exit 2, gpu/cuda_check.h); what the user can cause (a model
+ * that does not fit, a shape the kernels do not support, a bad checkpoint tensor) is an io_err.
+ * Not thread-safe. All host pointers below are host memory; device memory is the model's own.
+ */
+#ifndef REFINE_GPU_LLAMA_H
+#define REFINE_GPU_LLAMA_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "io/config.h"
+#include "io/error.h"
+#include "io/model_source.h"
+#include "ref/llama.h" /* enum llama_mode, enum llama_linear: the model's definitions */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum gpu_recompute { GPU_RECOMPUTE_NONE = 0, GPU_RECOMPUTE_ATTN = 1, GPU_RECOMPUTE_LAYER = 2 };
+enum gpu_base_storage { GPU_BASE_BF16 = 0, GPU_BASE_NF4 = 1 };
+enum gpu_optimizer { GPU_OPT_ADAMW = 0, GPU_OPT_ADAMW8BIT = 1 };
+
+struct gpu_llama_options {
+    enum llama_mode mode;       /* LLAMA_FULL, LLAMA_LORA or LLAMA_DORA */
+    enum gpu_base_storage base; /* NF4 only with an adapter mode */
+    unsigned targets;           /* bit (1u << t) per adapted linear */
+    int R;                      /* adapter rank */
+    float lora_scale;           /* s (ref/lora.h) */
+    float dropout;              /* adapter-input dropout (LoRA; 0 for DoRA) */
+    uint64_t seed;              /* of the dropout masks */
+    enum gpu_recompute recompute;
+    enum gpu_optimizer optimizer;
+    int nested_nf4;             /* NF4 absmax double-quantized (always for weights quantized here) */
+    int B, T;
+    int profile;                /* time each op category with CUDA events (gpu_llama_profile) */
+};
+
+/* Bytes of each slab; total is what build_gpu_llama allocates (plus the CUDA context and
+ * cuBLASLt's handle, which the plan cannot see). */
+struct gpu_llama_plan {
+    size_t weights;    /* frozen base weights (bf16 or NF4), the NF4 dequantization buffer, tables */
+    size_t params;     /* trainable masters (fp32) and compute copies (bf16) */
+    size_t grads;      /* fp32 gradients */
+    size_t optim;      /* optimizer state */
+    size_t acts;       /* saved activations */
+    size_t scratch;    /* backward buffers and the op workspaces (one, sized for the largest) */
+    size_t fixed;      /* tokens, labels, positions, rope tables, GEMM workspace, optimizer tables */
+    size_t total;
+    int ce_rows;       /* rows of lm_head logits formed at a time */
+};
+
+/* The plan of (c, o); 0, or -1 with e saying which option or shape the model cannot run. */
+int gpu_llama_plan_bytes(struct gpu_llama_plan *p, const struct model_config *c, const struct gpu_llama_options *o,
+                         struct io_err *e);
+/* One line: "plan for B×T: 12.3 GiB = weights 2.3 + parameters 0.1 + ... ". */
+void gpu_llama_plan_describe(char *buf, size_t cap, const struct gpu_llama_plan *p, int B, int T);
+
+/* The CUDA device: 0 and its name and memory, or -1 with e saying there is none usable. */
+int gpu_device_query(char *name, size_t cap, size_t *free_bytes, size_t *total_bytes, struct io_err *e);
+
+struct gpu_llama;
+
+/* Allocates the slabs of the plan (an out-of-memory is reported in e, nothing left allocated),
+ * uploads rope tables and positions, creates the stream, the GEMM context (with every plan the
+ * step will use) and the optimizer. Weights are zero until loaded. */
+struct gpu_llama *build_gpu_llama(const struct model_config *c, const struct gpu_llama_options *o, struct io_err *e);
+void free_gpu_llama(struct gpu_llama *m);
+const struct gpu_llama_plan *gpu_llama_get_plan(const struct gpu_llama *m);
+
+/* Weights from a model (io/model_source.h): every weight read as fp32 and stored as the options
+ * say: bf16 (RNE) for frozen ones; fp32 master + bf16 copy when trained (full); NF4 — a
+ * bitsandbytes 4-bit checkpoint's own codes, or quantized here as bitsandbytes does at load
+ * (ref/nf4: blocksize 64, double quantization of the absmax in blocks of 256). */
+int gpu_llama_load(struct gpu_llama *m, const struct model_source *src, struct io_err *e);
+/* Random weights of the real shapes (benchmarks): linears and embeddings uniform with the std of
+ * HF's init (0.02), norms 1, biases 0; NF4 bases random codes with absmax near 0.04. */
+void gpu_llama_random_weights(struct gpu_llama *m, uint64_t seed);
+/* Adapter initialization (adapter modes): A and B from ref_llama_adapters_init(seed) — the CPU
+ * trainer's values — and DoRA magnitudes m = ‖W‖_row of the stored (bf16 or dequantized) W. */
+void gpu_llama_init_adapters(struct gpu_llama *m, uint64_t seed);
+
+/* The engine tensors: trainable parameters (role 0) then their optimizer state (role 1). */
+struct gpu_llama_tensor {
+    char name[200];
+    int role;      /* 0 parameter (fp32 master), 1 optimizer state */
+    int is_u8;     /* 8-bit optimizer codes */
+    int ndim;
+    int64_t shape[2];
+    int64_t numel;
+};
+int gpu_llama_n_tensors(const struct gpu_llama *m);
+const struct gpu_llama_tensor *gpu_llama_tensor_info(const struct gpu_llama *m, int i);
+/* Device ↔ host copies of tensor i (numel fp32 or bytes); writing a parameter refreshes its bf16
+ * compute copy. Both synchronize. */
+void gpu_llama_tensor_read(struct gpu_llama *m, int i, void *host);
+void gpu_llama_tensor_write(struct gpu_llama *m, int i, const void *host);
+/* A frozen base weight by HF name ("model.layers.0.mlp.up_proj.weight", "lm_head.weight" of a
+ * tied model = the embedding), as fp32 on the host: the bf16 values the model computes with
+ * (NF4 dequantized). For the merged export. */
+int gpu_llama_base_weight_read(struct gpu_llama *m, const char *hf_name, float *host, struct io_err *e);
+
+/* One micro-batch: tokens, labels (B, T) int32 host arrays (labels shifted, −100 ignored), copied
+ * to the device (the host arrays may be reused when the call returns). */
+void gpu_llama_set_batch(struct gpu_llama *m, const int32_t *tokens, const int32_t *labels);
+/* Forward, loss and backward of the batch set last: gradients ACCUMULATE, scaled so that the
+ * loss is Σ NLL / n_valid_total times grad_scale (train/engine.h); dropout keyed by micro_index.
+ * n_valid_total ≥ 1. Enqueues only. */
+void gpu_llama_train_micro(struct gpu_llama *m, int64_t n_valid_total, float grad_scale, uint64_t micro_index);
+/* Forward and loss only (no dropout, no gradients). Enqueues only. */
+void gpu_llama_eval(struct gpu_llama *m, int64_t n_valid_total);
+/* Waits for the queued work and returns the loss of the last train_micro / eval (mean NLL). */
+float gpu_llama_loss(struct gpu_llama *m);
+
+struct gpu_llama_step {
+    int64_t step; /* AdamW's t, ≥ 1 */
+    double lr, beta1, beta2, eps, weight_decay, clip;
+};
+/* Global gradient norm (before clipping) into *grad_norm, clipping, the update of every trainable
+ * tensor (refreshing the bf16 copies), and zeroed gradients. When the norm is not finite nothing
+ * is updated and the index (in gpu_llama_tensor_info) of the first parameter with a non-finite
+ * gradient is returned (−1 otherwise); the gradients are zeroed either way. */
+int gpu_llama_optimizer_step(struct gpu_llama *m, const struct gpu_llama_step *h, double *grad_norm);
+
+/* Zeroes the gradients without an update (e.g. after a step run only to confirm the plan). */
+void gpu_llama_drop_grads(struct gpu_llama *m);
+
+/* Profiling (options.profile allocates the events): reset starts recording an event pair around
+ * every op, print stops it and writes one JSON line with the device time per step of each op
+ * category (ms and % of the recorded total). Steps outside reset..print are not disturbed. */
+void gpu_llama_profile_reset(struct gpu_llama *m);
+void gpu_llama_profile_print(struct gpu_llama *m, FILE *f, int steps);
+
+/* CUDA-event timing of the stream's work between begin and end (milliseconds; end waits). */
+void gpu_llama_timer_begin(struct gpu_llama *m);
+double gpu_llama_timer_end(struct gpu_llama *m);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* REFINE_GPU_LLAMA_H */

@@ -1,0 +1,147 @@
+/* llama_internal.h — the state of struct gpu_llama, shared by the .cu files of the GPU model:
+ * llama_layout.cu (the plan, the slabs, the tensor registry), llama_weights.cu (loading,
+ * random weights, adapter init, base weight reads) and llama.cu (forward, backward, optimizer).
+ * C++ only; not part of the C API (gpu/llama.h).
+ */
+#ifndef REFINE_GPU_LLAMA_INTERNAL_H
+#define REFINE_GPU_LLAMA_INTERNAL_H
+
+#include <cuda_runtime.h>
+
+#include "gpu/adamw.h"
+#include "gpu/adamw8bit.h"
+#include "gpu/gemm.h"
+#include "gpu/llama.h"
+
+/* An NF4 base weight (bitsandbytes layout, gpu/nf4.h). */
+struct gl_nf4 {
+    uint8_t *codes;     /* (n + 1) / 2 */
+    uint8_t *absmax_q;  /* n_blocks (nested) */
+    float *absmax_f32;  /* n_blocks (not nested) */
+    float *absmax2;     /* ceil(n_blocks / nested_blocksize) (nested) */
+    float *code2;       /* (256) the nested map (nested) */
+    float *qmap;        /* (16) the NF4 values */
+    float offset;
+    int64_t n, n_blocks;
+    int blocksize, nested_blocksize, nested;
+};
+
+/* One linear of one layer. w is what the products read: the frozen bf16 base, the compute copy of
+ * the master (full), or this linear's slot of the NF4 dequantization buffer. */
+struct gl_linear {
+    int c_in, c_out, target;
+    uint16_t *w, *bias;
+    gl_nf4 nf4;
+    float *w_master, *w_grad, *bias_master, *bias_grad; /* full fine-tuning */
+    uint16_t *a, *b;                              /* adapter compute copies */
+    float *a_master, *b_master, *a_grad, *b_grad;
+    float *mag, *mag_grad; /* DoRA magnitude (fp32 only) */
+    float *w_sq;           /* DoRA: Σ_i W[o,i]², once (W is frozen) */
+};
+
+struct gl_layer {
+    uint16_t *attn_norm, *mlp_norm;
+    float *attn_norm_master, *attn_norm_grad, *mlp_norm_master, *mlp_norm_grad; /* full */
+    gl_linear lin[LLAMA_N_LINEAR];
+};
+
+/* A layer's saved activations; layers share the attention part (ATTN) or everything (LAYER). */
+struct gl_acts {
+    float *rstd1, *rstd2, *lse;
+    uint16_t *n1, *q, *k, *v, *att, *h, *n2, *gate, *up, *mlp;
+    uint16_t *u[LLAMA_N_LINEAR]; /* adapter intermediates x Aᵀ (N, R) */
+    uint16_t *z[LLAMA_N_LINEAR]; /* DoRA pre-magnitude outputs (N, C_out) */
+    float *wnorm[LLAMA_N_LINEAR]; /* DoRA row norms (C_out) */
+};
+
+/* A trainable tensor with its gradient and optimizer state. */
+struct gl_param {
+    char name[200];
+    int ndim;
+    int64_t shape[2], n;
+    float *master, *grad;
+    uint16_t *copy; /* bf16 compute copy, or NULL (DoRA magnitude) */
+    float *m, *v;   /* AdamW moments (and the 8-bit optimizer's 32-bit path) */
+    uint8_t *q1, *q2;
+    float *absmax1, *absmax2;
+    int is_8bit;
+};
+
+/* An engine tensor: a parameter's master or a piece of its optimizer state. */
+struct gl_tensor {
+    gpu_llama_tensor info;
+    void *dev;
+    int param; /* index into params */
+};
+
+enum gl_slab { SLAB_WEIGHTS = 0, SLAB_PARAMS, SLAB_GRADS, SLAB_OPTIM, SLAB_ACTS, SLAB_SCRATCH, SLAB_FIXED, N_SLABS };
+
+/* Profile categories (options.profile). */
+enum gl_prof {
+    PROF_EMBED = 0, PROF_NORM, PROF_LINEAR_FWD, PROF_LINEAR_DX, PROF_LINEAR_DW, PROF_ADAPTER_FWD, PROF_ADAPTER_BWD,
+    PROF_NF4, PROF_ROPE, PROF_ATTN_FWD, PROF_ATTN_BWD, PROF_SWIGLU, PROF_RESIDUAL, PROF_LM_HEAD, PROF_OPTIMIZER,
+    PROF_COPY, N_PROF
+};
+
+struct gpu_llama {
+    model_config cfg;
+    gpu_llama_options opt;
+    gpu_llama_plan plan;
+    int N, QD, KD;
+    cudaStream_t stream;
+    struct gpu_gemm *gemm;
+    gpu_adamw *adamw; /* AdamW, or the gradient norm alone for the 8-bit optimizer */
+    unsigned char *slab[N_SLABS];
+    size_t fixed_slab; /* bytes of SLAB_FIXED (plan.fixed also counts what the GEMM and optimizer hold) */
+
+    /* weights (compute copies; lm_head == embed when tied) */
+    uint16_t *embed, *lm_head, *final_norm;
+    float *embed_master, *embed_grad, *lm_head_master, *lm_head_grad, *final_norm_master, *final_norm_grad;
+    gl_layer *layers;
+    uint16_t *dq_buf; /* NF4: one layer's dequantized linears */
+    int dq_layer;     /* the layer dq_buf holds, −1 none */
+
+    /* activations */
+    uint16_t **x; /* L + 1 layer inputs (N, C); x[L] feeds the final norm */
+    gl_acts *acts;
+    float *rstd_f;
+    uint16_t *nf;
+
+    /* scratch */
+    uint16_t *tmp, *G, *dn, *datt, *dq, *dk, *dv, *dmlp, *dy_s, *x_drop;
+    uint8_t *keep;
+    void *ws;
+    size_t ws_bytes;
+
+    /* fixed */
+    int32_t *tokens, *labels, *pos;
+    uint16_t *rope_cos, *rope_sin, *ones;
+    float *loss_dev, *norm_dev;
+    float *map1, *map2; /* 8-bit optimizer maps */
+    int32_t *h_tokens, *h_labels; /* pinned staging */
+    float *h_scalars;             /* pinned: loss, norm */
+
+    int n_params, n_tensors;
+    gl_param *params;
+    gl_tensor *tensors;
+
+    cudaEvent_t t_begin, t_end;
+    cudaEvent_t *prof_ev; /* pairs */
+    int prof_cap, prof_n, prof_on; /* recording between gpu_llama_profile_reset and _print */
+    int *prof_cat;
+    double prof_ms[N_PROF];
+};
+
+/* llama_layout.cu: the slabs. assign = 0 counts bytes into m->plan; assign = 1 carves pointers
+ * out of m->slab and registers the trainable tensors. */
+void gl_layout(gpu_llama *m, int assign);
+int gl_is_target(const gpu_llama *m, int t);
+
+/* llama.cu: NF4 layer l into the dequantization buffer (no-op for a bf16 base or when it is
+ * already there). */
+void gl_dequantize_layer(gpu_llama *m, int l);
+
+/* llama.cu: a bf16 copy of n fp32 values (compute copies). */
+void gl_to_bf16(uint16_t *dst, const float *src, int64_t n, cudaStream_t s);
+
+#endif /* REFINE_GPU_LLAMA_INTERNAL_H */

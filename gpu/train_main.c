@@ -1,0 +1,294 @@
+/* train_main.c — //gpu:train: the shared training loop (train/) on the GPU model (gpu/llama), one
+ * NVIDIA GPU, bf16 compute with fp32 masters.
+ *
+ *   bazel run //gpu:train                      LoRA on SmolLM2-135M-Instruct with the default corpus
+ *   bazel run //gpu:train -- --help            every flag with its default (the same as //ref:train)
+ *
+ * It takes //ref:train's flags and writes the same files (adapter, merged model, metrics, plot,
+ * resumable checkpoints); tests/parity/train_parity.sh holds the two trainers against each other.
+ * The engine (train/engine.h) over gpu/llama:
+ *   - methods: lora, dora (bf16 base), qlora, qdora (NF4 base: a bitsandbytes 4-bit checkpoint's
+ *     own codes, or quantized at load like bitsandbytes), full (every weight trains);
+ *   - the memory plan is printed before anything is allocated; a plan larger than the GPU's free
+ *     memory is refused with the largest micro-batch that fits; --auto-batch takes that
+ *     micro-batch; either way one micro-batch is run before training to confirm the plan (and
+ *     to create the GEMM plans, so that steps allocate nothing);
+ *   - micro_step: the batch is copied to the device, forward + loss + backward are queued, and the
+ *     loss is read back (the one host synchronization of a micro-batch); gradients accumulate
+ *     scaled so that the sum over the step's micro-batches is the gradient of its mean loss;
+ *   - optimizer_step: gpu/adamw (or the 8-bit optimizer), global-norm clipping, zeroed gradients;
+ *     a non-finite gradient changes nothing and names its tensor;
+ *   - adapter initialization is the CPU trainer's (ref_llama_adapters_init from --seed), so both
+ *     trainers start from the same adapters; dropout (LoRA) masks are keyed by the micro-batch
+ *     index, so a resumed run draws the same ones.
+ * --precision: auto or bf16 (fp32 is //ref:train's).
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu/gemm.h"
+#include "gpu/llama.h"
+#include "io/config.h"
+#include "io/error.h"
+#include "io/model_source.h"
+#include "ref/lora.h"
+#include "train/cli.h"
+#include "train/engine.h"
+#include "train/metrics.h"
+#include "train/options.h"
+
+#define GIB (1024.0 * 1024.0 * 1024.0)
+/* Free memory kept back from the plan: the CUDA runtime's and cuBLASLt's own allocations
+ * (module images, the handle) that the plan cannot see. */
+#define MEMORY_RESERVE ((size_t)768 << 20)
+
+struct gpu_engine {
+    struct gpu_llama *m;
+    char name[256];
+    int B, T;
+};
+
+static int64_t count_valid(const int32_t *labels, int n) {
+    int64_t v = 0;
+    for (int i = 0; i < n; i++) v += labels[i] != -100;
+    return v;
+}
+
+static int eng_micro_step(void *self, const int32_t *tokens, const int32_t *labels, int B, int T, float grad_scale,
+                          uint64_t micro_index, double *nll_sum, struct io_err *e) {
+    struct gpu_engine *g = self;
+    if (B != g->B || T != g->T) return io_fail(e, "GPU engine planned for %d×%d, got %d×%d", g->B, g->T, B, T);
+    const int64_t valid = count_valid(labels, B * T);
+    *nll_sum = 0.0;
+    if (valid == 0) return 0;
+    /* the model's loss is the micro-batch mean; the gradient of the step's mean is (grad_scale ·
+     * valid) × the gradient of the micro-batch mean (as the CPU engine) */
+    gpu_llama_set_batch(g->m, tokens, labels);
+    gpu_llama_train_micro(g->m, valid, (float)((double)grad_scale * (double)valid), micro_index);
+    *nll_sum = (double)gpu_llama_loss(g->m) * (double)valid;
+    return 0;
+}
+
+static int eng_eval(void *self, const int32_t *tokens, const int32_t *labels, int B, int T, double *nll_sum,
+                    struct io_err *e) {
+    struct gpu_engine *g = self;
+    if (B != g->B || T != g->T) return io_fail(e, "GPU engine planned for %d×%d, got %d×%d", g->B, g->T, B, T);
+    const int64_t valid = count_valid(labels, B * T);
+    *nll_sum = 0.0;
+    if (valid == 0) return 0;
+    gpu_llama_set_batch(g->m, tokens, labels);
+    gpu_llama_eval(g->m, valid);
+    *nll_sum = (double)gpu_llama_loss(g->m) * (double)valid;
+    return 0;
+}
+
+static int eng_optimizer_step(void *self, const struct optim_step *h, double *grad_norm, struct io_err *e) {
+    struct gpu_engine *g = self;
+    const struct gpu_llama_step s = {h->step, h->lr, h->beta1, h->beta2, h->eps, h->weight_decay, h->clip};
+    const int bad = gpu_llama_optimizer_step(g->m, &s, grad_norm);
+    if (bad >= 0) return io_fail(e, "gradient of %s is not finite", gpu_llama_tensor_info(g->m, bad)->name);
+    if (!isfinite(*grad_norm)) return io_fail(e, "the gradient norm is not finite");
+    return 0;
+}
+
+static int eng_n_tensors(void *self) { return gpu_llama_n_tensors(((struct gpu_engine *)self)->m); }
+
+static int eng_tensor_info(void *self, int i, struct engine_tensor *info) {
+    const struct gpu_llama_tensor *t = gpu_llama_tensor_info(((struct gpu_engine *)self)->m, i);
+    memset(info, 0, sizeof *info);
+    snprintf(info->name, sizeof info->name, "%s", t->name);
+    info->role = t->role == 0 ? ROLE_PARAM : ROLE_OPTIM;
+    info->dtype = t->is_u8 ? ST_U8 : ST_F32;
+    info->ndim = t->ndim;
+    info->shape[0] = t->shape[0];
+    info->shape[1] = t->shape[1];
+    return 0;
+}
+
+static int eng_tensor_read(void *self, int i, void *host, struct io_err *e) {
+    (void)e;
+    gpu_llama_tensor_read(((struct gpu_engine *)self)->m, i, host);
+    return 0;
+}
+
+static int eng_tensor_write(void *self, int i, const void *host, struct io_err *e) {
+    (void)e;
+    gpu_llama_tensor_write(((struct gpu_engine *)self)->m, i, host);
+    return 0;
+}
+
+static int eng_base_weight_read(void *self, const char *hf_name, float *host, struct io_err *e) {
+    return gpu_llama_base_weight_read(((struct gpu_engine *)self)->m, hf_name, host, e);
+}
+
+static double eng_mem_gib(void *self) {
+    return (double)gpu_llama_get_plan(((struct gpu_engine *)self)->m)->total / GIB;
+}
+
+static void eng_destroy(void *self) {
+    struct gpu_engine *g = self;
+    free_gpu_llama(g->m);
+    free(g);
+}
+
+/* ---- creation ---------------------------------------------------------------------------------- */
+
+static int check_gpu(const struct train_options *o, struct io_err *e) {
+    if (o->precision == PRECISION_FP32)
+        return io_fail(e, "--precision fp32: //gpu:train computes in bf16 (fp32 masters); the fp32 trainer is "
+                          "//ref:train");
+    return gpu_device_query(NULL, 0, NULL, NULL, e);
+}
+
+static void model_options(struct gpu_llama_options *g, const struct train_options *o, const struct model_source *src) {
+    memset(g, 0, sizeof *g);
+    g->mode = o->method == METHOD_FULL                                 ? LLAMA_FULL
+              : o->method == METHOD_DORA || o->method == METHOD_QDORA ? LLAMA_DORA
+                                                                      : LLAMA_LORA;
+    g->base = o->method == METHOD_QLORA || o->method == METHOD_QDORA ? GPU_BASE_NF4 : GPU_BASE_BF16;
+    g->targets = o->targets;
+    g->R = o->rank;
+    g->lora_scale = g->mode == LLAMA_FULL ? 0.0f
+                                          : ref_lora_scale(o->alpha, o->rank,
+                                                           o->scaling == SCALING_RSLORA ? LORA_SCALE_RSLORA
+                                                                                        : LORA_SCALE_STANDARD);
+    g->dropout = o->dropout;
+    g->seed = o->seed;
+    g->recompute = o->recompute == RECOMPUTE_LAYER  ? GPU_RECOMPUTE_LAYER
+                   : o->recompute == RECOMPUTE_ATTN ? GPU_RECOMPUTE_ATTN
+                                                    : GPU_RECOMPUTE_NONE;
+    g->optimizer = o->optimizer == OPTIMIZER_ADAMW8BIT ? GPU_OPT_ADAMW8BIT : GPU_OPT_ADAMW;
+    /* a bitsandbytes checkpoint brings its own layout; weights quantized here are double-quantized */
+    g->nested_nf4 = model_source_is_bnb(src, MW_Q, 0) ? src->config.quant.double_quant : 1;
+    g->B = o->micro_batch;
+    g->T = o->seq;
+}
+
+/* The largest micro-batch whose plan fits in `budget` bytes (0 when not even one does). */
+static int largest_fitting_batch(struct gpu_llama_options g, const struct model_config *c, size_t budget) {
+    struct gpu_llama_plan p;
+    struct io_err e;
+    int lo = 0, hi = 1;
+    for (;;) { /* double while it fits */
+        g.B = hi;
+        if (gpu_llama_plan_bytes(&p, c, &g, &e) != 0 || p.total > budget) break;
+        lo = hi;
+        if (hi >= 65536) return lo;
+        hi *= 2;
+    }
+    while (hi - lo > 1) { /* the largest fitting B lies in [lo, hi) */
+        const int mid = lo + (hi - lo) / 2;
+        g.B = mid;
+        if (gpu_llama_plan_bytes(&p, c, &g, &e) == 0 && p.total <= budget)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static int gpu_engine_create(struct train_engine *eng, struct train_options *o, const struct model_source *src,
+                             struct io_err *e) {
+    char device[128];
+    size_t free_b = 0, total_b = 0;
+    if (gpu_device_query(device, sizeof device, &free_b, &total_b, e)) return -1;
+    const double peak = gpu_gemm_measure_bf16_rate(8192);
+    if (gpu_device_query(device, sizeof device, &free_b, &total_b, e)) return -1;
+    const size_t budget = free_b > MEMORY_RESERVE ? free_b - MEMORY_RESERVE : 0;
+
+    struct gpu_llama_options g;
+    model_options(&g, o, src);
+    struct gpu_llama_plan plan;
+    if (gpu_llama_plan_bytes(&plan, &src->config, &g, e)) return -1;
+    if (o->auto_batch) {
+        const int b = largest_fitting_batch(g, &src->config, budget);
+        if (b == 0) {
+            char line[512];
+            gpu_llama_plan_describe(line, sizeof line, &plan, 1, o->seq);
+            return io_fail(e, "--auto-batch: not even micro-batch 1 fits in the %.2f GiB free on %s (%s); try "
+                              "--recompute layer, --method qlora or a shorter --seq",
+                           budget / GIB, device, line);
+        }
+        printf("auto-batch: micro-batch %d (the largest whose plan fits in %.2f GiB)\n", b, budget / GIB);
+        o->micro_batch = g.B = b;
+        if (gpu_llama_plan_bytes(&plan, &src->config, &g, e)) return -1;
+    }
+    char line[512];
+    gpu_llama_plan_describe(line, sizeof line, &plan, g.B, g.T);
+    printf("%s\n", line);
+    if (plan.total > budget) {
+        const int b = largest_fitting_batch(g, &src->config, budget);
+        if (b > 0)
+            return io_fail(e, "the model does not fit: %s, but %s has %.2f GiB free; the largest micro-batch that "
+                              "fits is %d (--micro-batch %d, raising --grad-accum to keep the batch, or --auto-batch)",
+                           line, device, budget / GIB, b, b);
+        return io_fail(e, "the model does not fit: %s, but %s has %.2f GiB free, and not even micro-batch 1 fits; "
+                          "try --recompute layer, --method qlora or a shorter --seq",
+                       line, device, budget / GIB);
+    }
+
+    struct gpu_engine *ge = calloc(1, sizeof *ge);
+    if (!ge) return io_fail(e, "out of host memory");
+    ge->B = g.B;
+    ge->T = g.T;
+    ge->m = build_gpu_llama(&src->config, &g, e);
+    if (!ge->m) {
+        free(ge);
+        return -1;
+    }
+    if (gpu_llama_load(ge->m, src, e)) {
+        eng_destroy(ge);
+        return -1;
+    }
+    gpu_llama_init_adapters(ge->m, o->seed);
+
+    /* One micro-batch confirms the plan (it runs in the memory planned) and creates the GEMM
+     * plans; its gradients are dropped (a zero learning rate step, then the zeroing). */
+    const int n = g.B * g.T;
+    int32_t *tok = calloc((size_t)n, sizeof *tok), *lab = calloc((size_t)n, sizeof *lab);
+    if (!tok || !lab) {
+        free(tok), free(lab), eng_destroy(ge);
+        return io_fail(e, "out of host memory");
+    }
+    for (int i = 0; i < n; i++) tok[i] = (int32_t)((uint32_t)i * 2654435761u % (uint32_t)src->config.V), lab[i] = tok[i];
+    gpu_llama_set_batch(ge->m, tok, lab);
+    gpu_llama_train_micro(ge->m, n, 0.0f, 0);
+    const float loss = gpu_llama_loss(ge->m);
+    free(tok);
+    free(lab);
+    if (!isfinite(loss)) {
+        eng_destroy(ge);
+        return io_fail(e, "the confirmation step gave a non-finite loss (%g): the model's weights hold NaN or Inf",
+                       (double)loss);
+    }
+    gpu_llama_drop_grads(ge->m);
+
+    snprintf(ge->name, sizeof ge->name, "gpu (%s, bf16)", device);
+    memset(eng, 0, sizeof *eng);
+    eng->name = ge->name;
+    eng->self = ge;
+    eng->flops_per_token = train_flops_per_token(&src->config, g.T, g.mode == LLAMA_FULL);
+    eng->peak_flops = peak;
+    eng->adapter_scale = g.lora_scale;
+    eng->micro_step = eng_micro_step;
+    eng->eval = eng_eval;
+    eng->optimizer_step = eng_optimizer_step;
+    eng->n_tensors = eng_n_tensors;
+    eng->tensor_info = eng_tensor_info;
+    eng->tensor_read = eng_tensor_read;
+    eng->tensor_write = eng_tensor_write;
+    eng->base_weight_read = eng_base_weight_read;
+    eng->mem_gib = eng_mem_gib;
+    eng->destroy = eng_destroy;
+    printf("engine: %s, %.0f TFLOP/s bf16 GEMM measured, %.2f of %.2f GiB planned\n", device, peak / 1e12,
+           plan.total / GIB, total_b / GIB);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    static const struct trainer gpu_trainer = {"bazel run //gpu:train --", check_gpu, gpu_engine_create};
+    return train_main(argc, argv, &gpu_trainer);
+}

@@ -1,0 +1,164 @@
+/* llama_plan_test.c — the GPU model's memory plan (gpu/llama.h), checked on the CPU: the plan is
+ * host arithmetic (no device is touched), so this runs in CI with the other CPU tests.
+ *
+ * What must hold, each derived from what the model stores (gpu/llama.h "Storage"):
+ *   - trainable state: full fine-tuning holds per parameter an fp32 master and a bf16 copy (6 B),
+ *     an fp32 gradient (4 B) and two fp32 moments (8 B); the 8-bit optimizer ~2 B per parameter of
+ *     the large tensors; LoRA holds R·(C_in + C_out) per adapted linear and layer;
+ *   - NF4 bases take ~0.5 B per weight plus the double-quantized absmax (1/64 B) where bf16 takes 2;
+ *   - activations grow linearly with the micro-batch; recomputation orders them NONE > ATTN > LAYER,
+ *     and LAYER keeps the L + 1 layer inputs plus one layer's set;
+ *   - the shapes PERFORMANCE.md targets plan as they should: Llama-3.2-1B LoRA 16×512 well under
+ *     HF + PEFT's 34 GiB, Llama-3.1-8B LoRA 16×512 inside an 80 GB card;
+ *   - options the kernels cannot run are refused with a message, not a crash.
+ * Alignment (256 B per buffer) is the only slack: bounds allow it explicitly.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "gpu/llama.h"
+#include "io/config.h"
+
+#define GIB (1024.0 * 1024.0 * 1024.0)
+
+static int failures, checks;
+
+static void expect(int ok, const char *what, double got, double lo, double hi) {
+    checks++;
+    if (ok) return;
+    failures++;
+    printf("FAIL %s: %.6g not in [%.6g, %.6g]\n", what, got, lo, hi);
+}
+
+static void in_range(const char *what, double got, double lo, double hi) { expect(got >= lo && got <= hi, what, got, lo, hi); }
+
+static struct gpu_llama_options opts(enum llama_mode mode, int B, int T) {
+    struct gpu_llama_options o;
+    memset(&o, 0, sizeof o);
+    o.mode = mode;
+    o.targets = LLAMA_ALL_TARGETS;
+    o.R = 16;
+    o.lora_scale = 2.0f;
+    o.nested_nf4 = 1;
+    o.B = B;
+    o.T = T;
+    return o;
+}
+
+static struct gpu_llama_plan plan_of(const struct model_config *c, const struct gpu_llama_options *o) {
+    struct gpu_llama_plan p;
+    struct io_err e = {{0}};
+    memset(&p, 0, sizeof p);
+    if (gpu_llama_plan_bytes(&p, c, o, &e) != 0) {
+        printf("FAIL unexpected refusal: %s\n", e.msg);
+        failures++;
+    }
+    return p;
+}
+
+static double n_linear_params(const struct model_config *c) {
+    return (double)c->L * ((double)c->C * c->H * c->D + 2.0 * c->C * c->KVH * c->D + (double)c->H * c->D * c->C +
+                           3.0 * c->C * c->F);
+}
+
+static double n_params(const struct model_config *c) {
+    return n_linear_params(c) + (double)c->V * c->C * (c->tie_word_embeddings ? 1 : 2) + (2.0 * c->L + 1) * c->C;
+}
+
+int main(void) {
+    struct model_config c1, c8, cs;
+    struct io_err e = {{0}};
+    if (config_named(&c1, "llama-3.2-1b", &e) || config_named(&c8, "llama-3.1-8b", &e) ||
+        config_named(&cs, "smollm2-135m", &e)) {
+        printf("llama_plan_test: %s\n", e.msg);
+        return 1;
+    }
+    const double slack = 256.0 * 4096; /* 256-byte alignment of at most a few thousand buffers */
+
+    /* full fine-tuning: 6 + 4 + 8 bytes per parameter. Its plan includes the embedding backward's
+     * sort workspace, which CUB sizes from the device: checked only where there is one. */
+    const double np = n_params(&cs);
+    if (gpu_device_query(NULL, 0, NULL, NULL, &e) == 0) {
+        struct gpu_llama_options of = opts(LLAMA_FULL, 2, 128);
+        struct gpu_llama_plan pf = plan_of(&cs, &of);
+        in_range("full: params bytes = 6 per parameter", (double)pf.params, 6 * np, 6 * np + slack);
+        in_range("full: grads bytes = 4 per parameter", (double)pf.grads, 4 * np, 4 * np + slack);
+        in_range("full: AdamW moments = 8 per parameter", (double)pf.optim, 8 * np, 8 * np + slack);
+        of.optimizer = GPU_OPT_ADAMW8BIT;
+        struct gpu_llama_plan pf8 = plan_of(&cs, &of);
+        in_range("full, 8-bit AdamW: about 2 bytes per parameter", (double)pf8.optim, 2 * np, 2 * np * 1.05 + slack);
+    } else {
+        printf("no CUDA device: the full fine-tuning plans (CUB sizes their sort workspace on the device) are not "
+               "checked here\n");
+    }
+
+    /* LoRA: R·(C_in + C_out) per adapted linear and layer, fp32 gradient */
+    struct gpu_llama_options ol = opts(LLAMA_LORA, 2, 128);
+    struct gpu_llama_plan pl = plan_of(&cs, &ol);
+    const double na = (double)cs.L * ol.R *
+                      ((cs.C + cs.H * cs.D) + 2.0 * (cs.C + cs.KVH * cs.D) + (cs.H * cs.D + cs.C) + 3.0 * (cs.C + cs.F));
+    in_range("lora: gradient bytes = 4 per adapter parameter", (double)pl.grads, 4 * na, 4 * na + slack);
+    in_range("lora: frozen bf16 weights = 2 bytes per weight", (double)pl.weights, 2 * np, 2 * np + slack);
+
+    /* QLoRA: linears in ~0.5 + 1/64 bytes per weight */
+    struct gpu_llama_options oq = ol;
+    oq.base = GPU_BASE_NF4;
+    struct gpu_llama_plan pq = plan_of(&c1, &oq);
+    struct gpu_llama_plan pb = plan_of(&c1, &ol);
+    const double nl = n_linear_params(&c1), rest = 2.0 * (n_params(&c1) - nl);
+    const double per_layer_buffer = 2.0 * nl / c1.L; /* one layer dequantized */
+    in_range("qlora: weights = NF4 linears + bf16 rest + one dequantized layer", (double)pq.weights,
+             0.5 * nl + nl / 64 + rest + per_layer_buffer, 0.5 * nl + nl / 64 * 1.1 + rest + per_layer_buffer + slack);
+    expect(pq.weights < pb.weights / 2, "qlora weights < half of bf16", (double)pq.weights, 0, pb.weights / 2.0);
+
+    /* activations: linear in B; NONE > ATTN > LAYER; LAYER = (L + 1) inputs + one layer */
+    struct gpu_llama_options o1 = opts(LLAMA_LORA, 1, 256), o2 = opts(LLAMA_LORA, 2, 256), o4 = opts(LLAMA_LORA, 4, 256);
+    const double a1 = (double)plan_of(&cs, &o1).acts, a2 = (double)plan_of(&cs, &o2).acts,
+                 a4 = (double)plan_of(&cs, &o4).acts;
+    in_range("activations linear in the micro-batch", a4 - a2, 2 * (a2 - a1) - slack, 2 * (a2 - a1) + slack);
+    struct gpu_llama_options on = opts(LLAMA_LORA, 4, 256), oa = on, oy = on;
+    oa.recompute = GPU_RECOMPUTE_ATTN;
+    oy.recompute = GPU_RECOMPUTE_LAYER;
+    const double an = (double)plan_of(&cs, &on).acts, aa = (double)plan_of(&cs, &oa).acts,
+                 ay = (double)plan_of(&cs, &oy).acts;
+    expect(an > aa && aa > ay, "recompute orders activations NONE > ATTN > LAYER", aa, ay, an);
+    const double chain = (cs.L + 1.0) * 4 * 256 * cs.C * 2, final = 4 * 256 * (4.0 + 2.0 * cs.C); /* + final norm */
+    const double one_set = (an - chain - final) / cs.L;
+    in_range("LAYER: inputs of every layer + one layer's set", ay, chain + one_set + final - slack,
+             chain + one_set + final + slack);
+
+    /* the shapes of PERFORMANCE.md's targets */
+    struct gpu_llama_options t1 = opts(LLAMA_LORA, 16, 512), t8 = opts(LLAMA_LORA, 16, 512);
+    const double g1 = plan_of(&c1, &t1).total / GIB, g8 = plan_of(&c8, &t8).total / GIB;
+    in_range("Llama-3.2-1B LoRA 16x512 plan (GiB): below HF + PEFT's 34", g1, 8.0, 16.0);
+    in_range("Llama-3.1-8B LoRA 16x512 plan (GiB): inside an 80 GB card", g8, 20.0, 74.0);
+    printf("plans: 1B LoRA 16x512 %.2f GiB, 8B LoRA 16x512 %.2f GiB\n", g1, g8);
+
+    /* refusals */
+    struct gpu_llama_plan p;
+    struct model_config bad = c1;
+    bad.D = 80, bad.H = 2048 / 80;
+    struct gpu_llama_options od = opts(LLAMA_DORA, 2, 128);
+    od.dropout = 0.1f;
+    struct gpu_llama_options onf = opts(LLAMA_FULL, 2, 128);
+    onf.base = GPU_BASE_NF4;
+    struct gpu_llama_options none = opts(LLAMA_LORA, 2, 128);
+    none.targets = 0;
+    const struct {
+        const struct model_config *c;
+        const struct gpu_llama_options *o;
+        const char *want;
+    } refused[] = {{&bad, &ol, "head_dim"}, {&c1, &od, "dropout"}, {&c1, &onf, "NF4"}, {&c1, &none, "targets"}};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        memset(&e, 0, sizeof e);
+        const int rc = gpu_llama_plan_bytes(&p, refused[i].c, refused[i].o, &e);
+        checks++;
+        if (rc != -1 || strstr(e.msg, refused[i].want) == NULL) {
+            failures++;
+            printf("FAIL refusal %zu: rc=%d message '%s' (expected one naming %s)\n", i, rc, e.msg, refused[i].want);
+        }
+    }
+    printf("llama_plan_test: %d checks, %d failed\n", checks, failures);
+    return failures != 0;
+}
