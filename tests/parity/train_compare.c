@@ -458,7 +458,7 @@ static void check_params(struct tolerance_result *res, const struct run *O, cons
     if (pc > 2 * ps + floor_agg)
         fail(res, "parameters (aggregate): |P_c - P_o| %.6g > 2 x |P_s - P_o| %.6g + floor %.3g (ratio %.3f; |P_o| %.6g)",
              pc, ps, floor_agg, res->param_ratio, po);
-    res->worst_tensor_ratio = 0.0;
+    res->worst_tensor_ratio = n > 0 ? -1.0 : NAN; /* the first tensor sets it, even a ratio of 0 */
     for (int i = 0; i < n; i++) {
         const double to = sqrt(tn[i].o2), ts = sqrt(tn[i].s2), tc = sqrt(tn[i].c2);
         const double own = ts + res->param_rel * to, fl = FLOOR_ULPS * FLT_EPSILON * to;
@@ -516,19 +516,52 @@ void tolerance_summary(char *buf, size_t cap, const char *name, const struct tol
 
 /* ---- identity ----------------------------------------------------------------------------------- */
 
+/* Length of the record's kind ("train", "eval", ...): its first word. */
+static size_t kind_len(const char *rec) { return strcspn(rec, " "); }
+
+/* The index of the ord-th record (0-based) of r whose kind is that of rec, or -1; *count: how many
+ * records of that kind r holds. */
+static int nth_of_kind(const struct run *r, const char *rec, int ord, int *count) {
+    const size_t k = kind_len(rec);
+    int found = -1, n = 0;
+    for (int i = 0; i < r->n_records; i++)
+        if (kind_len(r->records[i]) == k && strncmp(r->records[i], rec, k) == 0) {
+            if (n == ord) found = i;
+            n++;
+        }
+    *count = n;
+    return found;
+}
+
 int compare_identical(const struct run *a, const struct run *b, char *diff, size_t cap) {
-    const int n = a->n_records < b->n_records ? a->n_records : b->n_records;
-    for (int i = 0; i < n; i++)
-        if (strcmp(a->records[i], b->records[i]) != 0) {
-            snprintf(diff, cap, "metrics.jsonl record %d differs:\n  %s: %s\n  %s: %s", i + 1, a->dir, a->records[i], b->dir,
-                     b->records[i]);
+    /* Record by record within each kind: the training records in their order, the evaluations in
+     * theirs. How the two kinds interleave in the file is presentation, not a value. */
+    for (int i = 0; i < a->n_records; i++) {
+        const char *rec = a->records[i];
+        const int k = (int)kind_len(rec);
+        int ord = 0, na, nb;
+        for (int j = 0; j < i; j++)
+            ord += kind_len(a->records[j]) == (size_t)k && strncmp(a->records[j], rec, (size_t)k) == 0;
+        const int jb = nth_of_kind(b, rec, ord, &nb);
+        nth_of_kind(a, rec, ord, &na);
+        if (na != nb) {
+            snprintf(diff, cap, "metrics.jsonl: %s holds %d \"%.*s\" records, %s %d", a->dir, na, k, rec, b->dir, nb);
             return 1;
         }
-    if (a->n_records != b->n_records) {
-        const struct run *longer = a->n_records > b->n_records ? a : b;
-        snprintf(diff, cap, "metrics.jsonl: %s has %d records, %s %d; the first extra one: %s", a->dir, a->n_records,
-                 b->dir, b->n_records, longer->records[n]);
-        return 1;
+        if (strcmp(rec, b->records[jb]) != 0) {
+            snprintf(diff, cap, "metrics.jsonl: \"%.*s\" record %d differs:\n  %s: %s\n  %s: %s", k, rec, ord + 1, a->dir, rec,
+                     b->dir, b->records[jb]);
+            return 1;
+        }
+    }
+    if (a->n_records != b->n_records) { /* b holds a kind that a does not */
+        for (int i = 0; i < b->n_records; i++) {
+            int na;
+            if (nth_of_kind(a, b->records[i], 0, &na) < 0) {
+                snprintf(diff, cap, "metrics.jsonl: %s holds a record %s does not have: %s", b->dir, a->dir, b->records[i]);
+                return 1;
+            }
+        }
     }
     if (a->latest_step != b->latest_step) {
         snprintf(diff, cap, "the last checkpoints differ: step-%d in %s, step-%d in %s", a->latest_step, a->dir,

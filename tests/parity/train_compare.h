@@ -15,9 +15,10 @@
  * for the per-step training and validation losses (max and rms over steps), the parameters in
  * aggregate, and each parameter tensor; every value finite; tensor sets, shapes and dtypes equal.
  *
- * compare_identical: the same steps with the same printed values in metrics.jsonl (every field
- * but the timing ones: tokens_per_s, mfu, mem_GiB, elapsed_s), the same LATEST step, and every
- * tensor of the last checkpoints byte-identical (parameters and optimizer state).
+ * compare_identical: the same records with the same printed values in metrics.jsonl (every field
+ * but the timing ones: tokens_per_s, mfu, mem_GiB, elapsed_s; the training records in their
+ * order and the evaluations in theirs), the same LATEST step, and every tensor of the last
+ * checkpoints byte-identical (parameters and optimizer state).
  */
 #ifndef REFINE_TESTS_PARITY_TRAIN_COMPARE_H
 #define REFINE_TESTS_PARITY_TRAIN_COMPARE_H

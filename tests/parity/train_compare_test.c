@@ -8,9 +8,10 @@
  *   the training losses, the validation losses or the parameters); one tensor 20× its own error
  *   but within 2·ε·‖P_O,t‖ passes, 3× its budget fails on that tensor alone; a NaN loss or
  *   parameter, a missing, extra or reshaped tensor, or a different number of steps fails;
- *   identical: folders differing only in timing fields are identical; one byte of an optimizer
- *   tensor, one digit of one loss, or another LATEST step makes them differ; unreadable folders
- *   are one message, never a crash.
+ *   identical: folders differing only in timing fields or in how training and evaluation records
+ *   interleave are identical; one byte of an optimizer tensor, one digit of one loss, a missing
+ *   evaluation or tensor, or another LATEST step makes them differ; unreadable folders are one
+ *   message, never a crash.
  *
  *   bazel test //tests/parity:train_compare_test        (REFINE_VERBOSE=1: every summary line)
  */
@@ -61,6 +62,8 @@ struct spec {
     const char *flip;        /* a tensor with one bit of its first byte flipped */
     int digit_step;          /* the last digit of this step's printed loss changed; 0: none */
     double timing;           /* the timing fields' values */
+    int eval0_late;          /* the step-0 evaluation after the first training record */
+    int drop_last_eval;      /* the last evaluation left out */
 };
 
 static struct spec spec_oracle(void) {
@@ -92,6 +95,12 @@ static void change_last_digit(char *num) {
     *d = *d == '9' ? '8' : (char)(*d + 1);
 }
 
+static void write_eval(FILE *f, const struct spec *s, int e) {
+    const double v = g_val[e] + s->k_val * g_dval[e];
+    fprintf(f, "{\"kind\":\"eval\",\"step\":%d,\"val_loss\":%.9g,\"val_ppl\":%.9g,\"val_tokens\":128,\"elapsed_s\":%.6g}\n",
+            k_eval_step[e], v, exp(v), k_eval_step[e] * s->timing + 0.5);
+}
+
 static void write_metrics(const char *dir, const struct spec *s) {
     char path[1200];
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
@@ -103,7 +112,8 @@ static void write_metrics(const char *dir, const struct spec *s) {
     fprintf(f, "{\"kind\":\"run\",\"engine\":\"synthetic\",\"total_steps\":%d,\"options\":{\"out\":\"%s\",\"lr\":0.001,"
                "\"targets\":[\"q\",\"v\"],\"nested\":{\"a\":\"}\"}}}\n",
             STEPS, dir);
-    int e = 0;
+    int e = s->eval0_late ? 1 : 0;
+    const int n_eval = s->drop_last_eval ? N_EVAL - 1 : N_EVAL;
     for (int step = 0; step <= s->n_steps; step++) {
         if (step > 0) {
             char loss[64];
@@ -116,12 +126,8 @@ static void write_metrics(const char *dir, const struct spec *s) {
                     step, loss, 1e-3 * step / STEPS, 0.5 + 0.01 * step, 1000 * s->timing, 0.1 * s->timing,
                     0.01 * s->timing, step * s->timing);
         }
-        if (e < N_EVAL && k_eval_step[e] == step) {
-            const double v = g_val[e] + s->k_val * g_dval[e];
-            fprintf(f, "{\"kind\":\"eval\",\"step\":%d,\"val_loss\":%.9g,\"val_ppl\":%.9g,\"val_tokens\":128,\"elapsed_s\":%.6g}\n",
-                    step, v, exp(v), step * s->timing + 0.5);
-            e++;
-        }
+        if (step == 1 && s->eval0_late) write_eval(f, s, 0);
+        if (e < n_eval && k_eval_step[e] == step) write_eval(f, s, e++);
     }
     fclose(f);
 }
@@ -371,13 +377,19 @@ int main(int argc, char **argv) {
     s = spec_oracle();
     s.timing = 2.5;
     identical_case("ident_timing_only", &s, 1, NULL);
+    s.eval0_late = 1; /* as a resumed run's log is rewritten: the order of the kinds is no value */
+    identical_case("ident_records_interleaved", &s, 1, NULL);
+    s.eval0_late = 0;
+    s.drop_last_eval = 1;
+    identical_case("ident_missing_eval", &s, 0, "holds 3 \"eval\" records");
+    s.drop_last_eval = 0;
     s.flip = "model.layers.0.self_attn.q_proj.lora_B.weight.exp_avg_sq";
     identical_case("ident_optimizer_byte", &s, 0, "lora_B.weight.exp_avg_sq (F32) differs first at element 0");
     s.flip = "model.layers.0.self_attn.q_proj.lora_magnitude_vector.state1";
     identical_case("ident_u8_state_byte", &s, 0, "state1 (U8) differs first at byte 0");
     s.flip = NULL;
     s.digit_step = 4;
-    identical_case("ident_loss_digit", &s, 0, "record 5 differs");
+    identical_case("ident_loss_digit", &s, 0, "\"train\" record 4 differs");
     s.digit_step = 0;
     s.latest = STEPS - 5;
     identical_case("ident_other_latest", &s, 0, "the last checkpoints differ");
