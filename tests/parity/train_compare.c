@@ -9,10 +9,27 @@
  * performs the same roundings with other reduction orders and fused kernels, so its distance to O
  * should be of the same size: tier (c), flash-attention's rule, allows twice it.
  *
- * Losses. e_X(s) = L_X(s) − L_O(s) over the recorded steps s (training loss per optimizer step;
- * validation loss per evaluation, as a separate series):
- *     max_s |e_C(s)| ≤ 2·max_s |e_S(s)| + 4·ε32·max_s |L_O(s)|
- *     rms_s  e_C(s)  ≤ 2·rms_s  e_S(s)  + 4·ε32·rms_s  L_O(s)
+ * Why not 2× per run. Flash-attention's 2× bounds the max and rms error over a large tensor,
+ * statistics that hardly move from one draw to the next. A training run's distance to the oracle
+ * is a trajectory: S and C are two independent draws of bf16 rounding noise, amplified by the
+ * steps, and one run measures each once. Measured on the H100 over 160 runs (seeds 1-16 × the
+ * tiny Llama and Qwen2 × lora, dora, qlora, qdora, full; train_parity.sh's settings): the ratios
+ * C/S are centred on 1 (median 1.00) and distributed like their inverses S/C, so the GPU trainer
+ * is statistically the same-precision run; but the ratio of one run's loss errors has a log
+ * standard deviation of 0.39 (train and validation pooled; 0.6 for 3 validation points alone),
+ * so 2× per run failed 5-15% of the runs of a correct trainer, per statistic. The 2× is therefore
+ * applied where it is a stable statistic — the aggregate parameter error of a run, and the loss
+ * error over a suite of runs (train_parity.sh: the geometric mean of the per-run loss ratios,
+ * whose log standard deviation is 0.39/√n) — and each run's loss and per-tensor checks get the
+ * factor that the distribution allows, large enough never to fail a correct trainer in practice
+ * and small enough to catch what breaks trainers (a wrong scale, schedule, gradient or tensor).
+ *
+ * Losses. e_X = L_X − L_O over every recorded loss of the run, pooled: the training loss of each
+ * optimizer step and the validation loss of each evaluation (the validation series alone, 3
+ * points in train_parity.sh, is too short to estimate a scale):
+ *     rms e_C ≤ 5·rms e_S + 4·ε32·rms L_O        max |e_C| ≤ 5·max |e_S| + 4·ε32·max |L_O|
+ * 5 ≈ e^(4·0.39). Over the 160 runs the largest ratio was 3.2 (C/S) and 4.1 (S/C). A real defect
+ * moves the loss by a share of what training moves it (~1 nat here) against bf16 noise of ~1e-3.
  * ε32 = 2^-23. The floor covers only runs whose same-precision error happens to vanish: a loss is
  * the mean of fp32 per-token NLLs (logsumexp − z_y) summed in double; two correct implementations
  * fed the same fp32 logits may round each NLL differently by an ulp or two (exp-sum order, the
@@ -22,21 +39,27 @@
  * Parameters. The trainable fp32 masters of the last checkpoint (every tensor but the optimizer
  * state), flattened: P_X; P_X,t one tensor t.
  *     aggregate    ‖P_C − P_O‖₂ ≤ 2·‖P_S − P_O‖₂ + 4·ε32·‖P_O‖₂
- *     per tensor   ‖P_C,t − P_O,t‖₂ ≤ 2·(‖P_S,t − P_O,t‖₂ + ε·‖P_O,t‖₂) + 4·ε32·‖P_O,t‖₂,
- *                  ε = ‖P_S − P_O‖₂ / ‖P_O‖₂, the aggregate relative error of the same-precision run.
- * A tensor may be off by twice its own same-precision error plus twice the typical relative error:
- * one tensor's own S − O can be small by chance (a LoRA B or a DoRA magnitude whose bf16 and fp32
- * trajectories happen to stay close) while C's reduction orders move it by the typical amount.
- * The ε32 floor is the same four roundings, of the masters: an update computed fused (FMA) on
- * one side and unfused on the other rounds differently in the last bit.
+ *     per tensor   ‖P_C,t − P_O,t‖₂ ≤ 6·(‖P_S,t − P_O,t‖₂ + ε_k·‖P_O,t‖₂) + 4·ε32·‖P_O,t‖₂,
+ *                  ε_k = ‖P_S,k − P_O,k‖₂ / ‖P_O,k‖₂ over the tensors of t's kind k (tensor_kind:
+ *                  lora_A, lora_B, the DoRA magnitude, or in full fine-tuning the linear weights,
+ *                  norms, embedding, head, biases): the typical relative error of that kind.
+ * The aggregate sums thousands of elements over every tensor: its ratio had a log standard
+ * deviation of 0.13 and a largest value of 1.9 over the 160 runs both ways, so 2× stands. One
+ * tensor's own S − O can be small by chance (a B or a magnitude whose bf16 and fp32 trajectories
+ * happen to stay close) while C moves it by the typical amount: hence the ε_k term (kinds differ by
+ * 50×: lora_B ~3e-2, magnitudes ~1e-3, norms ~2e-4, so one ε for all would be wrong for most).
+ * The check takes the worst of ~30-60 tensors: largest ratio 2.7 (C/S) and 5.6 (S/C) over the
+ * 160 runs; 6 catches a tensor that does not train at all (an untrained lora_B gives a ratio of
+ * 6.1 or more in 99% of the tensors, median 16). The ε32 floor is the same four roundings, of the
+ * masters: an update computed fused (FMA) on one side and unfused on the other rounds differently.
  *
- * Reported ratios are err_C / (err_S + floor/2) (with ε·‖P_O,t‖ added to err_S per tensor), so
- * each rule reads ratio ≤ 2. Besides: the three runs must record the same training steps, the same
- * evaluation steps and the same last checkpoint step; every loss and every floating-point tensor
- * value (parameters and optimizer state) of the three runs must be finite; the checkpoints must
- * hold the same tensor names with the same dtypes and shapes (a missing or extra tensor fails).
- * Optimizer state is compared for structure and finiteness only: its size is not a tolerance of
- * anything the user sees, and the parameters it moved are compared.
+ * Reported ratios are err_C / (err_S + floor/2) (with ε_k·‖P_O,t‖ added to err_S per tensor), so
+ * each rule reads ratio ≤ its factor. Besides: the three runs must record the same training
+ * steps, the same evaluation steps and the same last checkpoint step; every loss and every
+ * floating-point tensor value (parameters and optimizer state) of the three runs must be finite;
+ * the checkpoints must hold the same tensor names with the same dtypes and shapes (a missing or
+ * extra tensor fails). Optimizer state is compared for structure and finiteness only: its size is
+ * not a tolerance of anything the user sees, and the parameters it moved are compared.
  */
 #include "tests/parity/train_compare.h"
 
@@ -51,7 +74,10 @@
 #include "io/check.h"
 #include "io/file.h"
 
-#define FLOOR_ULPS 4.0 /* the four fp32 roundings of the floors above */
+#define FLOOR_ULPS 4.0    /* the four fp32 roundings of the floors above */
+#define LOSS_FACTOR 5.0   /* per run, train and validation losses pooled (derivation above) */
+#define PARAM_FACTOR 2.0  /* the aggregate parameter error */
+#define TENSOR_FACTOR 6.0 /* the worst single tensor, against its own and its kind's error */
 
 static const char *const k_optim_suffixes[] = {".exp_avg", ".exp_avg_sq", ".state1", ".state2", ".absmax1", ".absmax2"};
 
@@ -314,48 +340,41 @@ static void check_finite_series(struct tolerance_result *res, const char *what, 
         }
 }
 
-/* The max and rms rules over one loss series; updates the worst loss ratio. */
-static void check_losses(struct tolerance_result *res, const char *what, const struct run_series *o,
-                         const struct run_series *s, const struct run_series *c) {
-    if (o->n == 0) return;
+/* The rms and max rules over every recorded loss of the run, training and validation pooled. */
+static void check_losses(struct tolerance_result *res, const struct run *O, const struct run *S, const struct run *C) {
+    const struct run_series *series[2][3] = {{&O->train, &S->train, &C->train}, {&O->eval, &S->eval, &C->eval}};
+    const char *what[2] = {"training", "validation"};
     double max_s = 0, max_c = 0, ss_s = 0, ss_c = 0, max_o = 0, ss_o = 0;
-    for (int i = 0; i < o->n; i++) {
-        const double es = fabs(s->value[i] - o->value[i]), ec = fabs(c->value[i] - o->value[i]);
-        max_s = fmax(max_s, es);
-        max_c = fmax(max_c, ec);
-        ss_s += es * es;
-        ss_c += ec * ec;
-        max_o = fmax(max_o, fabs(o->value[i]));
-        ss_o += o->value[i] * o->value[i];
+    int n = 0, worst_k = 0, worst_i = 0;
+    double worst = -1;
+    for (int k = 0; k < 2; k++) {
+        const struct run_series *o = series[k][0], *s = series[k][1], *c = series[k][2];
+        for (int i = 0; i < o->n; i++, n++) {
+            const double es = fabs(s->value[i] - o->value[i]), ec = fabs(c->value[i] - o->value[i]);
+            max_s = fmax(max_s, es);
+            max_c = fmax(max_c, ec);
+            ss_s += es * es;
+            ss_c += ec * ec;
+            max_o = fmax(max_o, fabs(o->value[i]));
+            ss_o += o->value[i] * o->value[i];
+            if (ec > worst) worst = ec, worst_k = k, worst_i = i;
+        }
     }
-    const double rms_s = sqrt(ss_s / o->n), rms_c = sqrt(ss_c / o->n), rms_o = sqrt(ss_o / o->n);
+    if (n == 0) return;
+    const double rms_s = sqrt(ss_s / n), rms_c = sqrt(ss_c / n), rms_o = sqrt(ss_o / n);
     const double floor_max = FLOOR_ULPS * FLT_EPSILON * max_o, floor_rms = FLOOR_ULPS * FLT_EPSILON * rms_o;
-    const double r_max = max_c / (max_s + floor_max / 2), r_rms = rms_c / (rms_s + floor_rms / 2);
-    if (!(res->loss_ratio >= r_max)) {
-        res->loss_ratio = r_max;
-        snprintf(res->loss_what, sizeof res->loss_what, "%s max", what);
-    }
-    if (!(res->loss_ratio >= r_rms)) {
-        res->loss_ratio = r_rms;
-        snprintf(res->loss_what, sizeof res->loss_what, "%s rms", what);
-    }
-    const double budget_max = 2 * max_s + floor_max;
-    if (max_c > budget_max) {
-        int i = 0;
-        while (fabs(c->value[i] - o->value[i]) <= budget_max) i++;
-        fail(res, "%s max: step %d: oracle %.9g same-precision %.9g candidate %.9g: |candidate - oracle| %.3g > "
-                  "2 x %.3g + floor %.3g (ratio %.3f)",
-             what, o->step[i], o->value[i], s->value[i], c->value[i], fabs(c->value[i] - o->value[i]), max_s, floor_max,
-             r_max);
-    }
-    if (rms_c > 2 * rms_s + floor_rms) {
-        int w = 0;
-        for (int i = 1; i < o->n; i++)
-            if (fabs(c->value[i] - o->value[i]) > fabs(c->value[w] - o->value[w])) w = i;
-        fail(res, "%s rms: %.3g > 2 x %.3g + floor %.3g (ratio %.3f); worst step %d: oracle %.9g same-precision %.9g "
-                  "candidate %.9g",
-             what, rms_c, rms_s, floor_rms, r_rms, o->step[w], o->value[w], s->value[w], c->value[w]);
-    }
+    res->loss_ratio = rms_c / (rms_s + floor_rms / 2);
+    res->loss_max_ratio = max_c / (max_s + floor_max / 2);
+    const struct run_series *o = series[worst_k][0], *s = series[worst_k][1], *c = series[worst_k][2];
+    char at[512];
+    snprintf(at, sizeof at, "the largest error: %s loss at step %d: oracle %.9g same-precision %.9g candidate %.9g",
+             what[worst_k], o->step[worst_i], o->value[worst_i], s->value[worst_i], c->value[worst_i]);
+    if (rms_c > LOSS_FACTOR * rms_s + floor_rms)
+        fail(res, "losses (rms over %d training and validation losses): %.3g > %g x %.3g + floor %.3g (ratio %.3f); %s", n,
+             rms_c, LOSS_FACTOR, rms_s, floor_rms, res->loss_ratio, at);
+    if (max_c > LOSS_FACTOR * max_s + floor_max)
+        fail(res, "losses (largest of %d training and validation losses): %.3g > %g x %.3g + floor %.3g (ratio %.3f); %s",
+             n, max_c, LOSS_FACTOR, max_s, floor_max, res->loss_max_ratio, at);
 }
 
 static int is_float(enum st_dtype t) { return t == ST_F32 || t == ST_F16 || t == ST_BF16 || t == ST_F64; }
@@ -402,9 +421,25 @@ static int64_t to_f32(float *buf, const struct st_tensor *x) {
     return -1;
 }
 
+/* The kind of a parameter tensor, whose typical relative error ε_k the per-tensor rule uses. */
+enum { KIND_LORA_A, KIND_LORA_B, KIND_MAGNITUDE, KIND_BIAS, KIND_NORM, KIND_EMBEDDING, KIND_HEAD, KIND_WEIGHT, KIND_COUNT };
+
+static int tensor_kind(const char *name) {
+    const size_t n = strlen(name);
+    if (strstr(name, "lora_A") != NULL) return KIND_LORA_A;
+    if (strstr(name, "lora_B") != NULL) return KIND_LORA_B;
+    if (strstr(name, "lora_magnitude_vector") != NULL) return KIND_MAGNITUDE;
+    if (n >= 5 && strcmp(name + n - 5, ".bias") == 0) return KIND_BIAS;
+    if (strstr(name, "norm") != NULL) return KIND_NORM;
+    if (strstr(name, "embed_tokens") != NULL) return KIND_EMBEDDING;
+    if (strstr(name, "lm_head") != NULL) return KIND_HEAD;
+    return KIND_WEIGHT;
+}
+
 /* Per parameter tensor: ‖P_O,t‖², ‖P_S,t − P_O,t‖², ‖P_C,t − P_O,t‖². */
 struct tensor_norms {
     const char *name;
+    int kind;
     double o2, s2, c2;
 };
 
@@ -422,7 +457,7 @@ static void check_params(struct tolerance_result *res, const struct run *O, cons
     struct tensor_norms *tn = calloc((size_t)O->state.n_tensors + 1, sizeof *tn);
     CHECK(tn != NULL, "out of memory");
     int n = 0;
-    double o2 = 0, s2 = 0, c2 = 0;
+    double o2 = 0, s2 = 0, c2 = 0, kind_o2[KIND_COUNT] = {0}, kind_s2[KIND_COUNT] = {0};
     for (int i = 0; i < O->state.n_tensors; i++) {
         const char *name = O->state.tensors[i].name;
         const int param = !is_optimizer_state(name);
@@ -439,6 +474,7 @@ static void check_params(struct tolerance_result *res, const struct run *O, cons
         if (!param) continue;
         struct tensor_norms *x = &tn[n++];
         x->name = name;
+        x->kind = tensor_kind(name);
         for (int64_t j = 0; j < t[0]->numel; j++) {
             const double ref = buf[0][j], ds = (double)buf[1][j] - ref, dc = (double)buf[2][j] - ref;
             x->o2 += ref * ref;
@@ -448,6 +484,8 @@ static void check_params(struct tolerance_result *res, const struct run *O, cons
         o2 += x->o2;
         s2 += x->s2;
         c2 += x->c2;
+        kind_o2[x->kind] += x->o2;
+        kind_s2[x->kind] += x->s2;
     }
     res->n_params = n;
     const double po = sqrt(o2), ps = sqrt(s2), pc = sqrt(c2);
@@ -455,22 +493,23 @@ static void check_params(struct tolerance_result *res, const struct run *O, cons
     res->param_rel = po > 0 ? ps / po : 0.0;
     res->param_ratio = pc / (ps + floor_agg / 2);
     if (n == 0) fail(res, "the checkpoints hold no parameter tensor");
-    if (pc > 2 * ps + floor_agg)
-        fail(res, "parameters (aggregate): |P_c - P_o| %.6g > 2 x |P_s - P_o| %.6g + floor %.3g (ratio %.3f; |P_o| %.6g)",
-             pc, ps, floor_agg, res->param_ratio, po);
+    if (pc > PARAM_FACTOR * ps + floor_agg)
+        fail(res, "parameters (aggregate): |P_c - P_o| %.6g > %g x |P_s - P_o| %.6g + floor %.3g (ratio %.3f; |P_o| %.6g)",
+             pc, PARAM_FACTOR, ps, floor_agg, res->param_ratio, po);
     res->worst_tensor_ratio = n > 0 ? -1.0 : NAN; /* the first tensor sets it, even a ratio of 0 */
     for (int i = 0; i < n; i++) {
         const double to = sqrt(tn[i].o2), ts = sqrt(tn[i].s2), tc = sqrt(tn[i].c2);
-        const double own = ts + res->param_rel * to, fl = FLOOR_ULPS * FLT_EPSILON * to;
+        const double eps_k = kind_o2[tn[i].kind] > 0 ? sqrt(kind_s2[tn[i].kind] / kind_o2[tn[i].kind]) : 0.0;
+        const double own = ts + eps_k * to, fl = FLOOR_ULPS * FLT_EPSILON * to;
         const double r = tc / (own + fl / 2);
         if (!(res->worst_tensor_ratio >= r)) {
             res->worst_tensor_ratio = r;
             snprintf(res->worst_tensor, sizeof res->worst_tensor, "%s", tn[i].name);
         }
-        if (tc > 2 * own + fl)
-            fail(res, "tensor %s: |P_c - P_o| %.6g > 2 x (|P_s - P_o| %.6g + eps %.3g x |P_o| %.6g) + floor %.3g "
+        if (tc > TENSOR_FACTOR * own + fl)
+            fail(res, "tensor %s: |P_c - P_o| %.6g > %g x (|P_s - P_o| %.6g + eps_k %.3g x |P_o| %.6g) + floor %.3g "
                       "(ratio %.3f)",
-                 tn[i].name, tc, ts, res->param_rel, to, fl, r);
+                 tn[i].name, tc, TENSOR_FACTOR, ts, eps_k, to, fl, r);
     }
     for (int k = 0; k < 3; k++) free(buf[k]);
     free(tn);
@@ -480,8 +519,7 @@ int compare_tolerance(const struct run *O, const struct run *S, const struct run
     memset(res, 0, sizeof *res);
     res->pass = 1;
     res->steps = O->train.n;
-    res->loss_ratio = res->param_ratio = res->param_rel = res->worst_tensor_ratio = NAN;
-    snprintf(res->loss_what, sizeof res->loss_what, "n/a");
+    res->loss_ratio = res->loss_max_ratio = res->param_ratio = res->param_rel = res->worst_tensor_ratio = NAN;
     snprintf(res->worst_tensor, sizeof res->worst_tensor, "n/a");
 
     if (O->train.n == 0) fail(res, "the oracle recorded no training step");
@@ -498,19 +536,19 @@ int compare_tolerance(const struct run *O, const struct run *S, const struct run
         check_finite_series(res, "training loss", &runs[k]->train, who[k]);
         check_finite_series(res, "validation loss", &runs[k]->eval, who[k]);
     }
-    if (same_steps(&O->train, &S->train) && same_steps(&O->train, &C->train)) {
-        check_losses(res, "train loss", &O->train, &S->train, &C->train);
-        if (same_steps(&O->eval, &S->eval) && same_steps(&O->eval, &C->eval))
-            check_losses(res, "val loss", &O->eval, &S->eval, &C->eval);
-    }
+    if (same_steps(&O->train, &S->train) && same_steps(&O->train, &C->train) && same_steps(&O->eval, &S->eval) &&
+        same_steps(&O->eval, &C->eval))
+        check_losses(res, O, S, C);
     if (check_structure(res, &O->state, &S->state, who[1]) == 0 && check_structure(res, &O->state, &C->state, who[2]) == 0)
         check_params(res, O, S, C);
     return res->pass ? 0 : 1;
 }
 
 void tolerance_summary(char *buf, size_t cap, const char *name, const struct tolerance_result *res) {
-    snprintf(buf, cap, "%s: steps=%d loss_ratio=%.3f (%s) param_ratio=%.3f (eps %.3g, %d tensors) worst_tensor=%s (%.3f) %s",
-             name, res->steps, res->loss_ratio, res->loss_what, res->param_ratio, res->param_rel, res->n_params,
+    snprintf(buf, cap,
+             "%s: steps=%d loss_ratio=%.3f loss_max_ratio=%.3f param_ratio=%.3f (eps %.3g, %d tensors) "
+             "worst_tensor=%s (%.3f) %s",
+             name, res->steps, res->loss_ratio, res->loss_max_ratio, res->param_ratio, res->param_rel, res->n_params,
              res->worst_tensor, res->worst_tensor_ratio, res->pass ? "PASS" : "FAIL");
 }
 

@@ -2,7 +2,8 @@
  * folders (the rules are in train_compare.c's header).
  *
  *   train_compare tolerance --oracle F32DIR --same BF16DIR --candidate GPUDIR [--name LABEL]
- *       the candidate's error against the fp32 oracle at most 2× that of the same-precision run
+ *       the candidate's distance to the fp32 oracle against the same-precision run's: losses
+ *       ≤ 5×, parameters together ≤ 2×, each tensor ≤ 6× (with its kind's typical error)
  *   train_compare identical DIR_A DIR_B
  *       the same printed losses (metrics.jsonl, timing fields aside), the same last checkpoint
  *       step, and byte-identical checkpoint tensors

@@ -4,10 +4,11 @@
  * nan printed as the log prints it, checkpoint/LATEST, checkpoint/step-N/state.safetensors with
  * fp32 parameters, fp32 moments and 8-bit optimizer state) from one oracle with controlled
  * deviations, and checks each verdict:
- *   tolerance: candidate error 1.5× the same-precision error passes, 3× fails (all of it, or only
- *   the training losses, the validation losses or the parameters); one tensor 20× its own error
- *   but within 2·ε·‖P_O,t‖ passes, 3× its budget fails on that tensor alone; a NaN loss or
- *   parameter, a missing, extra or reshaped tensor, or a different number of steps fails;
+ *   tolerance: candidate error 1.5× the same-precision error passes; 3× fails (the aggregate
+ *   parameters, 2×); losses 4× off pass and 6× (training) or 50× (validation) fail (5× per run,
+ *   pooled); one tensor 20× its own error but within its kind's typical error passes, 7× its budget
+ *   fails on that tensor alone; a NaN loss or parameter, a missing, extra or reshaped tensor, or a
+ *   different number of steps fails;
  *   identical: folders differing only in timing fields or in how training and evaluation records
  *   interleave are identical; one byte of an optimizer tensor, one digit of one loss, a missing
  *   evaluation or tensor, or another LATEST step makes them differ; unreadable folders are one
@@ -26,18 +27,19 @@
 #include "tests/common/rng.h"
 #include "tests/parity/train_compare.h"
 
-enum { STEPS = 10, N_EVAL = 3, N_PARAM = 3, NUMEL_MAX = 256 };
+enum { STEPS = 10, N_EVAL = 3, N_PARAM = 4, NUMEL_MAX = 256 };
 
 static const char *const k_param[N_PARAM] = {
     "model.layers.0.self_attn.q_proj.lora_A.weight",
     "model.layers.0.self_attn.q_proj.lora_B.weight",
     "model.layers.0.self_attn.q_proj.lora_magnitude_vector",
+    "model.layers.0.self_attn.v_proj.lora_A.weight",
 };
-static const int k_ndim[N_PARAM] = {2, 2, 1};
-static const int64_t k_shape[N_PARAM][2] = {{8, 32}, {32, 8}, {32, 0}};
-/* Relative size of the same-precision error per tensor: the magnitude vector's is small, so
- * that the ε term of the per-tensor rule decides it. */
-static const double k_rel[N_PARAM] = {1e-2, 1e-2, 1e-4};
+static const int k_ndim[N_PARAM] = {2, 2, 1, 2};
+static const int64_t k_shape[N_PARAM][2] = {{8, 32}, {32, 8}, {32, 0}, {1, 8}};
+/* Relative size of the same-precision error per tensor: the small v_proj lora_A's is 100× below
+ * that of its kind (q_proj's lora_A), so that the ε_k term of the per-tensor rule decides it. */
+static const double k_rel[N_PARAM] = {1e-2, 1e-2, 1e-3, 1e-4};
 static const int k_eval_step[N_EVAL] = {0, 5, 10};
 
 static char g_root[1024];
@@ -160,7 +162,7 @@ static void write_run(const char *dir, const struct spec *s) {
         t[pi] = (struct st_tensor){names[pi], ST_F32, k_ndim[p], {k_shape[p][0], k_shape[p][1]}, 0, (uint8_t *)data[pi],
                                    (size_t)m * 4};
         n++;
-        if (p < 2) {
+        if (p != 2) {
             for (int k = 0; k < 2; k++) {
                 for (int64_t i = 0; i < m; i++) data[n][i] = k == 0 ? 0.1f * data[pi][i] : data[pi][i] * data[pi][i];
                 snprintf(names[n], sizeof names[n], "%s%s", k_param[p], k == 0 ? ".exp_avg" : ".exp_avg_sq");
@@ -304,11 +306,11 @@ int main(int argc, char **argv) {
     rng_init(&r, seed);
     for (int s = 0; s < STEPS; s++) {
         g_loss[s] = 3.0 - 0.1 * s + 0.05 * rng_normal(&r);
-        g_dloss[s] = 0.01 * rng_normal(&r);
+        g_dloss[s] = 0.01 * rng_range(&r, 0.5, 1.5) * (rng_uniform(&r) < 0.5 ? -1 : 1);
     }
     for (int k = 0; k < N_EVAL; k++) {
         g_val[k] = 3.1 - 0.05 * k;
-        g_dval[k] = 0.005 * rng_normal(&r);
+        g_dval[k] = 0.005 * rng_range(&r, 0.5, 1.5) * (rng_uniform(&r) < 0.5 ? -1 : 1);
     }
     for (int p = 0; p < N_PARAM; p++)
         for (int64_t i = 0; i < numel_of(p); i++) {
@@ -321,34 +323,37 @@ int main(int argc, char **argv) {
     const struct spec same = spec_scaled(1, 1, 1);
     write_run(run_dir("same"), &same);
 
-    /* Tolerance: 2× is the line; 1.5× on the other side of the oracle passes, 3× fails. */
+    /* Tolerance: 1.5× everything (on the other side of the oracle) passes, 3× fails on the
+     * aggregate parameters (2×); a run's losses may be 5× off (pooled rms and max), not 6×. */
     struct spec s = spec_scaled(-1.5, -1.5, -1.5);
     tolerance_case("cand_1.5x", &s, 1, NULL);
     s = spec_scaled(1, 1, 1);
     tolerance_case("cand_equal_to_same", &s, 1, NULL);
     s = spec_scaled(3, 3, 3);
-    tolerance_case("cand_3x", &s, 0, "train loss max");
-    s = spec_scaled(3, -1.5, -1.5);
-    tolerance_case("cand_3x_train_loss", &s, 0, "train loss max");
-    s = spec_scaled(-1.5, 3, -1.5);
-    tolerance_case("cand_3x_val_loss", &s, 0, "val loss max");
+    tolerance_case("cand_3x", &s, 0, "parameters (aggregate)");
     s = spec_scaled(-1.5, -1.5, 3);
     tolerance_case("cand_3x_params", &s, 0, "parameters (aggregate)");
+    s = spec_scaled(4, 4, -1.5);
+    tolerance_case("cand_4x_losses", &s, 1, NULL);
+    s = spec_scaled(6, -1.5, -1.5);
+    tolerance_case("cand_6x_train_losses", &s, 0, "losses (");
+    s = spec_scaled(-1.5, 50, -1.5);
+    tolerance_case("cand_50x_val_losses", &s, 0, "validation loss at step");
 
-    /* One tensor against its own budget 2·(‖d_t‖ + ε·‖P_O,t‖): the magnitude vector's own error
-     * is 1e-4 relative, ε about 1e-2. 20× its own error stays inside; 3× the budget fails on that
-     * tensor while the aggregate still passes. */
+    /* One tensor against its own budget 6·(‖d_t‖ + ε_k·‖P_O,t‖): v_proj's lora_A has an own error
+     * of 1e-4 relative, its kind (the lora_A tensors) about 1e-2. 20× its own error stays
+     * inside; 7× the budget fails on that tensor while the aggregate still passes. */
     double o2 = 0, d2 = 0;
-    for (int p = 0; p < N_PARAM; p++) {
+    for (int p = 0; p < N_PARAM; p += 3) { /* the lora_A tensors: 0 and 3 */
         o2 += pow(norm2(g_oracle[p], numel_of(p)), 2);
         d2 += pow(norm2(g_dev[p], numel_of(p)), 2);
     }
-    const double eps = sqrt(d2 / o2), dm = norm2(g_dev[2], numel_of(2)), om = norm2(g_oracle[2], numel_of(2));
+    const double eps_a = sqrt(d2 / o2), dv = norm2(g_dev[3], numel_of(3)), ov = norm2(g_oracle[3], numel_of(3));
     s = spec_scaled(-1.5, -1.5, -1.5);
-    s.k_param[2] = 20;
+    s.k_param[3] = 20;
     tolerance_case("cand_tensor_20x_own_within_eps", &s, 1, NULL);
-    s.k_param[2] = 3 * (dm + eps * om) / dm;
-    tolerance_case("cand_tensor_3x_budget", &s, 0, "tensor model.layers.0.self_attn.q_proj.lora_magnitude_vector:");
+    s.k_param[3] = 7 * (dv + eps_a * ov) / dv;
+    tolerance_case("cand_tensor_7x_budget", &s, 0, "tensor model.layers.0.self_attn.v_proj.lora_A.weight:");
 
     s = spec_scaled(-1.5, -1.5, -1.5);
     s.nan_loss_step = 4;
@@ -363,8 +368,8 @@ int main(int argc, char **argv) {
     s.drop = "model.layers.0.self_attn.q_proj.lora_magnitude_vector.state2";
     tolerance_case("cand_missing_optimizer_tensor", &s, 0, "state2 of the oracle is missing");
     s = spec_scaled(-1.5, -1.5, -1.5);
-    s.extra = "model.layers.0.self_attn.v_proj.lora_A.weight";
-    tolerance_case("cand_extra_tensor", &s, 0, "v_proj.lora_A.weight, which the oracle's does not");
+    s.extra = "model.layers.0.self_attn.o_proj.lora_A.weight";
+    tolerance_case("cand_extra_tensor", &s, 0, "o_proj.lora_A.weight, which the oracle's does not");
     s = spec_scaled(-1.5, -1.5, -1.5);
     s.reshape = 1;
     tolerance_case("cand_reshaped_tensor", &s, 0, "exp_avg: the oracle has F32 [8, 32]");
