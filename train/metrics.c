@@ -103,11 +103,13 @@ int metrics_open(struct metrics *m, const char *dir, const char *run_header_json
     }
     fprintf(m->log, "%s\n", header != NULL ? header : run_header_json);
     free(header);
-    /* Rewrite the kept records in step order, evaluations after the train record of their step. */
+    /* Rewrite the kept records in the order the loop wrote them: an evaluation after the train
+     * record of its step, the one before the first step (step 0) ahead of every train record. */
     int j = 0;
     for (int i = 0; i < m->n_train; i++) {
+        while (j < m->n_eval && m->eval[j].step < m->train[i].step) write_eval_line(m->log, &m->eval[j++]);
         write_train_line(m->log, &m->train[i]);
-        while (j < m->n_eval && m->eval[j].step <= m->train[i].step) write_eval_line(m->log, &m->eval[j++]);
+        while (j < m->n_eval && m->eval[j].step == m->train[i].step) write_eval_line(m->log, &m->eval[j++]);
     }
     while (j < m->n_eval) write_eval_line(m->log, &m->eval[j++]);
     if (fflush(m->log) != 0) return io_fail(e, "%s: write failed", m->log_path);
