@@ -167,8 +167,9 @@ static void model_options(struct gpu_llama_options *g, const struct train_option
     g->T = o->seq;
 }
 
-/* The largest micro-batch whose plan fits in `budget` bytes (0 when not even one does). */
-static int largest_fitting_batch(struct gpu_llama_options g, const struct model_config *c, size_t budget) {
+/* The largest micro-batch up to `most` whose plan fits in `budget` bytes (0 when not even one
+ * does). */
+static int largest_fitting_batch(struct gpu_llama_options g, const struct model_config *c, size_t budget, int most) {
     struct gpu_llama_plan p;
     struct io_err e;
     int lo = 0, hi = 1;
@@ -176,8 +177,8 @@ static int largest_fitting_batch(struct gpu_llama_options g, const struct model_
         g.B = hi;
         if (gpu_llama_plan_bytes(&p, c, &g, &e) != 0 || p.total > budget) break;
         lo = hi;
-        if (hi >= 65536) return lo;
-        hi *= 2;
+        if (hi >= most) return most;
+        hi = hi * 2 < most ? hi * 2 : most;
     }
     while (hi - lo > 1) { /* the largest fitting B lies in [lo, hi) */
         const int mid = lo + (hi - lo) / 2;
@@ -191,7 +192,7 @@ static int largest_fitting_batch(struct gpu_llama_options g, const struct model_
 }
 
 static int gpu_engine_create(struct train_engine *eng, struct train_options *o, const struct model_source *src,
-                             struct io_err *e) {
+                             int max_micro_batch, struct io_err *e) {
     char device[128];
     size_t free_b = 0, total_b = 0;
     if (gpu_device_query(device, sizeof device, &free_b, &total_b, e)) return -1;
@@ -204,7 +205,7 @@ static int gpu_engine_create(struct train_engine *eng, struct train_options *o, 
     struct gpu_llama_plan plan;
     if (gpu_llama_plan_bytes(&plan, &src->config, &g, e)) return -1;
     if (o->auto_batch) {
-        const int b = largest_fitting_batch(g, &src->config, budget);
+        const int b = largest_fitting_batch(g, &src->config, budget, max_micro_batch);
         if (b == 0) {
             char line[512];
             gpu_llama_plan_describe(line, sizeof line, &plan, 1, o->seq);
@@ -212,7 +213,8 @@ static int gpu_engine_create(struct train_engine *eng, struct train_options *o, 
                               "--recompute layer, --method qlora or a shorter --seq",
                            budget / GIB, device, line);
         }
-        printf("auto-batch: micro-batch %d (the largest whose plan fits in %.2f GiB)\n", b, budget / GIB);
+        printf("auto-batch: micro-batch %d (the largest whose plan fits in %.2f GiB%s)\n", b, budget / GIB,
+               b == max_micro_batch ? " and that the training data fills with --grad-accum" : "");
         o->micro_batch = g.B = b;
         if (gpu_llama_plan_bytes(&plan, &src->config, &g, e)) return -1;
     }
@@ -220,7 +222,7 @@ static int gpu_engine_create(struct train_engine *eng, struct train_options *o, 
     gpu_llama_plan_describe(line, sizeof line, &plan, g.B, g.T);
     printf("%s\n", line);
     if (plan.total > budget) {
-        const int b = largest_fitting_batch(g, &src->config, budget);
+        const int b = largest_fitting_batch(g, &src->config, budget, 1 << 20);
         if (b > 0)
             return io_fail(e, "the model does not fit: %s, but %s has %.2f GiB free; the largest micro-batch that "
                               "fits is %d (--micro-batch %d, raising --grad-accum to keep the batch, or --auto-batch)",

@@ -399,7 +399,8 @@ static void round_base_weights(struct ref_engine *r) {
 }
 
 static int ref_engine_create(struct train_engine *eng, struct train_options *o, const struct model_source *src,
-                             struct io_err *e) {
+                             int max_micro_batch, struct io_err *e) {
+    (void)max_micro_batch; /* --auto-batch plans GPU memory; the CPU trainer takes --micro-batch as given */
     struct ref_engine *r = xcalloc(1, sizeof *r);
     r->cfg = src->config;
     r->B = o->micro_batch;

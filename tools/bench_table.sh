@@ -7,9 +7,9 @@
 # BENCH is the //gpu:bench binary, PEER.py the peer script (hf_peer.py: transformers + PEFT). Each
 # workload runs refine first, then the peer with the same model shape, method, batch, sequence
 # length, rank 16 and alpha 32; every JSON line goes to OUTDIR/bench.jsonl and each program's
-# output to OUTDIR/<workload>.<system>.log. A workload is "model:method:batch:seq[:recompute]";
+# output to OUTDIR/<workload>.<system>.log. A workload is "model:method:batch:seq[:recompute[:nopeer]]";
 # with none given, the default list below runs. The peer runs only where it has the method (no
-# qlora/qdora) and is skipped with PEER=none. Prints one line per workload: both tokens/s, the
+# qlora/qdora), not for workloads marked nopeer, and not at all with PEER=none. Prints one line per workload: both tokens/s, the
 # ratio, both peak memories.
 set -u
 bench=${1:?usage: tools/bench_table.sh BENCH PEER.py OUTDIR [WORKLOAD...]}
@@ -24,20 +24,20 @@ if [ ${#workloads[@]} -eq 0 ]; then
         llama-3.2-1b:lora:16:512:layer llama-3.2-1b:qlora:16:512
         llama-3.2-3b:lora:16:512 llama-3.2-3b:dora:16:512 llama-3.2-3b:dora:8:512
         llama-3.2-3b:qlora:19:512:layer
-        llama-3.1-8b:lora:16:512 llama-3.1-8b:lora:4:512:layer
+        llama-3.1-8b:lora:16:512:none:nopeer llama-3.1-8b:lora:4:512:layer
         smollm2-135m:lora:32:512 smollm2-135m:full:32:512
     )
 fi
 field() { sed -n "s/.*\"$2\": *\"\{0,1\}\([^,\"}]*\).*/\1/p" <<<"$1"; }
 for w in "${workloads[@]}"; do
-    IFS=: read -r model method batch seq recompute <<<"$w"
+    IFS=: read -r model method batch seq recompute nopeer <<<"$w"
     recompute=${recompute:-none}
     name="$model.$method.${batch}x$seq.$recompute"
     ours=$("$bench" --model "$model" --method "$method" --batch "$batch" --seq "$seq" --recompute "$recompute" \
         --profile 2>"$out/$name.refine.log" | tee -a "$out/$name.refine.log" | grep '^{' | tee -a "$out/bench.jsonl" |
         grep '"system"')
     theirs=""
-    if [ "${PEER:-}" != none ] && [ "$method" != qlora ] && [ "$method" != qdora ]; then
+    if [ "${PEER:-}" != none ] && [ "$method" != qlora ] && [ "$method" != qdora ] && [ "${nopeer:-}" != nopeer ]; then
         rflag=""
         [ "$recompute" != none ] && rflag="--recompute"
         theirs=$(PYTHONUNBUFFERED=1 python3 "$peer" --model "$model" --method "$method" --batch "$batch" --seq "$seq" \

@@ -2,6 +2,7 @@
 #include "train/cli.h"
 
 #include <inttypes.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,7 +109,8 @@ int train_main(int argc, char **argv, const struct trainer *t) {
            ds.n_files, ds.S, ds.n_targets, ds.n_train, ds.n_val, ds.T);
 
     struct train_engine eng;
-    if (t->create(&eng, &o, &src, &e)) io_exit(&e);
+    const int64_t fill = ds.n_train / o.grad_accum;
+    if (t->create(&eng, &o, &src, fill > INT32_MAX ? INT32_MAX : fill < 1 ? 1 : (int)fill, &e)) io_exit(&e);
     struct batch_source bs;
     dataset_batch_source(&ds, &bs);
     struct loop_result res;

@@ -31,9 +31,10 @@ struct trainer {
      * and the data are read. */
     int (*check)(const struct train_options *o, struct io_err *e);
     /* Builds the engine for the opened model; may adjust options it decides (micro_batch under
-     * --auto-batch) before the loop sees them. */
+     * --auto-batch, at most max_micro_batch: the training sequences over --grad-accum, so that one
+     * step has data) before the loop sees them. */
     int (*create)(struct train_engine *eng, struct train_options *o, const struct model_source *src,
-                  struct io_err *e);
+                  int max_micro_batch, struct io_err *e);
 };
 
 /* The whole program; returns main's exit status (0), or exits with status 1 on bad input. */

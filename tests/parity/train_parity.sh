@@ -138,22 +138,27 @@ if [ "$only" != tiny ]; then
     fi
 fi
 methods=(lora dora qlora qdora full)
+# The methods run on a model: the five, and on the tiny Llama also full fine-tuning with the 8-bit
+# optimizer (its embedding and MLP weights are large enough for 8-bit states).
+methods_of() { if [ "$1" = tiny-llama ]; then echo "${methods[*]} full-adamw8bit"; else echo "${methods[*]}"; fi; }
 ref_sha=$(sha256sum "$ref" | cut -d' ' -f1)
 
 # The flags of a (model, method) run but --model, --data, --out and --precision.
 flags_of() { # model method
     local lr
     case $1-$2 in
-    tiny-*-full) lr=1e-3 ;;
+    tiny-*-full*) lr=1e-3 ;;
     tiny-*) lr=1e-2 ;; # the tiny models are random: they learn the text at a higher rate
-    *-full) lr=1e-4 ;;
+    *-full*) lr=1e-4 ;;
     *) lr=1e-3 ;;
     esac
     local targets=""
     # The reference DoRA forms W + sBA for its row norms and recomputes x Wᵀ in backward, in
     # plain loops: 13 s per step on SmolLM2 with all seven targets on 2 cores, about 1 s with q,v.
     case $1-$2 in smollm2-dora | smollm2-qdora) targets="--targets q,v" ;; esac
-    echo "${model_flags[$1]} --method $2 $targets --max-steps 20 --warmup 2 --eval-every 10 --eval-batches 2" \
+    local method="--method $2"
+    [ "$2" = full-adamw8bit ] && method="--method full --optimizer adamw8bit"
+    echo "${model_flags[$1]} $method $targets --max-steps 20 --warmup 2 --eval-every 10 --eval-batches 2" \
         "--lr $lr --rank 8 --alpha 16 --seed 7"
 }
 train_args() { # model method out: the run's whole command line after the binary, into args
@@ -179,7 +184,7 @@ mkdir -p "$tmp/status"
 declare -A oracle same ref_key
 ref_todo=()
 for model in "${models[@]}"; do
-    for method in "${methods[@]}"; do
+    for method in $(methods_of "$model"); do
         for prec in fp32 bf16; do
             name=$model-$method-$prec
             dir=$tmp/runs/$name
@@ -215,7 +220,7 @@ for job in "${ref_todo[@]}"; do
 done
 wait
 for model in "${models[@]}"; do
-    for method in "${methods[@]}"; do
+    for method in $(methods_of "$model"); do
         for prec in fp32 bf16; do
             name=$model-$method-$prec
             rc=1 how="no status"
@@ -283,7 +288,7 @@ kill_and_resume() { # model method uninterrupted-run
 loss_ratios=()
 if [ $cpu_only -eq 0 ]; then
     for model in "${models[@]}"; do
-        for method in "${methods[@]}"; do
+        for method in $(methods_of "$model"); do
             name=$model-$method-gpu
             t0=$(now)
             run_train "$gpu" "$model" "$method" "$tmp/runs/$name" "$logs/$name.log" --precision bf16
@@ -307,6 +312,45 @@ if [ $cpu_only -eq 0 ]; then
     g=$(printf '%s\n' "${loss_ratios[@]}" | awk '$1 + 0 > 0 { s += log($1); n++ } END { if (n) printf "%.3f %d", exp(s / n), n }')
     check "suite: the geometric mean of the runs' loss ratios, ${g% *} over ${g#* } runs, is at most 2" "" \
         awk -v g="${g% *}" 'BEGIN { exit !(g != "" && g + 0 <= 2) }'
+    # ---- the GPU trainer's own features (no CPU counterpart to compare with) ----------------------
+    if [ "$only" != smollm2 ]; then
+        # Recomputation re-runs the same kernels on the same inputs: bitwise the run without it.
+        for rc_case in "tiny-llama lora layer" "tiny-llama lora attn" "tiny-llama qdora layer" "tiny-qwen2 full attn"; do
+            read -r model method policy <<<"$rc_case"
+            name=$model-$method-recompute-$policy
+            run_train "$gpu" "$model" "$method" "$tmp/runs/$name" "$logs/$name.log" --precision bf16 --recompute "$policy"
+            check "$model $method --recompute $policy: exits 0" "$logs/$name.log" test $? -eq 0
+            compare "$model $method: --recompute $policy == none, bitwise" "$logs/$name-compare.log" identical \
+                "$tmp/runs/$model-$method-gpu" "$tmp/runs/$name"
+        done
+        # Adapter dropout (LoRA): trains, changes the run, is deterministic, resumes bit-identically
+        # (its masks are keyed by the micro-batch index).
+        d=$tmp/runs/tiny-llama-lora-dropout
+        run_train "$gpu" tiny-llama lora "$d" "$logs/dropout.log" --dropout 0.1
+        check "tiny-llama lora --dropout 0.1: exits 0" "$logs/dropout.log" test $? -eq 0
+        v=$(val_losses "$d" 2>/dev/null | paste -sd' ')
+        check "tiny-llama lora --dropout 0.1: trains (validation loss: $v)" "" \
+            awk -v v="$v" 'BEGIN { n = split(v, a, " "); exit !(n >= 2 && a[n] + 0 < a[1] + 0) }'
+        check "tiny-llama lora --dropout 0.1: the losses differ from the run without dropout" "" \
+            test "$(val_losses "$d" | tail -n 1)" != "$(val_losses "$tmp/runs/tiny-llama-lora-gpu" | tail -n 1)"
+        run_train "$gpu" tiny-llama lora "$d-2" "$logs/dropout-2.log" --dropout 0.1
+        compare "tiny-llama lora --dropout 0.1: two runs identical" "$logs/dropout-2-compare.log" identical "$d" "$d-2"
+        run_train "$gpu" tiny-llama lora "$d-r" "$logs/dropout-r1.log" --dropout 0.1 --stop-after 10
+        run_train "$gpu" tiny-llama lora "$d-r" "$logs/dropout-r2.log" --dropout 0.1 --resume "$d-r"
+        compare "tiny-llama lora --dropout 0.1: stop at 10 + resume == uninterrupted" "$logs/dropout-r-compare.log" \
+            identical "$d" "$d-r"
+        # --auto-batch: the largest micro-batch the plan fits and the data fills, confirmed by a step.
+        run_train "$gpu" tiny-llama lora "$tmp/runs/auto" "$logs/auto-batch.log" --auto-batch --max-steps 2 --warmup 1
+        check "tiny-llama lora --auto-batch: exits 0, $(grep -o 'auto-batch: micro-batch [0-9]*' "$logs/auto-batch.log")" \
+            "$logs/auto-batch.log" test $? -eq 0 -a "$(grep -c '^auto-batch: micro-batch [0-9]' "$logs/auto-batch.log")" -eq 1
+    fi
+    if [ "$only" != tiny ] && [ -n "${model_path[smollm2]:-}" ]; then
+        # A plan larger than the GPU is refused before anything is allocated, naming what fits.
+        run_train "$gpu" smollm2 lora "$tmp/runs/oom" "$logs/oom.log" --seq 512 --micro-batch 16384
+        rc=$?
+        check "smollm2 lora 16384x512: refused (exit status $rc, 1 expected) with the largest micro-batch that fits" \
+            "$logs/oom.log" test $rc -eq 1 -a "$(grep -c '^refine: the model does not fit.*largest micro-batch that fits is [0-9]' "$logs/oom.log")" -eq 1
+    fi
     run_train "$gpu" tiny-llama lora "$tmp/runs/bad" "$logs/bad-input.log" --data "$tmp/missing.txt"
     rc=$?
     check "GPU trainer, missing --data: exit status $rc (1 expected) and one refine: message naming the file" \
