@@ -3,11 +3,15 @@
 #
 #   tools/gpu_bundle.sh DIR [TARGET...]
 #
-# Builds the parity tests (and any extra Bazel targets given, e.g. //gpu:bench //gpu:train),
-# copies the binaries into DIR/bin and the shared libraries a stock CUDA image may lack (cJSON,
-# PCRE2) into DIR/lib. On the GPU host: tools/run_parity.sh DIR [--bench], or run DIR/bin/<name>
-# with LD_LIBRARY_PATH=DIR/lib. The CUDA runtime is linked statically; cuBLASLt and NCCL come
-# from the host's toolkit.
+# Builds the parity tests (and any extra Bazel targets given), copies the binaries into DIR/bin
+# and the shared libraries a stock CUDA image may lack (cJSON, PCRE2) into DIR/lib. An extra
+# target //pkg/dir:name is copied as DIR/bin/dir_name (//gpu:train → gpu_train, //ref:train →
+# ref_train). On the GPU host, from the repository root: tools/run_parity.sh DIR [--bench], the
+# trainer's parity
+#   tests/parity/train_parity.sh DIR/bin/ref_train DIR/bin/gpu_train DIR/bin/parity_train_compare
+# (after tools/gpu_bundle.sh DIR //gpu:train //gpu:bench //ref:train //tests/parity:train_compare),
+# or any DIR/bin/<name> with LD_LIBRARY_PATH=DIR/lib. The CUDA runtime is linked statically;
+# cuBLASLt and NCCL come from the host's toolkit.
 set -euo pipefail
 dir=${1:?usage: tools/gpu_bundle.sh DIR [TARGET...]}
 shift
@@ -18,9 +22,10 @@ for t in bazel-bin/tests/parity/*_parity; do
     [ -f "$t" ] && [ -x "$t" ] && cp -fL "$t" "$dir/bin/"
 done
 for target in "$@"; do
-    path=bazel-bin/${target#//}
-    path=${path/://}
-    cp -fL "$path" "$dir/bin/"
+    pkg=${target#//}
+    pkg=${pkg%%:*}
+    name=${target##*:}
+    cp -fL "bazel-bin/$pkg/$name" "$dir/bin/${pkg##*/}_$name"
 done
 for lib in libcjson.so.1 libpcre2-8.so.0; do
     src=$(ldconfig -p | awk -v l="$lib" '$1 == l {print $NF; exit}')
