@@ -13,7 +13,8 @@
  *   4. validates: the first loss is finite and within 1 of ln V (random weights predict nearly
  *      uniformly); a failure voids the figure (exit status 1);
  *   5. warm-up steps, then --steps steps timed with CUDA events: each step is exactly the
- *      trainer's (batch upload, forward, loss read back, backward, AdamW with clipping, zeroed
+ *      trainer's (batch upload, forward, loss read back, backward, AdamW (or the 8-bit optimizer,
+ *      --optimizer adamw8bit) with clipping, zeroed
  *      gradients), host synchronizations included;
  *   6. prints one JSON line: tokens_per_s, step_s, peak_mem_GiB (every byte refine allocates on the
  *      device: the plan), cuda_mem_GiB (device memory in use minus before: adds the CUDA context
@@ -39,6 +40,7 @@ struct bench_args {
     char model[1024];
     char method[16];
     char recompute[16];
+    char optimizer[16];
     int batch, seq, rank, steps, warmup, profile;
     float alpha;
     unsigned long long seed;
@@ -47,7 +49,8 @@ struct bench_args {
 static void usage(FILE *f) {
     fprintf(f, "usage: bench [--model llama-3.2-1b|llama-3.2-3b|llama-3.1-8b|smollm2-135m|CONFIG.json]\n"
                "             [--method lora|dora|qlora|qdora|full] [--batch 16] [--seq 512] [--rank 16] [--alpha 32]\n"
-               "             [--recompute none|attn|layer] [--steps 10] [--warmup 3] [--seed 0] [--profile]\n");
+               "             [--recompute none|attn|layer] [--optimizer adamw|adamw8bit] [--steps 10] [--warmup 3]\n"
+               "             [--seed 0] [--profile]\n");
 }
 
 static int parse_int(const char *flag, const char *v, int lo, int hi, int *out, struct io_err *e) {
@@ -64,6 +67,7 @@ static int parse_args(struct bench_args *a, int argc, char **argv, struct io_err
     snprintf(a->model, sizeof a->model, "llama-3.2-1b");
     snprintf(a->method, sizeof a->method, "lora");
     snprintf(a->recompute, sizeof a->recompute, "none");
+    snprintf(a->optimizer, sizeof a->optimizer, "adamw");
     a->batch = 16, a->seq = 512, a->rank = 16, a->steps = 10, a->warmup = 3, a->alpha = 32.0f;
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
@@ -81,6 +85,7 @@ static int parse_args(struct bench_args *a, int argc, char **argv, struct io_err
         if (strcmp(f, "--model") == 0) snprintf(a->model, sizeof a->model, "%s", v);
         else if (strcmp(f, "--method") == 0) snprintf(a->method, sizeof a->method, "%s", v);
         else if (strcmp(f, "--recompute") == 0) snprintf(a->recompute, sizeof a->recompute, "%s", v);
+        else if (strcmp(f, "--optimizer") == 0) snprintf(a->optimizer, sizeof a->optimizer, "%s", v);
         else if (strcmp(f, "--batch") == 0) rc = parse_int(f, v, 1, 1 << 16, &a->batch, e);
         else if (strcmp(f, "--seq") == 0) rc = parse_int(f, v, 2, 1 << 20, &a->seq, e);
         else if (strcmp(f, "--rank") == 0) rc = parse_int(f, v, 1, 4096, &a->rank, e);
@@ -115,7 +120,9 @@ static int options(struct gpu_llama_options *g, const struct bench_args *a, stru
     else if (strcmp(a->recompute, "attn") == 0) g->recompute = GPU_RECOMPUTE_ATTN;
     else if (strcmp(a->recompute, "layer") == 0) g->recompute = GPU_RECOMPUTE_LAYER;
     else return io_fail(e, "--recompute '%s' is not one of none | attn | layer", a->recompute);
-    g->optimizer = GPU_OPT_ADAMW;
+    if (strcmp(a->optimizer, "adamw") == 0) g->optimizer = GPU_OPT_ADAMW;
+    else if (strcmp(a->optimizer, "adamw8bit") == 0) g->optimizer = GPU_OPT_ADAMW8BIT;
+    else return io_fail(e, "--optimizer '%s' is not one of adamw | adamw8bit", a->optimizer);
     g->nested_nf4 = 1;
     g->B = a->batch;
     g->T = a->seq;
@@ -203,10 +210,10 @@ int main(int argc, char **argv) {
     const double step_s = ms * 1e-3 / a.steps, tps = (double)N / step_s;
     const double fpt = train_flops_per_token(&c, g.T, g.mode == LLAMA_FULL);
     printf("{\"system\":\"refine\",\"model\":\"%s\",\"method\":\"%s\",\"rank\":%d,\"batch\":%d,\"seq\":%d,"
-           "\"recompute\":\"%s\",\"step_s\":%.4f,\"tokens_per_s\":%.0f,\"model_tflops\":%.1f,\"mfu\":%.3f,"
+           "\"recompute\":\"%s\",\"optimizer\":\"%s\",\"step_s\":%.4f,\"tokens_per_s\":%.0f,\"model_tflops\":%.1f,\"mfu\":%.3f,"
            "\"peak_mem_GiB\":%.2f,\"cuda_mem_GiB\":%.2f,\"gemm_tflops\":%.1f,\"loss\":%.4f,\"first_loss\":%.4f,"
            "\"device\":\"%s\"}\n",
-           a.model, a.method, a.rank, g.B, g.T, a.recompute, step_s, tps, fpt * tps / 1e12,
+           a.model, a.method, a.rank, g.B, g.T, a.recompute, a.optimizer, step_s, tps, fpt * tps / 1e12,
            peak > 0 ? fpt * tps / peak : 0.0, plan.total / GIB, (double)(free0 - free1) / GIB, peak / 1e12,
            (double)loss, (double)loss0, device);
     fflush(stdout);

@@ -216,8 +216,22 @@ void proj_backward(gpu_llama *m, int l, int t, uint16_t *dx, enum gemm_beta beta
                            lin.c_in, lin.c_out, m->opt.R, m->opt.lora_scale, m->ws, m->stream);
 }
 
-/* Layer l from its input x[l]; the output goes to x[l + 1]. attn_only: the attention part alone,
- * from the saved n1 (recomputation under GPU_RECOMPUTE_ATTN). */
+/* n1 = rmsnorm(x[l]) into the scratch n1 (forward, and recomputed in backward: the same bits). */
+void norm1(gpu_llama *m, int l) {
+    PROF(m, PROF_NORM);
+    gpu_rmsnorm_forward_bf16(m->n1, m->acts[l].rstd1, m->x[l], m->layers[l].attn_norm, m->N, m->cfg.C,
+                             m->cfg.rms_norm_eps, m->stream);
+}
+
+/* n2 = rmsnorm(h) of layer l, recomputed from the saved h before the MLP's backward. */
+void norm2(gpu_llama *m, int l) {
+    PROF(m, PROF_NORM);
+    gpu_rmsnorm_forward_bf16(m->n2, m->acts[l].rstd2, m->acts[l].h, m->layers[l].mlp_norm, m->N, m->cfg.C,
+                             m->cfg.rms_norm_eps, m->stream);
+}
+
+/* Layer l from its input x[l]; the output goes to x[l + 1]. attn_only: the attention part alone
+ * (recomputation under GPU_RECOMPUTE_ATTN). */
 void layer_forward(gpu_llama *m, int l, int train, uint64_t micro, int attn_only) {
     const model_config &c = m->cfg;
     gl_layer &ly = m->layers[l];
@@ -225,13 +239,10 @@ void layer_forward(gpu_llama *m, int l, int train, uint64_t micro, int attn_only
     const int N = m->N, F = c.F;
     const uint16_t *x = m->x[l];
     cudaStream_t s = m->stream;
-    if (!attn_only) {
-        PROF(m, PROF_NORM);
-        gpu_rmsnorm_forward_bf16(a.n1, a.rstd1, x, ly.attn_norm, N, c.C, c.rms_norm_eps, s);
-    }
-    proj_forward(m, l, LLAMA_Q, a.q, a.n1, train, micro);
-    proj_forward(m, l, LLAMA_K, a.k, a.n1, train, micro);
-    proj_forward(m, l, LLAMA_V, a.v, a.n1, train, micro);
+    norm1(m, l);
+    proj_forward(m, l, LLAMA_Q, a.q, m->n1, train, micro);
+    proj_forward(m, l, LLAMA_K, a.k, m->n1, train, micro);
+    proj_forward(m, l, LLAMA_V, a.v, m->n1, train, micro);
     {
         PROF(m, PROF_ROPE);
         gpu_rope_forward_bf16(a.q, a.k, m->rope_cos, m->rope_sin, m->pos, N, c.H, c.KVH, c.D, m->QD, m->KD, s);
@@ -245,10 +256,10 @@ void layer_forward(gpu_llama *m, int l, int train, uint64_t micro, int attn_only
     proj_forward(m, l, LLAMA_O, m->tmp, a.att, train, micro);
     {
         PROF(m, PROF_NORM);
-        gpu_rmsnorm_residual_forward_bf16(a.h, a.n2, a.rstd2, x, m->tmp, ly.mlp_norm, N, c.C, c.rms_norm_eps, s);
+        gpu_rmsnorm_residual_forward_bf16(a.h, m->n2, a.rstd2, x, m->tmp, ly.mlp_norm, N, c.C, c.rms_norm_eps, s);
     }
-    proj_forward(m, l, LLAMA_GATE, a.gate, a.n2, train, micro);
-    proj_forward(m, l, LLAMA_UP, a.up, a.n2, train, micro);
+    proj_forward(m, l, LLAMA_GATE, a.gate, m->n2, train, micro);
+    proj_forward(m, l, LLAMA_UP, a.up, m->n2, train, micro);
     {
         PROF(m, PROF_SWIGLU);
         gpu_swiglu_forward_bf16(a.mlp, a.gate, a.up, N, F, F, s);
@@ -273,8 +284,9 @@ void layer_backward(gpu_llama *m, int l, uint64_t micro) {
         PROF(m, PROF_SWIGLU);
         gpu_swiglu_backward_bf16(a.gate, a.up, m->dmlp, a.gate, a.up, N, F, F, F, s); /* in place */
     }
-    proj_backward(m, l, LLAMA_GATE, m->dn, GEMM_OVERWRITE, a.gate, a.n2, micro);
-    proj_backward(m, l, LLAMA_UP, m->dn, GEMM_ACCUMULATE, a.up, a.n2, micro);
+    norm2(m, l);
+    proj_backward(m, l, LLAMA_GATE, m->dn, GEMM_OVERWRITE, a.gate, m->n2, micro);
+    proj_backward(m, l, LLAMA_UP, m->dn, GEMM_ACCUMULATE, a.up, m->n2, micro);
     {
         PROF(m, PROF_NORM);
         gpu_rmsnorm_backward_bf16(m->G, full ? ly.mlp_norm_grad : nullptr, m->dn, m->G, a.h, ly.mlp_norm, a.rstd2, N,
@@ -293,9 +305,10 @@ void layer_backward(gpu_llama *m, int l, uint64_t micro) {
     }
     const int need_dx = full || l > 0; /* the embedding is frozen in the adapter modes */
     uint16_t *dx = need_dx ? m->dn : nullptr;
-    proj_backward(m, l, LLAMA_Q, dx, GEMM_OVERWRITE, m->dq, a.n1, micro);
-    proj_backward(m, l, LLAMA_K, dx, GEMM_ACCUMULATE, m->dk, a.n1, micro);
-    proj_backward(m, l, LLAMA_V, dx, GEMM_ACCUMULATE, m->dv, a.n1, micro);
+    norm1(m, l);
+    proj_backward(m, l, LLAMA_Q, dx, GEMM_OVERWRITE, m->dq, m->n1, micro);
+    proj_backward(m, l, LLAMA_K, dx, GEMM_ACCUMULATE, m->dk, m->n1, micro);
+    proj_backward(m, l, LLAMA_V, dx, GEMM_ACCUMULATE, m->dv, m->n1, micro);
     if (need_dx) {
         PROF(m, PROF_NORM);
         gpu_rmsnorm_backward_bf16(m->G, full ? ly.attn_norm_grad : nullptr, m->dn, m->G, m->x[l], ly.attn_norm,

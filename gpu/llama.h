@@ -16,11 +16,13 @@
  *   trainable tensors    fp32 master + bf16 compute copy (the DoRA magnitude has no copy: it is
  *                        used elementwise in fp32), fp32 gradients (ACCUMULATE over micro-batches),
  *                        AdamW moments fp32, or bitsandbytes-style 8-bit blockwise states;
- *   activations          bf16, planned per --recompute policy:
+ *   activations          bf16 (the normalized layer inputs n1, n2 are recomputed in backward from
+ *                        the saved input and h: one RMSNorm pass each instead of two (N, C) a layer),
+ *                        planned per --recompute policy:
  *                          NONE  every layer's saved set (as ref/llama without recompute);
  *                          ATTN  the attention part (q, k, v, attention output and its lse, the
  *                                q/k/v adapters' intermediates) is one shared set, recomputed from
- *                                the saved n1 before each layer's backward;
+ *                                the layer's input before its backward;
  *                          LAYER only each layer's input is kept; the layer is re-run from it
  *                                before its backward (ref/llama's recompute).
  *                        Recomputation runs the same kernels on the same inputs: bit-identical.

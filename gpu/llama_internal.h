@@ -45,10 +45,12 @@ struct gl_layer {
     gl_linear lin[LLAMA_N_LINEAR];
 };
 
-/* A layer's saved activations; layers share the attention part (ATTN) or everything (LAYER). */
+/* A layer's saved activations; layers share the attention part (ATTN) or everything (LAYER).
+ * The normalized inputs n1 = rmsnorm(x) and n2 = rmsnorm(h) are not saved: they live in two
+ * scratch buffers and backward recomputes them (one cheap pass each, the same bits). */
 struct gl_acts {
     float *rstd1, *rstd2, *lse;
-    uint16_t *n1, *q, *k, *v, *att, *h, *n2, *gate, *up, *mlp;
+    uint16_t *q, *k, *v, *att, *h, *gate, *up, *mlp;
     uint16_t *u[LLAMA_N_LINEAR]; /* adapter intermediates x Aᵀ (N, R) */
     uint16_t *z[LLAMA_N_LINEAR]; /* DoRA pre-magnitude outputs (N, C_out) */
     float *wnorm[LLAMA_N_LINEAR]; /* DoRA row norms (C_out) */
@@ -108,6 +110,7 @@ struct gpu_llama {
     uint16_t *nf;
 
     /* scratch */
+    uint16_t *n1, *n2; /* the current layer's normalized inputs (N, C) */
     uint16_t *tmp, *G, *dn, *datt, *dq, *dk, *dv, *dmlp, *dy_s, *x_drop;
     uint8_t *keep;
     void *ws;

@@ -256,10 +256,8 @@ void gl_layout(gpu_llama *m, int assign) {
         }
         if (l == 0 || o->recompute != GPU_RECOMPUTE_LAYER) {
             s->rstd1 = take_n<float>(a, N);
-            s->n1 = take_n<uint16_t>(a, N * C);
             s->h = take_n<uint16_t>(a, N * C);
             s->rstd2 = take_n<float>(a, N);
-            s->n2 = take_n<uint16_t>(a, N * C);
             s->gate = take_n<uint16_t>(a, N * F);
             s->up = take_n<uint16_t>(a, N * F);
             s->mlp = take_n<uint16_t>(a, N * F);
@@ -272,7 +270,7 @@ void gl_layout(gpu_llama *m, int assign) {
             }
         } else if (assign) {
             const gl_acts &z = m->acts[0];
-            s->rstd1 = z.rstd1, s->n1 = z.n1, s->h = z.h, s->rstd2 = z.rstd2, s->n2 = z.n2;
+            s->rstd1 = z.rstd1, s->h = z.h, s->rstd2 = z.rstd2;
             s->gate = z.gate, s->up = z.up, s->mlp = z.mlp;
             for (int t = LLAMA_O; t < LLAMA_N_LINEAR; t++) s->u[t] = z.u[t], s->z[t] = z.z[t], s->wnorm[t] = z.wnorm[t];
         }
@@ -289,10 +287,10 @@ void gl_layout(gpu_llama *m, int assign) {
         ref_llama_linear_shape(c, (enum llama_linear)t, &co, &ci);
         if (gl_is_target(m, t)) max_in = ci > max_in ? ci : max_in, max_out = co > max_out ? co : max_out;
     }
-    uint16_t *p[10];
-    const int64_t sizes[10] = {N * C, N * C, N * C, N * m->QD, N * m->QD, N * m->KD, N * m->KD, N * F,
-                               dora ? N * max_out : 0, o->dropout > 0 ? N * max_in : 0};
-    for (int i = 0; i < 10; i++) p[i] = take_n<uint16_t>(s, sizes[i]);
+    uint16_t *p[12];
+    const int64_t sizes[12] = {N * C, N * C, N * C, N * m->QD, N * m->QD, N * m->KD, N * m->KD, N * F,
+                               dora ? N * max_out : 0, o->dropout > 0 ? N * max_in : 0, N * C, N * C};
+    for (int i = 0; i < 12; i++) p[i] = take_n<uint16_t>(s, sizes[i]);
     uint8_t *keep = take_n<uint8_t>(s, o->dropout > 0 ? N * max_in : 0);
     const int ce_rows = (int)(kCeChunkBytes / (2 * (size_t)V)) < 64 ? 64 : (int)(kCeChunkBytes / (2 * (size_t)V));
     m->plan.ce_rows = ce_rows > N ? (int)N : ce_rows;
@@ -314,7 +312,8 @@ void gl_layout(gpu_llama *m, int assign) {
     void *w = take(s, ws);
     if (assign) {
         m->tmp = p[0], m->G = p[1], m->dn = p[2], m->datt = p[3], m->dq = p[4], m->dk = p[5], m->dv = p[6];
-        m->dmlp = p[7], m->dy_s = p[8], m->x_drop = p[9], m->keep = keep, m->ws = w, m->ws_bytes = ws;
+        m->dmlp = p[7], m->dy_s = p[8], m->x_drop = p[9], m->n1 = p[10], m->n2 = p[11];
+        m->keep = keep, m->ws = w, m->ws_bytes = ws;
     }
 
     /* ---- fixed */
