@@ -114,6 +114,19 @@ void take_nf4(gpu_llama *m, cursors &cs, gl_nf4 *q, int64_t n) {
 
 size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 
+/* The saved intermediates of the adapters of linears first..last: u = x Aᵀ (N, R), and for DoRA
+ * the pre-magnitude output z (N, C_out) and the row norms (C_out). */
+void take_adapter_acts(const gpu_llama *m, cursor &a, gl_acts *s, int first, int last) {
+    const int64_t N = (int64_t)m->opt.B * m->opt.T;
+    for (int t = first; t <= last; t++) {
+        if (!gl_is_target(m, t)) continue;
+        int co, ci;
+        ref_llama_linear_shape(&m->cfg, (enum llama_linear)t, &co, &ci);
+        s->u[t] = take_n<uint16_t>(a, N * m->opt.R);
+        if (m->opt.mode == LLAMA_DORA) s->z[t] = take_n<uint16_t>(a, N * co), s->wnorm[t] = take_n<float>(a, co);
+    }
+}
+
 }  // namespace
 
 int gl_is_target(const gpu_llama *m, int t) { return m->opt.mode != LLAMA_FULL && ((m->opt.targets >> t) & 1u); }
@@ -242,13 +255,7 @@ void gl_layout(gpu_llama *m, int assign) {
             s->v = take_n<uint16_t>(a, N * m->KD);
             s->att = take_n<uint16_t>(a, N * m->QD);
             s->lse = take_n<float>(a, (int64_t)o->B * c->H * o->T);
-            for (int t = LLAMA_Q; t <= LLAMA_V; t++) {
-                if (!gl_is_target(m, t)) continue;
-                int co, ci;
-                ref_llama_linear_shape(c, (enum llama_linear)t, &co, &ci);
-                s->u[t] = take_n<uint16_t>(a, N * R);
-                if (dora) s->z[t] = take_n<uint16_t>(a, N * co), s->wnorm[t] = take_n<float>(a, co);
-            }
+            take_adapter_acts(m, a, s, LLAMA_Q, LLAMA_V);
         } else if (assign) {
             const gl_acts &z = m->acts[0];
             s->q = z.q, s->k = z.k, s->v = z.v, s->att = z.att, s->lse = z.lse;
@@ -261,13 +268,7 @@ void gl_layout(gpu_llama *m, int assign) {
             s->gate = take_n<uint16_t>(a, N * F);
             s->up = take_n<uint16_t>(a, N * F);
             s->mlp = take_n<uint16_t>(a, N * F);
-            for (int t = LLAMA_O; t < LLAMA_N_LINEAR; t++) {
-                if (!gl_is_target(m, t)) continue;
-                int co, ci;
-                ref_llama_linear_shape(c, (enum llama_linear)t, &co, &ci);
-                s->u[t] = take_n<uint16_t>(a, N * R);
-                if (dora) s->z[t] = take_n<uint16_t>(a, N * co), s->wnorm[t] = take_n<float>(a, co);
-            }
+            take_adapter_acts(m, a, s, LLAMA_O, LLAMA_DOWN);
         } else if (assign) {
             const gl_acts &z = m->acts[0];
             s->rstd1 = z.rstd1, s->h = z.h, s->rstd2 = z.rstd2;

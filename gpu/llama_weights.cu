@@ -139,24 +139,22 @@ int load_nf4(loader &ld, gl_nf4 &q, enum model_weight kind, int layer) {
                                   cudaMemcpyHostToDevice));
         }
     } else {
-        CHECK(q.nested, "weights quantized here are double-quantized");
+        CHECK(q.nested && q.blocksize == NF4_BLOCKSIZE && q.nested_blocksize == NF4_NESTED_BLOCKSIZE,
+              "weights quantized here are double-quantized in bitsandbytes' blocks");
         if (model_source_weight_f32(ld.src, kind, layer, ld.buf, ld.e)) return -1;
         const int64_t nb2 = (q.n_blocks + q.nested_blocksize - 1) / q.nested_blocksize;
         uint8_t *packed = static_cast<uint8_t *>(malloc((size_t)nf4_packed_bytes(q.n)));
         uint8_t *absmax_q = static_cast<uint8_t *>(malloc((size_t)q.n_blocks));
-        float *absmax = static_cast<float *>(malloc((size_t)q.n_blocks * sizeof(float)));
         float *absmax2 = static_cast<float *>(malloc((size_t)nb2 * sizeof(float)));
-        CHECK(packed && absmax_q && absmax && absmax2, "out of host memory quantizing a weight");
+        CHECK(packed && absmax_q && absmax2, "out of host memory quantizing a weight");
         float code2[256];
-        quant8_dynamic_map(code2, 1);
-        nf4_quantize(packed, absmax, ld.buf, q.n, q.blocksize, NF4_CUDA);
-        nf4_double_quantize(absmax_q, absmax2, &q.offset, absmax, q.n_blocks, code2);
+        nf4_quantize_nested(packed, absmax_q, absmax2, &q.offset, code2, ld.buf, q.n);
         CUDA_CHECK(cudaMemcpy(q.codes, packed, (size_t)nf4_packed_bytes(q.n), cudaMemcpyHostToDevice));
         CUDA_CHECK(cudaMemcpy(q.absmax_q, absmax_q, (size_t)q.n_blocks, cudaMemcpyHostToDevice));
         CUDA_CHECK(cudaMemcpy(q.absmax2, absmax2, (size_t)nb2 * sizeof(float), cudaMemcpyHostToDevice));
         CUDA_CHECK(cudaMemcpy(q.code2, code2, sizeof code2, cudaMemcpyHostToDevice));
         memcpy(qmap, nf4_table, sizeof qmap);
-        free(packed), free(absmax_q), free(absmax), free(absmax2);
+        free(packed), free(absmax_q), free(absmax2);
     }
     CUDA_CHECK(cudaMemcpy(q.qmap, qmap, sizeof qmap, cudaMemcpyHostToDevice));
     return 0;

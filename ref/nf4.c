@@ -242,3 +242,24 @@ int nf4_dequantize_bnb(float *out, const struct bnb4_weight *b, int64_t n, enum 
     free(absmax);
     return 0;
 }
+
+void nf4_quantize_nested(uint8_t *packed, uint8_t *absmax_q, float *absmax2, float *offset, float code2[256],
+                         const float *x, int64_t n) {
+    const int64_t nb = nf4_n_blocks(n, NF4_BLOCKSIZE);
+    float *absmax = malloc((size_t)nb * sizeof(float));
+    CHECK(absmax != NULL, "out of memory quantizing %lld weights", (long long)n);
+    quant8_dynamic_map(code2, 1);
+    nf4_quantize(packed, absmax, x, n, NF4_BLOCKSIZE, NF4_CUDA);
+    nf4_double_quantize(absmax_q, absmax2, offset, absmax, nb, code2);
+    free(absmax);
+}
+
+void nf4_dequantize_nested(float *out, const uint8_t *packed, const uint8_t *absmax_q, const float *absmax2,
+                           float offset, const float code2[256], int64_t n, enum act_dtype out_dtype) {
+    const int64_t nb = nf4_n_blocks(n, NF4_BLOCKSIZE);
+    float *absmax = malloc((size_t)nb * sizeof(float));
+    CHECK(absmax != NULL, "out of memory dequantizing %lld weights", (long long)n);
+    nf4_double_dequantize(absmax, absmax_q, absmax2, offset, code2, nb, NF4_NESTED_BLOCKSIZE);
+    nf4_dequantize(out, packed, absmax, n, NF4_BLOCKSIZE, out_dtype);
+    free(absmax);
+}

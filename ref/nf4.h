@@ -95,6 +95,18 @@ void nf4_double_quantize(uint8_t *absmax_q, float *absmax2, float *offset, const
 void nf4_double_dequantize(float *absmax, const uint8_t *absmax_q, const float *absmax2, float offset,
                            const float code2[256], int64_t n_blocks, int blocksize2);
 
+/* A weight as bitsandbytes quantizes it when it loads a model in 4 bits (Linear4bit, NF4,
+ * compress_statistics): codes of x in blocks of NF4_BLOCKSIZE (NF4_CUDA), the block absmax
+ * double-quantized with the signed dynamic map in blocks of NF4_NESTED_BLOCKSIZE.
+ * packed (nf4_packed_bytes(n)), absmax_q (n_blocks), absmax2 (ceil(n_blocks / 256)) are filled,
+ * with *offset and code2 (the map). The CPU trainer's QLoRA, and the GPU model's loader, quantize
+ * plain checkpoints with it; nf4_dequantize_nested gives the fp32 values both compute with. */
+void nf4_quantize_nested(uint8_t *packed, uint8_t *absmax_q, float *absmax2, float *offset, float code2[256],
+                         const float *x, int64_t n);
+/* out (n) = the dequantization of nf4_quantize_nested's parts, rounded to out_dtype. */
+void nf4_dequantize_nested(float *out, const uint8_t *packed, const uint8_t *absmax_q, const float *absmax2,
+                           float offset, const float code2[256], int64_t n, enum act_dtype out_dtype);
+
 /* Reads the parts of weight `name` (e.g. "model.layers.0.mlp.up_proj.weight") from st into b;
  * shape[2] from the quant_state JSON. Returns 0, or −1 with a message naming the tensor. */
 int nf4_bind(struct bnb4_weight *b, int64_t shape[2], const struct safetensors *st, const char *name,

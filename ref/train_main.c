@@ -64,7 +64,6 @@
 #include "ref/dora.h"
 #include "ref/llama.h"
 #include "ref/nf4.h"
-#include "ref/quant8.h"
 #include "ref/lora.h"
 #include "train/engine.h"
 #include "train/metrics.h"
@@ -342,18 +341,15 @@ static void eng_destroy(void *self) {
 static int nf4_round_trip(float *w, int64_t n, struct io_err *e) {
     const int64_t nb = nf4_n_blocks(n, NF4_BLOCKSIZE), nb2 = (nb + NF4_NESTED_BLOCKSIZE - 1) / NF4_NESTED_BLOCKSIZE;
     uint8_t *packed = malloc((size_t)nf4_packed_bytes(n)), *absmax_q = malloc((size_t)nb);
-    float *absmax = malloc((size_t)nb * sizeof(float)), *absmax2 = malloc((size_t)nb2 * sizeof(float));
-    if (!packed || !absmax_q || !absmax || !absmax2) {
-        free(packed), free(absmax_q), free(absmax), free(absmax2);
+    float *absmax2 = malloc((size_t)nb2 * sizeof(float));
+    if (!packed || !absmax_q || !absmax2) {
+        free(packed), free(absmax_q), free(absmax2);
         return io_fail(e, "out of memory quantizing a weight to NF4");
     }
     float code2[256], offset;
-    quant8_dynamic_map(code2, 1);
-    nf4_quantize(packed, absmax, w, n, NF4_BLOCKSIZE, NF4_CUDA);
-    nf4_double_quantize(absmax_q, absmax2, &offset, absmax, nb, code2);
-    nf4_double_dequantize(absmax, absmax_q, absmax2, offset, code2, nb, NF4_NESTED_BLOCKSIZE);
-    nf4_dequantize(w, packed, absmax, n, NF4_BLOCKSIZE, ACT_F32);
-    free(packed), free(absmax_q), free(absmax), free(absmax2);
+    nf4_quantize_nested(packed, absmax_q, absmax2, &offset, code2, w, n);
+    nf4_dequantize_nested(w, packed, absmax_q, absmax2, offset, code2, n, ACT_F32);
+    free(packed), free(absmax_q), free(absmax2);
     return 0;
 }
 

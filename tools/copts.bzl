@@ -22,3 +22,9 @@ CXX_COPTS = [
     "-Wextra",
     "-Werror",
 ]
+
+# Binaries and tests that link the CUDA libraries (cuBLASLt, NCCL) from the toolkit.
+CUDA_LINKOPTS = [
+    "-L/usr/local/cuda/lib64",
+    "-Wl,-rpath,/usr/local/cuda/lib64",
+]

@@ -24,7 +24,6 @@
 #include "io/model_source.h"
 #include "ref/bf16.h"
 #include "ref/nf4.h"
-#include "ref/quant8.h"
 #include "tests/common/harness.h"
 
 static const enum model_weight kLinear[LLAMA_N_LINEAR] = {MW_Q, MW_K, MW_V, MW_O, MW_GATE, MW_UP, MW_DOWN};
@@ -40,14 +39,10 @@ static int expected_linear(float *out, const struct model_source *src, enum mode
         if (quantize_here) {
             const int64_t nb = nf4_n_blocks(n, NF4_BLOCKSIZE), nb2 = (nb + NF4_NESTED_BLOCKSIZE - 1) / NF4_NESTED_BLOCKSIZE;
             uint8_t *packed = malloc((size_t)nf4_packed_bytes(n)), *absmax_q = malloc((size_t)nb);
-            float *absmax = malloc((size_t)nb * sizeof(float)), *absmax2 = malloc((size_t)nb2 * sizeof(float));
-            float code2[256], offset;
-            quant8_dynamic_map(code2, 1);
-            nf4_quantize(packed, absmax, out, n, NF4_BLOCKSIZE, NF4_CUDA);
-            nf4_double_quantize(absmax_q, absmax2, &offset, absmax, nb, code2);
-            nf4_double_dequantize(absmax, absmax_q, absmax2, offset, code2, nb, NF4_NESTED_BLOCKSIZE);
-            nf4_dequantize(out, packed, absmax, n, NF4_BLOCKSIZE, ACT_F32);
-            free(packed), free(absmax_q), free(absmax), free(absmax2);
+            float *absmax2 = malloc((size_t)nb2 * sizeof(float)), code2[256], offset;
+            nf4_quantize_nested(packed, absmax_q, absmax2, &offset, code2, out, n);
+            nf4_dequantize_nested(out, packed, absmax_q, absmax2, offset, code2, n, ACT_F32);
+            free(packed), free(absmax_q), free(absmax2);
         }
     }
     bf16_round_array(out, out, n);
