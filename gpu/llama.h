@@ -29,9 +29,11 @@
  * Memory is planned, not discovered: gpu_llama_plan_bytes counts every byte the model will hold
  * from (config, options) with the same layout code that build_gpu_llama then carves its slabs
  * with (weights, parameters, gradients, optimizer state, activations, scratch), so the plan and
- * the allocation cannot disagree. Nothing is allocated after build; a step enqueues work on one
- * stream and synchronizes only where a value must reach the host (gpu_llama_loss, the norm in
- * gpu_llama_optimizer_step).
+ * the allocation cannot disagree. No device memory is allocated after build; the first step
+ * creates the cuBLASLt plans of its shapes (host memory, once: //gpu:train does it in the step that
+ * confirms the plan). A step enqueues work on one stream and synchronizes only where a value must
+ * reach the host (gpu_llama_loss, the norm in gpu_llama_optimizer_step) or a pinned staging buffer
+ * is refilled (gpu_llama_set_batch, after the previous loss was read).
  * Adapters follow PEFT: targets of o.targets, scale s = o.lora_scale; dropout p (LoRA only) from a
  * counter-based mask keyed (seed, micro_index, layer, target) and regenerated in backward, so no
  * mask is stored and a resumed run draws the same masks.

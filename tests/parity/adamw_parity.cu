@@ -11,6 +11,10 @@
  * in place and compared after every step; the bf16 copies are poisoned before each step and must
  * be written entirely; guard regions around every buffer.
  *
+ * A non-finite gradient (NaN, Inf) makes the norm non-finite and leaves every master, m and v as
+ * they were, bitwise (gpu/adamw.h's guard), with and without clipping; a context without state
+ * computes the same norm.
+ *
  * Tolerances (tier b, derived):
  *  - grad norm: the GPU sums squares in fp32 over ≤ 32 elements per thread then an 8-level tree
  *    (relative error ≤ 40u on Σg², u = 2^-24), in double across chunks; sqrt halves it → ≤ 21u + one
@@ -206,6 +210,83 @@ static void bench(double ceiling) {
     }
 }
 
+/* A non-finite gradient anywhere: the norm comes out non-finite and no tensor changes (with and
+ * without clipping: the guard is the norm, computed whenever it is asked for). And a context built
+ * without optimizer state computes the same norm (gpu_adamw_grad_norm only). */
+static void run_nonfinite(double max_norm, float bad) {
+    const std::vector<int64_t> sizes = {8193, 100, 3};
+    const int T = (int)sizes.size();
+    struct rng r;
+    rng_init(&r, g_seed * 7u + 11u);
+    char shape[96];
+    snprintf(shape, sizeof shape, "3 tensors, gradient %g in tensor 1, max_norm=%g", (double)bad, max_norm);
+    std::vector<host_tensor> ts(T);
+    std::vector<struct dev_buf> bp(T), bm(T), bv(T), bg(T), bc(T);
+    std::vector<struct gpu_adamw_param> params(T), norm_only(T);
+    for (int i = 0; i < T; i++) {
+        host_tensor &t = ts[i];
+        t.n = sizes[i];
+        t.p.resize(t.n), t.m.resize(t.n), t.v.resize(t.n), t.g.resize(t.n);
+        rng_fill_normal(&r, t.p.data(), t.n, 0.0, 1.0);
+        rng_fill_normal(&r, t.m.data(), t.n, 0.0, 0.1);
+        for (int64_t j = 0; j < t.n; j++) t.v[j] = 0.01f * (float)(j % 7 + 1);
+        rng_fill_normal(&r, t.g.data(), t.n, 0.0, 1.0);
+        if (i == 1) t.g[t.n / 2] = bad;
+        const size_t b4 = (size_t)t.n * 4;
+        dev_buf_alloc(&bp[i], "master", b4, POISON_NONE, t.p.data());
+        dev_buf_alloc(&bm[i], "m", b4, POISON_NONE, t.m.data());
+        dev_buf_alloc(&bv[i], "v", b4, POISON_NONE, t.v.data());
+        dev_buf_alloc(&bg[i], "grad", b4, POISON_NONE, t.g.data());
+        dev_buf_alloc(&bc[i], "copy", (size_t)t.n * 2, POISON_BF16, nullptr);
+        params[i] = {(float *)bp[i].data, (uint16_t *)bc[i].data, (float *)bm[i].data, (float *)bv[i].data,
+                     (const float *)bg[i].data, t.n, 1};
+        norm_only[i] = {nullptr, nullptr, nullptr, nullptr, (const float *)bg[i].data, t.n, 1};
+    }
+    struct gpu_adamw *opt = build_gpu_adamw(params.data(), T), *nrm = build_gpu_adamw(norm_only.data(), T);
+    struct dev_buf bnorm, bnorm2;
+    dev_buf_alloc(&bnorm, "grad_norm", 4, POISON_F32, nullptr);
+    dev_buf_alloc(&bnorm2, "grad_norm (norm only)", 4, POISON_F32, nullptr);
+    const struct gpu_adamw_step_args h = {1e-3, 0.9, 0.999, 1e-8, 0.01, max_norm, 1};
+    gpu_adamw_step(opt, &h, (float *)bnorm.data, g_stream);
+    gpu_adamw_grad_norm(nrm, (float *)bnorm2.data, g_stream);
+    float norm = 0, norm2 = 0;
+    dev_buf_download(&bnorm, &norm, 1);
+    dev_buf_download(&bnorm2, &norm2, 1);
+    EXPECT(!isfinite(norm), "adamw %s: the norm is %g, not non-finite", shape, (double)norm);
+    EXPECT(memcmp(&norm, &norm2, 4) == 0 || (isnan(norm) && isnan(norm2)),
+           "adamw %s: the norm-only context gives %g, the optimizer %g", shape, (double)norm2, (double)norm);
+    struct cmp_case cc = {"adamw", "", shape, "f32", g_seed};
+    char what[96];
+    for (int i = 0; i < T; i++) {
+        host_tensor &t = ts[i];
+        std::vector<float> p(t.n), m(t.n), v(t.n);
+        dev_buf_download(&bp[i], p.data(), 0);
+        dev_buf_download(&bm[i], m.data(), 0);
+        dev_buf_download(&bv[i], v.data(), 0);
+        snprintf(what, sizeof what, "tensor %d unchanged: master, m, v", i);
+        cc.what = what;
+        cmp_exact_f32(&cc, p.data(), t.p.data(), t.n);
+        cmp_exact_f32(&cc, m.data(), t.m.data(), t.n);
+        cmp_exact_f32(&cc, v.data(), t.v.data(), t.n);
+    }
+    /* the same context on finite gradients still updates (the guard lets finite steps through) */
+    {
+        ts[1].g[ts[1].n / 2] = 0.5f;
+        dev_buf_reset(&bg[1], ts[1].g.data());
+        gpu_adamw_step(opt, &h, (float *)bnorm.data, g_stream);
+        std::vector<float> p(ts[0].n);
+        dev_buf_download(&bp[0], p.data(), 0);
+        EXPECT(memcmp(p.data(), ts[0].p.data(), (size_t)ts[0].n * 4) != 0,
+               "adamw %s: a finite step after the refused one changed nothing", shape);
+    }
+    free_gpu_adamw(opt);
+    free_gpu_adamw(nrm);
+    for (int i = 0; i < T; i++)
+        for (struct dev_buf *b : {&bp[i], &bm[i], &bv[i], &bg[i], &bc[i]}) dev_buf_free(b);
+    dev_buf_free(&bnorm);
+    dev_buf_free(&bnorm2);
+}
+
 int main(int argc, char **argv) {
     g_seed = test_seed(argc, argv, 20261128);
     parity_init();
@@ -216,6 +297,8 @@ int main(int argc, char **argv) {
     run_optimizer(edges, 1.0, 1);
     run_optimizer(lora, 0.0, 2);
     run_optimizer(lora, 0.5, 3);
+    run_nonfinite(0.0, NAN);
+    run_nonfinite(1.0, INFINITY);
     const int rc = test_finish("adamw_parity");
     if (rc == 0 && test_has_flag(argc, argv, "--bench")) bench(bench_copy_ceiling(g_stream));
     CUDA_CHECK(cudaStreamDestroy(g_stream));
