@@ -113,8 +113,7 @@ struct gpu_llama {
     uint16_t *n1, *n2; /* the current layer's normalized inputs (N, C) */
     uint16_t *tmp, *G, *dn, *datt, *dq, *dk, *dv, *dmlp, *dy_s, *x_drop;
     uint8_t *keep;
-    void *ws;
-    size_t ws_bytes;
+    void *ws; /* one workspace, sized for the largest op's need */
 
     /* fixed */
     int32_t *tokens, *labels, *pos;

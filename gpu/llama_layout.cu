@@ -314,7 +314,7 @@ void gl_layout(gpu_llama *m, int assign) {
     if (assign) {
         m->tmp = p[0], m->G = p[1], m->dn = p[2], m->datt = p[3], m->dq = p[4], m->dk = p[5], m->dv = p[6];
         m->dmlp = p[7], m->dy_s = p[8], m->x_drop = p[9], m->n1 = p[10], m->n2 = p[11];
-        m->keep = keep, m->ws = w, m->ws_bytes = ws;
+        m->keep = keep, m->ws = w;
     }
 
     /* ---- fixed */

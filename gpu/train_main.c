@@ -34,6 +34,7 @@
 #include "io/config.h"
 #include "io/error.h"
 #include "io/model_source.h"
+#include "ref/cross_entropy.h"
 #include "ref/lora.h"
 #include "train/cli.h"
 #include "train/engine.h"
@@ -51,17 +52,11 @@ struct gpu_engine {
     int B, T;
 };
 
-static int64_t count_valid(const int32_t *labels, int n) {
-    int64_t v = 0;
-    for (int i = 0; i < n; i++) v += labels[i] != -100;
-    return v;
-}
-
 static int eng_micro_step(void *self, const int32_t *tokens, const int32_t *labels, int B, int T, float grad_scale,
                           uint64_t micro_index, double *nll_sum, struct io_err *e) {
     struct gpu_engine *g = self;
     if (B != g->B || T != g->T) return io_fail(e, "GPU engine planned for %d×%d, got %d×%d", g->B, g->T, B, T);
-    const int64_t valid = count_valid(labels, B * T);
+    const int64_t valid = ref_cross_entropy_count_valid(labels, B * T);
     *nll_sum = 0.0;
     if (valid == 0) return 0;
     /* the model's loss is the micro-batch mean; the gradient of the step's mean is (grad_scale ·
@@ -76,7 +71,7 @@ static int eng_eval(void *self, const int32_t *tokens, const int32_t *labels, in
                     struct io_err *e) {
     struct gpu_engine *g = self;
     if (B != g->B || T != g->T) return io_fail(e, "GPU engine planned for %d×%d, got %d×%d", g->B, g->T, B, T);
-    const int64_t valid = count_valid(labels, B * T);
+    const int64_t valid = ref_cross_entropy_count_valid(labels, B * T);
     *nll_sum = 0.0;
     if (valid == 0) return 0;
     gpu_llama_set_batch(g->m, tokens, labels);

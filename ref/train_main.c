@@ -61,6 +61,7 @@
 #include "ref/adamw.h"
 #include "ref/adamw8bit.h"
 #include "ref/bf16.h"
+#include "ref/cross_entropy.h"
 #include "ref/dora.h"
 #include "ref/llama.h"
 #include "ref/nf4.h"
@@ -133,8 +134,7 @@ static int eng_micro_step(void *self, const int32_t *tokens, const int32_t *labe
     (void)micro_index; /* no dropout in the reference engine */
     struct ref_engine *r = self;
     if (B != r->B || T != r->T) return io_fail(e, "reference engine planned for %d×%d, got %d×%d", r->B, r->T, B, T);
-    int64_t valid = 0;
-    for (int i = 0; i < B * T; i++) valid += labels[i] != -100;
+    const int64_t valid = ref_cross_entropy_count_valid(labels, B * T);
     *nll_sum = 0.0;
     if (valid == 0) return 0;
     /* The model's loss is the mean over n_valid_total; this micro-batch's count makes it the
@@ -153,8 +153,7 @@ static int eng_eval(void *self, const int32_t *tokens, const int32_t *labels, in
                     struct io_err *e) {
     struct ref_engine *r = self;
     if (B != r->B || T != r->T) return io_fail(e, "reference engine planned for %d×%d, got %d×%d", r->B, r->T, B, T);
-    int64_t valid = 0;
-    for (int i = 0; i < B * T; i++) valid += labels[i] != -100;
+    const int64_t valid = ref_cross_entropy_count_valid(labels, B * T);
     *nll_sum = 0.0;
     if (valid == 0) return 0;
     struct llama_batch b = {B, T, tokens, labels, NULL, valid};
