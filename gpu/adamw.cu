@@ -136,9 +136,10 @@ __device__ __forceinline__ void adamw_element(float &w, float &m, float &v, floa
 
 __global__ void __launch_bounds__(kBlock) adamw_chunk_update(const tensor_desc *params, const chunk_ref *chunks,
                                                              const float *norm_coef, int clip, int guard,
-                                                             step_scalars s) {
+                                                             const double *guard_scalar, step_scalars s) {
     /* A non-finite global norm means a non-finite gradient somewhere: no tensor is updated. */
     if (guard && !isfinite(norm_coef[0])) return;
+    if (guard_scalar && !isfinite(*guard_scalar)) return;
     const chunk_ref c = chunks[blockIdx.x];
     const tensor_desc p = params[c.tensor];
     const int64_t end = c.start + kChunk < p.n ? c.start + kChunk : p.n;
@@ -239,6 +240,11 @@ extern "C" void gpu_adamw_grad_norm(struct gpu_adamw *a, float *grad_norm, cudaS
     CUDA_CHECK(cudaMemcpyAsync(grad_norm, a->d_norm_coef, sizeof(float), cudaMemcpyDeviceToDevice, stream));
 }
 
+extern "C" const float *gpu_adamw_norm_and_coef(struct gpu_adamw *a, double max_grad_norm, cudaStream_t stream) {
+    norm_and_coef(a, max_grad_norm > 0 ? (float)max_grad_norm : 0.0f, stream);
+    return a->d_norm_coef;
+}
+
 extern "C" void gpu_adamw_step(struct gpu_adamw *a, const struct gpu_adamw_step_args *h, float *grad_norm,
                                cudaStream_t stream) {
     CHECK(!a->norm_only, "adamw: built without optimizer state (norm only)");
@@ -258,7 +264,7 @@ extern "C" void gpu_adamw_step(struct gpu_adamw *a, const struct gpu_adamw_step_
     s.bc2_sqrt = (float)pow(bc2, 0.5); /* as ref/adamw.c, to the last bit */
     s.eps = (float)h->eps;
     adamw_chunk_update<<<a->n_chunks, kBlock, 0, stream>>>(a->d_params, a->d_chunks, a->d_norm_coef, clip ? 1 : 0,
-                                                           (clip || grad_norm) ? 1 : 0, s);
+                                                           (clip || grad_norm) ? 1 : 0, h->guard, s);
     KERNEL_CHECK(stream);
     if (grad_norm)
         CUDA_CHECK(cudaMemcpyAsync(grad_norm, a->d_norm_coef, sizeof(float), cudaMemcpyDeviceToDevice, stream));

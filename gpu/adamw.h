@@ -53,6 +53,8 @@ struct gpu_adamw_step_args {
     double lr, beta1, beta2, eps, weight_decay; /* as ref/adamw.h's adamw_hparams */
     double max_grad_norm;                       /* ≤ 0: no clipping */
     int64_t step;                               /* t, 1 on the first step */
+    const double *guard; /* device scalar or NULL: when it is not finite (e.g. the step's summed loss),
+                            nothing is updated, as for a non-finite norm */
 };
 
 struct gpu_adamw;
@@ -65,6 +67,10 @@ void gpu_adamw_step(struct gpu_adamw *a, const struct gpu_adamw_step_args *h, fl
 
 /* Only the global norm (no update), e.g. for logging: grad_norm (device float). */
 void gpu_adamw_grad_norm(struct gpu_adamw *a, float *grad_norm, cudaStream_t stream);
+/* The global norm and the clip coefficient for max_grad_norm (≤ 0: coefficient 1), no update: a
+ * device pointer to {norm, coef}, valid until a's next call — for an optimizer that updates
+ * elsewhere and reads the coefficient on the device (gpu/adamw8bit.h's norm_coef). */
+const float *gpu_adamw_norm_and_coef(struct gpu_adamw *a, double max_grad_norm, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -30,7 +30,18 @@ constexpr int kBlock = 256; /* = the state block */
 struct scalars {
     float b1, b2, one_minus_b1, one_minus_b2, gs, step_size, c2_eps, eps_c2, decay;
     int has_decay;
+    const float *norm_coef;
+    const double *guard;
 };
+
+/* Whether the step applies (the device scalars are finite), and its gradient scale. */
+__device__ __forceinline__ bool step_applies(const scalars &s, float *gs) {
+    if (s.guard && !isfinite(*s.guard)) return false;
+    if (!s.norm_coef) return *gs = s.gs, true;
+    if (!isfinite(s.norm_coef[0])) return false;
+    *gs = s.norm_coef[1];
+    return true;
+}
 
 /* bitsandbytes dQuantize<0> (ref/quant8.c encode_cuda): binary search with pivots 127 ± 64 ± … ± 1,
  * then the nearer neighbour by the fp32 midpoint; a tie keeps the last pivot. */
@@ -62,6 +73,8 @@ __device__ __forceinline__ uint8_t encode_cuda(const float *code, float x) {
 
 __global__ void __launch_bounds__(kBlock) adamw8bit_block_step(gpu_adamw8bit_tensor t, scalars s) {
     __shared__ float map1[256], map2[256], red1[kBlock / 32], red2[kBlock / 32];
+    float gs;
+    if (!step_applies(s, &gs)) return; /* uniform over the grid */
     map1[threadIdx.x] = t.map1[threadIdx.x];
     map2[threadIdx.x] = t.map2[threadIdx.x];
     __syncthreads();
@@ -73,7 +86,7 @@ __global__ void __launch_bounds__(kBlock) adamw8bit_block_step(gpu_adamw8bit_ten
     bool finite = false;
     if (valid) {
         const float graw = t.grad[i];
-        g = __fmul_rn(graw, s.gs);
+        g = __fmul_rn(graw, gs);
         finite = isfinite(graw);
         if (finite) {
             m = __fmul_rn(map1[t.q1[i]], a1);
@@ -121,8 +134,10 @@ __global__ void __launch_bounds__(kBlock) adamw8bit_block_step(gpu_adamw8bit_ten
 }
 
 __global__ void __launch_bounds__(kBlock) adamw32bit_elementwise(gpu_adamw8bit_tensor t, scalars s) {
+    float gs;
+    if (!step_applies(s, &gs)) return;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < t.n; i += (int64_t)gridDim.x * blockDim.x) {
-        const float g = __fmul_rn(t.grad[i], s.gs);
+        const float g = __fmul_rn(t.grad[i], gs);
         const float m = __fadd_rn(__fmul_rn(t.m[i], s.b1), __fmul_rn(s.one_minus_b1, g));
         const float v = __fadd_rn(__fmul_rn(t.v[i], s.b2), __fmul_rn(s.one_minus_b2, __fmul_rn(g, g)));
         float p = __fadd_rn(t.p[i], __fmul_rn(s.step_size, __fdiv_rn(m, __fadd_rn(__fsqrt_rn(v), s.eps_c2))));
@@ -156,6 +171,8 @@ extern "C" void gpu_adamw8bit_step(const struct gpu_adamw8bit_tensor *t, const s
     volatile float lr_wd = lr * wd;
     s.decay = 1.0f - lr_wd;
     s.has_decay = wd > 0.0f;
+    s.norm_coef = h->norm_coef;
+    s.guard = h->guard;
     if (t->is_8bit) {
         CHECK(t->q1 && t->q2 && t->absmax1 && t->absmax2 && t->map1 && t->map2, "adamw8bit: 8-bit state missing");
         const int64_t blocks = (t->n + kBlock - 1) / kBlock;

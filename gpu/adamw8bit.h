@@ -50,6 +50,12 @@ struct gpu_adamw8bit_tensor {
 struct gpu_adamw8bit_args {
     double lr, beta1, beta2, eps, weight_decay, gnorm_scale; /* as ref/adamw8bit.h's hparams */
     int64_t step;                                           /* t, 1 on the first step */
+    /* Device scalars read by the kernels, so that the host need not wait for them (NULL: unused):
+     * norm_coef {global norm, clip coefficient} (gpu_adamw_norm_and_coef) replaces gnorm_scale by
+     * its coefficient and, when the norm is not finite, leaves every tensor unchanged; guard (e.g.
+     * the step's summed loss) leaves every tensor unchanged when it is not finite. */
+    const float *norm_coef;
+    const double *guard;
 };
 
 void gpu_adamw8bit_step(const struct gpu_adamw8bit_tensor *t, const struct gpu_adamw8bit_args *h,

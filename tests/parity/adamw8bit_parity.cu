@@ -11,6 +11,13 @@
  * After every step: p, the codes q1 and q2, absmax1 and absmax2 (8-bit) or m and v (32-bit), and
  * the bf16 copy (= bf16(p), poisoned before each step) are compared; guards on every buffer.
  *
+ * The device scalars (gpu_adamw8bit_args.norm_coef, .guard), on both paths: a step given norm_coef
+ * from gpu_adamw_norm_and_coef (a norm-only gpu/adamw context over the same gradient) and a wrong
+ * gnorm_scale (123) equals, bit for bit, the step given no norm_coef and gnorm_scale = the
+ * coefficient read back, which equals the reference; a finite guard (3.5) changes nothing; a
+ * norm_coef whose norm is NaN, a NaN guard and a +Inf guard each leave p, the copy and the state
+ * as they were, bit for bit.
+ *
  * Tolerance: (a) exact. The kernel performs ref/adamw8bit.c's fp32 operations in its order on the
  * same values, forms the scalars with the same fp32 host expressions (same libm powf/sqrtf), takes
  * the block maxima with fmaxf (order-free) and encodes with the same binary search, so every bit
@@ -22,6 +29,7 @@
 
 #include <vector>
 
+#include "gpu/adamw.h"
 #include "gpu/adamw8bit.h"
 #include "gpu/cuda_check.h"
 #include "ref/adamw8bit.h"
@@ -130,6 +138,206 @@ static void run_tensor(int64_t n, double wd, double gnorm_scale, int plant, int 
     adamw8bit_free(&s);
 }
 
+/* One tensor on the device for run_scalars: p and the bf16 copy, the state of the path s selects
+ * (zero, the maps from s); the gradient buffer is the caller's (shared). */
+struct dev_tensor8 {
+    struct dev_buf p, copy, q1, q2, a1, a2, map1, map2, m, v;
+    struct gpu_adamw8bit_tensor t;
+};
+
+static void dev_tensor8_alloc(dev_tensor8 *d, const struct adamw8bit_state *s, const float *p, const float *grad) {
+    const int64_t n = s->n, nb = adamw8bit_n_blocks(n);
+    const std::vector<unsigned char> zeros((size_t)n * 4, 0);
+    memset(&d->t, 0, sizeof d->t);
+    dev_buf_alloc(&d->p, "p", (size_t)n * 4, POISON_NONE, p);
+    dev_buf_alloc(&d->copy, "copy", (size_t)n * 2, POISON_BF16, nullptr);
+    d->t.p = (float *)d->p.data, d->t.copy = (uint16_t *)d->copy.data, d->t.grad = grad, d->t.n = n;
+    d->t.is_8bit = s->is_8bit;
+    if (s->is_8bit) {
+        dev_buf_alloc(&d->q1, "q1", (size_t)n, POISON_NONE, zeros.data());
+        dev_buf_alloc(&d->q2, "q2", (size_t)n, POISON_NONE, zeros.data());
+        dev_buf_alloc(&d->a1, "absmax1", (size_t)nb * 4, POISON_NONE, zeros.data());
+        dev_buf_alloc(&d->a2, "absmax2", (size_t)nb * 4, POISON_NONE, zeros.data());
+        dev_buf_alloc(&d->map1, "map1", 256 * 4, POISON_NONE, s->map1);
+        dev_buf_alloc(&d->map2, "map2", 256 * 4, POISON_NONE, s->map2);
+        d->t.q1 = (uint8_t *)d->q1.data, d->t.q2 = (uint8_t *)d->q2.data;
+        d->t.absmax1 = (float *)d->a1.data, d->t.absmax2 = (float *)d->a2.data;
+        d->t.map1 = (const float *)d->map1.data, d->t.map2 = (const float *)d->map2.data;
+    } else {
+        dev_buf_alloc(&d->m, "m", (size_t)n * 4, POISON_NONE, zeros.data());
+        dev_buf_alloc(&d->v, "v", (size_t)n * 4, POISON_NONE, zeros.data());
+        d->t.m = (float *)d->m.data, d->t.v = (float *)d->v.data;
+    }
+}
+
+static void dev_tensor8_free(dev_tensor8 *d) {
+    for (struct dev_buf *b : {&d->p, &d->copy}) dev_buf_free(b);
+    if (d->t.is_8bit)
+        for (struct dev_buf *b : {&d->q1, &d->q2, &d->a1, &d->a2, &d->map1, &d->map2}) dev_buf_free(b);
+    else
+        for (struct dev_buf *b : {&d->m, &d->v}) dev_buf_free(b);
+}
+
+/* Everything a step writes: p, the bf16 copy, and q1, q2, absmax1, absmax2 (8-bit) or m, v. */
+struct snap8 {
+    std::vector<float> p, a1, a2, m, v;
+    std::vector<uint16_t> copy;
+    std::vector<uint8_t> q1, q2;
+};
+
+/* After a completed step (the copy then is written entirely). */
+static snap8 snapshot(dev_tensor8 *d) {
+    const int64_t n = d->t.n, nb = adamw8bit_n_blocks(n);
+    snap8 s;
+    s.p.resize((size_t)n), s.copy.resize((size_t)n);
+    dev_buf_download(&d->p, s.p.data(), 0);
+    dev_buf_download(&d->copy, s.copy.data(), 1);
+    if (d->t.is_8bit) {
+        s.q1.resize((size_t)n), s.q2.resize((size_t)n), s.a1.resize((size_t)nb), s.a2.resize((size_t)nb);
+        dev_buf_download(&d->q1, s.q1.data(), 0);
+        dev_buf_download(&d->q2, s.q2.data(), 0);
+        dev_buf_download(&d->a1, s.a1.data(), 0);
+        dev_buf_download(&d->a2, s.a2.data(), 0);
+    } else {
+        s.m.resize((size_t)n), s.v.resize((size_t)n);
+        dev_buf_download(&d->m, s.m.data(), 0);
+        dev_buf_download(&d->v, s.v.data(), 0);
+    }
+    return s;
+}
+
+/* The reference's p and state as a snap8 (copy = bf16(p)). */
+static snap8 snapshot_ref(const struct adamw8bit_state *st, const std::vector<float> &p) {
+    const int64_t n = st->n, nb = adamw8bit_n_blocks(n);
+    snap8 s;
+    s.p = p, s.copy = bits_of(p);
+    if (st->is_8bit) {
+        s.q1.assign(st->q1, st->q1 + n), s.q2.assign(st->q2, st->q2 + n);
+        s.a1.assign(st->absmax1, st->absmax1 + nb), s.a2.assign(st->absmax2, st->absmax2 + nb);
+    } else {
+        s.m.assign(st->m, st->m + n), s.v.assign(st->v, st->v + n);
+    }
+    return s;
+}
+
+/* got against want, bit for bit, each array one check named "<label>: <array>". */
+static void cmp_snap(const char *shape, uint64_t seed, const char *label, const snap8 &got, const snap8 &want) {
+    char what[160];
+    struct cmp_case cc = {"adamw8bit", what, shape, "f32", seed};
+    const int64_t n = (int64_t)got.p.size();
+    snprintf(what, sizeof what, "%s: p", label);
+    cmp_exact_f32(&cc, got.p.data(), want.p.data(), n);
+    snprintf(what, sizeof what, "%s: bf16 copy", label);
+    cc.dtype = "bf16";
+    cmp_exact_bytes(&cc, got.copy.data(), want.copy.data(), (size_t)n * 2);
+    cc.dtype = "f32";
+    if (!got.q1.empty()) {
+        const int64_t nb = (int64_t)got.a1.size();
+        snprintf(what, sizeof what, "%s: absmax1", label);
+        cmp_exact_f32(&cc, got.a1.data(), want.a1.data(), nb);
+        snprintf(what, sizeof what, "%s: absmax2", label);
+        cmp_exact_f32(&cc, got.a2.data(), want.a2.data(), nb);
+        cc.dtype = "u8";
+        snprintf(what, sizeof what, "%s: q1", label);
+        cmp_exact_bytes(&cc, got.q1.data(), want.q1.data(), (size_t)n);
+        snprintf(what, sizeof what, "%s: q2", label);
+        cmp_exact_bytes(&cc, got.q2.data(), want.q2.data(), (size_t)n);
+    } else {
+        snprintf(what, sizeof what, "%s: m", label);
+        cmp_exact_f32(&cc, got.m.data(), want.m.data(), n);
+        snprintf(what, sizeof what, "%s: v", label);
+        cmp_exact_f32(&cc, got.v.data(), want.v.data(), n);
+    }
+}
+
+/* The device scalars. Two device copies A and B of one tensor start equal and read one gradient
+ * buffer; a norm-only gpu/adamw context over that buffer gives {norm, coef} for max_norm
+ * (gpu_adamw_norm_and_coef). Steps 1-3: A takes the step with norm_coef and gnorm_scale 123 (wrong
+ * on purpose: the coefficient must replace it), at step 2 with a finite guard (3.5) as well, at
+ * step 3 with the guard only and gnorm_scale = the coefficient read back; B with neither scalar and
+ * gnorm_scale = that coefficient. A = B and B = the reference, bit for bit. Step 4: A is refused
+ * the step by norm_coef {NaN, 1}, by a NaN guard and by a +Inf guard (each with the other scalar
+ * valid or absent): p, the copy and the state stay bit for bit; then A and B take step 4 as step 2. */
+static void run_scalars(int64_t n, double max_norm, int id) {
+    const uint64_t seed = g_seed * 1000003u + (uint64_t)id;
+    struct rng r;
+    rng_init(&r, seed);
+    char shape[128];
+    snprintf(shape, sizeof shape, "n=%lld wd=0.01 device norm_coef (max_norm=%g) and guard", (long long)n, max_norm);
+    struct adamw8bit_hparams h = adamw8bit_defaults();
+    h.weight_decay = 0.01, h.variant = ADAMW8BIT_BNB_CUDA;
+    struct adamw8bit_state s;
+    adamw8bit_init(&s, n, h.min_8bit_size);
+    std::vector<float> p((size_t)n), g((size_t)n);
+    rng_fill_normal(&r, p.data(), n, 0.0, 1.0);
+
+    struct dev_buf bg, bbad, bfin, bnan, binf;
+    dev_buf_alloc(&bg, "grad", (size_t)n * 4, POISON_NONE, nullptr);
+    const float bad_nc[2] = {NAN, 1.0f};
+    const double fin = 3.5, nan_v = NAN, inf_v = INFINITY;
+    dev_buf_alloc(&bbad, "norm_coef {NaN, 1}", sizeof bad_nc, POISON_NONE, bad_nc);
+    dev_buf_alloc(&bfin, "guard 3.5", sizeof(double), POISON_NONE, &fin);
+    dev_buf_alloc(&bnan, "guard NaN", sizeof(double), POISON_NONE, &nan_v);
+    dev_buf_alloc(&binf, "guard +Inf", sizeof(double), POISON_NONE, &inf_v);
+    dev_tensor8 A, B;
+    dev_tensor8_alloc(&A, &s, p.data(), (const float *)bg.data);
+    dev_tensor8_alloc(&B, &s, p.data(), (const float *)bg.data);
+    const struct gpu_adamw_param np = {nullptr, nullptr, nullptr, nullptr, (const float *)bg.data, n, 0};
+    struct gpu_adamw *nrm = build_gpu_adamw(&np, 1);
+
+    for (int step = 1; step <= 4; step++) {
+        rng_fill_normal(&r, g.data(), n, 0.0, 1.0);
+        dev_buf_reset(&bg, g.data());
+        const float *nc = gpu_adamw_norm_and_coef(nrm, max_norm, g_stream);
+        float hnc[2];
+        CUDA_CHECK(cudaMemcpyAsync(hnc, nc, sizeof hnc, cudaMemcpyDeviceToHost, g_stream));
+        CUDA_CHECK(cudaStreamSynchronize(g_stream));
+        EXPECT(isfinite(hnc[0]) && hnc[1] > 0.0f && hnc[1] <= 1.0f, "adamw8bit %s: step %d norm %g coef %g", shape,
+               step, (double)hnc[0], (double)hnc[1]);
+        struct gpu_adamw8bit_args a = {h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, 123.0, step};
+        struct gpu_adamw8bit_args b = {h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, (double)hnc[1], step};
+        char label[96];
+        if (step == 4) {
+            const snap8 before = snapshot(&A);
+            struct refused {
+                const char *name;
+                const float *norm_coef;
+                const double *guard;
+            } refusals[] = {{"norm_coef {NaN, 1}", (const float *)bbad.data, nullptr},
+                            {"norm_coef {NaN, 1}, guard 3.5", (const float *)bbad.data, (const double *)bfin.data},
+                            {"guard NaN", nullptr, (const double *)bnan.data},
+                            {"guard NaN, norm_coef valid", nc, (const double *)bnan.data},
+                            {"guard +Inf", nullptr, (const double *)binf.data}};
+            for (const refused &x : refusals) {
+                struct gpu_adamw8bit_args ra = {h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, 1.0, step};
+                ra.norm_coef = x.norm_coef, ra.guard = x.guard;
+                gpu_adamw8bit_step(&A.t, &ra, g_stream);
+                snprintf(label, sizeof label, "unchanged after a step refused by %s", x.name);
+                cmp_snap(shape, seed, label, snapshot(&A), before);
+            }
+        }
+        a.norm_coef = step == 3 ? nullptr : nc;
+        if (step == 3) a.gnorm_scale = (double)hnc[1];
+        a.guard = step >= 2 ? (const double *)bfin.data : nullptr;
+        gpu_adamw8bit_step(&A.t, &a, g_stream);
+        gpu_adamw8bit_step(&B.t, &b, g_stream);
+        h.gnorm_scale = (double)hnc[1];
+        adamw8bit_step(&s, p.data(), g.data(), &h);
+        const snap8 sa = snapshot(&A), sb = snapshot(&B);
+        snprintf(label, sizeof label, "step %d, %s%s = gnorm_scale %.9g", step,
+                 step == 3 ? "gnorm_scale" : "norm_coef, gnorm_scale 123", step >= 2 ? ", guard 3.5" : "",
+                 (double)hnc[1]);
+        cmp_snap(shape, seed, label, sa, sb);
+        snprintf(label, sizeof label, "step %d, gnorm_scale %.9g = reference", step, (double)hnc[1]);
+        cmp_snap(shape, seed, label, sb, snapshot_ref(&s, p));
+    }
+    free_gpu_adamw(nrm);
+    dev_tensor8_free(&A);
+    dev_tensor8_free(&B);
+    for (struct dev_buf *b : {&bg, &bbad, &bfin, &bnan, &binf}) dev_buf_free(b);
+    adamw8bit_free(&s);
+}
+
 struct bench_ctx {
     struct gpu_adamw8bit_tensor t;
     struct gpu_adamw8bit_args a;
@@ -193,6 +401,10 @@ int main(int argc, char **argv) {
     }
     run_tensor(4097, 0.01, 1.0, 1, id++);
     run_tensor(100000, 0.01, 1.0, 1, id++);
+    run_scalars(4097, 1.0, id++);      /* 8-bit, clipped */
+    run_scalars(4095, 1.0, id++);      /* 32-bit, clipped */
+    run_scalars(16 * 2048, 0.0, id++); /* 8-bit, coefficient 1 */
+    run_scalars(7, 0.0, id++);         /* 32-bit, coefficient 1 */
     const int rc = test_finish("adamw8bit_parity");
     if (rc == 0 && test_has_flag(argc, argv, "--bench")) bench(bench_copy_ceiling(g_stream));
     CUDA_CHECK(cudaStreamDestroy(g_stream));

@@ -13,7 +13,12 @@
  *
  * A non-finite gradient (NaN, Inf) makes the norm non-finite and leaves every master, m and v as
  * they were, bitwise (gpu/adamw.h's guard), with and without clipping; a context without state
- * computes the same norm.
+ * computes the same norm. The guard scalar (gpu_adamw_step_args.guard): finite (3.5), the steps
+ * above compare as with none; NaN or +Inf with finite gradients, every master, m, v and bf16 copy
+ * stays as it was, bitwise, and grad_norm is still written when asked for.
+ * gpu_adamw_norm_and_coef: the norm is gpu_adamw_step's grad_norm bit for bit (from a context with
+ * state and from a norm-only one), the coefficient ref_clip_coef(norm, max_norm) bit for bit for a
+ * max_norm that clips and one that does not, exactly 1 for max_norm ≤ 0.
  *
  * Tolerances (tier b, derived):
  *  - grad norm: the GPU sums squares in fp32 over ≤ 32 elements per thread then an 8-level tree
@@ -67,12 +72,14 @@ static void oracle_step(host_tensor &t, const struct gpu_adamw_step_args &h) {
     ref_adamw_step(t.p.data(), t.m.data(), t.v.data(), t.g.data(), t.n, h.step, &hp);
 }
 
-static void run_optimizer(const std::vector<int64_t> &sizes, double max_norm, int id) {
+/* finite_guard: every step is given a guard scalar of 3.5 (finite: no effect on the update). */
+static void run_optimizer(const std::vector<int64_t> &sizes, double max_norm, int id, int finite_guard = 0) {
     const uint64_t seed = g_seed * 1000003u + (uint64_t)id;
     struct rng r;
     rng_init(&r, seed);
     char shape[96];
-    snprintf(shape, sizeof shape, "%zu tensors, max_norm=%g", sizes.size(), max_norm);
+    snprintf(shape, sizeof shape, "%zu tensors, max_norm=%g%s", sizes.size(), max_norm,
+             finite_guard ? ", guard=3.5" : "");
     const int T = (int)sizes.size();
     std::vector<host_tensor> ts(T);
     for (int i = 0; i < T; i++) {
@@ -96,10 +103,13 @@ static void run_optimizer(const std::vector<int64_t> &sizes, double max_norm, in
                      (float *)bv[i].data, (const float *)bg[i].data, t.n, t.decay};
     }
     struct gpu_adamw *opt = build_gpu_adamw(params.data(), T);
-    struct dev_buf bnorm;
+    struct dev_buf bnorm, bguard;
     dev_buf_alloc(&bnorm, "grad_norm", 4, POISON_F32, nullptr);
+    const double guard_value = 3.5;
+    dev_buf_alloc(&bguard, "guard", sizeof(double), POISON_NONE, &guard_value);
 
     struct gpu_adamw_step_args h = {1e-3, 0.9, 0.999, 1e-8, 0.01, max_norm, 0};
+    if (finite_guard) h.guard = (const double *)bguard.data;
     const bool clip = max_norm > 0;
     for (int step = 1; step <= 3; step++) {
         h.step = step;
@@ -161,6 +171,7 @@ static void run_optimizer(const std::vector<int64_t> &sizes, double max_norm, in
     for (int i = 0; i < T; i++)
         for (struct dev_buf *b : {&bp[i], &bm[i], &bv[i], &bg[i], &bc[i]}) dev_buf_free(b);
     dev_buf_free(&bnorm);
+    dev_buf_free(&bguard);
 }
 
 struct bench_ctx {
@@ -287,6 +298,164 @@ static void run_nonfinite(double max_norm, float bad) {
     dev_buf_free(&bnorm2);
 }
 
+/* The guard scalar non-finite (bad: NaN or +Inf), the gradients finite: no master, m, v or bf16 copy
+ * changes, bit for bit (the copies are set to bf16(master) beforehand, so that a write would show),
+ * with clipping and grad_norm asked for or neither; the grad_norm asked for is still written, the
+ * norm of the gradients. Then the same step with a finite guard goes through. */
+static void run_guard(double bad, double max_norm, int want_norm) {
+    const std::vector<int64_t> sizes = {8193, 100, 3};
+    const int T = (int)sizes.size();
+    struct rng r;
+    rng_init(&r, g_seed * 7u + 13u);
+    char shape[128];
+    snprintf(shape, sizeof shape, "3 tensors, guard %g, max_norm=%g, grad_norm %s", bad, max_norm,
+             want_norm ? "asked" : "not asked");
+    std::vector<host_tensor> ts(T);
+    std::vector<std::vector<uint16_t>> copies(T);
+    std::vector<struct dev_buf> bp(T), bm(T), bv(T), bg(T), bc(T);
+    std::vector<struct gpu_adamw_param> params(T);
+    for (int i = 0; i < T; i++) {
+        host_tensor &t = ts[i];
+        t.n = sizes[i];
+        t.p.resize(t.n), t.m.resize(t.n), t.v.resize(t.n), t.g.resize(t.n);
+        rng_fill_normal(&r, t.p.data(), t.n, 0.0, 1.0);
+        rng_fill_normal(&r, t.m.data(), t.n, 0.0, 0.1);
+        for (int64_t j = 0; j < t.n; j++) t.v[j] = 0.01f * (float)(j % 7 + 1);
+        rng_fill_normal(&r, t.g.data(), t.n, 0.0, 1.0);
+        copies[i] = bits_of(t.p);
+        const size_t b4 = (size_t)t.n * 4;
+        dev_buf_alloc(&bp[i], "master", b4, POISON_NONE, t.p.data());
+        dev_buf_alloc(&bm[i], "m", b4, POISON_NONE, t.m.data());
+        dev_buf_alloc(&bv[i], "v", b4, POISON_NONE, t.v.data());
+        dev_buf_alloc(&bg[i], "grad", b4, POISON_NONE, t.g.data());
+        dev_buf_alloc(&bc[i], "copy", (size_t)t.n * 2, POISON_NONE, copies[i].data());
+        params[i] = {(float *)bp[i].data, (uint16_t *)bc[i].data, (float *)bm[i].data, (float *)bv[i].data,
+                     (const float *)bg[i].data, t.n, 1};
+    }
+    struct gpu_adamw *opt = build_gpu_adamw(params.data(), T);
+    struct dev_buf bnorm, bguard;
+    dev_buf_alloc(&bnorm, "grad_norm", 4, POISON_F32, nullptr);
+    dev_buf_alloc(&bguard, "guard", sizeof(double), POISON_NONE, &bad);
+    struct gpu_adamw_step_args h = {1e-3, 0.9, 0.999, 1e-8, 0.01, max_norm, 1};
+    h.guard = (const double *)bguard.data;
+    gpu_adamw_step(opt, &h, want_norm ? (float *)bnorm.data : nullptr, g_stream);
+    struct cmp_case cc = {"adamw", "", shape, "f32", g_seed};
+    char what[96];
+    if (want_norm) {
+        std::vector<const float *> gs;
+        std::vector<int64_t> ns;
+        for (host_tensor &t : ts) gs.push_back(t.g.data()), ns.push_back(t.n);
+        const float norm_r = ref_grad_total_norm(gs.data(), ns.data(), T);
+        float norm = 0;
+        dev_buf_download(&bnorm, &norm, 1); /* a norm left unwritten is reported here */
+        cc.what = "grad norm, written although the guard refused the step";
+        cmp_elementwise(&cc, &norm, &norm_r, 1, FLT_EPSILON, 12.0, 0.0, nullptr);
+    }
+    for (int i = 0; i < T; i++) {
+        host_tensor &t = ts[i];
+        std::vector<float> p(t.n), m(t.n), v(t.n);
+        std::vector<uint16_t> c(t.n);
+        dev_buf_download(&bp[i], p.data(), 0);
+        dev_buf_download(&bm[i], m.data(), 0);
+        dev_buf_download(&bv[i], v.data(), 0);
+        dev_buf_download(&bc[i], c.data(), 0);
+        snprintf(what, sizeof what, "tensor %d unchanged: master, m, v", i);
+        cc.what = what;
+        cmp_exact_f32(&cc, p.data(), t.p.data(), t.n);
+        cmp_exact_f32(&cc, m.data(), t.m.data(), t.n);
+        cmp_exact_f32(&cc, v.data(), t.v.data(), t.n);
+        snprintf(what, sizeof what, "tensor %d unchanged: bf16 copy", i);
+        cc.dtype = "bf16";
+        cmp_exact_bytes(&cc, c.data(), copies[i].data(), (size_t)t.n * 2);
+        cc.dtype = "f32";
+    }
+    /* the same step with a finite guard goes through */
+    {
+        const double fine = 3.5;
+        dev_buf_reset(&bguard, &fine);
+        gpu_adamw_step(opt, &h, want_norm ? (float *)bnorm.data : nullptr, g_stream);
+        std::vector<float> p(ts[0].n);
+        dev_buf_download(&bp[0], p.data(), 0);
+        EXPECT(memcmp(p.data(), ts[0].p.data(), (size_t)ts[0].n * 4) != 0,
+               "adamw %s: the step with a finite guard after the refused one changed nothing", shape);
+    }
+    free_gpu_adamw(opt);
+    for (int i = 0; i < T; i++)
+        for (struct dev_buf *b : {&bp[i], &bm[i], &bv[i], &bg[i], &bc[i]}) dev_buf_free(b);
+    dev_buf_free(&bnorm);
+    dev_buf_free(&bguard);
+}
+
+/* {norm, coef} at the device pointer gpu_adamw_norm_and_coef returns, read on the host. */
+static void read_norm_coef(const float *d, float out[2]) {
+    CUDA_CHECK(cudaMemcpyAsync(out, d, 2 * sizeof(float), cudaMemcpyDeviceToHost, g_stream));
+    CUDA_CHECK(cudaStreamSynchronize(g_stream));
+}
+
+/* gpu_adamw_norm_and_coef against gpu_adamw_step's grad_norm and ref_clip_coef, for max_norm 0 and
+ * −1 (coefficient exactly 1), half the norm (clips) and twice the norm (does not), from the
+ * optimizer's context and from a norm-only one over the same gradients. The steps in between change
+ * the state, not the gradients: the norm stays the same. */
+static void run_norm_and_coef(void) {
+    const std::vector<int64_t> sizes = {8193, 100000, 7};
+    const int T = (int)sizes.size();
+    struct rng r;
+    rng_init(&r, g_seed * 7u + 17u);
+    std::vector<host_tensor> ts(T);
+    std::vector<struct dev_buf> bp(T), bm(T), bv(T), bg(T);
+    std::vector<struct gpu_adamw_param> params(T), norm_only(T);
+    for (int i = 0; i < T; i++) {
+        host_tensor &t = ts[i];
+        t.n = sizes[i];
+        t.p.resize(t.n), t.m.assign(t.n, 0.0f), t.v.assign(t.n, 0.0f), t.g.resize(t.n);
+        rng_fill_normal(&r, t.p.data(), t.n, 0.0, 1.0);
+        rng_fill_normal(&r, t.g.data(), t.n, 0.0, i % 2 ? 0.01 : 1.0);
+        const size_t b4 = (size_t)t.n * 4;
+        dev_buf_alloc(&bp[i], "master", b4, POISON_NONE, t.p.data());
+        dev_buf_alloc(&bm[i], "m", b4, POISON_NONE, t.m.data());
+        dev_buf_alloc(&bv[i], "v", b4, POISON_NONE, t.v.data());
+        dev_buf_alloc(&bg[i], "grad", b4, POISON_NONE, t.g.data());
+        params[i] = {(float *)bp[i].data, nullptr, (float *)bm[i].data, (float *)bv[i].data, (const float *)bg[i].data,
+                     t.n, 1};
+        norm_only[i] = {nullptr, nullptr, nullptr, nullptr, (const float *)bg[i].data, t.n, 1};
+    }
+    struct gpu_adamw *opt = build_gpu_adamw(params.data(), T), *nrm = build_gpu_adamw(norm_only.data(), T);
+    struct dev_buf bnorm;
+    dev_buf_alloc(&bnorm, "grad_norm", 4, POISON_F32, nullptr);
+    float nc0[2];
+    read_norm_coef(gpu_adamw_norm_and_coef(nrm, 0.0, g_stream), nc0);
+    const double max_norms[] = {0.0, -1.0, 0.5 * (double)nc0[0], 2.0 * (double)nc0[0]};
+    int step = 0;
+    for (double max_norm : max_norms) {
+        char shape[96], what[96];
+        snprintf(shape, sizeof shape, "3 tensors, max_norm=%g", max_norm);
+        struct cmp_case cc = {"adamw_norm_and_coef", what, shape, "f32", g_seed};
+        float nc[2], nc_only[2], norm_step = 0;
+        read_norm_coef(gpu_adamw_norm_and_coef(opt, max_norm, g_stream), nc);
+        read_norm_coef(gpu_adamw_norm_and_coef(nrm, max_norm, g_stream), nc_only);
+        dev_buf_reset(&bnorm, nullptr);
+        const struct gpu_adamw_step_args h = {1e-3, 0.9, 0.999, 1e-8, 0.01, max_norm, ++step};
+        gpu_adamw_step(opt, &h, (float *)bnorm.data, g_stream);
+        dev_buf_download(&bnorm, &norm_step, 1);
+        EXPECT(isfinite(nc[0]) && nc[0] > 0, "adamw_norm_and_coef %s: norm %g", shape, (double)nc[0]);
+        snprintf(what, sizeof what, "norm = gpu_adamw_step's grad_norm (step %d)", step);
+        cmp_exact_f32(&cc, &nc[0], &norm_step, 1);
+        snprintf(what, sizeof what, "norm-only context: norm, coef");
+        cmp_exact_f32(&cc, nc_only, nc, 2);
+        const float coef_r = max_norm > 0 ? ref_clip_coef(nc[0], max_norm) : 1.0f;
+        snprintf(what, sizeof what, "coef = %s", max_norm > 0 ? "ref_clip_coef(norm, max_norm)" : "1");
+        cmp_exact_f32(&cc, &nc[1], &coef_r, 1);
+        if (max_norm > 0)
+            EXPECT((max_norm < nc[0]) == (nc[1] < 1.0f), "adamw_norm_and_coef %s: coef %.9g for norm %.9g", shape,
+                   (double)nc[1], (double)nc[0]);
+    }
+    free_gpu_adamw(opt);
+    free_gpu_adamw(nrm);
+    for (int i = 0; i < T; i++)
+        for (struct dev_buf *b : {&bp[i], &bm[i], &bv[i], &bg[i]}) dev_buf_free(b);
+    dev_buf_free(&bnorm);
+}
+
 int main(int argc, char **argv) {
     g_seed = test_seed(argc, argv, 20261128);
     parity_init();
@@ -297,8 +466,15 @@ int main(int argc, char **argv) {
     run_optimizer(edges, 1.0, 1);
     run_optimizer(lora, 0.0, 2);
     run_optimizer(lora, 0.5, 3);
+    run_optimizer(edges, 0.0, 4, 1);
+    run_optimizer(lora, 0.5, 5, 1);
     run_nonfinite(0.0, NAN);
     run_nonfinite(1.0, INFINITY);
+    run_guard(NAN, 1.0, 1);
+    run_guard(INFINITY, 0.0, 1);
+    run_guard(NAN, 0.0, 0);
+    run_guard(INFINITY, 1.0, 0);
+    run_norm_and_coef();
     const int rc = test_finish("adamw_parity");
     if (rc == 0 && test_has_flag(argc, argv, "--bench")) bench(bench_copy_ceiling(g_stream));
     CUDA_CHECK(cudaStreamDestroy(g_stream));
