@@ -145,3 +145,121 @@ extern "C" void gpu_lora_reserve(struct gpu_gemm *g, int N, int C_in, int C_out,
                                   masked ? GEMM_OVERWRITE : GEMM_ACCUMULATE, N, C_in, C_out, R, 1.0f);
     for (const gemm_args *a : {&p.fwd_u, &p.fwd_y, &p.bwd_db, &p.bwd_du, &p.bwd_da, &p.bwd_dx}) gpu_gemm_reserve(g, a);
 }
+
+/* ---- groups of adapters on one input ------------------------------------------------------- */
+
+namespace {
+
+void check_group(int n, int N, int C_in, const int *C_out, int R) {
+    CHECK(n >= 1 && n <= LORA_GROUP_MAX, "lora group: %d members (1 to %d)", n, LORA_GROUP_MAX);
+    for (int i = 0; i < n; i++) check_dims(N, C_in, C_out[i], R);
+}
+
+/* u (N, n·R) = x (N, C_in) · A_gᵀ */
+gemm_args group_u(uint16_t *u, const uint16_t *x, const uint16_t *lora_a, int n, int N, int C_in, int R) {
+    return gemm_args{u, GEMM_OUT_BF16, (int64_t)n * R, 0, x, GEMM_NO_TRANS, C_in, 0, lora_a, GEMM_TRANS, C_in, 0,
+                     nullptr, N, n * R, C_in, 1, 1.0f, GEMM_OVERWRITE};
+}
+
+/* y_i (N, C_out) += s · u_i (N, R; row stride n·R) · B_iᵀ */
+gemm_args group_y(uint16_t *y, const uint16_t *u_i, const uint16_t *lora_b, int n, int N, int C_out, int R,
+                  float scale) {
+    return gemm_args{y, GEMM_OUT_BF16, C_out, 0, u_i, GEMM_NO_TRANS, (int64_t)n * R, 0, lora_b, GEMM_TRANS, R, 0,
+                     nullptr, N, C_out, R, 1, scale, GEMM_ACCUMULATE};
+}
+
+/* dB_i (C_out, R) += s · dy_iᵀ · u_i */
+gemm_args group_db(float *db, const uint16_t *dy, const uint16_t *u_i, int n, int N, int C_out, int R, float scale) {
+    return gemm_args{db, GEMM_OUT_F32, R, 0, dy, GEMM_TRANS, C_out, 0, u_i, GEMM_NO_TRANS, (int64_t)n * R, 0, nullptr,
+                     C_out, R, N, 1, scale, GEMM_ACCUMULATE};
+}
+
+/* du_i (N, R; row stride n·R) = s · dy_i · B_i */
+gemm_args group_du(uint16_t *du_i, const uint16_t *dy, const uint16_t *lora_b, int n, int N, int C_out, int R,
+                   float scale) {
+    return gemm_args{du_i, GEMM_OUT_BF16, (int64_t)n * R, 0, dy, GEMM_NO_TRANS, C_out, 0, lora_b, GEMM_NO_TRANS, R, 0,
+                     nullptr, N, R, C_out, 1, scale, GEMM_OVERWRITE};
+}
+
+/* dA_g (n·R, C_in) += duᵀ · x */
+gemm_args group_da(float *da, const uint16_t *du, const uint16_t *x, int n, int N, int C_in, int R) {
+    return gemm_args{da, GEMM_OUT_F32, C_in, 0, du, GEMM_TRANS, (int64_t)n * R, 0, x, GEMM_NO_TRANS, C_in, 0, nullptr,
+                     n * R, C_in, N, 1, 1.0f, GEMM_ACCUMULATE};
+}
+
+/* dx (N, C_in) += du (N, n·R) · A_g */
+gemm_args group_dx(uint16_t *dx, const uint16_t *du, const uint16_t *lora_a, int n, int N, int C_in, int R) {
+    return gemm_args{dx, GEMM_OUT_BF16, C_in, 0, du, GEMM_NO_TRANS, (int64_t)n * R, 0, lora_a, GEMM_NO_TRANS, C_in, 0,
+                     nullptr, N, C_in, n * R, 1, 1.0f, GEMM_ACCUMULATE};
+}
+
+}  // namespace
+
+extern "C" void gpu_lora_group_forward_bf16(struct gpu_gemm *g, uint16_t *const *y, uint16_t *u, const uint16_t *x,
+                                            const uint16_t *lora_a, const uint16_t *const *lora_b, int n, int N,
+                                            int C_in, const int *C_out, int R, float scale, cudaStream_t stream) {
+    check_group(n, N, C_in, C_out, R);
+    const gemm_args pu = group_u(u, x, lora_a, n, N, C_in, R);
+    gpu_gemm(g, &pu, stream);
+    for (int i = 0; i < n; i++) {
+        const gemm_args py = group_y(y[i], u + (size_t)i * R, lora_b[i], n, N, C_out[i], R, scale);
+        gpu_gemm(g, &py, stream);
+    }
+}
+
+extern "C" size_t gpu_lora_group_backward_workspace_size(int N, int n, int R) {
+    return align_up((size_t)N * n * R * sizeof(uint16_t));
+}
+
+extern "C" void gpu_lora_group_backward_bf16(struct gpu_gemm *g, uint16_t *dx, float *dlora_a, float *const *dlora_b,
+                                             const uint16_t *const *dy, const uint16_t *x, const uint16_t *u,
+                                             const uint16_t *lora_a, const uint16_t *const *lora_b, int n, int N,
+                                             int C_in, const int *C_out, int R, float scale, void *workspace,
+                                             cudaStream_t stream) {
+    check_group(n, N, C_in, C_out, R);
+    CHECK(workspace != nullptr && (uintptr_t)workspace % kAlign == 0,
+          "lora group backward: workspace of %zu bytes, 256-byte aligned, required",
+          gpu_lora_group_backward_workspace_size(N, n, R));
+    uint16_t *du = static_cast<uint16_t *>(workspace);
+    for (int i = 0; i < n; i++) {
+        if (dlora_b && dlora_b[i]) {
+            const gemm_args p = group_db(dlora_b[i], dy[i], u + (size_t)i * R, n, N, C_out[i], R, scale);
+            gpu_gemm(g, &p, stream);
+        }
+    }
+    if (!dlora_a && !dx) return;
+    for (int i = 0; i < n; i++) {
+        const gemm_args p = group_du(du + (size_t)i * R, dy[i], lora_b[i], n, N, C_out[i], R, scale);
+        gpu_gemm(g, &p, stream);
+    }
+    if (dlora_a) {
+        const gemm_args p = group_da(dlora_a, du, x, n, N, C_in, R);
+        gpu_gemm(g, &p, stream);
+    }
+    if (dx) {
+        const gemm_args p = group_dx(dx, du, lora_a, n, N, C_in, R);
+        gpu_gemm(g, &p, stream);
+    }
+}
+
+extern "C" void gpu_lora_group_reserve(struct gpu_gemm *g, int n, int N, int C_in, const int *C_out, int R) {
+    check_group(n, N, C_in, C_out, R);
+    /* Dummy pointers of the alignment classes the real ones have: 256-byte aligned bases, member
+     * slices at i·R elements into u and du. */
+    unsigned char *d = reinterpret_cast<unsigned char *>((uintptr_t)kAlign);
+    uint16_t *h = reinterpret_cast<uint16_t *>(d);
+    float *f = reinterpret_cast<float *>(d);
+    gemm_args p[2];
+    p[0] = group_u(h, h, h, n, N, C_in, R);
+    p[1] = group_da(f, h, h, n, N, C_in, R);
+    gpu_gemm_reserve(g, &p[0]);
+    gpu_gemm_reserve(g, &p[1]);
+    const gemm_args pdx = group_dx(h, h, h, n, N, C_in, R);
+    gpu_gemm_reserve(g, &pdx);
+    for (int i = 0; i < n; i++) {
+        const gemm_args q[3] = {group_y(h, h + (size_t)i * R, h, n, N, C_out[i], R, 1.0f),
+                                group_db(f, h, h + (size_t)i * R, n, N, C_out[i], R, 1.0f),
+                                group_du(h + (size_t)i * R, h, h, n, N, C_out[i], R, 1.0f)};
+        for (const gemm_args &a : q) gpu_gemm_reserve(g, &a);
+    }
+}

@@ -33,8 +33,10 @@
  * y once more (4 bytes an element of y) and the backward reads dy twice more; at Llama-3.2-1B's
  * q_proj (N 8192, C 2048, R 16) that is ~35 µs against ~90 µs for the base product on an H100
  * (an estimate from 3 TB/s and ~760 TFLOP/s, not a measurement: `lora_parity --bench` prints the
- * measured lora_overhead lines). Folding the adapter into the base product's K dimension
- * (y = [x | s·u]·[W | B]ᵀ, dx = [dy | du]·[W ; A]) would remove it and needs padded activations.
+ * measured lora_overhead lines). Linears that share their input run as a group (below), which
+ * reads x and rewrites dx once for the group instead of once per member; folding the adapter into
+ * the base product's K dimension (y = [x | s·u]·[W | B]ᵀ, dx = [dy | du]·[W ; A]) would remove
+ * the y pass too and needs padded activations and weights.
  *
  * Workspace: gpu_lora_backward_workspace_size(N, C_in, R, masked) bytes, 256-byte aligned; never
  * allocated here. gpu_lora_reserve creates the gemm plans of a shape (setup, so the hot path
@@ -70,6 +72,40 @@ void gpu_lora_backward_bf16(struct gpu_gemm *g, uint16_t *dx, float *dlora_a, fl
 
 /* Creates the gemm plans of the forward and backward of this shape (launches nothing). */
 void gpu_lora_reserve(struct gpu_gemm *g, int N, int C_in, int C_out, int R, enum lora_mask mask);
+
+/* A group of n adapters (1 ≤ n ≤ LORA_GROUP_MAX) on linears that read the same input x, without
+ * dropout: q/k/v on the attention's normed input, gate/up on the MLP's. The thin products that
+ * touch x or dx run once for the group instead of once per member:
+ *   lora_a  the members' A stacked: (n·R, C_in) bf16, member i's rows i·R .. i·R + R − 1
+ *   dlora_a the same stacking of their fp32 gradients (ACCUMULATES)
+ *   u       (N, n·R) bf16: member i's u_i is columns i·R .. i·R + R − 1 (row stride n·R)
+ * Forward (y_i holds the base output on entry):
+ *   u   = bf16( x A_gᵀ )                   one product
+ *   y_i = bf16( y_i + s·(u_i B_iᵀ) )       per member
+ * Backward, for dy_i:
+ *   dB_i += s·dy_iᵀ u_i                    per member
+ *   du_i  = bf16( s·dy_i B_i )             per member, into du (N, n·R) in the workspace
+ *   dA_g += duᵀ x                          one product
+ *   dx    = bf16( dx + du A_g )            one product (K = n·R): ACCUMULATES onto the base dx
+ *                                          of all members (their dy_i W_i summed first)
+ * Each u_i, y_i, du_i, dB_i and dA_i is the same sum as gpu_lora's per member (fp32 in cuBLASLt's
+ * order); dx is rounded once for the group where the per-member path rounds after each member.
+ * Workspace: gpu_lora_group_backward_workspace_size(N, n, R). dx may be NULL (no input gradient).
+ * gpu_lora_group_reserve creates the plans (setup). Same conventions otherwise as above. */
+#define LORA_GROUP_MAX 4
+
+void gpu_lora_group_forward_bf16(struct gpu_gemm *g, uint16_t *const *y, uint16_t *u, const uint16_t *x,
+                                 const uint16_t *lora_a, const uint16_t *const *lora_b, int n, int N, int C_in,
+                                 const int *C_out, int R, float scale, cudaStream_t stream);
+
+size_t gpu_lora_group_backward_workspace_size(int N, int n, int R);
+
+void gpu_lora_group_backward_bf16(struct gpu_gemm *g, uint16_t *dx, float *dlora_a, float *const *dlora_b,
+                                  const uint16_t *const *dy, const uint16_t *x, const uint16_t *u,
+                                  const uint16_t *lora_a, const uint16_t *const *lora_b, int n, int N, int C_in,
+                                  const int *C_out, int R, float scale, void *workspace, cudaStream_t stream);
+
+void gpu_lora_group_reserve(struct gpu_gemm *g, int n, int N, int C_in, const int *C_out, int R);
 
 #ifdef __cplusplus
 }

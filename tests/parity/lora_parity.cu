@@ -10,7 +10,9 @@
  * kept to a few dozen (the oracle is plain loops; the bench runs N = 8192). The overwritten output
  * u is poisoned and must be written entirely; every buffer has guard regions; the whole
  * forward + backward is run twice and must give the same bits; an Inf planted in x must make the
- * same positions non-finite as in the reference.
+ * same positions non-finite as in the reference. The grouped adapters (gpu_lora_group_*: q/k/v and
+ * gate/up shapes, odd sizes, LORA_GROUP_MAX members) against the same oracle run member by member,
+ * with NULL outputs skipped: see run_group_case.
  *
  * Tolerances (derived; STYLE.md tiers):
  *  (a) exact — inputs are sparse small integers (zero with probability 3/4 — B: 1 − 64/C_out when
@@ -42,6 +44,7 @@
 #include "ref/lora.h"
 #include "tests/common/compare.h"
 #include "tests/common/harness.h"
+#include "tests/common/poison.h"
 #include "tests/common/rng.h"
 #include "tests/parity/parity.h"
 
@@ -298,6 +301,321 @@ static void run_case(const lora_case &c, int plant_inf, int id) {
     for (struct dev_buf *b : {&bx, &bA, &bB, &by, &bu, &bdy, &bdx, &bdA, &bdB, &bkeep, &bws}) dev_buf_free(b);
 }
 
+/* ---- groups: gpu_lora_group_* (n adapters on one input x) against ref/lora.h member by member ----
+ *
+ * Member i of the group is ref_lora_forward / ref_lora_backward with A_i = rows i·R .. of the
+ * stacked A, run on the same x; dx is the sum of every member's contribution onto the initial dx.
+ *  (a) exact — the inputs of run_case's exact tier. The group rounds dx once where the reference,
+ *      run member by member, rounds after each member, and cuBLASLt may round the product before
+ *      adding dx (or s·u Bᵀ before adding y): the test checks on the reference's own values that
+ *      every value any of these placements rounds is exact in bf16 (s·u_i B_iᵀ, du_i, du A_g and
+ *      the partial sums of dx after each member but the last), so u_i, y_i, dB_i, dA_i and dx agree bit
+ *      for bit with the reference (dx: accumulated member by member).
+ *  (c) vs naive — run_case's tier; dx against dx0 + Σ_i du_i A_i summed in double from the
+ *      reference's du_i, rounded once to bf16 (the member-by-member dx rounds n times).
+ * Skipping: runs with dx = NULL, dlora_a = NULL, dlora_b = NULL and one member's dlora_b[i] = NULL
+ * must leave those outputs as poisoned and give the others the bits of the full run. */
+
+struct group_case {
+    int n, N, C_in, R;
+    int C_out[LORA_GROUP_MAX];
+};
+
+/* The backward outputs one run writes; the others are passed as NULL. */
+struct group_run {
+    int dx, dA;
+    int dB; /* bit i: member i's dlora_b; 0: dlora_b = NULL */
+    const char *name;
+};
+
+struct group_out {
+    std::vector<uint16_t> u, dx;
+    std::vector<float> dA;
+    std::vector<std::vector<uint16_t>> y;
+    std::vector<std::vector<float>> dB;
+};
+
+static void fill_grad(struct rng *r, std::vector<float> &v, bool ex) {
+    if (ex)
+        rng_fill_int(r, v.data(), (int64_t)v.size(), -100, 100);
+    else
+        rng_fill_normal(r, v.data(), (int64_t)v.size(), 0.0, 1.0);
+}
+
+static bool bf16_exact(double v) { return (double)bf16_to_float(bf16_from_double(v)) == v; }
+
+/* Columns off .. off + width − 1 of a (rows, stride) matrix. */
+static std::vector<float> columns(const std::vector<float> &m, int rows, int stride, int off, int width) {
+    std::vector<float> out((size_t)rows * width);
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < width; j++) out[(size_t)i * width + j] = m[(size_t)i * stride + off + j];
+    return out;
+}
+
+static std::vector<float> rows_of(const std::vector<float> &m, size_t first, size_t count) {
+    return std::vector<float>(m.begin() + first, m.begin() + first + count);
+}
+
+static void run_group_case(const group_case &c, enum regime rg, int id) {
+    const uint64_t seed = g_seed * 1000003u + (uint64_t)id;
+    struct rng r;
+    rng_init(&r, seed);
+    const int n = c.n, N = c.N, C_in = c.C_in, R = c.R, nR = c.n * c.R;
+    const bool ex = rg == EXACT;
+    const float s = ex ? ((id >> 1) % 2 ? 0.5f : 2.0f) : ref_lora_scale(32.0, R, LORA_SCALE_RSLORA);
+    char shape[160];
+    int len = snprintf(shape, sizeof shape, "n=%d N=%d C_in=%d C_out=", n, N, C_in);
+    for (int i = 0; i < n; i++) len += snprintf(shape + len, sizeof shape - len, "%s%d", i ? "," : "", c.C_out[i]);
+    snprintf(shape + len, sizeof shape - len, " R=%d s=%g %s", R, (double)s, ex ? "exact" : "normal");
+
+    std::vector<float> x((size_t)N * C_in), A((size_t)nR * C_in), dx0((size_t)N * C_in), dA0((size_t)nR * C_in);
+    std::vector<std::vector<float>> B(n), y0(n), dy(n), dB0(n);
+    fill(&r, x, rg, 1.0);
+    fill(&r, A, rg, 1.0 / sqrt((double)C_in));
+    fill(&r, dx0, rg, 1.0);
+    fill_grad(&r, dA0, ex);
+    for (int i = 0; i < n; i++) {
+        const int Co = c.C_out[i];
+        B[i].resize((size_t)Co * R);
+        y0[i].resize((size_t)N * Co);
+        dy[i].resize((size_t)N * Co);
+        dB0[i].resize((size_t)Co * R);
+        fill(&r, B[i], rg, 0.02, fmin(0.25, 64.0 / Co));
+        fill(&r, y0[i], rg, 1.0);
+        fill(&r, dy[i], rg, 1.0);
+        fill_grad(&r, dB0[i], ex);
+    }
+
+    /* Reference, member by member; prod = Σ_i du_i A_i in double from the reference's du_i. */
+    std::vector<std::vector<float>> u_ref(n), y_ref(y0), dB_ref(dB0), du_ref(n);
+    std::vector<float> dx_ref(dx0), dA_ref(dA0);
+    std::vector<double> prod((size_t)N * C_in, 0.0);
+    int64_t inexact_du = 0, inexact_y = 0, inexact_dx = 0;
+    for (int i = 0; i < n; i++) {
+        const int Co = c.C_out[i];
+        const float *A_i = A.data() + (size_t)i * R * C_in;
+        u_ref[i].resize((size_t)N * R);
+        du_ref[i].resize(ref_lora_backward_workspace_size(N, R));
+        ref_lora_forward(y_ref[i].data(), u_ref[i].data(), x.data(), nullptr, A_i, B[i].data(), N, C_in, Co, R, s,
+                         ACT_BF16);
+        ref_lora_backward(dx_ref.data(), dA_ref.data() + (size_t)i * R * C_in, dB_ref[i].data(), dy[i].data(),
+                          x.data(), nullptr, nullptr, 1.0f, u_ref[i].data(), A_i, B[i].data(), N, C_in, Co, R, s,
+                          ACT_BF16, du_ref[i].data());
+        for (int m = 0; m < N; m++)
+            for (int j = 0; j < C_in; j++) {
+                double t = 0;
+                for (int k = 0; k < R; k++) t += (double)du_ref[i][(size_t)m * R + k] * A_i[(size_t)k * C_in + j];
+                const size_t e = (size_t)m * C_in + j;
+                prod[e] += t;
+                /* the last member's partial sum is rounded once on both sides */
+                if (ex && i < n - 1) inexact_dx += !bf16_exact(dx0[e] + prod[e]);
+            }
+        if (ex) {
+            for (float v : du_ref[i]) inexact_du += bf16_round(v) != v;
+            for (int m = 0; m < N; m++)
+                for (int o = 0; o < Co; o++) {
+                    double t = 0;
+                    for (int k = 0; k < R; k++) t += (double)u_ref[i][(size_t)m * R + k] * B[i][(size_t)o * R + k];
+                    inexact_y += !bf16_exact((double)s * t);
+                }
+        }
+    }
+    std::vector<float> dx_dbl((size_t)N * C_in);
+    for (size_t e = 0; e < dx_dbl.size(); e++) {
+        dx_dbl[e] = bf16_to_float(bf16_from_double(dx0[e] + prod[e]));
+        if (ex) inexact_dx += !bf16_exact(prod[e]);
+    }
+    if (ex)
+        EXPECT(inexact_du + inexact_y + inexact_dx == 0,
+               "lora group %s: reference values not exact in bf16 (du %lld, s·u Bᵀ %lld, dx %lld): the exact tier's "
+               "precondition fails",
+               shape, (long long)inexact_du, (long long)inexact_y, (long long)inexact_dx);
+
+    /* Naive same-precision implementation of the group's algorithm (NORMAL regime only). */
+    std::vector<float> u_n, du_n, dA_n, dx_n;
+    std::vector<std::vector<float>> y_n(n), dB_n(n);
+    if (!ex) {
+        u_n.resize((size_t)N * nR);
+        naive_mm(u_n.data(), x.data(), C_in, 1, A.data(), 1, C_in, N, nR, C_in);
+        for (float &v : u_n) v = bf16_round(v);
+        du_n.resize((size_t)N * nR);
+        for (int i = 0; i < n; i++) {
+            const int Co = c.C_out[i];
+            std::vector<float> t((size_t)N * Co), d((size_t)N * R);
+            naive_mm(t.data(), u_n.data() + (size_t)i * R, nR, 1, B[i].data(), 1, R, N, Co, R);
+            y_n[i].resize(t.size());
+            /* two roundings: cuBLASLt's epilogue (run_case's y) */
+            for (size_t e = 0; e < t.size(); e++) y_n[i][e] = bf16_round(bf16_round(s * t[e]) + y0[i][e]);
+            naive_mm(d.data(), dy[i].data(), Co, 1, B[i].data(), R, 1, N, R, Co);
+            for (int m = 0; m < N; m++)
+                for (int k = 0; k < R; k++)
+                    du_n[(size_t)m * nR + (size_t)i * R + k] = bf16_round(s * d[(size_t)m * R + k]);
+        }
+        dA_n.resize(dA0.size());
+        naive_mm(dA_n.data(), du_n.data(), 1, nR, x.data(), C_in, 1, nR, C_in, N);
+        for (size_t e = 0; e < dA_n.size(); e++) dA_n[e] += dA0[e];
+        dx_n.resize(dx0.size());
+        naive_mm(dx_n.data(), du_n.data(), nR, 1, A.data(), C_in, 1, N, C_in, nR);
+        for (size_t e = 0; e < dx_n.size(); e++) dx_n[e] = bf16_round(bf16_round(dx_n[e]) + dx0[e]);
+    }
+
+    /* Device. */
+    static const char *const y_names[] = {"y_0", "y_1", "y_2", "y_3"};
+    static const char *const b_names[] = {"lora_b_0", "lora_b_1", "lora_b_2", "lora_b_3"};
+    static const char *const dy_names[] = {"dy_0", "dy_1", "dy_2", "dy_3"};
+    static const char *const db_names[] = {"dlora_b_0", "dlora_b_1", "dlora_b_2", "dlora_b_3"};
+    const std::vector<uint16_t> xb = bits_of(x), Ab = bits_of(A), dx0b = bits_of(dx0);
+    std::vector<std::vector<uint16_t>> Bb(n), y0b(n), dyb(n);
+    struct dev_buf bx, bA, bu, bdx, bdA, bws, bB[LORA_GROUP_MAX], by[LORA_GROUP_MAX], bdy[LORA_GROUP_MAX],
+        bdB[LORA_GROUP_MAX];
+    dev_buf_alloc(&bx, "x", xb.size() * 2, POISON_NONE, xb.data());
+    dev_buf_alloc(&bA, "lora_a (stacked)", Ab.size() * 2, POISON_NONE, Ab.data());
+    dev_buf_alloc(&bu, "u (group)", (size_t)N * nR * 2, POISON_BF16, nullptr);
+    dev_buf_alloc(&bdx, "dx", dx0b.size() * 2, POISON_BF16, dx0b.data());
+    dev_buf_alloc(&bdA, "dlora_a (stacked)", dA0.size() * 4, POISON_F32, dA0.data());
+    dev_buf_alloc(&bws, "workspace", gpu_lora_group_backward_workspace_size(N, n, R), POISON_NONE, nullptr);
+    uint16_t *y_p[LORA_GROUP_MAX];
+    const uint16_t *B_p[LORA_GROUP_MAX], *dy_p[LORA_GROUP_MAX];
+    for (int i = 0; i < n; i++) {
+        Bb[i] = bits_of(B[i]);
+        y0b[i] = bits_of(y0[i]);
+        dyb[i] = bits_of(dy[i]);
+        B_p[i] = (const uint16_t *)dev_buf_alloc(&bB[i], b_names[i], Bb[i].size() * 2, POISON_NONE, Bb[i].data());
+        y_p[i] = (uint16_t *)dev_buf_alloc(&by[i], y_names[i], y0b[i].size() * 2, POISON_NONE, y0b[i].data());
+        dy_p[i] = (const uint16_t *)dev_buf_alloc(&bdy[i], dy_names[i], dyb[i].size() * 2, POISON_NONE, dyb[i].data());
+        dev_buf_alloc(&bdB[i], db_names[i], dB0[i].size() * 4, POISON_F32, dB0[i].data());
+    }
+
+    const int all = (1 << n) - 1;
+    const group_run runs[] = {{1, 1, all, "full"},
+                              {1, 1, all, "full, again"},
+                              {0, 1, all, "dx NULL"},
+                              {1, 0, 0, "dlora_a NULL, dlora_b NULL"},
+                              {0, 0, all & ~2, "dx NULL, dlora_a NULL, dlora_b[1] NULL"}};
+    const int n_runs = (int)(sizeof runs / sizeof runs[0]);
+    std::vector<group_out> out(n_runs);
+    gpu_lora_group_reserve(g_gemm, n, N, C_in, c.C_out, R);
+    const int plans = gpu_gemm_plan_count(g_gemm);
+    for (int k = 0; k < n_runs; k++) {
+        const group_run &gr = runs[k];
+        dev_buf_reset(&bu, nullptr);
+        dev_buf_reset(&bdx, gr.dx ? dx0b.data() : nullptr);
+        dev_buf_reset(&bdA, gr.dA ? dA0.data() : nullptr);
+        dev_buf_reset(&bws, nullptr);
+        float *dB_p[LORA_GROUP_MAX];
+        for (int i = 0; i < n; i++) {
+            const bool on = (gr.dB >> i) & 1;
+            dev_buf_reset(&by[i], y0b[i].data());
+            dev_buf_reset(&bdB[i], on ? dB0[i].data() : nullptr);
+            dB_p[i] = on ? (float *)bdB[i].data : nullptr;
+        }
+        gpu_lora_group_forward_bf16(g_gemm, y_p, (uint16_t *)bu.data, (const uint16_t *)bx.data,
+                                    (const uint16_t *)bA.data, B_p, n, N, C_in, c.C_out, R, s, g_stream);
+        gpu_lora_group_backward_bf16(g_gemm, gr.dx ? (uint16_t *)bdx.data : nullptr,
+                                     gr.dA ? (float *)bdA.data : nullptr, gr.dB ? dB_p : nullptr, dy_p,
+                                     (const uint16_t *)bx.data, (const uint16_t *)bu.data, (const uint16_t *)bA.data,
+                                     B_p, n, N, C_in, c.C_out, R, s, bws.data, g_stream);
+        group_out &o = out[k];
+        o.u.resize((size_t)N * nR);
+        o.dx.resize(dx0b.size());
+        o.dA.resize(dA0.size());
+        o.y.resize(n);
+        o.dB.resize(n);
+        dev_buf_download(&bu, o.u.data(), 1);
+        dev_buf_download(&bdx, o.dx.data(), 0);
+        dev_buf_download(&bdA, o.dA.data(), 0);
+        for (int i = 0; i < n; i++) {
+            o.y[i].resize(y0b[i].size());
+            o.dB[i].resize(dB0[i].size());
+            dev_buf_download(&by[i], o.y[i].data(), 0);
+            dev_buf_download(&bdB[i], o.dB[i].data(), 0);
+        }
+    }
+    /* gpu_lora_group_reserve saw every product (all buffers here are 256-byte aligned) */
+    EXPECT(gpu_gemm_plan_count(g_gemm) == plans, "lora group %s: %d gemm plans created after gpu_lora_group_reserve",
+           shape, gpu_gemm_plan_count(g_gemm) - plans);
+    for (struct dev_buf *b : {&bx, &bA, &bws}) {
+        std::vector<unsigned char> tmp(b->nbytes);
+        dev_buf_download(b, tmp.data(), 0); /* guards of the inputs and the workspace */
+    }
+    for (int i = 0; i < n; i++)
+        for (struct dev_buf *b : {&bB[i], &bdy[i]}) {
+            std::vector<unsigned char> tmp(b->nbytes);
+            dev_buf_download(b, tmp.data(), 0);
+        }
+
+    /* The full run against the reference. dB_i's same-precision model takes the GPU's u_i (see
+     * run_case). */
+    const group_out &o = out[0];
+    const std::vector<float> u_got = floats_of(o.u);
+    char what[96];
+    struct cmp_case cc = {"lora_group_forward", what, shape, "bf16", seed};
+    for (int i = 0; i < n; i++) {
+        const int Co = c.C_out[i];
+        if (!ex) {
+            dB_n[i].resize(dB0[i].size());
+            naive_mm(dB_n[i].data(), dy[i].data(), 1, Co, u_got.data() + (size_t)i * R, nR, 1, Co, R, N);
+            for (size_t e = 0; e < dB_n[i].size(); e++) dB_n[i][e] = s * dB_n[i][e] + dB0[i][e];
+        }
+        cc.op = "lora_group_forward";
+        cc.dtype = "bf16";
+        snprintf(what, sizeof what, "u_%d (columns of u)", i);
+        const std::vector<float> u_n_i = ex ? u_n : columns(u_n, N, nR, i * R, R);
+        compare(&cc, columns(u_got, N, nR, i * R, R), u_n_i, u_ref[i], rg, 1);
+        snprintf(what, sizeof what, "y_%d", i);
+        compare(&cc, floats_of(o.y[i]), y_n[i], y_ref[i], rg, 1);
+        cc.op = "lora_group_backward";
+        cc.dtype = "f32";
+        snprintf(what, sizeof what, "dlora_b_%d (accumulated)", i);
+        compare(&cc, o.dB[i], dB_n[i], dB_ref[i], rg, 0);
+        const size_t first = (size_t)i * R * C_in, count = (size_t)R * C_in;
+        snprintf(what, sizeof what, "dlora_a rows of member %d (accumulated)", i);
+        const std::vector<float> dA_n_i = ex ? dA_n : rows_of(dA_n, first, count);
+        compare(&cc, rows_of(o.dA, first, count), dA_n_i, rows_of(dA_ref, first, count), rg, 0);
+    }
+    cc.dtype = "bf16";
+    snprintf(what, sizeof what, "dx (all members, accumulated)");
+    compare(&cc, floats_of(o.dx), dx_n, ex ? dx_ref : dx_dbl, rg, 1);
+
+    /* The other runs: the same bits where written, the poison untouched where skipped. */
+    cc.op = "lora_group";
+    for (int k = 1; k < n_runs; k++) {
+        const group_run &gr = runs[k];
+        const group_out &q = out[k];
+        if (k == 1) {
+            snprintf(what, sizeof what, "determinism (u, y: %s)", gr.name);
+            cmp_exact_bytes(&cc, q.u.data(), o.u.data(), o.u.size() * 2);
+            for (int i = 0; i < n; i++) cmp_exact_bytes(&cc, q.y[i].data(), o.y[i].data(), o.y[i].size() * 2);
+        }
+        if (gr.dx) {
+            snprintf(what, sizeof what, "dx (%s) vs the full run", gr.name);
+            cmp_exact_bytes(&cc, q.dx.data(), o.dx.data(), o.dx.size() * 2);
+        } else {
+            EXPECT(count_poison_bf16(q.dx.data(), (int64_t)q.dx.size()) == (int64_t)q.dx.size(),
+                   "lora group %s: %s: dx written", shape, gr.name);
+        }
+        if (gr.dA) {
+            snprintf(what, sizeof what, "dlora_a (%s) vs the full run", gr.name);
+            cmp_exact_bytes(&cc, q.dA.data(), o.dA.data(), o.dA.size() * 4);
+        } else {
+            EXPECT(count_poison_f32(q.dA.data(), (int64_t)q.dA.size()) == (int64_t)q.dA.size(),
+                   "lora group %s: %s: dlora_a written", shape, gr.name);
+        }
+        for (int i = 0; i < n; i++) {
+            if ((gr.dB >> i) & 1) {
+                snprintf(what, sizeof what, "dlora_b_%d (%s) vs the full run", i, gr.name);
+                cmp_exact_bytes(&cc, q.dB[i].data(), o.dB[i].data(), o.dB[i].size() * 4);
+            } else {
+                EXPECT(count_poison_f32(q.dB[i].data(), (int64_t)q.dB[i].size()) == (int64_t)q.dB[i].size(),
+                       "lora group %s: %s: dlora_b_%d written", shape, gr.name, i);
+            }
+        }
+    }
+    for (struct dev_buf *b : {&bx, &bA, &bu, &bdx, &bdA, &bws}) dev_buf_free(b);
+    for (int i = 0; i < n; i++)
+        for (struct dev_buf *b : {&bB[i], &by[i], &bdy[i], &bdB[i]}) dev_buf_free(b);
+}
+
 /* ---- bench: forward and backward at N = 8192 against the base layer's products ---- */
 
 struct bench_ctx {
@@ -400,6 +718,14 @@ int main(int argc, char **argv) {
             }
     lora_case inf_case = {9, 64, 40, 8, NORMAL, 0};
     run_case(inf_case, 1, id++);
+    const group_case groups[] = {
+        {3, 48, 64, 8, {64, 16, 16}},    /* q, k, v of a GQA attention: C_out C, C/4, C/4 */
+        {2, 40, 64, 4, {160, 160}},      /* gate, up */
+        {3, 37, 61, 5, {61, 15, 9}},     /* odd sizes: u_i at odd column offsets, rows not 16-byte multiples */
+        {4, 24, 40, 16, {40, 8, 8, 96}}, /* LORA_GROUP_MAX members */
+    };
+    for (const group_case &g : groups)
+        for (int rg = 0; rg < 2; rg++) run_group_case(g, (regime)rg, id++);
     const int rc = test_finish("lora_parity");
     if (rc == 0 && test_has_flag(argc, argv, "--bench")) bench(bench_copy_ceiling(g_stream));
     free_gpu_gemm(g_gemm);
