@@ -13,9 +13,9 @@
  *   4. validates: the first loss is finite and within 1 of ln V (random weights predict nearly
  *      uniformly); a failure voids the figure (exit status 1);
  *   5. warm-up steps, then --steps steps timed with CUDA events: each step is exactly the
- *      trainer's (batch upload, forward, loss read back, backward, AdamW (or the 8-bit optimizer,
- *      --optimizer adamw8bit) with clipping, zeroed
- *      gradients), host synchronizations included;
+ *      trainer's (batch upload, forward, loss, backward, AdamW (or the 8-bit optimizer, --optimizer
+ *      adamw8bit) with clipping, zeroed gradients, the step's one wait for its loss and norm);
+ *      --ungrouped runs each LoRA adapter alone instead of q/k/v and gate/up as groups;
  *   6. prints one JSON line: tokens_per_s, step_s, peak_mem_GiB (every byte refine allocates on the
  *      device: the plan), cuda_mem_GiB (device memory in use minus before: adds the CUDA context
  *      and cuBLASLt), model_tflops (PERFORMANCE.md's FLOP convention, train/metrics.h), mfu,
@@ -41,7 +41,7 @@ struct bench_args {
     char method[16];
     char recompute[16];
     char optimizer[16];
-    int batch, seq, rank, steps, warmup, profile;
+    int batch, seq, rank, steps, warmup, profile, ungrouped;
     float alpha;
     unsigned long long seed;
 };
@@ -50,7 +50,7 @@ static void usage(FILE *f) {
     fprintf(f, "usage: bench [--model llama-3.2-1b|llama-3.2-3b|llama-3.1-8b|smollm2-135m|CONFIG.json]\n"
                "             [--method lora|dora|qlora|qdora|full] [--batch 16] [--seq 512] [--rank 16] [--alpha 32]\n"
                "             [--recompute none|attn|layer] [--optimizer adamw|adamw8bit] [--steps 10] [--warmup 3]\n"
-               "             [--seed 0] [--profile]\n");
+               "             [--seed 0] [--profile] [--ungrouped]\n");
 }
 
 static int parse_int(const char *flag, const char *v, int lo, int hi, int *out, struct io_err *e) {
@@ -77,6 +77,10 @@ static int parse_args(struct bench_args *a, int argc, char **argv, struct io_err
         }
         if (strcmp(f, "--profile") == 0) {
             a->profile = 1;
+            continue;
+        }
+        if (strcmp(f, "--ungrouped") == 0) { /* LoRA adapters one linear at a time (comparisons) */
+            a->ungrouped = 1;
             continue;
         }
         if (i + 1 >= argc) return io_fail(e, "%s needs a value (see --help)", f);
@@ -127,6 +131,7 @@ static int options(struct gpu_llama_options *g, const struct bench_args *a, stru
     g->B = a->batch;
     g->T = a->seq;
     g->profile = a->profile;
+    g->ungrouped = a->ungrouped;
     return 0;
 }
 
@@ -135,11 +140,10 @@ static float train_step(struct gpu_llama *m, const int32_t *tok, const int32_t *
     gpu_llama_set_batch(m, tok, lab);
     const float grad_scale = (float)(1.0 / (double)valid); /* the loop's 1 / (valid labels of the step) */
     gpu_llama_train_micro(m, valid, (float)((double)grad_scale * (double)valid), (uint64_t)step);
-    const float loss = gpu_llama_loss(m);
     const struct gpu_llama_step h = {step + 1, 1e-4, 0.9, 0.999, 1e-8, 0.0, 1.0};
-    double norm = 0.0;
-    (void)gpu_llama_optimizer_step(m, &h, &norm);
-    return loss;
+    double norm = 0.0, nll = 0.0;
+    (void)gpu_llama_optimizer_step(m, &h, &nll, &norm);
+    return (float)(nll / (double)valid);
 }
 
 int main(int argc, char **argv) {
@@ -210,10 +214,10 @@ int main(int argc, char **argv) {
     const double step_s = ms * 1e-3 / a.steps, tps = (double)N / step_s;
     const double fpt = train_flops_per_token(&c, g.T, g.mode == LLAMA_FULL);
     printf("{\"system\":\"refine\",\"model\":\"%s\",\"method\":\"%s\",\"rank\":%d,\"batch\":%d,\"seq\":%d,"
-           "\"recompute\":\"%s\",\"optimizer\":\"%s\",\"step_s\":%.4f,\"tokens_per_s\":%.0f,\"model_tflops\":%.1f,\"mfu\":%.3f,"
+           "\"recompute\":\"%s\",\"optimizer\":\"%s\",\"ungrouped\":%d,\"step_s\":%.4f,\"tokens_per_s\":%.0f,\"model_tflops\":%.1f,\"mfu\":%.3f,"
            "\"peak_mem_GiB\":%.2f,\"cuda_mem_GiB\":%.2f,\"gemm_tflops\":%.1f,\"loss\":%.4f,\"first_loss\":%.4f,"
            "\"device\":\"%s\"}\n",
-           a.model, a.method, a.rank, g.B, g.T, a.recompute, a.optimizer, step_s, tps, fpt * tps / 1e12,
+           a.model, a.method, a.rank, g.B, g.T, a.recompute, a.optimizer, a.ungrouped, step_s, tps, fpt * tps / 1e12,
            peak > 0 ? fpt * tps / peak : 0.0, plan.total / GIB, (double)(free0 - free1) / GIB, peak / 1e12,
            (double)loss, (double)loss0, device);
     fflush(stdout);

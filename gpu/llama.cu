@@ -15,6 +15,10 @@
  * A linear's backward: dW (full), DoRA's rescale of dy (dm and mns⊙dy), the base dx GEMM
  * (overwriting, or accumulating the q/k/v and gate/up paths), the adapter's products
  * (gpu/lora.h: dB, du, dA, dx += du A; with dropout the input and mask are regenerated).
+ * LoRA without dropout runs the adapters of q/k/v and of gate/up as groups (gpu_lora_group_*):
+ * one product forms u for the whole group, one dA, and one dx += du A after the members' base dx.
+ * The step's loss stays on the device (summed per micro-batch); the host waits once a step, in
+ * gpu_llama_optimizer_step, for the loss sum and the gradient norm.
  * Bias gradients (full fine-tuning of Qwen2) are a GEMM with a ones vector: db += 1ᵀ dy.
  *
  * Test: tests/parity/train_parity.sh (//gpu:train against //ref:train). Benchmark: //gpu:bench.
@@ -38,7 +42,6 @@
 #include "gpu/swiglu.h"
 #include "gpu/vec.cuh"
 #include "io/check.h"
-#include "ref/adamw.h"
 
 using refine::bf16;
 
@@ -78,6 +81,10 @@ void add_bf16(uint16_t *y, const uint16_t *a, const uint16_t *b, int64_t n, cuda
         residual_add<1><<<grid_for(n, 1), kBlock, 0, s>>>(yy, aa, bb, n);
     KERNEL_CHECK(s);
 }
+
+/* acc += (double)loss · n_valid: the micro-batch's Σ NLL into the step's sum (the CPU engine's
+ * rounding of the same product). */
+__global__ void accumulate_nll(double *acc, const float *loss, double n_valid) { acc[0] += (double)loss[0] * n_valid; }
 
 /* ---- profiling: an event pair around each op, summed per category when read ---------------- */
 
@@ -216,6 +223,53 @@ void proj_backward(gpu_llama *m, int l, int t, uint16_t *dx, enum gemm_beta beta
                            lin.c_in, lin.c_out, m->opt.R, m->opt.lora_scale, m->ws, m->stream);
 }
 
+/* The linears of group g of layer l on their shared input x: y[i] for member i. */
+void group_forward(gpu_llama *m, int l, int g, uint16_t *const *y, const uint16_t *x, int train, uint64_t micro) {
+    const int first = gl_group_first[g], n = gl_group_n[g];
+    if (!m->grouped[g]) {
+        for (int i = 0; i < n; i++) proj_forward(m, l, first + i, y[i], x, train, micro);
+        return;
+    }
+    gl_linear *lin = m->layers[l].lin + first;
+    const uint16_t *b[LORA_GROUP_MAX];
+    int c_out[LORA_GROUP_MAX];
+    for (int i = 0; i < n; i++) {
+        PROF(m, PROF_LINEAR_FWD);
+        gpu_linear_forward_bf16(m->gemm, y[i], x, lin[i].w, lin[i].bias, m->N, lin[i].c_in, lin[i].c_out, m->stream);
+        b[i] = lin[i].b, c_out[i] = lin[i].c_out;
+    }
+    PROF(m, PROF_ADAPTER_FWD);
+    gpu_lora_group_forward_bf16(m->gemm, y, m->acts[l].ug[g], x, lin[0].a, b, n, m->N, lin[0].c_in, c_out, m->opt.R,
+                                m->opt.lora_scale, m->stream);
+}
+
+/* The backward of group g of layer l for dy[i]: dx (when non-NULL) OVERWRITTEN with the sum of
+ * the members' input gradients; parameter gradients accumulate. x is the shared saved input. */
+void group_backward(gpu_llama *m, int l, int g, uint16_t *dx, const uint16_t *const *dy, const uint16_t *x,
+                    uint64_t micro) {
+    const int first = gl_group_first[g], n = gl_group_n[g];
+    if (!m->grouped[g]) {
+        for (int i = 0; i < n; i++)
+            proj_backward(m, l, first + i, dx, i == 0 ? GEMM_OVERWRITE : GEMM_ACCUMULATE, dy[i], x, micro);
+        return;
+    }
+    gl_linear *lin = m->layers[l].lin + first;
+    const uint16_t *b[LORA_GROUP_MAX];
+    float *db[LORA_GROUP_MAX];
+    int c_out[LORA_GROUP_MAX];
+    for (int i = 0; i < n; i++) {
+        if (dx) {
+            PROF(m, PROF_LINEAR_DX);
+            gpu_linear_backward_dx_bf16(m->gemm, dx, dy[i], lin[i].w, m->N, lin[i].c_in, lin[i].c_out,
+                                        i == 0 ? GEMM_OVERWRITE : GEMM_ACCUMULATE, m->stream);
+        }
+        b[i] = lin[i].b, db[i] = lin[i].b_grad, c_out[i] = lin[i].c_out;
+    }
+    PROF(m, PROF_ADAPTER_BWD);
+    gpu_lora_group_backward_bf16(m->gemm, dx, lin[0].a_grad, db, dy, x, m->acts[l].ug[g], lin[0].a, b, n, m->N,
+                                 lin[0].c_in, c_out, m->opt.R, m->opt.lora_scale, m->ws, m->stream);
+}
+
 /* n1 = rmsnorm(x[l]) into the scratch n1 (forward, and recomputed in backward: the same bits). */
 void norm1(gpu_llama *m, int l) {
     PROF(m, PROF_NORM);
@@ -240,9 +294,8 @@ void layer_forward(gpu_llama *m, int l, int train, uint64_t micro, int attn_only
     const uint16_t *x = m->x[l];
     cudaStream_t s = m->stream;
     norm1(m, l);
-    proj_forward(m, l, LLAMA_Q, a.q, m->n1, train, micro);
-    proj_forward(m, l, LLAMA_K, a.k, m->n1, train, micro);
-    proj_forward(m, l, LLAMA_V, a.v, m->n1, train, micro);
+    uint16_t *const qkv[3] = {a.q, a.k, a.v};
+    group_forward(m, l, GL_GROUP_QKV, qkv, m->n1, train, micro);
     {
         PROF(m, PROF_ROPE);
         gpu_rope_forward_bf16(a.q, a.k, m->rope_cos, m->rope_sin, m->pos, N, c.H, c.KVH, c.D, m->QD, m->KD, s);
@@ -258,8 +311,8 @@ void layer_forward(gpu_llama *m, int l, int train, uint64_t micro, int attn_only
         PROF(m, PROF_NORM);
         gpu_rmsnorm_residual_forward_bf16(a.h, m->n2, a.rstd2, x, m->tmp, ly.mlp_norm, N, c.C, c.rms_norm_eps, s);
     }
-    proj_forward(m, l, LLAMA_GATE, a.gate, m->n2, train, micro);
-    proj_forward(m, l, LLAMA_UP, a.up, m->n2, train, micro);
+    uint16_t *const gate_up[2] = {a.gate, a.up};
+    group_forward(m, l, GL_GROUP_GATE_UP, gate_up, m->n2, train, micro);
     {
         PROF(m, PROF_SWIGLU);
         gpu_swiglu_forward_bf16(a.mlp, a.gate, a.up, N, F, F, s);
@@ -285,8 +338,8 @@ void layer_backward(gpu_llama *m, int l, uint64_t micro) {
         gpu_swiglu_backward_bf16(a.gate, a.up, m->dmlp, a.gate, a.up, N, F, F, F, s); /* in place */
     }
     norm2(m, l);
-    proj_backward(m, l, LLAMA_GATE, m->dn, GEMM_OVERWRITE, a.gate, m->n2, micro);
-    proj_backward(m, l, LLAMA_UP, m->dn, GEMM_ACCUMULATE, a.up, m->n2, micro);
+    const uint16_t *const d_gate_up[2] = {a.gate, a.up};
+    group_backward(m, l, GL_GROUP_GATE_UP, m->dn, d_gate_up, m->n2, micro);
     {
         PROF(m, PROF_NORM);
         gpu_rmsnorm_backward_bf16(m->G, full ? ly.mlp_norm_grad : nullptr, m->dn, m->G, a.h, ly.mlp_norm, a.rstd2, N,
@@ -306,9 +359,8 @@ void layer_backward(gpu_llama *m, int l, uint64_t micro) {
     const int need_dx = full || l > 0; /* the embedding is frozen in the adapter modes */
     uint16_t *dx = need_dx ? m->dn : nullptr;
     norm1(m, l);
-    proj_backward(m, l, LLAMA_Q, dx, GEMM_OVERWRITE, m->dq, m->n1, micro);
-    proj_backward(m, l, LLAMA_K, dx, GEMM_ACCUMULATE, m->dk, m->n1, micro);
-    proj_backward(m, l, LLAMA_V, dx, GEMM_ACCUMULATE, m->dv, m->n1, micro);
+    const uint16_t *const d_qkv[3] = {m->dq, m->dk, m->dv};
+    group_backward(m, l, GL_GROUP_QKV, dx, d_qkv, m->n1, micro);
     if (need_dx) {
         PROF(m, PROF_NORM);
         gpu_rmsnorm_backward_bf16(m->G, full ? ly.attn_norm_grad : nullptr, m->dn, m->G, m->x[l], ly.attn_norm,
@@ -336,6 +388,10 @@ void forward(gpu_llama *m, int train, int64_t n_valid, float grad_scale, uint64_
     gpu_lm_head_cross_entropy_bf16(m->loss_dev, train ? m->dn : nullptr, train && full ? m->lm_head_grad : nullptr,
                                    m->nf, m->lm_head, m->labels, N, c.C, c.V, n_valid, grad_scale, m->plan.ce_rows,
                                    m->gemm, m->ws, s);
+    if (train) {
+        accumulate_nll<<<1, 1, 0, s>>>(m->nll_acc, m->loss_dev, (double)n_valid);
+        KERNEL_CHECK(s);
+    }
 }
 
 void backward(gpu_llama *m, uint64_t micro) {
@@ -371,14 +427,17 @@ void gl_to_bf16(uint16_t *dst, const float *src, int64_t n, cudaStream_t s) {
 }
 
 extern "C" void gpu_llama_set_batch(gpu_llama *m, const int32_t *tokens, const int32_t *labels) {
-    /* the previous batch's copies read the pinned buffers: wait for them before refilling */
-    CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    /* two staging buffers: wait only for the copy made out of this one two batches ago */
+    const int k = m->stage ^= 1;
+    CUDA_CHECK(cudaEventSynchronize(m->staged[k]));
     const size_t bytes = (size_t)m->N * sizeof(int32_t);
-    memcpy(m->h_tokens, tokens, bytes);
-    memcpy(m->h_labels, labels, bytes);
+    int32_t *ht = m->h_tokens + (size_t)k * m->N, *hl = m->h_labels + (size_t)k * m->N;
+    memcpy(ht, tokens, bytes);
+    memcpy(hl, labels, bytes);
     PROF(m, PROF_COPY);
-    CUDA_CHECK(cudaMemcpyAsync(m->tokens, m->h_tokens, bytes, cudaMemcpyHostToDevice, m->stream));
-    CUDA_CHECK(cudaMemcpyAsync(m->labels, m->h_labels, bytes, cudaMemcpyHostToDevice, m->stream));
+    CUDA_CHECK(cudaMemcpyAsync(m->tokens, ht, bytes, cudaMemcpyHostToDevice, m->stream));
+    CUDA_CHECK(cudaMemcpyAsync(m->labels, hl, bytes, cudaMemcpyHostToDevice, m->stream));
+    CUDA_CHECK(cudaEventRecord(m->staged[k], m->stream));
 }
 
 extern "C" void gpu_llama_train_micro(gpu_llama *m, int64_t n_valid_total, float grad_scale, uint64_t micro_index) {
@@ -414,44 +473,46 @@ static int first_nonfinite(gpu_llama *m) {
     return -1;
 }
 
-extern "C" int gpu_llama_optimizer_step(gpu_llama *m, const gpu_llama_step *h, double *grad_norm) {
+/* Zeroes the gradients and the loss sum (enqueued). */
+static void clear_step(gpu_llama *m) {
+    CUDA_CHECK(cudaMemsetAsync(m->slab[SLAB_GRADS], 0, m->plan.grads, m->stream));
+    CUDA_CHECK(cudaMemsetAsync(m->nll_acc, 0, sizeof(double), m->stream));
+}
+
+extern "C" int gpu_llama_optimizer_step(gpu_llama *m, const gpu_llama_step *h, double *nll_sum, double *grad_norm) {
     cudaStream_t s = m->stream;
-    double norm;
     {
         PROF(m, PROF_OPTIMIZER);
+        /* both optimizers skip the update on the device when the loss sum or the norm is not finite */
         if (m->opt.optimizer == GPU_OPT_ADAMW) {
-            const gpu_adamw_step_args a = {h->lr, h->beta1, h->beta2, h->eps, h->weight_decay, h->clip, h->step};
-            gpu_adamw_step(m->adamw, &a, m->norm_dev, s); /* skips the update when the norm is not finite */
-            CUDA_CHECK(cudaMemcpyAsync(m->h_scalars + 1, m->norm_dev, sizeof(float), cudaMemcpyDeviceToHost, s));
-            CUDA_CHECK(cudaStreamSynchronize(s));
-            norm = m->h_scalars[1];
+            const gpu_adamw_step_args a = {h->lr,           h->beta1, h->beta2, h->eps, h->weight_decay,
+                                           h->clip,         h->step,  m->nll_acc};
+            gpu_adamw_step(m->adamw, &a, m->norm_dev, s);
         } else {
-            /* 8-bit: the norm first (the clip coefficient is a host scalar of the update) */
-            gpu_adamw_grad_norm(m->adamw, m->norm_dev, s);
-            CUDA_CHECK(cudaMemcpyAsync(m->h_scalars + 1, m->norm_dev, sizeof(float), cudaMemcpyDeviceToHost, s));
-            CUDA_CHECK(cudaStreamSynchronize(s));
-            norm = m->h_scalars[1];
-            if (isfinite(norm)) {
-                const float coef = h->clip > 0 ? ref_clip_coef((float)norm, h->clip) : 1.0f;
-                const gpu_adamw8bit_args a = {h->lr, h->beta1, h->beta2, h->eps, h->weight_decay, (double)coef, h->step};
-                for (int i = 0; i < m->n_params; i++) {
-                    const gl_param &p = m->params[i];
-                    const gpu_adamw8bit_tensor t = {p.master,  p.copy,    p.grad, p.n, p.is_8bit, p.q1, p.q2,
-                                                    p.absmax1, p.absmax2, m->map1, m->map2, p.m, p.v};
-                    gpu_adamw8bit_step(&t, &a, s);
-                }
+            const float *norm_coef = gpu_adamw_norm_and_coef(m->adamw, h->clip, s);
+            CUDA_CHECK(cudaMemcpyAsync(m->norm_dev, norm_coef, sizeof(float), cudaMemcpyDeviceToDevice, s));
+            const gpu_adamw8bit_args a = {h->lr, h->beta1, h->beta2, h->eps, h->weight_decay, 1.0, h->step,
+                                          norm_coef, m->nll_acc};
+            for (int i = 0; i < m->n_params; i++) {
+                const gl_param &p = m->params[i];
+                const gpu_adamw8bit_tensor t = {p.master,  p.copy,    p.grad, p.n, p.is_8bit, p.q1, p.q2,
+                                                p.absmax1, p.absmax2, m->map1, m->map2, p.m, p.v};
+                gpu_adamw8bit_step(&t, &a, s);
             }
         }
+        CUDA_CHECK(cudaMemcpyAsync(m->h_scalars + 1, m->norm_dev, sizeof(float), cudaMemcpyDeviceToHost, s));
+        CUDA_CHECK(cudaMemcpyAsync(m->h_nll, m->nll_acc, sizeof(double), cudaMemcpyDeviceToHost, s));
     }
-    *grad_norm = norm;
-    const int bad = isfinite(norm) ? -1 : first_nonfinite(m);
-    CUDA_CHECK(cudaMemsetAsync(m->slab[SLAB_GRADS], 0, m->plan.grads, s));
-    CUDA_CHECK(cudaStreamSynchronize(s));
+    CUDA_CHECK(cudaStreamSynchronize(s)); /* the one wait of the step */
+    *nll_sum = m->h_nll[0];
+    *grad_norm = m->h_scalars[1];
+    const int bad = isfinite(*nll_sum) && !isfinite(*grad_norm) ? first_nonfinite(m) : -1;
+    clear_step(m);
     return bad;
 }
 
 extern "C" void gpu_llama_drop_grads(gpu_llama *m) {
-    CUDA_CHECK(cudaMemsetAsync(m->slab[SLAB_GRADS], 0, m->plan.grads, m->stream));
+    clear_step(m);
     CUDA_CHECK(cudaStreamSynchronize(m->stream));
 }
 

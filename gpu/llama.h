@@ -31,9 +31,12 @@
  * with (weights, parameters, gradients, optimizer state, activations, scratch), so the plan and
  * the allocation cannot disagree. No device memory is allocated after build; the first step
  * creates the cuBLASLt plans of its shapes (host memory, once: //gpu:train does it in the step that
- * confirms the plan). A step enqueues work on one stream and synchronizes only where a value must
- * reach the host (gpu_llama_loss, the norm in gpu_llama_optimizer_step) or a pinned staging buffer
- * is refilled (gpu_llama_set_batch, after the previous loss was read).
+ * confirms the plan). A step enqueues work on one stream and the host waits for the device once,
+ * at its end (gpu_llama_optimizer_step reads the step's summed loss and gradient norm together):
+ * micro-batches keep their losses on the device, the optimizers read the clip coefficient there,
+ * and gpu_llama_set_batch stages through two pinned buffers, waiting only for the copy made from
+ * the same buffer two batches before (queued ahead of a whole micro-batch of work). gpu_llama_loss
+ * (evaluation, tests) waits for the queue.
  * Adapters follow PEFT: targets of o.targets, scale s = o.lora_scale; dropout p (LoRA only) from a
  * counter-based mask keyed (seed, micro_index, layer, target) and regenerated in backward, so no
  * mask is stored and a resumed run draws the same masks.
@@ -78,6 +81,7 @@ struct gpu_llama_options {
     int nested_nf4;             /* NF4 absmax double-quantized (always for weights quantized here) */
     int B, T;
     int profile;                /* time each op category with CUDA events (gpu_llama_profile) */
+    int ungrouped;              /* run every LoRA adapter alone, never as a group (comparisons) */
 };
 
 /* Bytes of each slab; total is what build_gpu_llama allocates (plus the CUDA context and
@@ -149,7 +153,8 @@ int gpu_llama_base_weight_read(struct gpu_llama *m, const char *hf_name, float *
 void gpu_llama_set_batch(struct gpu_llama *m, const int32_t *tokens, const int32_t *labels);
 /* Forward, loss and backward of the batch set last: gradients ACCUMULATE, scaled so that the
  * loss is Σ NLL / n_valid_total times grad_scale (train/engine.h); dropout keyed by micro_index.
- * n_valid_total ≥ 1. Enqueues only. */
+ * The micro-batch's Σ NLL (its mean loss × n_valid_total, in double) adds to the step's sum on
+ * the device. n_valid_total ≥ 1. Enqueues only. */
 void gpu_llama_train_micro(struct gpu_llama *m, int64_t n_valid_total, float grad_scale, uint64_t micro_index);
 /* Forward and loss only (no dropout, no gradients). Enqueues only. */
 void gpu_llama_eval(struct gpu_llama *m, int64_t n_valid_total);
@@ -160,13 +165,17 @@ struct gpu_llama_step {
     int64_t step; /* AdamW's t, ≥ 1 */
     double lr, beta1, beta2, eps, weight_decay, clip;
 };
-/* Global gradient norm (before clipping) into *grad_norm, clipping, the update of every trainable
- * tensor (refreshing the bf16 copies), and zeroed gradients. When the norm is not finite nothing
- * is updated and the index (in gpu_llama_tensor_info) of the first parameter with a non-finite
- * gradient is returned (−1 otherwise); the gradients are zeroed either way. */
-int gpu_llama_optimizer_step(struct gpu_llama *m, const struct gpu_llama_step *h, double *grad_norm);
+/* The step's Σ NLL (of the train_micro calls since the last step) into *nll_sum, the global
+ * gradient norm (before clipping) into *grad_norm, clipping, the update of every trainable tensor
+ * (refreshing the bf16 copies), and zeroed gradients and loss sum. When the loss sum is not finite
+ * nothing is updated (and −1 returned: the caller reports the loss); when the norm is not finite
+ * nothing is updated and the index (in gpu_llama_tensor_info) of the first parameter with a
+ * non-finite gradient is returned (−1 otherwise). The host waits for the device once, here. */
+int gpu_llama_optimizer_step(struct gpu_llama *m, const struct gpu_llama_step *h, double *nll_sum,
+                             double *grad_norm);
 
-/* Zeroes the gradients without an update (e.g. after a step run only to confirm the plan). */
+/* Zeroes the gradients and the loss sum without an update (e.g. after a step run only to
+ * confirm the plan). */
 void gpu_llama_drop_grads(struct gpu_llama *m);
 
 /* Profiling (options.profile allocates the events): reset starts recording an event pair around

@@ -26,6 +26,13 @@ struct gl_nf4 {
     int blocksize, nested_blocksize, nested;
 };
 
+/* Linears that read the same input: q/k/v (the attention's normed input) and gate/up (the MLP's).
+ * Without dropout their LoRA adapters run as one group (gpu/lora.h's gpu_lora_group_*): the
+ * members' A compute copies and A gradients are carved contiguously, in member order, so that the
+ * first member's pointers address the stacked (n·R, C_in) matrices. */
+enum { GL_GROUP_QKV = 0, GL_GROUP_GATE_UP = 1, GL_N_GROUPS = 2 };
+extern const int gl_group_first[GL_N_GROUPS], gl_group_n[GL_N_GROUPS];
+
 /* One linear of one layer. w is what the products read: the frozen bf16 base, the compute copy of
  * the master (full), or this linear's slot of the NF4 dequantization buffer. */
 struct gl_linear {
@@ -54,6 +61,7 @@ struct gl_acts {
     uint16_t *u[LLAMA_N_LINEAR]; /* adapter intermediates x Aᵀ (N, R) */
     uint16_t *z[LLAMA_N_LINEAR]; /* DoRA pre-magnitude outputs (N, C_out) */
     float *wnorm[LLAMA_N_LINEAR]; /* DoRA row norms (C_out) */
+    uint16_t *ug[GL_N_GROUPS];    /* grouped adapters: u of the group (N, n·R); u[t] is unused then */
 };
 
 /* A trainable tensor with its gradient and optimizer state. */
@@ -90,6 +98,7 @@ struct gpu_llama {
     gpu_llama_options opt;
     gpu_llama_plan plan;
     int N, QD, KD;
+    int grouped[GL_N_GROUPS]; /* the group's adapters run as one (LoRA/QLoRA, no dropout, all members targets) */
     cudaStream_t stream;
     struct gpu_gemm *gemm;
     gpu_adamw *adamw; /* AdamW, or the gradient norm alone for the 8-bit optimizer */
@@ -119,9 +128,13 @@ struct gpu_llama {
     int32_t *tokens, *labels, *pos;
     uint16_t *rope_cos, *rope_sin, *ones;
     float *loss_dev, *norm_dev;
+    double *nll_acc; /* Σ NLL of the micro-batches since the last optimizer step (device) */
     float *map1, *map2; /* 8-bit optimizer maps */
-    int32_t *h_tokens, *h_labels; /* pinned staging */
+    int32_t *h_tokens, *h_labels; /* pinned staging: two buffers of N each */
+    cudaEvent_t staged[2];        /* the last copy out of each staging buffer */
+    int stage;                    /* the buffer the last set_batch filled */
     float *h_scalars;             /* pinned: loss, norm */
+    double *h_nll;                /* pinned: the step's Σ NLL */
 
     int n_params, n_tensors;
     gl_param *params;

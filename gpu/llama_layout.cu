@@ -58,11 +58,12 @@ int has_bias(const model_config *c, int t) { return c->attention_bias && t <= LL
 /* A trainable tensor: master, copy (optional), gradient and optimizer state from their slabs;
  * registered when assigning. */
 void add_param(gpu_llama *m, cursors &cs, int assign, const char *name, int ndim, int64_t d0, int64_t d1,
-               float **master, uint16_t **copy, float **grad) {
+               float **master, uint16_t **copy, float **grad, uint16_t *copy_at = nullptr, float *grad_at = nullptr,
+               int carved = 0) {
     const int64_t n = ndim == 2 ? d0 * d1 : d0;
     float *ms = take_n<float>(cs.c[SLAB_PARAMS], n);
-    uint16_t *cp = copy ? take_n<uint16_t>(cs.c[SLAB_PARAMS], n) : nullptr;
-    float *g = take_n<float>(cs.c[SLAB_GRADS], n);
+    uint16_t *cp = carved ? copy_at : copy ? take_n<uint16_t>(cs.c[SLAB_PARAMS], n) : nullptr;
+    float *g = carved ? grad_at : take_n<float>(cs.c[SLAB_GRADS], n);
     gl_param p;
     memset(&p, 0, sizeof p);
     if (m->opt.optimizer == GPU_OPT_ADAMW8BIT && n >= ADAMW8BIT_MIN_8BIT_SIZE) {
@@ -114,12 +115,25 @@ void take_nf4(gpu_llama *m, cursors &cs, gl_nf4 *q, int64_t n) {
 
 size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 
-/* The saved intermediates of the adapters of linears first..last: u = x Aᵀ (N, R), and for DoRA
- * the pre-magnitude output z (N, C_out) and the row norms (C_out). */
+/* The group linear t belongs to, or −1. */
+int group_of(int t) {
+    for (int g = 0; g < GL_N_GROUPS; g++)
+        if (t >= gl_group_first[g] && t < gl_group_first[g] + gl_group_n[g]) return g;
+    return -1;
+}
+
+/* The saved intermediates of the adapters of linears first..last: u = x Aᵀ (N, R) — one (N, n·R)
+ * buffer for a grouped group — and for DoRA the pre-magnitude output z (N, C_out) and the row
+ * norms (C_out). */
 void take_adapter_acts(const gpu_llama *m, cursor &a, gl_acts *s, int first, int last) {
     const int64_t N = (int64_t)m->opt.B * m->opt.T;
+    for (int g = 0; g < GL_N_GROUPS; g++)
+        if (gl_group_first[g] >= first && gl_group_first[g] <= last)
+            s->ug[g] = m->grouped[g] ? take_n<uint16_t>(a, N * gl_group_n[g] * m->opt.R) : nullptr;
     for (int t = first; t <= last; t++) {
         if (!gl_is_target(m, t)) continue;
+        s->u[t] = nullptr;
+        if (group_of(t) >= 0 && m->grouped[group_of(t)]) continue;
         int co, ci;
         ref_llama_linear_shape(&m->cfg, (enum llama_linear)t, &co, &ci);
         s->u[t] = take_n<uint16_t>(a, N * m->opt.R);
@@ -128,6 +142,8 @@ void take_adapter_acts(const gpu_llama *m, cursor &a, gl_acts *s, int first, int
 }
 
 }  // namespace
+
+const int gl_group_first[GL_N_GROUPS] = {LLAMA_Q, LLAMA_GATE}, gl_group_n[GL_N_GROUPS] = {3, 2};
 
 int gl_is_target(const gpu_llama *m, int t) { return m->opt.mode != LLAMA_FULL && ((m->opt.targets >> t) & 1u); }
 
@@ -218,6 +234,8 @@ void gl_layout(gpu_llama *m, int assign) {
     }
     /* adapters: per layer, per target: A, B (and DoRA's magnitude); DoRA's ‖W‖² rows are frozen */
     if (!full) {
+        uint16_t *group_a = nullptr;
+        float *group_da = nullptr;
         for (int l = 0; l < c->L; l++)
             for (int t = 0; t < LLAMA_N_LINEAR; t++) {
                 if (!gl_is_target(m, t)) continue;
@@ -227,8 +245,17 @@ void gl_layout(gpu_llama *m, int assign) {
                 int co, ci;
                 ref_llama_linear_shape(c, (enum llama_linear)t, &co, &ci);
                 const char *ln = ref_llama_linear_name((enum llama_linear)t);
+                /* a grouped group's A copies and gradients: carved for all members at its first */
+                const int g = group_of(t), grouped = g >= 0 && m->grouped[g];
+                if (grouped && t == gl_group_first[g]) {
+                    group_a = take_n<uint16_t>(cs.c[SLAB_PARAMS], gl_group_n[g] * R * ci);
+                    group_da = take_n<float>(cs.c[SLAB_GRADS], gl_group_n[g] * R * ci);
+                }
+                const int64_t at = grouped ? (int64_t)(t - gl_group_first[g]) * R * ci : 0;
                 snprintf(name, sizeof name, "model.layers.%d.%s.lora_A.weight", l, ln);
-                add_param(m, cs, assign, name, 2, R, ci, &lin->a_master, &lin->a, &lin->a_grad);
+                add_param(m, cs, assign, name, 2, R, ci, &lin->a_master, &lin->a, &lin->a_grad,
+                          grouped && assign ? group_a + at : nullptr, grouped && assign ? group_da + at : nullptr,
+                          grouped);
                 snprintf(name, sizeof name, "model.layers.%d.%s.lora_B.weight", l, ln);
                 add_param(m, cs, assign, name, 2, co, R, &lin->b_master, &lin->b, &lin->b_grad);
                 if (dora) {
@@ -260,6 +287,7 @@ void gl_layout(gpu_llama *m, int assign) {
             const gl_acts &z = m->acts[0];
             s->q = z.q, s->k = z.k, s->v = z.v, s->att = z.att, s->lse = z.lse;
             for (int t = LLAMA_Q; t <= LLAMA_V; t++) s->u[t] = z.u[t], s->z[t] = z.z[t], s->wnorm[t] = z.wnorm[t];
+            s->ug[GL_GROUP_QKV] = z.ug[GL_GROUP_QKV];
         }
         if (l == 0 || o->recompute != GPU_RECOMPUTE_LAYER) {
             s->rstd1 = take_n<float>(a, N);
@@ -274,6 +302,7 @@ void gl_layout(gpu_llama *m, int assign) {
             s->rstd1 = z.rstd1, s->h = z.h, s->rstd2 = z.rstd2;
             s->gate = z.gate, s->up = z.up, s->mlp = z.mlp;
             for (int t = LLAMA_O; t < LLAMA_N_LINEAR; t++) s->u[t] = z.u[t], s->z[t] = z.z[t], s->wnorm[t] = z.wnorm[t];
+            s->ug[GL_GROUP_GATE_UP] = z.ug[GL_GROUP_GATE_UP];
         }
     }
     float *rf = take_n<float>(a, N);
@@ -310,6 +339,8 @@ void gl_layout(gpu_llama *m, int assign) {
             ws = max_sz(ws, gpu_dora_rescale_workspace_size((int)N, co));
         }
     }
+    for (int g = 0; g < GL_N_GROUPS; g++)
+        if (m->grouped[g]) ws = max_sz(ws, gpu_lora_group_backward_workspace_size((int)N, gl_group_n[g], o->R));
     void *w = take(s, ws);
     if (assign) {
         m->tmp = p[0], m->G = p[1], m->dn = p[2], m->datt = p[3], m->dq = p[4], m->dk = p[5], m->dv = p[6];
@@ -323,10 +354,11 @@ void gl_layout(gpu_llama *m, int assign) {
     uint16_t *rc = take_n<uint16_t>(f, (int64_t)o->T * c->D / 2), *rs = take_n<uint16_t>(f, (int64_t)o->T * c->D / 2);
     uint16_t *ones = take_n<uint16_t>(f, N);
     float *sc = take_n<float>(f, 4);
+    double *acc = take_n<double>(f, 1);
     float *maps = take_n<float>(f, 512);
     if (assign) {
         m->tokens = tk, m->labels = lb, m->pos = ps, m->rope_cos = rc, m->rope_sin = rs, m->ones = ones;
-        m->loss_dev = sc, m->norm_dev = sc + 2, m->map1 = maps, m->map2 = maps + 256;
+        m->loss_dev = sc, m->norm_dev = sc + 2, m->nll_acc = acc, m->map1 = maps, m->map2 = maps + 256;
     }
 
     if (!assign) {
@@ -369,6 +401,11 @@ static void init_shape(gpu_llama *m, const model_config *c, const gpu_llama_opti
     m->N = o->B * o->T;
     m->QD = c->H * c->D;
     m->KD = c->KVH * c->D;
+    for (int g = 0; g < GL_N_GROUPS; g++) {
+        int all = o->mode == LLAMA_LORA && !(o->dropout > 0) && !o->ungrouped;
+        for (int i = 0; i < gl_group_n[g]; i++) all = all && gl_is_target(m, gl_group_first[g] + i);
+        m->grouped[g] = all;
+    }
 }
 
 extern "C" int gpu_llama_plan_bytes(gpu_llama_plan *p, const model_config *c, const gpu_llama_options *o, io_err *e) {
@@ -526,9 +563,11 @@ extern "C" gpu_llama *build_gpu_llama(const model_config *c, const gpu_llama_opt
     m->gemm = build_gpu_gemm(GEMM_DEFAULT_WORKSPACE);
     build_optimizer(m);
     upload_fixed(m);
-    CUDA_CHECK(cudaMallocHost(&m->h_tokens, (size_t)m->N * sizeof(int32_t)));
-    CUDA_CHECK(cudaMallocHost(&m->h_labels, (size_t)m->N * sizeof(int32_t)));
+    CUDA_CHECK(cudaMallocHost(&m->h_tokens, 2 * (size_t)m->N * sizeof(int32_t)));
+    CUDA_CHECK(cudaMallocHost(&m->h_labels, 2 * (size_t)m->N * sizeof(int32_t)));
     CUDA_CHECK(cudaMallocHost(&m->h_scalars, 4 * sizeof(float)));
+    CUDA_CHECK(cudaMallocHost(&m->h_nll, sizeof(double)));
+    for (int i = 0; i < 2; i++) CUDA_CHECK(cudaEventCreateWithFlags(&m->staged[i], cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreate(&m->t_begin));
     CUDA_CHECK(cudaEventCreate(&m->t_end));
     if (o->profile) {
@@ -552,6 +591,9 @@ extern "C" void free_gpu_llama(gpu_llama *m) {
     if (m->h_tokens) CUDA_CHECK(cudaFreeHost(m->h_tokens));
     if (m->h_labels) CUDA_CHECK(cudaFreeHost(m->h_labels));
     if (m->h_scalars) CUDA_CHECK(cudaFreeHost(m->h_scalars));
+    if (m->h_nll) CUDA_CHECK(cudaFreeHost(m->h_nll));
+    for (int i = 0; i < 2; i++)
+        if (m->staged[i]) CUDA_CHECK(cudaEventDestroy(m->staged[i]));
     if (m->t_begin) CUDA_CHECK(cudaEventDestroy(m->t_begin));
     if (m->t_end) CUDA_CHECK(cudaEventDestroy(m->t_end));
     if (m->prof_ev)

@@ -13,11 +13,13 @@
  *     memory is refused with the largest micro-batch that fits; --auto-batch takes that
  *     micro-batch; either way one micro-batch is run before training to confirm the plan (and
  *     to create the GEMM plans, so that steps allocate nothing);
- *   - micro_step: the batch is copied to the device, forward + loss + backward are queued, and the
- *     loss is read back (the one host synchronization of a micro-batch); gradients accumulate
- *     scaled so that the sum over the step's micro-batches is the gradient of its mean loss;
- *   - optimizer_step: gpu/adamw (or the 8-bit optimizer), global-norm clipping, zeroed gradients;
- *     a non-finite gradient changes nothing and names its tensor;
+ *   - micro_step: the batch is staged to the device and forward + loss + backward are queued; the
+ *     loss stays on the device (the step's Σ NLL), so the host does not wait between micro-batches;
+ *     gradients accumulate scaled so that the sum over the step's micro-batches is the gradient of
+ *     its mean loss;
+ *   - optimizer_step: gpu/adamw (or the 8-bit optimizer), global-norm clipping, zeroed gradients,
+ *     then the one wait of the step, for the loss sum and the norm; a non-finite loss or gradient
+ *     changes nothing (the device skips the update) and a non-finite gradient names its tensor;
  *   - adapter initialization is the CPU trainer's (ref_llama_adapters_init from --seed), so both
  *     trainers start from the same adapters; dropout (LoRA) masks are keyed by the micro-batch
  *     index, so a resumed run draws the same ones.
@@ -53,17 +55,15 @@ struct gpu_engine {
 };
 
 static int eng_micro_step(void *self, const int32_t *tokens, const int32_t *labels, int B, int T, float grad_scale,
-                          uint64_t micro_index, double *nll_sum, struct io_err *e) {
+                          uint64_t micro_index, struct io_err *e) {
     struct gpu_engine *g = self;
     if (B != g->B || T != g->T) return io_fail(e, "GPU engine planned for %d×%d, got %d×%d", g->B, g->T, B, T);
     const int64_t valid = ref_cross_entropy_count_valid(labels, B * T);
-    *nll_sum = 0.0;
     if (valid == 0) return 0;
     /* the model's loss is the micro-batch mean; the gradient of the step's mean is (grad_scale ·
      * valid) × the gradient of the micro-batch mean (as the CPU engine) */
     gpu_llama_set_batch(g->m, tokens, labels);
     gpu_llama_train_micro(g->m, valid, (float)((double)grad_scale * (double)valid), micro_index);
-    *nll_sum = (double)gpu_llama_loss(g->m) * (double)valid;
     return 0;
 }
 
@@ -80,10 +80,12 @@ static int eng_eval(void *self, const int32_t *tokens, const int32_t *labels, in
     return 0;
 }
 
-static int eng_optimizer_step(void *self, const struct optim_step *h, double *grad_norm, struct io_err *e) {
+static int eng_optimizer_step(void *self, const struct optim_step *h, double *nll_sum, double *grad_norm,
+                              struct io_err *e) {
     struct gpu_engine *g = self;
     const struct gpu_llama_step s = {h->step, h->lr, h->beta1, h->beta2, h->eps, h->weight_decay, h->clip};
-    const int bad = gpu_llama_optimizer_step(g->m, &s, grad_norm);
+    const int bad = gpu_llama_optimizer_step(g->m, &s, nll_sum, grad_norm);
+    if (!isfinite(*nll_sum)) return 0; /* nothing updated; the loop reports the loss */
     if (bad >= 0) return io_fail(e, "gradient of %s is not finite", gpu_llama_tensor_info(g->m, bad)->name);
     if (!isfinite(*grad_norm)) return io_fail(e, "the gradient norm is not finite");
     return 0;

@@ -11,11 +11,13 @@
  * The engine (train/engine.h) over ref/llama:
  *   - weights fp32 on the host; trainable tensors: the adapters (LoRA: A, B; DoRA: A, B, m) of the
  *     --targets linears, or every base weight with --method full;
- *   - micro_step: forward to the mean NLL of the micro-batch (times its valid labels: Σ NLL) and
- *     backward scaled so that the accumulated gradient is that of the step's mean loss;
- *   - optimizer_step: global norm (ref_grad_total_norm), clip (ref_clip_coef, ref_grad_scale),
- *     torch-order AdamW per tensor (ref_adamw_step), zeroed gradients; a non-finite norm names the
- *     first tensor with a non-finite gradient and changes nothing;
+ *   - micro_step: forward to the mean NLL of the micro-batch (times its valid labels: Σ NLL, added
+ *     to the step's sum) and backward scaled so that the accumulated gradient is that of the step's
+ *     mean loss;
+ *   - optimizer_step: the step's Σ NLL (non-finite: no update), global norm (ref_grad_total_norm),
+ *     clip (ref_clip_coef, ref_grad_scale), torch-order AdamW per tensor (ref_adamw_step), zeroed
+ *     gradients; a non-finite norm names the first tensor with a non-finite gradient and changes
+ *     nothing;
  *   - tensors: params "<HF module>.lora_A.weight", ... and optimizer state "<param>.exp_avg",
  *     "<param>.exp_avg_sq" (8-bit: ".state1", ".state2", ".absmax1", ".absmax2") for checkpoints.
  * Adapter init follows PEFT (ref_lora_init: A uniform ±1/√C_in from the seed, B = 0; DoRA m =
@@ -108,6 +110,7 @@ struct ref_engine {
     float **grads;    /* params[i].grad, the list the norm and the clip take */
     int64_t *numels;  /* params[i].numel */
     int adamw8bit;
+    double nll_sum; /* Σ NLL of the micro-batches since the last optimizer step */
     int n_slots;
     struct slot *slots; /* the engine tensors (checkpoint view) */
     struct llama_tensor *all; /* every tensor (base and adapters) for base_weight_read */
@@ -130,18 +133,17 @@ static const char *strip_peft_prefix(const char *name) {
 }
 
 static int eng_micro_step(void *self, const int32_t *tokens, const int32_t *labels, int B, int T, float grad_scale,
-                          uint64_t micro_index, double *nll_sum, struct io_err *e) {
+                          uint64_t micro_index, struct io_err *e) {
     (void)micro_index; /* no dropout in the reference engine */
     struct ref_engine *r = self;
     if (B != r->B || T != r->T) return io_fail(e, "reference engine planned for %d×%d, got %d×%d", r->B, r->T, B, T);
     const int64_t valid = ref_cross_entropy_count_valid(labels, B * T);
-    *nll_sum = 0.0;
     if (valid == 0) return 0;
     /* The model's loss is the mean over n_valid_total; this micro-batch's count makes it the
      * micro-batch mean, so Σ NLL = loss·valid and the gradient of the step's mean is
      * (grad_scale·valid) × the gradient of the micro-batch mean. */
     struct llama_batch b = {B, T, tokens, labels, NULL, valid};
-    *nll_sum = ref_llama_forward(&r->model, r->cw, r->ca, &b, r->slab, NULL) * (double)valid;
+    r->nll_sum += ref_llama_forward(&r->model, r->cw, r->ca, &b, r->slab, NULL) * (double)valid;
     /* gradients with respect to the tensors the forward used (bf16: the compute copies) */
     const int full = r->lopt.mode == LLAMA_FULL;
     ref_llama_backward(&r->model, r->cw, r->ca, &b, r->slab, full ? &r->gw : NULL, full ? NULL : &r->ga,
@@ -167,8 +169,19 @@ static void refresh_compute(const struct param *p) {
     if (p->compute) bf16_round_array(p->compute, p->data, p->numel);
 }
 
-static int eng_optimizer_step(void *self, const struct optim_step *h, double *grad_norm, struct io_err *e) {
+static void zero_grads(struct ref_engine *r) {
+    for (int i = 0; i < r->n_params; i++) memset(r->grads[i], 0, (size_t)r->numels[i] * sizeof(float));
+}
+
+static int eng_optimizer_step(void *self, const struct optim_step *h, double *nll_sum, double *grad_norm,
+                              struct io_err *e) {
     struct ref_engine *r = self;
+    *nll_sum = r->nll_sum;
+    r->nll_sum = 0.0;
+    if (!isfinite(*nll_sum)) {
+        zero_grads(r);
+        return 0;
+    }
     const float total = ref_grad_total_norm((const float *const *)r->grads, r->numels, r->n_params);
     *grad_norm = total;
     int rc = 0;
@@ -199,7 +212,7 @@ static int eng_optimizer_step(void *self, const struct optim_step *h, double *gr
             refresh_compute(p);
         }
     }
-    for (int i = 0; i < r->n_params; i++) memset(r->grads[i], 0, (size_t)r->numels[i] * sizeof(float));
+    zero_grads(r);
     return rc;
 }
 

@@ -65,15 +65,21 @@ struct train_engine {
     float adapter_scale;    /* s of the adapters (ref/lora.h's convention), for the merged export; 0 in full
                                fine-tuning */
 
+    /* Forward, loss and backward of one micro-batch: gradients accumulate, and so does the step's
+     * Σ NLL, which the engine keeps (on its device) until optimizer_step hands it over — so that a
+     * step need not wait for the device between micro-batches. */
     int (*micro_step)(void *self, const int32_t *tokens, const int32_t *labels, int B, int T, float grad_scale,
-                      uint64_t micro_index, double *nll_sum, struct io_err *e);
+                      uint64_t micro_index, struct io_err *e);
     /* Forward only (no dropout, no gradients): Σ NLL over the valid labels. */
     int (*eval)(void *self, const int32_t *tokens, const int32_t *labels, int B, int T, double *nll_sum,
                 struct io_err *e);
-    /* Global gradient norm (before clipping) into *grad_norm, clipping, the optimizer update, and
-     * zeroed gradients. A non-finite gradient fails with e naming the first tensor holding one;
+    /* The step's Σ NLL (of the micro_steps since the last call) into *nll_sum, the global gradient
+     * norm (before clipping) into *grad_norm, clipping, the optimizer update, and zeroed gradients
+     * and loss sum. When *nll_sum is not finite nothing is updated and 0 is returned (the loop
+     * reports the loss). A non-finite gradient fails with e naming the first tensor holding one;
      * then no parameter or optimizer state has changed. */
-    int (*optimizer_step)(void *self, const struct optim_step *h, double *grad_norm, struct io_err *e);
+    int (*optimizer_step)(void *self, const struct optim_step *h, double *nll_sum, double *grad_norm,
+                          struct io_err *e);
 
     int (*n_tensors)(void *self);
     int (*tensor_info)(void *self, int i, struct engine_tensor *info);

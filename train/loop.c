@@ -129,29 +129,27 @@ int train_loop_run(const struct train_options *o, const struct train_engine *eng
             n_valid += valid[a];
         }
         const float grad_scale = n_valid > 0 ? (float)(1.0 / (double)n_valid) : 0.0f;
-        double nll = 0.0;
         for (int a = 0; a < A && rc == 0; a++) {
-            double s = 0.0;
             rc = eng->micro_step(eng->self, tokens + (size_t)a * B * T, labels + (size_t)a * B * T, B, T, grad_scale,
-                                 pos.micro_index, &s, e);
+                                 pos.micro_index, e);
             pos.micro_index++;
-            nll += s;
         }
         if (rc != 0) break;
         const int step = pos.step + 1;
+        struct optim_step h = {step, train_lr_at(o->schedule, o->lr, o->min_lr_ratio, o->warmup, total, pos.step),
+                               o->beta1, o->beta2, o->eps, o->weight_decay, o->clip};
+        double gnorm = 0.0, nll = 0.0;
+        /* a step without a valid label (all masked) trains nothing: the engine holds no loss or gradient */
+        if (n_valid > 0 && (rc = eng->optimizer_step(eng->self, &h, &nll, &gnorm, e)) != 0) {
+            io_fail_context(e, "step %d: training stopped (the last checkpoint, if any, is intact in %s/checkpoint)",
+                            step, o->out);
+            break;
+        }
         const double loss = n_valid > 0 ? nll / (double)n_valid : 0.0;
         if (!isfinite(loss)) {
             rc = io_fail(e, "step %d: the training loss is %g; training stopped (the last checkpoint, if any, is "
                             "intact in %s/checkpoint)",
                          step, loss, o->out);
-            break;
-        }
-        struct optim_step h = {step, train_lr_at(o->schedule, o->lr, o->min_lr_ratio, o->warmup, total, pos.step),
-                               o->beta1, o->beta2, o->eps, o->weight_decay, o->clip};
-        double gnorm = 0.0;
-        if (n_valid > 0 && (rc = eng->optimizer_step(eng->self, &h, &gnorm, e)) != 0) {
-            io_fail_context(e, "step %d: training stopped (the last checkpoint, if any, is intact in %s/checkpoint)",
-                            step, o->out);
             break;
         }
         pos.step = step;

@@ -24,6 +24,7 @@ enum { P = 16 };
 
 struct toy {
     float w[P], mom[P], grad[P];
+    double nll; /* Σ NLL of the micro-batches since the last step */
     int nan_at_micro; /* produce a NaN loss at this micro_index (-1: never) */
     int slow_read;    /* sleep in tensor_read (widens the window for the kill test) */
 };
@@ -37,7 +38,7 @@ static uint64_t mix(uint64_t x) {
 }
 
 static int toy_micro(void *s, const int32_t *tokens, const int32_t *labels, int B, int T, float grad_scale,
-                     uint64_t micro_index, double *nll, struct io_err *e) {
+                     uint64_t micro_index, struct io_err *e) {
     (void)e;
     struct toy *t = s;
     double sum = 0;
@@ -50,7 +51,7 @@ static int toy_micro(void *s, const int32_t *tokens, const int32_t *labels, int 
         float noise = (float)(mix(micro_index * 1000003u + (uint64_t)i) % 1000) * 1e-6f;
         t->grad[k] += grad_scale * (d + noise);
     }
-    *nll = (int)micro_index == t->nan_at_micro ? NAN : sum;
+    t->nll += (int)micro_index == t->nan_at_micro ? NAN : sum;
     return 0;
 }
 
@@ -67,8 +68,14 @@ static int toy_eval(void *s, const int32_t *tokens, const int32_t *labels, int B
     return 0;
 }
 
-static int toy_step(void *s, const struct optim_step *h, double *gnorm, struct io_err *e) {
+static int toy_step(void *s, const struct optim_step *h, double *nll, double *gnorm, struct io_err *e) {
     struct toy *t = s;
+    *nll = t->nll;
+    t->nll = 0.0;
+    if (!isfinite(*nll)) {
+        memset(t->grad, 0, sizeof t->grad);
+        return 0;
+    }
     double n2 = 0;
     for (int i = 0; i < P; i++) n2 += (double)t->grad[i] * t->grad[i];
     *gnorm = sqrt(n2);
@@ -254,8 +261,9 @@ int main(void) {
     toy_engine(&eng, &tc);
     tc.nan_at_micro = 20;
     EXPECT(train_loop_run(&o, &eng, &src, &r, &e) == -1 && strstr(e.msg, "step 7") != NULL &&
-               strstr(e.msg, "intact") != NULL,
+               strstr(e.msg, "intact") != NULL && strstr(e.msg, "nan") != NULL,
            "NaN loss stops at step 7 naming it: %s", e.msg);
+    EXPECT(r.steps_done == 6, "the NaN step is not counted: %d steps done", r.steps_done);
     char *latest = read_text(c, "checkpoint/LATEST");
     EXPECT(latest != NULL && strcmp(latest, "step-5\n") == 0, "LATEST still names step 5");
     free(latest);
