@@ -44,30 +44,61 @@ struct lora_plan {
     struct gemm_args fwd_u, fwd_y, bwd_db, bwd_du, bwd_da, bwd_dx;
 };
 
-/* The six products of one shape; pointers filled by the caller (or dummies for reserve). */
+/* The products of one adapter (n = 1) or of a group of n adapters on one input (gpu/lora.h):
+ * member i's u_i and du_i are columns i·R .. i·R + R − 1 of u and du (row stride n·R). */
+
+/* u (N, n·R) = x (N, C_in) · A_gᵀ */
+gemm_args group_u(uint16_t *u, const uint16_t *x, const uint16_t *lora_a, int n, int N, int C_in, int R) {
+    return gemm_args{u, GEMM_OUT_BF16, (int64_t)n * R, 0, x, GEMM_NO_TRANS, C_in, 0, lora_a, GEMM_TRANS, C_in, 0,
+                     nullptr, N, n * R, C_in, 1, 1.0f, GEMM_OVERWRITE};
+}
+
+/* y_i (N, C_out) += s · u_i (N, R; row stride n·R) · B_iᵀ */
+gemm_args group_y(uint16_t *y, const uint16_t *u_i, const uint16_t *lora_b, int n, int N, int C_out, int R,
+                  float scale) {
+    return gemm_args{y, GEMM_OUT_BF16, C_out, 0, u_i, GEMM_NO_TRANS, (int64_t)n * R, 0, lora_b, GEMM_TRANS, R, 0,
+                     nullptr, N, C_out, R, 1, scale, GEMM_ACCUMULATE};
+}
+
+/* dB_i (C_out, R) += s · dy_iᵀ · u_i */
+gemm_args group_db(float *db, const uint16_t *dy, const uint16_t *u_i, int n, int N, int C_out, int R, float scale) {
+    return gemm_args{db, GEMM_OUT_F32, R, 0, dy, GEMM_TRANS, C_out, 0, u_i, GEMM_NO_TRANS, (int64_t)n * R, 0, nullptr,
+                     C_out, R, N, 1, scale, GEMM_ACCUMULATE};
+}
+
+/* du_i (N, R; row stride n·R) = s · dy_i · B_i */
+gemm_args group_du(uint16_t *du_i, const uint16_t *dy, const uint16_t *lora_b, int n, int N, int C_out, int R,
+                   float scale) {
+    return gemm_args{du_i, GEMM_OUT_BF16, (int64_t)n * R, 0, dy, GEMM_NO_TRANS, C_out, 0, lora_b, GEMM_NO_TRANS, R, 0,
+                     nullptr, N, R, C_out, 1, scale, GEMM_OVERWRITE};
+}
+
+/* dA_g (n·R, C_in) += duᵀ · x */
+gemm_args group_da(float *da, const uint16_t *du, const uint16_t *x, int n, int N, int C_in, int R) {
+    return gemm_args{da, GEMM_OUT_F32, C_in, 0, du, GEMM_TRANS, (int64_t)n * R, 0, x, GEMM_NO_TRANS, C_in, 0, nullptr,
+                     n * R, C_in, N, 1, 1.0f, GEMM_ACCUMULATE};
+}
+
+/* dx (N, C_in) (+)= du (N, n·R) · A_g: bf16 accumulating onto the base dx, or (dropout) fp32
+ * overwriting a buffer that the masked pass adds */
+gemm_args group_dx(void *dx, enum gemm_out dx_type, enum gemm_beta dx_beta, const uint16_t *du, const uint16_t *lora_a,
+                   int n, int N, int C_in, int R) {
+    return gemm_args{dx, dx_type, C_in, 0, du, GEMM_NO_TRANS, (int64_t)n * R, 0, lora_a, GEMM_NO_TRANS, C_in, 0,
+                     nullptr, N, C_in, n * R, 1, 1.0f, dx_beta};
+}
+
+/* The six products of one shape (the group products with n = 1); pointers filled by the caller
+ * (or dummies for reserve). */
 lora_plan make_plan(uint16_t *y, uint16_t *u, const uint16_t *x_a, const uint16_t *lora_a, const uint16_t *lora_b,
                     float *dlora_a, float *dlora_b, const uint16_t *dy, uint16_t *du, void *dx_out, enum gemm_out dx_type,
                     enum gemm_beta dx_beta, int N, int C_in, int C_out, int R, float scale) {
     lora_plan p;
-    memset(&p, 0, sizeof p);
-    /* u (N, R) = x_a (N, C_in) · Aᵀ */
-    p.fwd_u = gemm_args{u, GEMM_OUT_BF16, R, 0, x_a, GEMM_NO_TRANS, C_in, 0, lora_a, GEMM_TRANS, C_in, 0, nullptr,
-                        N, R, C_in, 1, 1.0f, GEMM_OVERWRITE};
-    /* y (N, C_out) += s · u (N, R) · Bᵀ */
-    p.fwd_y = gemm_args{y, GEMM_OUT_BF16, C_out, 0, u, GEMM_NO_TRANS, R, 0, lora_b, GEMM_TRANS, R, 0, nullptr,
-                        N, C_out, R, 1, scale, GEMM_ACCUMULATE};
-    /* dB (C_out, R) += s · dyᵀ (C_out, N) · u (N, R) */
-    p.bwd_db = gemm_args{dlora_b, GEMM_OUT_F32, R, 0, dy, GEMM_TRANS, C_out, 0, u, GEMM_NO_TRANS, R, 0, nullptr,
-                         C_out, R, N, 1, scale, GEMM_ACCUMULATE};
-    /* du (N, R) = s · dy (N, C_out) · B (C_out, R) */
-    p.bwd_du = gemm_args{du, GEMM_OUT_BF16, R, 0, dy, GEMM_NO_TRANS, C_out, 0, lora_b, GEMM_NO_TRANS, R, 0,
-                         nullptr, N, R, C_out, 1, scale, GEMM_OVERWRITE};
-    /* dA (R, C_in) += duᵀ (R, N) · x_a (N, C_in) */
-    p.bwd_da = gemm_args{dlora_a, GEMM_OUT_F32, C_in, 0, du, GEMM_TRANS, R, 0, x_a, GEMM_NO_TRANS, C_in, 0,
-                         nullptr, R, C_in, N, 1, 1.0f, GEMM_ACCUMULATE};
-    /* dx (N, C_in) (+)= du (N, R) · A (R, C_in) */
-    p.bwd_dx = gemm_args{dx_out, dx_type, C_in, 0, du, GEMM_NO_TRANS, R, 0, lora_a, GEMM_NO_TRANS, C_in, 0,
-                         nullptr, N, C_in, R, 1, 1.0f, dx_beta};
+    p.fwd_u = group_u(u, x_a, lora_a, 1, N, C_in, R);
+    p.fwd_y = group_y(y, u, lora_b, 1, N, C_out, R, scale);
+    p.bwd_db = group_db(dlora_b, dy, u, 1, N, C_out, R, scale);
+    p.bwd_du = group_du(du, dy, lora_b, 1, N, C_out, R, scale);
+    p.bwd_da = group_da(dlora_a, du, x_a, 1, N, C_in, R);
+    p.bwd_dx = group_dx(dx_out, dx_type, dx_beta, du, lora_a, 1, N, C_in, R);
     return p;
 }
 
@@ -155,44 +186,6 @@ void check_group(int n, int N, int C_in, const int *C_out, int R) {
     for (int i = 0; i < n; i++) check_dims(N, C_in, C_out[i], R);
 }
 
-/* u (N, n·R) = x (N, C_in) · A_gᵀ */
-gemm_args group_u(uint16_t *u, const uint16_t *x, const uint16_t *lora_a, int n, int N, int C_in, int R) {
-    return gemm_args{u, GEMM_OUT_BF16, (int64_t)n * R, 0, x, GEMM_NO_TRANS, C_in, 0, lora_a, GEMM_TRANS, C_in, 0,
-                     nullptr, N, n * R, C_in, 1, 1.0f, GEMM_OVERWRITE};
-}
-
-/* y_i (N, C_out) += s · u_i (N, R; row stride n·R) · B_iᵀ */
-gemm_args group_y(uint16_t *y, const uint16_t *u_i, const uint16_t *lora_b, int n, int N, int C_out, int R,
-                  float scale) {
-    return gemm_args{y, GEMM_OUT_BF16, C_out, 0, u_i, GEMM_NO_TRANS, (int64_t)n * R, 0, lora_b, GEMM_TRANS, R, 0,
-                     nullptr, N, C_out, R, 1, scale, GEMM_ACCUMULATE};
-}
-
-/* dB_i (C_out, R) += s · dy_iᵀ · u_i */
-gemm_args group_db(float *db, const uint16_t *dy, const uint16_t *u_i, int n, int N, int C_out, int R, float scale) {
-    return gemm_args{db, GEMM_OUT_F32, R, 0, dy, GEMM_TRANS, C_out, 0, u_i, GEMM_NO_TRANS, (int64_t)n * R, 0, nullptr,
-                     C_out, R, N, 1, scale, GEMM_ACCUMULATE};
-}
-
-/* du_i (N, R; row stride n·R) = s · dy_i · B_i */
-gemm_args group_du(uint16_t *du_i, const uint16_t *dy, const uint16_t *lora_b, int n, int N, int C_out, int R,
-                   float scale) {
-    return gemm_args{du_i, GEMM_OUT_BF16, (int64_t)n * R, 0, dy, GEMM_NO_TRANS, C_out, 0, lora_b, GEMM_NO_TRANS, R, 0,
-                     nullptr, N, R, C_out, 1, scale, GEMM_OVERWRITE};
-}
-
-/* dA_g (n·R, C_in) += duᵀ · x */
-gemm_args group_da(float *da, const uint16_t *du, const uint16_t *x, int n, int N, int C_in, int R) {
-    return gemm_args{da, GEMM_OUT_F32, C_in, 0, du, GEMM_TRANS, (int64_t)n * R, 0, x, GEMM_NO_TRANS, C_in, 0, nullptr,
-                     n * R, C_in, N, 1, 1.0f, GEMM_ACCUMULATE};
-}
-
-/* dx (N, C_in) += du (N, n·R) · A_g */
-gemm_args group_dx(uint16_t *dx, const uint16_t *du, const uint16_t *lora_a, int n, int N, int C_in, int R) {
-    return gemm_args{dx, GEMM_OUT_BF16, C_in, 0, du, GEMM_NO_TRANS, (int64_t)n * R, 0, lora_a, GEMM_NO_TRANS, C_in, 0,
-                     nullptr, N, C_in, n * R, 1, 1.0f, GEMM_ACCUMULATE};
-}
-
 }  // namespace
 
 extern "C" void gpu_lora_group_forward_bf16(struct gpu_gemm *g, uint16_t *const *y, uint16_t *u, const uint16_t *x,
@@ -237,7 +230,7 @@ extern "C" void gpu_lora_group_backward_bf16(struct gpu_gemm *g, uint16_t *dx, f
         gpu_gemm(g, &p, stream);
     }
     if (dx) {
-        const gemm_args p = group_dx(dx, du, lora_a, n, N, C_in, R);
+        const gemm_args p = group_dx(dx, GEMM_OUT_BF16, GEMM_ACCUMULATE, du, lora_a, n, N, C_in, R);
         gpu_gemm(g, &p, stream);
     }
 }
@@ -249,13 +242,9 @@ extern "C" void gpu_lora_group_reserve(struct gpu_gemm *g, int n, int N, int C_i
     unsigned char *d = reinterpret_cast<unsigned char *>((uintptr_t)kAlign);
     uint16_t *h = reinterpret_cast<uint16_t *>(d);
     float *f = reinterpret_cast<float *>(d);
-    gemm_args p[2];
-    p[0] = group_u(h, h, h, n, N, C_in, R);
-    p[1] = group_da(f, h, h, n, N, C_in, R);
-    gpu_gemm_reserve(g, &p[0]);
-    gpu_gemm_reserve(g, &p[1]);
-    const gemm_args pdx = group_dx(h, h, h, n, N, C_in, R);
-    gpu_gemm_reserve(g, &pdx);
+    const gemm_args shared[3] = {group_u(h, h, h, n, N, C_in, R), group_da(f, h, h, n, N, C_in, R),
+                                 group_dx(h, GEMM_OUT_BF16, GEMM_ACCUMULATE, h, h, n, N, C_in, R)};
+    for (const gemm_args &a : shared) gpu_gemm_reserve(g, &a);
     for (int i = 0; i < n; i++) {
         const gemm_args q[3] = {group_y(h, h + (size_t)i * R, h, n, N, C_out[i], R, 1.0f),
                                 group_db(f, h, h + (size_t)i * R, n, N, C_out[i], R, 1.0f),
