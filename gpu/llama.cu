@@ -484,13 +484,14 @@ extern "C" int gpu_llama_optimizer_step(gpu_llama *m, const gpu_llama_step *h, d
     {
         PROF(m, PROF_OPTIMIZER);
         /* both optimizers skip the update on the device when the loss sum or the norm is not finite */
+        const float *norm = m->norm_dev; /* the device float the host reads the norm from */
         if (m->opt.optimizer == GPU_OPT_ADAMW) {
             const gpu_adamw_step_args a = {h->lr,           h->beta1, h->beta2, h->eps, h->weight_decay,
                                            h->clip,         h->step,  m->nll_acc};
-            gpu_adamw_step(m->adamw, &a, m->norm_dev, s);
+            gpu_adamw_step(m->adamw, &a, m->norm_dev, s); /* asking for the norm also arms its guard */
         } else {
             const float *norm_coef = gpu_adamw_norm_and_coef(m->adamw, h->clip, s);
-            CUDA_CHECK(cudaMemcpyAsync(m->norm_dev, norm_coef, sizeof(float), cudaMemcpyDeviceToDevice, s));
+            norm = norm_coef;
             const gpu_adamw8bit_args a = {h->lr, h->beta1, h->beta2, h->eps, h->weight_decay, 1.0, h->step,
                                           norm_coef, m->nll_acc};
             for (int i = 0; i < m->n_params; i++) {
@@ -500,7 +501,7 @@ extern "C" int gpu_llama_optimizer_step(gpu_llama *m, const gpu_llama_step *h, d
                 gpu_adamw8bit_step(&t, &a, s);
             }
         }
-        CUDA_CHECK(cudaMemcpyAsync(m->h_scalars + 1, m->norm_dev, sizeof(float), cudaMemcpyDeviceToHost, s));
+        CUDA_CHECK(cudaMemcpyAsync(m->h_scalars + 1, norm, sizeof(float), cudaMemcpyDeviceToHost, s));
         CUDA_CHECK(cudaMemcpyAsync(m->h_nll, m->nll_acc, sizeof(double), cudaMemcpyDeviceToHost, s));
     }
     CUDA_CHECK(cudaStreamSynchronize(s)); /* the one wait of the step */
