@@ -42,103 +42,7 @@
 static uint64_t g_seed;
 static cudaStream_t g_stream;
 
-static void run_tensor(int64_t n, double wd, double gnorm_scale, int plant, int id) {
-    const uint64_t seed = g_seed * 1000003u + (uint64_t)id;
-    struct rng r;
-    rng_init(&r, seed);
-    char shape[128];
-    snprintf(shape, sizeof shape, "n=%lld wd=%g gnorm_scale=%g%s", (long long)n, wd, gnorm_scale,
-             plant ? " nonfinite grads" : "");
-    struct adamw8bit_hparams h = adamw8bit_defaults();
-    h.weight_decay = wd, h.gnorm_scale = gnorm_scale, h.variant = ADAMW8BIT_BNB_CUDA;
-    struct adamw8bit_state s;
-    adamw8bit_init(&s, n, h.min_8bit_size);
-    const int64_t nb = adamw8bit_n_blocks(n);
-    std::vector<float> p((size_t)n), g((size_t)n);
-    rng_fill_normal(&r, p.data(), n, 0.0, 1.0);
-
-    struct dev_buf bp, bg, bcopy, bq1, bq2, ba1, ba2, bm1, bm2, bm, bv;
-    dev_buf_alloc(&bp, "p", (size_t)n * 4, POISON_NONE, p.data());
-    dev_buf_alloc(&bg, "grad", (size_t)n * 4, POISON_NONE, nullptr);
-    dev_buf_alloc(&bcopy, "copy", (size_t)n * 2, POISON_BF16, nullptr);
-    const std::vector<unsigned char> zeros((size_t)n * 4, 0);
-    struct gpu_adamw8bit_tensor t;
-    memset(&t, 0, sizeof t);
-    t.p = (float *)bp.data, t.copy = (uint16_t *)bcopy.data, t.grad = (const float *)bg.data, t.n = n;
-    t.is_8bit = s.is_8bit;
-    if (s.is_8bit) {
-        dev_buf_alloc(&bq1, "q1", (size_t)n, POISON_NONE, zeros.data());
-        dev_buf_alloc(&bq2, "q2", (size_t)n, POISON_NONE, zeros.data());
-        dev_buf_alloc(&ba1, "absmax1", (size_t)nb * 4, POISON_NONE, zeros.data());
-        dev_buf_alloc(&ba2, "absmax2", (size_t)nb * 4, POISON_NONE, zeros.data());
-        dev_buf_alloc(&bm1, "map1", 256 * 4, POISON_NONE, s.map1);
-        dev_buf_alloc(&bm2, "map2", 256 * 4, POISON_NONE, s.map2);
-        t.q1 = (uint8_t *)bq1.data, t.q2 = (uint8_t *)bq2.data;
-        t.absmax1 = (float *)ba1.data, t.absmax2 = (float *)ba2.data;
-        t.map1 = (const float *)bm1.data, t.map2 = (const float *)bm2.data;
-    } else {
-        dev_buf_alloc(&bm, "m", (size_t)n * 4, POISON_NONE, zeros.data());
-        dev_buf_alloc(&bv, "v", (size_t)n * 4, POISON_NONE, zeros.data());
-        t.m = (float *)bm.data, t.v = (float *)bv.data;
-    }
-    for (int step = 1; step <= 4; step++) {
-        rng_fill_normal(&r, g.data(), n, 0.0, id % 2 ? 0.01 : 1.0);
-        if (plant && step == 2 && n >= 300) g[5] = NAN, g[290] = INFINITY;
-        dev_buf_reset(&bg, g.data());
-        dev_buf_reset(&bcopy, nullptr);
-        const struct gpu_adamw8bit_args a = {h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.gnorm_scale, step};
-        gpu_adamw8bit_step(&t, &a, g_stream);
-        adamw8bit_step(&s, p.data(), g.data(), &h);
-
-        char what[64];
-        struct cmp_case cc = {"adamw8bit", what, shape, "f32", seed};
-        std::vector<float> pg((size_t)n), tmpf((size_t)n), want_copy((size_t)n), got_copy((size_t)n);
-        std::vector<uint16_t> cb((size_t)n);
-        dev_buf_download(&bp, pg.data(), 0);
-        dev_buf_download(&bcopy, cb.data(), 1);
-        dev_buf_download(&bg, tmpf.data(), 0);
-        snprintf(what, sizeof what, "p (step %d)", step);
-        cmp_exact_f32(&cc, pg.data(), p.data(), n);
-        for (int64_t i = 0; i < n; i++) got_copy[i] = bf16_to_float(cb[i]), want_copy[i] = bf16_round(pg[i]);
-        snprintf(what, sizeof what, "bf16 copy (step %d)", step);
-        cc.dtype = "bf16";
-        cmp_exact_f32(&cc, got_copy.data(), want_copy.data(), n);
-        cc.dtype = "f32";
-        if (s.is_8bit) {
-            std::vector<uint8_t> q1((size_t)n), q2((size_t)n);
-            std::vector<float> a1((size_t)nb), a2((size_t)nb);
-            dev_buf_download(&bq1, q1.data(), 0);
-            dev_buf_download(&bq2, q2.data(), 0);
-            dev_buf_download(&ba1, a1.data(), 0);
-            dev_buf_download(&ba2, a2.data(), 0);
-            snprintf(what, sizeof what, "absmax1 (step %d)", step);
-            cmp_exact_f32(&cc, a1.data(), s.absmax1, nb);
-            snprintf(what, sizeof what, "absmax2 (step %d)", step);
-            cmp_exact_f32(&cc, a2.data(), s.absmax2, nb);
-            cc.dtype = "u8";
-            snprintf(what, sizeof what, "q1 (step %d)", step);
-            cmp_exact_bytes(&cc, q1.data(), s.q1, (size_t)n);
-            snprintf(what, sizeof what, "q2 (step %d)", step);
-            cmp_exact_bytes(&cc, q2.data(), s.q2, (size_t)n);
-        } else {
-            std::vector<float> m((size_t)n), v((size_t)n);
-            dev_buf_download(&bm, m.data(), 0);
-            dev_buf_download(&bv, v.data(), 0);
-            snprintf(what, sizeof what, "m (step %d)", step);
-            cmp_exact_f32(&cc, m.data(), s.m, n);
-            snprintf(what, sizeof what, "v (step %d)", step);
-            cmp_exact_f32(&cc, v.data(), s.v, n);
-        }
-    }
-    for (struct dev_buf *b : {&bp, &bg, &bcopy}) dev_buf_free(b);
-    if (s.is_8bit)
-        for (struct dev_buf *b : {&bq1, &bq2, &ba1, &ba2, &bm1, &bm2}) dev_buf_free(b);
-    else
-        for (struct dev_buf *b : {&bm, &bv}) dev_buf_free(b);
-    adamw8bit_free(&s);
-}
-
-/* One tensor on the device for run_scalars: p and the bf16 copy, the state of the path s selects
+/* One tensor on the device: p and the bf16 copy, the state of the path s selects
  * (zero, the maps from s); the gradient buffer is the caller's (shared). */
 struct dev_tensor8 {
     struct dev_buf p, copy, q1, q2, a1, a2, map1, map2, m, v;
@@ -248,6 +152,43 @@ static void cmp_snap(const char *shape, uint64_t seed, const char *label, const 
         snprintf(what, sizeof what, "%s: v", label);
         cmp_exact_f32(&cc, got.v.data(), want.v.data(), n);
     }
+}
+
+static void run_tensor(int64_t n, double wd, double gnorm_scale, int plant, int id) {
+    const uint64_t seed = g_seed * 1000003u + (uint64_t)id;
+    struct rng r;
+    rng_init(&r, seed);
+    char shape[128];
+    snprintf(shape, sizeof shape, "n=%lld wd=%g gnorm_scale=%g%s", (long long)n, wd, gnorm_scale,
+             plant ? " nonfinite grads" : "");
+    struct adamw8bit_hparams h = adamw8bit_defaults();
+    h.weight_decay = wd, h.gnorm_scale = gnorm_scale, h.variant = ADAMW8BIT_BNB_CUDA;
+    struct adamw8bit_state s;
+    adamw8bit_init(&s, n, h.min_8bit_size);
+    std::vector<float> p((size_t)n), g((size_t)n);
+    rng_fill_normal(&r, p.data(), n, 0.0, 1.0);
+
+    struct dev_buf bg;
+    dev_buf_alloc(&bg, "grad", (size_t)n * 4, POISON_NONE, nullptr);
+    dev_tensor8 d;
+    dev_tensor8_alloc(&d, &s, p.data(), (const float *)bg.data);
+    for (int step = 1; step <= 4; step++) {
+        rng_fill_normal(&r, g.data(), n, 0.0, id % 2 ? 0.01 : 1.0);
+        if (plant && step == 2 && n >= 300) g[5] = NAN, g[290] = INFINITY;
+        dev_buf_reset(&bg, g.data());
+        dev_buf_reset(&d.copy, nullptr); /* poisoned: every element of the copy must be written */
+        const struct gpu_adamw8bit_args a = {h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.gnorm_scale, step};
+        gpu_adamw8bit_step(&d.t, &a, g_stream);
+        adamw8bit_step(&s, p.data(), g.data(), &h);
+        std::vector<float> gg((size_t)n);
+        dev_buf_download(&bg, gg.data(), 0); /* the gradient's guard regions */
+        char label[32];
+        snprintf(label, sizeof label, "step %d", step);
+        cmp_snap(shape, seed, label, snapshot(&d), snapshot_ref(&s, p));
+    }
+    dev_tensor8_free(&d);
+    dev_buf_free(&bg);
+    adamw8bit_free(&s);
 }
 
 /* The device scalars. Two device copies A and B of one tensor start equal and read one gradient

@@ -221,39 +221,93 @@ static void bench(double ceiling) {
     }
 }
 
-/* A non-finite gradient anywhere: the norm comes out non-finite and no tensor changes (with and
- * without clipping: the guard is the norm, computed whenever it is asked for). And a context built
- * without optimizer state computes the same norm (gpu_adamw_grad_norm only). */
-static void run_nonfinite(double max_norm, float bad) {
+/* The three tensors of the guard cases: host state (master N(0, 1), m N(0, 0.1), v 0.01·(j % 7 + 1),
+ * gradient N(0, 1), value bad planted in the middle of tensor 1's gradient when bad_at_1) and its
+ * device copies; the bf16 copies hold bf16(master) when copy_master, else poison. params is the
+ * optimizer's view, norm_only a view with the gradients alone. */
+struct guard_set {
+    std::vector<host_tensor> ts;
+    std::vector<std::vector<uint16_t>> copies;
+    std::vector<struct dev_buf> bp, bm, bv, bg, bc;
+    std::vector<struct gpu_adamw_param> params, norm_only;
+};
+
+static void guard_set_build(guard_set &gs, uint64_t seed, int bad_at_1, float bad, int copy_master) {
     const std::vector<int64_t> sizes = {8193, 100, 3};
     const int T = (int)sizes.size();
     struct rng r;
-    rng_init(&r, g_seed * 7u + 11u);
-    char shape[96];
-    snprintf(shape, sizeof shape, "3 tensors, gradient %g in tensor 1, max_norm=%g", (double)bad, max_norm);
-    std::vector<host_tensor> ts(T);
-    std::vector<struct dev_buf> bp(T), bm(T), bv(T), bg(T), bc(T);
-    std::vector<struct gpu_adamw_param> params(T), norm_only(T);
+    rng_init(&r, seed);
+    gs.ts.resize(T), gs.copies.resize(T), gs.params.resize(T), gs.norm_only.resize(T);
+    gs.bp.resize(T), gs.bm.resize(T), gs.bv.resize(T), gs.bg.resize(T), gs.bc.resize(T);
     for (int i = 0; i < T; i++) {
-        host_tensor &t = ts[i];
+        host_tensor &t = gs.ts[i];
         t.n = sizes[i];
         t.p.resize(t.n), t.m.resize(t.n), t.v.resize(t.n), t.g.resize(t.n);
         rng_fill_normal(&r, t.p.data(), t.n, 0.0, 1.0);
         rng_fill_normal(&r, t.m.data(), t.n, 0.0, 0.1);
         for (int64_t j = 0; j < t.n; j++) t.v[j] = 0.01f * (float)(j % 7 + 1);
         rng_fill_normal(&r, t.g.data(), t.n, 0.0, 1.0);
-        if (i == 1) t.g[t.n / 2] = bad;
+        if (bad_at_1 && i == 1) t.g[t.n / 2] = bad;
+        if (copy_master) gs.copies[i] = bits_of(t.p);
         const size_t b4 = (size_t)t.n * 4;
-        dev_buf_alloc(&bp[i], "master", b4, POISON_NONE, t.p.data());
-        dev_buf_alloc(&bm[i], "m", b4, POISON_NONE, t.m.data());
-        dev_buf_alloc(&bv[i], "v", b4, POISON_NONE, t.v.data());
-        dev_buf_alloc(&bg[i], "grad", b4, POISON_NONE, t.g.data());
-        dev_buf_alloc(&bc[i], "copy", (size_t)t.n * 2, POISON_BF16, nullptr);
-        params[i] = {(float *)bp[i].data, (uint16_t *)bc[i].data, (float *)bm[i].data, (float *)bv[i].data,
-                     (const float *)bg[i].data, t.n, 1};
-        norm_only[i] = {nullptr, nullptr, nullptr, nullptr, (const float *)bg[i].data, t.n, 1};
+        dev_buf_alloc(&gs.bp[i], "master", b4, POISON_NONE, t.p.data());
+        dev_buf_alloc(&gs.bm[i], "m", b4, POISON_NONE, t.m.data());
+        dev_buf_alloc(&gs.bv[i], "v", b4, POISON_NONE, t.v.data());
+        dev_buf_alloc(&gs.bg[i], "grad", b4, POISON_NONE, t.g.data());
+        dev_buf_alloc(&gs.bc[i], "copy", (size_t)t.n * 2, copy_master ? POISON_NONE : POISON_BF16,
+                      copy_master ? gs.copies[i].data() : nullptr);
+        gs.params[i] = {(float *)gs.bp[i].data, (uint16_t *)gs.bc[i].data, (float *)gs.bm[i].data,
+                        (float *)gs.bv[i].data, (const float *)gs.bg[i].data, t.n, 1};
+        gs.norm_only[i] = {nullptr, nullptr, nullptr, nullptr, (const float *)gs.bg[i].data, t.n, 1};
     }
-    struct gpu_adamw *opt = build_gpu_adamw(params.data(), T), *nrm = build_gpu_adamw(norm_only.data(), T);
+}
+
+/* Every master, m and v (and, with check_copy, bf16 copy) still as built, bit for bit. */
+static void guard_set_expect_unchanged(guard_set &gs, struct cmp_case &cc, int check_copy) {
+    char what[96];
+    cc.what = what;
+    for (size_t i = 0; i < gs.ts.size(); i++) {
+        host_tensor &t = gs.ts[i];
+        std::vector<float> p(t.n), m(t.n), v(t.n);
+        dev_buf_download(&gs.bp[i], p.data(), 0);
+        dev_buf_download(&gs.bm[i], m.data(), 0);
+        dev_buf_download(&gs.bv[i], v.data(), 0);
+        snprintf(what, sizeof what, "tensor %d unchanged: master, m, v", (int)i);
+        cmp_exact_f32(&cc, p.data(), t.p.data(), t.n);
+        cmp_exact_f32(&cc, m.data(), t.m.data(), t.n);
+        cmp_exact_f32(&cc, v.data(), t.v.data(), t.n);
+        if (!check_copy) continue;
+        std::vector<uint16_t> c(t.n);
+        dev_buf_download(&gs.bc[i], c.data(), 0);
+        snprintf(what, sizeof what, "tensor %d unchanged: bf16 copy", (int)i);
+        cc.dtype = "bf16";
+        cmp_exact_bytes(&cc, c.data(), gs.copies[i].data(), (size_t)t.n * 2);
+        cc.dtype = "f32";
+    }
+}
+
+/* Tensor 0's master moved: a step that should go through did. */
+static int guard_set_master0_changed(guard_set &gs) {
+    std::vector<float> p(gs.ts[0].n);
+    dev_buf_download(&gs.bp[0], p.data(), 0);
+    return memcmp(p.data(), gs.ts[0].p.data(), (size_t)gs.ts[0].n * 4) != 0;
+}
+
+static void guard_set_free(guard_set &gs) {
+    for (size_t i = 0; i < gs.ts.size(); i++)
+        for (struct dev_buf *b : {&gs.bp[i], &gs.bm[i], &gs.bv[i], &gs.bg[i], &gs.bc[i]}) dev_buf_free(b);
+}
+
+/* A non-finite gradient anywhere: the norm comes out non-finite and no tensor changes (with and
+ * without clipping: the guard is the norm, computed whenever it is asked for). And a context built
+ * without optimizer state computes the same norm (gpu_adamw_grad_norm only). */
+static void run_nonfinite(double max_norm, float bad) {
+    char shape[96];
+    snprintf(shape, sizeof shape, "3 tensors, gradient %g in tensor 1, max_norm=%g", (double)bad, max_norm);
+    guard_set gs;
+    guard_set_build(gs, g_seed * 7u + 11u, 1, bad, 0);
+    const int T = (int)gs.ts.size();
+    struct gpu_adamw *opt = build_gpu_adamw(gs.params.data(), T), *nrm = build_gpu_adamw(gs.norm_only.data(), T);
     struct dev_buf bnorm, bnorm2;
     dev_buf_alloc(&bnorm, "grad_norm", 4, POISON_F32, nullptr);
     dev_buf_alloc(&bnorm2, "grad_norm (norm only)", 4, POISON_F32, nullptr);
@@ -267,33 +321,15 @@ static void run_nonfinite(double max_norm, float bad) {
     EXPECT(memcmp(&norm, &norm2, 4) == 0 || (isnan(norm) && isnan(norm2)),
            "adamw %s: the norm-only context gives %g, the optimizer %g", shape, (double)norm2, (double)norm);
     struct cmp_case cc = {"adamw", "", shape, "f32", g_seed};
-    char what[96];
-    for (int i = 0; i < T; i++) {
-        host_tensor &t = ts[i];
-        std::vector<float> p(t.n), m(t.n), v(t.n);
-        dev_buf_download(&bp[i], p.data(), 0);
-        dev_buf_download(&bm[i], m.data(), 0);
-        dev_buf_download(&bv[i], v.data(), 0);
-        snprintf(what, sizeof what, "tensor %d unchanged: master, m, v", i);
-        cc.what = what;
-        cmp_exact_f32(&cc, p.data(), t.p.data(), t.n);
-        cmp_exact_f32(&cc, m.data(), t.m.data(), t.n);
-        cmp_exact_f32(&cc, v.data(), t.v.data(), t.n);
-    }
+    guard_set_expect_unchanged(gs, cc, 0);
     /* the same context on finite gradients still updates (the guard lets finite steps through) */
-    {
-        ts[1].g[ts[1].n / 2] = 0.5f;
-        dev_buf_reset(&bg[1], ts[1].g.data());
-        gpu_adamw_step(opt, &h, (float *)bnorm.data, g_stream);
-        std::vector<float> p(ts[0].n);
-        dev_buf_download(&bp[0], p.data(), 0);
-        EXPECT(memcmp(p.data(), ts[0].p.data(), (size_t)ts[0].n * 4) != 0,
-               "adamw %s: a finite step after the refused one changed nothing", shape);
-    }
+    gs.ts[1].g[gs.ts[1].n / 2] = 0.5f;
+    dev_buf_reset(&gs.bg[1], gs.ts[1].g.data());
+    gpu_adamw_step(opt, &h, (float *)bnorm.data, g_stream);
+    EXPECT(guard_set_master0_changed(gs), "adamw %s: a finite step after the refused one changed nothing", shape);
     free_gpu_adamw(opt);
     free_gpu_adamw(nrm);
-    for (int i = 0; i < T; i++)
-        for (struct dev_buf *b : {&bp[i], &bm[i], &bv[i], &bg[i], &bc[i]}) dev_buf_free(b);
+    guard_set_free(gs);
     dev_buf_free(&bnorm);
     dev_buf_free(&bnorm2);
 }
@@ -303,36 +339,13 @@ static void run_nonfinite(double max_norm, float bad) {
  * with clipping and grad_norm asked for or neither; the grad_norm asked for is still written, the
  * norm of the gradients. Then the same step with a finite guard goes through. */
 static void run_guard(double bad, double max_norm, int want_norm) {
-    const std::vector<int64_t> sizes = {8193, 100, 3};
-    const int T = (int)sizes.size();
-    struct rng r;
-    rng_init(&r, g_seed * 7u + 13u);
     char shape[128];
     snprintf(shape, sizeof shape, "3 tensors, guard %g, max_norm=%g, grad_norm %s", bad, max_norm,
              want_norm ? "asked" : "not asked");
-    std::vector<host_tensor> ts(T);
-    std::vector<std::vector<uint16_t>> copies(T);
-    std::vector<struct dev_buf> bp(T), bm(T), bv(T), bg(T), bc(T);
-    std::vector<struct gpu_adamw_param> params(T);
-    for (int i = 0; i < T; i++) {
-        host_tensor &t = ts[i];
-        t.n = sizes[i];
-        t.p.resize(t.n), t.m.resize(t.n), t.v.resize(t.n), t.g.resize(t.n);
-        rng_fill_normal(&r, t.p.data(), t.n, 0.0, 1.0);
-        rng_fill_normal(&r, t.m.data(), t.n, 0.0, 0.1);
-        for (int64_t j = 0; j < t.n; j++) t.v[j] = 0.01f * (float)(j % 7 + 1);
-        rng_fill_normal(&r, t.g.data(), t.n, 0.0, 1.0);
-        copies[i] = bits_of(t.p);
-        const size_t b4 = (size_t)t.n * 4;
-        dev_buf_alloc(&bp[i], "master", b4, POISON_NONE, t.p.data());
-        dev_buf_alloc(&bm[i], "m", b4, POISON_NONE, t.m.data());
-        dev_buf_alloc(&bv[i], "v", b4, POISON_NONE, t.v.data());
-        dev_buf_alloc(&bg[i], "grad", b4, POISON_NONE, t.g.data());
-        dev_buf_alloc(&bc[i], "copy", (size_t)t.n * 2, POISON_NONE, copies[i].data());
-        params[i] = {(float *)bp[i].data, (uint16_t *)bc[i].data, (float *)bm[i].data, (float *)bv[i].data,
-                     (const float *)bg[i].data, t.n, 1};
-    }
-    struct gpu_adamw *opt = build_gpu_adamw(params.data(), T);
+    guard_set gs;
+    guard_set_build(gs, g_seed * 7u + 13u, 0, 0.0f, 1);
+    const int T = (int)gs.ts.size();
+    struct gpu_adamw *opt = build_gpu_adamw(gs.params.data(), T);
     struct dev_buf bnorm, bguard;
     dev_buf_alloc(&bnorm, "grad_norm", 4, POISON_F32, nullptr);
     dev_buf_alloc(&bguard, "guard", sizeof(double), POISON_NONE, &bad);
@@ -340,48 +353,25 @@ static void run_guard(double bad, double max_norm, int want_norm) {
     h.guard = (const double *)bguard.data;
     gpu_adamw_step(opt, &h, want_norm ? (float *)bnorm.data : nullptr, g_stream);
     struct cmp_case cc = {"adamw", "", shape, "f32", g_seed};
-    char what[96];
     if (want_norm) {
-        std::vector<const float *> gs;
+        std::vector<const float *> gv;
         std::vector<int64_t> ns;
-        for (host_tensor &t : ts) gs.push_back(t.g.data()), ns.push_back(t.n);
-        const float norm_r = ref_grad_total_norm(gs.data(), ns.data(), T);
+        for (host_tensor &t : gs.ts) gv.push_back(t.g.data()), ns.push_back(t.n);
+        const float norm_r = ref_grad_total_norm(gv.data(), ns.data(), T);
         float norm = 0;
         dev_buf_download(&bnorm, &norm, 1); /* a norm left unwritten is reported here */
         cc.what = "grad norm, written although the guard refused the step";
         cmp_elementwise(&cc, &norm, &norm_r, 1, FLT_EPSILON, 12.0, 0.0, nullptr);
     }
-    for (int i = 0; i < T; i++) {
-        host_tensor &t = ts[i];
-        std::vector<float> p(t.n), m(t.n), v(t.n);
-        std::vector<uint16_t> c(t.n);
-        dev_buf_download(&bp[i], p.data(), 0);
-        dev_buf_download(&bm[i], m.data(), 0);
-        dev_buf_download(&bv[i], v.data(), 0);
-        dev_buf_download(&bc[i], c.data(), 0);
-        snprintf(what, sizeof what, "tensor %d unchanged: master, m, v", i);
-        cc.what = what;
-        cmp_exact_f32(&cc, p.data(), t.p.data(), t.n);
-        cmp_exact_f32(&cc, m.data(), t.m.data(), t.n);
-        cmp_exact_f32(&cc, v.data(), t.v.data(), t.n);
-        snprintf(what, sizeof what, "tensor %d unchanged: bf16 copy", i);
-        cc.dtype = "bf16";
-        cmp_exact_bytes(&cc, c.data(), copies[i].data(), (size_t)t.n * 2);
-        cc.dtype = "f32";
-    }
+    guard_set_expect_unchanged(gs, cc, 1);
     /* the same step with a finite guard goes through */
-    {
-        const double fine = 3.5;
-        dev_buf_reset(&bguard, &fine);
-        gpu_adamw_step(opt, &h, want_norm ? (float *)bnorm.data : nullptr, g_stream);
-        std::vector<float> p(ts[0].n);
-        dev_buf_download(&bp[0], p.data(), 0);
-        EXPECT(memcmp(p.data(), ts[0].p.data(), (size_t)ts[0].n * 4) != 0,
-               "adamw %s: the step with a finite guard after the refused one changed nothing", shape);
-    }
+    const double fine = 3.5;
+    dev_buf_reset(&bguard, &fine);
+    gpu_adamw_step(opt, &h, want_norm ? (float *)bnorm.data : nullptr, g_stream);
+    EXPECT(guard_set_master0_changed(gs),
+           "adamw %s: the step with a finite guard after the refused one changed nothing", shape);
     free_gpu_adamw(opt);
-    for (int i = 0; i < T; i++)
-        for (struct dev_buf *b : {&bp[i], &bm[i], &bv[i], &bg[i], &bc[i]}) dev_buf_free(b);
+    guard_set_free(gs);
     dev_buf_free(&bnorm);
     dev_buf_free(&bguard);
 }
