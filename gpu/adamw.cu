@@ -245,15 +245,16 @@ extern "C" const float *gpu_adamw_norm_and_coef(struct gpu_adamw *a, double max_
     return a->d_norm_coef;
 }
 
-extern "C" void gpu_adamw_step(struct gpu_adamw *a, const struct gpu_adamw_step_args *h, float *grad_norm,
-                               cudaStream_t stream) {
+extern "C" void gpu_adamw_step(struct gpu_adamw *a, const struct optim_step *st, const double *guard,
+                               float *grad_norm, cudaStream_t stream) {
     CHECK(!a->norm_only, "adamw: built without optimizer state (norm only)");
-    CHECK(h->step >= 1, "adamw step %lld must be >= 1", (long long)h->step);
+    CHECK(st->step >= 1, "adamw step %lld must be >= 1", (long long)st->step);
+    const adamw_hparams *h = &st->hp;
     CHECK(h->beta1 >= 0 && h->beta1 < 1 && h->beta2 >= 0 && h->beta2 < 1 && h->eps > 0 && h->lr >= 0,
           "adamw hyperparameters out of range: lr=%g beta1=%g beta2=%g eps=%g", h->lr, h->beta1, h->beta2, h->eps);
-    const bool clip = h->max_grad_norm > 0;
-    if (clip || grad_norm) norm_and_coef(a, clip ? (float)h->max_grad_norm : 0.0f, stream);
-    const double t = (double)h->step;
+    const bool clip = st->clip > 0;
+    if (clip || grad_norm) norm_and_coef(a, clip ? (float)st->clip : 0.0f, stream);
+    const double t = (double)st->step;
     const double bc1 = 1.0 - pow(h->beta1, t), bc2 = 1.0 - pow(h->beta2, t);
     step_scalars s;
     s.decay_factor = (float)(1.0 - h->lr * h->weight_decay);
@@ -264,7 +265,7 @@ extern "C" void gpu_adamw_step(struct gpu_adamw *a, const struct gpu_adamw_step_
     s.bc2_sqrt = (float)pow(bc2, 0.5); /* as ref/adamw.c, to the last bit */
     s.eps = (float)h->eps;
     adamw_chunk_update<<<a->n_chunks, kBlock, 0, stream>>>(a->d_params, a->d_chunks, a->d_norm_coef, clip ? 1 : 0,
-                                                           (clip || grad_norm) ? 1 : 0, h->guard, s);
+                                                           (clip || grad_norm) ? 1 : 0, guard, s);
     KERNEL_CHECK(stream);
     if (grad_norm)
         CUDA_CHECK(cudaMemcpyAsync(grad_norm, a->d_norm_coef, sizeof(float), cudaMemcpyDeviceToDevice, stream));

@@ -36,6 +36,8 @@
 #include <cuda_runtime_api.h>
 #include <stdint.h>
 
+#include "ref/adamw.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -49,21 +51,17 @@ struct gpu_adamw_param {
     int decay;          /* 1: weight decay applies to this tensor */
 };
 
-struct gpu_adamw_step_args {
-    double lr, beta1, beta2, eps, weight_decay; /* as ref/adamw.h's adamw_hparams */
-    double max_grad_norm;                       /* ≤ 0: no clipping */
-    int64_t step;                               /* t, 1 on the first step */
-    const double *guard; /* device scalar or NULL: when it is not finite (e.g. the step's summed loss),
-                            nothing is updated, as for a non-finite norm */
-};
 
 struct gpu_adamw;
 
 struct gpu_adamw *build_gpu_adamw(const struct gpu_adamw_param *params, int count);
 void free_gpu_adamw(struct gpu_adamw *a);
 
-/* One optimizer step over every tensor given at build time. */
-void gpu_adamw_step(struct gpu_adamw *a, const struct gpu_adamw_step_args *h, float *grad_norm, cudaStream_t stream);
+/* One optimizer step over every tensor given at build time: t = s->step, s->hp (ref/adamw.h),
+ * clipping at s->clip (≤ 0: none). guard: a device scalar or NULL; when it is not finite (e.g. the
+ * step's summed loss) nothing is updated, as for a non-finite norm. */
+void gpu_adamw_step(struct gpu_adamw *a, const struct optim_step *s, const double *guard, float *grad_norm,
+                    cudaStream_t stream);
 
 /* Only the global norm (no update), e.g. for logging: grad_norm (device float). */
 void gpu_adamw_grad_norm(struct gpu_adamw *a, float *grad_norm, cudaStream_t stream);

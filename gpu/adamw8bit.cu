@@ -157,8 +157,8 @@ extern "C" void gpu_adamw8bit_step(const struct gpu_adamw8bit_tensor *t, const s
     if (t->n == 0) return;
     /* fp32 scalars exactly as ref/adamw8bit.c forms them (host fp32 arithmetic, no contraction) */
     scalars s;
-    const float b1 = (float)h->beta1, b2 = (float)h->beta2, lr = (float)h->lr, eps = (float)h->eps;
-    const float wd = (float)h->weight_decay;
+    const float b1 = (float)h->hp.beta1, b2 = (float)h->hp.beta2, lr = (float)h->hp.lr, eps = (float)h->hp.eps;
+    const float wd = (float)h->hp.weight_decay;
     volatile float c1 = 1.0f - powf(b1, (float)h->step);
     volatile float c2 = sqrtf(1.0f - powf(b2, (float)h->step));
     volatile float neg_lr_c2 = -lr * c2;

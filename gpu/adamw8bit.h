@@ -31,6 +31,8 @@
 #include <cuda_runtime_api.h>
 #include <stdint.h>
 
+#include "ref/adamw.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -48,7 +50,8 @@ struct gpu_adamw8bit_tensor {
 };
 
 struct gpu_adamw8bit_args {
-    double lr, beta1, beta2, eps, weight_decay, gnorm_scale; /* as ref/adamw8bit.h's hparams */
+    struct adamw_hparams hp; /* ref/adamw.h */
+    double gnorm_scale;      /* as ref/adamw8bit.h's hparams */
     int64_t step;                                           /* t, 1 on the first step */
     /* Device scalars read by the kernels, so that the host need not wait for them (NULL: unused):
      * norm_coef {global norm, clip coefficient} (gpu_adamw_norm_and_coef) replaces gnorm_scale by

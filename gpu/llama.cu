@@ -189,9 +189,13 @@ void proj_backward(gpu_llama *m, int l, int t, uint16_t *dx, enum gemm_beta beta
         gpu_linear_backward_dw_f32(m->gemm, lin.w_grad, dy, x, N, lin.c_in, lin.c_out, m->stream);
         if (lin.bias_grad) {
             /* db (1, C_out) += 1ᵀ (1, N) · dy (N, C_out) */
-            const gemm_args p = {lin.bias_grad, GEMM_OUT_F32, lin.c_out, 0,       m->ones, GEMM_NO_TRANS, N,
-                                 0,          dy,           GEMM_NO_TRANS, lin.c_out, 0,      nullptr,
-                                 1,          lin.c_out,    N,             1,         1.0f,   GEMM_ACCUMULATE};
+            gemm_args p;
+            memset(&p, 0, sizeof p);
+            p.d = lin.bias_grad, p.d_type = GEMM_OUT_F32, p.ldd = lin.c_out;
+            p.a = m->ones, p.op_a = GEMM_NO_TRANS, p.lda = N;
+            p.b = dy, p.op_b = GEMM_NO_TRANS, p.ldb = lin.c_out;
+            p.m = 1, p.n = lin.c_out, p.k = N, p.batch = 1;
+            p.alpha = 1.0f, p.beta = GEMM_ACCUMULATE;
             gpu_gemm(m->gemm, &p, m->stream);
         }
     }
@@ -285,7 +289,7 @@ void norm2(gpu_llama *m, int l) {
 }
 
 /* Layer l from its input x[l]; the output goes to x[l + 1]. attn_only: the attention part alone
- * (recomputation under GPU_RECOMPUTE_ATTN). */
+ * (recomputation under RECOMPUTE_ATTN). */
 void layer_forward(gpu_llama *m, int l, int train, uint64_t micro, int attn_only) {
     const model_config &c = m->cfg;
     gl_layer &ly = m->layers[l];
@@ -405,9 +409,9 @@ void backward(gpu_llama *m, uint64_t micro) {
     }
     for (int l = c.L - 1; l >= 0; l--) {
         gl_dequantize_layer(m, l);
-        if (m->opt.recompute == GPU_RECOMPUTE_LAYER)
+        if (m->opt.recompute == RECOMPUTE_LAYER)
             layer_forward(m, l, 1, micro, 0);
-        else if (m->opt.recompute == GPU_RECOMPUTE_ATTN)
+        else if (m->opt.recompute == RECOMPUTE_ATTN)
             layer_forward(m, l, 1, micro, 1);
         layer_backward(m, l, micro);
     }
@@ -479,21 +483,18 @@ static void clear_step(gpu_llama *m) {
     CUDA_CHECK(cudaMemsetAsync(m->nll_acc, 0, sizeof(double), m->stream));
 }
 
-extern "C" int gpu_llama_optimizer_step(gpu_llama *m, const gpu_llama_step *h, double *nll_sum, double *grad_norm) {
+extern "C" int gpu_llama_optimizer_step(gpu_llama *m, const optim_step *h, double *nll_sum, double *grad_norm) {
     cudaStream_t s = m->stream;
     {
         PROF(m, PROF_OPTIMIZER);
         /* both optimizers skip the update on the device when the loss sum or the norm is not finite */
         const float *norm = m->norm_dev; /* the device float the host reads the norm from */
-        if (m->opt.optimizer == GPU_OPT_ADAMW) {
-            const gpu_adamw_step_args a = {h->lr,           h->beta1, h->beta2, h->eps, h->weight_decay,
-                                           h->clip,         h->step,  m->nll_acc};
-            gpu_adamw_step(m->adamw, &a, m->norm_dev, s); /* asking for the norm also arms its guard */
+        if (m->opt.optimizer == OPTIMIZER_ADAMW) {
+            gpu_adamw_step(m->adamw, h, m->nll_acc, m->norm_dev, s); /* asking for the norm also arms its guard */
         } else {
             const float *norm_coef = gpu_adamw_norm_and_coef(m->adamw, h->clip, s);
             norm = norm_coef;
-            const gpu_adamw8bit_args a = {h->lr, h->beta1, h->beta2, h->eps, h->weight_decay, 1.0, h->step,
-                                          norm_coef, m->nll_acc};
+            const gpu_adamw8bit_args a = {h->hp, 1.0, h->step, norm_coef, m->nll_acc};
             for (int i = 0; i < m->n_params; i++) {
                 const gl_param &p = m->params[i];
                 const gpu_adamw8bit_tensor t = {p.master,  p.copy,    p.grad, p.n, p.is_8bit, p.q1, p.q2,
@@ -518,7 +519,7 @@ extern "C" void gpu_llama_drop_grads(gpu_llama *m) {
 }
 
 extern "C" void gpu_llama_profile_reset(gpu_llama *m) {
-    if (!m->opt.profile) return;
+    if (m->opt.profile == GPU_PROFILE_OFF) return;
     CUDA_CHECK(cudaStreamSynchronize(m->stream));
     m->prof_on = 1;
     m->prof_n = 0;
@@ -526,7 +527,7 @@ extern "C" void gpu_llama_profile_reset(gpu_llama *m) {
 }
 
 extern "C" void gpu_llama_profile_print(gpu_llama *m, FILE *f, int steps) {
-    if (!m->opt.profile) return;
+    if (m->opt.profile == GPU_PROFILE_OFF) return;
     prof_flush(m);
     m->prof_on = 0;
     double total = 0.0;

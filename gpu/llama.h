@@ -58,16 +58,23 @@
 #include "io/config.h"
 #include "io/error.h"
 #include "io/model_source.h"
-#include "ref/llama.h" /* enum llama_mode, enum llama_linear: the model's definitions */
+#include "ref/adamw.h" /* enum optimizer_kind, struct optim_step */
+#include "ref/llama.h" /* enum llama_mode, enum recompute_policy; io/family.h: enum llama_linear */
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-enum gpu_recompute { GPU_RECOMPUTE_NONE = 0, GPU_RECOMPUTE_ATTN = 1, GPU_RECOMPUTE_LAYER = 2 };
+/* How the frozen base linears are stored. */
 enum gpu_base_storage { GPU_BASE_BF16 = 0, GPU_BASE_NF4 = 1 };
-enum gpu_optimizer { GPU_OPT_ADAMW = 0, GPU_OPT_ADAMW8BIT = 1 };
+/* Op timing with CUDA events (gpu_llama_profile_*), or none. */
+enum gpu_profiling { GPU_PROFILE_OFF = 0, GPU_PROFILE_OPS };
+/* LoRA adapters of linears that share their input (q/k/v, gate/up) as one group, or each alone
+ * (for comparisons; dropout and DoRA always run them alone). */
+enum gpu_lora_grouping { GPU_LORA_GROUPED = 0, GPU_LORA_UNGROUPED };
 
+/* The vocabulary is ref/'s: enum llama_mode and enum recompute_policy (ref/llama.h), enum
+ * optimizer_kind and struct optim_step (ref/adamw.h). */
 struct gpu_llama_options {
     enum llama_mode mode;       /* LLAMA_FULL, LLAMA_LORA or LLAMA_DORA */
     enum gpu_base_storage base; /* NF4 only with an adapter mode */
@@ -76,12 +83,12 @@ struct gpu_llama_options {
     float lora_scale;           /* s (ref/lora.h) */
     float dropout;              /* adapter-input dropout (LoRA; 0 for DoRA) */
     uint64_t seed;              /* of the dropout masks */
-    enum gpu_recompute recompute;
-    enum gpu_optimizer optimizer;
+    enum recompute_policy recompute;
+    enum optimizer_kind optimizer;
     int nested_nf4;             /* NF4 absmax double-quantized (always for weights quantized here) */
     int B, T;
-    int profile;                /* time each op category with CUDA events (gpu_llama_profile) */
-    int ungrouped;              /* run every LoRA adapter alone, never as a group (comparisons) */
+    enum gpu_profiling profile;
+    enum gpu_lora_grouping grouping;
 };
 
 /* Bytes of each slab; total is what build_gpu_llama allocates (plus the CUDA context and
@@ -161,17 +168,13 @@ void gpu_llama_eval(struct gpu_llama *m, int64_t n_valid_total);
 /* Waits for the queued work and returns the loss of the last train_micro / eval (mean NLL). */
 float gpu_llama_loss(struct gpu_llama *m);
 
-struct gpu_llama_step {
-    int64_t step; /* AdamW's t, ≥ 1 */
-    double lr, beta1, beta2, eps, weight_decay, clip;
-};
 /* The step's Σ NLL (of the train_micro calls since the last step) into *nll_sum, the global
  * gradient norm (before clipping) into *grad_norm, clipping, the update of every trainable tensor
  * (refreshing the bf16 copies), and zeroed gradients and loss sum. When the loss sum is not finite
  * nothing is updated (and −1 returned: the caller reports the loss); when the norm is not finite
  * nothing is updated and the index (in gpu_llama_tensor_info) of the first parameter with a
  * non-finite gradient is returned (−1 otherwise). The host waits for the device once, here. */
-int gpu_llama_optimizer_step(struct gpu_llama *m, const struct gpu_llama_step *h, double *nll_sum,
+int gpu_llama_optimizer_step(struct gpu_llama *m, const struct optim_step *h, double *nll_sum,
                              double *grad_norm);
 
 /* Zeroes the gradients and the loss sum without an update (e.g. after a step run only to

@@ -42,6 +42,7 @@ struct gl_linear {
     float *w_master, *w_grad, *bias_master, *bias_grad; /* full fine-tuning */
     uint16_t *a, *b;                              /* adapter compute copies */
     float *a_master, *b_master, *a_grad, *b_grad;
+    int a_param;           /* A's index in gpu_llama.params */
     float *mag, *mag_grad; /* DoRA magnitude (fp32 only) */
     float *w_sq;           /* DoRA: Σ_i W[o,i]², once (W is frozen) */
 };
@@ -50,6 +51,8 @@ struct gl_layer {
     uint16_t *attn_norm, *mlp_norm;
     float *attn_norm_master, *attn_norm_grad, *mlp_norm_master, *mlp_norm_grad; /* full */
     gl_linear lin[LLAMA_N_LINEAR];
+    uint16_t *group_a[GL_N_GROUPS]; /* grouped LoRA: the members' stacked A copies (n·R, C_in) */
+    float *group_da[GL_N_GROUPS];   /* and their stacked A gradients */
 };
 
 /* A layer's saved activations; layers share the attention part (ATTN) or everything (LAYER).
@@ -75,6 +78,9 @@ struct gl_param {
     uint8_t *q1, *q2;
     float *absmax1, *absmax2;
     int is_8bit;
+    float **dst_master; /* the model's own pointers to this tensor (gl_linear's, gl_layer's, ...) */
+    uint16_t **dst_copy;
+    float **dst_grad;
 };
 
 /* An engine tensor: a parameter's master or a piece of its optimizer state. */
@@ -136,7 +142,7 @@ struct gpu_llama {
     float *h_scalars;             /* pinned: loss, norm */
     double *h_nll;                /* pinned: the step's Σ NLL */
 
-    int n_params, n_tensors;
+    int n_params, cap_params, n_tensors;
     gl_param *params;
     gl_tensor *tensors;
 
@@ -147,9 +153,12 @@ struct gpu_llama {
     double prof_ms[N_PROF];
 };
 
-/* llama_layout.cu: the slabs. assign = 0 counts bytes into m->plan; assign = 1 carves pointers
- * out of m->slab and registers the trainable tensors. */
-void gl_layout(gpu_llama *m, int assign);
+/* llama_layout.cu: the layout table of m's (config, options) — the plan into m->plan and the
+ * trainable tensors into m->params (the host tables must exist); GL_ALLOCATE also allocates every
+ * slab (zeroed) and points every buffer into them: 0, or −1 when a slab does not fit (the slabs
+ * allocated so far stay in m->slab for free_gpu_llama). */
+enum gl_layout_mode { GL_PLAN = 0, GL_ALLOCATE };
+int gl_layout(gpu_llama *m, enum gl_layout_mode mode);
 int gl_is_target(const gpu_llama *m, int t);
 
 /* llama.cu: NF4 layer l into the dequantization buffer (no-op for a bf16 base or when it is

@@ -1,14 +1,22 @@
 /* llama_layout.cu — the memory plan of the GPU model, its slabs and its tensor registry
  * (gpu/llama.h).
  *
- * One function, gl_layout, walks every buffer the model holds in a fixed order and takes it from
- * its slab (256-byte aligned). Run with assign = 0 it only counts, giving the plan; build then
- * allocates each slab once and runs it again with assign = 1 to set the pointers and register the
- * trainable tensors (names, shapes, optimizer state) in the order of ref_llama_tensors. So the
- * plan is exactly what is allocated, and nothing is allocated later.
+ * Every buffer the model holds is one row of a table: {slab, where its pointer goes, element count,
+ * element size} (struct gl_row; llm.c's TENSOR_SPEC is the model). Short functions add the rows of
+ * each category in a fixed order — frozen weights and trainable parameters (in ref_llama_tensors'
+ * order), adapters, saved activations, scratch, fixed buffers — and one loop (place_rows) sizes the
+ * slabs, each buffer 256-byte aligned in its slab; build allocates each slab once and the same
+ * loop points every row into it. gpu_llama_plan_bytes runs the table without allocating: the plan
+ * is exactly what is allocated, and nothing is allocated later. Buffers that are views of others
+ * (layers sharing one saved set under recomputation, the NF4 dequantization buffer's per-linear
+ * slices, a LoRA group's members' slices, the tied lm_head) are set after pointing, by
+ * point_views. The host tables the rows point into (layers, saved sets, layer inputs, trainable
+ * tensors) are sized from the config before the rows are made (count_params), and every row
+ * count is bounds-checked.
  */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "gpu/attention.h"
@@ -31,87 +39,51 @@ namespace {
 constexpr size_t kAlign = 256;
 constexpr size_t kCeChunkBytes = (size_t)256 << 20; /* bf16 logits of one lm_head chunk */
 
-struct cursor {
-    unsigned char *base;
-    size_t off;
+/* One buffer: count elements of elem bytes in slab, its address written to *ptr. */
+struct gl_row {
+    gl_slab slab;
+    void **ptr;
+    int64_t count;
+    size_t elem;
 };
 
-void *take(cursor &c, size_t bytes) {
-    c.off = (c.off + kAlign - 1) / kAlign * kAlign;
-    void *p = c.base ? c.base + c.off : nullptr;
-    c.off += bytes;
-    return p;
+/* The table, and the bytes others allocate for the model (the optimizer's chunk tables). */
+struct gl_rows {
+    gl_row *r;
+    int n, cap;
+    size_t outside;
+};
+
+void add_row(gl_rows &rs, gl_slab slab, void **ptr, int64_t count, size_t elem) {
+    CHECK(count >= 0, "layout: negative element count %lld", (long long)count);
+    if (rs.n == rs.cap) {
+        rs.cap = rs.cap ? 2 * rs.cap : 256;
+        rs.r = static_cast<gl_row *>(realloc(rs.r, (size_t)rs.cap * sizeof(gl_row)));
+        CHECK(rs.r != nullptr, "out of host memory for the layout table");
+    }
+    rs.r[rs.n++] = gl_row{slab, ptr, count, elem};
 }
 
 template <class T>
-T *take_n(cursor &c, int64_t n) {
-    return static_cast<T *>(take(c, (size_t)n * sizeof(T)));
+void add(gl_rows &rs, gl_slab slab, T **ptr, int64_t count) {
+    add_row(rs, slab, reinterpret_cast<void **>(ptr), count, sizeof(T));
 }
 
-struct cursors {
-    cursor c[N_SLABS];
-    size_t outside; /* bytes others allocate for the model (the optimizer's chunk tables) */
-};
-
-int has_bias(const model_config *c, int t) { return c->attention_bias && t <= LLAMA_V; }
-
-/* A trainable tensor: master, copy (optional), gradient and optimizer state from their slabs;
- * registered when assigning. */
-void add_param(gpu_llama *m, cursors &cs, int assign, const char *name, int ndim, int64_t d0, int64_t d1,
-               float **master, uint16_t **copy, float **grad, uint16_t *copy_at = nullptr, float *grad_at = nullptr,
-               int carved = 0) {
-    const int64_t n = ndim == 2 ? d0 * d1 : d0;
-    float *ms = take_n<float>(cs.c[SLAB_PARAMS], n);
-    uint16_t *cp = carved ? copy_at : copy ? take_n<uint16_t>(cs.c[SLAB_PARAMS], n) : nullptr;
-    float *g = carved ? grad_at : take_n<float>(cs.c[SLAB_GRADS], n);
-    gl_param p;
-    memset(&p, 0, sizeof p);
-    if (m->opt.optimizer == GPU_OPT_ADAMW8BIT && n >= ADAMW8BIT_MIN_8BIT_SIZE) {
-        p.is_8bit = 1;
-        p.q1 = take_n<uint8_t>(cs.c[SLAB_OPTIM], n);
-        p.q2 = take_n<uint8_t>(cs.c[SLAB_OPTIM], n);
-        p.absmax1 = take_n<float>(cs.c[SLAB_OPTIM], adamw8bit_n_blocks(n));
-        p.absmax2 = take_n<float>(cs.c[SLAB_OPTIM], adamw8bit_n_blocks(n));
-    } else {
-        p.m = take_n<float>(cs.c[SLAB_OPTIM], n);
-        p.v = take_n<float>(cs.c[SLAB_OPTIM], n);
-    }
-    /* the optimizer's per-tensor tables: a chunk descriptor and a partial sum per 8192 elements,
-     * a tensor descriptor (gpu/adamw.cu) */
-    cs.outside += (size_t)((n + 8191) / 8192) * 20 + 64;
-    if (!assign) return;
-    *master = ms;
-    if (copy) *copy = cp;
-    *grad = g;
-    CHECK(snprintf(p.name, sizeof p.name, "%s", name) < (int)sizeof p.name, "tensor name too long: %s", name);
-    p.ndim = ndim;
-    p.shape[0] = d0;
-    p.shape[1] = ndim == 2 ? d1 : 0;
-    p.n = n;
-    p.master = ms;
-    p.copy = cp;
-    p.grad = g;
-    m->params[m->n_params++] = p;
-}
-
-/* A frozen NF4 linear: codes, absmax (nested or not), its tables. */
-void take_nf4(gpu_llama *m, cursors &cs, gl_nf4 *q, int64_t n) {
-    cursor &w = cs.c[SLAB_WEIGHTS];
-    q->n = n;
-    q->blocksize = NF4_BLOCKSIZE;
-    q->nested_blocksize = NF4_NESTED_BLOCKSIZE;
-    q->nested = m->opt.nested_nf4;
-    q->n_blocks = nf4_n_blocks(n, q->blocksize);
-    q->codes = take_n<uint8_t>(w, nf4_packed_bytes(n));
-    q->qmap = take_n<float>(w, 16);
-    if (q->nested) {
-        q->absmax_q = take_n<uint8_t>(w, q->n_blocks);
-        q->absmax2 = take_n<float>(w, (q->n_blocks + q->nested_blocksize - 1) / q->nested_blocksize);
-        q->code2 = take_n<float>(w, 256);
-    } else {
-        q->absmax_f32 = take_n<float>(w, q->n_blocks);
+/* The one loop: the offset of every row in its slab (256-byte aligned) and each slab's size; with
+ * the slabs allocated (base non-NULL), every row's pointer. A row of no elements gets the address
+ * where it would start (a valid pointer of no extent). */
+void place_rows(const gl_rows &rs, unsigned char *const base[N_SLABS], size_t size[N_SLABS]) {
+    for (int s = 0; s < N_SLABS; s++) size[s] = 0;
+    for (int i = 0; i < rs.n; i++) {
+        const gl_row &r = rs.r[i];
+        size_t &off = size[r.slab];
+        off = (off + kAlign - 1) / kAlign * kAlign;
+        if (base[r.slab]) *r.ptr = base[r.slab] + off;
+        off += (size_t)r.count * r.elem;
     }
 }
+
+int has_bias(const model_config *c, int t) { return llama_linear_has_bias(c, (enum llama_linear)t); }
 
 size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 
@@ -122,23 +94,367 @@ int group_of(int t) {
     return -1;
 }
 
+/* ---- trainable tensors ------------------------------------------------------------------------ */
+
+/* Trainable tensors of (config, options), in the order the rows register them. */
+int count_params(const gpu_llama *m) {
+    const model_config *c = &m->cfg;
+    if (m->opt.mode == LLAMA_FULL) {
+        int per_layer = 2;
+        for (int t = 0; t < LLAMA_N_LINEAR; t++) per_layer += 1 + has_bias(c, t);
+        return 1 + c->L * per_layer + 1 + (c->tie_word_embeddings ? 0 : 1);
+    }
+    int targets = 0;
+    for (int t = 0; t < LLAMA_N_LINEAR; t++) targets += gl_is_target(m, t);
+    return c->L * targets * (m->opt.mode == LLAMA_DORA ? 3 : 2);
+}
+
+/* Where a trainable tensor's compute copy and gradient come from. */
+enum param_storage {
+    PARAM_OWN = 0,   /* its own bf16 copy and fp32 gradient rows */
+    PARAM_NO_COPY,   /* no bf16 copy (the DoRA magnitude is used in fp32); its own gradient row */
+    PARAM_IN_GROUP,  /* copy and gradient are slices of its LoRA group's (set by point_views) */
+};
+
+/* A trainable tensor: its registry entry (name, shape) and the rows of its master, copy, gradient
+ * and optimizer state; *master, *copy, *grad (the model's own pointers to it) are set from the
+ * registry after pointing (point_views). Returns the registry index. */
+int add_param(gpu_llama *m, gl_rows &rs, const char *name, int ndim, int64_t d0, int64_t d1, float **master,
+              uint16_t **copy, float **grad, param_storage storage = PARAM_OWN) {
+    CHECK(m->n_params < m->cap_params, "layout: more trainable tensors than the %d counted", m->cap_params);
+    const int i = m->n_params++;
+    gl_param &p = m->params[i];
+    memset(&p, 0, sizeof p);
+    CHECK(snprintf(p.name, sizeof p.name, "%s", name) < (int)sizeof p.name, "tensor name too long: %s", name);
+    p.ndim = ndim;
+    p.shape[0] = d0;
+    p.shape[1] = ndim == 2 ? d1 : 0;
+    p.n = ndim == 2 ? d0 * d1 : d0;
+    p.dst_master = master, p.dst_copy = copy, p.dst_grad = grad;
+    add(rs, SLAB_PARAMS, &p.master, p.n);
+    if (storage == PARAM_OWN) add(rs, SLAB_PARAMS, &p.copy, p.n);
+    if (storage != PARAM_IN_GROUP) add(rs, SLAB_GRADS, &p.grad, p.n);
+    if (m->opt.optimizer == OPTIMIZER_ADAMW8BIT && p.n >= ADAMW8BIT_MIN_8BIT_SIZE) {
+        p.is_8bit = 1;
+        add(rs, SLAB_OPTIM, &p.q1, p.n);
+        add(rs, SLAB_OPTIM, &p.q2, p.n);
+        add(rs, SLAB_OPTIM, &p.absmax1, adamw8bit_n_blocks(p.n));
+        add(rs, SLAB_OPTIM, &p.absmax2, adamw8bit_n_blocks(p.n));
+    } else {
+        add(rs, SLAB_OPTIM, &p.m, p.n);
+        add(rs, SLAB_OPTIM, &p.v, p.n);
+    }
+    /* the optimizer's per-tensor tables: a chunk descriptor and a partial sum per 8192 elements,
+     * a tensor descriptor (gpu/adamw.cu) */
+    rs.outside += (size_t)((p.n + 8191) / 8192) * 20 + 64;
+    return i;
+}
+
+/* A frozen NF4 linear: codes, the NF4 table, absmax (double-quantized or not). */
+void nf4_rows(gpu_llama *m, gl_rows &rs, gl_nf4 *q, int64_t n) {
+    q->n = n;
+    q->blocksize = NF4_BLOCKSIZE;
+    q->nested_blocksize = NF4_NESTED_BLOCKSIZE;
+    q->nested = m->opt.nested_nf4;
+    q->n_blocks = nf4_n_blocks(n, q->blocksize);
+    add(rs, SLAB_WEIGHTS, &q->codes, nf4_packed_bytes(n));
+    add(rs, SLAB_WEIGHTS, &q->qmap, 16);
+    if (q->nested) {
+        add(rs, SLAB_WEIGHTS, &q->absmax_q, q->n_blocks);
+        add(rs, SLAB_WEIGHTS, &q->absmax2, (q->n_blocks + q->nested_blocksize - 1) / q->nested_blocksize);
+        add(rs, SLAB_WEIGHTS, &q->code2, 256);
+    } else {
+        add(rs, SLAB_WEIGHTS, &q->absmax_f32, q->n_blocks);
+    }
+}
+
+/* ---- the categories, in slab order ------------------------------------------------------------ */
+
+/* Frozen base weights (bf16 or NF4), or every weight as a trainable tensor in full fine-tuning, in
+ * ref_llama_tensors' order; the NF4 dequantization buffer of one layer. */
+void weight_rows(gpu_llama *m, gl_rows &rs) {
+    const model_config *c = &m->cfg;
+    const int full = m->opt.mode == LLAMA_FULL, nf4 = m->opt.base == GPU_BASE_NF4;
+    const int64_t C = c->C, V = c->V;
+    char name[200];
+    if (full)
+        add_param(m, rs, "model.embed_tokens.weight", 2, V, C, &m->embed_master, &m->embed, &m->embed_grad);
+    else
+        add(rs, SLAB_WEIGHTS, &m->embed, V * C);
+    if (nf4) {
+        int64_t per_layer = 0;
+        for (int t = 0; t < LLAMA_N_LINEAR; t++) {
+            int co, ci;
+            llama_linear_shape(c, (enum llama_linear)t, &co, &ci);
+            per_layer += (int64_t)co * ci;
+        }
+        add(rs, SLAB_WEIGHTS, &m->dq_buf, per_layer);
+    }
+    for (int l = 0; l < c->L; l++) {
+        gl_layer *ly = &m->layers[l];
+        if (full) {
+            snprintf(name, sizeof name, "model.layers.%d.input_layernorm.weight", l);
+            add_param(m, rs, name, 1, C, 0, &ly->attn_norm_master, &ly->attn_norm, &ly->attn_norm_grad);
+        } else {
+            add(rs, SLAB_WEIGHTS, &ly->attn_norm, C);
+        }
+        for (int t = 0; t < LLAMA_N_LINEAR; t++) {
+            gl_linear *lin = &ly->lin[t];
+            memset(lin, 0, sizeof *lin);
+            llama_linear_shape(c, (enum llama_linear)t, &lin->c_out, &lin->c_in);
+            const int64_t co = lin->c_out, ci = lin->c_in;
+            lin->target = gl_is_target(m, t);
+            const char *module = llama_linears[t].module;
+            if (full) {
+                snprintf(name, sizeof name, "model.layers.%d.%s.weight", l, module);
+                add_param(m, rs, name, 2, co, ci, &lin->w_master, &lin->w, &lin->w_grad);
+                if (has_bias(c, t)) {
+                    snprintf(name, sizeof name, "model.layers.%d.%s.bias", l, module);
+                    add_param(m, rs, name, 1, co, 0, &lin->bias_master, &lin->bias, &lin->bias_grad);
+                }
+            } else {
+                if (nf4)
+                    nf4_rows(m, rs, &lin->nf4, co * ci); /* lin->w: a slice of dq_buf (point_views) */
+                else
+                    add(rs, SLAB_WEIGHTS, &lin->w, co * ci);
+                if (has_bias(c, t)) add(rs, SLAB_WEIGHTS, &lin->bias, co);
+            }
+        }
+        if (full) {
+            snprintf(name, sizeof name, "model.layers.%d.post_attention_layernorm.weight", l);
+            add_param(m, rs, name, 1, C, 0, &ly->mlp_norm_master, &ly->mlp_norm, &ly->mlp_norm_grad);
+        } else {
+            add(rs, SLAB_WEIGHTS, &ly->mlp_norm, C);
+        }
+    }
+    if (full) {
+        add_param(m, rs, "model.norm.weight", 1, C, 0, &m->final_norm_master, &m->final_norm, &m->final_norm_grad);
+        if (!c->tie_word_embeddings)
+            add_param(m, rs, "lm_head.weight", 2, V, C, &m->lm_head_master, &m->lm_head, &m->lm_head_grad);
+    } else {
+        add(rs, SLAB_WEIGHTS, &m->final_norm, C);
+        if (!c->tie_word_embeddings) add(rs, SLAB_WEIGHTS, &m->lm_head, V * C);
+    }
+}
+
+/* Adapters, per layer and target: A, B (and DoRA's magnitude), trainable; DoRA's frozen ‖W‖² rows.
+ * A grouped group's A copies and A gradients are one buffer each for all members, taken at its
+ * first member (gl_group_first); the members' are slices of it. */
+void adapter_rows(gpu_llama *m, gl_rows &rs) {
+    if (m->opt.mode == LLAMA_FULL) return;
+    const model_config *c = &m->cfg;
+    const int64_t R = m->opt.R;
+    char name[200];
+    for (int l = 0; l < c->L; l++)
+        for (int t = 0; t < LLAMA_N_LINEAR; t++) {
+            if (!gl_is_target(m, t)) continue;
+            gl_linear *lin = &m->layers[l].lin[t];
+            const int64_t co = lin->c_out, ci = lin->c_in;
+            const char *module = llama_linears[t].module;
+            const int g = group_of(t), grouped = g >= 0 && m->grouped[g];
+            if (grouped && t == gl_group_first[g]) {
+                add(rs, SLAB_PARAMS, &m->layers[l].group_a[g], gl_group_n[g] * R * ci);
+                add(rs, SLAB_GRADS, &m->layers[l].group_da[g], gl_group_n[g] * R * ci);
+            }
+            snprintf(name, sizeof name, "model.layers.%d.%s.lora_A.weight", l, module);
+            lin->a_param = add_param(m, rs, name, 2, R, ci, &lin->a_master, &lin->a, &lin->a_grad,
+                                     grouped ? PARAM_IN_GROUP : PARAM_OWN);
+            snprintf(name, sizeof name, "model.layers.%d.%s.lora_B.weight", l, module);
+            add_param(m, rs, name, 2, co, R, &lin->b_master, &lin->b, &lin->b_grad);
+            if (m->opt.mode == LLAMA_DORA) {
+                snprintf(name, sizeof name, "model.layers.%d.%s.lora_magnitude_vector", l, module);
+                add_param(m, rs, name, 1, co, 0, &lin->mag, nullptr, &lin->mag_grad, PARAM_NO_COPY);
+                add(rs, SLAB_WEIGHTS, &lin->w_sq, co);
+            }
+        }
+}
+
 /* The saved intermediates of the adapters of linears first..last: u = x Aᵀ (N, R) — one (N, n·R)
  * buffer for a grouped group — and for DoRA the pre-magnitude output z (N, C_out) and the row
  * norms (C_out). */
-void take_adapter_acts(const gpu_llama *m, cursor &a, gl_acts *s, int first, int last) {
+void adapter_act_rows(gpu_llama *m, gl_rows &rs, gl_acts *s, int first, int last) {
     const int64_t N = (int64_t)m->opt.B * m->opt.T;
     for (int g = 0; g < GL_N_GROUPS; g++)
-        if (gl_group_first[g] >= first && gl_group_first[g] <= last)
-            s->ug[g] = m->grouped[g] ? take_n<uint16_t>(a, N * gl_group_n[g] * m->opt.R) : nullptr;
+        if (gl_group_first[g] >= first && gl_group_first[g] <= last && m->grouped[g])
+            add(rs, SLAB_ACTS, &s->ug[g], N * gl_group_n[g] * m->opt.R);
     for (int t = first; t <= last; t++) {
-        if (!gl_is_target(m, t)) continue;
-        s->u[t] = nullptr;
-        if (group_of(t) >= 0 && m->grouped[group_of(t)]) continue;
-        int co, ci;
-        ref_llama_linear_shape(&m->cfg, (enum llama_linear)t, &co, &ci);
-        s->u[t] = take_n<uint16_t>(a, N * m->opt.R);
-        if (m->opt.mode == LLAMA_DORA) s->z[t] = take_n<uint16_t>(a, N * co), s->wnorm[t] = take_n<float>(a, co);
+        if (!gl_is_target(m, t) || (group_of(t) >= 0 && m->grouped[group_of(t)])) continue;
+        add(rs, SLAB_ACTS, &s->u[t], N * m->opt.R);
+        if (m->opt.mode == LLAMA_DORA) {
+            add(rs, SLAB_ACTS, &s->z[t], N * m->layers[0].lin[t].c_out);
+            add(rs, SLAB_ACTS, &s->wnorm[t], m->layers[0].lin[t].c_out);
+        }
     }
+}
+
+/* Saved activations: the L + 1 layer inputs, then each layer's set — the attention part (q, k, v,
+ * the attention output, its lse, the q/k/v adapters' intermediates) and the rest (norm statistics,
+ * h, gate, up, the MLP input, the o/gate/up/down adapters' intermediates). Layers above 0 share
+ * layer 0's attention part under RECOMPUTE_ATTN and LAYER, and its rest under LAYER
+ * (point_views). Then the final norm's. */
+void activation_rows(gpu_llama *m, gl_rows &rs) {
+    const model_config *c = &m->cfg;
+    const int64_t N = m->N, C = c->C, F = c->F;
+    for (int l = 0; l <= c->L; l++) add(rs, SLAB_ACTS, &m->x[l], N * C);
+    for (int l = 0; l < c->L; l++) {
+        gl_acts *s = &m->acts[l];
+        if (l == 0 || m->opt.recompute == RECOMPUTE_NONE) {
+            add(rs, SLAB_ACTS, &s->q, N * m->QD);
+            add(rs, SLAB_ACTS, &s->k, N * m->KD);
+            add(rs, SLAB_ACTS, &s->v, N * m->KD);
+            add(rs, SLAB_ACTS, &s->att, N * m->QD);
+            add(rs, SLAB_ACTS, &s->lse, (int64_t)m->opt.B * c->H * m->opt.T);
+            adapter_act_rows(m, rs, s, LLAMA_Q, LLAMA_V);
+        }
+        if (l == 0 || m->opt.recompute != RECOMPUTE_LAYER) {
+            add(rs, SLAB_ACTS, &s->rstd1, N);
+            add(rs, SLAB_ACTS, &s->h, N * C);
+            add(rs, SLAB_ACTS, &s->rstd2, N);
+            add(rs, SLAB_ACTS, &s->gate, N * F);
+            add(rs, SLAB_ACTS, &s->up, N * F);
+            add(rs, SLAB_ACTS, &s->mlp, N * F);
+            adapter_act_rows(m, rs, s, LLAMA_O, LLAMA_DOWN);
+        }
+    }
+    add(rs, SLAB_ACTS, &m->rstd_f, N);
+    add(rs, SLAB_ACTS, &m->nf, N * C);
+}
+
+/* The one op workspace: the largest need of any op the step runs. */
+size_t workspace_bytes(const gpu_llama *m) {
+    const model_config *c = &m->cfg;
+    const gpu_llama_options *o = &m->opt;
+    const int N = m->N, full = o->mode == LLAMA_FULL, dora = o->mode == LLAMA_DORA;
+    size_t ws = gpu_attention_backward_workspace_size(o->B, o->T, c->H);
+    ws = max_sz(ws, gpu_rmsnorm_backward_workspace_size(N, c->C));
+    ws = max_sz(ws, gpu_lm_head_ce_workspace_size(N, c->V, m->plan.ce_rows));
+    if (full) ws = max_sz(ws, gpu_embedding_backward_workspace_size(N, c->V));
+    for (int t = 0; t < LLAMA_N_LINEAR && !full; t++) {
+        if (!gl_is_target(m, t)) continue;
+        const gl_linear &lin = m->layers[0].lin[t];
+        ws = max_sz(ws, gpu_lora_backward_workspace_size(N, lin.c_in, o->R, o->dropout > 0 ? LORA_MASKED : LORA_NO_MASK));
+        if (dora) {
+            ws = max_sz(ws, gpu_dora_weight_norm_workspace_size(lin.c_out, o->R));
+            ws = max_sz(ws, gpu_dora_forward_workspace_size(N, lin.c_out));
+            ws = max_sz(ws, gpu_dora_rescale_workspace_size(N, lin.c_out));
+        }
+    }
+    for (int g = 0; g < GL_N_GROUPS; g++)
+        if (m->grouped[g]) ws = max_sz(ws, gpu_lora_group_backward_workspace_size(N, gl_group_n[g], o->R));
+    return ws;
+}
+
+/* Scratch: the backward's buffers (one layer at a time), DoRA's rescaled dy, dropout's masked
+ * input and mask, the recomputed normalized inputs, and the op workspace. */
+void scratch_rows(gpu_llama *m, gl_rows &rs) {
+    const gpu_llama_options *o = &m->opt;
+    const int64_t N = m->N, C = m->cfg.C, F = m->cfg.F;
+    int max_in = 0, max_out = 0;
+    for (int t = 0; t < LLAMA_N_LINEAR; t++) {
+        if (!gl_is_target(m, t)) continue;
+        const gl_linear &lin = m->layers[0].lin[t];
+        max_in = lin.c_in > max_in ? lin.c_in : max_in, max_out = lin.c_out > max_out ? lin.c_out : max_out;
+    }
+    add(rs, SLAB_SCRATCH, &m->tmp, N * C);
+    add(rs, SLAB_SCRATCH, &m->G, N * C);
+    add(rs, SLAB_SCRATCH, &m->dn, N * C);
+    add(rs, SLAB_SCRATCH, &m->datt, N * m->QD);
+    add(rs, SLAB_SCRATCH, &m->dq, N * m->QD);
+    add(rs, SLAB_SCRATCH, &m->dk, N * m->KD);
+    add(rs, SLAB_SCRATCH, &m->dv, N * m->KD);
+    add(rs, SLAB_SCRATCH, &m->dmlp, N * F);
+    add(rs, SLAB_SCRATCH, &m->dy_s, o->mode == LLAMA_DORA ? N * max_out : 0);
+    add(rs, SLAB_SCRATCH, &m->x_drop, o->dropout > 0 ? N * max_in : 0);
+    add(rs, SLAB_SCRATCH, &m->n1, N * C);
+    add(rs, SLAB_SCRATCH, &m->n2, N * C);
+    add(rs, SLAB_SCRATCH, &m->keep, o->dropout > 0 ? N * max_in : 0);
+    const int64_t V = m->cfg.V, ce_rows = (int64_t)(kCeChunkBytes / (2 * (size_t)V)) < 64 ? 64 : (int64_t)(kCeChunkBytes / (2 * (size_t)V));
+    m->plan.ce_rows = (int)(ce_rows > N ? N : ce_rows);
+    add_row(rs, SLAB_SCRATCH, &m->ws, (int64_t)workspace_bytes(m), 1);
+}
+
+/* Fixed: the batch, positions, RoPE tables, a ones vector (bias gradients), the device scalars
+ * (loss, norm, the step's Σ NLL) and the 8-bit optimizer's two maps. */
+void fixed_rows(gpu_llama *m, gl_rows &rs) {
+    const int64_t N = m->N, half = (int64_t)m->opt.T * m->cfg.D / 2;
+    add(rs, SLAB_FIXED, &m->tokens, N);
+    add(rs, SLAB_FIXED, &m->labels, N);
+    add(rs, SLAB_FIXED, &m->pos, N);
+    add(rs, SLAB_FIXED, &m->rope_cos, half);
+    add(rs, SLAB_FIXED, &m->rope_sin, half);
+    add(rs, SLAB_FIXED, &m->ones, N);
+    add(rs, SLAB_FIXED, &m->loss_dev, 4); /* loss_dev[0], norm_dev = loss_dev + 2 */
+    add(rs, SLAB_FIXED, &m->nll_acc, 1);
+    add(rs, SLAB_FIXED, &m->map1, 512); /* map1, map2 = map1 + 256 */
+}
+
+/* The table of (config, options). */
+gl_rows make_rows(gpu_llama *m) {
+    gl_rows rs = {nullptr, 0, 0, 0};
+    m->n_params = 0;
+    weight_rows(m, rs);
+    adapter_rows(m, rs);
+    CHECK(m->n_params == m->cap_params, "layout: %d trainable tensors registered, %d counted", m->n_params,
+          m->cap_params);
+    activation_rows(m, rs);
+    scratch_rows(m, rs);
+    fixed_rows(m, rs);
+    return rs;
+}
+
+/* Buffers that are views of others, once the rows point: the trainable tensors' pointers into the
+ * model's fields, LoRA group slices, NF4 dequantization slices, the layers that share layer 0's
+ * saved set, the tied lm_head, the scalars after loss_dev and the second 8-bit map. */
+void point_views(gpu_llama *m) {
+    const model_config *c = &m->cfg;
+    const int64_t R = m->opt.R;
+    for (int l = 0; l < c->L; l++)
+        for (int t = 0; t < LLAMA_N_LINEAR; t++) {
+            const int g = group_of(t);
+            if (!gl_is_target(m, t) || g < 0 || !m->grouped[g]) continue;
+            gl_linear &lin = m->layers[l].lin[t];
+            gl_param &a = m->params[lin.a_param];
+            const int64_t at = (int64_t)(t - gl_group_first[g]) * R * lin.c_in;
+            a.copy = m->layers[l].group_a[g] + at;
+            a.grad = m->layers[l].group_da[g] + at;
+        }
+    for (int i = 0; i < m->n_params; i++) {
+        const gl_param &p = m->params[i];
+        *p.dst_master = p.master;
+        if (p.dst_copy) *p.dst_copy = p.copy;
+        *p.dst_grad = p.grad;
+    }
+    if (m->opt.base == GPU_BASE_NF4)
+        for (int l = 0; l < c->L; l++) {
+            int64_t off = 0;
+            for (int t = 0; t < LLAMA_N_LINEAR; t++) {
+                gl_linear &lin = m->layers[l].lin[t];
+                lin.w = m->dq_buf + off;
+                off += (int64_t)lin.c_out * lin.c_in;
+            }
+        }
+    for (int l = 1; l < c->L; l++) {
+        gl_acts &s = m->acts[l];
+        const gl_acts &z = m->acts[0];
+        if (m->opt.recompute != RECOMPUTE_NONE) {
+            s.q = z.q, s.k = z.k, s.v = z.v, s.att = z.att, s.lse = z.lse;
+            for (int t = LLAMA_Q; t <= LLAMA_V; t++) s.u[t] = z.u[t], s.z[t] = z.z[t], s.wnorm[t] = z.wnorm[t];
+            s.ug[GL_GROUP_QKV] = z.ug[GL_GROUP_QKV];
+        }
+        if (m->opt.recompute == RECOMPUTE_LAYER) {
+            s.rstd1 = z.rstd1, s.h = z.h, s.rstd2 = z.rstd2;
+            s.gate = z.gate, s.up = z.up, s.mlp = z.mlp;
+            for (int t = LLAMA_O; t < LLAMA_N_LINEAR; t++) s.u[t] = z.u[t], s.z[t] = z.z[t], s.wnorm[t] = z.wnorm[t];
+            s.ug[GL_GROUP_GATE_UP] = z.ug[GL_GROUP_GATE_UP];
+        }
+    }
+    if (c->tie_word_embeddings) {
+        m->lm_head = m->embed;
+        m->lm_head_master = m->embed_master;
+        m->lm_head_grad = m->embed_grad;
+    }
+    m->norm_dev = m->loss_dev + 2;
+    m->map2 = m->map1 + 256;
 }
 
 }  // namespace
@@ -147,232 +463,36 @@ const int gl_group_first[GL_N_GROUPS] = {LLAMA_Q, LLAMA_GATE}, gl_group_n[GL_N_G
 
 int gl_is_target(const gpu_llama *m, int t) { return m->opt.mode != LLAMA_FULL && ((m->opt.targets >> t) & 1u); }
 
-void gl_layout(gpu_llama *m, int assign) {
-    const model_config *c = &m->cfg;
-    const gpu_llama_options *o = &m->opt;
-    const int full = o->mode == LLAMA_FULL, dora = o->mode == LLAMA_DORA, nf4 = o->base == GPU_BASE_NF4;
-    const int64_t N = (int64_t)o->B * o->T, C = c->C, F = c->F, V = c->V, R = o->R;
-    cursors cs;
-    for (int s = 0; s < N_SLABS; s++) cs.c[s] = cursor{assign ? m->slab[s] : nullptr, 0};
-    cs.outside = 0;
-    if (assign) m->n_params = 0;
-    char name[200];
-
-    /* ---- weights (frozen) and trainable parameters, in ref_llama_tensors' order */
-    if (full) {
-        add_param(m, cs, assign, "model.embed_tokens.weight", 2, V, C, &m->embed_master, &m->embed, &m->embed_grad);
-    } else {
-        uint16_t *e = take_n<uint16_t>(cs.c[SLAB_WEIGHTS], V * C);
-        if (assign) m->embed = e;
-    }
-    if (nf4) {
-        int64_t per_layer = 0;
-        for (int t = 0; t < LLAMA_N_LINEAR; t++) {
-            int co, ci;
-            ref_llama_linear_shape(c, (enum llama_linear)t, &co, &ci);
-            per_layer += (int64_t)co * ci;
-        }
-        uint16_t *b = take_n<uint16_t>(cs.c[SLAB_WEIGHTS], per_layer);
-        if (assign) m->dq_buf = b;
-    }
-    for (int l = 0; l < c->L; l++) {
-        gl_layer *ly = assign ? &m->layers[l] : nullptr;
-        gl_layer dummy;
-        if (!ly) ly = &dummy;
-        if (full) {
-            snprintf(name, sizeof name, "model.layers.%d.input_layernorm.weight", l);
-            add_param(m, cs, assign, name, 1, C, 0, &ly->attn_norm_master, &ly->attn_norm, &ly->attn_norm_grad);
-        } else {
-            ly->attn_norm = take_n<uint16_t>(cs.c[SLAB_WEIGHTS], C);
-        }
-        int64_t dq_off = 0;
-        for (int t = 0; t < LLAMA_N_LINEAR; t++) {
-            gl_linear *lin = &ly->lin[t];
-            if (assign) memset(lin, 0, sizeof *lin);
-            ref_llama_linear_shape(c, (enum llama_linear)t, &lin->c_out, &lin->c_in);
-            const int64_t co = lin->c_out, ci = lin->c_in;
-            lin->target = gl_is_target(m, t);
-            if (full) {
-                snprintf(name, sizeof name, "model.layers.%d.%s.weight", l, ref_llama_linear_name((enum llama_linear)t));
-                add_param(m, cs, assign, name, 2, co, ci, &lin->w_master, &lin->w, &lin->w_grad);
-                if (has_bias(c, t)) {
-                    snprintf(name, sizeof name, "model.layers.%d.%s.bias", l, ref_llama_linear_name((enum llama_linear)t));
-                    add_param(m, cs, assign, name, 1, co, 0, &lin->bias_master, &lin->bias, &lin->bias_grad);
-                }
-            } else {
-                if (nf4) {
-                    take_nf4(m, cs, &lin->nf4, co * ci);
-                    if (assign) lin->w = m->dq_buf + dq_off;
-                    dq_off += co * ci;
-                } else {
-                    lin->w = take_n<uint16_t>(cs.c[SLAB_WEIGHTS], co * ci);
-                }
-                if (has_bias(c, t)) lin->bias = take_n<uint16_t>(cs.c[SLAB_WEIGHTS], co);
+int gl_layout(gpu_llama *m, enum gl_layout_mode mode) {
+    gl_rows rs = make_rows(m);
+    size_t size[N_SLABS];
+    unsigned char *none[N_SLABS] = {nullptr};
+    place_rows(rs, none, size);
+    gpu_llama_plan *pl = &m->plan;
+    pl->weights = size[SLAB_WEIGHTS];
+    pl->params = size[SLAB_PARAMS];
+    pl->grads = size[SLAB_GRADS];
+    pl->optim = size[SLAB_OPTIM];
+    pl->acts = size[SLAB_ACTS];
+    pl->scratch = size[SLAB_SCRATCH];
+    m->fixed_slab = size[SLAB_FIXED];
+    pl->fixed = size[SLAB_FIXED] + GEMM_DEFAULT_WORKSPACE + rs.outside;
+    pl->total = pl->weights + pl->params + pl->grads + pl->optim + pl->acts + pl->scratch + pl->fixed;
+    if (mode == GL_ALLOCATE) {
+        for (int s = 0; s < N_SLABS; s++) {
+            if (size[s] == 0) continue;
+            if (cudaMalloc(&m->slab[s], size[s]) != cudaSuccess) {
+                cudaGetLastError();
+                free(rs.r);
+                return -1; /* the caller frees the slabs allocated so far */
             }
+            CUDA_CHECK(cudaMemset(m->slab[s], 0, size[s]));
         }
-        if (full) {
-            snprintf(name, sizeof name, "model.layers.%d.post_attention_layernorm.weight", l);
-            add_param(m, cs, assign, name, 1, C, 0, &ly->mlp_norm_master, &ly->mlp_norm, &ly->mlp_norm_grad);
-        } else {
-            ly->mlp_norm = take_n<uint16_t>(cs.c[SLAB_WEIGHTS], C);
-        }
+        place_rows(rs, m->slab, size);
+        point_views(m);
     }
-    if (full) {
-        add_param(m, cs, assign, "model.norm.weight", 1, C, 0, &m->final_norm_master, &m->final_norm,
-                  &m->final_norm_grad);
-        if (!c->tie_word_embeddings)
-            add_param(m, cs, assign, "lm_head.weight", 2, V, C, &m->lm_head_master, &m->lm_head, &m->lm_head_grad);
-    } else {
-        uint16_t *fn = take_n<uint16_t>(cs.c[SLAB_WEIGHTS], C);
-        uint16_t *lh = c->tie_word_embeddings ? nullptr : take_n<uint16_t>(cs.c[SLAB_WEIGHTS], V * C);
-        if (assign) m->final_norm = fn, m->lm_head = lh;
-    }
-    if (assign && c->tie_word_embeddings) {
-        m->lm_head = m->embed;
-        m->lm_head_master = m->embed_master;
-        m->lm_head_grad = m->embed_grad;
-    }
-    /* adapters: per layer, per target: A, B (and DoRA's magnitude); DoRA's ‖W‖² rows are frozen */
-    if (!full) {
-        uint16_t *group_a = nullptr;
-        float *group_da = nullptr;
-        for (int l = 0; l < c->L; l++)
-            for (int t = 0; t < LLAMA_N_LINEAR; t++) {
-                if (!gl_is_target(m, t)) continue;
-                gl_linear dummy_lin;
-                memset(&dummy_lin, 0, sizeof dummy_lin);
-                gl_linear *lin = assign ? &m->layers[l].lin[t] : &dummy_lin;
-                int co, ci;
-                ref_llama_linear_shape(c, (enum llama_linear)t, &co, &ci);
-                const char *ln = ref_llama_linear_name((enum llama_linear)t);
-                /* a grouped group's A copies and gradients: carved for all members at its first */
-                const int g = group_of(t), grouped = g >= 0 && m->grouped[g];
-                if (grouped && t == gl_group_first[g]) {
-                    group_a = take_n<uint16_t>(cs.c[SLAB_PARAMS], gl_group_n[g] * R * ci);
-                    group_da = take_n<float>(cs.c[SLAB_GRADS], gl_group_n[g] * R * ci);
-                }
-                const int64_t at = grouped ? (int64_t)(t - gl_group_first[g]) * R * ci : 0;
-                snprintf(name, sizeof name, "model.layers.%d.%s.lora_A.weight", l, ln);
-                add_param(m, cs, assign, name, 2, R, ci, &lin->a_master, &lin->a, &lin->a_grad,
-                          grouped && assign ? group_a + at : nullptr, grouped && assign ? group_da + at : nullptr,
-                          grouped);
-                snprintf(name, sizeof name, "model.layers.%d.%s.lora_B.weight", l, ln);
-                add_param(m, cs, assign, name, 2, co, R, &lin->b_master, &lin->b, &lin->b_grad);
-                if (dora) {
-                    snprintf(name, sizeof name, "model.layers.%d.%s.lora_magnitude_vector", l, ln);
-                    add_param(m, cs, assign, name, 1, co, 0, &lin->mag, nullptr, &lin->mag_grad);
-                    float *wsq = take_n<float>(cs.c[SLAB_WEIGHTS], co);
-                    if (assign) lin->w_sq = wsq;
-                }
-            }
-    }
-
-    /* ---- activations */
-    cursor &a = cs.c[SLAB_ACTS];
-    for (int l = 0; l <= c->L; l++) {
-        uint16_t *x = take_n<uint16_t>(a, N * C);
-        if (assign) m->x[l] = x;
-    }
-    for (int l = 0; l < c->L; l++) {
-        gl_acts dummy;
-        gl_acts *s = assign ? &m->acts[l] : &dummy;
-        if (l == 0 || o->recompute == GPU_RECOMPUTE_NONE) {
-            s->q = take_n<uint16_t>(a, N * m->QD);
-            s->k = take_n<uint16_t>(a, N * m->KD);
-            s->v = take_n<uint16_t>(a, N * m->KD);
-            s->att = take_n<uint16_t>(a, N * m->QD);
-            s->lse = take_n<float>(a, (int64_t)o->B * c->H * o->T);
-            take_adapter_acts(m, a, s, LLAMA_Q, LLAMA_V);
-        } else if (assign) {
-            const gl_acts &z = m->acts[0];
-            s->q = z.q, s->k = z.k, s->v = z.v, s->att = z.att, s->lse = z.lse;
-            for (int t = LLAMA_Q; t <= LLAMA_V; t++) s->u[t] = z.u[t], s->z[t] = z.z[t], s->wnorm[t] = z.wnorm[t];
-            s->ug[GL_GROUP_QKV] = z.ug[GL_GROUP_QKV];
-        }
-        if (l == 0 || o->recompute != GPU_RECOMPUTE_LAYER) {
-            s->rstd1 = take_n<float>(a, N);
-            s->h = take_n<uint16_t>(a, N * C);
-            s->rstd2 = take_n<float>(a, N);
-            s->gate = take_n<uint16_t>(a, N * F);
-            s->up = take_n<uint16_t>(a, N * F);
-            s->mlp = take_n<uint16_t>(a, N * F);
-            take_adapter_acts(m, a, s, LLAMA_O, LLAMA_DOWN);
-        } else if (assign) {
-            const gl_acts &z = m->acts[0];
-            s->rstd1 = z.rstd1, s->h = z.h, s->rstd2 = z.rstd2;
-            s->gate = z.gate, s->up = z.up, s->mlp = z.mlp;
-            for (int t = LLAMA_O; t < LLAMA_N_LINEAR; t++) s->u[t] = z.u[t], s->z[t] = z.z[t], s->wnorm[t] = z.wnorm[t];
-            s->ug[GL_GROUP_GATE_UP] = z.ug[GL_GROUP_GATE_UP];
-        }
-    }
-    float *rf = take_n<float>(a, N);
-    uint16_t *nf = take_n<uint16_t>(a, N * C);
-    if (assign) m->rstd_f = rf, m->nf = nf;
-
-    /* ---- scratch */
-    cursor &s = cs.c[SLAB_SCRATCH];
-    int max_in = 0, max_out = 0;
-    for (int t = 0; t < LLAMA_N_LINEAR; t++) {
-        int co, ci;
-        ref_llama_linear_shape(c, (enum llama_linear)t, &co, &ci);
-        if (gl_is_target(m, t)) max_in = ci > max_in ? ci : max_in, max_out = co > max_out ? co : max_out;
-    }
-    uint16_t *p[12];
-    const int64_t sizes[12] = {N * C, N * C, N * C, N * m->QD, N * m->QD, N * m->KD, N * m->KD, N * F,
-                               dora ? N * max_out : 0, o->dropout > 0 ? N * max_in : 0, N * C, N * C};
-    for (int i = 0; i < 12; i++) p[i] = take_n<uint16_t>(s, sizes[i]);
-    uint8_t *keep = take_n<uint8_t>(s, o->dropout > 0 ? N * max_in : 0);
-    const int ce_rows = (int)(kCeChunkBytes / (2 * (size_t)V)) < 64 ? 64 : (int)(kCeChunkBytes / (2 * (size_t)V));
-    m->plan.ce_rows = ce_rows > N ? (int)N : ce_rows;
-    size_t ws = gpu_attention_backward_workspace_size(o->B, o->T, c->H);
-    ws = max_sz(ws, gpu_rmsnorm_backward_workspace_size((int)N, c->C));
-    ws = max_sz(ws, gpu_lm_head_ce_workspace_size((int)N, c->V, m->plan.ce_rows));
-    if (full) ws = max_sz(ws, gpu_embedding_backward_workspace_size((int)N, c->V));
-    for (int t = 0; t < LLAMA_N_LINEAR && !full; t++) {
-        if (!gl_is_target(m, t)) continue;
-        int co, ci;
-        ref_llama_linear_shape(c, (enum llama_linear)t, &co, &ci);
-        ws = max_sz(ws, gpu_lora_backward_workspace_size((int)N, ci, o->R, o->dropout > 0 ? LORA_MASKED : LORA_NO_MASK));
-        if (dora) {
-            ws = max_sz(ws, gpu_dora_weight_norm_workspace_size(co, o->R));
-            ws = max_sz(ws, gpu_dora_forward_workspace_size((int)N, co));
-            ws = max_sz(ws, gpu_dora_rescale_workspace_size((int)N, co));
-        }
-    }
-    for (int g = 0; g < GL_N_GROUPS; g++)
-        if (m->grouped[g]) ws = max_sz(ws, gpu_lora_group_backward_workspace_size((int)N, gl_group_n[g], o->R));
-    void *w = take(s, ws);
-    if (assign) {
-        m->tmp = p[0], m->G = p[1], m->dn = p[2], m->datt = p[3], m->dq = p[4], m->dk = p[5], m->dv = p[6];
-        m->dmlp = p[7], m->dy_s = p[8], m->x_drop = p[9], m->n1 = p[10], m->n2 = p[11];
-        m->keep = keep, m->ws = w;
-    }
-
-    /* ---- fixed */
-    cursor &f = cs.c[SLAB_FIXED];
-    int32_t *tk = take_n<int32_t>(f, N), *lb = take_n<int32_t>(f, N), *ps = take_n<int32_t>(f, N);
-    uint16_t *rc = take_n<uint16_t>(f, (int64_t)o->T * c->D / 2), *rs = take_n<uint16_t>(f, (int64_t)o->T * c->D / 2);
-    uint16_t *ones = take_n<uint16_t>(f, N);
-    float *sc = take_n<float>(f, 4);
-    double *acc = take_n<double>(f, 1);
-    float *maps = take_n<float>(f, 512);
-    if (assign) {
-        m->tokens = tk, m->labels = lb, m->pos = ps, m->rope_cos = rc, m->rope_sin = rs, m->ones = ones;
-        m->loss_dev = sc, m->norm_dev = sc + 2, m->nll_acc = acc, m->map1 = maps, m->map2 = maps + 256;
-    }
-
-    if (!assign) {
-        gpu_llama_plan *pl = &m->plan;
-        pl->weights = cs.c[SLAB_WEIGHTS].off;
-        pl->params = cs.c[SLAB_PARAMS].off;
-        pl->grads = cs.c[SLAB_GRADS].off;
-        pl->optim = cs.c[SLAB_OPTIM].off;
-        pl->acts = cs.c[SLAB_ACTS].off;
-        pl->scratch = cs.c[SLAB_SCRATCH].off;
-        m->fixed_slab = cs.c[SLAB_FIXED].off;
-        pl->fixed = cs.c[SLAB_FIXED].off + GEMM_DEFAULT_WORKSPACE + cs.outside;
-        pl->total = pl->weights + pl->params + pl->grads + pl->optim + pl->acts + pl->scratch + pl->fixed;
-    }
+    free(rs.r);
+    return 0;
 }
 
 /* ---------------------------------------------------------------- plan */
@@ -402,10 +522,29 @@ static void init_shape(gpu_llama *m, const model_config *c, const gpu_llama_opti
     m->QD = c->H * c->D;
     m->KD = c->KVH * c->D;
     for (int g = 0; g < GL_N_GROUPS; g++) {
-        int all = o->mode == LLAMA_LORA && !(o->dropout > 0) && !o->ungrouped;
+        int all = o->mode == LLAMA_LORA && !(o->dropout > 0) && o->grouping == GPU_LORA_GROUPED;
         for (int i = 0; i < gl_group_n[g]; i++) all = all && gl_is_target(m, gl_group_first[g] + i);
         m->grouped[g] = all;
     }
+}
+
+/* The host tables the layout's rows point into: layers, saved sets, layer inputs, trainable
+ * tensors (count_params of them). */
+static void alloc_tables(gpu_llama *m) {
+    const int L = m->cfg.L;
+    m->cap_params = count_params(m);
+    m->layers = static_cast<gl_layer *>(calloc((size_t)L, sizeof(gl_layer)));
+    m->acts = static_cast<gl_acts *>(calloc((size_t)L, sizeof(gl_acts)));
+    m->x = static_cast<uint16_t **>(calloc((size_t)L + 1, sizeof(uint16_t *)));
+    m->params = static_cast<gl_param *>(calloc((size_t)(m->cap_params > 0 ? m->cap_params : 1), sizeof(gl_param)));
+    CHECK(m->layers && m->acts && m->x && m->params, "out of host memory for the model's tables");
+}
+
+static void free_tables(gpu_llama *m) {
+    free(m->layers);
+    free(m->acts);
+    free(m->x);
+    free(m->params);
 }
 
 extern "C" int gpu_llama_plan_bytes(gpu_llama_plan *p, const model_config *c, const gpu_llama_options *o, io_err *e) {
@@ -413,7 +552,9 @@ extern "C" int gpu_llama_plan_bytes(gpu_llama_plan *p, const model_config *c, co
     gpu_llama m;
     memset(&m, 0, sizeof m);
     init_shape(&m, c, o);
-    gl_layout(&m, 0);
+    alloc_tables(&m);
+    gl_layout(&m, GL_PLAN);
+    free_tables(&m);
     *p = m.plan;
     return 0;
 }
@@ -453,7 +594,8 @@ extern "C" int gpu_device_query(char *name, size_t cap, size_t *free_bytes, size
 
 static void register_tensors(gpu_llama *m) {
     int n = 0;
-    m->tensors = static_cast<gl_tensor *>(calloc((size_t)m->n_params * 5, sizeof(gl_tensor)));
+    /* a parameter and at most four tensors of optimizer state each */
+    m->tensors = static_cast<gl_tensor *>(calloc((size_t)m->n_params * 5 + 1, sizeof(gl_tensor)));
     CHECK(m->tensors != nullptr, "out of host memory");
     auto add = [&](int pi, const char *suffix, int role, int u8, void *dev, int64_t numel) {
         const gl_param &p = m->params[pi];
@@ -523,7 +665,7 @@ static void build_optimizer(gpu_llama *m) {
     for (int i = 0; i < m->n_params; i++) {
         const gl_param &p = m->params[i];
         /* the 8-bit optimizer uses this context for the global norm only: no state to update */
-        const int adamw = m->opt.optimizer == GPU_OPT_ADAMW;
+        const int adamw = m->opt.optimizer == OPTIMIZER_ADAMW;
         ps[i] = gpu_adamw_param{adamw ? p.master : nullptr, adamw ? p.copy : nullptr, adamw ? p.m : nullptr,
                                 adamw ? p.v : nullptr, p.grad, p.n, 1};
     }
@@ -536,27 +678,13 @@ extern "C" gpu_llama *build_gpu_llama(const model_config *c, const gpu_llama_opt
     gpu_llama *m = static_cast<gpu_llama *>(calloc(1, sizeof(gpu_llama)));
     CHECK(m != nullptr, "out of host memory");
     init_shape(m, c, o);
-    gl_layout(m, 0);
-    const size_t sizes[N_SLABS] = {m->plan.weights, m->plan.params, m->plan.grads,  m->plan.optim,
-                                   m->plan.acts,    m->plan.scratch, m->fixed_slab};
-    for (int s = 0; s < N_SLABS; s++) {
-        if (sizes[s] == 0) continue;
-        if (cudaMalloc(&m->slab[s], sizes[s]) != cudaSuccess) {
-            cudaGetLastError();
-            char plan[512];
-            gpu_llama_plan_describe(plan, sizeof plan, &m->plan, o->B, o->T);
-            free_gpu_llama(m);
-            return io_fail(e, "out of GPU memory allocating the model (%s)", plan), nullptr;
-        }
+    alloc_tables(m);
+    if (gl_layout(m, GL_ALLOCATE) != 0) {
+        char plan[512];
+        gpu_llama_plan_describe(plan, sizeof plan, &m->plan, o->B, o->T);
+        free_gpu_llama(m);
+        return io_fail(e, "out of GPU memory allocating the model (%s)", plan), nullptr;
     }
-    m->layers = static_cast<gl_layer *>(calloc((size_t)c->L, sizeof(gl_layer)));
-    m->acts = static_cast<gl_acts *>(calloc((size_t)c->L, sizeof(gl_acts)));
-    m->x = static_cast<uint16_t **>(calloc((size_t)c->L + 1, sizeof(uint16_t *)));
-    m->params = static_cast<gl_param *>(calloc((size_t)c->L * 24 + 8, sizeof(gl_param)));
-    CHECK(m->layers && m->acts && m->x && m->params, "out of host memory");
-    gl_layout(m, 1);
-    for (int s = 0; s < N_SLABS; s++)
-        if (m->slab[s]) CUDA_CHECK(cudaMemset(m->slab[s], 0, sizes[s]));
     register_tensors(m);
     m->dq_layer = -1;
     CUDA_CHECK(cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking));
@@ -570,7 +698,7 @@ extern "C" gpu_llama *build_gpu_llama(const model_config *c, const gpu_llama_opt
     for (int i = 0; i < 2; i++) CUDA_CHECK(cudaEventCreateWithFlags(&m->staged[i], cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreate(&m->t_begin));
     CUDA_CHECK(cudaEventCreate(&m->t_end));
-    if (o->profile) {
+    if (o->profile == GPU_PROFILE_OPS) {
         m->prof_cap = 16384;
         m->prof_ev = static_cast<cudaEvent_t *>(calloc((size_t)m->prof_cap * 2, sizeof(cudaEvent_t)));
         m->prof_cat = static_cast<int *>(calloc((size_t)m->prof_cap, sizeof(int)));
@@ -601,10 +729,7 @@ extern "C" void free_gpu_llama(gpu_llama *m) {
     if (m->stream) CUDA_CHECK(cudaStreamDestroy(m->stream));
     free(m->prof_ev);
     free(m->prof_cat);
-    free(m->layers);
-    free(m->acts);
-    free(m->x);
-    free(m->params);
+    free_tables(m);
     free(m->tensors);
     free(m);
 }

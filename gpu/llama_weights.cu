@@ -28,8 +28,6 @@ namespace {
 
 constexpr int kBlock = 256;
 
-const enum model_weight kLinearKind[LLAMA_N_LINEAR] = {MW_Q, MW_K, MW_V, MW_O, MW_GATE, MW_UP, MW_DOWN};
-
 /* ---- random values: a counter hash (splitmix64) of (seed, element) ------------------------------ */
 
 __device__ __forceinline__ uint64_t mix64(uint64_t z) {
@@ -204,13 +202,11 @@ extern "C" int gpu_llama_load(gpu_llama *m, const model_source *src, io_err *e) 
             gl_linear &lin = ly.lin[t];
             const int64_t n = (int64_t)lin.c_out * lin.c_in;
             if (nf4)
-                rc = load_nf4(ld, lin.nf4, kLinearKind[t], l);
+                rc = load_nf4(ld, lin.nf4, llama_linears[t].weight, l);
             else
-                rc = load_weight(ld, kLinearKind[t], l, n, lin.w, full ? lin.w_master : nullptr);
-            if (!rc && lin.bias) {
-                const enum model_weight bk = t == LLAMA_Q ? MW_Q_BIAS : t == LLAMA_K ? MW_K_BIAS : MW_V_BIAS;
-                rc = load_weight(ld, bk, l, lin.c_out, lin.bias, full ? lin.bias_master : nullptr);
-            }
+                rc = load_weight(ld, llama_linears[t].weight, l, n, lin.w, full ? lin.w_master : nullptr);
+            if (!rc && lin.bias)
+                rc = load_weight(ld, llama_linears[t].bias, l, lin.c_out, lin.bias, full ? lin.bias_master : nullptr);
         }
     }
     free(ld.buf);
@@ -323,11 +319,10 @@ extern "C" int gpu_llama_base_weight_read(gpu_llama *m, const char *hf_name, flo
             else if (k == MW_MLP_NORM) dev = ly.mlp_norm, n = c->C;
             for (int t = 0; t < LLAMA_N_LINEAR && !dev; t++) {
                 gl_linear &lin = ly.lin[t];
-                if (k == kLinearKind[t]) {
+                if (k == llama_linears[t].weight) {
                     gl_dequantize_layer(m, l);
                     dev = lin.w, n = (int64_t)lin.c_out * lin.c_in;
-                } else if ((k == MW_Q_BIAS && t == LLAMA_Q) || (k == MW_K_BIAS && t == LLAMA_K) ||
-                           (k == MW_V_BIAS && t == LLAMA_V)) {
+                } else if (k == llama_linears[t].bias) {
                     if (!lin.bias) return io_fail(e, "the model has no weight %s", hf_name);
                     dev = lin.bias, n = lin.c_out;
                 }

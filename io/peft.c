@@ -10,6 +10,7 @@
 
 #include "cJSON.h"
 #include "io/check.h"
+#include "io/family.h"
 #include "io/file.h"
 #include "io/safetensors.h"
 #include "io/utf8.h"
@@ -17,26 +18,22 @@
 #define PEFT_CONFIG_MAX_BYTES (1u << 20)
 #define PEFT_MAX_LAYERS 4096
 
-static const enum model_weight peft_kinds[] = {MW_Q, MW_K, MW_V, MW_O, MW_GATE, MW_UP, MW_DOWN};
-#define PEFT_N_KINDS 7
+/* The adapted Linears are the family's (io/family.h): table index i is enum llama_linear i. */
+#define PEFT_N_KINDS LLAMA_N_LINEAR
+static enum model_weight peft_kind(int i) { return llama_linears[i].weight; }
 
 const char *peft_module_name(enum model_weight kind) {
-    switch (kind) {
-    case MW_Q: return "q_proj";
-    case MW_K: return "k_proj";
-    case MW_V: return "v_proj";
-    case MW_O: return "o_proj";
-    case MW_GATE: return "gate_proj";
-    case MW_UP: return "up_proj";
-    case MW_DOWN: return "down_proj";
-    default: return NULL;
-    }
+    const int t = llama_linear_of_weight(kind);
+    return t >= 0 ? llama_linears[t].peft : NULL;
 }
 
-static int kind_index(enum model_weight kind) {
-    for (int i = 0; i < PEFT_N_KINDS; i++)
-        if (peft_kinds[i] == kind) return i;
-    return -1;
+static int kind_index(enum model_weight kind) { return llama_linear_of_weight(kind); }
+
+/* The bit set of every adaptable Linear's kind. */
+static unsigned all_kinds(void) {
+    unsigned m = 0;
+    for (int i = 0; i < PEFT_N_KINDS; i++) m |= 1u << peft_kind(i);
+    return m;
 }
 
 void peft_key(char *buf, size_t cap, enum model_weight kind, int layer, const char *part) {
@@ -139,8 +136,7 @@ char *peft_config_json(const struct peft_config *c, struct io_err *e) {
     if (!isfinite(c->lora_alpha) || !isfinite(c->lora_dropout) || c->lora_dropout < 0 || c->lora_dropout >= 1)
         return io_fail(e, "adapter config: lora_alpha %g / lora_dropout %g out of range", c->lora_alpha, c->lora_dropout),
                NULL;
-    if ((c->targets & ~((1u << MW_Q) | (1u << MW_K) | (1u << MW_V) | (1u << MW_O) | (1u << MW_GATE) | (1u << MW_UP) |
-                        (1u << MW_DOWN))) != 0 || c->targets == 0)
+    if ((c->targets & ~all_kinds()) != 0 || c->targets == 0)
         return io_fail(e, "adapter config: target set 0x%x is empty or names a non-Linear weight", c->targets), NULL;
     struct sbuf b = {NULL, 0, 0};
     sb_add(&b, "{\n");
@@ -178,8 +174,8 @@ char *peft_config_json(const struct peft_config *c, struct io_err *e) {
            c->r);
     int first = 1;
     for (int i = 0; i < PEFT_N_KINDS; i++) {
-        if (!(c->targets & (1u << peft_kinds[i]))) continue;
-        sb_add(&b, "%s    \"%s\"", first ? "" : ",\n", peft_module_name(peft_kinds[i]));
+        if (!(c->targets & (1u << peft_kind(i)))) continue;
+        sb_add(&b, "%s    \"%s\"", first ? "" : ",\n", llama_linears[i].peft);
         first = 0;
     }
     sb_add(&b, "\n  ],\n  \"target_parameters\": null,\n  \"task_type\": \"CAUSAL_LM\",\n"
@@ -245,7 +241,7 @@ static int want_bool(int *out, const cJSON *o, const char *k, int dflt, const ch
 
 static int target_from_name(const char *s) {
     for (int i = 0; i < PEFT_N_KINDS; i++)
-        if (strcmp(s, peft_module_name(peft_kinds[i])) == 0) return (int)peft_kinds[i];
+        if (strcmp(s, llama_linears[i].peft) == 0) return (int)peft_kind(i);
     return -1;
 }
 
@@ -338,7 +334,7 @@ int peft_config_parse(struct peft_config *c, const char *json, size_t len, const
         c->targets = (1u << MW_Q) | (1u << MW_V); /* PEFT's default for llama */
     } else if (cJSON_IsString(v)) {
         if (strcmp(v->valuestring, "all-linear") == 0) {
-            for (int i = 0; i < PEFT_N_KINDS; i++) c->targets |= 1u << peft_kinds[i];
+            c->targets = all_kinds();
         } else if (target_from_name(v->valuestring) >= 0) {
             c->targets = 1u << target_from_name(v->valuestring);
         } else {
@@ -428,12 +424,11 @@ static int parse_key(const char *key, enum model_weight *kind, int *layer, int *
     static const char *const parts[3] = {"lora_A.weight", "lora_B.weight", "lora_magnitude_vector"};
     for (int i = 0; i < PEFT_N_KINDS; i++) {
         char mod[64];
-        snprintf(mod, sizeof mod, "%s.%s.", peft_kinds[i] <= MW_V_BIAS ? "self_attn" : "mlp",
-                 peft_module_name(peft_kinds[i]));
+        snprintf(mod, sizeof mod, "%s.", llama_linears[i].module);
         if (strncmp(p, mod, strlen(mod)) != 0) continue;
         for (int k = 0; k < 3; k++) {
             if (strcmp(p + strlen(mod), parts[k]) != 0) continue;
-            *kind = peft_kinds[i];
+            *kind = peft_kind(i);
             *layer = (int)v;
             *part = k;
             return 0;
@@ -495,7 +490,7 @@ static int read_weights(struct peft_adapter *a, const struct safetensors *st, co
     CHECK(a->mods != NULL, "out of memory");
     for (int layer = 0; layer < n_layers && rc == 0; layer++) {
         for (int ki = 0; ki < PEFT_N_KINDS && rc == 0; ki++) {
-            enum model_weight kind = peft_kinds[ki];
+            enum model_weight kind = peft_kind(ki);
             const struct st_tensor **f = &found[((size_t)layer * PEFT_N_KINDS + (size_t)ki) * 3];
             int expected = (c->targets & (1u << kind)) && layer_transformed(c, layer) && base != NULL;
             if (f[0] == NULL && f[1] == NULL && f[2] == NULL && !expected) continue;

@@ -6,6 +6,8 @@
 
 #include "io/check.h"
 
+const char *const optimizer_names[OPTIMIZER_COUNT + 1] = {"adamw", "adamw8bit", NULL};
+
 void ref_adamw_step(float *param, float *m, float *v, const float *grad, int64_t n, int64_t t,
                     const struct adamw_hparams *hp) {
     CHECK(t >= 1, "AdamW step t=%lld must be >= 1", (long long)t);

@@ -47,13 +47,29 @@
 extern "C" {
 #endif
 
-/* Hyper-parameters as the user gives them (Python floats in torch): double. */
+/* The AdamW hyper-parameters, as the user gives them (Python floats in torch): double. The one
+ * definition every optimizer of refine takes (this file, ref/adamw8bit.h, gpu/adamw.h,
+ * gpu/adamw8bit.h) and every engine receives (struct optim_step below). */
 struct adamw_hparams {
     double lr;
     double beta1;
     double beta2;
     double eps;
     double weight_decay;
+};
+
+/* The trainers' --optimizer: torch's AdamW with fp32 moments, or bitsandbytes' 8-bit blockwise
+ * AdamW (ref/adamw8bit.h). */
+enum optimizer_kind { OPTIMIZER_ADAMW = 0, OPTIMIZER_ADAMW8BIT, OPTIMIZER_COUNT };
+extern const char *const optimizer_names[OPTIMIZER_COUNT + 1]; /* "adamw", "adamw8bit", NULL */
+
+/* One optimizer step as the training loop hands it to an engine (train/engine.h) and the GPU
+ * model to its optimizers: t, the hyper-parameters of this step (lr from the schedule), and the
+ * global-norm clipping threshold (≤ 0: no clipping). */
+struct optim_step {
+    int64_t step; /* t ≥ 1 */
+    struct adamw_hparams hp;
+    double clip;
 };
 
 /* One AdamW step t ≥ 1 on one tensor. */

@@ -10,7 +10,7 @@
 #include "ref/quant8.h"
 
 struct adamw8bit_hparams adamw8bit_defaults(void) {
-    struct adamw8bit_hparams h = {1e-3, 0.9, 0.999, 1e-8, 1e-2, 1.0, ADAMW8BIT_MIN_8BIT_SIZE,
+    struct adamw8bit_hparams h = {{1e-3, 0.9, 0.999, 1e-8, 1e-2}, 1.0, ADAMW8BIT_MIN_8BIT_SIZE,
                                   ADAMW8BIT_BNB_CUDA};
     return h;
 }
@@ -44,8 +44,8 @@ void adamw8bit_free(struct adamw8bit_state *s) {
 
 /* kOptimizer32bit2State<float, ADAM> (no NaN guard there: a NaN gradient propagates). */
 static void step32_cuda(struct adamw8bit_state *s, float *p, const float *g, const struct adamw8bit_hparams *h) {
-    const float b1 = (float)h->beta1, b2 = (float)h->beta2, lr = (float)h->lr, eps = (float)h->eps;
-    const float wd = (float)h->weight_decay, gs = (float)h->gnorm_scale;
+    const float b1 = (float)h->hp.beta1, b2 = (float)h->hp.beta2, lr = (float)h->hp.lr, eps = (float)h->hp.eps;
+    const float wd = (float)h->hp.weight_decay, gs = (float)h->gnorm_scale;
     float c1 = 1.0f - powf(b1, (float)s->step);
     float c2 = sqrtf(1.0f - powf(b2, (float)s->step));
     float step_size = -lr * c2 / c1;
@@ -64,10 +64,10 @@ static void step32_cuda(struct adamw8bit_state *s, float *p, const float *g, con
  * torch 2.15 on the fixtures),
  * corrections in double, p·(1 − lr·wd) first, then p += (step_size·1)·m/(sqrt(v) + eps·c2). */
 static void step32_cpu(struct adamw8bit_state *s, float *p, const float *g, const struct adamw8bit_hparams *h) {
-    double b1 = h->beta1, b2 = h->beta2, lr = h->lr, wd = h->weight_decay;
+    double b1 = h->hp.beta1, b2 = h->hp.beta2, lr = h->hp.lr, wd = h->hp.weight_decay;
     double c1 = 1.0 - pow(b1, s->step), c2 = sqrt(1.0 - pow(b2, s->step));
     float step_size = (float)(-lr * c2 / c1);
-    float eps_c2 = (float)(h->eps * c2);
+    float eps_c2 = (float)(h->hp.eps * c2);
     for (int64_t i = 0; i < s->n; i++) {
         float gv = g[i] * (float)h->gnorm_scale;
         s->m[i] = fmaf(gv, (float)(1.0 - b1), s->m[i] * (float)b1);
@@ -79,8 +79,8 @@ static void step32_cpu(struct adamw8bit_state *s, float *p, const float *g, cons
 }
 
 static void step8_cuda(struct adamw8bit_state *s, float *p, const float *g, const struct adamw8bit_hparams *h) {
-    const float b1 = (float)h->beta1, b2 = (float)h->beta2, lr = (float)h->lr, eps = (float)h->eps;
-    const float wd = (float)h->weight_decay, gs = (float)h->gnorm_scale;
+    const float b1 = (float)h->hp.beta1, b2 = (float)h->hp.beta2, lr = (float)h->hp.lr, eps = (float)h->hp.eps;
+    const float wd = (float)h->hp.weight_decay, gs = (float)h->gnorm_scale;
     float c1 = 1.0f - powf(b1, (float)s->step);
     float c2 = sqrtf(1.0f - powf(b2, (float)s->step));
     float step_size = (-lr * c2) / c1;
@@ -137,14 +137,14 @@ static void step8_cpu(struct adamw8bit_state *s, float *p, const float *g, const
     CHECK(m && v, "out of memory");
     quant8_dequantize_blockwise(m, s->q1, s->absmax1, n, ADAMW8BIT_BLOCKSIZE, s->map1);
     quant8_dequantize_blockwise(v, s->q2, s->absmax2, n, ADAMW8BIT_BLOCKSIZE, s->map2);
-    double b1 = h->beta1, b2 = h->beta2, lr = h->lr, wd = h->weight_decay;
+    double b1 = h->hp.beta1, b2 = h->hp.beta2, lr = h->hp.lr, wd = h->hp.weight_decay;
     double c1 = 1.0 - pow(b1, s->step), c2 = sqrt(1.0 - pow(b2, s->step));
     float fc2 = (float)c2, alpha = (float)(-lr / c1);
     for (int64_t i = 0; i < n; i++) {
         float gv = g[i] * (float)h->gnorm_scale;
         m[i] = fmaf(gv, (float)(1.0 - b1), m[i] * (float)b1);
         v[i] = fmaf((float)(1.0 - b2) * gv, gv, v[i] * (float)b2);
-        float denom = sqrtf(v[i]) / fc2 + (float)h->eps;
+        float denom = sqrtf(v[i]) / fc2 + (float)h->hp.eps;
         if (wd > 0) p[i] = p[i] * (float)(1.0 - lr * wd);
         p[i] = p[i] + (alpha * m[i]) / denom; /* addcdiv: self + value·t1/t2, left to right */
     }

@@ -39,6 +39,8 @@
 
 #include <stdint.h>
 
+#include "ref/adamw.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -50,7 +52,8 @@ enum adamw8bit_variant { ADAMW8BIT_BNB_CUDA = 0, ADAMW8BIT_BNB_CPU = 1 };
 
 /* Python floats (double) as the optimizer holds them; the CUDA kernels receive them as float. */
 struct adamw8bit_hparams {
-    double lr, beta1, beta2, eps, weight_decay, gnorm_scale;
+    struct adamw_hparams hp;
+    double gnorm_scale;
     int min_8bit_size;
     enum adamw8bit_variant variant;
 };

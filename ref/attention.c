@@ -38,7 +38,7 @@ static inline double act_d(double x, enum act_dtype act) {
 /* Rounding of a finished double result into its stored fp32 / bf16 form. */
 static inline float act_store(double x, enum act_dtype act) {
     float f = (float)x;
-    return act == ACT_BF16 ? bf16_round(f) : f;
+    return act_round(f, act);
 }
 
 static void check_dims(int B, int T, int H, int KVH, int D) {

@@ -26,6 +26,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "ref/shapes.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -62,6 +64,10 @@ static inline int bf16_is_nan(uint16_t h) { return (h & 0x7FFF) > 0x7F80; }
 uint16_t bf16_from_double(double x);
 
 static inline float bf16_round(float x) { return bf16_to_float(bf16_from_float(x)); }
+
+/* x as an activation of storage type act is stored (ref/shapes.h): bf16_round(x) for ACT_BF16, x
+ * for ACT_F32. Every op of ref/ rounds its stored outputs with it. */
+static inline float act_round(float x, enum act_dtype act) { return act == ACT_BF16 ? bf16_round(x) : x; }
 
 /* Array forms. out and in may alias only exactly (same pointer). */
 void bf16_from_float_array(uint16_t *out, const float *in, int64_t n);

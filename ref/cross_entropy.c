@@ -10,7 +10,6 @@
 #include "io/check.h"
 #include "ref/bf16.h"
 
-static inline float act_round(float v, enum act_dtype act) { return act == ACT_BF16 ? bf16_round(v) : v; }
 
 static int label_ok(int32_t y, int V) { return y == REF_IGNORE_INDEX || (y >= 0 && y < V); }
 

@@ -7,7 +7,6 @@
 #include "ref/bf16.h"
 #include "ref/lora.h"
 
-static inline float act_round(float v, enum act_dtype act) { return act == ACT_BF16 ? bf16_round(v) : v; }
 
 /* Column block of the cache-friendly loops (a stack array of doubles). */
 enum { COL_BLOCK = 256 };

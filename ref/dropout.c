@@ -68,7 +68,7 @@ static void dropout_apply(float *y, const float *x, int64_t n, float p, uint64_t
     for (int64_t e = 0; e < n; e++) {
         if ((e & 3) == 0) dropout_block(u, seed, offset, (uint64_t)e >> 2);
         float v = u[e & 3] >= p ? x[e] * scale : 0.0f;
-        y[e] = act == ACT_BF16 ? bf16_round(v) : v;
+        y[e] = act_round(v, act);
     }
 }
 

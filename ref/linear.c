@@ -7,7 +7,6 @@
 #include "io/check.h"
 #include "ref/bf16.h"
 
-static inline float act_round(float v, enum act_dtype act) { return act == ACT_BF16 ? bf16_round(v) : v; }
 
 static void check_dims(int N, int C_in, int C_out) {
     CHECK(N >= 0 && C_in >= 0 && C_out >= 0, "N=%d C_in=%d C_out=%d must be non-negative", N, C_in, C_out);

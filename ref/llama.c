@@ -20,29 +20,15 @@
 #include "ref/rope.h"
 #include "ref/swiglu.h"
 
-static const char *const LINEAR_NAMES[LLAMA_N_LINEAR] = {
-    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-    "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj",
-};
+const char *const train_method_names[METHOD_COUNT + 1] = {"lora", "dora", "qlora", "qdora", "full", NULL};
+const char *const recompute_names[RECOMPUTE_COUNT + 1] = {"none", "attn", "layer", NULL};
 
-const char *ref_llama_linear_name(enum llama_linear t) {
-    CHECK(t >= 0 && t < LLAMA_N_LINEAR, "linear %d", (int)t);
-    return LINEAR_NAMES[t];
+enum llama_mode llama_method_mode(enum train_method m) {
+    CHECK(m >= 0 && m < METHOD_COUNT, "method %d", (int)m);
+    return m == METHOD_FULL ? LLAMA_FULL : m == METHOD_DORA || m == METHOD_QDORA ? LLAMA_DORA : LLAMA_LORA;
 }
 
-void ref_llama_linear_shape(const struct model_config *c, enum llama_linear t, int *c_out, int *c_in) {
-    int q = c->H * c->D, kv = c->KVH * c->D;
-    switch (t) {
-    case LLAMA_Q: *c_out = q; *c_in = c->C; break;
-    case LLAMA_K:
-    case LLAMA_V: *c_out = kv; *c_in = c->C; break;
-    case LLAMA_O: *c_out = c->C; *c_in = q; break;
-    case LLAMA_GATE:
-    case LLAMA_UP: *c_out = c->F; *c_in = c->C; break;
-    case LLAMA_DOWN: *c_out = c->C; *c_in = c->F; break;
-    default: CHECK(0, "linear %d", (int)t);
-    }
-}
+int llama_method_nf4(enum train_method m) { return m == METHOD_QLORA || m == METHOD_QDORA; }
 
 void ref_llama_options_default(struct llama_options *o) {
     memset(o, 0, sizeof *o);
@@ -52,10 +38,6 @@ void ref_llama_options_default(struct llama_options *o) {
     o->alpha = 16.0;
     o->scaling = LORA_SCALE_STANDARD;
     o->act = ACT_F32;
-}
-
-static int has_bias(const struct model_config *c, enum llama_linear t) {
-    return c->attention_bias && (t == LLAMA_Q || t == LLAMA_K || t == LLAMA_V);
 }
 
 static int is_target(const struct llama_options *o, enum llama_linear t) {
@@ -83,9 +65,9 @@ void ref_llama_weights_alloc(struct llama_weights *w, const struct model_config 
         ly->mlp_norm = xcalloc((size_t)c->C);
         for (int t = 0; t < LLAMA_N_LINEAR; t++) {
             int co, ci;
-            ref_llama_linear_shape(c, (enum llama_linear)t, &co, &ci);
+            llama_linear_shape(c, (enum llama_linear)t, &co, &ci);
             ly->w[t] = xcalloc((size_t)co * (size_t)ci);
-            ly->bias[t] = has_bias(c, (enum llama_linear)t) ? xcalloc((size_t)co) : NULL;
+            ly->bias[t] = llama_linear_has_bias(c, (enum llama_linear)t) ? xcalloc((size_t)co) : NULL;
         }
     }
 }
@@ -117,7 +99,7 @@ void ref_llama_adapters_alloc(struct llama_adapters *a, const struct model_confi
             struct llama_adapter *ad = &a->layers[l][t];
             if (!is_target(o, (enum llama_linear)t)) continue;
             int co, ci;
-            ref_llama_linear_shape(c, (enum llama_linear)t, &co, &ci);
+            llama_linear_shape(c, (enum llama_linear)t, &co, &ci);
             ad->a = xcalloc((size_t)o->R * (size_t)ci);
             ad->b = xcalloc((size_t)co * (size_t)o->R);
             ad->mag = o->mode == LLAMA_DORA ? xcalloc((size_t)co) : NULL;
@@ -157,7 +139,7 @@ void ref_llama_adapters_init(struct llama_adapters *a, const struct model_config
             struct llama_adapter *ad = &a->layers[l][t];
             if (!ad->a) continue;
             int co, ci;
-            ref_llama_linear_shape(c, (enum llama_linear)t, &co, &ci);
+            llama_linear_shape(c, (enum llama_linear)t, &co, &ci);
             ref_lora_init(ad->a, ad->b, ci, co, o->R, splitmix_uniform01, &state);
         }
 }
@@ -175,8 +157,6 @@ static int load_one(float *dst, const struct model_source *s, enum model_weight 
 }
 
 int ref_llama_weights_load(struct llama_weights *w, const struct model_source *s, struct io_err *e) {
-    static const enum model_weight kinds[LLAMA_N_LINEAR] = {MW_Q, MW_K, MW_V, MW_O, MW_GATE, MW_UP, MW_DOWN};
-    static const enum model_weight bias_kinds[3] = {MW_Q_BIAS, MW_K_BIAS, MW_V_BIAS};
     const struct model_config *c = &s->config;
     if (load_one(w->embed, s, MW_EMBED, 0, e) != 0 || load_one(w->final_norm, s, MW_FINAL_NORM, 0, e) != 0) return -1;
     if (!c->tie_word_embeddings && load_one(w->lm_head, s, MW_LM_HEAD, 0, e) != 0) return -1;
@@ -185,8 +165,8 @@ int ref_llama_weights_load(struct llama_weights *w, const struct model_source *s
         if (load_one(ly->attn_norm, s, MW_ATTN_NORM, l, e) != 0 || load_one(ly->mlp_norm, s, MW_MLP_NORM, l, e) != 0)
             return -1;
         for (int t = 0; t < LLAMA_N_LINEAR; t++) {
-            if (load_one(ly->w[t], s, kinds[t], l, e) != 0) return -1;
-            if (t < 3 && ly->bias[t] && load_one(ly->bias[t], s, bias_kinds[t], l, e) != 0) return -1;
+            if (load_one(ly->w[t], s, llama_linears[t].weight, l, e) != 0) return -1;
+            if (ly->bias[t] && load_one(ly->bias[t], s, llama_linears[t].bias, l, e) != 0) return -1;
         }
     }
     return 0;
@@ -220,11 +200,11 @@ int ref_llama_tensors(struct llama_tensor *list, const struct model_config *c, c
         add_tensor(list, &n, name, ly->attn_norm, 1, c->C, 0, full);
         for (int t = 0; t < LLAMA_N_LINEAR; t++) {
             int co, ci;
-            ref_llama_linear_shape(c, (enum llama_linear)t, &co, &ci);
-            snprintf(name, sizeof name, "model.layers.%d.%s.weight", l, LINEAR_NAMES[t]);
+            llama_linear_shape(c, (enum llama_linear)t, &co, &ci);
+            snprintf(name, sizeof name, "model.layers.%d.%s.weight", l, llama_linears[t].module);
             add_tensor(list, &n, name, ly->w[t], 2, co, ci, full);
             if (ly->bias[t]) {
-                snprintf(name, sizeof name, "model.layers.%d.%s.bias", l, LINEAR_NAMES[t]);
+                snprintf(name, sizeof name, "model.layers.%d.%s.bias", l, llama_linears[t].module);
                 add_tensor(list, &n, name, ly->bias[t], 1, co, 0, full);
             }
         }
@@ -239,14 +219,14 @@ int ref_llama_tensors(struct llama_tensor *list, const struct model_config *c, c
                 const struct llama_adapter *ad = &a->layers[l][t];
                 if (!is_target(o, (enum llama_linear)t)) continue;
                 int co, ci;
-                ref_llama_linear_shape(c, (enum llama_linear)t, &co, &ci);
-                snprintf(name, sizeof name, "base_model.model.model.layers.%d.%s.lora_A.weight", l, LINEAR_NAMES[t]);
+                llama_linear_shape(c, (enum llama_linear)t, &co, &ci);
+                snprintf(name, sizeof name, "base_model.model.model.layers.%d.%s.lora_A.weight", l, llama_linears[t].module);
                 add_tensor(list, &n, name, ad->a, 2, o->R, ci, 1);
-                snprintf(name, sizeof name, "base_model.model.model.layers.%d.%s.lora_B.weight", l, LINEAR_NAMES[t]);
+                snprintf(name, sizeof name, "base_model.model.model.layers.%d.%s.lora_B.weight", l, llama_linears[t].module);
                 add_tensor(list, &n, name, ad->b, 2, co, o->R, 1);
                 if (o->mode == LLAMA_DORA) {
                     snprintf(name, sizeof name, "base_model.model.model.layers.%d.%s.lora_magnitude_vector", l,
-                             LINEAR_NAMES[t]);
+                             llama_linears[t].module);
                     add_tensor(list, &n, name, ad->mag, 1, co, 0, 1);
                 }
             }
@@ -265,8 +245,8 @@ static size_t take(size_t *top, size_t n) {
     return at;
 }
 
-static int n_chunk(const struct llama_options *o) { return o->ce_n_chunk > 0 ? o->ce_n_chunk : o->blas ? 256 : 64; }
-static int v_chunk(const struct llama_options *o) { return o->ce_v_chunk > 0 ? o->ce_v_chunk : o->blas ? 4096 : 256; }
+static int n_chunk(const struct llama_options *o) { return o->ce_n_chunk > 0 ? o->ce_n_chunk : o->linear == LINEAR_BLAS ? 256 : 64; }
+static int v_chunk(const struct llama_options *o) { return o->ce_v_chunk > 0 ? o->ce_v_chunk : o->linear == LINEAR_BLAS ? 4096 : 256; }
 static int block_q(const struct llama_options *o) { return o->attn_block_q > 0 ? o->attn_block_q : 16; }
 static int block_k(const struct llama_options *o) { return o->attn_block_k > 0 ? o->attn_block_k : 16; }
 
@@ -276,7 +256,7 @@ static size_t adapter_ws_floats(const struct model_config *c, const struct llama
     for (int t = 0; t < LLAMA_N_LINEAR; t++) {
         if (!is_target(o, (enum llama_linear)t)) continue;
         int co, ci;
-        ref_llama_linear_shape(c, (enum llama_linear)t, &co, &ci);
+        llama_linear_shape(c, (enum llama_linear)t, &co, &ci);
         size_t n = o->mode == LLAMA_LORA ? ref_lora_backward_workspace_size(N, o->R)
                                          : ref_dora_backward_workspace_size(N, co, o->R);
         if (n > most) most = n;
@@ -318,7 +298,7 @@ void ref_llama_init(struct llama_model *m, const struct model_config *c, const s
     p->v = take(&top, N * KD);
     p->att = take(&top, N * QD);
     p->lse = take(&top, BHT);
-    p->attw = take(&top, o->attn_naive ? ref_attention_naive_workspace_size(B, T, c->H) : 0);
+    p->attw = take(&top, o->attn == ATTN_NAIVE ? ref_attention_naive_workspace_size(B, T, c->H) : 0);
     p->h = take(&top, N * C);
     p->rstd2 = take(&top, N);
     p->n2 = take(&top, N * C);
@@ -327,17 +307,17 @@ void ref_llama_init(struct llama_model *m, const struct model_config *c, const s
     p->mlp = take(&top, N * F);
     for (int t = 0; t < LLAMA_N_LINEAR; t++) {
         int co, ci;
-        ref_llama_linear_shape(c, (enum llama_linear)t, &co, &ci);
+        llama_linear_shape(c, (enum llama_linear)t, &co, &ci);
         p->u[t] = take(&top, is_target(o, (enum llama_linear)t) ? N * (size_t)o->R : 0);
         p->wnorm[t] = take(&top, is_target(o, (enum llama_linear)t) && o->mode == LLAMA_DORA ? (size_t)co : 0);
     }
     m->per_layer = top;
-    m->layer_stride = o->recompute ? 0 : top;
+    m->layer_stride = o->recompute != RECOMPUTE_NONE ? 0 : top;
 
     /* the slab */
     top = 0;
     m->x_in = take(&top, ((size_t)c->L + 1) * N * C);
-    m->layer0 = take(&top, o->recompute ? m->per_layer : (size_t)c->L * m->per_layer);
+    m->layer0 = take(&top, o->recompute != RECOMPUTE_NONE ? m->per_layer : (size_t)c->L * m->per_layer);
     m->rstd_f = take(&top, N);
     m->nf = take(&top, N * C);
     /* backward scratch: G, dn, tmp (N, max(C, F, QD)), datt/dq (N, QD), dk, dv (N, KD), dmlp,
@@ -350,7 +330,7 @@ void ref_llama_init(struct llama_model *m, const struct model_config *c, const s
     s += 3 * ((N * F + 3) & ~(size_t)3);
     s += (ref_attention_flash_backward_workspace_size(B, T, c->H) + 3) & ~(size_t)3;
     s += (adapter_ws_floats(c, o, (int)N) + 3) & ~(size_t)3;
-    s += (((o->blas ? ref_cross_entropy_fused_blas_workspace_size(n_chunk(o), v_chunk(o), c->C)
+    s += (((o->linear == LINEAR_BLAS ? ref_cross_entropy_fused_blas_workspace_size(n_chunk(o), v_chunk(o), c->C)
                   : ref_cross_entropy_fused_workspace_size(n_chunk(o), v_chunk(o), c->C)) + 3) / 4 + 3) & ~(size_t)3;
     m->scratch_floats = s;
     m->scratch = take(&top, s);
@@ -428,7 +408,7 @@ static void scratch_set(struct scratch *s, const struct llama_model *m, float *s
 
 static void lin_fwd(const struct llama_model *m, float *y, const float *x, const float *w, const float *b, int N,
                     int ci, int co) {
-    if (m->opt.blas)
+    if (m->opt.linear == LINEAR_BLAS)
         ref_linear_forward(y, x, w, b, N, ci, co, m->opt.act);
     else
         ref_linear_forward_naive(y, x, w, b, N, ci, co, m->opt.act);
@@ -436,7 +416,7 @@ static void lin_fwd(const struct llama_model *m, float *y, const float *x, const
 
 static void lin_bwd(const struct llama_model *m, float *dx, float *dw, float *db, const float *dy, const float *x,
                     const float *w, int N, int ci, int co) {
-    if (m->opt.blas)
+    if (m->opt.linear == LINEAR_BLAS)
         ref_linear_backward(dx, dw, db, dy, x, w, N, ci, co, m->opt.act);
     else
         ref_linear_backward_naive(dx, dw, db, dy, x, w, N, ci, co, m->opt.act);
@@ -447,7 +427,7 @@ static void proj_fwd(const struct llama_model *m, const struct llama_weights *w,
                      struct layer_set *s, int l, enum llama_linear t, float *y, const float *x) {
     const int N = m->B * m->T, R = m->opt.R;
     int co, ci;
-    ref_llama_linear_shape(&m->cfg, t, &co, &ci);
+    llama_linear_shape(&m->cfg, t, &co, &ci);
     const float *W = w->layers[l].w[t], *b = w->layers[l].bias[t];
     lin_fwd(m, y, x, W, b, N, ci, co);
     if (!is_target(&m->opt, t)) return;
@@ -469,7 +449,7 @@ static void proj_bwd(const struct llama_model *m, const struct llama_weights *w,
                      const float *x) {
     const int N = m->B * m->T, R = m->opt.R;
     int co, ci;
-    ref_llama_linear_shape(&m->cfg, t, &co, &ci);
+    llama_linear_shape(&m->cfg, t, &co, &ci);
     const float *W = w->layers[l].w[t];
     float *dW = grads ? grads->layers[l].w[t] : NULL;
     float *db = grads ? grads->layers[l].bias[t] : NULL;
@@ -490,7 +470,7 @@ static void proj_bwd(const struct llama_model *m, const struct llama_weights *w,
 static void add_into(float *y, const float *x, size_t n, enum act_dtype act) {
     for (size_t i = 0; i < n; i++) {
         float v = y[i] + x[i];
-        y[i] = act == ACT_BF16 ? bf16_round(v) : v;
+        y[i] = act_round(v, act);
     }
 }
 
@@ -510,7 +490,7 @@ static void layer_forward(const struct llama_model *m, const struct llama_weight
     proj_fwd(m, w, a, s, l, LLAMA_K, s->k, s->n1);
     proj_fwd(m, w, a, s, l, LLAMA_V, s->v, s->n1);
     ref_rope_forward(s->q, s->k, positions(m, batch), &m->rope, B, T, c->H, c->KVH, c->D, act);
-    if (m->opt.attn_naive)
+    if (m->opt.attn == ATTN_NAIVE)
         ref_attention_naive_forward(s->att, s->lse, s->q, s->k, s->v, B, T, c->H, c->KVH, c->D, m->attn_scale, act,
                                     s->attw);
     else
@@ -555,7 +535,7 @@ double ref_llama_forward(const struct llama_model *m, const struct llama_weights
     struct scratch sc;
     scratch_set(&sc, m, slab);
     double loss = 0.0;
-    (m->opt.blas ? ref_cross_entropy_fused_blas : ref_cross_entropy_fused)(&loss, NULL, NULL, nf, w->lm_head, batch->targets, N, c->C, c->V, n_valid(m, batch), 1.0f,
+    (m->opt.linear == LINEAR_BLAS ? ref_cross_entropy_fused_blas : ref_cross_entropy_fused)(&loss, NULL, NULL, nf, w->lm_head, batch->targets, N, c->C, c->V, n_valid(m, batch), 1.0f,
                             n_chunk(&m->opt), v_chunk(&m->opt), m->opt.act, sc.ce_ws);
     return loss;
 }
@@ -574,7 +554,7 @@ void ref_llama_backward(const struct llama_model *m, const struct llama_weights 
     scratch_set(&sc, m, slab);
 
     /* loss → d nf (in sc.dn) and the lm_head gradient (tied: into the embedding's, first) */
-    (m->opt.blas ? ref_cross_entropy_fused_blas : ref_cross_entropy_fused)(NULL, sc.dn, grads ? grads->lm_head : NULL, slab + m->nf, w->lm_head, batch->targets, N,
+    (m->opt.linear == LINEAR_BLAS ? ref_cross_entropy_fused_blas : ref_cross_entropy_fused)(NULL, sc.dn, grads ? grads->lm_head : NULL, slab + m->nf, w->lm_head, batch->targets, N,
                             c->C, c->V, n_valid(m, batch), grad_scale, n_chunk(&m->opt), v_chunk(&m->opt), act,
                             sc.ce_ws);
     ref_rmsnorm_backward(sc.G, grads ? grads->final_norm : NULL, sc.dn, x_in(m, slab, c->L), w->final_norm,
@@ -584,7 +564,7 @@ void ref_llama_backward(const struct llama_model *m, const struct llama_weights 
         struct layer_set s;
         layer_set(&s, m, slab, l);
         const float *x = x_in(m, slab, l);
-        if (m->opt.recompute) layer_forward(m, w, a, batch, &s, l, x, x_in(m, slab, l + 1));
+        if (m->opt.recompute != RECOMPUTE_NONE) layer_forward(m, w, a, batch, &s, l, x, x_in(m, slab, l + 1));
         struct llama_layer *gl = grads ? &grads->layers[l] : NULL;
         const struct llama_layer *ly = &w->layers[l];
         /* MLP: G = d x_{l+1} */
@@ -598,7 +578,7 @@ void ref_llama_backward(const struct llama_model *m, const struct llama_weights 
                                       c->C, act);
         /* attention */
         proj_bwd(m, w, a, &s, &sc, grads, agrads, l, LLAMA_O, sc.datt, sc.G, s.att);
-        if (m->opt.attn_naive)
+        if (m->opt.attn == ATTN_NAIVE)
             ref_attention_naive_backward(sc.dq, sc.dk, sc.dv, sc.datt, s.q, s.k, s.v, s.att, B, T, c->H, c->KVH, c->D,
                                          m->attn_scale, act, s.attw);
         else

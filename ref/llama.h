@@ -52,8 +52,8 @@
  * "count this batch's". A batch with no valid target is a CHECK failure (HF gives NaN).
  *
  * Linear layers go through ref_linear_*_naive (double sums in index order, bit-reproducible on
- * any machine) unless options.blas selects the sgemm path (faster, reproducible on one machine).
- * Attention: the flash-style tiled form (no T×T matrix is saved) unless options.attn_naive.
+ * any machine) unless options.linear is LINEAR_BLAS (sgemm: faster, reproducible on one machine).
+ * Attention: the flash-style tiled form (no T×T matrix is saved) unless options.attn is ATTN_NAIVE.
  * Not thread-safe across calls sharing a slab. Aliasing: none (weights, grads, slab disjoint).
  */
 #ifndef REFINE_REF_LLAMA_H
@@ -64,6 +64,7 @@
 
 #include "io/config.h"
 #include "io/error.h"
+#include "io/family.h"
 #include "io/model_source.h"
 #include "ref/lora.h"
 #include "ref/rope.h"
@@ -73,30 +74,30 @@
 extern "C" {
 #endif
 
-/* The seven linear layers of a block, in PEFT's target_modules spelling order. */
-enum llama_linear {
-    LLAMA_Q = 0,
-    LLAMA_K,
-    LLAMA_V,
-    LLAMA_O,
-    LLAMA_GATE,
-    LLAMA_UP,
-    LLAMA_DOWN,
-    LLAMA_N_LINEAR
-};
-
-/* "self_attn.q_proj", ..., "mlp.down_proj": the module path inside model.layers.{i}. */
-const char *ref_llama_linear_name(enum llama_linear t);
-/* C_out and C_in of linear t under config c. */
-void ref_llama_linear_shape(const struct model_config *c, enum llama_linear t, int *c_out, int *c_in);
-
 enum llama_mode {
     LLAMA_FULL = 0, /* every base weight trains */
     LLAMA_LORA = 1, /* base frozen; LoRA adapters on options.targets train */
     LLAMA_DORA = 2, /* base frozen; DoRA adapters (A, B, magnitude) on options.targets train */
 };
 
-#define LLAMA_ALL_TARGETS ((1u << LLAMA_N_LINEAR) - 1u)
+/* The training methods (the trainers' --method): the model's mode, and whether its frozen base
+ * linears are NF4 (QLoRA, QDoRA: bitsandbytes' layout, ref/nf4.h). The vocabulary of every
+ * trainer, engine and model of refine. */
+enum train_method { METHOD_LORA = 0, METHOD_DORA, METHOD_QLORA, METHOD_QDORA, METHOD_FULL, METHOD_COUNT };
+/* "lora", "dora", "qlora", "qdora", "full" (index = enum value; NULL-terminated). */
+extern const char *const train_method_names[METHOD_COUNT + 1];
+enum llama_mode llama_method_mode(enum train_method m);
+int llama_method_nf4(enum train_method m); /* 1 for QLoRA and QDoRA */
+
+/* Activation recomputation in backward (the trainers' --recompute). The reference model knows
+ * one form, the whole layer (RECOMPUTE_ATTN recomputes the layer here: the same numbers, since
+ * recomputation runs the same code on the same input); the GPU model implements all three. */
+enum recompute_policy { RECOMPUTE_NONE = 0, RECOMPUTE_ATTN, RECOMPUTE_LAYER, RECOMPUTE_COUNT };
+extern const char *const recompute_names[RECOMPUTE_COUNT + 1]; /* "none", "attn", "layer", NULL */
+
+/* How the reference computes its linears and attention (same math, different speed). */
+enum linear_impl { LINEAR_NAIVE = 0, LINEAR_BLAS };
+enum attn_impl { ATTN_FLASH = 0, ATTN_NAIVE };
 
 struct llama_options {
     enum llama_mode mode;
@@ -105,9 +106,9 @@ struct llama_options {
     double alpha;              /* lora_alpha */
     enum lora_scaling scaling; /* α/R or α/√R */
     enum act_dtype act;
-    int recompute;    /* 1: save only each layer's input, re-run the layer in backward */
-    int blas;         /* 1: linears through cblas_sgemm; 0: the naive double-sum loops */
-    int attn_naive;   /* 1: naive attention (saves P, B·H·T² floats per layer); 0: flash */
+    enum recompute_policy recompute; /* not NONE: save only each layer's input, re-run the layer in backward */
+    enum linear_impl linear;         /* LINEAR_BLAS: cblas_sgemm; LINEAR_NAIVE: the double-sum loops */
+    enum attn_impl attn;             /* ATTN_NAIVE: saves P, B·H·T² floats per layer; ATTN_FLASH: tiled */
     int attn_block_q; /* flash tiles (≥ 1; 0 picks 16) */
     int attn_block_k;
     int ce_n_chunk; /* fused cross-entropy chunks (≥ 1; 0 picks 64 rows × 256 vocabulary rows) */

@@ -6,7 +6,6 @@
 #include "io/check.h"
 #include "ref/bf16.h"
 
-static inline float act_round(float v, enum act_dtype act) { return act == ACT_BF16 ? bf16_round(v) : v; }
 
 float ref_lora_scale(double alpha, int R, enum lora_scaling mode) {
     CHECK(R > 0, "rank R=%d must be positive", R);

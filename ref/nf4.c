@@ -89,7 +89,7 @@ void nf4_dequantize(float *out, const uint8_t *packed, const float *absmax, int6
     CHECK(blocksize > 0 && n >= 0, "nf4_dequantize: n=%lld blocksize=%d", (long long)n, blocksize);
     for (int64_t i = 0; i < n; i++) {
         float w = nf4_table[nf4_code_at(packed, i)] * absmax[i / blocksize];
-        out[i] = out_dtype == ACT_BF16 ? bf16_round(w) : w;
+        out[i] = act_round(w, out_dtype);
     }
 }
 

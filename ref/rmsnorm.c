@@ -6,7 +6,6 @@
 
 #include "ref/bf16.h"
 
-static inline float act_round(float v, enum act_dtype act) { return act == ACT_BF16 ? bf16_round(v) : v; }
 
 void ref_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int C, float eps,
                          enum act_dtype act) {

@@ -9,7 +9,6 @@
 #include "io/check.h"
 #include "ref/bf16.h"
 
-static inline float act_round(float v, enum act_dtype act) { return act == ACT_BF16 ? bf16_round(v) : v; }
 
 /* torch's `scalar / t` is reciprocal(t)·scalar in t's dtype (torch/_tensor.py __rdiv__). */
 static inline float rdiv_f32(float scalar, float t) {

@@ -8,7 +8,6 @@
 #include "io/check.h"
 #include "ref/bf16.h"
 
-static inline float act_round(float v, enum act_dtype act) { return act == ACT_BF16 ? bf16_round(v) : v; }
 
 static inline double sigmoid(double g) { return 1.0 / (1.0 + exp(-g)); }
 

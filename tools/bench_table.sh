@@ -37,7 +37,7 @@ for w in "${workloads[@]}"; do
     optimizer=adamw
     [ "${flag:-}" = adamw8bit ] && optimizer=adamw8bit
     name="$model.$method.${batch}x$seq.$recompute${flag:+.$flag}"
-    ours=$("$bench" --model "$model" --method "$method" --batch "$batch" --seq "$seq" --recompute "$recompute" \
+    ours=$("$bench" --model "$model" --method "$method" --micro-batch "$batch" --seq "$seq" --recompute "$recompute" \
         --optimizer "$optimizer" --profile 2>"$out/$name.refine.log" | tee -a "$out/$name.refine.log" | grep '^{' | tee -a "$out/bench.jsonl" |
         grep '"system"')
     theirs=""

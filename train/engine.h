@@ -26,19 +26,11 @@
 
 #include "io/error.h"
 #include "io/safetensors.h"
+#include "ref/adamw.h" /* struct optim_step: one step's t, hyper-parameters and clipping */
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* Hyper-parameters of one optimizer step. */
-struct optim_step {
-    int step; /* 1-based index of the step being taken (AdamW's t) */
-    float lr;
-    float beta1, beta2, eps;
-    float weight_decay;
-    float clip; /* global-norm clipping threshold; 0: none */
-};
 
 /* A named tensor of the engine's state, as checkpoints and exports see it. */
 enum engine_tensor_role {
@@ -75,9 +67,11 @@ struct train_engine {
                 struct io_err *e);
     /* The step's Σ NLL (of the micro_steps since the last call) into *nll_sum, the global gradient
      * norm (before clipping) into *grad_norm, clipping, the optimizer update, and zeroed gradients
-     * and loss sum. When *nll_sum is not finite nothing is updated and 0 is returned (the loop
-     * reports the loss). A non-finite gradient fails with e naming the first tensor holding one;
-     * then no parameter or optimizer state has changed. */
+     * and loss sum. In a job of several ranks (train/comm.h) the engine reduces its gradients and
+     * the step's Σ NLL over them first: *nll_sum and *grad_norm are the job's. When *nll_sum is
+     * not finite nothing is updated and 0 is returned (the loop reports the loss). A non-finite
+     * gradient fails with e naming the first tensor holding one; then no parameter or optimizer
+     * state has changed. */
     int (*optimizer_step)(void *self, const struct optim_step *h, double *nll_sum, double *grad_norm,
                           struct io_err *e);
 

@@ -149,32 +149,31 @@ int export_merged(const char *dir, const struct model_config *c, const struct tr
 
 int export_peft_adapter(const char *dir, const struct train_options *o, const struct model_config *c,
                         const struct train_engine *eng, const char *base_model, struct io_err *e) {
-    static const enum model_weight kinds[TARGET_COUNT] = {MW_Q, MW_K, MW_V, MW_O, MW_GATE, MW_UP, MW_DOWN};
-    const int dora = o->method == METHOD_DORA || o->method == METHOD_QDORA;
+    const int dora = llama_method_mode(o->method) == LLAMA_DORA;
     struct peft_config pc;
     memset(&pc, 0, sizeof pc);
     pc.r = o->rank;
     pc.lora_alpha = o->alpha;
     pc.lora_dropout = o->dropout;
-    pc.use_rslora = o->scaling == SCALING_RSLORA;
+    pc.use_rslora = o->scaling == LORA_SCALE_RSLORA;
     pc.use_dora = dora;
-    for (int t = 0; t < TARGET_COUNT; t++)
-        if (o->targets & (1u << t)) pc.targets |= 1u << kinds[t];
+    for (int t = 0; t < LLAMA_N_LINEAR; t++)
+        if (o->targets & (1u << t)) pc.targets |= 1u << llama_linears[t].weight;
     snprintf(pc.base_model, sizeof pc.base_model, "%s", base_model ? base_model : "");
-    struct peft_module *mods = (struct peft_module *)calloc((size_t)c->L * TARGET_COUNT, sizeof *mods);
-    float **owned = (float **)calloc((size_t)c->L * TARGET_COUNT * 3, sizeof *owned);
+    struct peft_module *mods = (struct peft_module *)calloc((size_t)c->L * LLAMA_N_LINEAR, sizeof *mods);
+    float **owned = (float **)calloc((size_t)c->L * LLAMA_N_LINEAR * 3, sizeof *owned);
     int n = 0, n_owned = 0, rc = 0;
     if (!mods || !owned) rc = io_fail(e, "export: out of memory");
     for (int l = 0; l < c->L && rc == 0; l++)
-        for (int t = 0; t < TARGET_COUNT && rc == 0; t++) {
+        for (int t = 0; t < LLAMA_N_LINEAR && rc == 0; t++) {
             if (!(o->targets & (1u << t))) continue;
             int64_t shape[2];
-            model_weight_shape(shape, c, kinds[t]);
+            model_weight_shape(shape, c, llama_linears[t].weight);
             char wname[112], key[200];
-            model_weight_name(wname, sizeof wname, kinds[t], l);
+            model_weight_name(wname, sizeof wname, llama_linears[t].weight, l);
             const int mlen = (int)(strlen(wname) - strlen(".weight"));
             struct peft_module *m = &mods[n];
-            m->kind = kinds[t];
+            m->kind = llama_linears[t].weight;
             m->layer = l;
             m->out = shape[0];
             m->in = shape[1];

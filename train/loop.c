@@ -20,8 +20,8 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-int train_total_steps(const struct train_options *o, int64_t n_train) {
-    const int64_t per_step = (int64_t)o->micro_batch * o->grad_accum;
+int train_total_steps(const struct train_options *o, int64_t n_train, int world) {
+    const int64_t per_step = (int64_t)o->micro_batch * o->grad_accum * world;
     const int64_t spe = n_train / per_step;
     if (spe <= 0) return 0;
     int64_t total = o->max_steps > 0 ? o->max_steps : INT32_MAX;
@@ -29,39 +29,47 @@ int train_total_steps(const struct train_options *o, int64_t n_train) {
     return (int)total;
 }
 
-/* Validation loss over min(eval_batches, n_val / B) micro-batches: Σ NLL / Σ valid labels. */
+/* Validation loss over min(eval_batches, n_val / B) micro-batches, batch i on rank i mod world:
+ * Σ NLL / Σ valid labels, both summed over the ranks. */
 static int evaluate(const struct train_options *o, const struct train_engine *eng, const struct batch_source *src,
-                    int32_t *tokens, int32_t *labels, double *loss, int64_t *n_tokens, struct io_err *e) {
+                    const struct train_comm *comm, int32_t *tokens, int32_t *labels, double *loss, int64_t *n_tokens,
+                    struct io_err *e) {
     const int B = o->micro_batch, T = src->T;
     int64_t batches = src->n_val / B;
     if (batches > o->eval_batches) batches = o->eval_batches;
     double nll = 0.0;
     int64_t valid = 0;
-    for (int64_t i = 0; i < batches; i++) {
+    for (int64_t i = comm->rank; i < batches; i += comm->world) {
         int64_t v = src->val_batch(src->self, i * B, B, tokens, labels);
         double s = 0.0;
         if (eng->eval(eng->self, tokens, labels, B, T, &s, e) != 0) return -1;
         nll += s;
         valid += v;
     }
+    if (comm->sum(comm->self, &nll, 1, COMM_F64, "the validation loss", e) != 0 ||
+        comm->sum(comm->self, &valid, 1, COMM_I64, "the validation label count", e) != 0)
+        return -1;
     *loss = valid > 0 ? nll / (double)valid : NAN;
     *n_tokens = valid;
     return 0;
 }
 
 int train_loop_run(const struct train_options *o, const struct train_engine *eng, const struct batch_source *src,
-                   struct loop_result *res, struct io_err *e) {
+                   const struct train_comm *comm, struct loop_result *res, struct io_err *e) {
     memset(res, 0, sizeof *res);
     res->first_val_loss = res->last_val_loss = res->last_train_loss = NAN;
-    const int B = o->micro_batch, T = src->T, A = o->grad_accum;
-    const int total = train_total_steps(o, src->n_train);
+    const int B = o->micro_batch, T = src->T, A = o->grad_accum, W = comm->world;
+    const int root = comm_is_root(comm);
+    const int total = train_total_steps(o, src->n_train, W);
     if (total == 0)
         return io_fail(e, "the training data holds %" PRId64 " sequences of %d tokens; one optimizer step needs "
-                          "--micro-batch %d × --grad-accum %d = %d (add data, or lower --seq, --micro-batch or --grad-accum)",
-                       src->n_train, T, B, A, B * A);
-    const int64_t per_epoch = (src->n_train / ((int64_t)B * A)) * (int64_t)B * A; /* sequences used per epoch */
+                          "--micro-batch %d × --grad-accum %d%s = %d (add data, or lower --seq, --micro-batch or "
+                          "--grad-accum)",
+                       src->n_train, T, B, A, W > 1 ? " × the ranks" : "", B * A * W);
+    const int64_t per_step = (int64_t)B * A * W;                    /* sequences of one optimizer step */
+    const int64_t per_epoch = (src->n_train / per_step) * per_step; /* sequences used per epoch */
     res->total_steps = total;
-    if (make_dirs(o->out, e) != 0) return -1;
+    if (root && make_dirs(o->out, e) != 0) return -1;
 
     char *opts = malloc(65536);
     CHECK(opts != NULL, "out of memory");
@@ -77,10 +85,11 @@ int train_loop_run(const struct train_options *o, const struct train_engine *eng
     int rc = 0;
     if (o->resume[0] != '\0') {
         rc = checkpoint_load(o->resume, eng, &pos, opts, e);
-        if (rc == 0) printf("resumed from %s at step %d\n", o->resume, pos.step);
+        if (rc == 0 && root) printf("resumed from %s at step %d\n", o->resume, pos.step);
     }
     struct metrics m;
-    if (rc == 0) rc = metrics_open(&m, o->out, header, o->resume[0] != '\0' ? pos.step : -1, e);
+    memset(&m, 0, sizeof m);
+    if (rc == 0 && root) rc = metrics_open(&m, o->out, header, o->resume[0] != '\0' ? pos.step : -1, e);
     free(header);
     if (rc != 0) {
         free(opts);
@@ -103,11 +112,13 @@ int train_loop_run(const struct train_options *o, const struct train_engine *eng
     if (pos.step == 0 && src->n_val > 0) {
         double vl;
         int64_t vt;
-        if ((rc = evaluate(o, eng, src, tokens, labels, &vl, &vt, e)) == 0) {
+        if ((rc = evaluate(o, eng, src, comm, tokens, labels, &vl, &vt, e)) == 0) {
             struct eval_record r = {0, vl, exp(vl), (long long)vt, elapsed_before};
-            rc = metrics_eval(&m, &r, e);
             res->first_val_loss = res->last_val_loss = vl;
-            printf("step 0/%d | validation loss %.4f | perplexity %.3f\n", total, vl, exp(vl));
+            if (root) {
+                rc = metrics_eval(&m, &r, e);
+                printf("step 0/%d | validation loss %.4f | perplexity %.3f\n", total, vl, exp(vl));
+            }
         }
     } else if (m.n_eval > 0) {
         res->first_val_loss = m.eval[0].val_loss;
@@ -116,28 +127,38 @@ int train_loop_run(const struct train_options *o, const struct train_engine *eng
 
     while (rc == 0 && pos.step < stop_at) {
         const double ts = now_s();
-        /* Draw the step's micro-batches first: the loss is the mean over all their valid labels. */
+        /* The step's W·A micro-batches in order, rank r taking those of index r·A .. r·A + A − 1:
+         * together the examples, in the order, of one process with accumulation W·A. Each rank
+         * draws its own first; the loss is the mean over the valid labels of all of them. */
         int64_t n_valid = 0;
-        for (int a = 0; a < A; a++) {
+        uint64_t first_micro = 0;
+        for (int g = 0; g < W * A; g++) {
             if (pos.position + B > per_epoch) {
                 pos.epoch++;
                 pos.position = 0;
             }
-            valid[a] = src->train_batch(src->self, pos.epoch, pos.position, B, tokens + (size_t)a * B * T,
-                                        labels + (size_t)a * B * T);
+            const int a = g - comm->rank * A;
+            if (a >= 0 && a < A) {
+                if (a == 0) first_micro = pos.micro_index + (uint64_t)g;
+                valid[a] = src->train_batch(src->self, pos.epoch, pos.position, B, tokens + (size_t)a * B * T,
+                                            labels + (size_t)a * B * T);
+                n_valid += valid[a];
+            }
             pos.position += B;
-            n_valid += valid[a];
         }
+        if ((rc = comm->sum(comm->self, &n_valid, 1, COMM_I64, "the step's valid-label count", e)) != 0) break;
         const float grad_scale = n_valid > 0 ? (float)(1.0 / (double)n_valid) : 0.0f;
-        for (int a = 0; a < A && rc == 0; a++) {
+        for (int a = 0; a < A && rc == 0; a++)
             rc = eng->micro_step(eng->self, tokens + (size_t)a * B * T, labels + (size_t)a * B * T, B, T, grad_scale,
-                                 pos.micro_index, e);
-            pos.micro_index++;
-        }
+                                 first_micro + (uint64_t)a, e);
+        pos.micro_index += (uint64_t)W * A;
         if (rc != 0) break;
         const int step = pos.step + 1;
-        struct optim_step h = {step, train_lr_at(o->schedule, o->lr, o->min_lr_ratio, o->warmup, total, pos.step),
-                               o->beta1, o->beta2, o->eps, o->weight_decay, o->clip};
+        const struct optim_step h = {
+            step,
+            {train_lr_at(o->schedule, o->lr, o->min_lr_ratio, o->warmup, total, pos.step), o->beta1, o->beta2, o->eps,
+             o->weight_decay},
+            o->clip};
         double gnorm = 0.0, nll = 0.0;
         /* a step without a valid label (all masked) trains nothing: the engine holds no loss or gradient */
         if (n_valid > 0 && (rc = eng->optimizer_step(eng->self, &h, &nll, &gnorm, e)) != 0) {
@@ -154,15 +175,15 @@ int train_loop_run(const struct train_options *o, const struct train_engine *eng
         }
         pos.step = step;
         const double dt = now_s() - ts, elapsed = elapsed_before + (now_s() - t0);
-        const long long ntok = (long long)A * B * T;
-        struct train_record r = {step, loss, h.lr, gnorm, ntok, (double)ntok / dt, 0.0, 0.0, elapsed};
+        const long long ntok = (long long)W * A * B * T;
+        struct train_record r = {step, loss, h.hp.lr, gnorm, ntok, (double)ntok / dt, 0.0, 0.0, elapsed};
         if (eng->peak_flops > 0) r.mfu = eng->flops_per_token * r.tokens_per_s / eng->peak_flops;
         if (eng->mem_gib != NULL) r.mem_gib = eng->mem_gib(eng->self);
         res->last_train_loss = loss;
-        if ((rc = metrics_train(&m, &r, e)) != 0) break;
-        if (step % o->log_every == 0 || step == 1 || step == total) {
-            const double per_step = (now_s() - t0) / (double)(step - first_step);
-            metrics_progress_line(line, sizeof line, &r, total, per_step * (double)(total - step));
+        if (root && (rc = metrics_train(&m, &r, e)) != 0) break;
+        if (root && (step % o->log_every == 0 || step == 1 || step == total)) {
+            const double s_per_step = (now_s() - t0) / (double)(step - first_step);
+            metrics_progress_line(line, sizeof line, &r, total, s_per_step * (double)(total - step));
             printf("%s\n", line);
             fflush(stdout);
         }
@@ -170,20 +191,23 @@ int train_loop_run(const struct train_options *o, const struct train_engine *eng
         if (src->n_val > 0 && ((o->eval_every > 0 && step % o->eval_every == 0) || last)) {
             double vl;
             int64_t vt;
-            if ((rc = evaluate(o, eng, src, tokens, labels, &vl, &vt, e)) != 0) break;
+            if ((rc = evaluate(o, eng, src, comm, tokens, labels, &vl, &vt, e)) != 0) break;
             struct eval_record v = {step, vl, exp(vl), (long long)vt, elapsed_before + (now_s() - t0)};
-            if ((rc = metrics_eval(&m, &v, e)) != 0) break;
             res->last_val_loss = vl;
-            printf("step %d/%d | validation loss %.4f | perplexity %.3f\n", step, total, vl, exp(vl));
-            if ((rc = metrics_plot(&m, e)) != 0) break;
+            if (root) {
+                if ((rc = metrics_eval(&m, &v, e)) != 0) break;
+                printf("step %d/%d | validation loss %.4f | perplexity %.3f\n", step, total, vl, exp(vl));
+                if ((rc = metrics_plot(&m, e)) != 0) break;
+            }
         }
-        if ((o->checkpoint_every > 0 && step % o->checkpoint_every == 0) || last || step == stop_at)
+        /* rank 0 writes the checkpoint: every rank holds the whole state (no sharded optimizer yet) */
+        if (root && ((o->checkpoint_every > 0 && step % o->checkpoint_every == 0) || last || step == stop_at))
             if ((rc = checkpoint_save(o->out, eng, &pos, opts, e)) != 0) break;
     }
-    if (rc == 0) rc = metrics_plot(&m, e);
+    if (rc == 0 && root) rc = metrics_plot(&m, e);
     res->steps_done = pos.step;
     res->stopped_early = rc == 0 && pos.step < total;
-    metrics_close(&m);
+    if (root) metrics_close(&m);
     free(tokens);
     free(labels);
     free(valid);

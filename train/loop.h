@@ -3,15 +3,20 @@
  * train_loop_run drives an engine (train/engine.h) over batches from a source (below) with the
  * options of train/options.h:
  *   - total steps: --max-steps, or --epochs × steps per epoch (the smaller when both are set);
- *     steps per epoch = training sequences / (micro-batch × grad-accum), the remainder dropped;
- *   - each step: grad-accum micro-batches are drawn first, their valid labels counted, and each
- *     micro-step runs with grad_scale = 1 / (valid labels of the whole step); the step's loss is
- *     Σ NLL / valid labels; then the learning rate of the schedule, clipping and the optimizer;
- *   - evaluation (validation loss and perplexity over --eval-batches micro-batches) before the
- *     first step, every --eval-every steps and at the end; metrics.jsonl, loss.svg, a progress
- *     line every --log-every steps;
- *   - checkpoints every --checkpoint-every steps, at the end, and when --stop-after ends the run
- *     early; --resume continues from a checkpoint bit-identically (same batches, same dropout
+ *     steps per epoch = training sequences / (micro-batch × grad-accum × ranks), the remainder
+ *     dropped;
+ *   - each step: world × grad-accum micro-batches in the data's order, rank r taking the r-th run
+ *     of grad-accum of them (so a job of W ranks with accumulation A trains on the examples, in
+ *     the order, of one process with accumulation W·A, with the same dropout masks: micro_index is
+ *     the micro-batch's index in that order); their valid labels are counted and summed over the
+ *     ranks (train/comm.h), each micro-step runs with grad_scale = 1 / (valid labels of the whole
+ *     step); the step's loss is Σ NLL / valid labels; then the learning rate of the schedule,
+ *     clipping and the optimizer (the engine reduces the gradients over the ranks);
+ *   - evaluation (validation loss and perplexity over --eval-batches micro-batches, batch i on
+ *     rank i mod world, summed over the ranks) before the first step, every --eval-every steps
+ *     and at the end; metrics.jsonl, loss.svg, a progress line every --log-every steps (rank 0);
+ *   - checkpoints (rank 0) every --checkpoint-every steps, at the end, and when --stop-after ends
+ *     the run early; --resume continues from a checkpoint bit-identically (same batches, same dropout
  *     masks through micro_index, same optimizer state);
  *   - a non-finite loss or gradient stops training with the step (and the tensor) named; nothing
  *     is written after it, so the last checkpoint stays the last good state.
@@ -23,6 +28,7 @@
 #include <stdint.h>
 
 #include "io/error.h"
+#include "train/comm.h"
 #include "train/engine.h"
 #include "train/options.h"
 
@@ -50,12 +56,13 @@ struct loop_result {
     double last_train_loss;
 };
 
+/* Runs the loop on this rank of the job comm (train/comm.h; comm_single for one process). */
 int train_loop_run(const struct train_options *o, const struct train_engine *eng, const struct batch_source *src,
-                   struct loop_result *res, struct io_err *e);
+                   const struct train_comm *comm, struct loop_result *res, struct io_err *e);
 
-/* Steps of the whole run for these options and this many training sequences (0 when the data
- * cannot fill one step). */
-int train_total_steps(const struct train_options *o, int64_t n_train);
+/* Steps of the whole run for these options, this many training sequences and this many ranks (0
+ * when the data cannot fill one step). */
+int train_total_steps(const struct train_options *o, int64_t n_train, int world);
 
 #ifdef __cplusplus
 }

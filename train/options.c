@@ -9,12 +9,11 @@
 #include <string.h>
 #include <time.h>
 
-const char *const train_target_names[TARGET_COUNT] = {"q", "k", "v", "o", "gate", "up", "down"};
-
 enum opt_kind { K_PATH, K_INT, K_FLOAT, K_U64, K_ENUM, K_FLAG, K_TARGETS, K_DATA };
 
 struct opt_def {
     const char *name;
+    unsigned programs; /* enum options_program bits */
     enum opt_kind kind;
     size_t offset;
     const char *const *choices; /* K_ENUM: NULL-terminated names, index = enum value */
@@ -22,60 +21,71 @@ struct opt_def {
     const char *help;
 };
 
-static const char *const k_methods[] = {"lora", "dora", "qlora", "qdora", "full", NULL};
 static const char *const k_schedules[] = {"cosine", "linear", "constant", NULL};
-static const char *const k_optimizers[] = {"adamw", "adamw8bit", NULL};
-static const char *const k_recompute[] = {"none", "attn", "layer", NULL};
 static const char *const k_exports[] = {"adapter", "merged", NULL};
 static const char *const k_scalings[] = {"standard", "rslora", NULL};
 static const char *const k_precisions[] = {"auto", "fp32", "bf16", NULL};
 
 #define OFF(field) offsetof(struct train_options, field)
+/* which programs take a flag */
+#define TRAIN PROGRAM_TRAIN
+#define BENCH PROGRAM_BENCH
+#define BOTH (PROGRAM_TRAIN | PROGRAM_BENCH)
 
 static const struct opt_def k_opts[] = {
-    {"model", K_PATH, OFF(model), NULL, 0, 0,
-     "model: an HF folder (config.json + safetensors), a bitsandbytes 4-bit folder, or a .gguf file"},
-    {"data", K_DATA, 0, NULL, 0, 0,
+    {"model", BOTH, K_PATH, OFF(model), NULL, 0, 0,
+     "model: an HF folder (config.json + safetensors), a bitsandbytes 4-bit folder, or a .gguf file "
+     "(//gpu:bench: also a config.json or a named shape: llama-3.2-1b | llama-3.2-3b | llama-3.1-8b | smollm2-135m)"},
+    {"data", TRAIN, K_DATA, 0, NULL, 0, 0,
      "training data: text files, folders of them, or .jsonl (text | prompt+response | messages); "
      "repeat the flag or separate with commas"},
-    {"out", K_PATH, OFF(out), NULL, 0, 0, "output folder: adapter, checkpoint, metrics.jsonl, loss.svg"},
-    {"resume", K_PATH, OFF(resume), NULL, 0, 0, "continue bit-identically from the checkpoint in this folder"},
-    {"method", K_ENUM, OFF(method), k_methods, 0, 0, "what trains: lora | dora | qlora | qdora | full"},
-    {"rank", K_INT, OFF(rank), NULL, 1, 4096, "adapter rank r"},
-    {"alpha", K_FLOAT, OFF(alpha), NULL, 1e-6, 1e6, "adapter alpha (scale alpha/r, or alpha/sqrt(r) with rslora)"},
-    {"scaling", K_ENUM, OFF(scaling), k_scalings, 0, 0, "adapter scale: standard (alpha/r) | rslora (alpha/sqrt(r))"},
-    {"dropout", K_FLOAT, OFF(dropout), NULL, 0, 0.95, "dropout on the adapter input"},
-    {"targets", K_TARGETS, OFF(targets), NULL, 0, 0, "adapted linear layers: any of q,k,v,o,gate,up,down, or all"},
-    {"seq", K_INT, OFF(seq), NULL, 2, 1 << 20, "sequence length (tokens per packed sequence)"},
-    {"micro-batch", K_INT, OFF(micro_batch), NULL, 1, 1 << 16, "sequences per micro-batch"},
-    {"grad-accum", K_INT, OFF(grad_accum), NULL, 1, 1 << 16, "micro-batches per optimizer step"},
-    {"epochs", K_INT, OFF(epochs), NULL, 0, 1 << 20, "passes over the training data (0: no limit)"},
-    {"max-steps", K_INT, OFF(max_steps), NULL, 0, 1 << 30, "optimizer steps (0: no limit); the first limit reached ends training"},
-    {"lr", K_FLOAT, OFF(lr), NULL, 0, 10, "peak learning rate"},
-    {"min-lr-ratio", K_FLOAT, OFF(min_lr_ratio), NULL, 0, 1, "final learning rate as a fraction of --lr (cosine, linear)"},
-    {"warmup", K_INT, OFF(warmup), NULL, 0, 1 << 30, "linear warm-up steps"},
-    {"schedule", K_ENUM, OFF(schedule), k_schedules, 0, 0, "learning-rate decay after warm-up: cosine | linear | constant"},
-    {"weight-decay", K_FLOAT, OFF(weight_decay), NULL, 0, 10, "decoupled weight decay (AdamW)"},
-    {"clip", K_FLOAT, OFF(clip), NULL, 0, 1e9, "clip the global gradient norm to this (0: no clipping)"},
-    {"beta1", K_FLOAT, OFF(beta1), NULL, 0, 0.999999, "AdamW beta1"},
-    {"beta2", K_FLOAT, OFF(beta2), NULL, 0, 0.999999999, "AdamW beta2"},
-    {"eps", K_FLOAT, OFF(eps), NULL, 0, 1, "AdamW epsilon"},
-    {"optimizer", K_ENUM, OFF(optimizer), k_optimizers, 0, 0, "adamw | adamw8bit (bitsandbytes-style 8-bit blockwise states)"},
-    {"precision", K_ENUM, OFF(precision), k_precisions, 0, 0,
+    {"out", TRAIN, K_PATH, OFF(out), NULL, 0, 0, "output folder: adapter, checkpoint, metrics.jsonl, loss.svg"},
+    {"resume", TRAIN, K_PATH, OFF(resume), NULL, 0, 0, "continue bit-identically from the checkpoint in this folder"},
+    {"method", BOTH, K_ENUM, OFF(method), train_method_names, 0, 0, "what trains: lora | dora | qlora | qdora | full"},
+    {"rank", BOTH, K_INT, OFF(rank), NULL, 1, 4096, "adapter rank r"},
+    {"alpha", BOTH, K_FLOAT, OFF(alpha), NULL, 1e-6, 1e6, "adapter alpha (scale alpha/r, or alpha/sqrt(r) with rslora)"},
+    {"scaling", BOTH, K_ENUM, OFF(scaling), k_scalings, 0, 0, "adapter scale: standard (alpha/r) | rslora (alpha/sqrt(r))"},
+    {"dropout", BOTH, K_FLOAT, OFF(dropout), NULL, 0, 0.95, "dropout on the adapter input"},
+    {"targets", BOTH, K_TARGETS, OFF(targets), NULL, 0, 0, "adapted linear layers: any of q,k,v,o,gate,up,down, or all"},
+    {"seq", BOTH, K_INT, OFF(seq), NULL, 2, 1 << 20, "sequence length (tokens per packed sequence)"},
+    {"micro-batch", BOTH, K_INT, OFF(micro_batch), NULL, 1, 1 << 16, "sequences per micro-batch"},
+    {"grad-accum", BOTH, K_INT, OFF(grad_accum), NULL, 1, 1 << 16, "micro-batches per optimizer step"},
+    {"epochs", TRAIN, K_INT, OFF(epochs), NULL, 0, 1 << 20, "passes over the training data (0: no limit)"},
+    {"max-steps", TRAIN, K_INT, OFF(max_steps), NULL, 0, 1 << 30, "optimizer steps (0: no limit); the first limit reached ends training"},
+    {"lr", BOTH, K_FLOAT, OFF(lr), NULL, 0, 10, "peak learning rate"},
+    {"min-lr-ratio", TRAIN, K_FLOAT, OFF(min_lr_ratio), NULL, 0, 1, "final learning rate as a fraction of --lr (cosine, linear)"},
+    {"warmup", TRAIN, K_INT, OFF(warmup), NULL, 0, 1 << 30, "linear warm-up steps"},
+    {"schedule", TRAIN, K_ENUM, OFF(schedule), k_schedules, 0, 0, "learning-rate decay after warm-up: cosine | linear | constant"},
+    {"weight-decay", BOTH, K_FLOAT, OFF(weight_decay), NULL, 0, 10, "decoupled weight decay (AdamW)"},
+    {"clip", BOTH, K_FLOAT, OFF(clip), NULL, 0, 1e9, "clip the global gradient norm to this (0: no clipping)"},
+    {"beta1", BOTH, K_FLOAT, OFF(beta1), NULL, 0, 0.999999, "AdamW beta1"},
+    {"beta2", BOTH, K_FLOAT, OFF(beta2), NULL, 0, 0.999999999, "AdamW beta2"},
+    {"eps", BOTH, K_FLOAT, OFF(eps), NULL, 0, 1, "AdamW epsilon"},
+    {"optimizer", BOTH, K_ENUM, OFF(optimizer), optimizer_names, 0, 0, "adamw | adamw8bit (bitsandbytes-style 8-bit blockwise states)"},
+    {"precision", BOTH, K_ENUM, OFF(precision), k_precisions, 0, 0,
      "arithmetic: auto (fp32 in //ref:train, bf16 in //gpu:train) | fp32 | bf16 (in //ref:train: bf16 weights and "
      "activations rounded where //gpu:train rounds them)"},
-    {"recompute", K_ENUM, OFF(recompute), k_recompute, 0, 0, "activation recomputation in backward: none | attn | layer"},
-    {"auto-batch", K_FLAG, OFF(auto_batch), NULL, 0, 0, "pick the largest micro-batch the memory plan allows (GPU)"},
-    {"eval-every", K_INT, OFF(eval_every), NULL, 0, 1 << 30, "evaluate every N steps (0: only at the end)"},
-    {"eval-batches", K_INT, OFF(eval_batches), NULL, 1, 1 << 30, "validation micro-batches per evaluation"},
-    {"val-fraction", K_FLOAT, OFF(val_fraction), NULL, 0, 0.9, "fraction of the packed sequences held out for validation"},
-    {"seed", K_U64, OFF(seed), NULL, 0, 0, "seed of initialization, shuffling and dropout"},
-    {"export", K_ENUM, OFF(export_kind), k_exports, 0, 0, "adapter (PEFT files) | merged (also an HF safetensors model with the adapter merged)"},
-    {"log-every", K_INT, OFF(log_every), NULL, 1, 1 << 30, "progress line and metrics record every N steps"},
-    {"checkpoint-every", K_INT, OFF(checkpoint_every), NULL, 0, 1 << 30, "write a resumable checkpoint every N steps (0: at the end)"},
-    {"stop-after", K_INT, OFF(max_steps_this_run), NULL, 0, 1 << 30, "stop this run after N steps with a checkpoint (resume later)"},
-    {"help", K_FLAG, OFF(help), NULL, 0, 0, "print this help"},
+    {"recompute", BOTH, K_ENUM, OFF(recompute), recompute_names, 0, 0, "activation recomputation in backward: none | attn | layer"},
+    {"auto-batch", TRAIN, K_FLAG, OFF(auto_batch), NULL, 0, 0, "pick the largest micro-batch the memory plan allows (GPU)"},
+    {"eval-every", TRAIN, K_INT, OFF(eval_every), NULL, 0, 1 << 30, "evaluate every N steps (0: only at the end)"},
+    {"eval-batches", TRAIN, K_INT, OFF(eval_batches), NULL, 1, 1 << 30, "validation micro-batches per evaluation"},
+    {"val-fraction", TRAIN, K_FLOAT, OFF(val_fraction), NULL, 0, 0.9, "fraction of the packed sequences held out for validation"},
+    {"seed", BOTH, K_U64, OFF(seed), NULL, 0, 0, "seed of initialization, shuffling and dropout"},
+    {"export", TRAIN, K_ENUM, OFF(export_kind), k_exports, 0, 0, "adapter (PEFT files) | merged (also an HF safetensors model with the adapter merged)"},
+    {"log-every", TRAIN, K_INT, OFF(log_every), NULL, 1, 1 << 30, "progress line and metrics record every N steps"},
+    {"checkpoint-every", TRAIN, K_INT, OFF(checkpoint_every), NULL, 0, 1 << 30, "write a resumable checkpoint every N steps (0: at the end)"},
+    {"stop-after", TRAIN, K_INT, OFF(max_steps_this_run), NULL, 0, 1 << 30, "stop this run after N steps with a checkpoint (resume later)"},
+    {"batch", BENCH, K_INT, OFF(micro_batch), NULL, 1, 1 << 16, "the same as --micro-batch"},
+    {"steps", BENCH, K_INT, OFF(bench_steps), NULL, 1, 1 << 20, "optimizer steps timed"},
+    {"warmup-steps", BENCH, K_INT, OFF(bench_warmup), NULL, 0, 1 << 20, "optimizer steps run before the timed ones"},
+    {"profile", BENCH, K_FLAG, OFF(profile), NULL, 0, 0, "also time every op category (a second JSON line)"},
+    {"ungrouped", BENCH, K_FLAG, OFF(ungrouped), NULL, 0, 0,
+     "run each LoRA adapter alone (no q/k/v and gate/up groups), for comparisons"},
+    {"help", BOTH, K_FLAG, OFF(help), NULL, 0, 0, "print this help"},
 };
+#undef TRAIN
+#undef BENCH
+#undef BOTH
 
 enum { N_OPTS = (int)(sizeof k_opts / sizeof k_opts[0]) };
 
@@ -87,10 +97,6 @@ void train_cache_dir(char *buf, size_t cap) {
     }
     const char *home = getenv("HOME");
     snprintf(buf, cap, "%s/.cache/refine", home != NULL ? home : ".");
-}
-
-const char *train_method_name(enum train_method m) {
-    return (int)m >= 0 && (int)m < 5 ? k_methods[m] : "?";
 }
 
 void train_options_defaults(struct train_options *o, const char *cache) {
@@ -106,9 +112,9 @@ void train_options_defaults(struct train_options *o, const char *cache) {
     o->method = METHOD_LORA;
     o->rank = 16;
     o->alpha = 32.0f;
-    o->scaling = SCALING_STANDARD;
+    o->scaling = LORA_SCALE_STANDARD;
     o->dropout = 0.0f;
-    o->targets = (1u << TARGET_COUNT) - 1;
+    o->targets = LLAMA_ALL_TARGETS;
     o->seq = 128;
     o->micro_batch = 2;
     o->grad_accum = 1;
@@ -132,6 +138,8 @@ void train_options_defaults(struct train_options *o, const char *cache) {
     o->export_kind = EXPORT_ADAPTER;
     o->log_every = 1;
     o->checkpoint_every = 0;
+    o->bench_steps = 10;
+    o->bench_warmup = 3;
 }
 
 static const struct opt_def *find_opt(const char *name, size_t len) {
@@ -142,7 +150,7 @@ static const struct opt_def *find_opt(const char *name, size_t len) {
 
 static int parse_targets(unsigned *mask, const char *v, struct io_err *e) {
     if (strcmp(v, "all") == 0) {
-        *mask = (1u << TARGET_COUNT) - 1;
+        *mask = LLAMA_ALL_TARGETS;
         return 0;
     }
     unsigned m = 0;
@@ -151,12 +159,10 @@ static int parse_targets(unsigned *mask, const char *v, struct io_err *e) {
         const char *end = strchr(p, ',');
         size_t len = end != NULL ? (size_t)(end - p) : strlen(p);
         int found = -1;
-        for (int t = 0; t < TARGET_COUNT; t++) {
-            const char *n = train_target_names[t];
-            /* Accept the HF module names too: q_proj, gate_proj, ... */
-            size_t nl = strlen(n);
-            if ((len == nl && strncmp(p, n, len) == 0) ||
-                (len == nl + 5 && strncmp(p, n, nl) == 0 && strncmp(p + nl, "_proj", 5) == 0))
+        for (int t = 0; t < LLAMA_N_LINEAR; t++) {
+            /* the short name, or PEFT's module name (q_proj, gate_proj, ...) */
+            const char *n = llama_linears[t].target, *peft = llama_linears[t].peft;
+            if ((len == strlen(n) && strncmp(p, n, len) == 0) || (len == strlen(peft) && strncmp(p, peft, len) == 0))
                 found = t;
         }
         if (found < 0)
@@ -242,19 +248,21 @@ static int set_value(struct train_options *o, const struct opt_def *d, const cha
     return io_fail(e, "--%s: internal error", d->name);
 }
 
-static int check_combination(const struct train_options *o, struct io_err *e) {
+static int check_combination(const struct train_options *o, enum options_program prog, struct io_err *e) {
+    if (o->method == METHOD_FULL && o->dropout > 0.0f)
+        return io_fail(e, "--dropout applies to adapters; --method full trains the weights themselves");
+    if (o->optimizer == OPTIMIZER_ADAMW8BIT && o->weight_decay < 0) return io_fail(e, "--weight-decay must be ≥ 0");
+    if (prog != PROGRAM_TRAIN) return 0;
     if (o->epochs == 0 && o->max_steps == 0)
         return io_fail(e, "set --epochs or --max-steps (both are 0: training would never end)");
     if (o->warmup > 0 && o->max_steps > 0 && o->warmup >= o->max_steps)
         return io_fail(e, "--warmup %d must be smaller than --max-steps %d", o->warmup, o->max_steps);
     if (o->n_data == 0) return io_fail(e, "no --data given");
-    if (o->method == METHOD_FULL && o->dropout > 0.0f)
-        return io_fail(e, "--dropout applies to adapters; --method full trains the weights themselves");
-    if (o->optimizer == OPTIMIZER_ADAMW8BIT && o->weight_decay < 0) return io_fail(e, "--weight-decay must be ≥ 0");
     return 0;
 }
 
-int train_options_parse(struct train_options *o, int argc, char **argv, struct io_err *e) {
+int train_options_parse(struct train_options *o, int argc, char **argv, enum options_program prog,
+                        struct io_err *e) {
     int data_given = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -265,6 +273,9 @@ int train_options_parse(struct train_options *o, int argc, char **argv, struct i
         size_t len = eq != NULL ? (size_t)(eq - name) : strlen(name);
         const struct opt_def *d = find_opt(name, len);
         if (d == NULL) return io_fail(e, "unknown option '--%.*s' (see --help)", (int)len, name);
+        if (!(d->programs & prog))
+            return io_fail(e, "--%s is a flag of %s, not of this program (see --help)", d->name,
+                           d->programs & PROGRAM_TRAIN ? "the trainers" : "the benchmark");
         const char *value = NULL;
         if (d->kind == K_FLAG) {
             if (eq != NULL) return io_fail(e, "--%s takes no value", d->name);
@@ -281,7 +292,7 @@ int train_options_parse(struct train_options *o, int argc, char **argv, struct i
         if (set_value(o, d, value != NULL ? value : "", e) != 0) return -1;
     }
     if (o->help) return 0;
-    return check_combination(o, e);
+    return check_combination(o, prog, e);
 }
 
 static void default_text(const struct train_options *o, const struct opt_def *d, char *buf, size_t cap) {
@@ -298,14 +309,20 @@ static void default_text(const struct train_options *o, const struct opt_def *d,
     }
 }
 
-void train_options_help(FILE *f, const char *program, const char *cache) {
+void train_options_help(FILE *f, const char *program, enum options_program prog, const char *cache) {
     struct train_options d;
     train_options_defaults(&d, cache);
     snprintf(d.out, sizeof d.out, "runs/refine-<date>-<time>");
     fprintf(f, "usage: %s [--flag value]...\n\n", program);
-    fprintf(f, "Fine-tunes a Llama-family model. With no flags: LoRA on SmolLM2-135M-Instruct with the\n"
-               "King James Bible (tools/setup.sh fetches both into %s).\n\n", cache);
+    if (prog == PROGRAM_TRAIN)
+        fprintf(f, "Fine-tunes a Llama-family model. With no flags: LoRA on SmolLM2-135M-Instruct with the\n"
+                   "King James Bible (tools/setup.sh fetches both into %s).\n\n", cache);
+    else
+        fprintf(f, "Times the training step of //gpu:train on random weights of the model's shapes and prints\n"
+                   "one JSON line (tokens/s, step time, memory, model TFLOP/s, MFU). The trainers' flags, with\n"
+                   "their defaults; --model may also name a shape.\n\n");
     for (int i = 0; i < N_OPTS; i++) {
+        if (!(k_opts[i].programs & prog)) continue;
         char def[OPT_PATH_MAX];
         default_text(&d, &k_opts[i], def, sizeof def);
         fprintf(f, "  --%-17s %s\n  %-19s (default: %s)\n", k_opts[i].name, k_opts[i].help, "", def);
@@ -338,7 +355,7 @@ int train_options_to_json(const struct train_options *o, char *buf, size_t cap) 
     strncat(buf, "{", cap - strlen(buf) - 1);
     for (int i = 0; i < N_OPTS; i++) {
         const struct opt_def *d = &k_opts[i];
-        if (d->kind == K_FLAG && strcmp(d->name, "help") == 0) continue;
+        if (!(d->programs & PROGRAM_TRAIN) || (d->kind == K_FLAG && strcmp(d->name, "help") == 0)) continue;
         size_t n = strlen(buf);
         snprintf(buf + n, cap - n, "%s\"%s\":", n > 1 ? "," : "", d->name);
         n = strlen(buf);
@@ -360,10 +377,10 @@ int train_options_to_json(const struct train_options *o, char *buf, size_t cap) 
             case K_TARGETS: {
                 strncat(buf, "[", cap - strlen(buf) - 1);
                 int first = 1;
-                for (int t = 0; t < TARGET_COUNT; t++) {
+                for (int t = 0; t < LLAMA_N_LINEAR; t++) {
                     if (!(o->targets & (1u << t))) continue;
                     if (!first) strncat(buf, ",", cap - strlen(buf) - 1);
-                    json_str(buf, cap, train_target_names[t]);
+                    json_str(buf, cap, llama_linears[t].target);
                     first = 0;
                 }
                 strncat(buf, "]", cap - strlen(buf) - 1);

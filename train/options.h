@@ -17,23 +17,26 @@
 #include <stdio.h>
 
 #include "io/error.h"
+#include "io/family.h"
+#include "ref/adamw.h"
+#include "ref/llama.h"
+#include "ref/lora.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-enum train_method { METHOD_LORA = 0, METHOD_DORA, METHOD_QLORA, METHOD_QDORA, METHOD_FULL };
+/* The model vocabulary is ref/'s: enum train_method and enum recompute_policy (ref/llama.h),
+ * enum optimizer_kind (ref/adamw.h), the linear layers and their --targets names (io/family.h). */
 enum lr_schedule { SCHEDULE_COSINE = 0, SCHEDULE_LINEAR, SCHEDULE_CONSTANT };
-enum optimizer_kind { OPTIMIZER_ADAMW = 0, OPTIMIZER_ADAMW8BIT };
-enum recompute_policy { RECOMPUTE_NONE = 0, RECOMPUTE_ATTN, RECOMPUTE_LAYER };
 enum export_kind { EXPORT_ADAPTER = 0, EXPORT_MERGED };
-enum adapter_scaling { SCALING_STANDARD = 0, SCALING_RSLORA }; /* α/r or α/√r */
 /* PRECISION_AUTO: the trainer's own arithmetic (fp32 on the CPU, bf16 on the GPU). */
 enum precision { PRECISION_AUTO = 0, PRECISION_FP32, PRECISION_BF16 };
 
-/* Bit i of targets selects target i of train_target_names (q, k, v, o, gate, up, down). */
-enum { TARGET_COUNT = 7 };
-extern const char *const train_target_names[TARGET_COUNT];
+/* The programs that read this flag table: the trainers (//ref:train, //gpu:train) and the
+ * benchmark (//gpu:bench, which times the trainer's step on random weights). Each flag says which
+ * of them take it; a flag given to a program that does not take it is refused by name. */
+enum options_program { PROGRAM_TRAIN = 1, PROGRAM_BENCH = 2 };
 
 #define OPT_PATH_MAX 1024
 #define OPT_MAX_DATA 16
@@ -47,9 +50,9 @@ struct train_options {
     enum train_method method;
     int rank;
     float alpha;
-    enum adapter_scaling scaling;
+    enum lora_scaling scaling; /* ref/lora.h: α/r or α/√r */
     float dropout;
-    unsigned targets; /* bit mask over train_target_names */
+    unsigned targets; /* bit (1u << t) per linear t of io/family.h (--targets q,k,v,o,gate,up,down) */
     int seq;
     int micro_batch;
     int grad_accum;
@@ -74,6 +77,11 @@ struct train_options {
     int log_every;
     int checkpoint_every; /* steps; 0: only at the end */
     int max_steps_this_run; /* stop (with a checkpoint) after this many steps of this run: 0 = off */
+    /* //gpu:bench only */
+    int bench_steps;  /* timed optimizer steps */
+    int bench_warmup; /* untimed steps before them */
+    int profile;      /* also time each op category (a second JSON line) */
+    int ungrouped;    /* LoRA adapters one linear at a time (comparisons) */
     int help;
 };
 
@@ -81,22 +89,22 @@ struct train_options {
  * ~/.cache/refine) used for the default model and data paths. */
 void train_options_defaults(struct train_options *o, const char *cache);
 
-/* Parses argv[1..argc-1] over the defaults already in o ("--flag value" or "--flag=value";
- * boolean flags take no value). Returns 0, or -1 with e naming the bad flag or value. Checks
- * ranges and combinations (e.g. --rank ≥ 1, --method full with adapter-only flags, neither
- * --epochs nor --max-steps). */
-int train_options_parse(struct train_options *o, int argc, char **argv, struct io_err *e);
+/* Parses argv[1..argc-1] for program prog over the defaults already in o ("--flag value" or
+ * "--flag=value"; boolean flags take no value). Returns 0, or -1 with e naming the bad flag or
+ * value. Checks ranges and combinations (e.g. --rank ≥ 1, --method full with adapter-only flags,
+ * neither --epochs nor --max-steps). */
+int train_options_parse(struct train_options *o, int argc, char **argv, enum options_program prog,
+                        struct io_err *e);
 
-/* Prints the usage line of `program` and every flag with its default and help. */
-void train_options_help(FILE *f, const char *program, const char *cache);
+/* Prints the usage line of `program` (how the user runs it) and every flag prog takes, with its
+ * default and help. */
+void train_options_help(FILE *f, const char *program, enum options_program prog, const char *cache);
 
-/* Writes the options as one JSON object (for checkpoints and the metrics log header). */
+/* Writes the trainers' options as one JSON object (for checkpoints and the metrics log header). */
 int train_options_to_json(const struct train_options *o, char *buf, size_t cap);
 
 /* The artifact cache directory: $REFINE_CACHE, else $HOME/.cache/refine. */
 void train_cache_dir(char *buf, size_t cap);
-
-const char *train_method_name(enum train_method m);
 
 #ifdef __cplusplus
 }

@@ -295,11 +295,11 @@ static void test_adam(struct golden *g, uint64_t seed, int strict) {
             adamw8bit_moments(&tmp, m, v);
             for (int64_t i = 0; i < n8; i++) {
                 float gv = gr[i];
-                float mm = fmaf(gv, (float)(1.0 - h.beta1), m[i] * (float)h.beta1);
-                float vv = fmaf((float)(1.0 - h.beta2) * gv, gv, v[i] * (float)h.beta2);
+                float mm = fmaf(gv, (float)(1.0 - h.hp.beta1), m[i] * (float)h.hp.beta1);
+                float vv = fmaf((float)(1.0 - h.hp.beta2) * gv, gv, v[i] * (float)h.hp.beta2);
                 if (strict) {
-                    mm = m[i] * (float)h.beta1 + (1.0f - (float)h.beta1) * gv;
-                    vv = v[i] * (float)h.beta2 + ((1.0f - (float)h.beta2) * gv) * gv;
+                    mm = m[i] * (float)h.hp.beta1 + (1.0f - (float)h.hp.beta1) * gv;
+                    vv = v[i] * (float)h.hp.beta2 + ((1.0f - (float)h.hp.beta2) * gv) * gv;
                 }
                 xm[i] = mm / a1[i / 256];
                 xv[i] = vv / a2[i / 256];

@@ -324,7 +324,7 @@ static void run_smollm2(void) {
 
     struct llama_options o;
     ref_llama_options_default(&o);
-    o.blas = 1; /* 135M parameters: the sgemm path (agrees with the naive one, tests/unit/llama_test) */
+    o.linear = LINEAR_BLAS; /* 135M parameters: the sgemm path (agrees with the naive one, tests/unit/llama_test) */
     struct llama_model m;
     ref_llama_init(&m, c, &o, 1, T, T);
     float *slab = malloc(ref_llama_slab_floats(&m) * sizeof(float));

@@ -162,7 +162,7 @@ static void run_tensor(int64_t n, double wd, double gnorm_scale, int plant, int 
     snprintf(shape, sizeof shape, "n=%lld wd=%g gnorm_scale=%g%s", (long long)n, wd, gnorm_scale,
              plant ? " nonfinite grads" : "");
     struct adamw8bit_hparams h = adamw8bit_defaults();
-    h.weight_decay = wd, h.gnorm_scale = gnorm_scale, h.variant = ADAMW8BIT_BNB_CUDA;
+    h.hp.weight_decay = wd, h.gnorm_scale = gnorm_scale, h.variant = ADAMW8BIT_BNB_CUDA;
     struct adamw8bit_state s;
     adamw8bit_init(&s, n, h.min_8bit_size);
     std::vector<float> p((size_t)n), g((size_t)n);
@@ -177,7 +177,7 @@ static void run_tensor(int64_t n, double wd, double gnorm_scale, int plant, int 
         if (plant && step == 2 && n >= 300) g[5] = NAN, g[290] = INFINITY;
         dev_buf_reset(&bg, g.data());
         dev_buf_reset(&d.copy, nullptr); /* poisoned: every element of the copy must be written */
-        const struct gpu_adamw8bit_args a = {h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.gnorm_scale, step};
+        const struct gpu_adamw8bit_args a = {h.hp, h.gnorm_scale, step};
         gpu_adamw8bit_step(&d.t, &a, g_stream);
         adamw8bit_step(&s, p.data(), g.data(), &h);
         std::vector<float> gg((size_t)n);
@@ -206,7 +206,7 @@ static void run_scalars(int64_t n, double max_norm, int id) {
     char shape[128];
     snprintf(shape, sizeof shape, "n=%lld wd=0.01 device norm_coef (max_norm=%g) and guard", (long long)n, max_norm);
     struct adamw8bit_hparams h = adamw8bit_defaults();
-    h.weight_decay = 0.01, h.variant = ADAMW8BIT_BNB_CUDA;
+    h.hp.weight_decay = 0.01, h.variant = ADAMW8BIT_BNB_CUDA;
     struct adamw8bit_state s;
     adamw8bit_init(&s, n, h.min_8bit_size);
     std::vector<float> p((size_t)n), g((size_t)n);
@@ -235,8 +235,8 @@ static void run_scalars(int64_t n, double max_norm, int id) {
         CUDA_CHECK(cudaStreamSynchronize(g_stream));
         EXPECT(isfinite(hnc[0]) && hnc[1] > 0.0f && hnc[1] <= 1.0f, "adamw8bit %s: step %d norm %g coef %g", shape,
                step, (double)hnc[0], (double)hnc[1]);
-        struct gpu_adamw8bit_args a = {h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, 123.0, step};
-        struct gpu_adamw8bit_args b = {h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, (double)hnc[1], step};
+        struct gpu_adamw8bit_args a = {h.hp, 123.0, step};
+        struct gpu_adamw8bit_args b = {h.hp, (double)hnc[1], step};
         char label[96];
         if (step == 4) {
             const snap8 before = snapshot(&A);
@@ -250,7 +250,7 @@ static void run_scalars(int64_t n, double max_norm, int id) {
                             {"guard NaN, norm_coef valid", nc, (const double *)bnan.data},
                             {"guard +Inf", nullptr, (const double *)binf.data}};
             for (const refused &x : refusals) {
-                struct gpu_adamw8bit_args ra = {h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, 1.0, step};
+                struct gpu_adamw8bit_args ra = {h.hp, 1.0, step};
                 ra.norm_coef = x.norm_coef, ra.guard = x.guard;
                 gpu_adamw8bit_step(&A.t, &ra, g_stream);
                 snprintf(label, sizeof label, "unchanged after a step refused by %s", x.name);

@@ -13,7 +13,7 @@
  *
  * A non-finite gradient (NaN, Inf) makes the norm non-finite and leaves every master, m and v as
  * they were, bitwise (gpu/adamw.h's guard), with and without clipping; a context without state
- * computes the same norm. The guard scalar (gpu_adamw_step_args.guard): finite (3.5), the steps
+ * computes the same norm. The guard scalar (gpu_adamw_step's guard): finite (3.5), the steps
  * above compare as with none; NaN or +Inf with finite gradients, every master, m, v and bf16 copy
  * stays as it was, bitwise, and grad_norm is still written when asked for.
  * gpu_adamw_norm_and_coef: the norm is gpu_adamw_step's grad_norm bit for bit (from a context with
@@ -67,8 +67,8 @@ static double oracle_norm_and_clip(std::vector<host_tensor> &ts, double max_norm
     return ref_grad_total_norm(gs.data(), ns.data(), (int)ts.size());
 }
 
-static void oracle_step(host_tensor &t, const struct gpu_adamw_step_args &h) {
-    const struct adamw_hparams hp = {h.lr, h.beta1, h.beta2, h.eps, t.decay ? h.weight_decay : 0.0};
+static void oracle_step(host_tensor &t, const struct optim_step &h) {
+    const struct adamw_hparams hp = {h.hp.lr, h.hp.beta1, h.hp.beta2, h.hp.eps, t.decay ? h.hp.weight_decay : 0.0};
     ref_adamw_step(t.p.data(), t.m.data(), t.v.data(), t.g.data(), t.n, h.step, &hp);
 }
 
@@ -108,8 +108,8 @@ static void run_optimizer(const std::vector<int64_t> &sizes, double max_norm, in
     const double guard_value = 3.5;
     dev_buf_alloc(&bguard, "guard", sizeof(double), POISON_NONE, &guard_value);
 
-    struct gpu_adamw_step_args h = {1e-3, 0.9, 0.999, 1e-8, 0.01, max_norm, 0};
-    if (finite_guard) h.guard = (const double *)bguard.data;
+    struct optim_step h = {0, {1e-3, 0.9, 0.999, 1e-8, 0.01}, max_norm};
+    const double *guard = finite_guard ? (const double *)bguard.data : nullptr;
     const bool clip = max_norm > 0;
     for (int step = 1; step <= 3; step++) {
         h.step = step;
@@ -120,7 +120,7 @@ static void run_optimizer(const std::vector<int64_t> &sizes, double max_norm, in
             dev_buf_reset(&bc[i], nullptr);
         }
         dev_buf_reset(&bnorm, nullptr);
-        gpu_adamw_step(opt, &h, (float *)bnorm.data, g_stream);
+        gpu_adamw_step(opt, &h, guard, (float *)bnorm.data, g_stream);
         const double norm_r = oracle_norm_and_clip(ts, max_norm);
         for (host_tensor &t : ts) oracle_step(t, h);
 
@@ -143,7 +143,7 @@ static void run_optimizer(const std::vector<int64_t> &sizes, double max_norm, in
             snprintf(what, sizeof what, "tensor %d (n=%lld) step %d master", i, (long long)t.n, step);
             cc.what = what;
             if (!clip) cmp_exact_f32(&cc, p.data(), t.p.data(), t.n);
-            else cmp_elementwise(&cc, p.data(), t.p.data(), t.n, FLT_EPSILON, 4.0, 10.0 * h.lr, nullptr);
+            else cmp_elementwise(&cc, p.data(), t.p.data(), t.n, FLT_EPSILON, 4.0, 10.0 * h.hp.lr, nullptr);
             snprintf(what, sizeof what, "tensor %d (n=%lld) step %d m", i, (long long)t.n, step);
             if (!clip) cmp_exact_f32(&cc, m.data(), t.m.data(), t.n);
             else cmp_elementwise(&cc, m.data(), t.m.data(), t.n, FLT_EPSILON, 16.0, 0.0, nullptr);
@@ -176,13 +176,13 @@ static void run_optimizer(const std::vector<int64_t> &sizes, double max_norm, in
 
 struct bench_ctx {
     struct gpu_adamw *opt;
-    struct gpu_adamw_step_args h;
+    struct optim_step h;
     float *norm;
 };
 
 static void bench_call(void *p, cudaStream_t s) {
     bench_ctx *b = (bench_ctx *)p;
-    gpu_adamw_step(b->opt, &b->h, b->norm, s);
+    gpu_adamw_step(b->opt, &b->h, nullptr, b->norm, s);
 }
 
 static void bench(double ceiling) {
@@ -207,12 +207,12 @@ static void bench(double ceiling) {
         }
         bench_ctx b;
         b.opt = build_gpu_adamw(ps.data(), st.count);
-        b.h = {1e-4, 0.9, 0.999, 1e-8, 0.01, 1.0, 1};
+        b.h = {1, {1e-4, 0.9, 0.999, 1e-8, 0.01}, 1.0};
         CUDA_CHECK(cudaMalloc(&b.norm, 4));
         /* bytes: read p, m, v, g (16) + write p, m, v (12) + bf16 copy (2); the norm pass reads g again */
         const double total = (double)st.count * st.n;
         bench_json("adamw_step_clip", st.name, 34.0 * total, 0, bench_time(bench_call, &b, g_stream, 3, 15, 3), ceiling);
-        b.h.max_grad_norm = 0;
+        b.h.clip = 0;
         CUDA_CHECK(cudaFree(b.norm));
         b.norm = nullptr;
         bench_json("adamw_step_noclip", st.name, 30.0 * total, 0, bench_time(bench_call, &b, g_stream, 3, 15, 3), ceiling);
@@ -311,8 +311,8 @@ static void run_nonfinite(double max_norm, float bad) {
     struct dev_buf bnorm, bnorm2;
     dev_buf_alloc(&bnorm, "grad_norm", 4, POISON_F32, nullptr);
     dev_buf_alloc(&bnorm2, "grad_norm (norm only)", 4, POISON_F32, nullptr);
-    const struct gpu_adamw_step_args h = {1e-3, 0.9, 0.999, 1e-8, 0.01, max_norm, 1};
-    gpu_adamw_step(opt, &h, (float *)bnorm.data, g_stream);
+    const struct optim_step h = {1, {1e-3, 0.9, 0.999, 1e-8, 0.01}, max_norm};
+    gpu_adamw_step(opt, &h, nullptr, (float *)bnorm.data, g_stream);
     gpu_adamw_grad_norm(nrm, (float *)bnorm2.data, g_stream);
     float norm = 0, norm2 = 0;
     dev_buf_download(&bnorm, &norm, 1);
@@ -325,7 +325,7 @@ static void run_nonfinite(double max_norm, float bad) {
     /* the same context on finite gradients still updates (the guard lets finite steps through) */
     gs.ts[1].g[gs.ts[1].n / 2] = 0.5f;
     dev_buf_reset(&gs.bg[1], gs.ts[1].g.data());
-    gpu_adamw_step(opt, &h, (float *)bnorm.data, g_stream);
+    gpu_adamw_step(opt, &h, nullptr, (float *)bnorm.data, g_stream);
     EXPECT(guard_set_master0_changed(gs), "adamw %s: a finite step after the refused one changed nothing", shape);
     free_gpu_adamw(opt);
     free_gpu_adamw(nrm);
@@ -349,9 +349,9 @@ static void run_guard(double bad, double max_norm, int want_norm) {
     struct dev_buf bnorm, bguard;
     dev_buf_alloc(&bnorm, "grad_norm", 4, POISON_F32, nullptr);
     dev_buf_alloc(&bguard, "guard", sizeof(double), POISON_NONE, &bad);
-    struct gpu_adamw_step_args h = {1e-3, 0.9, 0.999, 1e-8, 0.01, max_norm, 1};
-    h.guard = (const double *)bguard.data;
-    gpu_adamw_step(opt, &h, want_norm ? (float *)bnorm.data : nullptr, g_stream);
+    const struct optim_step h = {1, {1e-3, 0.9, 0.999, 1e-8, 0.01}, max_norm};
+    const double *guard = (const double *)bguard.data;
+    gpu_adamw_step(opt, &h, guard, want_norm ? (float *)bnorm.data : nullptr, g_stream);
     struct cmp_case cc = {"adamw", "", shape, "f32", g_seed};
     if (want_norm) {
         std::vector<const float *> gv;
@@ -367,7 +367,7 @@ static void run_guard(double bad, double max_norm, int want_norm) {
     /* the same step with a finite guard goes through */
     const double fine = 3.5;
     dev_buf_reset(&bguard, &fine);
-    gpu_adamw_step(opt, &h, want_norm ? (float *)bnorm.data : nullptr, g_stream);
+    gpu_adamw_step(opt, &h, guard, want_norm ? (float *)bnorm.data : nullptr, g_stream);
     EXPECT(guard_set_master0_changed(gs),
            "adamw %s: the step with a finite guard after the refused one changed nothing", shape);
     free_gpu_adamw(opt);
@@ -424,8 +424,8 @@ static void run_norm_and_coef(void) {
         read_norm_coef(gpu_adamw_norm_and_coef(opt, max_norm, g_stream), nc);
         read_norm_coef(gpu_adamw_norm_and_coef(nrm, max_norm, g_stream), nc_only);
         dev_buf_reset(&bnorm, nullptr);
-        const struct gpu_adamw_step_args h = {1e-3, 0.9, 0.999, 1e-8, 0.01, max_norm, ++step};
-        gpu_adamw_step(opt, &h, (float *)bnorm.data, g_stream);
+        const struct optim_step h = {++step, {1e-3, 0.9, 0.999, 1e-8, 0.01}, max_norm};
+        gpu_adamw_step(opt, &h, nullptr, (float *)bnorm.data, g_stream);
         dev_buf_download(&bnorm, &norm_step, 1);
         EXPECT(isfinite(nc[0]) && nc[0] > 0, "adamw_norm_and_coef %s: norm %g", shape, (double)nc[0]);
         snprintf(what, sizeof what, "norm = gpu_adamw_step's grad_norm (step %d)", step);

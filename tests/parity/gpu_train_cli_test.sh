@@ -3,10 +3,16 @@
 #   - it takes exactly //ref:train's flags (one table, train/options.c) — same --help flag list;
 #   - --precision fp32 is refused with one message pointing to //ref:train (exit status 1);
 #   - on a machine without a CUDA device it says so, points to //ref:train, and exits 1 before
-#     reading the model or the data (skipped where a device answers nvidia-smi).
+#     reading the model or the data (skipped where a device answers nvidia-smi);
+#   - //gpu:bench reads the same flag table: every flag it lists that the trainers take has the
+#     trainers' default, --micro-batch and its alias --batch are there, the trainers' data and
+#     output flags are refused by name (exit status 1), and its own flags are refused by the
+#     trainers.
 set -uo pipefail
-gpu=${1:?usage: gpu_train_cli_test.sh GPU_TRAIN REF_TRAIN}
-ref=${2:?usage: gpu_train_cli_test.sh GPU_TRAIN REF_TRAIN}
+usage="usage: gpu_train_cli_test.sh GPU_TRAIN REF_TRAIN GPU_BENCH"
+gpu=${1:?$usage}
+ref=${2:?$usage}
+bench=${3:?$usage}
 tmp=${TEST_TMPDIR:-/tmp}/gpu_train_cli_test.$$
 mkdir -p "$tmp"
 pass=0
@@ -37,5 +43,25 @@ else
         test $rc -eq 1 -a "$(grep -c '^refine: no CUDA device.*//ref:train' "$tmp/nodev.log")" -eq 1 \
         -a "$(grep -c missing-model "$tmp/nodev.log")" -eq 0
 fi
+# //gpu:bench: one flag table with the trainers
+"$bench" --help >"$tmp/bench.help"
+flag_lines() { sed -n 's/^  \(--[a-z0-9-]*\) .*/\1/p' "$1"; }
+defaults() { awk '/^  --/ {f=$1} /\(default: / {sub(/.*\(default: /, ""); sub(/\)$/, ""); print f, $0}' "$1"; }
+"$ref" --help >"$tmp/ref.help"
+defaults "$tmp/ref.help" | sort >"$tmp/ref.defaults"
+defaults "$tmp/bench.help" | sort >"$tmp/bench.defaults"
+shared=$(join "$tmp/ref.defaults" "$tmp/bench.defaults" | wc -l)
+check "//gpu:bench: its $shared flags shared with the trainers have the trainers' defaults" \
+    test "$shared" -ge 15 -a "$(join -v 2 "$tmp/ref.defaults" "$tmp/bench.defaults" | grep -cvE '^--(batch|steps|warmup-steps|profile|ungrouped) ')" -eq 0
+check "//gpu:bench takes --micro-batch, --batch, --seq, --method, --rank, --recompute, --optimizer" \
+    test "$(flag_lines "$tmp/bench.help" | grep -cxE -- '--(micro-batch|batch|seq|method|rank|recompute|optimizer)')" -eq 7
+"$bench" --data x.txt >"$tmp/bench_data.log" 2>&1
+rc=$?
+check "//gpu:bench --data: exit status $rc (1), refused by name" \
+    test $rc -eq 1 -a "$(grep -c '^refine: --data is a flag of the trainers' "$tmp/bench_data.log")" -eq 1
+"$ref" --steps 3 >"$tmp/ref_steps.log" 2>&1
+rc=$?
+check "//ref:train --steps: exit status $rc (1), refused by name" \
+    test $rc -eq 1 -a "$(grep -c '^refine: --steps is a flag of the benchmark' "$tmp/ref_steps.log")" -eq 1
 echo "gpu_train_cli_test: $pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -85,7 +85,7 @@ int main(void) {
         in_range("full: params bytes = 6 per parameter", (double)pf.params, 6 * np, 6 * np + slack);
         in_range("full: grads bytes = 4 per parameter", (double)pf.grads, 4 * np, 4 * np + slack);
         in_range("full: AdamW moments = 8 per parameter", (double)pf.optim, 8 * np, 8 * np + slack);
-        of.optimizer = GPU_OPT_ADAMW8BIT;
+        of.optimizer = OPTIMIZER_ADAMW8BIT;
         struct gpu_llama_plan pf8 = plan_of(&cs, &of);
         in_range("full, 8-bit AdamW: about 2 bytes per parameter", (double)pf8.optim, 2 * np, 2 * np * 1.05 + slack);
     } else {
@@ -118,8 +118,8 @@ int main(void) {
                  a4 = (double)plan_of(&cs, &o4).acts;
     in_range("activations linear in the micro-batch", a4 - a2, 2 * (a2 - a1) - slack, 2 * (a2 - a1) + slack);
     struct gpu_llama_options on = opts(LLAMA_LORA, 4, 256), oa = on, oy = on;
-    oa.recompute = GPU_RECOMPUTE_ATTN;
-    oy.recompute = GPU_RECOMPUTE_LAYER;
+    oa.recompute = RECOMPUTE_ATTN;
+    oy.recompute = RECOMPUTE_LAYER;
     const double an = (double)plan_of(&cs, &on).acts, aa = (double)plan_of(&cs, &oa).acts,
                  ay = (double)plan_of(&cs, &oy).acts;
     expect(an > aa && aa > ay, "recompute orders activations NONE > ATTN > LAYER", aa, ay, an);

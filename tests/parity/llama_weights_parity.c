@@ -26,8 +26,6 @@
 #include "ref/nf4.h"
 #include "tests/common/harness.h"
 
-static const enum model_weight kLinear[LLAMA_N_LINEAR] = {MW_Q, MW_K, MW_V, MW_O, MW_GATE, MW_UP, MW_DOWN};
-
 /* What --precision bf16 computes with for linear (kind, layer): into out (n floats). */
 static int expected_linear(float *out, const struct model_source *src, enum model_weight kind, int layer, int64_t n,
                            int quantize_here, struct io_err *e) {
@@ -80,10 +78,10 @@ static void check_model(const char *dir, enum gpu_base_storage base, const char 
     for (int l = 0; l < c->L; l++)
         for (int t = 0; t < LLAMA_N_LINEAR; t++) {
             int co, ci;
-            ref_llama_linear_shape(c, (enum llama_linear)t, &co, &ci);
+            llama_linear_shape(c, (enum llama_linear)t, &co, &ci);
             const int64_t n = (int64_t)co * ci;
-            model_weight_name(name, sizeof name, kLinear[t], l);
-            if (expected_linear(want, &src, kLinear[t], l, n, base == GPU_BASE_NF4, &e) ||
+            model_weight_name(name, sizeof name, llama_linears[t].weight, l);
+            if (expected_linear(want, &src, llama_linears[t].weight, l, n, base == GPU_BASE_NF4, &e) ||
                 gpu_llama_base_weight_read(m, name, got, &e)) {
                 EXPECT(0, "%s: %s: %s", what, name, e.msg);
                 continue;

@@ -24,14 +24,14 @@ static uint64_t g_seed;
 static void ref_double(double *p, double *m, double *v, const float *g, int64_t n, int t,
                        const struct adamw8bit_hparams *h, int decay_before) {
     /* The CUDA kernels receive the hyperparameters as float; the CPU backend keeps Python's doubles. */
-    double b1 = decay_before ? h->beta1 : (float)h->beta1, b2 = decay_before ? h->beta2 : (float)h->beta2;
+    double b1 = decay_before ? h->hp.beta1 : (float)h->hp.beta1, b2 = decay_before ? h->hp.beta2 : (float)h->hp.beta2;
     double c1 = 1 - pow(b1, t), c2 = sqrt(1 - pow(b2, t));
     for (int64_t i = 0; i < n; i++) {
         m[i] = b1 * m[i] + (1 - b1) * g[i];
         v[i] = b2 * v[i] + (1 - b2) * (double)g[i] * g[i];
-        if (decay_before) p[i] *= 1 - h->lr * h->weight_decay;
-        p[i] += -h->lr * c2 / c1 * m[i] / (sqrt(v[i]) + h->eps * c2);
-        if (!decay_before) p[i] *= 1 - h->lr * h->weight_decay;
+        if (decay_before) p[i] *= 1 - h->hp.lr * h->hp.weight_decay;
+        p[i] += -h->hp.lr * c2 / c1 * m[i] / (sqrt(v[i]) + h->hp.eps * c2);
+        if (!decay_before) p[i] *= 1 - h->hp.lr * h->hp.weight_decay;
     }
 }
 
@@ -42,8 +42,8 @@ static void test_32bit(int variant) {
     const int64_t n = 1000;
     struct adamw8bit_hparams h = adamw8bit_defaults();
     h.variant = (enum adamw8bit_variant)variant;
-    h.weight_decay = 0.1;
-    h.lr = 1e-2;
+    h.hp.weight_decay = 0.1;
+    h.hp.lr = 1e-2;
     struct adamw8bit_state s;
     adamw8bit_init(&s, n, h.min_8bit_size);
     EXPECT(!s.is_8bit, "n=1000 < 4096 keeps 32-bit states");
@@ -62,7 +62,7 @@ static void test_32bit(int variant) {
     struct cmp_case c = {"adamw8bit_step", "p vs double", what, "f32", g_seed};
     /* A step changes p by ~lr; its relative error is ~1e-6 (fp32 division, sqrt, powf), p keeps
      * its own rounding per step: bound 64 ulp of |p| + lr·1e-5 per step. */
-    cmp_elementwise(&c, p, pd_f, n, FLT_EPSILON, 64.0, 5 * h.lr * 1e-5 / FLT_EPSILON / 64.0, NULL);
+    cmp_elementwise(&c, p, pd_f, n, FLT_EPSILON, 64.0, 5 * h.hp.lr * 1e-5 / FLT_EPSILON / 64.0, NULL);
     adamw8bit_free(&s);
     free(p), free(g), free(pd_f), free(pd), free(md), free(vd);
 }
@@ -70,8 +70,8 @@ static void test_32bit(int variant) {
 /* Decay order and NaN/Inf on single, hand-checked elements (32-bit path, n = 3). */
 static void test_rules(void) {
     struct adamw8bit_hparams h = adamw8bit_defaults();
-    h.lr = 0.5;
-    h.weight_decay = 0.5;
+    h.hp.lr = 0.5;
+    h.hp.weight_decay = 0.5;
     struct adamw8bit_state s;
     adamw8bit_init(&s, 3, h.min_8bit_size);
     float p[3] = {2.0f, 2.0f, 2.0f}, g[3] = {1.0f, NAN, 0.0f};
@@ -145,7 +145,7 @@ static void test_8bit(int64_t n) {
             double *me = malloc(sizeof(double) * 256), *ve = malloc(sizeof(double) * 256);
             for (int64_t i = b0; i < b1; i++) {
                 int ok = isfinite(g[i]);
-                double fb1 = (float)h.beta1, fb2 = (float)h.beta2; /* the kernel's float parameters */
+                double fb1 = (float)h.hp.beta1, fb2 = (float)h.hp.beta2; /* the kernel's float parameters */
                 me[i - b0] = ok ? fb1 * m0[i] + (1 - fb1) * g[i] : 0;
                 ve[i - b0] = ok ? fb2 * v0[i] + (1 - fb2) * (double)g[i] * g[i] : 0;
                 am1 = fmax(am1, fabs(me[i - b0]));

@@ -112,7 +112,7 @@ static void fixture_init(struct fixture *f, int which, const struct llama_option
                 struct llama_adapter *ad = &f->a.layers[l][t];
                 if (!ad->mag) continue;
                 int co, ci;
-                ref_llama_linear_shape(&f->c, (enum llama_linear)t, &co, &ci);
+                llama_linear_shape(&f->c, (enum llama_linear)t, &co, &ci);
                 float *zero = calloc((size_t)co * (size_t)o->R, sizeof(float));
                 ref_dora_weight_norm(ad->mag, f->w.layers[l].w[t], ad->a, zero, ci, co, o->R, s);
                 free(zero);
@@ -214,7 +214,7 @@ static void test_recompute(int which, enum llama_mode mode, enum act_dtype act) 
     o.act = act;
     struct fixture f0, f1;
     fixture_init(&f0, which, &o, g_seed + 77);
-    o.recompute = 1;
+    o.recompute = RECOMPUTE_LAYER;
     fixture_init(&f1, which, &o, g_seed + 77);
     EXPECT(ref_llama_slab_floats(&f1.m) < ref_llama_slab_floats(&f0.m), "recompute slab %zu not below %zu",
            ref_llama_slab_floats(&f1.m), ref_llama_slab_floats(&f0.m));
@@ -247,7 +247,7 @@ static void test_zero_adapter(int which, enum llama_mode mode) {
         for (int t = 0; t < LLAMA_N_LINEAR; t++) {
             struct llama_adapter *a = &ad.a.layers[l][t];
             int co, ci;
-            ref_llama_linear_shape(&ad.c, (enum llama_linear)t, &co, &ci);
+            llama_linear_shape(&ad.c, (enum llama_linear)t, &co, &ci);
             memset(a->b, 0, (size_t)co * (size_t)o.R * sizeof(float));
             if (a->mag) ref_dora_weight_norm(a->mag, ad.w.layers[l].w[t], a->a, a->b, ci, co, o.R, s);
         }
@@ -271,7 +271,7 @@ static void test_zero_adapter(int which, enum llama_mode mode) {
     double nb = 0;
     for (int t = 0; t < LLAMA_N_LINEAR; t++) {
         int co, ci;
-        ref_llama_linear_shape(&ad.c, (enum llama_linear)t, &co, &ci);
+        llama_linear_shape(&ad.c, (enum llama_linear)t, &co, &ci);
         for (int i = 0; i < co * o.R; i++) nb += fabs(ad.ga.layers[0][t].b[i]);
     }
     EXPECT(nb > 0, "config %d %s: dB is zero at B = 0", which, mode_name(mode));
@@ -302,8 +302,8 @@ static void test_variants(int which) {
     for (int v = 0; v < 4; v++) {
         struct llama_options ov = o;
         const char *what = v == 0 ? "blas" : v == 1 ? "naive attention" : v == 2 ? "ce chunks 5x7" : "flash tiles 3x5";
-        if (v == 0) ov.blas = 1;
-        if (v == 1) ov.attn_naive = 1;
+        if (v == 0) ov.linear = LINEAR_BLAS;
+        if (v == 1) ov.attn = ATTN_NAIVE;
         if (v == 3) {
             ov.attn_block_q = 3;
             ov.attn_block_k = 5;
@@ -413,7 +413,7 @@ static void test_load(void) {
         EXPECT(ok, "%s: %s", dirs[d], e.msg);
         if (ok && model_source_is_bnb(&ms, MW_DOWN, 1)) {
             int co, ci, bad = 0;
-            ref_llama_linear_shape(c, LLAMA_DOWN, &co, &ci);
+            llama_linear_shape(c, LLAMA_DOWN, &co, &ci);
             const float *x = w.layers[1].w[LLAMA_DOWN];
             const int64_t n = (int64_t)co * ci;
             for (int64_t b0 = 0; b0 < n; b0 += NF4_BLOCKSIZE) {

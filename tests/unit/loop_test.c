@@ -29,6 +29,8 @@ struct toy {
     int slow_read;    /* sleep in tensor_read (widens the window for the kill test) */
 };
 
+static struct train_comm g_comm; /* the single-process job */
+
 static uint64_t mix(uint64_t x) {
     x ^= x >> 33;
     x *= 0xff51afd7ed558ccdull;
@@ -83,7 +85,7 @@ static int toy_step(void *s, const struct optim_step *h, double *nll, double *gn
     float c = h->clip > 0 && *gnorm > h->clip ? (float)(h->clip / (*gnorm + 1e-6)) : 1.0f;
     for (int i = 0; i < P; i++) {
         t->mom[i] = 0.9f * t->mom[i] + c * t->grad[i];
-        t->w[i] -= h->lr * t->mom[i];
+        t->w[i] -= (float)h->hp.lr * t->mom[i];
         t->grad[i] = 0.0f;
     }
     return 0;
@@ -205,6 +207,7 @@ static void losses(const char *dir, char *out, size_t cap) {
 }
 
 int main(void) {
+    comm_single(&g_comm);
     const char *tmp = getenv("TEST_TMPDIR");
     char a[512], b[512], c[512];
     snprintf(a, sizeof a, "%s/loop_a", tmp ? tmp : "/tmp");
@@ -221,7 +224,7 @@ int main(void) {
     /* 15 steps in one run (each step 6 sequences: the 40-sequence epoch wraps twice). */
     options(&o, a, 15);
     toy_engine(&eng, &ta);
-    EXPECT(train_loop_run(&o, &eng, &src, &r, &e) == 0, "run A: %s", e.msg);
+    EXPECT(train_loop_run(&o, &eng, &src, &g_comm, &r, &e) == 0, "run A: %s", e.msg);
     EXPECT(r.steps_done == 15 && r.total_steps == 15 && !r.stopped_early, "run A did 15 of 15 steps (%d)", r.steps_done);
     EXPECT(r.last_val_loss < r.first_val_loss, "validation loss falls: %g -> %g", r.first_val_loss, r.last_val_loss);
 
@@ -229,12 +232,12 @@ int main(void) {
     options(&o, b, 15);
     o.max_steps_this_run = 6;
     toy_engine(&eng, &tb);
-    EXPECT(train_loop_run(&o, &eng, &src, &r, &e) == 0 && r.steps_done == 6 && r.stopped_early, "run B stops at 6: %s",
+    EXPECT(train_loop_run(&o, &eng, &src, &g_comm, &r, &e) == 0 && r.steps_done == 6 && r.stopped_early, "run B stops at 6: %s",
            e.msg);
     toy_engine(&eng, &tb); /* a fresh process: the state comes only from the checkpoint */
     options(&o, b, 15);
     snprintf(o.resume, sizeof o.resume, "%s", b);
-    EXPECT(train_loop_run(&o, &eng, &src, &r, &e) == 0 && r.steps_done == 15, "run B resumes to 15: %s", e.msg);
+    EXPECT(train_loop_run(&o, &eng, &src, &g_comm, &r, &e) == 0 && r.steps_done == 15, "run B resumes to 15: %s", e.msg);
     EXPECT(memcmp(ta.w, tb.w, sizeof ta.w) == 0 && memcmp(ta.mom, tb.mom, sizeof ta.mom) == 0,
            "k steps + resume gives the same bits as one run");
     static char la[65536], lb[65536];
@@ -247,11 +250,11 @@ int main(void) {
     options(&o, b, 15);
     snprintf(o.resume, sizeof o.resume, "%s", b);
     o.lr = 0.01f;
-    EXPECT(train_loop_run(&o, &eng, &src, &r, &e) == -1 && strstr(e.msg, "--lr") != NULL, "changed --lr refused: %s",
+    EXPECT(train_loop_run(&o, &eng, &src, &g_comm, &r, &e) == -1 && strstr(e.msg, "--lr") != NULL, "changed --lr refused: %s",
            e.msg);
     options(&o, b, 15);
     snprintf(o.resume, sizeof o.resume, "%s/nowhere", b);
-    EXPECT(train_loop_run(&o, &eng, &src, &r, &e) == -1 && strstr(e.msg, "no checkpoint") != NULL,
+    EXPECT(train_loop_run(&o, &eng, &src, &g_comm, &r, &e) == -1 && strstr(e.msg, "no checkpoint") != NULL,
            "missing checkpoint: %s", e.msg);
 
     /* A NaN loss at micro-batch 20 (step 7) stops the run; the checkpoint of step 5 stays. */
@@ -260,7 +263,7 @@ int main(void) {
     o.checkpoint_every = 5;
     toy_engine(&eng, &tc);
     tc.nan_at_micro = 20;
-    EXPECT(train_loop_run(&o, &eng, &src, &r, &e) == -1 && strstr(e.msg, "step 7") != NULL &&
+    EXPECT(train_loop_run(&o, &eng, &src, &g_comm, &r, &e) == -1 && strstr(e.msg, "step 7") != NULL &&
                strstr(e.msg, "intact") != NULL && strstr(e.msg, "nan") != NULL,
            "NaN loss stops at step 7 naming it: %s", e.msg);
     EXPECT(r.steps_done == 6, "the NaN step is not counted: %d steps done", r.steps_done);
@@ -286,7 +289,7 @@ int main(void) {
             tk.slow_read = 1;
             struct loop_result rk;
             struct io_err ee;
-            train_loop_run(&ok, &ek, &src, &rk, &ee);
+            train_loop_run(&ok, &ek, &src, &g_comm, &rk, &ee);
             _exit(0);
         }
         usleep((useconds_t)(30000 + 7919 * trial % 40000));

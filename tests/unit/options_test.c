@@ -6,7 +6,7 @@
 
 static int parse(struct train_options *o, struct io_err *e, int argc, const char **argv) {
     train_options_defaults(o, "/cache");
-    return train_options_parse(o, argc, (char **)argv, e);
+    return train_options_parse(o, argc, (char **)argv, PROGRAM_TRAIN, e);
 }
 
 static void expect_error(const char *phrase, int argc, const char **argv) {
@@ -35,7 +35,7 @@ int main(void) {
     EXPECT(o.n_data == 3 && strcmp(o.data[1], "b.jsonl") == 0 && strcmp(o.data[2], "c") == 0,
            "--data replaces the default and accumulates (%d)", o.n_data);
     EXPECT(o.lr == 2e-4f && o.seed == 16 && o.auto_batch == 1 && o.recompute == RECOMPUTE_LAYER &&
-               o.scaling == SCALING_RSLORA,
+               o.scaling == LORA_SCALE_RSLORA,
            "values");
 
     expect_error("unknown option '--rnak'", 3, (const char *[]){"train", "--rnak", "4"});
@@ -59,6 +59,6 @@ int main(void) {
                strstr(json, "\"targets\":[\"q\",\"k\",\"v\",\"o\",\"gate\",\"up\",\"down\"]") &&
                strstr(json, "\"data\":[\"/cache/corpus/kjv.txt\"]"),
            "json: %s", json);
-    EXPECT(strcmp(train_method_name(METHOD_QLORA), "qlora") == 0, "method name");
+    EXPECT(strcmp(train_method_names[METHOD_QLORA], "qlora") == 0, "method name");
     return test_finish("options_test");
 }

@@ -1,12 +1,5 @@
-/* train_main.c — //ref:train: the shared training loop (train/) on the CPU reference model
- * (ref/llama), the oracle trainer of refine.
- *
- *   bazel run //ref:train                      LoRA on SmolLM2-135M-Instruct with the default corpus
- *   bazel run //ref:train -- --help            every flag with its default
- *
- * What it does: opens the model (HF folder or GGUF, io/model_source.h) and its tokenizer, reads
- * and packs the data (train/data.h), builds the reference engine below, runs train_loop_run, and
- * writes the PEFT adapter (and with --export merged an HF model) into --out.
+/* cpu_engine.c — the CPU engine: the training loop's engine interface (train/engine.h) over the
+ * reference model (ref/llama), the oracle trainer of refine (//ref:train, cpu_engine.h).
  *
  * The engine (train/engine.h) over ref/llama:
  *   - weights fp32 on the host; trainable tensors: the adapters (LoRA: A, B; DoRA: A, B, m) of the
@@ -48,14 +41,15 @@
  * A full fine-tune of a 4-bit checkpoint is refused (its base cannot train).
  * --optimizer adamw8bit: bitsandbytes' 8-bit blockwise AdamW (ref/adamw8bit.h, the CUDA kernel's
  * order), its state checkpointed as uint8 codes and block absmax.
- * Not supported here (refused with a message): --dropout > 0.
+ * Not supported here (refused by cpu_engine_check with a message): --dropout > 0.
  */
+#include "trainers/cpu_engine.h"
+
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "io/config.h"
 #include "io/error.h"
@@ -70,8 +64,8 @@
 #include "ref/lora.h"
 #include "train/engine.h"
 #include "train/metrics.h"
-#include "train/cli.h"
 #include "train/options.h"
+#include "trainers/settings.h"
 
 /* ---- the engine --------------------------------------------------------------------------- */
 
@@ -198,16 +192,15 @@ static int eng_optimizer_step(void *self, const struct optim_step *h, double *nl
         if (h->clip > 0) {
             ref_grad_scale(r->grads, r->numels, r->n_params, ref_clip_coef(total, h->clip));
         }
-        const struct adamw_hparams hp = {h->lr, h->beta1, h->beta2, h->eps, h->weight_decay};
         struct adamw8bit_hparams h8 = adamw8bit_defaults();
-        h8.lr = h->lr, h8.beta1 = h->beta1, h8.beta2 = h->beta2, h8.eps = h->eps, h8.weight_decay = h->weight_decay;
+        h8.hp = h->hp;
         for (int i = 0; i < r->n_params; i++) {
             struct param *p = &r->params[i];
             if (r->adamw8bit) {
-                p->s8.step = h->step - 1; /* the loop's step count: a resumed state continues it */
+                p->s8.step = (int)h->step - 1; /* the loop's step count: a resumed state continues it */
                 adamw8bit_step(&p->s8, p->data, p->grad, &h8);
             } else {
-                ref_adamw_step(p->data, p->m, p->v, p->grad, p->numel, h->step, &hp);
+                ref_adamw_step(p->data, p->m, p->v, p->grad, p->numel, h->step, &h->hp);
             }
             refresh_compute(p);
         }
@@ -368,7 +361,6 @@ static int nf4_round_trip(float *w, int64_t n, struct io_err *e) {
 static int load_base_weights(struct ref_engine *r, const struct model_source *src, int quantize_nf4,
                              struct io_err *e) {
     const struct model_config *c = &r->cfg;
-    static const enum model_weight lin_kind[LLAMA_N_LINEAR] = {MW_Q, MW_K, MW_V, MW_O, MW_GATE, MW_UP, MW_DOWN};
     if (model_source_weight_f32(src, MW_EMBED, -1, r->w.embed, e)) return -1;
     if (model_source_weight_f32(src, MW_FINAL_NORM, -1, r->w.final_norm, e)) return -1;
     if (!c->tie_word_embeddings && model_source_weight_f32(src, MW_LM_HEAD, -1, r->w.lm_head, e)) return -1;
@@ -377,19 +369,16 @@ static int load_base_weights(struct ref_engine *r, const struct model_source *sr
         if (model_source_weight_f32(src, MW_ATTN_NORM, l, ly->attn_norm, e)) return -1;
         if (model_source_weight_f32(src, MW_MLP_NORM, l, ly->mlp_norm, e)) return -1;
         for (int t = 0; t < LLAMA_N_LINEAR; t++) {
-            const struct bnb4_weight *bnb = model_source_bnb(src, lin_kind[t], l);
+            const struct bnb4_weight *bnb = model_source_bnb(src, llama_linears[t].weight, l);
             int co, ci;
-            ref_llama_linear_shape(c, (enum llama_linear)t, &co, &ci);
+            llama_linear_shape(c, (enum llama_linear)t, &co, &ci);
             if (bnb) {
                 if (nf4_dequantize_bnb(ly->w[t], bnb, (int64_t)co * ci, ACT_F32, e)) return -1;
             } else {
-                if (model_source_weight_f32(src, lin_kind[t], l, ly->w[t], e)) return -1;
+                if (model_source_weight_f32(src, llama_linears[t].weight, l, ly->w[t], e)) return -1;
                 if (quantize_nf4 && nf4_round_trip(ly->w[t], (int64_t)co * ci, e)) return -1;
             }
-            if (ly->bias[t]) {
-                const enum model_weight bk = t == LLAMA_Q ? MW_Q_BIAS : t == LLAMA_K ? MW_K_BIAS : MW_V_BIAS;
-                if (model_source_weight_f32(src, bk, l, ly->bias[t], e)) return -1;
-            }
+            if (ly->bias[t] && model_source_weight_f32(src, llama_linears[t].bias, l, ly->bias[t], e)) return -1;
         }
     }
     return 0;
@@ -406,29 +395,31 @@ static void round_base_weights(struct ref_engine *r) {
     free(list);
 }
 
-static int ref_engine_create(struct train_engine *eng, struct train_options *o, const struct model_source *src,
-                             int max_micro_batch, struct io_err *e) {
+int cpu_engine_create(struct train_engine *eng, struct train_options *o, const struct model_source *src,
+                      int max_micro_batch, const struct train_comm *comm, struct io_err *e) {
     (void)max_micro_batch; /* --auto-batch plans GPU memory; the CPU trainer takes --micro-batch as given */
+    if (comm->world != 1)
+        return io_fail(e, "the CPU engine trains in one process (a job of %d ranks was started)", comm->world);
+    struct model_settings s;
+    model_settings_from_options(&s, o, COMPUTE_FP32); /* auto: the oracle */
     struct ref_engine *r = xcalloc(1, sizeof *r);
     r->cfg = src->config;
-    r->B = o->micro_batch;
-    r->T = o->seq;
+    r->B = s.B;
+    r->T = s.T;
     ref_llama_options_default(&r->lopt);
-    r->lopt.mode = o->method == METHOD_FULL                                ? LLAMA_FULL
-                  : o->method == METHOD_DORA || o->method == METHOD_QDORA ? LLAMA_DORA
-                                                                          : LLAMA_LORA;
-    r->lopt.targets = o->targets;
-    r->lopt.R = o->rank;
-    r->lopt.alpha = o->alpha;
-    r->lopt.scaling = o->scaling == SCALING_RSLORA ? LORA_SCALE_RSLORA : LORA_SCALE_STANDARD;
-    r->bf16 = o->precision == PRECISION_BF16; /* auto and fp32: the oracle */
+    r->lopt.mode = s.mode;
+    r->lopt.targets = s.targets;
+    r->lopt.R = s.R;
+    r->lopt.alpha = s.alpha;
+    r->lopt.scaling = s.scaling;
+    r->bf16 = s.precision == COMPUTE_BF16;
     r->lopt.act = r->bf16 ? ACT_BF16 : ACT_F32;
-    r->lopt.recompute = o->recompute != RECOMPUTE_NONE;
-    r->lopt.blas = 1;
-    r->adamw8bit = o->optimizer == OPTIMIZER_ADAMW8BIT;
+    r->lopt.recompute = s.recompute;
+    r->lopt.linear = LINEAR_BLAS;
+    r->adamw8bit = s.optimizer == OPTIMIZER_ADAMW8BIT;
     ref_llama_init(&r->model, &r->cfg, &r->lopt, r->B, r->T, r->T);
     ref_llama_weights_alloc(&r->w, &r->cfg);
-    if (load_base_weights(r, src, o->method == METHOD_QLORA || o->method == METHOD_QDORA, e)) {
+    if (load_base_weights(r, src, s.base == BASE_NF4, e)) {
         free(r);
         return -1;
     }
@@ -442,14 +433,14 @@ static int ref_engine_create(struct train_engine *eng, struct train_options *o, 
     } else {
         ref_llama_adapters_alloc(&r->a, &r->cfg, &r->lopt);
         ref_llama_adapters_alloc(&r->ga, &r->cfg, &r->lopt);
-        ref_llama_adapters_init(&r->a, &r->cfg, &r->lopt, o->seed);
+        ref_llama_adapters_init(&r->a, &r->cfg, &r->lopt, s.seed);
         if (r->bf16) alloc_compute_adapters(r);
         for (int l = 0; l < r->cfg.L; l++)
             for (int t = 0; t < LLAMA_N_LINEAR; t++) {
                 struct llama_adapter *ad = &r->a.layers[l][t];
                 if (!ad->mag) continue;
                 int co, ci;
-                ref_llama_linear_shape(&r->cfg, (enum llama_linear)t, &co, &ci);
+                llama_linear_shape(&r->cfg, (enum llama_linear)t, &co, &ci);
                 ref_dora_weight_norm(ad->mag, r->w.layers[l].w[t], ad->a, ad->b, ci, co, r->lopt.R, 0.0f);
             }
     }
@@ -497,7 +488,7 @@ static int ref_engine_create(struct train_engine *eng, struct train_options *o, 
     eng->self = r;
     eng->flops_per_token = train_flops_per_token(&r->cfg, r->T, full);
     eng->peak_flops = 0.0;
-    eng->adapter_scale = full ? 0.0f : ref_lora_scale(o->alpha, o->rank, r->lopt.scaling);
+    eng->adapter_scale = s.lora_scale;
     eng->micro_step = eng_micro_step;
     eng->eval = eng_eval;
     eng->optimizer_step = eng_optimizer_step;
@@ -511,29 +502,10 @@ static int ref_engine_create(struct train_engine *eng, struct train_options *o, 
     return 0;
 }
 
-/* ---- main ------------------------------------------------------------------------------------ */
-
-static int check_supported(const struct train_options *o, struct io_err *e) {
+int cpu_engine_check(const struct train_options *o, struct io_err *e) {
     if (o->dropout > 0.0f)
         return io_fail(e, "--dropout %g: the CPU reference trainer has no adapter dropout (use --dropout 0, or "
                           "//gpu:train)",
                        (double)o->dropout);
     return 0;
-}
-
-/* OpenBLAS picks its kernels from the CPU model at load time and falls back to its generic SSE3
- * kernels on virtual CPUs that report an unknown model (seen on cloud VMs: 3× slower sgemm). When
- * the user has not chosen, name the kernel family from the instruction set and restart once. */
-static void openblas_coretype(char **argv) {
-    if (getenv("OPENBLAS_CORETYPE") != NULL) return;
-    __builtin_cpu_init();
-    const char *t = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? "Haswell" : NULL;
-    if (t == NULL || setenv("OPENBLAS_CORETYPE", t, 1) != 0) return;
-    execv("/proc/self/exe", argv); /* on failure: carry on with the generic kernels */
-}
-
-int main(int argc, char **argv) {
-    openblas_coretype(argv);
-    static const struct trainer ref_trainer = {"bazel run //ref:train --", check_supported, ref_engine_create};
-    return train_main(argc, argv, &ref_trainer);
 }

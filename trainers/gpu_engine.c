@@ -1,10 +1,7 @@
-/* train_main.c — //gpu:train: the shared training loop (train/) on the GPU model (gpu/llama), one
- * NVIDIA GPU, bf16 compute with fp32 masters.
+/* gpu_engine.c — the GPU engine: the training loop's engine interface (train/engine.h) over the
+ * GPU model (gpu/llama), one NVIDIA GPU, bf16 compute with fp32 masters (//gpu:train, gpu_engine.h).
  *
- *   bazel run //gpu:train                      LoRA on SmolLM2-135M-Instruct with the default corpus
- *   bazel run //gpu:train -- --help            every flag with its default (the same as //ref:train)
- *
- * It takes //ref:train's flags and writes the same files (adapter, merged model, metrics, plot,
+ * //gpu:train takes //ref:train's flags and writes the same files (adapter, merged model, metrics, plot,
  * resumable checkpoints); tests/parity/train_parity.sh holds the two trainers against each other.
  * The engine (train/engine.h) over gpu/llama:
  *   - methods: lora, dora (bf16 base), qlora, qdora (NF4 base: a bitsandbytes 4-bit checkpoint's
@@ -25,6 +22,8 @@
  *     index, so a resumed run draws the same ones.
  * --precision: auto or bf16 (fp32 is //ref:train's).
  */
+#include "trainers/gpu_engine.h"
+
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -37,11 +36,10 @@
 #include "io/error.h"
 #include "io/model_source.h"
 #include "ref/cross_entropy.h"
-#include "ref/lora.h"
-#include "train/cli.h"
 #include "train/engine.h"
 #include "train/metrics.h"
 #include "train/options.h"
+#include "trainers/settings.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 /* Free memory kept back from the plan: the CUDA runtime's and cuBLASLt's own allocations
@@ -83,8 +81,7 @@ static int eng_eval(void *self, const int32_t *tokens, const int32_t *labels, in
 static int eng_optimizer_step(void *self, const struct optim_step *h, double *nll_sum, double *grad_norm,
                               struct io_err *e) {
     struct gpu_engine *g = self;
-    const struct gpu_llama_step s = {h->step, h->lr, h->beta1, h->beta2, h->eps, h->weight_decay, h->clip};
-    const int bad = gpu_llama_optimizer_step(g->m, &s, nll_sum, grad_norm);
+    const int bad = gpu_llama_optimizer_step(g->m, h, nll_sum, grad_norm);
     if (!isfinite(*nll_sum)) return 0; /* nothing updated; the loop reports the loss */
     if (bad >= 0) return io_fail(e, "gradient of %s is not finite", gpu_llama_tensor_info(g->m, bad)->name);
     if (!isfinite(*grad_norm)) return io_fail(e, "the gradient norm is not finite");
@@ -133,40 +130,30 @@ static void eng_destroy(void *self) {
 
 /* ---- creation ---------------------------------------------------------------------------------- */
 
-static int check_gpu(const struct train_options *o, struct io_err *e) {
+int gpu_engine_check(const struct train_options *o, struct io_err *e) {
     if (o->precision == PRECISION_FP32)
         return io_fail(e, "--precision fp32: //gpu:train computes in bf16 (fp32 masters); the fp32 trainer is "
                           "//ref:train");
     return gpu_device_query(NULL, 0, NULL, NULL, e);
 }
 
-static void model_options(struct gpu_llama_options *g, const struct train_options *o, const struct model_source *src) {
+void gpu_model_options(struct gpu_llama_options *g, const struct model_settings *s) {
     memset(g, 0, sizeof *g);
-    g->mode = o->method == METHOD_FULL                                 ? LLAMA_FULL
-              : o->method == METHOD_DORA || o->method == METHOD_QDORA ? LLAMA_DORA
-                                                                      : LLAMA_LORA;
-    g->base = o->method == METHOD_QLORA || o->method == METHOD_QDORA ? GPU_BASE_NF4 : GPU_BASE_BF16;
-    g->targets = o->targets;
-    g->R = o->rank;
-    g->lora_scale = g->mode == LLAMA_FULL ? 0.0f
-                                          : ref_lora_scale(o->alpha, o->rank,
-                                                           o->scaling == SCALING_RSLORA ? LORA_SCALE_RSLORA
-                                                                                        : LORA_SCALE_STANDARD);
-    g->dropout = o->dropout;
-    g->seed = o->seed;
-    g->recompute = o->recompute == RECOMPUTE_LAYER  ? GPU_RECOMPUTE_LAYER
-                   : o->recompute == RECOMPUTE_ATTN ? GPU_RECOMPUTE_ATTN
-                                                    : GPU_RECOMPUTE_NONE;
-    g->optimizer = o->optimizer == OPTIMIZER_ADAMW8BIT ? GPU_OPT_ADAMW8BIT : GPU_OPT_ADAMW;
-    /* a bitsandbytes checkpoint brings its own layout; weights quantized here are double-quantized */
-    g->nested_nf4 = model_source_is_bnb(src, MW_Q, 0) ? src->config.quant.double_quant : 1;
-    g->B = o->micro_batch;
-    g->T = o->seq;
+    g->mode = s->mode;
+    g->base = s->base == BASE_NF4 ? GPU_BASE_NF4 : GPU_BASE_BF16;
+    g->targets = s->targets;
+    g->R = s->R;
+    g->lora_scale = s->lora_scale;
+    g->dropout = s->dropout;
+    g->seed = s->seed;
+    g->recompute = s->recompute;
+    g->optimizer = s->optimizer;
+    g->nested_nf4 = 1; /* weights quantized here are double-quantized */
+    g->B = s->B;
+    g->T = s->T;
 }
 
-/* The largest micro-batch up to `most` whose plan fits in `budget` bytes (0 when not even one
- * does). */
-static int largest_fitting_batch(struct gpu_llama_options g, const struct model_config *c, size_t budget, int most) {
+int gpu_largest_fitting_batch(struct gpu_llama_options g, const struct model_config *c, size_t budget, int most) {
     struct gpu_llama_plan p;
     struct io_err e;
     int lo = 0, hi = 1;
@@ -188,8 +175,10 @@ static int largest_fitting_batch(struct gpu_llama_options g, const struct model_
     return lo;
 }
 
-static int gpu_engine_create(struct train_engine *eng, struct train_options *o, const struct model_source *src,
-                             int max_micro_batch, struct io_err *e) {
+int gpu_engine_create(struct train_engine *eng, struct train_options *o, const struct model_source *src,
+                      int max_micro_batch, const struct train_comm *comm, struct io_err *e) {
+    if (comm->world != 1)
+        return io_fail(e, "the GPU engine trains on one GPU (a job of %d ranks was started)", comm->world);
     char device[128];
     size_t free_b = 0, total_b = 0;
     if (gpu_device_query(device, sizeof device, &free_b, &total_b, e)) return -1;
@@ -197,12 +186,16 @@ static int gpu_engine_create(struct train_engine *eng, struct train_options *o, 
     if (gpu_device_query(device, sizeof device, &free_b, &total_b, e)) return -1;
     const size_t budget = free_b > MEMORY_RESERVE ? free_b - MEMORY_RESERVE : 0;
 
+    struct model_settings set;
+    model_settings_from_options(&set, o, COMPUTE_BF16);
     struct gpu_llama_options g;
-    model_options(&g, o, src);
+    gpu_model_options(&g, &set);
+    /* a bitsandbytes checkpoint brings its own layout */
+    if (model_source_is_bnb(src, llama_linears[LLAMA_Q].weight, 0)) g.nested_nf4 = src->config.quant.double_quant;
     struct gpu_llama_plan plan;
     if (gpu_llama_plan_bytes(&plan, &src->config, &g, e)) return -1;
     if (o->auto_batch) {
-        const int b = largest_fitting_batch(g, &src->config, budget, max_micro_batch);
+        const int b = gpu_largest_fitting_batch(g, &src->config, budget, max_micro_batch);
         if (b == 0) {
             char line[512];
             gpu_llama_plan_describe(line, sizeof line, &plan, 1, o->seq);
@@ -219,7 +212,7 @@ static int gpu_engine_create(struct train_engine *eng, struct train_options *o, 
     gpu_llama_plan_describe(line, sizeof line, &plan, g.B, g.T);
     printf("%s\n", line);
     if (plan.total > budget) {
-        const int b = largest_fitting_batch(g, &src->config, budget, 1 << 20);
+        const int b = gpu_largest_fitting_batch(g, &src->config, budget, 1 << 20);
         if (b > 0)
             return io_fail(e, "the model does not fit: %s, but %s has %.2f GiB free; the largest micro-batch that "
                               "fits is %d (--micro-batch %d, raising --grad-accum to keep the batch, or --auto-batch)",
@@ -242,7 +235,7 @@ static int gpu_engine_create(struct train_engine *eng, struct train_options *o, 
         eng_destroy(ge);
         return -1;
     }
-    gpu_llama_init_adapters(ge->m, o->seed);
+    gpu_llama_init_adapters(ge->m, set.seed);
 
     /* One micro-batch confirms the plan (it runs in the memory planned) and creates the GEMM
      * plans; its gradients are dropped (a zero learning rate step, then the zeroing). */
@@ -285,9 +278,4 @@ static int gpu_engine_create(struct train_engine *eng, struct train_options *o, 
     printf("engine: %s, %.0f TFLOP/s bf16 GEMM measured, %.2f of %.2f GiB planned\n", device, peak / 1e12,
            plan.total / GIB, total_b / GIB);
     return 0;
-}
-
-int main(int argc, char **argv) {
-    static const struct trainer gpu_trainer = {"bazel run //gpu:train --", check_gpu, gpu_engine_create};
-    return train_main(argc, argv, &gpu_trainer);
 }

@@ -13,11 +13,12 @@
  * Every failure of user input ends in one message and exit status 1 (io_exit); nothing written
  * by an earlier run is touched before the loop starts writing its own --out folder.
  */
-#ifndef REFINE_TRAIN_CLI_H
-#define REFINE_TRAIN_CLI_H
+#ifndef REFINE_TRAINERS_CLI_H
+#define REFINE_TRAINERS_CLI_H
 
 #include "io/error.h"
 #include "io/model_source.h"
+#include "train/comm.h"
 #include "train/engine.h"
 #include "train/options.h"
 
@@ -30,11 +31,12 @@ struct trainer {
     /* Options this trainer refuses or the machine cannot run; NULL: none. Runs before the model
      * and the data are read. */
     int (*check)(const struct train_options *o, struct io_err *e);
-    /* Builds the engine for the opened model; may adjust options it decides (micro_batch under
-     * --auto-batch, at most max_micro_batch: the training sequences over --grad-accum, so that one
-     * step has data) before the loop sees them. */
+    /* Builds the engine for the opened model, on this rank of the job comm (train/comm.h); may
+     * adjust options it decides (micro_batch under --auto-batch, at most max_micro_batch: the
+     * training sequences over --grad-accum and the ranks, so that one step has data) before the
+     * loop sees them. */
     int (*create)(struct train_engine *eng, struct train_options *o, const struct model_source *src,
-                  int max_micro_batch, struct io_err *e);
+                  int max_micro_batch, const struct train_comm *comm, struct io_err *e);
 };
 
 /* The whole program; returns main's exit status (0), or exits with status 1 on bad input. */
@@ -44,4 +46,4 @@ int train_main(int argc, char **argv, const struct trainer *t);
 }
 #endif
 
-#endif /* REFINE_TRAIN_CLI_H */
+#endif /* REFINE_TRAINERS_CLI_H */

@@ -1,5 +1,5 @@
 /* cli.c — the trainer program's flow around its engine (cli.h). */
-#include "train/cli.h"
+#include "trainers/cli.h"
 
 #include <inttypes.h>
 #include <stdint.h>
@@ -77,17 +77,19 @@ int train_main(int argc, char **argv, const struct trainer *t) {
     struct train_options o;
     struct io_err e = {{0}};
     train_options_defaults(&o, cache);
-    if (train_options_parse(&o, argc, argv, &e)) io_exit(&e);
+    if (train_options_parse(&o, argc, argv, PROGRAM_TRAIN, &e)) io_exit(&e);
     if (o.help) {
-        train_options_help(stdout, t->program, cache);
+        train_options_help(stdout, t->program, PROGRAM_TRAIN, cache);
         return 0;
     }
     if (t->check && t->check(&o, &e)) io_exit(&e);
+    struct train_comm comm; /* the job: one process (multi-process launchers provide their own) */
+    comm_single(&comm);
 
     struct model_source src;
     if (model_source_open(&src, o.model, &e)) io_exit(&e);
     if (config_check_seq_len(&src.config, o.seq, &e)) io_exit(&e);
-    if (o.method == METHOD_FULL && model_source_is_bnb(&src, MW_Q, 0)) {
+    if (o.method == METHOD_FULL && model_source_is_bnb(&src, llama_linears[LLAMA_Q].weight, 0)) {
         io_fail(&e, "%s is a bitsandbytes 4-bit checkpoint: its base weights cannot train (use --method qlora or "
                     "qdora)", o.model);
         io_exit(&e);
@@ -109,15 +111,17 @@ int train_main(int argc, char **argv, const struct trainer *t) {
            ds.n_files, ds.S, ds.n_targets, ds.n_train, ds.n_val, ds.T);
 
     struct train_engine eng;
-    const int64_t fill = ds.n_train / o.grad_accum;
-    if (t->create(&eng, &o, &src, fill > INT32_MAX ? INT32_MAX : fill < 1 ? 1 : (int)fill, &e)) io_exit(&e);
+    const int64_t fill = ds.n_train / ((int64_t)o.grad_accum * comm.world);
+    if (t->create(&eng, &o, &src, fill > INT32_MAX ? INT32_MAX : fill < 1 ? 1 : (int)fill, &comm, &e)) io_exit(&e);
     struct batch_source bs;
     dataset_batch_source(&ds, &bs);
     struct loop_result res;
-    int rc = train_loop_run(&o, &eng, &bs, &res, &e);
-    if (rc == 0 && !res.stopped_early) rc = export_outputs(&o, &src.config, &eng, &e);
-    if (rc == 0) printf("metrics: %s/metrics.jsonl, plot: %s/loss.svg, checkpoint: %s/checkpoint\n", o.out, o.out, o.out);
+    int rc = train_loop_run(&o, &eng, &bs, &comm, &res, &e);
+    if (rc == 0 && !res.stopped_early && comm_is_root(&comm)) rc = export_outputs(&o, &src.config, &eng, &e);
+    if (rc == 0 && comm_is_root(&comm))
+        printf("metrics: %s/metrics.jsonl, plot: %s/loss.svg, checkpoint: %s/checkpoint\n", o.out, o.out, o.out);
     eng.destroy(eng.self);
+    comm.destroy(comm.self);
     dataset_close(&ds);
     tokenizer_free(tok);
     model_source_close(&src);

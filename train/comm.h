@@ -1,0 +1,82 @@
+/* comm.h — the processes of one training job, and the collective operations between them.
+ *
+ * A job is `world` processes (ranks 0 .. world − 1), one per GPU (or per CPU process for the
+ * reference trainer under MPI), each running the same program on its own share of every
+ * optimizer step's examples. The training loop (train/loop.h) and the engines (train/engine.h)
+ * see the job only through this table, so that the same loop runs as one process or as many:
+ *
+ *   the loop    sums over the ranks the few numbers each step and evaluation need (the valid-label
+ *               count of the step, before the loss is normalized by it — transformers'
+ *               num_items_in_batch rule; the evaluation's Σ NLL and label count), and leaves
+ *               logging, metrics, checkpoints and exports to rank 0;
+ *   an engine   reduces its gradients over the ranks before the optimizer step (all_reduce over
+ *               its gradient slab, or reduce_scatter + all_gather of the parameters with a sharded
+ *               optimizer), on its own memory: host memory for the CPU engine, device memory and a
+ *               CUDA stream for the GPU engine.
+ *
+ * Every rank calls the collectives in the same order with the same sizes (each call names what it
+ * reduces, for the error message when a peer fails). Sums of integers are exact; sums of floating
+ * point values are in a fixed order for one implementation and world size (the reduction order is
+ * the implementation's to state). Every function returns 0, or −1 with one sentence in e naming the
+ * operation and the rank that failed.
+ *
+ * Implementations: comm_single (this file: one process; every collective is the identity, nothing
+ * is communicated). Multi-process implementations (MPI between hosts, NCCL between GPUs) provide
+ * the same table.
+ */
+#ifndef REFINE_TRAIN_COMM_H
+#define REFINE_TRAIN_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "io/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum comm_dtype { COMM_I64 = 0, COMM_F64, COMM_F32, COMM_BF16, COMM_U8 };
+
+struct train_comm {
+    int rank;       /* 0 .. world − 1 */
+    int world;      /* processes in the job */
+    int local_rank; /* this process's index on its host: the GPU it drives */
+    const char *name; /* "single process", ... (printed at start) */
+    void *self;
+
+    /* Host values, blocking. sum: buf (n values of type t) becomes the element-wise sum over the
+     * ranks (COMM_I64 or COMM_F64). broadcast: rank root's bytes to every rank. */
+    int (*sum)(void *self, void *buf, int64_t n, enum comm_dtype t, const char *what, struct io_err *e);
+    int (*broadcast)(void *self, void *buf, size_t bytes, int root, const char *what, struct io_err *e);
+    int (*barrier)(void *self, const char *what, struct io_err *e);
+
+    /* An engine's slabs (host memory, or device memory with stream a cudaStream_t), enqueued on
+     * stream where there is one:
+     *   all_reduce      buf (n values) becomes the sum over the ranks, in place;
+     *   reduce_scatter  recv (n values) becomes the sum over the ranks of send[rank·n, (rank+1)·n)
+     *                   (send holds world·n values);
+     *   all_gather      recv (world·n values) becomes every rank's send (n values), rank order. */
+    int (*all_reduce)(void *self, void *buf, int64_t n, enum comm_dtype t, void *stream, const char *what,
+                      struct io_err *e);
+    int (*reduce_scatter)(void *self, const void *send, void *recv, int64_t n, enum comm_dtype t, void *stream,
+                          const char *what, struct io_err *e);
+    int (*all_gather)(void *self, const void *send, void *recv, int64_t n, enum comm_dtype t, void *stream,
+                      const char *what, struct io_err *e);
+
+    void (*destroy)(void *self);
+};
+
+/* One process: rank 0 of a world of 1. sum, broadcast, barrier and all_reduce change nothing;
+ * reduce_scatter and all_gather of a world of 1 are the identity and take recv == send (in place),
+ * since this implementation moves no memory (a different recv is refused with a message). */
+void comm_single(struct train_comm *c);
+
+/* 1 on the rank that logs, writes metrics, checkpoints and exports (rank 0). */
+static inline int comm_is_root(const struct train_comm *c) { return c->rank == 0; }
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* REFINE_TRAIN_COMM_H */

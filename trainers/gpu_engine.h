@@ -1,0 +1,43 @@
+/* gpu_engine.h — the GPU engine: train/engine.h over the GPU model (gpu/llama), for //gpu:train;
+ * and the pieces //gpu:bench shares with it (the model options of a run's settings, the largest
+ * micro-batch that fits). What it computes and how is described in gpu_engine.c.
+ */
+#ifndef REFINE_TRAINERS_GPU_ENGINE_H
+#define REFINE_TRAINERS_GPU_ENGINE_H
+
+#include <stddef.h>
+
+#include "gpu/llama.h"
+#include "io/config.h"
+#include "io/error.h"
+#include "io/model_source.h"
+#include "train/comm.h"
+#include "train/engine.h"
+#include "train/options.h"
+#include "trainers/settings.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Options the GPU engine cannot run (--precision fp32), or no usable CUDA device: 0, or -1 with
+ * one message. */
+int gpu_engine_check(const struct train_options *o, struct io_err *e);
+/* Plans (refusing a plan larger than the free memory, or taking the largest micro-batch with
+ * --auto-batch, at most max_micro_batch), builds and loads the model, confirms the plan with one
+ * micro-batch. */
+int gpu_engine_create(struct train_engine *eng, struct train_options *o, const struct model_source *src,
+                      int max_micro_batch, const struct train_comm *comm, struct io_err *e);
+
+/* The GPU model's options for settings s (nested_nf4 = 1: weights quantized at load; a
+ * bitsandbytes checkpoint's own layout is the caller's to set). */
+void gpu_model_options(struct gpu_llama_options *g, const struct model_settings *s);
+/* The largest micro-batch up to `most` whose plan fits in `budget` bytes (0 when not even one
+ * does). */
+int gpu_largest_fitting_batch(struct gpu_llama_options g, const struct model_config *c, size_t budget, int most);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* REFINE_TRAINERS_GPU_ENGINE_H */

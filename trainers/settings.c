@@ -1,0 +1,26 @@
+/* settings.c — the trainer options as model settings (settings.h). */
+#include "trainers/settings.h"
+
+#include <string.h>
+
+void model_settings_from_options(struct model_settings *s, const struct train_options *o,
+                                 enum compute_precision auto_precision) {
+    memset(s, 0, sizeof *s);
+    s->method = o->method;
+    s->mode = llama_method_mode(o->method);
+    s->base = llama_method_nf4(o->method) ? BASE_NF4 : BASE_NATIVE;
+    s->targets = o->targets;
+    s->R = o->rank;
+    s->alpha = o->alpha;
+    s->scaling = o->scaling;
+    s->lora_scale = s->mode == LLAMA_FULL ? 0.0f : ref_lora_scale(o->alpha, o->rank, o->scaling);
+    s->dropout = o->dropout;
+    s->seed = o->seed;
+    s->recompute = o->recompute;
+    s->optimizer = o->optimizer;
+    s->precision = o->precision == PRECISION_FP32   ? COMPUTE_FP32
+                   : o->precision == PRECISION_BF16 ? COMPUTE_BF16
+                                                    : auto_precision;
+    s->B = o->micro_batch;
+    s->T = o->seq;
+}

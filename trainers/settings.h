@@ -1,0 +1,57 @@
+/* settings.h — what a trainer's options mean for the model: the one translation.
+ *
+ * train/options.h holds what the user asked for (--method, --precision, --recompute,
+ * --optimizer, --rank, --alpha, --scaling, --targets, --dropout, ...). The models speak ref/'s
+ * vocabulary: enum llama_mode and enum recompute_policy (ref/llama.h), enum optimizer_kind
+ * (ref/adamw.h), the adapter scale s (ref/lora.h), the format of the frozen base. This file is the
+ * only place where the one becomes the other: the CPU engine, the GPU engine and the benchmark
+ * each read a struct model_settings, and hand its fields to their model as they are.
+ */
+#ifndef REFINE_TRAINERS_SETTINGS_H
+#define REFINE_TRAINERS_SETTINGS_H
+
+#include <stdint.h>
+
+#include "io/error.h"
+#include "ref/adamw.h"
+#include "ref/llama.h"
+#include "ref/lora.h"
+#include "train/options.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The frozen base linears: the checkpoint's values (fp32 on the CPU, bf16 on the GPU), or NF4 as
+ * bitsandbytes stores them (a 4-bit checkpoint's own codes, or quantized at load). */
+enum base_format { BASE_NATIVE = 0, BASE_NF4 };
+
+/* The arithmetic of a run: --precision with auto resolved for the trainer. */
+enum compute_precision { COMPUTE_FP32 = 0, COMPUTE_BF16 };
+
+struct model_settings {
+    enum train_method method;
+    enum llama_mode mode; /* full, LoRA or DoRA */
+    enum base_format base;
+    unsigned targets;     /* bit (1u << t) per adapted linear (io/family.h) */
+    int R;
+    double alpha;
+    enum lora_scaling scaling;
+    float lora_scale;     /* s = ref_lora_scale(alpha, R, scaling); 0 in full fine-tuning */
+    float dropout;        /* adapter-input dropout */
+    uint64_t seed;        /* adapter initialization and dropout masks */
+    enum recompute_policy recompute;
+    enum optimizer_kind optimizer;
+    enum compute_precision precision;
+    int B, T;             /* micro-batch and sequence length */
+};
+
+/* s from o; --precision auto becomes auto_precision (the trainer's own arithmetic). */
+void model_settings_from_options(struct model_settings *s, const struct train_options *o,
+                                 enum compute_precision auto_precision);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* REFINE_TRAINERS_SETTINGS_H */
