@@ -23,12 +23,12 @@ struct bnb4_lookup bnb4_lookup_file(const struct safetensors *st) {
     return (struct bnb4_lookup){file_find, (void *)st};
 }
 
-/* One rule for the first-level blocksize and the nested one, both written by bitsandbytes'
+/* One rule for the first-level blocksize and the nested one, since both come from bitsandbytes'
  * blockwise quantizers: its CUDA backend (0.46 on) accepts the powers of two from 32 to 4096
- * (earlier releases and ROCm from 64), so every checkpoint it writes has one of them; ref/nf4 and
- * gpu/nf4 (16 codes a thread, never straddling a block) are built for exactly that range. The
- * folder reader used to accept 16 (no bitsandbytes writes it, and the GPU's CHECK would stop on
- * it) and any nested blocksize up to 2^20; the file reader 32 to 4096 and nested 1 to 4096. */
+ * (earlier releases and ROCm from 64), so every checkpoint it writes has one of them, and ref/nf4
+ * and gpu/nf4 (16 codes a thread, never straddling a block) are built for exactly that range.
+ * Anything else (16, 48, a nested block of 2^20) is no bitsandbytes file, and gpu/nf4's CHECK
+ * would stop on it: refused here with a message instead. */
 int bnb4_blocksize_ok(int blocksize) {
     return blocksize >= 32 && blocksize <= 4096 && (blocksize & (blocksize - 1)) == 0;
 }

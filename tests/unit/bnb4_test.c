@@ -201,7 +201,7 @@ struct bad_case {
 #define NESTED_KEYS ", \"nested_blocksize\": 256, \"nested_dtype\": \"float32\", \"nested_offset\": 0.25"
 
 static const struct bad_case k_bad[] = {
-    /* The cases of the former single-file reader (ref/nf4's nf4_bind). */
+    /* Each part, and the quant_state's keys. */
     {.what = "packed bytes", .reshape = "", .ndim = 2, .d0 = 65, .d1 = 1, .phrase = "'" NAME "' is U8 [65, 1], expected U8 [66, 1]"},
     {.what = "absmax dtype", .retype = ".absmax", .dtype = ST_F32, .phrase = "'" NAME ".absmax' is F32 [3], expected U8 [3]"},
     {.what = "nested_absmax size", .reshape = ".nested_absmax", .ndim = 1, .d0 = 2, .phrase = "expected F32 [1]"},
@@ -233,7 +233,7 @@ static const struct bad_case k_bad[] = {
     {.what = "missing quant_map", .drop = ".quant_map", .phrase = "lacks its part '" NAME ".quant_map'"},
     {.what = "plain: absmax U8", .plain = 1, .retype = ".absmax", .dtype = ST_U8, .phrase = "expected F32 [3]"},
     {.what = "a weight without quant_state", .drop = QS, .phrase = "has no '" NAME QS "'", .absent = 1},
-    /* What only the model-folder reader checked before. */
+    /* The quant_state tensor, the weight's dtype, stray nested parts, every part's exact shape. */
     {.what = "quant_state dtype", .retype = QS, .dtype = ST_I8, .phrase = "should be a U8 list"},
     {.what = "quant_state as [bytes, 1]", .reshape = QS, .ndim = 2, .d0 = -1, .d1 = 1, .phrase = "should be a U8 list"},
     {.what = "the weight's dtype", .json = "{\"quant_type\": \"nf4\", \"blocksize\": 64, \"dtype\": \"int8\", \"shape\": [4, 33]}",
@@ -247,7 +247,7 @@ static const struct bad_case k_bad[] = {
     {.what = "missing packed weight", .drop = "", .phrase = "lacks its part '" NAME "'"},
     {.what = "missing absmax", .drop = ".absmax", .phrase = "lacks its part '" NAME ".absmax'"},
     {.what = "blocksize 16", .json = JSON_NESTED("16", NESTED_KEYS), .phrase = "blocksize 16"},
-    /* New with the expected shape. */
+    /* The expected shape (a model folder's, from config.json). */
     {.what = "another shape than expected", .expect = 1,
      .json = "{\"quant_type\": \"nf4\", \"blocksize\": 64, \"dtype\": \"bfloat16\", \"shape\": [33, 4], "
              "\"nested_blocksize\": 256, \"nested_dtype\": \"float32\", \"nested_offset\": 0.25}",

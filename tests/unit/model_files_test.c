@@ -364,8 +364,7 @@ static void test_bnb_variants(void) {
                                                "\"dtype\": \"bfloat16\", \"shape\": [64, 64], \"nested_blocksize\": 256, "
                                                "\"nested_dtype\": \"float32\", \"nested_offset\": 0.01}"},
                 "absmax' is U8 [64], expected U8 [32]", "blocksize disagrees with absmax");
-    /* The blocksize rule of io/bnb4 (32 to 4096, nested too); this reader once took 16 and any
-     * nested_blocksize up to 2^20. */
+    /* The blocksize rule of io/bnb4: powers of two from 32 to 4096, the nested blocks too. */
     bnb_variant("bnb_qs_block16", (struct edit){.qs_name = qs, .qs_json = "{\"quant_type\": \"nf4\", \"blocksize\": 16, "
                                                 "\"dtype\": \"bfloat16\", \"shape\": [64, 64]}"},
                 "has blocksize 16; expected a power of two from 32 to 4096", "blocksize 16");
