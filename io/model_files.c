@@ -164,6 +164,7 @@ static int check_plain(const struct model_files *m, const struct st_tensor *t, c
     return 0;
 }
 
+/* take, as io/bnb4's lookup: every part the 4-bit reader finds is marked taken. */
 static const struct st_tensor *take_found(void *ctx, const char *name) { return take(ctx, name); }
 
 /* A Linear stored bnb 4-bit (io/bnb4.h, with the shape config.json implies), and the config's
