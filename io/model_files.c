@@ -2,12 +2,10 @@
  * any use (model_files.h). */
 #include "io/model_files.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cJSON.h"
 #include "io/check.h"
 
 static const char *const weight_suffix[MW_COUNT] = {
@@ -166,124 +164,27 @@ static int check_plain(const struct model_files *m, const struct st_tensor *t, c
     return 0;
 }
 
-static int json_int_in(const cJSON *o, const char *key, int lo, int hi, int *out) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < lo || v->valuedouble > hi)
-        return -1;
-    *out = (int)v->valuedouble;
-    return 0;
-}
+/* take, as io/bnb4's lookup: every part the 4-bit reader finds is marked taken. */
+static const struct st_tensor *take_found(void *ctx, const char *name) { return take(ctx, name); }
 
-/* Reads the quant_state JSON of a bnb 4-bit weight into b (and checks it against the shape). */
-static int parse_quant_state(struct bnb4_weight *b, const struct st_tensor *qs, const struct model_weight_ref *w,
-                             const char *dir, struct io_err *e) {
-    if (qs->dtype != ST_U8 || qs->ndim != 1 || qs->nbytes == 0 || qs->nbytes > 65536)
-        return io_fail(e, "%s: tensor '%s' should be a U8 list of UTF-8 JSON bytes", dir, qs->name);
-    char *text = malloc(qs->nbytes + 1);
-    CHECK(text != NULL, "out of memory");
-    memcpy(text, qs->data, qs->nbytes);
-    text[qs->nbytes] = '\0';
-    cJSON *o = cJSON_ParseWithLength(text, qs->nbytes);
-    free(text);
-    int rc = 0;
-    const cJSON *qt = cJSON_GetObjectItemCaseSensitive(o, "quant_type"), *dt = cJSON_GetObjectItemCaseSensitive(o, "dtype");
-    const cJSON *shape = cJSON_GetObjectItemCaseSensitive(o, "shape");
-    if (!cJSON_IsObject(o) || !cJSON_IsString(qt) || !cJSON_IsString(dt) || !cJSON_IsArray(shape) ||
-        json_int_in(o, "blocksize", 1, 1 << 20, &b->blocksize) != 0) {
-        rc = io_fail(e, "%s: tensor '%s' is not a JSON object with quant_type, blocksize, dtype and shape", dir, qs->name);
-        goto out;
-    }
-    int nf4 = ends_with(qs->name, "__nf4");
-    if (strcmp(qt->valuestring, nf4 ? "nf4" : "fp4") != 0) {
-        rc = io_fail(e, "%s: tensor '%s' says quant_type \"%s\"", dir, qs->name, qt->valuestring);
-        goto out;
-    }
-    if (strcmp(dt->valuestring, "float32") != 0 && strcmp(dt->valuestring, "bfloat16") != 0 &&
-        strcmp(dt->valuestring, "float16") != 0) {
-        rc = io_fail(e, "%s: tensor '%s' has dtype \"%.20s\"; expected float32, bfloat16 or float16", dir, qs->name,
-                     dt->valuestring);
-        goto out;
-    }
-    snprintf(b->dtype, sizeof b->dtype, "%s", dt->valuestring);
-    int bs = b->blocksize;
-    if (bs < 16 || bs > 4096 || (bs & (bs - 1)) != 0) {
-        rc = io_fail(e, "%s: tensor '%s' has blocksize %d; expected a power of two from 16 to 4096", dir, qs->name, bs);
-        goto out;
-    }
-    const cJSON *s0 = shape->child, *s1 = s0 ? s0->next : NULL;
-    if (cJSON_GetArraySize(shape) != 2 || !cJSON_IsNumber(s0) || !cJSON_IsNumber(s1) ||
-        s0->valuedouble != (double)w->shape[0] || s1->valuedouble != (double)w->shape[1]) {
-        rc = io_fail(e, "%s: tensor '%s' gives another shape than config.json implies for '%s': %s = [%lld, %lld]", dir,
-                     qs->name, w->name, weight_shape_rule[w->kind], (long long)w->shape[0], (long long)w->shape[1]);
-        goto out;
-    }
-    b->nested = cJSON_GetObjectItemCaseSensitive(o, "nested_blocksize") != NULL;
-    if (b->nested) {
-        const cJSON *nd = cJSON_GetObjectItemCaseSensitive(o, "nested_dtype");
-        const cJSON *off = cJSON_GetObjectItemCaseSensitive(o, "nested_offset");
-        if (json_int_in(o, "nested_blocksize", 1, 1 << 20, &b->nested_blocksize) != 0 || !cJSON_IsString(nd) ||
-            strcmp(nd->valuestring, "float32") != 0 || !cJSON_IsNumber(off) || !isfinite(off->valuedouble)) {
-            rc = io_fail(e, "%s: tensor '%s' needs nested_blocksize, nested_dtype \"float32\" and a finite nested_offset",
-                         dir, qs->name);
-            goto out;
-        }
-        b->nested_offset = (float)off->valuedouble;
-    }
-out:
-    cJSON_Delete(o);
-    return rc;
-}
-
-static int expect_part(const struct st_tensor *t, const char *name, enum st_dtype dtype, int ndim, int64_t d0, int64_t d1,
-                       const char *dir, struct io_err *e) {
-    if (t == NULL) return io_fail(e, "%s: the 4-bit weight lacks its part '%s'", dir, name);
-    if (t->dtype == dtype && t->ndim == ndim && t->shape[0] == d0 && (ndim < 2 || t->shape[1] == d1)) return 0;
-    char has[256];
-    st_shape_str(has, sizeof has, t->ndim, t->shape);
-    if (ndim == 2)
-        return io_fail(e, "%s: tensor '%s' is %s %s, expected %s [%lld, %lld]", dir, name, st_dtype_name(t->dtype), has,
-                       st_dtype_name(dtype), (long long)d0, (long long)d1);
-    return io_fail(e, "%s: tensor '%s' is %s %s, expected %s [%lld]", dir, name, st_dtype_name(t->dtype), has,
-                   st_dtype_name(dtype), (long long)d0);
-}
-
-/* A Linear stored bnb 4-bit: every part present and consistent. */
-static int bind_bnb(struct model_files *m, struct index *ix, struct model_weight_ref *w, const struct st_tensor *qs,
-                    struct io_err *e) {
+/* A Linear stored bnb 4-bit (io/bnb4.h, with the shape config.json implies), and the config's
+ * agreement. Returns 0 bound; 1 when w is not stored 4-bit; -1 with the message in e. */
+static int bind_bnb(struct model_files *m, struct index *ix, struct model_weight_ref *w, struct io_err *e) {
     const char *dir = m->dir;
-    if (ends_with(qs->name, "__fp4"))
-        return io_fail(e, "%s: tensor '%s' is bitsandbytes FP4; refine supports NF4 4-bit checkpoints only", dir, w->name);
+    struct bnb4_weight *b = &m->bnb[m->n_bnb];
+    struct bnb4_expect expect = {{w->shape[0], w->shape[1]}, "config.json implies", weight_shape_rule[w->kind]};
+    int64_t shape[2];
+    enum bnb4_bind_result rc = bnb4_bind(b, shape, (struct bnb4_lookup){take_found, ix}, dir, w->name, &expect, e);
+    if (rc == BNB4_ABSENT) {
+        if (e != NULL) e->msg[0] = '\0'; /* a plain weight: no complaint */
+        return 1;
+    }
+    if (rc != BNB4_BOUND) return -1;
     if (m->config.quant.kind == QUANT_NONE)
         return io_fail(e, "%s: tensor '%s' is bitsandbytes 4-bit but config.json has no bitsandbytes quantization_config",
                        dir, w->name);
     if (m->config.quant.kind == QUANT_BNB_FP4)
         return io_fail(e, "%s: config.json says bnb_4bit_quant_type \"fp4\" but tensor '%s' is NF4", dir, w->name);
-    struct bnb4_weight *b = &m->bnb[m->n_bnb];
-    memset(b, 0, sizeof *b);
-    b->kind = QUANT_BNB_NF4;
-    if (parse_quant_state(b, qs, w, dir, e) != 0) return -1;
-    int64_t n = w->shape[0] * w->shape[1];
-    b->n_blocks = (n + b->blocksize - 1) / b->blocksize;
-    char name[160];
-    snprintf(name, sizeof name, "%s.nested_absmax", w->name);
-    b->nested_absmax = take(ix, name);
-    snprintf(name, sizeof name, "%s.nested_quant_map", w->name);
-    b->nested_quant_map = take(ix, name);
-    if (!b->nested && (b->nested_absmax != NULL || b->nested_quant_map != NULL))
-        return io_fail(e, "%s: '%s' has nested_* tensors but its quant_state has no nested_blocksize", dir, w->name);
-    b->packed = take(ix, w->name);
-    if (expect_part(b->packed, w->name, ST_U8, 2, (n + 1) / 2, 1, dir, e) != 0) return -1;
-    snprintf(name, sizeof name, "%s.absmax", w->name);
-    if (expect_part(b->absmax = take(ix, name), name, b->nested ? ST_U8 : ST_F32, 1, b->n_blocks, 0, dir, e) != 0) return -1;
-    snprintf(name, sizeof name, "%s.quant_map", w->name);
-    if (expect_part(b->quant_map = take(ix, name), name, ST_F32, 1, 16, 0, dir, e) != 0) return -1;
-    if (b->nested) {
-        int64_t n2 = (b->n_blocks + b->nested_blocksize - 1) / b->nested_blocksize;
-        snprintf(name, sizeof name, "%s.nested_absmax", w->name);
-        if (expect_part(b->nested_absmax, name, ST_F32, 1, n2, 0, dir, e) != 0) return -1;
-        snprintf(name, sizeof name, "%s.nested_quant_map", w->name);
-        if (expect_part(b->nested_quant_map, name, ST_F32, 1, 256, 0, dir, e) != 0) return -1;
-    }
     if (b->nested != m->config.quant.double_quant)
         return io_fail(e, "%s: config.json says bnb_4bit_use_double_quant %s but '%s' is stored %s double quantization", dir,
                        m->config.quant.double_quant ? "true" : "false", w->name, b->nested ? "with" : "without");
@@ -325,17 +226,9 @@ static int bind_all(struct model_files *m, struct index *ix, struct io_err *e) {
         model_weight_name(w->name, sizeof w->name, kind, layer);
         if (kind == MW_LM_HEAD && c->tie_word_embeddings) continue; /* bound after the loop */
         if (model_weight_is_linear(kind)) {
-            char qname[160];
-            snprintf(qname, sizeof qname, "%s.quant_state.bitsandbytes__nf4", w->name);
-            const struct st_tensor *qs = take(ix, qname);
-            if (qs == NULL) {
-                snprintf(qname, sizeof qname, "%s.quant_state.bitsandbytes__fp4", w->name);
-                qs = take(ix, qname);
-            }
-            if (qs != NULL) {
-                if (bind_bnb(m, ix, w, qs, e) != 0) return -1;
-                continue;
-            }
+            int rc = bind_bnb(m, ix, w, e);
+            if (rc < 0) return -1;
+            if (rc == 0) continue;
         }
         const struct st_tensor *t = take(ix, w->name);
         if (t == NULL) {

@@ -29,14 +29,11 @@
  * (lm_head_stored_but_tied says so); the lm_head weight is then the embedding.
  * "*.rotary_emb.inv_freq" buffers of old conversions are ignored, as transformers does.
  *
- * bitsandbytes 4-bit (NUMERICS.md §1.8): a Linear with prefix P stored as P.weight (U8
- * [(n+1)/2, 1], n = out·in), P.weight.absmax (U8 [blocks] with double quantization, else F32),
- * P.weight.quant_map (F32 [16]), P.weight.nested_absmax (F32 [ceil(blocks/nested_blocksize)])
- * and P.weight.nested_quant_map (F32 [256]) with double quantization, and
- * P.weight.quant_state.bitsandbytes__nf4 (U8: UTF-8 JSON with quant_type, blocksize, dtype,
- * shape and, nested, nested_blocksize, nested_dtype, nested_offset). Which Linears are quantized
- * is read from the checkpoint (bitsandbytes skips modules, lm_head by default); the config must
- * say bitsandbytes 4-bit when any is, its double-quant flag must agree, and FP4 is refused.
+ * bitsandbytes 4-bit (NUMERICS.md §1.8): a Linear whose weight W has a
+ * W.quant_state.bitsandbytes__nf4 is stored 4-bit; its parts are read and checked by io/bnb4.h,
+ * with the shape config.json implies. Which Linears are quantized is read from the checkpoint
+ * (bitsandbytes skips modules, lm_head by default); the config must say bitsandbytes 4-bit when
+ * any is, its double-quant flag must agree, and FP4 is refused.
  * Dequantization belongs to ref/ (the nf4 op): this file hands over the parts.
  */
 #ifndef REFINE_IO_MODEL_FILES_H
@@ -45,6 +42,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "io/bnb4.h"
 #include "io/config.h"
 #include "io/error.h"
 #include "io/safetensors.h"
@@ -74,21 +72,6 @@ enum model_weight {
 
 #define MW_N_GLOBAL 3
 #define MW_N_LAYER (MW_COUNT - MW_N_GLOBAL)
-
-struct bnb4_weight {
-    enum quant_kind kind;  /* QUANT_BNB_NF4 */
-    int blocksize;         /* first-level block (64) */
-    int nested;            /* double quantization */
-    int nested_blocksize;  /* 256 */
-    float nested_offset;   /* added after the nested dequantization */
-    char dtype[16];        /* quant_state "dtype": the dtype the weight had, e.g. "bfloat16" */
-    int64_t n_blocks;      /* ceil(out·in / blocksize) */
-    const struct st_tensor *packed;           /* U8 [(n+1)/2, 1], two codes per byte */
-    const struct st_tensor *absmax;           /* U8 [n_blocks] (nested) or F32 [n_blocks] */
-    const struct st_tensor *quant_map;        /* F32 [16] */
-    const struct st_tensor *nested_absmax;    /* F32 [ceil(n_blocks / nested_blocksize)], or NULL */
-    const struct st_tensor *nested_quant_map; /* F32 [256], or NULL */
-};
 
 struct model_weight_ref {
     enum model_weight kind;

@@ -1,4 +1,5 @@
-/* nf4.c — bitsandbytes NF4 quantization, double quantization and checkpoint reading (nf4.h). */
+/* nf4.c — bitsandbytes NF4 quantization, double quantization and dequantization of a checkpoint's
+ * parts (nf4.h). */
 #include "ref/nf4.h"
 
 #include <float.h>
@@ -7,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cJSON.h"
 #include "io/check.h"
 #include "ref/bf16.h"
 #include "ref/quant8.h"
@@ -39,11 +39,7 @@ const float nf4_thresholds[15] = {
     0.5016634166240692f, 0.6427869200706482f, 0.8614784181118011f,
 };
 
-int nf4_blocksize_ok(int blocksize) {
-    for (int b = 32; b <= 4096; b *= 2)
-        if (blocksize == b) return 1;
-    return 0;
-}
+int nf4_blocksize_ok(int blocksize) { return bnb4_blocksize_ok(blocksize); }
 
 uint8_t nf4_encode(float x, enum nf4_variant v) {
     /* Both bitsandbytes paths send a value ON a threshold to the lower code: the code is the
@@ -114,106 +110,6 @@ void nf4_double_dequantize(float *absmax, const uint8_t *absmax_q, const float *
         float a = code2[absmax_q[i]] * absmax2[i / blocksize2];
         absmax[i] = a + offset;
     }
-}
-
-static const struct st_tensor *part(const struct safetensors *st, const char *name, const char *suffix) {
-    char buf[512];
-    snprintf(buf, sizeof buf, "%s%s", name, suffix);
-    return safetensors_find(st, buf);
-}
-
-int nf4_bind(struct bnb4_weight *b, int64_t shape[2], const struct safetensors *st, const char *name,
-             struct io_err *e) {
-    memset(b, 0, sizeof *b);
-    const struct st_tensor *qs = part(st, name, ".quant_state.bitsandbytes__nf4");
-    if (qs == NULL) {
-        if (part(st, name, ".quant_state.bitsandbytes__fp4"))
-            return io_fail(e, "tensor '%s' is bitsandbytes FP4; only NF4 is supported", name);
-        return io_fail(e, "tensor '%s' has no '%s.quant_state.bitsandbytes__nf4' (not a bitsandbytes NF4 weight?)",
-                       name, name);
-    }
-    if (qs->dtype != ST_U8 || qs->ndim != 1 || qs->nbytes == 0 || qs->nbytes > 65536)
-        return io_fail(e, "tensor '%s' should be a U8 list of UTF-8 JSON bytes", qs->name);
-    cJSON *o = cJSON_ParseWithLength((const char *)qs->data, qs->nbytes);
-    int rc = 0;
-    const cJSON *qt = cJSON_GetObjectItemCaseSensitive(o, "quant_type");
-    const cJSON *bs = cJSON_GetObjectItemCaseSensitive(o, "blocksize");
-    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(o, "dtype");
-    const cJSON *sh = cJSON_GetObjectItemCaseSensitive(o, "shape");
-    if (!cJSON_IsObject(o) || !cJSON_IsString(qt) || strcmp(qt->valuestring, "nf4") != 0 || !cJSON_IsNumber(bs) ||
-        !cJSON_IsString(dt) || !cJSON_IsArray(sh)) {
-        rc = io_fail(e, "tensor '%s' is not a JSON object with quant_type \"nf4\", blocksize, dtype and shape", qs->name);
-        goto out;
-    }
-    b->kind = QUANT_BNB_NF4;
-    b->blocksize = (int)bs->valuedouble;
-    if ((double)b->blocksize != bs->valuedouble || !nf4_blocksize_ok(b->blocksize)) {
-        rc = io_fail(e, "tensor '%s' has blocksize %g; expected 32, 64, ..., 4096", qs->name, bs->valuedouble);
-        goto out;
-    }
-    snprintf(b->dtype, sizeof b->dtype, "%s", dt->valuestring);
-    int nd = cJSON_GetArraySize(sh);
-    if (nd < 1 || nd > 2) {
-        rc = io_fail(e, "tensor '%s' has a shape of %d dims; expected 1 or 2", qs->name, nd);
-        goto out;
-    }
-    shape[0] = 1;
-    shape[1] = 1;
-    for (int d = 0; d < nd; d++) {
-        const cJSON *v = cJSON_GetArrayItem(sh, d);
-        if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > 1e9 || v->valuedouble != floor(v->valuedouble)) {
-            rc = io_fail(e, "tensor '%s' has a bad shape entry", qs->name);
-            goto out;
-        }
-        shape[nd == 1 ? 1 : d] = (int64_t)v->valuedouble;
-    }
-    int64_t n = shape[0] * shape[1];
-    b->n_blocks = nf4_n_blocks(n, b->blocksize);
-    b->packed = safetensors_find(st, name);
-    b->absmax = part(st, name, ".absmax");
-    b->quant_map = part(st, name, ".quant_map");
-    b->nested_absmax = part(st, name, ".nested_absmax");
-    b->nested_quant_map = part(st, name, ".nested_quant_map");
-    const cJSON *nbs = cJSON_GetObjectItemCaseSensitive(o, "nested_blocksize");
-    b->nested = nbs != NULL;
-    if (b->packed == NULL || b->packed->dtype != ST_U8 || (int64_t)b->packed->nbytes != nf4_packed_bytes(n)) {
-        rc = io_fail(e, "tensor '%s' should be U8 with %lld bytes (two 4-bit codes of the %lld weights per byte)", name,
-                     (long long)nf4_packed_bytes(n), (long long)n);
-        goto out;
-    }
-    if (b->quant_map == NULL || b->quant_map->dtype != ST_F32 || b->quant_map->numel != 16) {
-        rc = io_fail(e, "tensor '%s.quant_map' should be F32 [16]", name);
-        goto out;
-    }
-    if (b->absmax == NULL || b->absmax->numel != b->n_blocks || b->absmax->dtype != (b->nested ? ST_U8 : ST_F32)) {
-        rc = io_fail(e, "tensor '%s.absmax' should be %s [%lld]", name, b->nested ? "U8" : "F32", (long long)b->n_blocks);
-        goto out;
-    }
-    if (b->nested) {
-        const cJSON *ndt = cJSON_GetObjectItemCaseSensitive(o, "nested_dtype");
-        const cJSON *off = cJSON_GetObjectItemCaseSensitive(o, "nested_offset");
-        if (!cJSON_IsNumber(nbs) || nbs->valuedouble < 1 || nbs->valuedouble > 4096 ||
-            nbs->valuedouble != floor(nbs->valuedouble) || !cJSON_IsString(ndt) ||
-            strcmp(ndt->valuestring, "float32") != 0 || !cJSON_IsNumber(off) || !isfinite(off->valuedouble)) {
-            rc = io_fail(e, "tensor '%s' needs nested_blocksize, nested_dtype \"float32\" and a finite nested_offset",
-                         qs->name);
-            goto out;
-        }
-        b->nested_blocksize = (int)nbs->valuedouble;
-        b->nested_offset = (float)off->valuedouble;
-        int64_t nb2 = nf4_n_blocks(b->n_blocks, b->nested_blocksize);
-        if (b->nested_absmax == NULL || b->nested_absmax->dtype != ST_F32 || b->nested_absmax->numel != nb2) {
-            rc = io_fail(e, "tensor '%s.nested_absmax' should be F32 [%lld]", name, (long long)nb2);
-            goto out;
-        }
-        if (b->nested_quant_map == NULL || b->nested_quant_map->dtype != ST_F32 || b->nested_quant_map->numel != 256) {
-            rc = io_fail(e, "tensor '%s.nested_quant_map' should be F32 [256]", name);
-            goto out;
-        }
-    }
-out:
-    cJSON_Delete(o);
-    return rc;
 }
 
 int nf4_dequantize_bnb(float *out, const struct bnb4_weight *b, int64_t n, enum act_dtype out_dtype,

@@ -35,14 +35,10 @@
  *   Rebuild: absmax[i] = code2[absmax_q[i]] · absmax2[i / 256] + offset (fp32 product, then a
  *     separate fp32 add).
  *
- * A checkpoint saved by bitsandbytes (Linear4bit._save_to_state_dict, NUMERICS §1.8): nf4_bind
- *   finds P.weight, P.weight.absmax, P.weight.quant_map, P.weight.nested_absmax,
- *   P.weight.nested_quant_map and P.weight.quant_state.bitsandbytes__nf4 (UTF-8 JSON: quant_type,
- *   blocksize, dtype, shape, nested_blocksize, nested_dtype, nested_offset) in one safetensors file,
- *   checks every part (bad files: one message in e, return −1) and fills a struct bnb4_weight
- *   (io/model_files.h) plus the shape. nf4_dequantize_bnb dequantizes such a weight: the NF4
- *   table from the file must equal nf4_table (CUDA ignores it and uses its own LUT); the nested map
- *   is taken from the file.
+ * A checkpoint saved by bitsandbytes (Linear4bit._save_to_state_dict, NUMERICS §1.8): its parts
+ *   are read and checked by io/bnb4.h (bnb4_bind, into a struct bnb4_weight). nf4_dequantize_bnb
+ *   dequantizes such a weight: the NF4 table from the file must equal nf4_table (CUDA ignores it
+ *   and uses its own LUT); the nested map is taken from the file.
  *
  * Shapes: x, out (n) flat (a weight W[out, in] row-major has n = out·in). OVERWRITES outputs.
  * Aliasing: none. Mirrors bitsandbytes 0.50 (functional.quantize_4bit / dequantize_4bit, CUDA ops).
@@ -52,9 +48,8 @@
 
 #include <stdint.h>
 
+#include "io/bnb4.h"
 #include "io/error.h"
-#include "io/model_files.h"
-#include "io/safetensors.h"
 #include "ref/shapes.h"
 
 #ifdef __cplusplus
@@ -69,7 +64,7 @@ extern const float nf4_thresholds[15];
 
 enum nf4_variant { NF4_CUDA = 0, NF4_TORCH = 1 };
 
-/* 1 for 32, 64, ..., 4096. */
+/* 1 for 32, 64, ..., 4096 (the rule of io/bnb4.h: bnb4_blocksize_ok). */
 int nf4_blocksize_ok(int blocksize);
 static inline int64_t nf4_n_blocks(int64_t n, int blocksize) { return (n + blocksize - 1) / blocksize; }
 static inline int64_t nf4_packed_bytes(int64_t n) { return (n + 1) / 2; }
@@ -107,10 +102,6 @@ void nf4_quantize_nested(uint8_t *packed, uint8_t *absmax_q, float *absmax2, flo
 void nf4_dequantize_nested(float *out, const uint8_t *packed, const uint8_t *absmax_q, const float *absmax2,
                            float offset, const float code2[256], int64_t n, enum act_dtype out_dtype);
 
-/* Reads the parts of weight `name` (e.g. "model.layers.0.mlp.up_proj.weight") from st into b;
- * shape[2] from the quant_state JSON. Returns 0, or −1 with a message naming the tensor. */
-int nf4_bind(struct bnb4_weight *b, int64_t shape[2], const struct safetensors *st, const char *name,
-             struct io_err *e);
 /* out[shape0·shape1] = dequantized weight, rounded to out_dtype. Returns 0 or −1 (bad parts). */
 int nf4_dequantize_bnb(float *out, const struct bnb4_weight *b, int64_t n, enum act_dtype out_dtype,
                        struct io_err *e);

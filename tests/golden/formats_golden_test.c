@@ -37,6 +37,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "io/bnb4.h"
 #include "ref/adamw8bit.h"
 #include "ref/bf16.h"
 #include "ref/fp8.h"
@@ -163,8 +164,8 @@ static void test_nf4(struct golden *g, uint64_t seed, int strict) {
         struct bnb4_weight b;
         int64_t shape[2];
         struct io_err e = {{0}};
-        if (nf4_bind(&b, shape, &g->st, name, &e) != 0) {
-            test_fail("%s: %s", g->path, e.msg);
+        if (bnb4_bind(&b, shape, bnb4_lookup_file(&g->st), g->path, name, NULL, &e) != BNB4_BOUND) {
+            test_fail("%s", e.msg);
             continue;
         }
         int64_t n = shape[0] * shape[1];

@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/bnb4.h"
 #include "io/config.h"
 #include "io/file.h"
 #include "io/model_source.h"
@@ -160,9 +161,9 @@ static void run_case(const char *model, const char *mode) {
         snprintf(nf4name, sizeof nf4name, "nf4.%s", ts[i].name);
         struct bnb4_weight bw;
         int64_t qshape[2];
-        if (nf4_bind(&bw, qshape, &gq.st, nf4name, &e) != 0 ||
+        if (bnb4_bind(&bw, qshape, bnb4_lookup_file(&gq.st), gq.path, nf4name, NULL, &e) != BNB4_BOUND ||
             nf4_dequantize_bnb(ts[i].data, &bw, ts[i].numel, ACT_F32, &e) != 0) {
-            test_fail("%s: %s", nf4name, e.msg);
+            test_fail("%s", e.msg);
             continue;
         }
         EXPECT(qshape[0] == ts[i].shape[0] && qshape[1] == ts[i].shape[1], "%s: shape [%lld, %lld]", nf4name,

@@ -2,7 +2,7 @@
  * double quantization), fp32 compute, on the CPU (tests/golden/gen/gen_qlora.py,
  * data/formats/qlora_cpu.safetensors).
  *
- * The base weight is read from the parts bitsandbytes saves (nf4_bind, nf4_dequantize_bnb); then
+ * The base weight is read from the parts bitsandbytes saves (bnb4_bind, nf4_dequantize_bnb); then
  * y, dx, dA, dB (and DoRA's dmag) are compared with tier (b): torch sums the GEMMs in fp32 in its
  * own order, ref in double, so k = 16 roundings of fp32 with the rms of each tensor as floor.
  *
@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/bnb4.h"
 #include "ref/dora.h"
 #include "ref/lora.h"
 #include "ref/nf4.h"
@@ -48,7 +49,7 @@ static void run(struct golden *g, int dora, uint64_t seed) {
     struct bnb4_weight b;
     int64_t shape[2];
     struct io_err e = {{0}};
-    if (nf4_bind(&b, shape, &g->st, wname, &e) != 0) {
+    if (bnb4_bind(&b, shape, bnb4_lookup_file(&g->st), g->path, wname, NULL, &e) != BNB4_BOUND) {
         test_fail("%s", e.msg);
         return;
     }

@@ -364,6 +364,14 @@ static void test_bnb_variants(void) {
                                                "\"dtype\": \"bfloat16\", \"shape\": [64, 64], \"nested_blocksize\": 256, "
                                                "\"nested_dtype\": \"float32\", \"nested_offset\": 0.01}"},
                 "absmax' is U8 [64], expected U8 [32]", "blocksize disagrees with absmax");
+    /* The blocksize rule of io/bnb4: powers of two from 32 to 4096, the nested blocks too. */
+    bnb_variant("bnb_qs_block16", (struct edit){.qs_name = qs, .qs_json = "{\"quant_type\": \"nf4\", \"blocksize\": 16, "
+                                                "\"dtype\": \"bfloat16\", \"shape\": [64, 64]}"},
+                "has blocksize 16; expected a power of two from 32 to 4096", "blocksize 16");
+    bnb_variant("bnb_qs_nested_block", (struct edit){.qs_name = qs, .qs_json = "{\"quant_type\": \"nf4\", \"blocksize\": 64, "
+                                                     "\"dtype\": \"bfloat16\", \"shape\": [64, 64], \"nested_blocksize\": 8192, "
+                                                     "\"nested_dtype\": \"float32\", \"nested_offset\": 0.01}"},
+                "has nested_blocksize 8192", "nested_blocksize 8192");
 }
 
 int main(int argc, char **argv) {

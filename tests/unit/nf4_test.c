@@ -1,6 +1,7 @@
 /* nf4_test.c — ref/nf4 against its definition: table and thresholds, the rounding rule at every
  * threshold, packing, every blocksize, ragged and odd lengths, NaN/zero blocks, double
- * quantization error bounds, and the checkpoint reader on good and broken parts.
+ * quantization error bounds, and the dequantization of a checkpoint's parts (bound by io/bnb4,
+ * whose checks are tests/unit/bnb4_test.c).
  *
  * Independent computations: the nearest table value by a brute-force search in double (ties to
  * the lower code), and bounds derived from the table's gaps. Byte-exact agreement with
@@ -14,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/bnb4.h"
 #include "ref/bf16.h"
 #include "ref/nf4.h"
 #include "ref/quant8.h"
@@ -180,9 +182,10 @@ static void test_double_quant(int64_t n_blocks) {
     free(absmax), free(back), free(a2), free(aq);
 }
 
-/* nf4_bind / nf4_dequantize_bnb on a hand-made file: good, then with each part broken. */
-static void test_bind(void) {
-    const int64_t out = 4, in = 33, n = out * in; /* 132 weights: 3 blocks of 64, odd? no: even */
+/* nf4_dequantize_bnb on a hand-made file bound by io/bnb4: the parts' values, then its own checks
+ * (the NF4 table, the weight count). The binder's checks are tests/unit/bnb4_test.c. */
+static void test_dequantize_bnb(void) {
+    const int64_t out = 4, in = 33, n = out * in; /* 132 weights: 3 blocks of 64 (the last short) */
     struct rng r;
     rng_init(&r, g_seed + 99);
     float w[132], absmax[3], code2[256], a2[1], off, y[132], y2[132];
@@ -214,10 +217,10 @@ static void test_bind(void) {
     struct bnb4_weight b;
     int64_t shape[2];
     struct io_err e = {{0}};
-    int rc = nf4_bind(&b, shape, &st, "w", &e);
-    EXPECT(rc == 0, "bind: %s", e.msg);
-    if (rc != 0) return;
-    EXPECT(shape[0] == 4 && shape[1] == 33 && b.nested && b.blocksize == 64 && b.nested_blocksize == 256 &&
+    int rc = bnb4_bind(&b, shape, bnb4_lookup_file(&st), "nf4_test", "w", NULL, &e);
+    EXPECT(rc == BNB4_BOUND, "bind: %s", e.msg);
+    if (rc != BNB4_BOUND) return;
+    EXPECT(shape[0] == out && shape[1] == in && b.nested && b.blocksize == 64 && b.nested_blocksize == 256 &&
                b.n_blocks == 3 && strcmp(b.dtype, "bfloat16") == 0,
            "bind parsed the quant_state");
     rc = nf4_dequantize_bnb(y, &b, n, ACT_F32, &e);
@@ -228,32 +231,19 @@ static void test_bind(void) {
     struct cmp_case c = {"nf4_dequantize_bnb", "vs the parts", "4x33", "nf4", g_seed};
     cmp_exact_f32(&c, y, y2, n);
 
-    /* Broken parts: each gives a message and −1. */
-    struct {
-        int idx;
-        const char *what;
-    } breaks[] = {{0, "packed bytes"}, {1, "absmax dtype"}, {2, "quant_map values"}, {3, "nested_absmax size"},
-                  {4, "nested_quant_map size"}, {5, "quant_state JSON"}};
-    for (size_t k = 0; k < sizeof breaks / sizeof breaks[0]; k++) {
-        struct st_tensor saved = t[breaks[k].idx];
-        float badmap[16];
-        switch (breaks[k].idx) {
-        case 0: t[0].nbytes = 65; t[0].numel = 65; break;
-        case 1: t[1].dtype = ST_F32; break;
-        case 2: memcpy(badmap, nf4_table, sizeof badmap); badmap[3] = 0.5f; t[2].data = (const uint8_t *)badmap; break;
-        case 3: t[3].numel = 2; break;
-        case 4: t[4].numel = 255; break;
-        case 5: t[5].data = (const uint8_t *)"{\"quant_type\": \"fp4\"}"; t[5].nbytes = 21; break;
-        }
-        e.msg[0] = 0;
-        rc = nf4_bind(&b, shape, &st, "w", &e);
-        if (rc == 0) rc = nf4_dequantize_bnb(y, &b, n, ACT_F32, &e);
-        EXPECT(rc == -1 && e.msg[0] != 0, "broken %s was accepted", breaks[k].what);
-        t[breaks[k].idx] = saved;
-    }
+    /* A quant_map that is not the NF4 table. */
+    float badmap[16];
+    memcpy(badmap, nf4_table, sizeof badmap);
+    badmap[3] = 0.5f;
+    t[2].data = (const uint8_t *)badmap;
     e.msg[0] = 0;
-    EXPECT(nf4_bind(&b, shape, &st, "missing", &e) == -1 && strstr(e.msg, "quant_state") != NULL,
-           "a missing weight names its quant_state: %s", e.msg);
+    EXPECT(nf4_dequantize_bnb(y, &b, n, ACT_F32, &e) == -1 && strstr(e.msg, "not the NF4 table") != NULL,
+           "broken quant_map values were accepted: %s", e.msg);
+    t[2].data = (const uint8_t *)qmap;
+    /* Another weight count than the parts hold. */
+    e.msg[0] = 0;
+    EXPECT(nf4_dequantize_bnb(y, &b, n - 2, ACT_F32, &e) == -1 && strstr(e.msg, "does not hold 130") != NULL,
+           "a wrong weight count was accepted: %s", e.msg);
 }
 
 int main(int argc, char **argv) {
@@ -270,6 +260,6 @@ int main(int argc, char **argv) {
     test_double_quant(1);
     test_double_quant(300);
     test_double_quant(4097);
-    test_bind();
+    test_dequantize_bnb();
     return test_finish("nf4_test");
 }
