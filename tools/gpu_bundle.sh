@@ -19,7 +19,8 @@ cd "$(dirname "$0")/.."
 bazel build //tests/parity/... "$@"
 mkdir -p "$dir/bin" "$dir/lib"
 for t in bazel-bin/tests/parity/*_parity; do
-    [ -f "$t" ] && [ -x "$t" ] && cp -fL "$t" "$dir/bin/"
+    # the parity binaries (train_parity is a script that takes the trainers: see below)
+    [ -f "$t" ] && [ -x "$t" ] && [ "$(head -c 4 "$t" | od -An -c | tr -d ' ')" = '177ELF' ] && cp -fL "$t" "$dir/bin/"
 done
 for target in "$@"; do
     pkg=${target#//}
