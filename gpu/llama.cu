@@ -43,6 +43,8 @@
 #include "gpu/vec.cuh"
 #include "io/check.h"
 
+#include <nvtx3/nvToolsExt.h>
+
 using refine::bf16;
 
 namespace {
@@ -99,10 +101,15 @@ void prof_flush(gpu_llama *m) {
     m->prof_n = 0;
 }
 
+extern const char *const kProfNames[N_PROF];
+
+/* An op of category cat: timed with an event pair while profiling, and an NVTX range (named by the
+ * category) with GPU_NVTX_RANGES, so that Nsight Systems shows the step by op. */
 struct prof_scope {
     gpu_llama *m;
-    int slot;
-    prof_scope(gpu_llama *mm, int cat) : m(mm), slot(-1) {
+    int slot, nvtx;
+    prof_scope(gpu_llama *mm, int cat) : m(mm), slot(-1), nvtx(mm->opt.nvtx == GPU_NVTX_RANGES) {
+        if (nvtx) nvtxRangePushA(kProfNames[cat]);
         if (!m->prof_on) return;
         if (m->prof_n == m->prof_cap) prof_flush(m);
         slot = m->prof_n++;
@@ -111,12 +118,28 @@ struct prof_scope {
     }
     ~prof_scope() {
         if (slot >= 0) CUDA_CHECK(cudaEventRecord(m->prof_ev[2 * slot + 1], m->stream));
+        if (nvtx) nvtxRangePop();
+    }
+};
+
+/* An NVTX range around a larger part of the step ("layer 3 forward", "optimizer step"). */
+struct nvtx_scope {
+    int on;
+    nvtx_scope(const gpu_llama *m, const char *fmt, int i) : on(m->opt.nvtx == GPU_NVTX_RANGES) {
+        if (!on) return;
+        char name[64];
+        snprintf(name, sizeof name, fmt, i);
+        nvtxRangePushA(name);
+    }
+    ~nvtx_scope() {
+        if (on) nvtxRangePop();
     }
 };
 
 #define PROF_CAT2(a, b) a##b
 #define PROF_CAT(a, b) PROF_CAT2(a, b)
 #define PROF(m, cat) prof_scope PROF_CAT(prof_, __LINE__)((m), (cat))
+#define NVTX(m, fmt, i) nvtx_scope PROF_CAT(nvtx_, __LINE__)((m), (fmt), (i))
 
 const char *const kProfNames[N_PROF] = {
     "embedding",       "rmsnorm",       "linear forward", "linear dx",       "linear dW",    "adapter forward",
@@ -381,6 +404,7 @@ void forward(gpu_llama *m, int train, int64_t n_valid, float grad_scale, uint64_
         gpu_embedding_forward_bf16(m->x[0], m->tokens, m->embed, N, c.C, c.V, s);
     }
     for (int l = 0; l < c.L; l++) {
+        NVTX(m, "layer %d forward", l);
         gl_dequantize_layer(m, l);
         layer_forward(m, l, train, micro, 0);
     }
@@ -408,6 +432,7 @@ void backward(gpu_llama *m, uint64_t micro) {
                                   m->rstd_f, N, c.C, m->ws, s);
     }
     for (int l = c.L - 1; l >= 0; l--) {
+        NVTX(m, "layer %d backward", l);
         gl_dequantize_layer(m, l);
         if (m->opt.recompute == RECOMPUTE_LAYER)
             layer_forward(m, l, 1, micro, 0);
@@ -446,12 +471,14 @@ extern "C" void gpu_llama_set_batch(gpu_llama *m, const int32_t *tokens, const i
 
 extern "C" void gpu_llama_train_micro(gpu_llama *m, int64_t n_valid_total, float grad_scale, uint64_t micro_index) {
     CHECK(n_valid_total >= 1, "train_micro: n_valid_total=%lld", (long long)n_valid_total);
+    NVTX(m, "micro-batch %d", (int)micro_index);
     forward(m, 1, n_valid_total, grad_scale, micro_index);
     backward(m, micro_index);
 }
 
 extern "C" void gpu_llama_eval(gpu_llama *m, int64_t n_valid_total) {
     CHECK(n_valid_total >= 1, "eval: n_valid_total=%lld", (long long)n_valid_total);
+    NVTX(m, "evaluation %d", 0);
     forward(m, 0, n_valid_total, 1.0f, 0);
 }
 

@@ -69,6 +69,8 @@ extern "C" {
 enum gpu_base_storage { GPU_BASE_BF16 = 0, GPU_BASE_NF4 = 1 };
 /* Op timing with CUDA events (gpu_llama_profile_*), or none. */
 enum gpu_profiling { GPU_PROFILE_OFF = 0, GPU_PROFILE_OPS };
+/* NVTX ranges (per op category, per layer, per micro-batch) for Nsight Systems, or none. */
+enum gpu_nvtx { GPU_NVTX_OFF = 0, GPU_NVTX_RANGES };
 /* LoRA adapters of linears that share their input (q/k/v, gate/up) as one group, or each alone
  * (for comparisons; dropout and DoRA always run them alone). */
 enum gpu_lora_grouping { GPU_LORA_GROUPED = 0, GPU_LORA_UNGROUPED };
@@ -89,6 +91,7 @@ struct gpu_llama_options {
     int B, T;
     enum gpu_profiling profile;
     enum gpu_lora_grouping grouping;
+    enum gpu_nvtx nvtx;
 };
 
 /* Bytes of each slab; total is what build_gpu_llama allocates (plus the CUDA context and

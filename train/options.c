@@ -75,6 +75,8 @@ static const struct opt_def k_opts[] = {
     {"log-every", TRAIN, K_INT, OFF(log_every), NULL, 1, 1 << 30, "progress line and metrics record every N steps"},
     {"checkpoint-every", TRAIN, K_INT, OFF(checkpoint_every), NULL, 0, 1 << 30, "write a resumable checkpoint every N steps (0: at the end)"},
     {"stop-after", TRAIN, K_INT, OFF(max_steps_this_run), NULL, 0, 1 << 30, "stop this run after N steps with a checkpoint (resume later)"},
+    {"nvtx", BOTH, K_FLAG, OFF(nvtx), NULL, 0, 0,
+     "name the step's parts (per op category, layer, micro-batch) as NVTX ranges for Nsight Systems (GPU)"},
     {"batch", BENCH, K_INT, OFF(micro_batch), NULL, 1, 1 << 16, "the same as --micro-batch"},
     {"steps", BENCH, K_INT, OFF(bench_steps), NULL, 1, 1 << 20, "optimizer steps timed"},
     {"warmup-steps", BENCH, K_INT, OFF(bench_warmup), NULL, 0, 1 << 20, "optimizer steps run before the timed ones"},

@@ -77,6 +77,7 @@ struct train_options {
     int log_every;
     int checkpoint_every; /* steps; 0: only at the end */
     int max_steps_this_run; /* stop (with a checkpoint) after this many steps of this run: 0 = off */
+    int nvtx;               /* NVTX ranges for Nsight Systems (GPU) */
     /* //gpu:bench only */
     int bench_steps;  /* timed optimizer steps */
     int bench_warmup; /* untimed steps before them */

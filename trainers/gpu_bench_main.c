@@ -93,8 +93,6 @@ int main(int argc, char **argv) {
     model_settings_from_options(&set, &o, COMPUTE_BF16);
     struct gpu_llama_options g;
     gpu_model_options(&g, &set);
-    g.profile = o.profile ? GPU_PROFILE_OPS : GPU_PROFILE_OFF;
-    g.grouping = o.ungrouped ? GPU_LORA_UNGROUPED : GPU_LORA_GROUPED;
     const char *method = train_method_names[o.method];
     char device[128];
     size_t free0 = 0, total = 0, free1 = 0;

@@ -151,6 +151,9 @@ void gpu_model_options(struct gpu_llama_options *g, const struct model_settings 
     g->nested_nf4 = 1; /* weights quantized here are double-quantized */
     g->B = s->B;
     g->T = s->T;
+    g->profile = s->timing == TIMING_OPS ? GPU_PROFILE_OPS : GPU_PROFILE_OFF;
+    g->nvtx = s->trace == TRACE_NVTX ? GPU_NVTX_RANGES : GPU_NVTX_OFF;
+    g->grouping = s->grouping == ADAPTERS_UNGROUPED ? GPU_LORA_UNGROUPED : GPU_LORA_GROUPED;
 }
 
 int gpu_largest_fitting_batch(struct gpu_llama_options g, const struct model_config *c, size_t budget, int most) {

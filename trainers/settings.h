@@ -29,6 +29,13 @@ enum base_format { BASE_NATIVE = 0, BASE_NF4 };
 /* The arithmetic of a run: --precision with auto resolved for the trainer. */
 enum compute_precision { COMPUTE_FP32 = 0, COMPUTE_BF16 };
 
+/* What a run records about itself besides its results: CUDA-event timing of every op category
+ * (//gpu:bench --profile), NVTX ranges for Nsight Systems (--nvtx); and whether LoRA adapters that
+ * share an input run as a group (the default) or each alone (//gpu:bench --ungrouped). */
+enum op_timing { TIMING_OFF = 0, TIMING_OPS };
+enum trace_ranges { TRACE_OFF = 0, TRACE_NVTX };
+enum adapter_grouping { ADAPTERS_GROUPED = 0, ADAPTERS_UNGROUPED };
+
 struct model_settings {
     enum train_method method;
     enum llama_mode mode; /* full, LoRA or DoRA */
@@ -44,6 +51,9 @@ struct model_settings {
     enum optimizer_kind optimizer;
     enum compute_precision precision;
     int B, T;             /* micro-batch and sequence length */
+    enum op_timing timing;
+    enum trace_ranges trace;
+    enum adapter_grouping grouping;
 };
 
 /* s from o; --precision auto becomes auto_precision (the trainer's own arithmetic). */
