@@ -56,6 +56,9 @@ struct train_engine {
     double peak_flops;      /* the device's measured bf16 GEMM rate, FLOP/s; 0 when unknown (no MFU) */
     float adapter_scale;    /* s of the adapters (ref/lora.h's convention), for the merged export; 0 in full
                                fine-tuning */
+    const char *memory_json; /* the device memory the engine planned, as one JSON object of GiB per category
+                                ({"weights":..,"params":..,"grads":..,"optim":..,"acts":..,"scratch":..,
+                                "fixed":..,"total":..}) for the metrics log; NULL when it plans none */
 
     /* Forward, loss and backward of one micro-batch: gradients accumulate, and so does the step's
      * Σ NLL, which the engine keeps (on its device) until optimizer_step hands it over — so that a

@@ -78,8 +78,9 @@ int train_loop_run(const struct train_options *o, const struct train_engine *eng
     CHECK(header != NULL, "out of memory");
     snprintf(header, 65536 + 1024,
              "{\"kind\":\"run\",\"engine\":\"%s\",\"total_steps\":%d,\"train_sequences\":%" PRId64
-             ",\"val_sequences\":%" PRId64 ",\"seq\":%d,\"options\":%s}",
-             eng->name, total, src->n_train, src->n_val, T, opts);
+             ",\"val_sequences\":%" PRId64 ",\"seq\":%d,%s%s%s\"options\":%s}",
+             eng->name, total, src->n_train, src->n_val, T, eng->memory_json ? "\"memory_GiB\":" : "",
+             eng->memory_json ? eng->memory_json : "", eng->memory_json ? "," : "", opts);
 
     struct loop_position pos = {0, 0, 0, 0};
     int rc = 0;

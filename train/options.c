@@ -9,7 +9,8 @@
 #include <string.h>
 #include <time.h>
 
-enum opt_kind { K_PATH, K_INT, K_FLOAT, K_U64, K_ENUM, K_FLAG, K_TARGETS, K_DATA };
+/* K_SEQ: an integer or "auto" (OPT_SEQ_AUTO); K_SEQ_AUTO: a flag that sets it to auto. */
+enum opt_kind { K_PATH, K_INT, K_SEQ, K_FLOAT, K_U64, K_ENUM, K_FLAG, K_SEQ_AUTO, K_TARGETS, K_DATA };
 
 struct opt_def {
     const char *name;
@@ -47,7 +48,8 @@ static const struct opt_def k_opts[] = {
     {"scaling", BOTH, K_ENUM, OFF(scaling), k_scalings, 0, 0, "adapter scale: standard (alpha/r) | rslora (alpha/sqrt(r))"},
     {"dropout", BOTH, K_FLOAT, OFF(dropout), NULL, 0, 0.95, "dropout on the adapter input"},
     {"targets", BOTH, K_TARGETS, OFF(targets), NULL, 0, 0, "adapted linear layers: any of q,k,v,o,gate,up,down, or all"},
-    {"seq", BOTH, K_INT, OFF(seq), NULL, 2, 1 << 20, "sequence length (tokens per packed sequence)"},
+    {"seq", BOTH, K_SEQ, OFF(seq), NULL, 2, 1 << 20,
+     "sequence length (tokens per packed sequence), or auto: the longest whose memory plan fits (GPU)"},
     {"micro-batch", BOTH, K_INT, OFF(micro_batch), NULL, 1, 1 << 16, "sequences per micro-batch"},
     {"grad-accum", BOTH, K_INT, OFF(grad_accum), NULL, 1, 1 << 16, "micro-batches per optimizer step"},
     {"epochs", TRAIN, K_INT, OFF(epochs), NULL, 0, 1 << 20, "passes over the training data (0: no limit)"},
@@ -75,6 +77,9 @@ static const struct opt_def k_opts[] = {
     {"log-every", TRAIN, K_INT, OFF(log_every), NULL, 1, 1 << 30, "progress line and metrics record every N steps"},
     {"checkpoint-every", TRAIN, K_INT, OFF(checkpoint_every), NULL, 0, 1 << 30, "write a resumable checkpoint every N steps (0: at the end)"},
     {"stop-after", TRAIN, K_INT, OFF(max_steps_this_run), NULL, 0, 1 << 30, "stop this run after N steps with a checkpoint (resume later)"},
+    {"memory-limit", BOTH, K_FLOAT, OFF(memory_limit), NULL, 0, 1e6,
+     "GiB of GPU memory the run may plan and use, as on a card of that size (0: the device's own)"},
+    {"max-seq", BENCH, K_SEQ_AUTO, OFF(seq), NULL, 0, 0, "the same as --seq auto: time the longest sequence that fits"},
     {"nvtx", BOTH, K_FLAG, OFF(nvtx), NULL, 0, 0,
      "name the step's parts (per op category, layer, micro-batch) as NVTX ranges for Nsight Systems (GPU)"},
     {"batch", BENCH, K_INT, OFF(micro_batch), NULL, 1, 1 << 16, "the same as --micro-batch"},
@@ -205,6 +210,12 @@ static int set_value(struct train_options *o, const struct opt_def *d, const cha
             }
             return 0;
         }
+        case K_SEQ:
+            if (strcmp(v, "auto") == 0) {
+                *(int *)(base + d->offset) = OPT_SEQ_AUTO;
+                return 0;
+            }
+            __attribute__((fallthrough)); /* an integer */
         case K_INT: {
             long long x = strtoll(v, &end, 10);
             if (end == v || *end != '\0' || errno != 0)
@@ -246,6 +257,7 @@ static int set_value(struct train_options *o, const struct opt_def *d, const cha
         }
         case K_TARGETS: return parse_targets((unsigned *)(base + d->offset), v, e);
         case K_FLAG: *(int *)(base + d->offset) = 1; return 0;
+        case K_SEQ_AUTO: *(int *)(base + d->offset) = OPT_SEQ_AUTO; return 0;
     }
     return io_fail(e, "--%s: internal error", d->name);
 }
@@ -279,7 +291,7 @@ int train_options_parse(struct train_options *o, int argc, char **argv, enum opt
             return io_fail(e, "--%s is a flag of %s, not of this program (see --help)", d->name,
                            d->programs & PROGRAM_TRAIN ? "the trainers" : "the benchmark");
         const char *value = NULL;
-        if (d->kind == K_FLAG) {
+        if (d->kind == K_FLAG || d->kind == K_SEQ_AUTO) {
             if (eq != NULL) return io_fail(e, "--%s takes no value", d->name);
         } else if (eq != NULL) {
             value = eq + 1;
@@ -303,10 +315,15 @@ static void default_text(const struct train_options *o, const struct opt_def *d,
         case K_PATH: snprintf(buf, cap, "%s", (base + d->offset)[0] ? base + d->offset : "(none)"); break;
         case K_DATA: snprintf(buf, cap, "%s", o->data[0]); break;
         case K_INT: snprintf(buf, cap, "%d", *(const int *)(base + d->offset)); break;
+        case K_SEQ:
+            if (*(const int *)(base + d->offset) == OPT_SEQ_AUTO) snprintf(buf, cap, "auto");
+            else snprintf(buf, cap, "%d", *(const int *)(base + d->offset));
+            break;
         case K_FLOAT: snprintf(buf, cap, "%g", (double)*(const float *)(base + d->offset)); break;
         case K_U64: snprintf(buf, cap, "%llu", *(const unsigned long long *)(base + d->offset)); break;
         case K_ENUM: snprintf(buf, cap, "%s", d->choices[*(const int *)(base + d->offset)]); break;
-        case K_FLAG: snprintf(buf, cap, "off"); break;
+        case K_FLAG:
+        case K_SEQ_AUTO: snprintf(buf, cap, "off"); break;
         case K_TARGETS: snprintf(buf, cap, "all"); break;
     }
 }
@@ -371,7 +388,9 @@ int train_options_to_json(const struct train_options *o, char *buf, size_t cap) 
                 }
                 strncat(buf, "]", cap - strlen(buf) - 1);
                 break;
-            case K_INT: snprintf(buf + n, cap - n, "%d", *(const int *)(base + d->offset)); break;
+            case K_INT:
+            case K_SEQ: snprintf(buf + n, cap - n, "%d", *(const int *)(base + d->offset)); break;
+            case K_SEQ_AUTO: break; /* a bench flag: never in the trainers' JSON */
             case K_FLAG: snprintf(buf + n, cap - n, "%s", *(const int *)(base + d->offset) ? "true" : "false"); break;
             case K_FLOAT: snprintf(buf + n, cap - n, "%.9g", (double)*(const float *)(base + d->offset)); break;
             case K_U64: snprintf(buf + n, cap - n, "%llu", *(const unsigned long long *)(base + d->offset)); break;

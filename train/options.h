@@ -39,6 +39,8 @@ enum precision { PRECISION_AUTO = 0, PRECISION_FP32, PRECISION_BF16 };
 enum options_program { PROGRAM_TRAIN = 1, PROGRAM_BENCH = 2 };
 
 #define OPT_PATH_MAX 1024
+/* --seq auto: the longest sequence whose memory plan fits (GPU trainer and benchmark). */
+#define OPT_SEQ_AUTO 0
 #define OPT_MAX_DATA 16
 
 struct train_options {
@@ -53,7 +55,7 @@ struct train_options {
     enum lora_scaling scaling; /* ref/lora.h: α/r or α/√r */
     float dropout;
     unsigned targets; /* bit (1u << t) per linear t of io/family.h (--targets q,k,v,o,gate,up,down) */
-    int seq;
+    int seq;          /* OPT_SEQ_AUTO until the trainer resolves it */
     int micro_batch;
     int grad_accum;
     int epochs;    /* 0: no epoch limit */
@@ -78,6 +80,7 @@ struct train_options {
     int checkpoint_every; /* steps; 0: only at the end */
     int max_steps_this_run; /* stop (with a checkpoint) after this many steps of this run: 0 = off */
     int nvtx;               /* NVTX ranges for Nsight Systems (GPU) */
+    float memory_limit;     /* GiB the GPU run may plan, as on a card of that size; 0: the device's own */
     /* //gpu:bench only */
     int bench_steps;  /* timed optimizer steps */
     int bench_warmup; /* untimed steps before them */

@@ -88,7 +88,18 @@ int train_main(int argc, char **argv, const struct trainer *t) {
 
     struct model_source src;
     if (model_source_open(&src, o.model, &e)) io_exit(&e);
+    if (o.seq == OPT_SEQ_AUTO) {
+        if (t->longest_seq == NULL) {
+            io_fail(&e, "--seq auto searches a memory plan, which this trainer does not have: give --seq N");
+            io_exit(&e);
+        }
+        if (t->longest_seq(&o, &src, &e)) io_exit(&e);
+    }
     if (config_check_seq_len(&src.config, o.seq, &e)) io_exit(&e);
+    if (config_seq_beyond_context(&src.config, o.seq) && comm_is_root(&comm))
+        fprintf(stderr, "refine: warning: --seq %d is beyond the model's max_position_embeddings %d; positions past "
+                        "it were never trained (RoPE extrapolates)\n",
+                o.seq, src.config.max_position_embeddings);
     if (o.method == METHOD_FULL && model_source_is_bnb(&src, llama_linears[LLAMA_Q].weight, 0)) {
         io_fail(&e, "%s is a bitsandbytes 4-bit checkpoint: its base weights cannot train (use --method qlora or "
                     "qdora)", o.model);

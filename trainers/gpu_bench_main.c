@@ -89,25 +89,37 @@ int main(int argc, char **argv) {
     if (gpu_engine_check(&o, &e)) io_exit(&e);
     struct model_config c;
     if (model_config(&c, o.model, &e)) io_exit(&e);
+    const int max_seq = o.seq == OPT_SEQ_AUTO;
+    if (max_seq) o.seq = 2; /* searched below, once the budget is known */
     struct model_settings set;
     model_settings_from_options(&set, &o, COMPUTE_BF16);
     struct gpu_llama_options g;
     gpu_model_options(&g, &set);
     const char *method = train_method_names[o.method];
     char device[128];
-    size_t free0 = 0, total = 0, free1 = 0;
+    size_t free0 = 0, total = 0, free1 = 0, budget = 0;
     if (gpu_device_query(device, sizeof device, &free0, &total, &e)) io_exit(&e);
     const double peak = gpu_gemm_measure_bf16_rate(8192);
+    if (gpu_memory_budget(&o, device, sizeof device, &budget, &e)) io_exit(&e);
     if (gpu_device_query(device, sizeof device, &free0, &total, &e)) io_exit(&e);
+    if (max_seq) {
+        g.T = o.seq = gpu_longest_fitting_seq(g, &c, budget, 1 << 20);
+        if (g.T < 2) {
+            io_fail(&e, "--max-seq: not even 2 tokens of micro-batch %d fit in %.2f GiB on %s", g.B, budget / GIB, device);
+            io_exit(&e);
+        }
+        fprintf(stderr, "max-seq: %d tokens fit in %.2f GiB\n", g.T, budget / GIB);
+    }
+    if (config_check_seq_len(&c, g.T, &e)) io_exit(&e);
     struct gpu_llama_plan plan;
     if (gpu_llama_plan_bytes(&plan, &c, &g, &e)) io_exit(&e);
     char line[512];
     gpu_llama_plan_describe(line, sizeof line, &plan, g.B, g.T);
     fprintf(stderr, "%s\n", line);
-    if (plan.total > free0) {
-        const int b = gpu_largest_fitting_batch(g, &c, free0, 1 << 20);
-        io_fail(&e, "%s %s %d×%d does not fit: %s, %.2f GiB free on %s; the largest micro-batch that fits is %d", o.model,
-                method, g.B, g.T, line, free0 / GIB, device, b);
+    if (plan.total > budget) {
+        const int b = gpu_largest_fitting_batch(g, &c, budget, 1 << 20);
+        io_fail(&e, "%s %s %d×%d does not fit: %s, %.2f GiB%s on %s; the largest micro-batch that fits is %d", o.model,
+                method, g.B, g.T, line, budget / GIB, o.memory_limit > 0 ? " (--memory-limit)" : " free", device, b);
         io_exit(&e);
     }
     struct gpu_llama *m = build_gpu_llama(&c, &g, &e);
@@ -115,6 +127,11 @@ int main(int argc, char **argv) {
     gpu_llama_random_weights(m, set.seed);
     gpu_llama_init_adapters(m, set.seed);
     if (gpu_device_query(NULL, 0, &free1, NULL, &e)) io_exit(&e);
+    if (o.memory_limit > 0 && (double)(total - free1) > (double)o.memory_limit * GIB) {
+        io_fail(&e, "--memory-limit %g GiB: the device holds %.2f GiB with the model built", (double)o.memory_limit,
+                (double)(total - free1) / GIB);
+        io_exit(&e);
+    }
 
     const int N = g.B * g.T, A = o.grad_accum;
     int32_t *tok = malloc((size_t)N * sizeof *tok), *lab = malloc((size_t)N * sizeof *lab);
@@ -157,10 +174,14 @@ int main(int argc, char **argv) {
     printf("{\"system\":\"refine\",\"model\":\"%s\",\"method\":\"%s\",\"rank\":%d,\"batch\":%d,\"seq\":%d,"
            "\"grad_accum\":%d,\"recompute\":\"%s\",\"optimizer\":\"%s\",\"ungrouped\":%d,\"step_s\":%.4f,"
            "\"tokens_per_s\":%.0f,\"model_tflops\":%.1f,\"mfu\":%.3f,\"peak_mem_GiB\":%.2f,\"cuda_mem_GiB\":%.2f,"
-           "\"gemm_tflops\":%.1f,\"loss\":%.4f,\"first_loss\":%.4f,\"device\":\"%s\"}\n",
+           "\"gemm_tflops\":%.1f,\"loss\":%.4f,\"first_loss\":%.4f,\"plan_GiB\":{\"weights\":%.3f,\"params\":%.3f,"
+           "\"grads\":%.3f,\"optim\":%.3f,\"acts\":%.3f,\"scratch\":%.3f,\"fixed\":%.3f},\"memory_limit_GiB\":%g,"
+           "\"device\":\"%s\"}\n",
            o.model, method, o.rank, g.B, g.T, A, recompute_names[o.recompute], optimizer_names[o.optimizer],
            o.ungrouped, step_s, tps, fpt * tps / 1e12, peak > 0 ? fpt * tps / peak : 0.0, plan.total / GIB,
-           (double)(free0 - free1) / GIB, peak / 1e12, (double)loss, (double)loss0, device);
+           (double)(free0 - free1) / GIB, peak / 1e12, (double)loss, (double)loss0, plan.weights / GIB,
+           plan.params / GIB, plan.grads / GIB, plan.optim / GIB, plan.acts / GIB, plan.scratch / GIB, plan.fixed / GIB,
+           (double)o.memory_limit, device);
     fflush(stdout);
     if (o.profile) {
         gpu_llama_profile_reset(m);
