@@ -395,18 +395,51 @@ void layer_backward(gpu_llama *m, int l, uint64_t micro) {
     }
 }
 
+/* ---- offloaded layer inputs (GPU_OFFLOAD_INPUTS): x[l] lives in x_ping[l % 2] on the device and in
+ * x_host at slot l. Events per layer input: x_in (it is in its device buffer), x_out (its copy to
+ * the host is done), x_free (its device buffer may be refilled). The compute stream waits only
+ * where a buffer is about to be overwritten or read. */
+
+int offloaded(const gpu_llama *m) { return m->opt.offload == GPU_OFFLOAD_INPUTS; }
+
+uint16_t *host_slot(gpu_llama *m, int l) { return m->x_host + (size_t)l * m->N * m->cfg.C; }
+
+/* x[l] has just been written on the compute stream: copy it to the host. */
+void offload_out(gpu_llama *m, int l) {
+    const size_t bytes = (size_t)m->N * m->cfg.C * sizeof(uint16_t);
+    CUDA_CHECK(cudaEventRecord(m->x_in[l], m->stream));
+    CUDA_CHECK(cudaStreamWaitEvent(m->copy_stream, m->x_in[l], 0));
+    CUDA_CHECK(cudaMemcpyAsync(host_slot(m, l), m->x[l], bytes, cudaMemcpyDeviceToHost, m->copy_stream));
+    CUDA_CHECK(cudaEventRecord(m->x_out[l], m->copy_stream));
+}
+
+/* From here on the compute stream no longer needs the buffer of x[l + 2] (the one x[l] shares):
+ * bring x[l] back into it. */
+void offload_in(gpu_llama *m, int l) {
+    const size_t bytes = (size_t)m->N * m->cfg.C * sizeof(uint16_t);
+    CUDA_CHECK(cudaEventRecord(m->x_free[l], m->stream));
+    CUDA_CHECK(cudaStreamWaitEvent(m->copy_stream, m->x_free[l], 0));
+    CUDA_CHECK(cudaMemcpyAsync(m->x[l], host_slot(m, l), bytes, cudaMemcpyHostToDevice, m->copy_stream));
+    CUDA_CHECK(cudaEventRecord(m->x_in[l], m->copy_stream));
+}
+
 void forward(gpu_llama *m, int train, int64_t n_valid, float grad_scale, uint64_t micro) {
     const model_config &c = m->cfg;
-    const int N = m->N, full = m->opt.mode == LLAMA_FULL;
+    const int N = m->N, full = m->opt.mode == LLAMA_FULL, off = offloaded(m) && train;
     cudaStream_t s = m->stream;
+    if (offloaded(m)) CUDA_CHECK(cudaStreamWaitEvent(s, m->x_in[0], 0)); /* the last backward's copies are done */
     {
         PROF(m, PROF_EMBED);
         gpu_embedding_forward_bf16(m->x[0], m->tokens, m->embed, N, c.C, c.V, s);
     }
+    if (off) offload_out(m, 0);
     for (int l = 0; l < c.L; l++) {
         NVTX(m, "layer %d forward", l);
+        /* layer l writes x[l + 1] over x[l − 1]: its copy must be out */
+        if (off && l >= 1 && l + 1 < c.L) CUDA_CHECK(cudaStreamWaitEvent(s, m->x_out[l - 1], 0));
         gl_dequantize_layer(m, l);
         layer_forward(m, l, train, micro, 0);
+        if (off && l + 1 < c.L) offload_out(m, l + 1);
     }
     {
         PROF(m, PROF_NORM);
@@ -433,11 +466,14 @@ void backward(gpu_llama *m, uint64_t micro) {
     }
     for (int l = c.L - 1; l >= 0; l--) {
         NVTX(m, "layer %d backward", l);
+        /* x[l] back on the device (brought in during layer l + 1's backward) */
+        if (offloaded(m) && l + 1 < c.L) CUDA_CHECK(cudaStreamWaitEvent(s, m->x_in[l], 0));
         gl_dequantize_layer(m, l);
         if (m->opt.recompute == RECOMPUTE_LAYER)
-            layer_forward(m, l, 1, micro, 0);
+            layer_forward(m, l, 1, micro, 0); /* writes x[l + 1]: after it, x[l − 1] may come in */
         else if (m->opt.recompute == RECOMPUTE_ATTN)
             layer_forward(m, l, 1, micro, 1);
+        if (offloaded(m) && l >= 1) offload_in(m, l - 1);
         layer_backward(m, l, micro);
     }
     if (full) {

@@ -69,6 +69,11 @@ extern "C" {
 enum gpu_base_storage { GPU_BASE_BF16 = 0, GPU_BASE_NF4 = 1 };
 /* Op timing with CUDA events (gpu_llama_profile_*), or none. */
 enum gpu_profiling { GPU_PROFILE_OFF = 0, GPU_PROFILE_OPS };
+/* The layer inputs x_0 .. x_{L−1} saved on the device (L + 1 buffers), or offloaded: copied to
+ * pinned host memory on a second stream as the forward produces them and copied back one layer
+ * ahead of the backward, so the device holds three (two ping-pong buffers and x_L) whatever the
+ * depth. The same kernels read the same bits: results are bitwise those without offload. */
+enum gpu_offload { GPU_OFFLOAD_NONE = 0, GPU_OFFLOAD_INPUTS };
 /* NVTX ranges (per op category, per layer, per micro-batch) for Nsight Systems, or none. */
 enum gpu_nvtx { GPU_NVTX_OFF = 0, GPU_NVTX_RANGES };
 /* LoRA adapters of linears that share their input (q/k/v, gate/up) as one group, or each alone
@@ -92,6 +97,7 @@ struct gpu_llama_options {
     enum gpu_profiling profile;
     enum gpu_lora_grouping grouping;
     enum gpu_nvtx nvtx;
+    enum gpu_offload offload;
 };
 
 /* Bytes of each slab; total is what build_gpu_llama allocates (plus the CUDA context and
@@ -105,6 +111,7 @@ struct gpu_llama_plan {
     size_t scratch;    /* backward buffers and the op workspaces (one, sized for the largest) */
     size_t fixed;      /* tokens, labels, positions, rope tables, GEMM workspace, optimizer tables */
     size_t total;
+    size_t host;       /* pinned host memory: the offloaded layer inputs (not in total) */
     int ce_rows;       /* rows of lm_head logits formed at a time */
 };
 

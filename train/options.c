@@ -80,6 +80,9 @@ static const struct opt_def k_opts[] = {
     {"memory-limit", BOTH, K_FLOAT, OFF(memory_limit), NULL, 0, 1e6,
      "GiB of GPU memory the run may plan and use, as on a card of that size (0: the device's own)"},
     {"max-seq", BENCH, K_SEQ_AUTO, OFF(seq), NULL, 0, 0, "the same as --seq auto: time the longest sequence that fits"},
+    {"offload", BOTH, K_FLAG, OFF(offload), NULL, 0, 0,
+     "keep the saved layer inputs in pinned host memory, copied out and back one layer ahead on a second "
+     "stream (GPU; the same results; with --recompute layer the device holds three layers' inputs)"},
     {"nvtx", BOTH, K_FLAG, OFF(nvtx), NULL, 0, 0,
      "name the step's parts (per op category, layer, micro-batch) as NVTX ranges for Nsight Systems (GPU)"},
     {"batch", BENCH, K_INT, OFF(micro_batch), NULL, 1, 1 << 16, "the same as --micro-batch"},

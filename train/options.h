@@ -80,6 +80,7 @@ struct train_options {
     int checkpoint_every; /* steps; 0: only at the end */
     int max_steps_this_run; /* stop (with a checkpoint) after this many steps of this run: 0 = off */
     int nvtx;               /* NVTX ranges for Nsight Systems (GPU) */
+    int offload;            /* the saved layer inputs in pinned host memory (GPU) */
     float memory_limit;     /* GiB the GPU run may plan, as on a card of that size; 0: the device's own */
     /* //gpu:bench only */
     int bench_steps;  /* timed optimizer steps */

@@ -155,6 +155,7 @@ void gpu_model_options(struct gpu_llama_options *g, const struct model_settings 
     g->profile = s->timing == TIMING_OPS ? GPU_PROFILE_OPS : GPU_PROFILE_OFF;
     g->nvtx = s->trace == TRACE_NVTX ? GPU_NVTX_RANGES : GPU_NVTX_OFF;
     g->grouping = s->grouping == ADAPTERS_UNGROUPED ? GPU_LORA_UNGROUPED : GPU_LORA_GROUPED;
+    g->offload = s->activations == ACTIVATIONS_OFFLOADED ? GPU_OFFLOAD_INPUTS : GPU_OFFLOAD_NONE;
 }
 
 int gpu_memory_budget(const struct train_options *o, char *device, size_t cap, size_t *budget, struct io_err *e) {

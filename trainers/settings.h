@@ -35,6 +35,8 @@ enum compute_precision { COMPUTE_FP32 = 0, COMPUTE_BF16 };
 enum op_timing { TIMING_OFF = 0, TIMING_OPS };
 enum trace_ranges { TRACE_OFF = 0, TRACE_NVTX };
 enum adapter_grouping { ADAPTERS_GROUPED = 0, ADAPTERS_UNGROUPED };
+/* Where the saved layer inputs live: on the device, or in pinned host memory (--offload). */
+enum activation_home { ACTIVATIONS_ON_DEVICE = 0, ACTIVATIONS_OFFLOADED };
 
 struct model_settings {
     enum train_method method;
@@ -54,6 +56,7 @@ struct model_settings {
     enum op_timing timing;
     enum trace_ranges trace;
     enum adapter_grouping grouping;
+    enum activation_home activations;
 };
 
 /* s from o; --precision auto becomes auto_precision (the trainer's own arithmetic). */
