@@ -175,13 +175,13 @@ int main(int argc, char **argv) {
            "\"grad_accum\":%d,\"recompute\":\"%s\",\"optimizer\":\"%s\",\"ungrouped\":%d,\"step_s\":%.4f,"
            "\"tokens_per_s\":%.0f,\"model_tflops\":%.1f,\"mfu\":%.3f,\"peak_mem_GiB\":%.2f,\"cuda_mem_GiB\":%.2f,"
            "\"gemm_tflops\":%.1f,\"loss\":%.4f,\"first_loss\":%.4f,\"plan_GiB\":{\"weights\":%.3f,\"params\":%.3f,"
-           "\"grads\":%.3f,\"optim\":%.3f,\"acts\":%.3f,\"scratch\":%.3f,\"fixed\":%.3f},\"memory_limit_GiB\":%g,"
+           "\"grads\":%.3f,\"optim\":%.3f,\"acts\":%.3f,\"scratch\":%.3f,\"fixed\":%.3f},\"memory_limit_GiB\":%g,\"offload\":%d,\"host_GiB\":%.3f,"
            "\"device\":\"%s\"}\n",
            o.model, method, o.rank, g.B, g.T, A, recompute_names[o.recompute], optimizer_names[o.optimizer],
            o.ungrouped, step_s, tps, fpt * tps / 1e12, peak > 0 ? fpt * tps / peak : 0.0, plan.total / GIB,
            (double)(free0 - free1) / GIB, peak / 1e12, (double)loss, (double)loss0, plan.weights / GIB,
            plan.params / GIB, plan.grads / GIB, plan.optim / GIB, plan.acts / GIB, plan.scratch / GIB, plan.fixed / GIB,
-           (double)o.memory_limit, device);
+           (double)o.memory_limit, o.offload, plan.host / GIB, device);
     fflush(stdout);
     if (o.profile) {
         gpu_llama_profile_reset(m);
