@@ -66,22 +66,28 @@ static int export_outputs(const struct train_options *o, const struct model_conf
     return 0;
 }
 
-int train_main(int argc, char **argv, const struct trainer *t) {
+int program_options(struct train_options *o, int argc, char **argv, enum options_program prog, const char *program) {
     const char *wd = getenv("BUILD_WORKING_DIRECTORY"); /* bazel run: paths are the user's */
+    struct io_err e = {{0}};
     if (wd && chdir(wd) != 0) {
-        fprintf(stderr, "refine: cannot enter %s\n", wd);
-        return 1;
+        io_fail(&e, "cannot enter %s", wd);
+        io_exit(&e);
     }
     char cache[1024];
     train_cache_dir(cache, sizeof cache);
+    train_options_defaults(o, cache);
+    if (train_options_parse(o, argc, argv, prog, &e)) io_exit(&e);
+    if (!o->help) return 0;
+    train_options_help(stdout, program, prog, cache);
+    return 1;
+}
+
+int train_main(int argc, char **argv, const struct trainer *t) {
     struct train_options o;
     struct io_err e = {{0}};
-    train_options_defaults(&o, cache);
-    if (train_options_parse(&o, argc, argv, PROGRAM_TRAIN, &e)) io_exit(&e);
-    if (o.help) {
-        train_options_help(stdout, t->program, PROGRAM_TRAIN, cache);
-        return 0;
-    }
+    if (program_options(&o, argc, argv, PROGRAM_TRAIN, t->program)) return 0;
+    char cache[1024];
+    train_cache_dir(cache, sizeof cache);
     if (t->check && t->check(&o, &e)) io_exit(&e);
     struct train_comm comm; /* the job: one process (multi-process launchers provide their own) */
     comm_single(&comm);

@@ -43,6 +43,13 @@ struct trainer {
     int (*longest_seq)(struct train_options *o, const struct model_source *src, struct io_err *e);
 };
 
+/* The start of every program on the trainers' flag table: under `bazel run`, enter the user's
+ * working directory (BUILD_WORKING_DIRECTORY); the options of prog over their defaults (the
+ * artifact cache: REFINE_CACHE or ~/.cache/refine), bad input ending in one message and exit
+ * status 1; --help printed with `program`, how the user runs it. Returns 1 when --help was given
+ * (the program exits 0), else 0. */
+int program_options(struct train_options *o, int argc, char **argv, enum options_program prog, const char *program);
+
 /* The whole program; returns main's exit status (0), or exits with status 1 on bad input. */
 int train_main(int argc, char **argv, const struct trainer *t);
 

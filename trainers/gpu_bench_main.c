@@ -39,6 +39,7 @@
 #include "io/model_source.h"
 #include "train/metrics.h"
 #include "train/options.h"
+#include "trainers/cli.h"
 #include "trainers/gpu_engine.h"
 #include "trainers/settings.h"
 
@@ -72,20 +73,8 @@ static float train_step(struct gpu_llama *m, const int32_t *tok, const int32_t *
 
 int main(int argc, char **argv) {
     struct io_err e = {{0}};
-    const char *wd = getenv("BUILD_WORKING_DIRECTORY"); /* bazel run: paths are the user's */
-    if (wd && chdir(wd) != 0) {
-        fprintf(stderr, "refine: cannot enter %s\n", wd);
-        return 1;
-    }
-    char cache[1024];
-    train_cache_dir(cache, sizeof cache);
     struct train_options o;
-    train_options_defaults(&o, cache);
-    if (train_options_parse(&o, argc, argv, PROGRAM_BENCH, &e)) io_exit(&e);
-    if (o.help) {
-        train_options_help(stdout, "bazel run //gpu:bench --", PROGRAM_BENCH, cache);
-        return 0;
-    }
+    if (program_options(&o, argc, argv, PROGRAM_BENCH, "bazel run //gpu:bench --")) return 0;
     if (gpu_engine_check(&o, &e)) io_exit(&e);
     struct model_config c;
     if (model_config(&c, o.model, &e)) io_exit(&e);
