@@ -40,6 +40,13 @@
 namespace refine {
 namespace attn90 {
 
+/* The register split of the 384-thread kernels: a CTA launched with __launch_bounds__(384, 1) holds
+ * 168 registers a thread (65536 / 384, rounded down to 8); setmaxnreg moves registers between the
+ * warpgroups of that allocation only, so the producer's and the consumers' counts must fit in it
+ * (a consumer asking for more would wait forever). */
+constexpr int kRegsProducer = 40, kRegsConsumer = 232;
+static_assert(128 * kRegsProducer + 256 * kRegsConsumer <= 168 * 384, "register split beyond the CTA's allocation");
+
 /* Named barriers (id 0 is __syncthreads). */
 enum { BAR_SCHED0 = 1, BAR_SCHED1 = 2, BAR_DS = 3, BAR_DS_FREE = 4 };
 

@@ -123,7 +123,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_sm90(const __grid_constant__ 
     const int m0 = bwd_m_first(n, BN, BM);
 
     if (wg == 0) { /* ---------------- producer and dQ writer ---------------- */
-        setmaxnreg_dec<32>();
+        setmaxnreg_dec<kRegsProducer>();
         if (tid == 0) {
             mbar_expect_tx(base + L::KV_FULL, 2 * C::KV_BYTES);
             tma_load_tile<D>(base + L::K, &p.tk, BN, kvh, n * BN, b, base + L::KV_FULL);
@@ -177,7 +177,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_sm90(const __grid_constant__ 
     }
 
     /* ---------------- consumers: keys n·BN + 64·cw … ---------------- */
-    setmaxnreg_inc<240>();
+    setmaxnreg_inc<kRegsConsumer>();
     const int cw = wg - 1;
     const int key0 = n * BN + 64 * cw;
     const float c = p.scale_log2;

@@ -6,7 +6,7 @@
  * (b, h), heaviest first (attention_sm90_layout.h §4). Warpgroup 0 is the producer: one thread
  * issues the tensor-copy loads (Q once a tile, then K and V blocks of 128 keys through two-stage
  * ring buffers, each stage a full/empty mbarrier pair) and the warpgroup gives its registers away
- * (setmaxnreg 24). Warpgroups 1 and 2 are consumers (setmaxnreg 240), 64 query rows each: per key
+ * (setmaxnreg 40). Warpgroups 1 and 2 are consumers (setmaxnreg 232), 64 query rows each: per key
  * block n = n_max … 0 (descending, so the one block under the causal mask comes first)
  *   S = Q·Kᵀ (wgmma SS, m64n128k16, K-major from swizzled tiles) — issued for block n while
  *   O += P·V of block n + 1 (wgmma RS: P stays in registers as bf16, V MN-major) runs, then the
@@ -63,7 +63,7 @@ __global__ void __launch_bounds__(384, 1) attn_fwd_sm90(const __grid_constant__ 
     const int group = p.H / p.KVH;
 
     if (wg == 0) { /* ---------------- producer ---------------- */
-        setmaxnreg_dec<32>();
+        setmaxnreg_dec<kRegsProducer>();
         if (tid != 0) return;
         int it = 0, tcount = 0;
         for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x, tcount++) {
@@ -101,7 +101,7 @@ __global__ void __launch_bounds__(384, 1) attn_fwd_sm90(const __grid_constant__ 
     }
 
     /* ---------------- consumers ---------------- */
-    setmaxnreg_inc<240>();
+    setmaxnreg_inc<kRegsConsumer>();
     const int cw = wg - 1, lane = tid % 32;
     const float c = p.scale_log2;
     if (cw == 1) named_bar_arrive(BAR_SCHED0, 256); /* consumer 0 issues first */

@@ -104,9 +104,18 @@ static const char *hang_name(int code) {
     }
 }
 
-/* After a launch of the Hopper kernels: a recorded hang fails the test with the record. */
+static int g_sm90_hung; /* after a hang, the remaining sm90 launches are skipped (each would wait seconds) */
+
+/* After a launch of the Hopper kernels: a fault ends the run naming the launch; a recorded hang fails
+ * the test with the record. */
 static int hang_check(const char *what, const char *shape) {
-    CUDA_CHECK(cudaStreamSynchronize(g_stream));
+    const cudaError_t e = cudaStreamSynchronize(g_stream);
+    if (e != cudaSuccess) {
+        printf("attention_parity: sm90 %s [%s] faulted: %s (%s); the run ends here\n", what, shape,
+               cudaGetErrorName(e), cudaGetErrorString(e));
+        fflush(stdout);
+        exit(2);
+    }
     refine::HangRecord h;
     CUDA_CHECK(cudaMemcpy(&h, g_hang, sizeof h, cudaMemcpyDeviceToHost));
     if (!h.hung) return 0;
@@ -114,6 +123,7 @@ static int hang_check(const char *what, const char *shape) {
               "pipeline step %d",
               what, shape, hang_name(h.code), h.code, h.block, h.thread, h.thread / 128, (h.thread % 128) / 32, h.info);
     hang_reset();
+    g_sm90_hung = 1;
     return 1;
 }
 
@@ -317,6 +327,13 @@ static void run_kernel(AttnKernel kern, const Refs &R, int B, int T, int H, int 
                               (const uint16_t *)bk.data, (const uint16_t *)bv.data, B, T, H, KVH, D, scale, g_stream,
                               g_hang);
     int hung = kern == refine::ATTN_KERNEL_SM90 && hang_check("forward", shape);
+    auto release = [&]() {
+        for (struct dev_buf *b : {&bq, &bk, &bv, &bg, &bo, &bl, &bdq, &bdk, &bdv, &bws}) dev_buf_free(b);
+    };
+    if (hung) { /* the outputs are garbage: the record above is the result */
+        release();
+        return;
+    }
     auto backward = [&]() {
         refine::attention_backward(kern, (uint16_t *)bdq.data, (uint16_t *)bdk.data, (uint16_t *)bdv.data,
                                    (const uint16_t *)bg.data, (const uint16_t *)bq.data, (const uint16_t *)bk.data,
@@ -324,7 +341,10 @@ static void run_kernel(AttnKernel kern, const Refs &R, int B, int T, int H, int 
                                    H, KVH, D, scale, bws.data, g_stream, g_hang);
         return kern == refine::ATTN_KERNEL_SM90 && hang_check("backward", shape);
     };
-    hung |= backward();
+    if (backward()) {
+        release();
+        return;
+    }
     CUDA_CHECK(cudaStreamSynchronize(g_stream));
     std::vector<uint16_t> ob(nq), dqb(nq), dkb(nk), dvb(nk);
     std::vector<float> lg(nl);
@@ -375,7 +395,10 @@ static void run_kernel(AttnKernel kern, const Refs &R, int B, int T, int H, int 
     dev_buf_reset(&bdk, nullptr);
     dev_buf_reset(&bdv, nullptr);
     dev_buf_reset(&bws, nullptr);
-    hung |= backward();
+    if (backward()) {
+        release();
+        return;
+    }
     std::vector<uint16_t> again(nq), againk(nk), againv(nk);
     dev_buf_download(&bdq, again.data(), 1);
     dev_buf_download(&bdk, againk.data(), 1);
@@ -384,12 +407,11 @@ static void run_kernel(AttnKernel kern, const Refs &R, int B, int T, int H, int 
     cmp_exact_bytes(&c, again.data(), dqb.data(), nq * 2);
     cmp_exact_bytes(&c, againk.data(), dkb.data(), nk * 2);
     cmp_exact_bytes(&c, againv.data(), dvb.data(), nk * 2);
-    if (hung) printf("  (outputs above came from a launch that gave up waiting)\n");
-    for (struct dev_buf *b : {&bq, &bk, &bv, &bg, &bo, &bl, &bdq, &bdk, &bdv, &bws}) dev_buf_free(b);
+    release();
 }
 
 static void run_case(int B, int T, int H, int KVH, int D, int want_sm80, int want_sm90) {
-    const bool sm90 = want_sm90 && refine::attn90_available(D);
+    const bool sm90 = want_sm90 && refine::attn90_available(D) && !g_sm90_hung;
     if (!want_sm80 && !sm90) return;
     const uint64_t seed = g_seed ^ ((uint64_t)T << 40) ^ ((uint64_t)H << 24) ^ ((uint64_t)KVH << 16) ^ (uint64_t)D ^
                           ((uint64_t)B << 56);
@@ -424,7 +446,12 @@ static void run_case(int B, int T, int H, int KVH, int D, int want_sm80, int wan
                                     scale, 128, 128, ACT_BF16);
     }
     if (want_sm80) run_kernel(refine::ATTN_KERNEL_SM80, R, B, T, H, KVH, D, seed);
-    if (sm90) run_kernel(refine::ATTN_KERNEL_SM90, R, B, T, H, KVH, D, seed);
+    if (sm90) {
+        printf("attention_parity: sm90 B=%d T=%d H=%d KVH=%d D=%d (seed %llu)\n", B, T, H, KVH, D,
+               (unsigned long long)seed);
+        fflush(stdout);
+        run_kernel(refine::ATTN_KERNEL_SM90, R, B, T, H, KVH, D, seed);
+    }
 }
 
 /* ---- (3) benchmark ---- */
@@ -534,7 +561,8 @@ int main(int argc, char **argv) {
            hopper ? "available" : "not available", want_sm80 ? " sm80" : "", want_sm90 && hopper ? " sm90" : "");
     if (want_sm90 && hopper)
         for (int D : {64, 128})
-            for (int w = 0; w < refine::ATTN_PROBE_COUNT; w++) run_probe((refine::AttnProbe)w, D);
+            for (int w = 0; w < refine::ATTN_PROBE_COUNT && !g_sm90_hung; w++) run_probe((refine::AttnProbe)w, D);
+    if (g_sm90_hung) printf("attention_parity: a probe hung; the sm90 attention cases are skipped\n");
 
     const int cases[][5] = {{1, 1, 4, 4, 64},     {2, 17, 6, 2, 64},    {1, 63, 9, 3, 64},   {1, 64, 8, 2, 128},
                             {2, 65, 4, 1, 128},   {1, 100, 6, 2, 128},  {1, 257, 12, 4, 64}, {1, 257, 8, 8, 128},
