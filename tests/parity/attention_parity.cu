@@ -14,7 +14,8 @@
  *
  * Shapes (B, T, H, KVH, D): T = 1, 17, 63, 64, 65, 100, 257, 1024 (partial tiles, one tile, tile
  * edges of the sm_80 kernels' 64) and 127, 128, 129, 255, 383 (the Hopper kernels' 128-row tiles
- * and 64-row backward blocks), GQA ratios 1, 2, 3, 4, 8, 16 (SmolLM2 9:3, Llama 3 32:8, MQA),
+ * and 64-row backward blocks), two shapes with more forward tiles and backward CTAs than an H100
+ * has SMs, GQA ratios 1, 2, 3, 4, 8, 16 (SmolLM2 9:3, Llama 3 32:8, MQA),
  * D = 64 and 128 (and 16, 32 on the sm_80 kernels). Inputs are bf16-rounded normals from the
  * printed seed; both sides see the same bits. Outputs are poisoned and guarded.
  *
@@ -566,10 +567,13 @@ int main(int argc, char **argv) {
 
     const int cases[][5] = {{1, 1, 4, 4, 64},     {2, 17, 6, 2, 64},    {1, 63, 9, 3, 64},   {1, 64, 8, 2, 128},
                             {2, 65, 4, 1, 128},   {1, 100, 6, 2, 128},  {1, 257, 12, 4, 64}, {1, 257, 8, 8, 128},
-                            {1, 1024, 8, 2, 128}, {1, 1024, 16, 4, 64},
+                            {1, 1024, 8, 2, 128}, {2, 1024, 16, 4, 64},
                             /* the Hopper kernels' tile edges (128-row tiles, 64-row backward blocks), GQA 2:1 and 16:1 */
                             {1, 127, 4, 2, 128},  {2, 128, 4, 4, 64},   {1, 129, 4, 1, 128}, {1, 255, 2, 2, 64},
                             {1, 383, 16, 1, 128}, {3, 200, 16, 1, 64},
+                            /* more tiles and backward CTAs than an H100 has SMs (persistent forward, the dQ order
+                             * across waves) */
+                            {8, 512, 8, 8, 64},   {8, 256, 16, 16, 128},
                             /* head dims of small models (the test models have D = 16): sm80 only */
                             {2, 33, 4, 1, 16},    {1, 130, 6, 2, 16},   {2, 65, 4, 2, 32}};
     for (auto &cs : cases) run_case(cs[0], cs[1], cs[2], cs[3], cs[4], want_sm80, want_sm90);
