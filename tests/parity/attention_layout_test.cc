@@ -11,7 +11,7 @@
  *   4. the dQ tile order and the post-pass's reading of it;
  *   5. schedules against brute force: every forward tile once, heaviest first; n_max and the causal
  *      mask flag over every (query, key) pair; the backward's coverage of every causal pair exactly
- *      once; and a simulation of the dQ order counters with in-order dispatch on few or many SMs —
+ *      once; the element-level masks as the kernels evaluate them (thread, accumulator); a simulation of the dQ order counters with in-order dispatch on few or many SMs —
  *      no deadlock, and every query block summed in the order n_max … 0;
  *   6. shared-memory budgets and alignment, workspace regions.
  *
@@ -296,6 +296,51 @@ static void test_backward_schedule() {
     test_backward_schedule_case(4096, 64, 4, 1, 132);
 }
 
+/* The element-level causal mask exactly as the kernels evaluate it (thread tid of consumer warpgroup
+ * cw, accumulator i): every (query, key ≤ query) pair of the sequence enters the sums exactly once,
+ * no key after its query ever does. */
+static void test_element_masks() {
+    int bad = 0;
+    for (int T : {1, 63, 64, 65, 127, 128, 129, 200, 383}) {
+        /* forward: tiles of 128 queries, warpgroup cw rows 64cw …, key blocks n = n_max … 0 of 128 */
+        std::vector<int> seen((size_t)T * T, 0);
+        for (int m = 0; m < ceil_div(T, 128); m++)
+            for (int n = fwd_n_max(m, 128, 128, T); n >= 0; n--)
+                for (int cw = 0; cw < 2; cw++)
+                    for (int tid = 0; tid < 128; tid++)
+                        for (int i = 0; i < 64; i++) {
+                            const int q = m * 128 + 64 * cw + acc_row(tid, i), key = n * 128 + acc_col(tid, i);
+                            const bool off = causal_block_masked(m, 128, n, 128) && key > q;
+                            if (off || q >= T || key >= T) continue;
+                            if (key > q) bad++;
+                            else seen[(size_t)q * T + key]++;
+                        }
+        for (int q = 0; q < T; q++)
+            for (int key = 0; key <= q; key++) bad += seen[(size_t)q * T + key] != 1;
+        /* backward: CTA n (keys 128n …, warpgroup cw keys 64cw …), query blocks m ≥ m_first of BM,
+         * row tiles mt of 64 (S = Q·Kᵀ: rows queries, columns keys) */
+        for (int BM : {64, 128}) {
+            std::fill(seen.begin(), seen.end(), 0);
+            for (int n = 0; n < ceil_div(T, 128); n++)
+                for (int m = bwd_m_first(n, 128, BM); m < ceil_div(T, BM); m++)
+                    for (int cw = 0; cw < 2; cw++)
+                        for (int mt = 0; mt < BM / 64; mt++)
+                            for (int tid = 0; tid < 128; tid++)
+                                for (int i = 0; i < 32; i++) {
+                                    const int row = 64 * mt + acc_row(tid, i);
+                                    const int q = m * BM + row, key = n * 128 + 64 * cw + acc_col(tid, i);
+                                    const bool off = causal_block_masked(m, BM, n, 128) && key > q;
+                                    if (off || q >= T || key >= T) continue;
+                                    if (key > q) bad++;
+                                    else seen[(size_t)q * T + key]++;
+                                }
+            for (int q = 0; q < T; q++)
+                for (int key = 0; key <= q; key++) bad += seen[(size_t)q * T + key] != 1;
+        }
+    }
+    EXPECT(bad == 0, "element-level causal masks: %d pairs wrong", bad);
+}
+
 /* ---- 6. budgets ---- */
 template <int D>
 static void test_budgets() {
@@ -337,6 +382,7 @@ int main(int argc, char **argv) {
     test_dq_tile();
     test_forward_schedule();
     test_backward_schedule();
+    test_element_masks();
     test_budgets<64>();
     test_budgets<128>();
     test_workspace();
