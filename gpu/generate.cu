@@ -248,6 +248,15 @@ void stage(struct gpu_gen *g, const int32_t *ids, int N) {
 
 using namespace refine;
 
+int gpu_gen_device_check(struct io_err *e) {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+        cudaGetLastError();
+        return io_fail(e, "no CUDA device (//ref:generate runs on the CPU)");
+    }
+    return 0;
+}
+
 size_t gpu_gen_plan_bytes(const struct model_config *c, int S, int T_max, int N_max) {
     struct gpu_gen g;
     g.c = *c;
@@ -269,12 +278,7 @@ struct gpu_gen *build_gpu_gen(const struct model_config *c, const struct llama_w
         return nullptr;
     }
     CHECK(S >= 1 && T_max >= 1 && N_max >= S, "S=%d T_max=%d N_max=%d", S, T_max, N_max);
-    int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-        cudaGetLastError();
-        io_fail(e, "no CUDA device (//ref:generate runs on the CPU)");
-        return nullptr;
-    }
+    if (gpu_gen_device_check(e) != 0) return nullptr;
     if (T_max > gpu_decode_attention_max_positions()) {
         io_fail(e, "%d positions per sequence: the GPU attention holds at most %d (lower --context)", T_max,
                 gpu_decode_attention_max_positions());

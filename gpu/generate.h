@@ -39,6 +39,10 @@ extern "C" {
 
 struct gpu_gen;
 
+/* 0 when a CUDA device answers, else -1 with e saying there is none (and that //ref:generate runs
+ * on the CPU). */
+int gpu_gen_device_check(struct io_err *e);
+
 /* Device bytes of the model, cache and scratch for (c, S, T_max, N_max). */
 size_t gpu_gen_plan_bytes(const struct model_config *c, int S, int T_max, int N_max);
 

@@ -30,7 +30,7 @@ static void gb_destroy(void *self) { free_gpu_gen(self); }
 static int gpu_check(enum gen_precision p, struct io_err *e) {
     if (p == GEN_PRECISION_FP32)
         return io_fail(e, "--precision fp32: //gpu:generate computes in bf16; the fp32 generator is //ref:generate");
-    return 0;
+    return gpu_gen_device_check(e);
 }
 
 static int gpu_create(struct gen_backend *b, const struct model_config *c, const struct llama_weights *w, int S,
