@@ -26,7 +26,8 @@ static const char *const k_methods[] = {"lora", "dora", "qlora", "qdora", "full"
 static const char *const k_schedules[] = {"cosine", "linear", "constant", NULL};
 static const char *const k_optimizers[] = {"adamw", "adamw8bit", NULL};
 static const char *const k_recompute[] = {"none", "attn", "layer", NULL};
-static const char *const k_exports[] = {"adapter", "merged", NULL};
+static const char *const k_exports[] = {"adapter", "merged", "gguf", NULL};
+static const char *const k_gguf_types[] = {"f16", "bf16", "q8_0", NULL};
 static const char *const k_scalings[] = {"standard", "rslora", NULL};
 static const char *const k_precisions[] = {"auto", "fp32", "bf16", NULL};
 
@@ -70,10 +71,18 @@ static const struct opt_def k_opts[] = {
     {"eval-batches", K_INT, OFF(eval_batches), NULL, 1, 1 << 30, "validation micro-batches per evaluation"},
     {"val-fraction", K_FLOAT, OFF(val_fraction), NULL, 0, 0.9, "fraction of the packed sequences held out for validation"},
     {"seed", K_U64, OFF(seed), NULL, 0, 0, "seed of initialization, shuffling and dropout"},
-    {"export", K_ENUM, OFF(export_kind), k_exports, 0, 0, "adapter (PEFT files) | merged (also an HF safetensors model with the adapter merged)"},
+    {"export", K_ENUM, OFF(export_kind), k_exports, 0, 0,
+     "adapter (PEFT files) | merged (also an HF safetensors model with the adapter merged) | gguf (also that model as "
+     "<out>/model-<type>.gguf for llama.cpp and Ollama)"},
+    {"gguf-type", K_ENUM, OFF(gguf_type), k_gguf_types, 0, 0, "tensor type of --export gguf: f16 | bf16 | q8_0"},
     {"log-every", K_INT, OFF(log_every), NULL, 1, 1 << 30, "progress line and metrics record every N steps"},
     {"checkpoint-every", K_INT, OFF(checkpoint_every), NULL, 0, 1 << 30, "write a resumable checkpoint every N steps (0: at the end)"},
     {"stop-after", K_INT, OFF(max_steps_this_run), NULL, 0, 1 << 30, "stop this run after N steps with a checkpoint (resume later)"},
+    {"sample-every", K_INT, OFF(sample_every), NULL, 0, 1 << 30,
+     "every N steps (and at the end) complete each --sample-prompts prompt greedily into metrics.jsonl (0: off)"},
+    {"sample-prompts", K_PATH, OFF(sample_prompts), NULL, 0, 0,
+     "JSONL of prompts for --sample-every: {\"prompt\": ...} or {\"messages\": [...]} a line"},
+    {"sample-tokens", K_INT, OFF(sample_tokens), NULL, 1, 1 << 16, "new tokens per sample at most"},
     {"help", K_FLAG, OFF(help), NULL, 0, 0, "print this help"},
 };
 
@@ -87,6 +96,10 @@ void train_cache_dir(char *buf, size_t cap) {
     }
     const char *home = getenv("HOME");
     snprintf(buf, cap, "%s/.cache/refine", home != NULL ? home : ".");
+}
+
+const char *train_gguf_type_name(enum gguf_out_type t) {
+    return (int)t >= 0 && (int)t < 3 ? k_gguf_types[t] : "?";
 }
 
 const char *train_method_name(enum train_method m) {
@@ -132,6 +145,7 @@ void train_options_defaults(struct train_options *o, const char *cache) {
     o->export_kind = EXPORT_ADAPTER;
     o->log_every = 1;
     o->checkpoint_every = 0;
+    o->sample_tokens = 48;
 }
 
 static const struct opt_def *find_opt(const char *name, size_t len) {
@@ -251,6 +265,8 @@ static int check_combination(const struct train_options *o, struct io_err *e) {
     if (o->method == METHOD_FULL && o->dropout > 0.0f)
         return io_fail(e, "--dropout applies to adapters; --method full trains the weights themselves");
     if (o->optimizer == OPTIMIZER_ADAMW8BIT && o->weight_decay < 0) return io_fail(e, "--weight-decay must be ≥ 0");
+    if ((o->sample_every > 0) != (o->sample_prompts[0] != '\0'))
+        return io_fail(e, "--sample-every and --sample-prompts go together (samples need both a period and prompts)");
     return 0;
 }
 

@@ -26,7 +26,8 @@ enum train_method { METHOD_LORA = 0, METHOD_DORA, METHOD_QLORA, METHOD_QDORA, ME
 enum lr_schedule { SCHEDULE_COSINE = 0, SCHEDULE_LINEAR, SCHEDULE_CONSTANT };
 enum optimizer_kind { OPTIMIZER_ADAMW = 0, OPTIMIZER_ADAMW8BIT };
 enum recompute_policy { RECOMPUTE_NONE = 0, RECOMPUTE_ATTN, RECOMPUTE_LAYER };
-enum export_kind { EXPORT_ADAPTER = 0, EXPORT_MERGED };
+enum export_kind { EXPORT_ADAPTER = 0, EXPORT_MERGED, EXPORT_GGUF };
+enum gguf_out_type { GGUF_OUT_F16 = 0, GGUF_OUT_BF16, GGUF_OUT_Q8_0 };
 enum adapter_scaling { SCALING_STANDARD = 0, SCALING_RSLORA }; /* α/r or α/√r */
 /* PRECISION_AUTO: the trainer's own arithmetic (fp32 on the CPU, bf16 on the GPU). */
 enum precision { PRECISION_AUTO = 0, PRECISION_FP32, PRECISION_BF16 };
@@ -71,9 +72,13 @@ struct train_options {
     float val_fraction;
     unsigned long long seed;
     enum export_kind export_kind;
+    enum gguf_out_type gguf_type;
     int log_every;
     int checkpoint_every; /* steps; 0: only at the end */
     int max_steps_this_run; /* stop (with a checkpoint) after this many steps of this run: 0 = off */
+    int sample_every;                  /* greedy completions of --sample-prompts every N steps: 0 = off */
+    char sample_prompts[OPT_PATH_MAX]; /* JSONL: {"prompt"} or {"messages"} a line */
+    int sample_tokens;                 /* new tokens per sample */
     int help;
 };
 
@@ -97,6 +102,7 @@ int train_options_to_json(const struct train_options *o, char *buf, size_t cap);
 void train_cache_dir(char *buf, size_t cap);
 
 const char *train_method_name(enum train_method m);
+const char *train_gguf_type_name(enum gguf_out_type t); /* "f16", "bf16", "q8_0" */
 
 #ifdef __cplusplus
 }

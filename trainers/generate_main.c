@@ -13,6 +13,7 @@
 #include "io/check.h"
 #include "io/file.h"
 #include "io/model_source.h"
+#include "io/prompts.h"
 #include "io/text_stream.h"
 #include "io/tokenizer.h"
 #include "ref/generate.h"
@@ -190,73 +191,6 @@ static int parse_args(struct gen_options *o, int argc, char **argv, struct io_er
     return 0;
 }
 
-/* ---- one request's tokens ------------------------------------------------------------------- */
-
-static void push_ids(int32_t **ids, int *n, const uint32_t *src, size_t m) {
-    *ids = realloc(*ids, ((size_t)*n + m) * sizeof **ids);
-    CHECK(*ids != NULL, "out of memory");
-    for (size_t i = 0; i < m; i++) (*ids)[(*n)++] = (int32_t)src[i];
-}
-
-static int encode_raw(struct tokenizer *tok, const char *text, int32_t **ids, int *n, struct io_err *e) {
-    struct tok_ids t = {0};
-    const int bos = tokenizer_adds_bos(tok) && tokenizer_bos_id(tok) >= 0;
-    tokenizer_encode(tok, text, strlen(text), bos ? TOKENIZER_ADD_BOS : 0, &t);
-    *ids = NULL, *n = 0;
-    push_ids(ids, n, t.ids, t.n);
-    tok_ids_free(&t);
-    if (*n == 0) return io_fail(e, "the prompt is empty (no tokens)");
-    return 0;
-}
-
-static int encode_chat(struct tokenizer *tok, const struct chat_message *m, int n_m, int32_t **ids, int *n,
-                       struct io_err *e) {
-    struct chat_tokens ct = {0};
-    if (tokenizer_apply_chat(tok, m, (size_t)n_m, CHAT_ADD_GENERATION_PROMPT, &ct, e) != 0) return -1;
-    *ids = NULL, *n = 0;
-    push_ids(ids, n, ct.ids, ct.n);
-    chat_tokens_free(&ct);
-    return 0;
-}
-
-/* A {"prompt"} or {"messages"} line into ids. */
-static int encode_line(struct tokenizer *tok, const char *path, int lineno, const char *line, int32_t **ids, int *n,
-                       struct io_err *e) {
-    cJSON *j = cJSON_Parse(line);
-    if (!j || !cJSON_IsObject(j)) {
-        cJSON_Delete(j);
-        return io_fail(e, "%s:%d: not a JSON object", path, lineno);
-    }
-    const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "prompt"), *ms = cJSON_GetObjectItemCaseSensitive(j, "messages");
-    int rc;
-    if (cJSON_IsString(p)) {
-        rc = encode_raw(tok, p->valuestring, ids, n, e);
-    } else if (cJSON_IsArray(ms) && cJSON_GetArraySize(ms) > 0) {
-        const int k = cJSON_GetArraySize(ms);
-        struct chat_message *m = calloc((size_t)k, sizeof *m);
-        CHECK(m != NULL, "out of memory");
-        rc = 0;
-        for (int i = 0; i < k && rc == 0; i++) {
-            const cJSON *it = cJSON_GetArrayItem(ms, i);
-            const cJSON *role = cJSON_GetObjectItemCaseSensitive(it, "role"),
-                        *content = cJSON_GetObjectItemCaseSensitive(it, "content");
-            if (!cJSON_IsString(role) || !cJSON_IsString(content))
-                rc = io_fail(e, "%s:%d: message %d needs a \"role\" and a \"content\" string", path, lineno, i);
-            else
-                m[i].role = role->valuestring, m[i].content = content->valuestring,
-                m[i].content_len = strlen(content->valuestring);
-        }
-        if (rc == 0) rc = encode_chat(tok, m, k, ids, n, e);
-        free(m);
-    } else {
-        rc = io_fail(e, "%s:%d: expected {\"prompt\": \"...\"} or {\"messages\": [...]}", path, lineno);
-    }
-    if (rc == 0 && *n == 0) rc = io_fail(e, "%s:%d: the prompt is empty (no tokens)", path, lineno);
-    if (rc) io_fail_context(e, "%s:%d", path, lineno);
-    cJSON_Delete(j);
-    return rc;
-}
-
 /* ---- the model -------------------------------------------------------------------------------- */
 
 struct session {
@@ -327,7 +261,7 @@ static int run_prompt(struct session *ss, const struct gen_options *o, const str
                       struct io_err *e) {
     int32_t *ids;
     int n;
-    if (encode_raw(ss->tok, o->prompt, &ids, &n, e) != 0) return -1;
+    if (prompt_encode_text(ss->tok, o->prompt, &ids, &n, e) != 0) return -1;
     const int T = context_for(o, &ss->src.config, n, e);
     if (T < 0 || open_session(ss, o, dev, 1, T, e) != 0) {
         free(ids);
@@ -351,37 +285,11 @@ static int run_prompt(struct session *ss, const struct gen_options *o, const str
 
 static int run_prompts(struct session *ss, const struct gen_options *o, const struct gen_device *dev,
                        struct io_err *e) {
-    char *text;
-    size_t len;
-    if (read_file_text(&text, &len, o->prompts, (size_t)1 << 30, e) != 0) return -1;
-    int cap = 64, n = 0, rc = 0, longest = 0;
-    int32_t **ids = malloc((size_t)cap * sizeof *ids);
-    int *lens = malloc((size_t)cap * sizeof *lens);
-    CHECK(ids && lens, "out of memory");
-    int lineno = 0;
-    for (char *line = text; line && *line && rc == 0;) {
-        char *nl = strchr(line, '\n');
-        if (nl) *nl = '\0';
-        lineno++;
-        const char *p = line;
-        while (*p == ' ' || *p == '\t' || *p == '\r') p++;
-        if (*p) {
-            if (n == cap) {
-                cap *= 2;
-                ids = realloc(ids, (size_t)cap * sizeof *ids);
-                lens = realloc(lens, (size_t)cap * sizeof *lens);
-                CHECK(ids && lens, "out of memory");
-            }
-            rc = encode_line(ss->tok, o->prompts, lineno, line, &ids[n], &lens[n], e);
-            if (rc == 0 && lens[n] > longest) longest = lens[n];
-            if (rc == 0) n++;
-        }
-        line = nl ? nl + 1 : NULL;
-    }
-    free(text);
-    if (rc == 0 && n == 0) rc = io_fail(e, "%s: no requests (expected one JSON object a line)", o->prompts);
-    int T = 0;
-    if (rc == 0 && (T = context_for(o, &ss->src.config, longest, e)) < 0) rc = -1;
+    struct prompt_list pl;
+    if (prompts_read(&pl, o->prompts, ss->tok, e) != 0) return -1;
+    const int n = pl.n;
+    int rc = 0, T = 0;
+    if ((T = context_for(o, &ss->src.config, pl.longest, e)) < 0) rc = -1;
     const int S = o->batch < n ? o->batch : n;
     if (rc == 0) rc = open_session(ss, o, dev, S, T, e);
     FILE *out = stdout;
@@ -392,8 +300,8 @@ static int run_prompts(struct session *ss, const struct gen_options *o, const st
         CHECK(rq && res, "out of memory");
         long long total = 0;
         for (int i = 0; i < n; i++) {
-            rq[i].prompt = ids[i], rq[i].n_prompt = lens[i];
-            rq[i].max_new = o->max_new < T - lens[i] + 1 ? o->max_new : T - lens[i] + 1;
+            rq[i].prompt = pl.p[i].ids, rq[i].n_prompt = pl.p[i].n;
+            rq[i].max_new = o->max_new < T - pl.p[i].n + 1 ? o->max_new : T - pl.p[i].n + 1;
         }
         const double t0 = now_s();
         rc = gen_run(&ss->b, rq, n, &ss->set, res, e);
@@ -420,9 +328,7 @@ static int run_prompts(struct session *ss, const struct gen_options *o, const st
         free(res);
         if (out != stdout) fclose(out);
     }
-    for (int i = 0; i < n; i++) free(ids[i]);
-    free(ids);
-    free(lens);
+    prompts_free(&pl);
     return rc;
 }
 
@@ -491,7 +397,7 @@ static int run_chat(struct session *ss, const struct gen_options *o, const struc
         m[n].role = "user", m[n].content = line, m[n].content_len = strlen(line), n++;
         int32_t *ids;
         int k;
-        if ((rc = encode_chat(ss->tok, m, n, &ids, &k, e)) != 0) break;
+        if ((rc = prompt_encode_chat(ss->tok, m, n, &ids, &k, e)) != 0) break;
         if (k + 1 > T) {
             free(ids);
             fprintf(stderr, "(the conversation holds %d tokens, more than the %d positions of --context: /reset)\n", k, T);
