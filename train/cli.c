@@ -189,6 +189,7 @@ int train_main(int argc, char **argv, const struct trainer *t) {
     if (rc == 0 && !res.stopped_early) rc = export_outputs(&o, &src.config, &eng, tok, &e);
     if (rc == 0) printf("metrics: %s/metrics.jsonl, plot: %s/loss.svg, checkpoint: %s/checkpoint\n", o.out, o.out, o.out);
     eng.destroy(eng.self);
+    free(eng.gen_state); /* an attached generate hook's state (train/engine.h) */
     close_sampling(&samp);
     dataset_close(&ds);
     tokenizer_free(tok);

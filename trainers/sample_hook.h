@@ -22,8 +22,8 @@
 extern "C" {
 #endif
 
-/* Sets eng->generate and eng->gen_state (freed by sample_hook_detach, which the engine's destroy
- * need not know about: call it before destroy, or leave it to process exit). full: --method full. */
+/* Sets eng->generate and eng->gen_state (malloc'ed: train_main frees it after the engine's
+ * destroy; sample_hook_detach frees it earlier). full: --method full. */
 void sample_hook_attach(struct train_engine *eng, const struct model_config *c, const struct gen_device *dev,
                         int full);
 void sample_hook_detach(struct train_engine *eng);
