@@ -5,6 +5,9 @@
  * one, W_o, W_gu (2F, C), W_down), the K and V caches, the rope tables, and the scratch of N_max
  * rows; every piece 256-byte aligned. A call: ids/seq/pos to the device (one copy), the forward of
  * gpu/generate.h's header on one stream, then the logits rows (or their argmax) back, and a wait.
+ * Decode steps run as CUDA graphs (one per row count and output kind, captured at its second
+ * use; REFINE_CUDA_GRAPHS=0 turns them off): a step of a small model is dozens of short kernels,
+ * whose launch costs the graph removes.
  * Kernels of this file: the cache append (one thread per 8 elements of a new k/v row) and the
  * argmax (one CTA per row; (value, index) pairs reduced so that the first index of the maximum
  * wins, NaN never does).
@@ -60,6 +63,14 @@ struct gpu_gen {
     int32_t *h_rows; /* pinned staging of the same */
     int32_t *len;    /* host: cached length per sequence */
     std::vector<int32_t> h_next;
+    /* decode steps as CUDA graphs, one per (rows, argmax or logits), captured at the second use */
+    int use_graphs;
+    struct graph_entry {
+        int n, argmax;
+        int runs;
+        cudaGraphExec_t exec;
+    };
+    std::vector<graph_entry> graphs;
 };
 
 namespace refine {
@@ -237,6 +248,46 @@ void forward_rows(struct gpu_gen *g, int N) {
     gpu_rmsnorm_residual_forward_bf16(g->x, g->n, g->rstd, g->h, g->tmp, g->final_norm, N, C, c.rms_norm_eps, s);
 }
 
+/* The device work of a decode step of N rows: forward, logits, and their argmax when asked. */
+void decode_body(struct gpu_gen *g, int N, int argmax) {
+    forward_rows(g, N);
+    head(g, g->logits, g->n, N);
+    if (argmax) {
+        row_argmax<<<N, 256, 0, g->stream>>>(g->d_next, g->logits, g->c.V);
+        KERNEL_CHECK(g->stream);
+    }
+}
+
+/* decode_body, replayed from a CUDA graph once the shape has run once uncaptured (so that every
+ * cuBLASLt plan and kernel attribute exists before the capture). Replaying the same kernels on
+ * the same buffers gives the same bits as running them. */
+void decode_launch(struct gpu_gen *g, int N, int argmax) {
+    if (!g->use_graphs) {
+        decode_body(g, N, argmax);
+        return;
+    }
+    gpu_gen::graph_entry *ge = nullptr;
+    for (auto &x : g->graphs)
+        if (x.n == N && x.argmax == argmax) ge = &x;
+    if (!ge) {
+        g->graphs.push_back({N, argmax, 0, nullptr});
+        ge = &g->graphs.back();
+    }
+    if (ge->runs++ == 0) {
+        decode_body(g, N, argmax);
+        return;
+    }
+    if (!ge->exec) {
+        cudaGraph_t graph;
+        CUDA_CHECK(cudaStreamBeginCapture(g->stream, cudaStreamCaptureModeRelaxed));
+        decode_body(g, N, argmax);
+        CUDA_CHECK(cudaStreamEndCapture(g->stream, &graph));
+        CUDA_CHECK(cudaGraphInstantiate(&ge->exec, graph, 0));
+        CUDA_CHECK(cudaGraphDestroy(graph));
+    }
+    CUDA_CHECK(cudaGraphLaunch(ge->exec, g->stream));
+}
+
 /* ids, seq, pos (N rows) to the device. */
 void stage(struct gpu_gen *g, const int32_t *ids, int N) {
     memcpy(g->h_rows, ids, (size_t)N * 4);
@@ -312,6 +363,8 @@ struct gpu_gen *build_gpu_gen(const struct model_config *c, const struct llama_w
     g->len = (int32_t *)calloc((size_t)S, 4);
     CHECK(g->len != nullptr, "out of memory");
     g->h_next.resize((size_t)N_max);
+    const char *graphs = getenv("REFINE_CUDA_GRAPHS");
+    g->use_graphs = !(graphs && strcmp(graphs, "0") == 0);
     /* rope tables: ref/rope.h's, rounded to bf16 as the training model uploads them */
     struct ref_rope_cache rope;
     ref_rope_cache_build(&rope, T_max, c->D, c->rope_theta, &c->rope_scaling);
@@ -346,8 +399,12 @@ struct gpu_gen *build_gpu_gen(const struct model_config *c, const struct llama_w
     return g;
 }
 
+void gpu_gen_set_graphs(struct gpu_gen *g, int on) { g->use_graphs = on; }
+
 void free_gpu_gen(struct gpu_gen *g) {
     if (!g) return;
+    for (auto &x : g->graphs)
+        if (x.exec) CUDA_CHECK(cudaGraphExecDestroy(x.exec));
     free_gpu_gemm(g->gemm);
     CUDA_CHECK(cudaStreamDestroy(g->stream));
     CUDA_CHECK(cudaFree(g->slab));
@@ -426,15 +483,11 @@ int gpu_gen_decode(struct gpu_gen *g, const int32_t *seqs, const int32_t *tokens
         g->h_rows[2 * g->N_max + i] = g->len[seqs[i]]++;
     }
     stage(g, tokens, n);
-    forward_rows(g, n);
-    head(g, g->logits, g->n, n);
-    if (logits) {
+    decode_launch(g, n, logits == nullptr);
+    if (logits)
         CUDA_CHECK(cudaMemcpyAsync(logits, g->logits, (size_t)n * g->c.V * 4, cudaMemcpyDeviceToHost, g->stream));
-    } else {
-        row_argmax<<<n, 256, 0, g->stream>>>(g->d_next, g->logits, g->c.V);
-        KERNEL_CHECK(g->stream);
+    else
         CUDA_CHECK(cudaMemcpyAsync(next, g->d_next, (size_t)n * 4, cudaMemcpyDeviceToHost, g->stream));
-    }
     CUDA_CHECK(cudaStreamSynchronize(g->stream));
     return 0;
 }

@@ -67,6 +67,10 @@ int gpu_gen_prefill(struct gpu_gen *g, int s, const int32_t *ids, int n, float *
 int gpu_gen_decode(struct gpu_gen *g, const int32_t *seqs, const int32_t *tokens, int n, float *logits,
                    int32_t *next, struct io_err *e);
 
+/* Decode steps through CUDA graphs (on by default unless REFINE_CUDA_GRAPHS=0): the same kernels,
+ * the same bits, fewer launches. */
+void gpu_gen_set_graphs(struct gpu_gen *g, int on);
+
 /* The device's name ("NVIDIA H100 80GB HBM3"). */
 const char *gpu_gen_device_name(const struct gpu_gen *g);
 

@@ -28,8 +28,11 @@
  * Prints one line per case and "generate_parity: N checks, M failed"; exit status 1 on failure.
  *
  * --bench (after the checks pass): decode tokens/s on random weights of Llama-3.2-1B's shape for
- * batch 1, 8 and 32 (128-token prompts, 128 greedy steps timed, argmax on the device), and of
- * SmolLM2-135M's; one JSON line each.
+ * batch 1, 8 and 32 (128-token prompts, 126 greedy steps timed after 2 warm-up steps, argmax on
+ * the device), with the decode step as a CUDA graph and without, and of SmolLM2-135M's; one JSON
+ * line each. The checks run with graphs (the default of //gpu:generate); step 2's
+ * free-running tokens (graph replays) must match step 1's teacher-forced ones (first captures),
+ * so a graph that computed anything else would show.
  */
 #include <float.h>
 #include <math.h>
@@ -255,7 +258,7 @@ static void bench_model(const char *named) {
     const int batches[] = {1, 8, 32}, P = 128, STEPS_B = 128;
     for (int bi = 0; bi < 3; bi++) {
         const int B = batches[bi];
-        struct gpu_gen *g = build_gpu_gen(&c, NULL, B, P + STEPS_B + 1, 512, &e);
+        struct gpu_gen *g = build_gpu_gen(&c, NULL, B, P + 2 * STEPS_B + 1, 512, &e);
         CHECK(g != NULL, "%s", e.msg);
         gpu_gen_random_weights(g, g_seed);
         int32_t *prompt = malloc((size_t)P * 4), *seqs = malloc((size_t)B * 4), *tok = malloc((size_t)B * 4);
@@ -268,16 +271,21 @@ static void bench_model(const char *named) {
             seqs[s] = s, tok[s] = ref_sample_argmax(logits, c.V);
         }
         const double t_prefill = now_s() - t0;
-        /* two warm-up steps (cuBLASLt plans of the decode shapes), then the timed ones */
-        for (int i = 0; i < 2; i++) CHECK(gpu_gen_decode(g, seqs, tok, B, NULL, tok, &e) == 0, "%s", e.msg);
-        const double t1 = now_s();
-        for (int i = 0; i < STEPS_B - 2; i++) CHECK(gpu_gen_decode(g, seqs, tok, B, NULL, tok, &e) == 0, "%s", e.msg);
-        const double dt = now_s() - t1;
-        printf("{\"op\":\"generate_decode\",\"model\":\"%s\",\"batch\":%d,\"prompt\":%d,\"steps\":%d,\"decode_tokens_per_s\":"
-               "%.1f,\"step_ms\":%.3f,\"prefill_tokens_per_s\":%.1f,\"device\":\"%s\"}\n",
-               named, B, P, STEPS_B - 2, B * (STEPS_B - 2) / dt, 1e3 * dt / (STEPS_B - 2), B * P / t_prefill,
-               gpu_gen_device_name(g));
-        fflush(stdout);
+        /* per mode (CUDA graphs on, then off): two warm-up steps (cuBLASLt plans of the decode
+         * shapes; the graph's capture), then the timed ones */
+        for (int graphs = 1; graphs >= 0; graphs--) {
+            gpu_gen_set_graphs(g, graphs);
+            for (int i = 0; i < 2; i++) CHECK(gpu_gen_decode(g, seqs, tok, B, NULL, tok, &e) == 0, "%s", e.msg);
+            const double t1 = now_s();
+            for (int i = 0; i < STEPS_B - 2; i++) CHECK(gpu_gen_decode(g, seqs, tok, B, NULL, tok, &e) == 0, "%s", e.msg);
+            const double dt = now_s() - t1;
+            printf("{\"op\":\"generate_decode\",\"model\":\"%s\",\"batch\":%d,\"prompt\":%d,\"steps\":%d,"
+                   "\"cuda_graphs\":%s,\"decode_tokens_per_s\":%.1f,\"step_ms\":%.3f,\"prefill_tokens_per_s\":%.1f,"
+                   "\"device\":\"%s\"}\n",
+                   named, B, P, STEPS_B - 2, graphs ? "true" : "false", B * (STEPS_B - 2) / dt, 1e3 * dt / (STEPS_B - 2),
+                   B * P / t_prefill, gpu_gen_device_name(g));
+            fflush(stdout);
+        }
         free(prompt), free(seqs), free(tok), free(logits);
         free_gpu_gen(g);
     }
