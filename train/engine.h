@@ -91,6 +91,17 @@ struct train_engine {
     /* Device memory in use now and at peak (GiB); NULL when not meaningful. */
     double (*mem_gib)(void *self);
     void (*destroy)(void *self);
+
+    /* Optional (NULL: this trainer cannot generate): greedy completions with the weights as they are
+     * now, for the samples of --sample-every (train/loop.h). prompts[i] holds lens[i] tokens; each
+     * gets at most max_new new tokens in out[i] (room for max_new), ending early at one of the end
+     * ids (kept as its last token); n_out[i] their count. The hook may be the engine's own or one
+     * attached beside it (trainers/sample_hook.h); gen_state is that hook's state, malloc'ed or
+     * NULL: the trainer program frees it after destroy. */
+    int (*generate)(const struct train_engine *eng, const int32_t *const *prompts, const int *lens, int n,
+                    int max_new, const int32_t *end_ids, int n_end, int32_t *const *out, int *n_out,
+                    struct io_err *e);
+    void *gen_state;
 };
 
 #ifdef __cplusplus

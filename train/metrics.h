@@ -4,8 +4,10 @@
  *   {"kind":"train","step":12,"loss":2.3456,"lr":0.001,"grad_norm":0.8,"tokens":6144,
  *    "tokens_per_s":1234.5,"mfu":0.12,"mem_GiB":3.2,"elapsed_s":12.3}
  *   {"kind":"eval","step":20,"val_loss":2.1,"val_ppl":8.17,"val_tokens":4096,"elapsed_s":20.1}
+ *   {"kind":"sample","step":20,"index":0,"prompt":"...","completion":"...","tokens":48}
  * The first line is {"kind":"run", "options":{...}, "engine":"...", "device":"..."}. A resumed
- * run appends to the same file after truncating records past the checkpoint's step.
+ * run appends to the same file after truncating records past the checkpoint's step (sample
+ * records up to that step are kept as they were).
  * loss.svg: training loss (per step) and validation loss (per evaluation) against the step, with
  * axes, ticks and a legend — a plain SVG file any browser shows; rewritten atomically after every
  * evaluation and at the end.
@@ -46,6 +48,9 @@ struct metrics {
     struct train_record *train;
     int n_eval, cap_eval;
     struct eval_record *eval;
+    int n_extra;         /* records of other kinds read back at resume (samples), kept verbatim */
+    char **extra;
+    int *extra_step;
 };
 
 /* Opens <dir>/metrics.jsonl. With resume_step < 0 a new log is started with the run header line;
@@ -54,6 +59,9 @@ struct metrics {
 int metrics_open(struct metrics *m, const char *dir, const char *run_header_json, int resume_step, struct io_err *e);
 int metrics_train(struct metrics *m, const struct train_record *r, struct io_err *e);
 int metrics_eval(struct metrics *m, const struct eval_record *r, struct io_err *e);
+/* A sample record (strings JSON-escaped). */
+int metrics_sample(struct metrics *m, int step, int index, const char *prompt, const char *completion, int tokens,
+                   struct io_err *e);
 /* Writes <dir>/loss.svg from the records so far (atomically). */
 int metrics_plot(const struct metrics *m, struct io_err *e);
 void metrics_close(struct metrics *m);

@@ -23,7 +23,8 @@ struct opt_def {
 };
 
 static const char *const k_schedules[] = {"cosine", "linear", "constant", NULL};
-static const char *const k_exports[] = {"adapter", "merged", NULL};
+static const char *const k_exports[] = {"adapter", "merged", "gguf", NULL};
+static const char *const k_gguf_types[] = {"f16", "bf16", "q8_0", NULL};
 static const char *const k_scalings[] = {"standard", "rslora", NULL};
 static const char *const k_precisions[] = {"auto", "fp32", "bf16", NULL};
 
@@ -73,10 +74,18 @@ static const struct opt_def k_opts[] = {
     {"eval-batches", TRAIN, K_INT, OFF(eval_batches), NULL, 1, 1 << 30, "validation micro-batches per evaluation"},
     {"val-fraction", TRAIN, K_FLOAT, OFF(val_fraction), NULL, 0, 0.9, "fraction of the packed sequences held out for validation"},
     {"seed", BOTH, K_U64, OFF(seed), NULL, 0, 0, "seed of initialization, shuffling and dropout"},
-    {"export", TRAIN, K_ENUM, OFF(export_kind), k_exports, 0, 0, "adapter (PEFT files) | merged (also an HF safetensors model with the adapter merged)"},
+    {"export", TRAIN, K_ENUM, OFF(export_kind), k_exports, 0, 0,
+     "adapter (PEFT files) | merged (also an HF safetensors model with the adapter merged) | gguf (also that model as "
+     "<out>/model-<type>.gguf for llama.cpp and Ollama)"},
+    {"gguf-type", TRAIN, K_ENUM, OFF(gguf_type), k_gguf_types, 0, 0, "tensor type of --export gguf: f16 | bf16 | q8_0"},
     {"log-every", TRAIN, K_INT, OFF(log_every), NULL, 1, 1 << 30, "progress line and metrics record every N steps"},
     {"checkpoint-every", TRAIN, K_INT, OFF(checkpoint_every), NULL, 0, 1 << 30, "write a resumable checkpoint every N steps (0: at the end)"},
     {"stop-after", TRAIN, K_INT, OFF(max_steps_this_run), NULL, 0, 1 << 30, "stop this run after N steps with a checkpoint (resume later)"},
+    {"sample-every", TRAIN, K_INT, OFF(sample_every), NULL, 0, 1 << 30,
+     "every N steps (and at the end) complete each --sample-prompts prompt greedily into metrics.jsonl (0: off)"},
+    {"sample-prompts", TRAIN, K_PATH, OFF(sample_prompts), NULL, 0, 0,
+     "JSONL of prompts for --sample-every: {\"prompt\": ...} or {\"messages\": [...]} a line"},
+    {"sample-tokens", TRAIN, K_INT, OFF(sample_tokens), NULL, 1, 1 << 16, "new tokens per sample at most"},
     {"memory-limit", BOTH, K_FLOAT, OFF(memory_limit), NULL, 0, 1e6,
      "GiB of GPU memory the run may plan and use, as on a card of that size (0: the device's own)"},
     {"max-seq", BENCH, K_SEQ_AUTO, OFF(seq), NULL, 0, 0, "the same as --seq auto: time the longest sequence that fits"},
@@ -107,6 +116,10 @@ void train_cache_dir(char *buf, size_t cap) {
     }
     const char *home = getenv("HOME");
     snprintf(buf, cap, "%s/.cache/refine", home != NULL ? home : ".");
+}
+
+const char *train_gguf_type_name(enum gguf_out_type t) {
+    return (int)t >= 0 && (int)t < 3 ? k_gguf_types[t] : "?";
 }
 
 void train_options_defaults(struct train_options *o, const char *cache) {
@@ -150,6 +163,7 @@ void train_options_defaults(struct train_options *o, const char *cache) {
     o->checkpoint_every = 0;
     o->bench_steps = 10;
     o->bench_warmup = 3;
+    o->sample_tokens = 48;
 }
 
 static const struct opt_def *find_opt(const char *name, size_t len) {
@@ -275,6 +289,8 @@ static int check_combination(const struct train_options *o, enum options_program
     if (o->warmup > 0 && o->max_steps > 0 && o->warmup >= o->max_steps)
         return io_fail(e, "--warmup %d must be smaller than --max-steps %d", o->warmup, o->max_steps);
     if (o->n_data == 0) return io_fail(e, "no --data given");
+    if ((o->sample_every > 0) != (o->sample_prompts[0] != '\0'))
+        return io_fail(e, "--sample-every and --sample-prompts go together (samples need both a period and prompts)");
     return 0;
 }
 

@@ -39,6 +39,8 @@
 #include "train/engine.h"
 #include "train/metrics.h"
 #include "train/options.h"
+#include "trainers/gen_gpu.h"
+#include "trainers/sample_hook.h"
 #include "trainers/settings.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
@@ -359,6 +361,7 @@ int gpu_engine_create(struct train_engine *eng, struct train_options *o, const s
     eng->base_weight_read = eng_base_weight_read;
     eng->mem_gib = eng_mem_gib;
     eng->destroy = eng_destroy;
+    sample_hook_attach(eng, &src->config, &gen_gpu_device, g.mode == LLAMA_FULL); /* --sample-every */
     printf("engine: %s, %.0f TFLOP/s bf16 GEMM measured, %.2f of %.2f GiB planned\n", device, peak / 1e12,
            plan.total / GIB, total_b / GIB);
     return 0;
