@@ -52,7 +52,7 @@
  * GEMM_ACCUM_PRECISE promotes them to fp32 periodically, GEMM_ACCUM_FAST
  * (CUBLASLT_MATMUL_DESC_FAST_ACCUM) does not (faster, less accurate: TE uses it for the forward
  * product under per-tensor scaling only); what that means in bits is measured by
- * `gemm_fp8_parity --probe` and recorded in NUMERICS.md §6.4. amax_d (optional, device,
+ * `gemm_fp8_parity --probe` and recorded in NUMERICS.md §6.5. amax_d (optional, device,
  * 16-byte aligned) receives max|D| in fp32 before D's rounding (cuBLASLt's AMAX_D).
  * FP8 preconditions (CHECKed, with a message naming the rule):
  *   - both operands FP8 (not E5M2 × E5M2, which cuBLASLt does not offer); every product of bf16
