@@ -38,7 +38,9 @@
  * (c) Random cases, tolerance derived from (b) (STYLE.md tier c): the naive same-precision
  *     implementation is the MODEL of the measured accumulator — products exact; each group of g
  *     consecutive products aligned with the running sum to the largest exponent E among them and
- *     each term truncated to a multiple of 2^(E−p) (pessimistic: truncation, per term); the sum
+ *     each term truncated to a multiple of 2^(E−p) (pessimistic: truncation, per term; per output
+ *     the worse of g = the measured group and g = 32, one instruction's products, since the
+ *     measurement bounds the group only from below); the sum
  *     added into an fp32 accumulator (round to nearest) every I products (block scaling: every
  *     128, times the block's scales); the scales and alpha applied in fp32. The GPU's max and rms
  *     error against the exact value (double) must be at most 2× the model's, plus a floor for the
