@@ -11,15 +11,24 @@
 #include "io/tokenizer.h"
 #include "train/data.h"
 #include "train/export.h"
+#include "train/identity.h"
 #include "train/loop.h"
+#include "train/run_dir.h"
+#include "train/signals.h"
 
 /* ---- the tokenizer as the data pipeline's encoder ----------------------------------------- */
 
 static int enc_text(void *self, const char *text, size_t len, uint32_t target, struct token_vec *out,
-                    struct io_err *e) {
+                    size_t *bad_offset, struct io_err *e) {
     struct tokenizer *tok = self;
     struct tok_ids ids = {0};
-    tokenizer_encode(tok, text, len, 0, &ids);
+    size_t bad = 0;
+    if (tokenizer_encode_exact(tok, text, len, 0, &ids, &bad) != 0) {
+        tok_ids_free(&ids);
+        *bad_offset = bad;
+        return io_fail(e, "the byte 0x%02x has no token in the tokenizer's vocabulary (it cannot be trained on)",
+                       (unsigned char)text[bad]);
+    }
     int rc = 0;
     for (size_t i = 0; i < ids.n && rc == 0; i++) rc = token_vec_push(out, ids.ids[i] | target, e);
     tok_ids_free(&ids);
@@ -29,7 +38,7 @@ static int enc_text(void *self, const char *text, size_t len, uint32_t target, s
 static int enc_chat(void *self, const struct chat_message *msgs, int n, struct token_vec *out, struct io_err *e) {
     struct tokenizer *tok = self;
     struct chat_tokens ct = {0};
-    int rc = tokenizer_apply_chat(tok, msgs, (size_t)n, 0, &ct, e);
+    int rc = tokenizer_apply_chat(tok, msgs, (size_t)n, CHAT_EXACT, &ct, e);
     for (size_t i = 0; i < ct.n && rc == 0; i++) rc = token_vec_push(out, ct.ids[i] | (ct.mask[i] ? DATA_TARGET : 0), e);
     chat_tokens_free(&ct);
     return rc;
@@ -83,6 +92,8 @@ int train_main(int argc, char **argv, const struct trainer *t) {
         return 0;
     }
     if (t->check && t->check(&o, &e)) io_exit(&e);
+    struct run_dir rd;
+    if (run_dir_claim(&rd, o.out, o.resume, o.overwrite, &e)) io_exit(&e);
 
     struct model_source src;
     if (model_source_open(&src, o.model, &e)) io_exit(&e);
@@ -101,9 +112,13 @@ int train_main(int argc, char **argv, const struct trainer *t) {
     if (make_encoder(&enc, tok, &src, o.model, &e)) io_exit(&e);
     const char *paths[OPT_MAX_DATA];
     for (int i = 0; i < o.n_data; i++) paths[i] = o.data[i];
-    struct data_options dopt = {o.seq, o.val_fraction, o.seed, cache};
+    struct data_options dopt = {o.seq, o.val_fraction, o.seed, cache, o.data_format, (uint32_t)src.config.V};
     struct dataset ds;
     if (dataset_open(&ds, paths, o.n_data, &enc, &dopt, &e)) io_exit(&e);
+    char memo[1100];
+    snprintf(memo, sizeof memo, "%s/digests", cache);
+    char *identity = run_identity_json(&src, &ds, memo, &e);
+    if (!identity) io_exit(&e);
     printf("data: %d file(s), %zu tokens (%" PRId64 " trained), %" PRId64 " training and %" PRId64
            " validation sequences of %d\n",
            ds.n_files, ds.S, ds.n_targets, ds.n_train, ds.n_val, ds.T);
@@ -114,13 +129,22 @@ int train_main(int argc, char **argv, const struct trainer *t) {
     struct batch_source bs;
     dataset_batch_source(&ds, &bs);
     struct loop_result res;
-    int rc = train_loop_run(&o, &eng, &bs, &res, &e);
+    int rc = train_loop_run(&o, &eng, &bs, identity, &res, &e);
     if (rc == 0 && !res.stopped_early) rc = export_outputs(&o, &src.config, &eng, &e);
     if (rc == 0) printf("metrics: %s/metrics.jsonl, plot: %s/loss.svg, checkpoint: %s/checkpoint\n", o.out, o.out, o.out);
+    if (rc == 0 && res.stop_signal != 0) {
+        char cmd[8192];
+        run_dir_resume_command(cmd, sizeof cmd, argc, argv, o.out);
+        printf("stopped by %s after step %d of %d; checkpoint: %s/checkpoint/step-%d\nto continue: %s\n",
+               train_signal_name(res.stop_signal), res.steps_done, res.total_steps, o.out, res.steps_done, cmd);
+    }
+    fflush(stdout);
+    free(identity);
     eng.destroy(eng.self);
     dataset_close(&ds);
     tokenizer_free(tok);
     model_source_close(&src);
     if (rc) io_exit(&e);
+    run_dir_release(&rd);
     return 0;
 }

@@ -8,11 +8,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "cJSON.h"
 #include "io/check.h"
 #include "io/file.h"
 #include "train/checkpoint.h"
 #include "train/metrics.h"
 #include "train/schedule.h"
+#include "train/signals.h"
 
 static double now_s(void) {
     struct timespec ts;
@@ -50,7 +52,7 @@ static int evaluate(const struct train_options *o, const struct train_engine *en
 }
 
 int train_loop_run(const struct train_options *o, const struct train_engine *eng, const struct batch_source *src,
-                   struct loop_result *res, struct io_err *e) {
+                   const char *identity_json, struct loop_result *res, struct io_err *e) {
     memset(res, 0, sizeof *res);
     res->first_val_loss = res->last_val_loss = res->last_train_loss = NAN;
     const int B = o->micro_batch, T = src->T, A = o->grad_accum;
@@ -66,22 +68,49 @@ int train_loop_run(const struct train_options *o, const struct train_engine *eng
     char *opts = malloc(65536);
     CHECK(opts != NULL, "out of memory");
     CHECK(train_options_to_json(o, opts, 65536) == 0, "options do not fit their JSON buffer");
-    char *header = malloc(65536 + 1024);
+    const size_t header_cap = 65536 + 1024 + (identity_json != NULL ? strlen(identity_json) : 0);
+    char *header = malloc(header_cap);
     CHECK(header != NULL, "out of memory");
-    snprintf(header, 65536 + 1024,
+    snprintf(header, header_cap,
              "{\"kind\":\"run\",\"engine\":\"%s\",\"total_steps\":%d,\"train_sequences\":%" PRId64
-             ",\"val_sequences\":%" PRId64 ",\"seq\":%d,\"options\":%s}",
-             eng->name, total, src->n_train, src->n_val, T, opts);
+             ",\"val_sequences\":%" PRId64 ",\"seq\":%d,\"options\":%s,\"identity\":%s}",
+             eng->name, total, src->n_train, src->n_val, T, opts, identity_json != NULL ? identity_json : "null");
 
+    train_signals_install();
     struct loop_position pos = {0, 0, 0, 0};
+    struct checkpoint_resume cr = {opts, identity_json, o->resume_anyway, "", NULL, NULL, NULL};
     int rc = 0;
     if (o->resume[0] != '\0') {
-        rc = checkpoint_load(o->resume, eng, &pos, opts, e);
-        if (rc == 0) printf("resumed from %s at step %d\n", o->resume, pos.step);
+        rc = checkpoint_load(o->resume, eng, &pos, &cr, e);
+        char where[2100];
+        snprintf(where, sizeof where, "%s/trainer.json", cr.step_dir);
+        /* --resume-anyway: the data may differ, so the position is the one the step gives over this run's */
+        if (rc == 0 && o->resume_anyway) checkpoint_position_after(&pos, (int64_t)B * A, per_epoch);
+        if (rc == 0) rc = checkpoint_check_position(&pos, (int64_t)B * A, per_epoch, total, where, e);
+        if (rc == 0) {
+            printf("resumed from %s at step %d\n", cr.step_dir, pos.step);
+            if (cr.notes[0] != '\0') printf("resumed with changes: %s\n", cr.notes);
+        }
     }
     struct metrics m;
     if (rc == 0) rc = metrics_open(&m, o->out, header, o->resume[0] != '\0' ? pos.step : -1, e);
     free(header);
+    if (rc == 0 && o->resume[0] != '\0') {
+        cJSON *note = cJSON_CreateObject();
+        CHECK(note != NULL, "out of memory");
+        cJSON_AddStringToObject(note, "kind", "resume");
+        cJSON_AddNumberToObject(note, "step", pos.step);
+        cJSON_AddStringToObject(note, "from", cr.step_dir);
+        cJSON_AddItemToObject(note, "changed", cJSON_Parse(cr.changes));
+        if (cr.accepted[0] != '\0') cJSON_AddStringToObject(note, "accepted", cr.accepted);
+        char *line = cJSON_PrintUnformatted(note);
+        CHECK(line != NULL, "out of memory");
+        rc = metrics_note(&m, pos.step, line, e);
+        free(line);
+        cJSON_Delete(note);
+        if (rc != 0) metrics_close(&m);
+    }
+    checkpoint_resume_free(&cr);
     if (rc != 0) {
         free(opts);
         return -1;
@@ -177,12 +206,16 @@ int train_loop_run(const struct train_options *o, const struct train_engine *eng
             printf("step %d/%d | validation loss %.4f | perplexity %.3f\n", step, total, vl, exp(vl));
             if ((rc = metrics_plot(&m, e)) != 0) break;
         }
-        if ((o->checkpoint_every > 0 && step % o->checkpoint_every == 0) || last || step == stop_at)
-            if ((rc = checkpoint_save(o->out, eng, &pos, opts, e)) != 0) break;
+        /* after the step's evaluation, so that a signal during it is heard at this step */
+        const enum stop_reason stop = train_stop_after_step(step, stop_at, total);
+        if ((o->checkpoint_every > 0 && step % o->checkpoint_every == 0) || stop != STOP_NONE)
+            if ((rc = checkpoint_save(o->out, eng, &pos, opts, identity_json, e)) != 0) break;
+        if (stop != STOP_NONE) break;
     }
     if (rc == 0) rc = metrics_plot(&m, e);
     res->steps_done = pos.step;
     res->stopped_early = rc == 0 && pos.step < total;
+    res->stop_signal = res->stopped_early ? train_stop_signal() : 0;
     metrics_close(&m);
     free(tokens);
     free(labels);

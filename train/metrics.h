@@ -5,7 +5,11 @@
  *    "tokens_per_s":1234.5,"mfu":0.12,"mem_GiB":3.2,"elapsed_s":12.3}
  *   {"kind":"eval","step":20,"val_loss":2.1,"val_ppl":8.17,"val_tokens":4096,"elapsed_s":20.1}
  * The first line is {"kind":"run", "options":{...}, "engine":"...", "device":"..."}. A resumed
- * run appends to the same file after truncating records past the checkpoint's step.
+ * run keeps the records up to the checkpoint's step (a last line cut short by a kill is dropped;
+ * a damaged line before it is an error naming file and line), rewrites the file atomically (temp
+ * name, fsync, rename: a kill during the rewrite leaves the old file), and appends from there;
+ * it first records {"kind":"resume","step":N,"from":"<checkpoint folder>","changed":{...}} (the
+ * settings it changes, checkpoint.h), which later resumes keep as history.
  * loss.svg: training loss (per step) and validation loss (per evaluation) against the step, with
  * axes, ticks and a legend — a plain SVG file any browser shows; rewritten atomically after every
  * evaluation and at the end.
@@ -38,6 +42,12 @@ struct eval_record {
     double elapsed_s;
 };
 
+/* A record the log keeps as written (e.g. "resume"), placed after the step's train and eval records. */
+struct note_record {
+    int step;
+    char *line;
+};
+
 struct metrics {
     FILE *log;
     char log_path[1024];
@@ -46,6 +56,8 @@ struct metrics {
     struct train_record *train;
     int n_eval, cap_eval;
     struct eval_record *eval;
+    int n_note, cap_note;
+    struct note_record *note;
 };
 
 /* Opens <dir>/metrics.jsonl. With resume_step < 0 a new log is started with the run header line;
@@ -54,6 +66,8 @@ struct metrics {
 int metrics_open(struct metrics *m, const char *dir, const char *run_header_json, int resume_step, struct io_err *e);
 int metrics_train(struct metrics *m, const struct train_record *r, struct io_err *e);
 int metrics_eval(struct metrics *m, const struct eval_record *r, struct io_err *e);
+/* Appends one JSON object (a line without its newline) belonging to `step`, e.g. a resume record. */
+int metrics_note(struct metrics *m, int step, const char *json, struct io_err *e);
 /* Writes <dir>/loss.svg from the records so far (atomically). */
 int metrics_plot(const struct metrics *m, struct io_err *e);
 void metrics_close(struct metrics *m);
