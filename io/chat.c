@@ -175,6 +175,7 @@ int tokenizer_apply_chat(struct tokenizer *t, const struct chat_message *message
     struct chat_builder b;
     memset(&b, 0, sizeof b);
     int gen = (flags & CHAT_ADD_GENERATION_PROMPT) != 0;
+    t->drop_at = SIZE_MAX;
     uint32_t start = 0, end = 0;
     if (t->chat == CHAT_TEMPLATE_LLAMA3) {
         uint32_t head_end = 0;
@@ -227,6 +228,12 @@ int tokenizer_apply_chat(struct tokenizer *t, const struct chat_message *message
     }
     free(b.seg);
     tok_ids_free(&b.offsets);
+    if ((flags & CHAT_EXACT) && t->drop_at != SIZE_MAX) {
+        free(b.ids.ids);
+        free(b.mask);
+        return io_fail(e, "the conversation holds the byte 0x%02x, which the tokenizer's vocabulary has no token for "
+                          "(it cannot be trained on)", t->drop_byte);
+    }
     chat_tokens_free(out);
     out->ids = b.ids.ids;
     out->mask = b.mask;

@@ -103,10 +103,11 @@ static int gguf_tok_kv(struct tokenizer_gguf_kv *kv, struct gguf_tok_arrays *a, 
     memset(a, 0, sizeof *a);
     kv->source = path;
     struct gguf_str str;
-    if (gguf_get_string(&str, g, "tokenizer.ggml.model", e)) return io_fail_context(e, "%s", path);
+    /* gguf_get_* name the file in their messages already */
+    if (gguf_get_string(&str, g, "tokenizer.ggml.model", e)) return -1;
     kv->model = a->model = dup_str(&str);
     if (gguf_find_kv(g, "tokenizer.ggml.pre")) {
-        if (gguf_get_string(&str, g, "tokenizer.ggml.pre", e)) return io_fail_context(e, "%s", path);
+        if (gguf_get_string(&str, g, "tokenizer.ggml.pre", e)) return -1;
         kv->pre = a->pre = dup_str(&str);
     }
     const struct gguf_kv *tk = gguf_find_kv(g, "tokenizer.ggml.tokens");
@@ -147,33 +148,92 @@ static int gguf_tok_kv(struct tokenizer_gguf_kv *kv, struct gguf_tok_arrays *a, 
     int64_t v;
     kv->bos_id = kv->eos_id = -1;
     kv->add_bos = -1;
-    if (gguf_find_kv(g, "tokenizer.ggml.bos_token_id") && gguf_get_int(&v, g, "tokenizer.ggml.bos_token_id", e) == 0)
+    /* present but not an integer: an error, not a silent "absent" */
+    if (gguf_find_kv(g, "tokenizer.ggml.bos_token_id")) {
+        if (gguf_get_int(&v, g, "tokenizer.ggml.bos_token_id", e)) return -1;
         kv->bos_id = v;
-    if (gguf_find_kv(g, "tokenizer.ggml.eos_token_id") && gguf_get_int(&v, g, "tokenizer.ggml.eos_token_id", e) == 0)
+    }
+    if (gguf_find_kv(g, "tokenizer.ggml.eos_token_id")) {
+        if (gguf_get_int(&v, g, "tokenizer.ggml.eos_token_id", e)) return -1;
         kv->eos_id = v;
-    if (gguf_find_kv(g, "tokenizer.ggml.add_bos_token") && gguf_get_int(&v, g, "tokenizer.ggml.add_bos_token", e) == 0)
+    }
+    if (gguf_find_kv(g, "tokenizer.ggml.add_bos_token")) {
+        if (gguf_get_int(&v, g, "tokenizer.ggml.add_bos_token", e)) return -1;
         kv->add_bos = (int)v;
+    }
     if (gguf_find_kv(g, "tokenizer.chat_template")) {
-        if (gguf_get_string(&str, g, "tokenizer.chat_template", e)) return io_fail_context(e, "%s", path);
+        if (gguf_get_string(&str, g, "tokenizer.chat_template", e)) return -1;
         kv->chat_template = a->chat = dup_str(&str);
     }
     return 0;
 }
 
+/* A token id the model's embedding has no row for would be an out-of-bounds read on the device:
+ * every id the tokenizer can emit, and the BOS/EOS the data pipeline inserts, must be below V,
+ * and those two must be tokens of the vocabulary (not a gap between ids). */
+int model_source_check_tokenizer(const struct model_source *s, const struct tokenizer *t, struct io_err *e) {
+    const char *src = s->kind == MODEL_SOURCE_HF ? s->tokenizer_json : s->path;
+    const uint32_t V = (uint32_t)s->config.V, Vt = tokenizer_vocab_size(t);
+    if (Vt > V) {
+        uint32_t id = Vt - 1;
+        while (id > V && tokenizer_id_to_token(t, id, NULL) == NULL) id--;
+        size_t n = 0;
+        const char *str = tokenizer_id_to_token(t, id, &n);
+        return io_fail(e, "%s: the tokenizer has token id %u ('%.*s') but the model's vocabulary has %u ids (vocab_size): "
+                          "the tokenizer does not belong to this model",
+                       src, id, (int)(n > 40 ? 40 : n), str ? str : "", V);
+    }
+    if (tokenizer_adds_bos(t) && tokenizer_id_to_token(t, (uint32_t)tokenizer_bos_id(t), NULL) == NULL)
+        return io_fail(e, "%s: the beginning-of-sequence id %lld is not a token of the vocabulary", src,
+                       (long long)tokenizer_bos_id(t));
+    const int64_t eos = s->config.n_eos > 0 ? s->config.eos_token_ids[0] : tokenizer_eos_id(t);
+    if (eos >= 0 && (eos >= (int64_t)V || tokenizer_id_to_token(t, (uint32_t)eos, NULL) == NULL))
+        return io_fail(e, "%s: the end-of-sequence id %lld (%s) is not a token of the vocabulary", src, (long long)eos,
+                       s->config.n_eos > 0 ? "the model's eos_token_id" : "the tokenizer's");
+    return 0;
+}
+
 struct tokenizer *model_source_tokenizer(const struct model_source *s, struct io_err *e) {
+    struct tokenizer *t = NULL;
     if (s->kind == MODEL_SOURCE_HF) {
         if (!s->tokenizer_json[0]) {
             io_fail(e, "%s: the model folder has no tokenizer.json", s->path);
             return NULL;
         }
-        return tokenizer_load(s->tokenizer_json, e);
+        t = tokenizer_load(s->tokenizer_json, e);
+    } else {
+        struct tokenizer_gguf_kv kv;
+        struct gguf_tok_arrays a;
+        if (gguf_tok_kv(&kv, &a, &s->gguf.g, s->path, e) == 0) t = tokenizer_from_gguf_kv(&kv, e);
+        gguf_tok_free(&a);
     }
-    struct tokenizer_gguf_kv kv;
-    struct gguf_tok_arrays a;
-    struct tokenizer *t = NULL;
-    if (gguf_tok_kv(&kv, &a, &s->gguf.g, s->path, e) == 0) t = tokenizer_from_gguf_kv(&kv, e);
-    gguf_tok_free(&a);
+    if (t != NULL && model_source_check_tokenizer(s, t, e) != 0) {
+        tokenizer_free(t);
+        return NULL;
+    }
     return t;
+}
+
+int model_source_files(const struct model_source *s, char (*paths)[MODEL_SOURCE_PATH_MAX], int cap) {
+    int n = 0;
+    if (s->kind == MODEL_SOURCE_GGUF) {
+        if (n < cap) snprintf(paths[n], MODEL_SOURCE_PATH_MAX, "%s", s->path);
+        return 1;
+    }
+    static const char *const k_side[] = {"config.json", "model.safetensors.index.json", "tokenizer.json",
+                                         "tokenizer_config.json"};
+    for (size_t i = 0; i < sizeof k_side / sizeof *k_side; i++) {
+        char p[MODEL_SOURCE_PATH_MAX];
+        snprintf(p, sizeof p, "%s/%s", s->path, k_side[i]);
+        if (!file_exists(p)) continue;
+        if (n < cap) snprintf(paths[n], MODEL_SOURCE_PATH_MAX, "%s", p);
+        n++;
+    }
+    for (int i = 0; i < s->hf.ck.n_shards; i++) {
+        if (n < cap) snprintf(paths[n], MODEL_SOURCE_PATH_MAX, "%s/%s", s->path, s->hf.ck.shard_names[i]);
+        n++;
+    }
+    return n;
 }
 
 static void hash_file_if_present(struct sha256 *h, const char *path) {

@@ -48,8 +48,23 @@ int model_source_weight_f32(const struct model_source *s, enum model_weight kind
 
 /* The model's tokenizer: <dir>/tokenizer.json (with tokenizer_config.json beside it) for an HF
  * folder, the tokenizer.ggml.* metadata (and tokenizer.chat_template) for a GGUF file. NULL with
- * *e set when there is none or it cannot be read. */
+ * *e set when there is none, it cannot be read, or it does not fit the model
+ * (model_source_check_tokenizer). */
 struct tokenizer *model_source_tokenizer(const struct model_source *s, struct io_err *e);
+
+/* Tokenizer against model, so that no id the data pipeline produces can index past the embedding:
+ * every id of the tokenizer (vocabulary and added tokens) is below the config's vocab_size; the
+ * BOS it prepends (when it does) and the EOS the pipeline appends (the config's first
+ * eos_token_id, else the tokenizer's) are tokens of the vocabulary, below vocab_size. The config's
+ * own bos/eos/pad ids are range-checked by config_validate. -1 with a message naming the tokenizer
+ * file (or the GGUF file) and the id. */
+int model_source_check_tokenizer(const struct model_source *s, const struct tokenizer *t, struct io_err *e);
+
+#define MODEL_SOURCE_PATH_MAX 1100
+/* The files that make the model, for content hashes (a run's identity): the GGUF file, or the HF
+ * folder's config.json, model.safetensors.index.json, tokenizer.json, tokenizer_config.json (those
+ * present) and every safetensors shard. Writes at most cap paths; returns how many there are. */
+int model_source_files(const struct model_source *s, char (*paths)[MODEL_SOURCE_PATH_MAX], int cap);
 
 /* SHA-256 (hex) of what defines the tokenizer: the tokenizer.json (+ tokenizer_config.json)
  * bytes, or the GGUF tokenizer metadata (model, pre, tokens, types, merges, special ids, add_bos,

@@ -316,6 +316,7 @@ struct tokenizer *tok_new(uint32_t V) {
     tok_strmap_init(&t->added, 16);
     tok_strmap_init(&t->cache, 1 << 12);
     t->bos_id = t->eos_id = -1;
+    t->drop_at = SIZE_MAX;
     for (int b = 0; b < 256; b++) t->byte_id[b] = -1;
     return t;
 }
@@ -576,25 +577,30 @@ static struct tok_heap_item heap_pop(struct tokenizer *t, size_t *hn) {
     return top;
 }
 
-/* BPE of one word (raw bytes w[0..n), n ≥ 1); appends its ids to out. */
-static void bpe_word(struct tokenizer *t, const uint8_t *w, size_t n, struct tok_ids *out) {
+/* BPE of one word (raw bytes w[0..n), n ≥ 1); appends its ids to out. Returns the index in w of
+ * the first byte dropped for lack of a single-byte token, or -1 when every byte is kept. */
+static int64_t bpe_word(struct tokenizer *t, const uint8_t *w, size_t n, struct tok_ids *out) {
     uint32_t id;
     if (t->ignore_merges && n > 1 && tok_strmap_get(&t->by_bytes, (const char *)w, n, &id)) {
         ids_push(out, id);
-        return;
+        return -1;
     }
     scratch_reserve(t, n);
     uint32_t *sid = t->sym_id;
     int32_t *prev = t->sym_prev, *next = t->sym_next;
     size_t m = 0; /* bytes without a token are dropped, as HF BPE does when unk_token is null */
+    int64_t dropped = -1;
     for (size_t i = 0; i < n; i++) {
-        if (t->byte_id[w[i]] < 0) continue;
+        if (t->byte_id[w[i]] < 0) {
+            if (dropped < 0) dropped = (int64_t)i;
+            continue;
+        }
         sid[m] = (uint32_t)t->byte_id[w[i]];
         prev[m] = (int32_t)m - 1;
         next[m] = (int32_t)m + 1;
         m++;
     }
-    if (m == 0) return;
+    if (m == 0) return dropped;
     next[m - 1] = -1;
     n = m;
     size_t hn = 0;
@@ -619,6 +625,7 @@ static void bpe_word(struct tokenizer *t, const uint8_t *w, size_t n, struct tok
             heap_push(t, &hn, rank, p);
     }
     for (int32_t i = 0; i >= 0; i = next[i]) ids_push(out, sid[i]);
+    return dropped;
 }
 
 #define CACHE_MAX_IDS (1u << 23) /* the cache packs (offset << 8 | count) into 32 bits */
@@ -645,9 +652,14 @@ static void emit_word(struct tokenizer *t, const char *w, size_t n, size_t base,
             out->n += cnt;
         }
     } else {
-        bpe_word(t, (const uint8_t *)w, n, out);
+        const int64_t dropped = bpe_word(t, (const uint8_t *)w, n, out);
         size_t cnt = out->n - start;
-        if (n <= CACHE_MAX_WORD && cnt < 256) {
+        if (dropped >= 0 && t->drop_at == SIZE_MAX) {
+            t->drop_at = base + (size_t)dropped;
+            t->drop_byte = (uint8_t)w[dropped];
+        }
+        /* a word that lost bytes is not cached, so that every encode of it reports the loss */
+        if (dropped < 0 && n <= CACHE_MAX_WORD && cnt < 256) {
             if (t->cache_n + cnt > CACHE_MAX_IDS || t->cache.n > (1u << 20)) cache_reset(t);
             if (t->cache_n + cnt > t->cache_cap) {
                 size_t cap = t->cache_cap ? t->cache_cap * 2 : 1 << 16;
@@ -733,6 +745,15 @@ size_t tok_encode_offsets(struct tokenizer *t, const char *text, size_t len, int
 size_t tokenizer_encode(struct tokenizer *t, const char *text, size_t len, int flags,
                         struct tok_ids *out) {
     return tok_encode_offsets(t, text, len, flags, out, NULL);
+}
+
+int tokenizer_encode_exact(struct tokenizer *t, const char *text, size_t len, int flags, struct tok_ids *out,
+                           size_t *bad_offset) {
+    t->drop_at = SIZE_MAX;
+    tok_encode_offsets(t, text, len, flags, out, NULL);
+    if (t->drop_at == SIZE_MAX) return 0;
+    if (bad_offset) *bad_offset = t->drop_at;
+    return -1;
 }
 
 int tokenizer_decode(const struct tokenizer *t, const uint32_t *ids, size_t n, int flags,

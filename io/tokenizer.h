@@ -21,7 +21,8 @@
  *      "merges" list (either ["a","b"] pairs or legacy "a b" strings), or for tiktoken from the
  *      ranks themselves (the pair (a,b) has rank rank(a‖b) when a‖b is in the table).
  *      A byte with no single-byte token in the vocabulary (SmolLM2 lacks 21, e.g. 0x04) is
- *      dropped, as HF's BPE does when unk_token is null.
+ *      dropped, as HF's BPE does when unk_token is null; tokenizer_encode_exact and CHAT_EXACT
+ *      report it instead (training data must not lose text silently).
  *   5. TOKENIZER_ADD_BOS prepends the BOS id (the TemplateProcessing post-processor's
  *      "single" template with a leading special token, or tokenizer_config / GGUF add_bos).
  * Decode is the inverse mapping: ids → vocabulary strings → bytes (ByteLevel decoder); added
@@ -153,6 +154,12 @@ enum tokenizer_encode_flags {
 size_t tokenizer_encode(struct tokenizer *t, const char *text, size_t len, int flags,
                         struct tok_ids *out);
 
+/* The same, for text that must survive tokenization whole (training data): returns 0, or -1 when
+ * a byte of text has no token (step 4's dropped bytes) with *bad_offset set to the offset in text
+ * of the first such byte (the ids of the other bytes are appended all the same). */
+int tokenizer_encode_exact(struct tokenizer *t, const char *text, size_t len, int flags, struct tok_ids *out,
+                           size_t *bad_offset);
+
 enum tokenizer_decode_flags {
     TOKENIZER_SKIP_SPECIAL = 1, /* drop special tokens (HF skip_special_tokens=True) */
 };
@@ -193,6 +200,7 @@ struct chat_message {
 
 enum chat_flags {
     CHAT_ADD_GENERATION_PROMPT = 1,
+    CHAT_EXACT = 2, /* fail (naming the byte) when a byte of the conversation has no token */
 };
 
 /* A tokenized conversation: ids[0..n) and mask[0..n), mask[i] = 1 when token i is assistant
@@ -211,7 +219,8 @@ void chat_tokens_free(struct chat_tokens *c);
  * is encoded in one pass, special tokens matched, no extra BOS). Special-token strings inside
  * message content are NOT matched (they stay text), so data cannot forge turns. Overwrites *out
  * (which must be zeroed or hold an earlier result: its arrays are freed first).
- * Returns -1 with *e set when the tokenizer has no chat template or a role is empty. */
+ * Returns -1 with *e set when the tokenizer has no chat template or a role is empty, and with
+ * CHAT_EXACT when a byte of the rendered text has no token (it would be dropped). */
 int tokenizer_apply_chat(struct tokenizer *t, const struct chat_message *messages,
                          size_t n_messages, int flags, struct chat_tokens *out,
                          struct io_err *e);

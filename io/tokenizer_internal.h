@@ -80,6 +80,11 @@ struct tokenizer {
 
     int64_t bos_id, eos_id;
     int adds_bos;
+    /* The first byte that an encode since the last reset dropped for lack of a token: its offset
+     * in the text of that call (SIZE_MAX: none) and its value (tokenizer_encode_exact,
+     * CHAT_EXACT). */
+    size_t drop_at;
+    uint8_t drop_byte;
     enum chat_template_kind chat;
     char *chat_system_default; /* ChatML default system message, NULL when none */
     char *chat_template_src;   /* the chat_template text as read, NULL when none (for exports) */

@@ -3,6 +3,7 @@
 # Bazel, and runs each for a while on a corpus seeded from the test fixtures.
 #
 #   tools/fuzz.sh [SECONDS] [TARGET ...]      e.g. tools/fuzz.sh 60 gguf peft_config
+#   tools/fuzz.sh --list-seeds TARGET         the fixtures that seed TARGET's corpus, one a line
 #
 # SECONDS per target (default 30); targets default to all of safetensors, config, gguf,
 # tokenizer, tokenize,
@@ -14,6 +15,25 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
+
+# The fixtures of each target's format (copied once into its corpus; libFuzzer adds what it finds).
+seeds_of() { # TARGET
+    case $1 in
+    safetensors) find "$root/tests" -name '*.safetensors' -size -256k ;;
+    config) find "$root/tests" -name 'config.json' -o -name '*.json' -path '*configs*' ;;
+    gguf) find "$root/tests" -name '*.gguf' -size -256k ;;
+    peft_config) find "$root/tests" -name 'adapter_config.json' ;;
+    tokenizer) find "$root/tests" -name '*tokenizer*.json' -size -256k ;; # tokenizer.json files and their configs
+    tokenize) find "$root/tests/golden/data/tokenizer" "$root/docs" -name 'tokens.json' -o -name '*.md' ;; # text
+    *) echo "fuzz: no seeds for target $1" >&2; return 1 ;;
+    esac
+}
+
+if [ "${1:-}" = --list-seeds ]; then
+    seeds_of "${2:?usage: tools/fuzz.sh --list-seeds TARGET}"
+    exit
+fi
+
 seconds=${1:-30}
 shift || true
 targets=("$@")
@@ -42,13 +62,7 @@ for t in "${targets[@]}"; do
     "$cc" "${flags[@]/fuzzer-no-link/fuzzer}" "$src" "${objs[@]}" -lcjson -lpcre2-8 -lm -o "$bin"
     corpus="$work/corpus/$t"
     mkdir -p "$corpus" "$work/artifacts/$t"
-    # Seeds: the fixtures of the format (copied once; libFuzzer adds what it finds).
-    case $t in
-    safetensors) seeds=$(find "$root/tests" -name '*.safetensors' -size -256k) ;;
-    config) seeds=$(find "$root/tests" -name 'config.json' -o -name '*.json' -path '*configs*') ;;
-    gguf) seeds=$(find "$root/tests" -name '*.gguf' -size -256k) ;;
-    peft_config) seeds=$(find "$root/tests" -name 'adapter_config.json') ;;
-    esac
+    seeds=$(seeds_of "$t")
     for s in $seeds; do cp -n "$s" "$corpus/seed_$(echo "$s" | sha256sum | cut -c1-16)" 2>/dev/null || true; done
     echo "fuzz: $t for ${seconds}s (corpus $corpus: $(ls "$corpus" | wc -l) inputs)"
     set +e

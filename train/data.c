@@ -8,13 +8,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 #include "io/file.h"
+#include "io/file_digest.h"
 #include "io/sha256.h"
 #include "io/utf8.h"
 
-enum { CACHE_VERSION = 1 };
+/* 2: the key is built on the SHA-256 of the file and holds the resolved format */
+enum { CACHE_VERSION = 2 };
 static const char cache_magic[8] = {'R', 'F', 'T', 'O', 'K', '1', 0, 0};
 
 int token_vec_push(struct token_vec *t, uint32_t word, struct io_err *e) {
@@ -70,15 +73,62 @@ static uint64_t stream_key(unsigned long long seed, uint64_t purpose) {
 
 /* ---- input files ------------------------------------------------------------------------- */
 
-static int ends_with(const char *s, const char *suffix) {
+static int ends_with_nocase(const char *s, const char *suffix) {
     const size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && strcmp(s + a - b, suffix) == 0;
+    return a >= b && strcasecmp(s + a - b, suffix) == 0;
+}
+
+const char *data_format_name(enum data_format f) {
+    return f == DATA_FORMAT_TEXT ? "text" : f == DATA_FORMAT_JSONL ? "jsonl" : "auto";
+}
+
+static int is_blank(uint8_t c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+
+int data_detect_format(enum data_format *out, const char *path, const uint8_t *data, size_t size,
+                       enum data_format requested, struct io_err *e) {
+    if (requested != DATA_FORMAT_AUTO) {
+        *out = requested;
+        return 0;
+    }
+    size_t i = size >= 3 && memcmp(data, "\xef\xbb\xbf", 3) == 0 ? 3 : 0; /* a UTF-8 byte order mark */
+    while (i < size && is_blank(data[i])) i++;
+    const int json_name = ends_with_nocase(path, ".jsonl") || ends_with_nocase(path, ".json") ||
+                          ends_with_nocase(path, ".ndjson");
+    if (json_name) {
+        if (i < size && data[i] != '{')
+            return io_fail(e, "%s: named as JSON lines, but the content starts with '%c', not '{' (a JSON array, or "
+                              "text?); write one JSON object per line, or pass --data-format text to train on the "
+                              "file as text",
+                           path, data[i] >= 0x20 && data[i] < 0x7f ? data[i] : '?');
+        *out = DATA_FORMAT_JSONL;
+        return 0;
+    }
+    *out = DATA_FORMAT_TEXT;
+    if (i == size || data[i] != '{') return 0;
+    size_t j = i;
+    while (j < size && data[j] != '\n') j++;
+    const char *end = NULL;
+    cJSON *o = cJSON_ParseWithLengthOpts((const char *)data + i, j - i, &end, 0);
+    if (o != NULL && cJSON_IsObject(o)) {
+        size_t k = (size_t)(end - (const char *)data);
+        while (k < j && is_blank(data[k])) k++;
+        if (k == j) *out = DATA_FORMAT_JSONL;
+    }
+    cJSON_Delete(o);
+    return 0;
+}
+
+/* 1 + the number of newlines in text[0..offset). */
+static int line_of(const char *text, size_t offset) {
+    int line = 1;
+    for (size_t i = 0; i < offset; i++) line += text[i] == '\n';
+    return line;
 }
 
 static int encode_doc(const struct data_encoder *enc, const char *text, size_t len, struct token_vec *out,
-                      struct io_err *e) {
+                      size_t *bad_offset, struct io_err *e) {
     if (enc->add_bos && token_vec_push(out, enc->bos, e)) return -1;
-    if (enc->encode(enc->self, text, len, DATA_TARGET, out, e)) return -1;
+    if (enc->encode(enc->self, text, len, DATA_TARGET, out, bad_offset, e)) return -1;
     return token_vec_push(out, enc->eos | DATA_TARGET, e);
 }
 
@@ -89,10 +139,19 @@ static const char *json_string(const cJSON *obj, const char *key) {
 
 static int jsonl_line(const char *path, int lineno, const char *line, size_t len, const struct data_encoder *enc,
                       struct token_vec *out, struct io_err *e) {
-    cJSON *j = cJSON_ParseWithLength(line, len);
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithLengthOpts(line, len, &end, 0);
     int rc = -1;
+    size_t bad = SIZE_MAX;
     if (!j || !cJSON_IsObject(j)) {
         io_fail(e, "%s:%d: not a JSON object", path, lineno);
+        goto done;
+    }
+    size_t rest = (size_t)(end - line);
+    while (rest < len && is_blank((uint8_t)line[rest])) rest++;
+    if (rest < len) {
+        io_fail(e, "%s:%d: unexpected text after the JSON object: '%.24s' (one object per line)", path, lineno,
+                line + rest);
         goto done;
     }
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(j, "messages");
@@ -105,17 +164,19 @@ static int jsonl_line(const char *path, int lineno, const char *line, size_t len
         goto done;
     }
     if (text) {
-        rc = encode_doc(enc, text, strlen(text), out, e);
+        if ((rc = encode_doc(enc, text, strlen(text), out, &bad, e)) != 0) io_fail_context(e, "%s:%d", path, lineno);
     } else if (prompt || response) {
         if (!prompt || !response) {
             io_fail(e, "%s:%d: \"prompt\" and \"response\" must both be strings", path, lineno);
             goto done;
         }
         if ((enc->add_bos && token_vec_push(out, enc->bos, e)) ||
-            enc->encode(enc->self, prompt, strlen(prompt), 0, out, e) ||
-            enc->encode(enc->self, response, strlen(response), DATA_TARGET, out, e) ||
-            token_vec_push(out, enc->eos | DATA_TARGET, e))
+            enc->encode(enc->self, prompt, strlen(prompt), 0, out, &bad, e) ||
+            enc->encode(enc->self, response, strlen(response), DATA_TARGET, out, &bad, e) ||
+            token_vec_push(out, enc->eos | DATA_TARGET, e)) {
+            io_fail_context(e, "%s:%d", path, lineno);
             goto done;
+        }
         rc = 0;
     } else {
         const int n = cJSON_IsArray(msgs) ? cJSON_GetArraySize(msgs) : -1;
@@ -159,13 +220,19 @@ done:
     return rc;
 }
 
-/* The words of one input file's bytes (path names it and picks the format), appended to out. */
-static int tokenize_bytes(const char *path, const uint8_t *data, size_t size, const struct data_encoder *enc,
-                          struct token_vec *out, struct io_err *e) {
+/* The words of one input file's bytes in its resolved format (path names it), appended to out. */
+static int tokenize_bytes(const char *path, enum data_format format, const uint8_t *data, size_t size,
+                          const struct data_encoder *enc, struct token_vec *out, struct io_err *e) {
     const int64_t bad = utf8_invalid_at(data, size);
     if (bad >= 0) return io_fail(e, "%s: not UTF-8 text (invalid byte sequence at byte %lld)", path, (long long)bad);
-    if (!ends_with(path, ".jsonl")) return size > 0 ? encode_doc(enc, (const char *)data, size, out, e) : 0;
-    size_t i = 0;
+    if (format != DATA_FORMAT_JSONL) {
+        if (size == 0) return 0;
+        size_t at = SIZE_MAX;
+        if (encode_doc(enc, (const char *)data, size, out, &at, e) == 0) return 0;
+        if (at < size) return io_fail_context(e, "%s:%d", path, line_of((const char *)data, at));
+        return io_fail_context(e, "%s", path);
+    }
+    size_t i = size >= 3 && memcmp(data, "\xef\xbb\xbf", 3) == 0 ? 3 : 0; /* a UTF-8 byte order mark */
     int lineno = 0;
     while (i < size) {
         size_t j = i;
@@ -179,28 +246,39 @@ static int tokenize_bytes(const char *path, const uint8_t *data, size_t size, co
     return 0;
 }
 
-int data_tokenize_file(const char *path, const struct data_encoder *enc, struct token_vec *out, struct io_err *e) {
+int data_tokenize_file(const char *path, enum data_format format, const struct data_encoder *enc,
+                       struct token_vec *out, struct io_err *e) {
     struct mapped_file m;
     if (map_file(&m, path, e)) return -1;
-    const int rc = tokenize_bytes(path, m.data, m.size, enc, out, e);
+    enum data_format f;
+    int rc = data_detect_format(&f, path, m.data, m.size, format, e);
+    if (rc == 0) rc = tokenize_bytes(path, f, m.data, m.size, enc, out, e);
     unmap_file(&m);
     return rc;
 }
 
 /* Cache: magic (8) | count u64 | words u32[count], little-endian as the host (x86-64/aarch64). */
-static void cache_path_of(char *buf, size_t cap, const char *cache, const uint8_t *data, size_t size,
-                          const struct data_encoder *enc) {
+static void cache_path_of(char *buf, size_t cap, const char *cache, const char *content_sha256,
+                          enum data_format format, const struct data_encoder *enc) {
     struct sha256 s;
     sha256_init(&s);
-    char head[96];
-    const int hn = snprintf(head, sizeof head, "refine-tokens-v%d|%s|%d|", CACHE_VERSION, enc->identity, enc->add_bos);
+    char head[256];
+    const int hn = snprintf(head, sizeof head, "refine-tokens-v%d|%s|%d|%s|%s", CACHE_VERSION, enc->identity,
+                            enc->add_bos, data_format_name(format), content_sha256);
     sha256_update(&s, head, (size_t)hn);
-    if (size) sha256_update(&s, data, size);
     uint8_t d[32];
     char hex[65];
     sha256_final(&s, d);
     sha256_hex(d, hex);
     snprintf(buf, cap, "%s/tokens/%s.tok", cache, hex);
+}
+
+/* The first word of w[0..n) whose id is ≥ vocab (0: none checked); n when all are below. */
+static size_t first_beyond(const uint32_t *w, size_t n, uint32_t vocab) {
+    if (vocab == 0) return n;
+    for (size_t i = 0; i < n; i++)
+        if ((w[i] & DATA_ID_MASK) >= vocab) return i;
+    return n;
 }
 
 static int cache_read(const char *cpath, struct token_vec *out, struct io_err *e) {
@@ -342,31 +420,54 @@ int dataset_open(struct dataset *d, const char *const *paths, int n_paths, const
         rc = walk(paths[i], &files, 0, e);
         if (rc == 0 && files.n == before) rc = io_fail(e, "%s: folder holds no data files", paths[i]);
     }
+    if (rc == 0 && files.n > 0) {
+        d->files = (struct data_file *)calloc((size_t)files.n, sizeof *d->files);
+        if (!d->files) rc = io_fail(e, "out of memory");
+    }
+    char memo[1200];
+    if (o->cache) snprintf(memo, sizeof memo, "%s/digests", o->cache);
     for (int i = 0; i < files.n && rc == 0; i++) {
-        /* one mapping per file: hashed for the cache key, tokenized on a miss */
+        /* The content digest (remembered by the file's identity) keys the cache; the file is
+         * mapped only to detect its format and, on a miss, to be tokenized. */
+        struct data_file *df = &d->files[i];
+        df->path = files.p[i];
+        files.p[i] = NULL;
+        d->n_files++;
+        if ((rc = file_sha256(df->sha256, df->path, o->cache ? memo : NULL, e))) break;
         struct mapped_file m;
-        if ((rc = map_file(&m, files.p[i], e))) break;
+        if ((rc = map_file(&m, df->path, e))) break;
+        enum data_format format;
+        if ((rc = data_detect_format(&format, df->path, m.data, m.size, o->format, e))) {
+            unmap_file(&m);
+            break;
+        }
         char cpath[1400];
         const size_t before = d->owned.n;
         int hit = 1;
         if (o->cache) {
-            cache_path_of(cpath, sizeof cpath, o->cache, m.data, m.size, enc);
+            cache_path_of(cpath, sizeof cpath, o->cache, df->sha256, format, enc);
             hit = cache_read(cpath, &d->owned, e);
             if (hit < 0) rc = -1;
+            /* an entry with an id beyond the vocabulary is damaged (its key names the tokenizer) */
+            if (hit == 0 && first_beyond(d->owned.v + before, d->owned.n - before, o->vocab_size) < d->owned.n - before)
+                hit = 1;
         }
         if (rc == 0 && hit != 0) {
             d->owned.n = before;
-            rc = tokenize_bytes(files.p[i], m.data, m.size, enc, &d->owned, e);
+            rc = tokenize_bytes(df->path, format, m.data, m.size, enc, &d->owned, e);
+            const size_t n = d->owned.n - before, at = rc == 0 ? first_beyond(d->owned.v + before, n, o->vocab_size) : n;
+            if (at < n)
+                rc = io_fail(e, "%s: the tokenizer produced token id %u, beyond the model's vocabulary of %u ids", df->path,
+                             d->owned.v[before + at] & DATA_ID_MASK, o->vocab_size);
             if (rc == 0 && o->cache) {
                 struct io_err werr;
-                if (cache_write(o->cache, cpath, d->owned.v + before, d->owned.n - before, &werr))
+                if (cache_write(o->cache, cpath, d->owned.v + before, n, &werr))
                     fprintf(stderr, "refine: warning: token cache not written (%s)\n", werr.msg);
             }
         } else if (rc == 0) {
             d->cache_hits++;
         }
         unmap_file(&m);
-        d->n_files++;
     }
     for (int i = 0; i < files.n; i++) free(files.p[i]);
     free(files.p);
@@ -380,6 +481,8 @@ int dataset_open(struct dataset *d, const char *const *paths, int n_paths, const
 }
 
 void dataset_close(struct dataset *d) {
+    for (int i = 0; d->files != NULL && i < d->n_files; i++) free(d->files[i].path);
+    free(d->files);
     token_vec_free(&d->owned);
     free(d->val_order);
     free(d->epoch_order);

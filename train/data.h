@@ -1,21 +1,32 @@
 /* data.h — training data: files → documents → cached token stream → packed sequences → batches.
  *
  * Inputs (--data, repeatable): files or folders (every regular file below a folder, recursively,
- * in byte order of the path; names starting with '.' are skipped). By extension:
- *   *.jsonl  one JSON object per line (blank lines skipped), each with exactly one of
+ * in byte order of the path; names starting with '.' are skipped). Two formats:
+ *   JSONL  one JSON object per line (blank lines skipped; anything but white space after the
+ *          object is an error naming file and line), each with exactly one of
  *            {"text": s}                         every token is trained;
  *            {"prompt": p, "response": r}        loss only on r (and the EOS after it);
  *            {"messages": [{"role","content"}]}  the model's chat template; loss only on the
  *                                                assistant turns' tokens (as the encoder marks).
- *   anything else: UTF-8 text; the whole file is one document.
+ *   text   UTF-8 text; the whole file is one document.
+ * The format of each file (DATA_FORMAT_AUTO, data_detect_format) is decided by its content, the
+ * name only hardening the decision: a file whose first non-blank line is a whole JSON object is
+ * JSONL; a file named *.jsonl, *.json or *.ndjson (any case) must be JSONL, and one that does not
+ * start with '{' is refused (a JSON array, or text misnamed) rather than trained as text. Every
+ * other file is text. --data-format text|jsonl imposes one format on every file.
  * Each document is encoded as [BOS?] tokens EOS (BOS when the encoder says so); documents are
- * concatenated in input order into one token stream.
+ * concatenated in input order into one token stream. Text the encoder cannot represent (a byte
+ * the vocabulary has no token for) is an error naming the file and line, never dropped.
  *
  * Token stream: uint32 words; bits 0..30 the token id, bit 31 (DATA_TARGET) set when the token is
- * a training target (a position whose label may carry loss). The stream of each input file is
- * cached in <cache>/tokens/<sha256>.tok, keyed by the SHA-256 of (format version, encoder
- * identity, file bytes), written atomically and memory-mapped on later runs, so a corpus is
- * tokenized once.
+ * a training target (a position whose label may carry loss). Every id must be below
+ * data_options.vocab_size (when set): an id the model has no embedding row for never reaches
+ * an engine (the GPU embedding does not bound-check). The stream of each input file is cached in
+ * <cache>/tokens/<key>.tok, key = SHA-256 of (cache version, encoder identity, BOS rule, resolved
+ * format, SHA-256 of the file's bytes), written atomically and memory-mapped on later runs, so a
+ * corpus is tokenized once; an entry that is damaged or holds an id beyond the vocabulary is
+ * rebuilt. The SHA-256 of each file's bytes (io/file_digest.h, remembered in <cache>/digests) is
+ * also the data's identity in checkpoints (train/identity.h).
  *
  * Packing: the stream of S tokens gives n = (S − 1) / T sequences; sequence i is the window
  * stream[i·T .. i·T + T] (T + 1 tokens): tokens[t] = window[t], labels[t] = window[t+1] when
@@ -30,9 +41,10 @@
  * permutation drawn from (seed, e). So (seed, epoch, position) names every batch: resume is exact.
  *
  * Bad input (exit status 1 through io_err, never a crash): a missing path, an empty folder, a
- * file that is not UTF-8 text, a JSONL line that is not a JSON object or has neither text nor
- * prompt/response nor messages (named by file and line number), data too short to fill one
- * sequence of T + 1 tokens, a token id ≥ 2^31.
+ * file that is not UTF-8 text, a JSONL line that is not a JSON object, has text after it, or has
+ * neither text nor prompt/response nor messages (named by file and line number), text the
+ * tokenizer cannot represent (file and line), data too short to fill one sequence of T + 1
+ * tokens, a token id ≥ vocab_size or ≥ 2^31.
  */
 #ifndef REFINE_TRAIN_DATA_H
 #define REFINE_TRAIN_DATA_H
@@ -63,14 +75,16 @@ void token_vec_free(struct token_vec *t);
 /* How text becomes tokens: the trainer adapts the model's tokenizer (io/tokenizer.h); tests use
  * small synthetic encoders. encode and encode_chat APPEND words to out: encode marks every token
  * with `target`; encode_chat marks the tokens the template trains on (assistant content and the
- * end-of-turn token after it). */
+ * end-of-turn token after it). Both fail (-1, e set) on text they cannot represent; encode then
+ * also sets *bad_offset to the offset in text of the first byte it could not represent (the
+ * pipeline turns it into a line number). */
 struct data_encoder {
     void *self;
     char identity[65]; /* hex digest naming the vocabulary and rules (cache key) */
     int add_bos;
     uint32_t bos, eos;
     int (*encode)(void *self, const char *text, size_t len, uint32_t target, struct token_vec *out,
-                  struct io_err *e);
+                  size_t *bad_offset, struct io_err *e);
     int (*encode_chat)(void *self, const struct chat_message *msgs, int n, struct token_vec *out,
                        struct io_err *e);
 };
@@ -80,6 +94,14 @@ struct data_options {
     float val_fraction;  /* share of sequences held out */
     unsigned long long seed;
     const char *cache;   /* cache directory; NULL: no caching */
+    enum data_format format; /* every file's format, or AUTO: by content (data_detect_format) */
+    uint32_t vocab_size;     /* every token id must be below it; 0: unchecked */
+};
+
+/* One input file and the SHA-256 of its bytes (hex), in input order. */
+struct data_file {
+    char *path;
+    char sha256[65];
 };
 
 struct dataset {
@@ -95,6 +117,7 @@ struct dataset {
     unsigned long long seed;
     int64_t n_targets;        /* target tokens in the stream */
     int n_files;
+    struct data_file *files;  /* n_files (dataset_open only) */
     int cache_hits;           /* inputs whose tokens came from the cache */
 };
 
@@ -114,8 +137,19 @@ int64_t dataset_sequence(const struct dataset *d, int64_t seq, int32_t *tokens, 
  * of epoch's order (wrapping), val_batch(first) validation sequences first .. first+B−1. */
 void dataset_batch_source(struct dataset *d, struct batch_source *src);
 
-/* Tokenizes one input file into words (no cache); exposed for tests and tools. */
-int data_tokenize_file(const char *path, const struct data_encoder *enc, struct token_vec *out, struct io_err *e);
+/* Tokenizes one input file into words (no cache) in the given format (AUTO: detected); exposed for
+ * tests and tools. */
+int data_tokenize_file(const char *path, enum data_format format, const struct data_encoder *enc,
+                       struct token_vec *out, struct io_err *e);
+
+/* The format of a file's bytes (see the top of this file): DATA_FORMAT_TEXT or DATA_FORMAT_JSONL
+ * into *out; -1 with a message naming path when the name says JSON but the content does not. A
+ * requested format other than AUTO is returned as it is. */
+int data_detect_format(enum data_format *out, const char *path, const uint8_t *data, size_t size,
+                       enum data_format requested, struct io_err *e);
+
+/* "text", "jsonl" or "auto". */
+const char *data_format_name(enum data_format f);
 
 #ifdef __cplusplus
 }

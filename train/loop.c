@@ -8,11 +8,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "cJSON.h"
 #include "io/check.h"
 #include "io/file.h"
 #include "train/checkpoint.h"
 #include "train/metrics.h"
 #include "train/schedule.h"
+#include "train/signals.h"
 
 static double now_s(void) {
     struct timespec ts;
@@ -54,6 +56,15 @@ static int evaluate(const struct train_options *o, const struct train_engine *en
     return 0;
 }
 
+/* The stop decision after a step, the same on every rank: the step limits are the same everywhere,
+ * and a signal heard by any rank stops them all (a sum of flags over the ranks). */
+static int agree_stop(const struct train_comm *comm, enum stop_reason mine, enum stop_reason *stop, struct io_err *e) {
+    int64_t signalled = mine == STOP_SIGNAL;
+    if (comm->sum(comm->self, &signalled, 1, COMM_I64, "the ranks' stop flags", e) != 0) return -1;
+    *stop = signalled > 0 ? STOP_SIGNAL : mine;
+    return 0;
+}
+
 /* The samples of step `step` (train_samples): generated, recorded and printed. */
 static int take_samples(const struct train_options *o, const struct train_engine *eng, const struct batch_source *src,
                         struct metrics *m, int step, struct io_err *e) {
@@ -82,7 +93,8 @@ static int take_samples(const struct train_options *o, const struct train_engine
 }
 
 int train_loop_run(const struct train_options *o, const struct train_engine *eng, const struct batch_source *src,
-                   const struct train_comm *comm, struct loop_result *res, struct io_err *e) {
+                   const struct train_comm *comm, const char *identity_json, struct loop_result *res,
+                   struct io_err *e) {
     memset(res, 0, sizeof *res);
     res->first_val_loss = res->last_val_loss = res->last_train_loss = NAN;
     const int B = o->micro_batch, T = src->T, A = o->grad_accum, W = comm->world;
@@ -101,24 +113,52 @@ int train_loop_run(const struct train_options *o, const struct train_engine *eng
     char *opts = malloc(65536);
     CHECK(opts != NULL, "out of memory");
     CHECK(train_options_to_json(o, opts, 65536) == 0, "options do not fit their JSON buffer");
-    char *header = malloc(65536 + 1024);
+    const size_t header_cap = 65536 + 1024 + (identity_json != NULL ? strlen(identity_json) : 0);
+    char *header = malloc(header_cap);
     CHECK(header != NULL, "out of memory");
-    snprintf(header, 65536 + 1024,
+    snprintf(header, header_cap,
              "{\"kind\":\"run\",\"engine\":\"%s\",\"total_steps\":%d,\"train_sequences\":%" PRId64
-             ",\"val_sequences\":%" PRId64 ",\"seq\":%d,%s%s%s\"options\":%s}",
+             ",\"val_sequences\":%" PRId64 ",\"seq\":%d,%s%s%s\"options\":%s,\"identity\":%s}",
              eng->name, total, src->n_train, src->n_val, T, eng->memory_json ? "\"memory_GiB\":" : "",
-             eng->memory_json ? eng->memory_json : "", eng->memory_json ? "," : "", opts);
+             eng->memory_json ? eng->memory_json : "", eng->memory_json ? "," : "", opts,
+             identity_json != NULL ? identity_json : "null");
 
+    train_signals_install();
     struct loop_position pos = {0, 0, 0, 0};
+    struct checkpoint_resume cr = {opts, identity_json, o->resume_anyway, "", NULL, NULL, NULL};
     int rc = 0;
     if (o->resume[0] != '\0') {
-        rc = checkpoint_load(o->resume, eng, &pos, opts, e);
-        if (rc == 0 && root) printf("resumed from %s at step %d\n", o->resume, pos.step);
+        rc = checkpoint_load(o->resume, eng, &pos, &cr, e);
+        char where[2100];
+        snprintf(where, sizeof where, "%s/trainer.json", cr.step_dir);
+        /* --resume-anyway: the data may differ, so the position is the one the step gives over this run's */
+        if (rc == 0 && o->resume_anyway) checkpoint_position_after(&pos, per_step, per_epoch);
+        if (rc == 0) rc = checkpoint_check_position(&pos, per_step, per_epoch, total, where, e);
+        if (rc == 0 && root) {
+            printf("resumed from %s at step %d\n", cr.step_dir, pos.step);
+            if (cr.notes[0] != '\0') printf("resumed with changes: %s\n", cr.notes);
+        }
     }
     struct metrics m;
     memset(&m, 0, sizeof m);
     if (rc == 0 && root) rc = metrics_open(&m, o->out, header, o->resume[0] != '\0' ? pos.step : -1, e);
     free(header);
+    if (rc == 0 && root && o->resume[0] != '\0') {
+        cJSON *note = cJSON_CreateObject();
+        CHECK(note != NULL, "out of memory");
+        cJSON_AddStringToObject(note, "kind", "resume");
+        cJSON_AddNumberToObject(note, "step", pos.step);
+        cJSON_AddStringToObject(note, "from", cr.step_dir);
+        cJSON_AddItemToObject(note, "changed", cJSON_Parse(cr.changes));
+        if (cr.accepted[0] != '\0') cJSON_AddStringToObject(note, "accepted", cr.accepted);
+        char *line = cJSON_PrintUnformatted(note);
+        CHECK(line != NULL, "out of memory");
+        rc = metrics_note(&m, pos.step, line, e);
+        free(line);
+        cJSON_Delete(note);
+        if (rc != 0) metrics_close(&m);
+    }
+    checkpoint_resume_free(&cr);
     if (rc != 0) {
         free(opts);
         return -1;
@@ -231,13 +271,19 @@ int train_loop_run(const struct train_options *o, const struct train_engine *eng
         }
         if (root && ((o->sample_every > 0 && step % o->sample_every == 0) || last))
             if ((rc = take_samples(o, eng, src, &m, step, e)) != 0) break;
+        /* after the step's evaluation, so that a signal during it is heard at this step; agreed by
+         * every rank, so that all stop after the same step */
+        enum stop_reason stop = STOP_NONE;
+        if ((rc = agree_stop(comm, train_stop_after_step(step, stop_at, total), &stop, e)) != 0) break;
         /* rank 0 writes the checkpoint: every rank holds the whole state (no sharded optimizer yet) */
-        if (root && ((o->checkpoint_every > 0 && step % o->checkpoint_every == 0) || last || step == stop_at))
-            if ((rc = checkpoint_save(o->out, eng, &pos, opts, e)) != 0) break;
+        if (root && ((o->checkpoint_every > 0 && step % o->checkpoint_every == 0) || stop != STOP_NONE))
+            if ((rc = checkpoint_save(o->out, eng, &pos, opts, identity_json, e)) != 0) break;
+        if (stop != STOP_NONE) break;
     }
     if (rc == 0 && root) rc = metrics_plot(&m, e);
     res->steps_done = pos.step;
     res->stopped_early = rc == 0 && pos.step < total;
+    res->stop_signal = res->stopped_early ? train_stop_signal() : 0;
     if (root) metrics_close(&m);
     free(tokens);
     free(labels);

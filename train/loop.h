@@ -15,9 +15,13 @@
  *   - evaluation (validation loss and perplexity over --eval-batches micro-batches, batch i on
  *     rank i mod world, summed over the ranks) before the first step, every --eval-every steps
  *     and at the end; metrics.jsonl, loss.svg, a progress line every --log-every steps (rank 0);
- *   - checkpoints (rank 0) every --checkpoint-every steps, at the end, and when --stop-after ends
- *     the run early; --resume continues from a checkpoint bit-identically (same batches, same dropout
- *     masks through micro_index, same optimizer state);
+ *   - checkpoints (rank 0) every --checkpoint-every steps, at the end, and when --stop-after or a
+ *     signal ends the run early (SIGTERM, SIGINT, SIGHUP: the step in progress is finished first,
+ *     train/signals.h; the decision to stop after a step is train_stop_after_step's);
+ *     --resume continues from a checkpoint bit-identically (same batches, same dropout masks
+ *     through micro_index, same optimizer state), after verifying it (train/checkpoint.h:
+ *     checksums, ranges, the position against the step, options, the model and data identity);
+ *     settings a resume changes are said at the start and recorded in metrics.jsonl;
  *   - a non-finite loss or gradient stops training with the step (and the tensor) named; nothing
  *     is written after it, so the last checkpoint stays the last good state.
  * Exports (PEFT adapter, merged model) are the caller's, after the loop returns.
@@ -67,15 +71,19 @@ struct batch_source {
 struct loop_result {
     int steps_done;       /* optimizer steps completed, in total (a resumed run counts earlier ones) */
     int total_steps;
-    int stopped_early;    /* 1 when --stop-after ended the run before total_steps */
+    int stopped_early;    /* 1 when --stop-after or a signal ended the run before total_steps */
+    int stop_signal;      /* the signal that ended it early (train/signals.h); 0: none */
     double first_val_loss; /* NAN when there was no evaluation */
     double last_val_loss;
     double last_train_loss;
 };
 
-/* Runs the loop on this rank of the job comm (train/comm.h; comm_single for one process). */
+/* Runs the loop on this rank of the job comm (train/comm.h; comm_single for one process).
+ * identity_json: the content hashes of this run's model and data (train/identity.h), recorded in
+ * checkpoints and the metrics header and compared on resume; NULL: none (synthetic runs). */
 int train_loop_run(const struct train_options *o, const struct train_engine *eng, const struct batch_source *src,
-                   const struct train_comm *comm, struct loop_result *res, struct io_err *e);
+                   const struct train_comm *comm, const char *identity_json, struct loop_result *res,
+                   struct io_err *e);
 
 /* Steps of the whole run for these options, this many training sequences and this many ranks (0
  * when the data cannot fill one step). */

@@ -1,6 +1,7 @@
 /* metrics.c — the JSONL log, the SVG loss plot and the progress line (metrics.h). */
 #include "train/metrics.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -28,16 +29,41 @@ static void push_eval(struct metrics *m, const struct eval_record *r) {
     m->eval[m->n_eval++] = *r;
 }
 
+static void push_note(struct metrics *m, int step, const char *line) {
+    if (m->n_note == m->cap_note) {
+        m->cap_note = m->cap_note ? 2 * m->cap_note : 8;
+        m->note = realloc(m->note, sizeof *m->note * (size_t)m->cap_note);
+        CHECK(m->note != NULL, "out of memory");
+    }
+    m->note[m->n_note].step = step;
+    m->note[m->n_note].line = strdup(line);
+    CHECK(m->note[m->n_note].line != NULL, "out of memory");
+    m->n_note++;
+}
+
+static int format_train_line(char *buf, size_t cap, const struct train_record *r) {
+    return snprintf(buf, cap,
+                    "{\"kind\":\"train\",\"step\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens\":%lld,"
+                    "\"tokens_per_s\":%.6g,\"mfu\":%.6g,\"mem_GiB\":%.6g,\"elapsed_s\":%.6g}\n",
+                    r->step, r->loss, r->lr, r->grad_norm, r->tokens, r->tokens_per_s, r->mfu, r->mem_gib, r->elapsed_s);
+}
+
+static int format_eval_line(char *buf, size_t cap, const struct eval_record *r) {
+    return snprintf(buf, cap,
+                    "{\"kind\":\"eval\",\"step\":%d,\"val_loss\":%.9g,\"val_ppl\":%.9g,\"val_tokens\":%lld,\"elapsed_s\":%.6g}\n",
+                    r->step, r->val_loss, r->val_ppl, r->val_tokens, r->elapsed_s);
+}
+
 static int write_train_line(FILE *f, const struct train_record *r) {
-    return fprintf(f,
-                   "{\"kind\":\"train\",\"step\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens\":%lld,"
-                   "\"tokens_per_s\":%.6g,\"mfu\":%.6g,\"mem_GiB\":%.6g,\"elapsed_s\":%.6g}\n",
-                   r->step, r->loss, r->lr, r->grad_norm, r->tokens, r->tokens_per_s, r->mfu, r->mem_gib, r->elapsed_s);
+    char line[512];
+    format_train_line(line, sizeof line, r);
+    return fputs(line, f);
 }
 
 static int write_eval_line(FILE *f, const struct eval_record *r) {
-    return fprintf(f, "{\"kind\":\"eval\",\"step\":%d,\"val_loss\":%.9g,\"val_ppl\":%.9g,\"val_tokens\":%lld,\"elapsed_s\":%.6g}\n",
-                   r->step, r->val_loss, r->val_ppl, r->val_tokens, r->elapsed_s);
+    char line[512];
+    format_eval_line(line, sizeof line, r);
+    return fputs(line, f);
 }
 
 static double num(const cJSON *o, const char *k) {
@@ -45,7 +71,8 @@ static double num(const cJSON *o, const char *k) {
     return cJSON_IsNumber(v) ? v->valuedouble : NAN;
 }
 
-/* Reads an existing log back: keeps the header line and the records up to resume_step. */
+/* Reads an existing log back: keeps the header line and the records up to resume_step. A last
+ * line without its newline that is not JSON is the half line of a killed run: dropped. */
 static int read_back(struct metrics *m, char **header, int resume_step, struct io_err *e) {
     char *text = NULL;
     size_t len = 0;
@@ -58,31 +85,28 @@ static int read_back(struct metrics *m, char **header, int resume_step, struct i
         lineno++;
         if (*line != '\0') {
             cJSON *o = cJSON_Parse(line);
+            if (o == NULL && nl == NULL) break;
             if (o == NULL) {
                 free(text);
-                return io_fail(e, "%s:%d: not a JSON object (a truncated line from a killed run can be deleted by hand)",
+                return io_fail(e, "%s:%d: not a JSON object (the log is damaged; delete or repair that line to resume)",
                                m->log_path, lineno);
             }
             const cJSON *kind = cJSON_GetObjectItemCaseSensitive(o, "kind");
             const char *k = cJSON_IsString(kind) ? kind->valuestring : "";
-            int step = (int)num(o, "step");
+            const double step_d = num(o, "step");
+            const int step = step_d >= 0 && step_d <= 1e9 ? (int)step_d : -1;
             if (strcmp(k, "run") == 0 && *header == NULL) {
                 *header = strdup(line);
-            } else if (strcmp(k, "train") == 0 && step <= resume_step) {
+            } else if (strcmp(k, "train") == 0 && step >= 0 && step <= resume_step) {
                 struct train_record r = {step, num(o, "loss"), num(o, "lr"), num(o, "grad_norm"), (long long)num(o, "tokens"),
                                          num(o, "tokens_per_s"), num(o, "mfu"), num(o, "mem_GiB"), num(o, "elapsed_s")};
                 push_train(m, &r);
-            } else if (strcmp(k, "sample") == 0 && step <= resume_step) {
-                m->extra = realloc(m->extra, (size_t)(m->n_extra + 1) * sizeof *m->extra);
-                m->extra_step = realloc(m->extra_step, (size_t)(m->n_extra + 1) * sizeof *m->extra_step);
-                CHECK(m->extra != NULL && m->extra_step != NULL, "out of memory");
-                m->extra[m->n_extra] = strdup(line);
-                CHECK(m->extra[m->n_extra] != NULL, "out of memory");
-                m->extra_step[m->n_extra++] = step;
-            } else if (strcmp(k, "eval") == 0 && step <= resume_step) {
+            } else if (strcmp(k, "eval") == 0 && step >= 0 && step <= resume_step) {
                 struct eval_record r = {step, num(o, "val_loss"), num(o, "val_ppl"), (long long)num(o, "val_tokens"),
                                         num(o, "elapsed_s")};
                 push_eval(m, &r);
+            } else if ((strcmp(k, "resume") == 0 || strcmp(k, "sample") == 0) && step >= 0 && step <= resume_step) {
+                push_note(m, step, line); /* kept verbatim: resume records and samples */
             }
             cJSON_Delete(o);
         }
@@ -90,6 +114,43 @@ static int read_back(struct metrics *m, char **header, int resume_step, struct i
     }
     free(text);
     return 0;
+}
+
+/* A growable string for the SVG and the rewritten log. */
+struct sbuf {
+    char *s;
+    size_t n, cap;
+};
+
+static void sb_printf(struct sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* The kept records in the order the loop wrote them: per step its train record, its evaluation
+ * (the one before the first step, step 0, ahead of every train record), then its notes. */
+static void render_records(struct sbuf *b, const struct metrics *m) {
+    int j = 0, k = 0;
+    char line[512];
+    for (int i = 0; i <= m->n_train; i++) {
+        const int step = i < m->n_train ? m->train[i].step : 2147483647;
+        for (;;) {
+            const int se = j < m->n_eval ? m->eval[j].step : 2147483647, sn = k < m->n_note ? m->note[k].step : 2147483647;
+            if (se < step && se <= sn) {
+                format_eval_line(line, sizeof line, &m->eval[j++]);
+                sb_printf(b, "%s", line);
+            } else if (sn < step) {
+                sb_printf(b, "%s\n", m->note[k++].line);
+            } else {
+                break;
+            }
+        }
+        if (i == m->n_train) break;
+        format_train_line(line, sizeof line, &m->train[i]);
+        sb_printf(b, "%s", line);
+        while (j < m->n_eval && m->eval[j].step == step) {
+            format_eval_line(line, sizeof line, &m->eval[j++]);
+            sb_printf(b, "%s", line);
+        }
+        while (k < m->n_note && m->note[k].step == step) sb_printf(b, "%s\n", m->note[k++].line);
+    }
 }
 
 int metrics_open(struct metrics *m, const char *dir, const char *run_header_json, int resume_step, struct io_err *e) {
@@ -102,28 +163,25 @@ int metrics_open(struct metrics *m, const char *dir, const char *run_header_json
         metrics_close(m);
         return -1;
     }
-    m->log = fopen(m->log_path, "w");
-    if (m->log == NULL) {
-        free(header);
-        metrics_close(m);
-        return io_fail(e, "%s: cannot write the metrics log", m->log_path);
+    int rc = 0;
+    if (resume_step < 0) {
+        m->log = fopen(m->log_path, "w");
+        if (m->log == NULL) rc = io_fail(e, "%s: cannot write the metrics log: %s", m->log_path, strerror(errno));
+        else fprintf(m->log, "%s\n", run_header_json);
+    } else {
+        /* The kept records replace the file in one rename: a kill leaves the old log or the new. */
+        struct sbuf b = {NULL, 0, 0};
+        sb_printf(&b, "%s\n", header != NULL ? header : run_header_json);
+        render_records(&b, m);
+        rc = write_file_atomic(m->log_path, b.s, b.n, e);
+        free(b.s);
+        if (rc == 0 && (m->log = fopen(m->log_path, "a")) == NULL)
+            rc = io_fail(e, "%s: cannot append to the metrics log: %s", m->log_path, strerror(errno));
     }
-    fprintf(m->log, "%s\n", header != NULL ? header : run_header_json);
     free(header);
-    /* Rewrite the kept records in the order the loop wrote them: an evaluation after the train
-     * record of its step, the one before the first step (step 0) ahead of every train record. */
-    int j = 0, x = 0;
-    for (int i = 0; i < m->n_train; i++) {
-        while (j < m->n_eval && m->eval[j].step < m->train[i].step) write_eval_line(m->log, &m->eval[j++]);
-        while (x < m->n_extra && m->extra_step[x] < m->train[i].step) fprintf(m->log, "%s\n", m->extra[x++]);
-        write_train_line(m->log, &m->train[i]);
-        while (j < m->n_eval && m->eval[j].step == m->train[i].step) write_eval_line(m->log, &m->eval[j++]);
-        while (x < m->n_extra && m->extra_step[x] == m->train[i].step) fprintf(m->log, "%s\n", m->extra[x++]);
-    }
-    while (j < m->n_eval) write_eval_line(m->log, &m->eval[j++]);
-    while (x < m->n_extra) fprintf(m->log, "%s\n", m->extra[x++]);
-    if (fflush(m->log) != 0) return io_fail(e, "%s: write failed", m->log_path);
-    return 0;
+    if (rc == 0 && fflush(m->log) != 0) rc = io_fail(e, "%s: write failed: %s", m->log_path, strerror(errno));
+    if (rc != 0) metrics_close(m);
+    return rc;
 }
 
 int metrics_train(struct metrics *m, const struct train_record *r, struct io_err *e) {
@@ -138,9 +196,16 @@ int metrics_eval(struct metrics *m, const struct eval_record *r, struct io_err *
     return 0;
 }
 
+int metrics_note(struct metrics *m, int step, const char *json, struct io_err *e) {
+    push_note(m, step, json);
+    if (fprintf(m->log, "%s\n", json) < 0 || fflush(m->log) != 0) return io_fail(e, "%s: write failed", m->log_path);
+    return 0;
+}
+
 int metrics_sample(struct metrics *m, int step, int index, const char *prompt, const char *completion, int tokens,
                    struct io_err *e) {
     cJSON *j = cJSON_CreateObject();
+    CHECK(j != NULL, "out of memory");
     cJSON_AddStringToObject(j, "kind", "sample");
     cJSON_AddNumberToObject(j, "step", step);
     cJSON_AddNumberToObject(j, "index", index);
@@ -150,29 +215,19 @@ int metrics_sample(struct metrics *m, int step, int index, const char *prompt, c
     char *line = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
     CHECK(line != NULL, "out of memory");
-    const int bad = fprintf(m->log, "%s\n", line) < 0 || fflush(m->log) != 0;
+    const int rc = metrics_note(m, step, line, e);
     free(line);
-    if (bad) return io_fail(e, "%s: write failed", m->log_path);
-    return 0;
+    return rc;
 }
 
 void metrics_close(struct metrics *m) {
-    for (int i = 0; i < m->n_extra; i++) free(m->extra[i]);
-    free(m->extra);
-    free(m->extra_step);
     if (m->log != NULL) fclose(m->log);
     free(m->train);
     free(m->eval);
+    for (int i = 0; i < m->n_note; i++) free(m->note[i].line);
+    free(m->note);
     memset(m, 0, sizeof *m);
 }
-
-/* A growable string for the SVG. */
-struct sbuf {
-    char *s;
-    size_t n, cap;
-};
-
-static void sb_printf(struct sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 static void sb_printf(struct sbuf *b, const char *fmt, ...) {
     for (;;) {

@@ -6,8 +6,12 @@
  *   {"kind":"eval","step":20,"val_loss":2.1,"val_ppl":8.17,"val_tokens":4096,"elapsed_s":20.1}
  *   {"kind":"sample","step":20,"index":0,"prompt":"...","completion":"...","tokens":48}
  * The first line is {"kind":"run", "options":{...}, "engine":"...", "device":"..."}. A resumed
- * run appends to the same file after truncating records past the checkpoint's step (sample
- * records up to that step are kept as they were).
+ * run keeps the records up to the checkpoint's step (a last line cut short by a kill is dropped;
+ * a damaged line before it is an error naming file and line), rewrites the file atomically (temp
+ * name, fsync, rename: a kill during the rewrite leaves the old file), and appends from there;
+ * it first records {"kind":"resume","step":N,"from":"<checkpoint folder>","changed":{...}} (the
+ * settings it changes, checkpoint.h), which later resumes keep as history, as they keep the
+ * sample records up to that step.
  * loss.svg: training loss (per step) and validation loss (per evaluation) against the step, with
  * axes, ticks and a legend — a plain SVG file any browser shows; rewritten atomically after every
  * evaluation and at the end.
@@ -40,6 +44,12 @@ struct eval_record {
     double elapsed_s;
 };
 
+/* A record the log keeps as written (e.g. "resume"), placed after the step's train and eval records. */
+struct note_record {
+    int step;
+    char *line;
+};
+
 struct metrics {
     FILE *log;
     char log_path[1024];
@@ -48,9 +58,8 @@ struct metrics {
     struct train_record *train;
     int n_eval, cap_eval;
     struct eval_record *eval;
-    int n_extra;         /* records of other kinds read back at resume (samples), kept verbatim */
-    char **extra;
-    int *extra_step;
+    int n_note, cap_note;
+    struct note_record *note; /* resume and sample records, kept verbatim */
 };
 
 /* Opens <dir>/metrics.jsonl. With resume_step < 0 a new log is started with the run header line;
@@ -59,7 +68,9 @@ struct metrics {
 int metrics_open(struct metrics *m, const char *dir, const char *run_header_json, int resume_step, struct io_err *e);
 int metrics_train(struct metrics *m, const struct train_record *r, struct io_err *e);
 int metrics_eval(struct metrics *m, const struct eval_record *r, struct io_err *e);
-/* A sample record (strings JSON-escaped). */
+/* Appends one JSON object (a line without its newline) belonging to `step`, e.g. a resume record. */
+int metrics_note(struct metrics *m, int step, const char *json, struct io_err *e);
+/* A sample record (strings JSON-escaped): a note of kind "sample". */
 int metrics_sample(struct metrics *m, int step, int index, const char *prompt, const char *completion, int tokens,
                    struct io_err *e);
 /* Writes <dir>/loss.svg from the records so far (atomically). */

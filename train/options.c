@@ -27,6 +27,7 @@ static const char *const k_exports[] = {"adapter", "merged", "gguf", NULL};
 static const char *const k_gguf_types[] = {"f16", "bf16", "q8_0", NULL};
 static const char *const k_scalings[] = {"standard", "rslora", NULL};
 static const char *const k_precisions[] = {"auto", "fp32", "bf16", NULL};
+static const char *const k_data_formats[] = {"auto", "text", "jsonl", NULL};
 
 #define OFF(field) offsetof(struct train_options, field)
 /* which programs take a flag */
@@ -41,8 +42,15 @@ static const struct opt_def k_opts[] = {
     {"data", TRAIN, K_DATA, 0, NULL, 0, 0,
      "training data: text files, folders of them, or .jsonl (text | prompt+response | messages); "
      "repeat the flag or separate with commas"},
-    {"out", TRAIN, K_PATH, OFF(out), NULL, 0, 0, "output folder: adapter, checkpoint, metrics.jsonl, loss.svg"},
-    {"resume", TRAIN, K_PATH, OFF(resume), NULL, 0, 0, "continue bit-identically from the checkpoint in this folder"},
+    {"data-format", TRAIN, K_ENUM, OFF(data_format), k_data_formats, 0, 0,
+     "auto (each file by its content: JSON lines or text) | text | jsonl"},
+    {"out", TRAIN, K_PATH, OFF(out), NULL, 0, 0,
+     "output folder: adapter, checkpoint, metrics.jsonl, loss.svg (one that holds another run is refused)"},
+    {"overwrite", TRAIN, K_FLAG, OFF(overwrite), NULL, 0, 0, "replace the run an existing --out folder holds"},
+    {"resume", TRAIN, K_PATH, OFF(resume), NULL, 0, 0,
+     "continue from the checkpoint in this folder (bit-identically when no setting changed)"},
+    {"resume-anyway", TRAIN, K_FLAG, OFF(resume_anyway), NULL, 0, 0,
+     "resume although the model or data files differ from the checkpoint's"},
     {"method", BOTH, K_ENUM, OFF(method), train_method_names, 0, 0, "what trains: lora | dora | qlora | qdora | full"},
     {"rank", BOTH, K_INT, OFF(rank), NULL, 1, 4096, "adapter rank r"},
     {"alpha", BOTH, K_FLOAT, OFF(alpha), NULL, 1e-6, 1e6, "adapter alpha (scale alpha/r, or alpha/sqrt(r) with rslora)"},

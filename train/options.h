@@ -33,6 +33,8 @@ enum export_kind { EXPORT_ADAPTER = 0, EXPORT_MERGED, EXPORT_GGUF };
 enum gguf_out_type { GGUF_OUT_F16 = 0, GGUF_OUT_BF16, GGUF_OUT_Q8_0 };
 /* PRECISION_AUTO: the trainer's own arithmetic (fp32 on the CPU, bf16 on the GPU). */
 enum precision { PRECISION_AUTO = 0, PRECISION_FP32, PRECISION_BF16 };
+/* --data-format: every file's format, or AUTO: decided by content (train/data.h). */
+enum data_format { DATA_FORMAT_AUTO = 0, DATA_FORMAT_TEXT, DATA_FORMAT_JSONL };
 
 /* The programs that read this flag table: the trainers (//ref:train, //gpu:train) and the
  * benchmark (//gpu:bench, which times the trainer's step on random weights). Each flag says which
@@ -48,8 +50,11 @@ struct train_options {
     char model[OPT_PATH_MAX];
     int n_data;
     char data[OPT_MAX_DATA][OPT_PATH_MAX];
+    enum data_format data_format;
     char out[OPT_PATH_MAX];
     char resume[OPT_PATH_MAX];
+    int overwrite;     /* --overwrite: replace the run an existing --out holds (train/run_dir.h) */
+    int resume_anyway; /* --resume-anyway: resume although the model or data changed (train/identity.h) */
     enum train_method method;
     int rank;
     float alpha;

@@ -13,15 +13,24 @@
 #include "io/tokenizer.h"
 #include "train/data.h"
 #include "train/export.h"
+#include "train/identity.h"
 #include "train/loop.h"
+#include "train/run_dir.h"
+#include "train/signals.h"
 
 /* ---- the tokenizer as the data pipeline's encoder ----------------------------------------- */
 
 static int enc_text(void *self, const char *text, size_t len, uint32_t target, struct token_vec *out,
-                    struct io_err *e) {
+                    size_t *bad_offset, struct io_err *e) {
     struct tokenizer *tok = self;
     struct tok_ids ids = {0};
-    tokenizer_encode(tok, text, len, 0, &ids);
+    size_t bad = 0;
+    if (tokenizer_encode_exact(tok, text, len, 0, &ids, &bad) != 0) {
+        tok_ids_free(&ids);
+        *bad_offset = bad;
+        return io_fail(e, "the byte 0x%02x has no token in the tokenizer's vocabulary (it cannot be trained on)",
+                       (unsigned char)text[bad]);
+    }
     int rc = 0;
     for (size_t i = 0; i < ids.n && rc == 0; i++) rc = token_vec_push(out, ids.ids[i] | target, e);
     tok_ids_free(&ids);
@@ -31,7 +40,7 @@ static int enc_text(void *self, const char *text, size_t len, uint32_t target, s
 static int enc_chat(void *self, const struct chat_message *msgs, int n, struct token_vec *out, struct io_err *e) {
     struct tokenizer *tok = self;
     struct chat_tokens ct = {0};
-    int rc = tokenizer_apply_chat(tok, msgs, (size_t)n, 0, &ct, e);
+    int rc = tokenizer_apply_chat(tok, msgs, (size_t)n, CHAT_EXACT, &ct, e);
     for (size_t i = 0; i < ct.n && rc == 0; i++) rc = token_vec_push(out, ct.ids[i] | (ct.mask[i] ? DATA_TARGET : 0), e);
     chat_tokens_free(&ct);
     return rc;
@@ -158,6 +167,9 @@ int train_main(int argc, char **argv, const struct trainer *t) {
     if (t->check && t->check(&o, &e)) io_exit(&e);
     struct train_comm comm; /* the job: one process (multi-process launchers provide their own) */
     comm_single(&comm);
+    struct run_dir rd; /* --out, locked for the run's life (rank 0 owns the folder) */
+    memset(&rd, 0, sizeof rd);
+    if (comm_is_root(&comm) && run_dir_claim(&rd, o.out, o.resume, o.overwrite, &e)) io_exit(&e);
 
     struct model_source src;
     if (model_source_open(&src, o.model, &e)) io_exit(&e);
@@ -190,9 +202,13 @@ int train_main(int argc, char **argv, const struct trainer *t) {
     if (o.sample_every > 0 && open_sampling(&samp, &o, tok, &src.config, &e)) io_exit(&e);
     const char *paths[OPT_MAX_DATA];
     for (int i = 0; i < o.n_data; i++) paths[i] = o.data[i];
-    struct data_options dopt = {o.seq, o.val_fraction, o.seed, cache};
+    struct data_options dopt = {o.seq, o.val_fraction, o.seed, cache, o.data_format, (uint32_t)src.config.V};
     struct dataset ds;
     if (dataset_open(&ds, paths, o.n_data, &enc, &dopt, &e)) io_exit(&e);
+    char memo[1100];
+    snprintf(memo, sizeof memo, "%s/digests", cache);
+    char *identity = run_identity_json(&src, &ds, memo, &e);
+    if (!identity) io_exit(&e);
     printf("data: %d file(s), %zu tokens (%" PRId64 " trained), %" PRId64 " training and %" PRId64
            " validation sequences of %d\n",
            ds.n_files, ds.S, ds.n_targets, ds.n_train, ds.n_val, ds.T);
@@ -204,10 +220,18 @@ int train_main(int argc, char **argv, const struct trainer *t) {
     dataset_batch_source(&ds, &bs);
     if (o.sample_every > 0) bs.samples = &samp.ts;
     struct loop_result res;
-    int rc = train_loop_run(&o, &eng, &bs, &comm, &res, &e);
+    int rc = train_loop_run(&o, &eng, &bs, &comm, identity, &res, &e);
     if (rc == 0 && !res.stopped_early && comm_is_root(&comm)) rc = export_outputs(&o, &src.config, &eng, tok, &e);
     if (rc == 0 && comm_is_root(&comm))
         printf("metrics: %s/metrics.jsonl, plot: %s/loss.svg, checkpoint: %s/checkpoint\n", o.out, o.out, o.out);
+    if (rc == 0 && res.stop_signal != 0 && comm_is_root(&comm)) {
+        char cmd[8192];
+        run_dir_resume_command(cmd, sizeof cmd, argc, argv, o.out);
+        printf("stopped by %s after step %d of %d; checkpoint: %s/checkpoint/step-%d\nto continue: %s\n",
+               train_signal_name(res.stop_signal), res.steps_done, res.total_steps, o.out, res.steps_done, cmd);
+    }
+    fflush(stdout);
+    free(identity);
     eng.destroy(eng.self);
     free(eng.gen_state); /* an attached generate hook's state (train/engine.h) */
     close_sampling(&samp);
@@ -216,5 +240,6 @@ int train_main(int argc, char **argv, const struct trainer *t) {
     tokenizer_free(tok);
     model_source_close(&src);
     if (rc) io_exit(&e);
+    if (comm_is_root(&comm)) run_dir_release(&rd);
     return 0;
 }

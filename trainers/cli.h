@@ -3,16 +3,23 @@
  * train_main does everything a trainer program does except building its engine:
  *   1. under `bazel run`, enter the user's working directory (BUILD_WORKING_DIRECTORY);
  *   2. options: defaults (train/options.h, the artifact cache), argv, --help, the trainer's own
- *      checks (t->check: e.g. "no CUDA device", "--dropout is not supported here");
+ *      checks (t->check: e.g. "no CUDA device", "--dropout is not supported here"); then the
+ *      --out folder is claimed (train/run_dir.h: locked for the run's life; one that holds
+ *      another run is refused unless resumed or --overwrite);
  *   3. the model (io/model_source.h: HF folder or GGUF), the sequence length against it (--seq
  *      auto: the trainer's longest; beyond max_position_embeddings: a warning), the refusal of full
- *      fine-tuning on a 4-bit checkpoint, the tokenizer;
- *   4. the data (train/data.h) through the tokenizer and its chat template;
+ *      fine-tuning on a 4-bit checkpoint, the tokenizer (checked against the model's vocabulary);
+ *   4. the data (train/data.h) through the tokenizer and its chat template, every id checked
+ *      against the vocabulary; the run's identity (train/identity.h: content hashes of the model
+ *      and data files) for its checkpoints;
  *   5. the engine (t->create, which may change the options it owns, e.g. --auto-batch picking
  *      the micro-batch), the loop (train/loop.h), then the exports: the PEFT adapter for the
  *      adapter methods, the merged HF model with --export merged and always for --method full.
  * Every failure of user input ends in one message and exit status 1 (io_exit); nothing written
  * by an earlier run is touched before the loop starts writing its own --out folder.
+ * SIGTERM, SIGINT or SIGHUP during the loop (train/signals.h) ends it after the step in progress,
+ * with a checkpoint; the program then prints where it is and the command that resumes it (the
+ * same argv with --resume OUT/checkpoint), writes no exports, and exits 0.
  */
 #ifndef REFINE_TRAINERS_CLI_H
 #define REFINE_TRAINERS_CLI_H

@@ -228,7 +228,7 @@ static int read_metrics(struct run *r, const char *path, struct io_err *e) {
             double step = NAN, v = NAN;
             if (kbuf[0] == '\0') {
                 rc = io_fail(e, "%s:%d: not a metrics record (a JSON object with a \"kind\")", path, lineno);
-            } else if (strcmp(kbuf, "run") != 0) {
+            } else if (strcmp(kbuf, "run") != 0 && strcmp(kbuf, "resume") != 0) { /* how the run went, not what it computed */
                 const int is_train = strcmp(kbuf, "train") == 0, is_eval = strcmp(kbuf, "eval") == 0;
                 const char *key = is_train ? "loss" : "val_loss";
                 if ((is_train || is_eval) &&

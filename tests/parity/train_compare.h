@@ -19,7 +19,8 @@
  *
  * compare_identical: the same records with the same printed values in metrics.jsonl (every field
  * but the timing ones: tokens_per_s, mfu, mem_GiB, elapsed_s; the training records in their
- * order and the evaluations in theirs), the same LATEST step, and every tensor of the last
+ * order and the evaluations in theirs; the "run" header and the "resume" records of a resumed
+ * run say how the run went, not what it computed, and are not compared), the same LATEST step, and every tensor of the last
  * checkpoints byte-identical (parameters and optimizer state).
  */
 #ifndef REFINE_TESTS_PARITY_TRAIN_COMPARE_H

@@ -9,8 +9,8 @@
  *   pooled); one tensor 20× its own error but within its kind's typical error passes, 7× its budget
  *   fails on that tensor alone; a NaN loss or parameter, a missing, extra or reshaped tensor, or a
  *   different number of steps fails;
- *   identical: folders differing only in timing fields or in how training and evaluation records
- *   interleave are identical; one byte of an optimizer tensor, one digit of one loss, a missing
+ *   identical: folders differing only in timing fields, in how training and evaluation records
+ *   interleave, or in the "resume" records of a resumed run are identical; one byte of an optimizer tensor, one digit of one loss, a missing
  *   evaluation or tensor, or another LATEST step makes them differ; unreadable folders are one
  *   message, never a crash.
  *
@@ -66,6 +66,7 @@ struct spec {
     double timing;           /* the timing fields' values */
     int eval0_late;          /* the step-0 evaluation after the first training record */
     int drop_last_eval;      /* the last evaluation left out */
+    int resumed_at;          /* a "resume" record after this step, as a resumed run's log has; 0: none */
 };
 
 static struct spec spec_oracle(void) {
@@ -130,6 +131,9 @@ static void write_metrics(const char *dir, const struct spec *s) {
         }
         if (step == 1 && s->eval0_late) write_eval(f, s, 0);
         if (e < n_eval && k_eval_step[e] == step) write_eval(f, s, e++);
+        if (step > 0 && step == s->resumed_at)
+            fprintf(f, "{\"kind\":\"resume\",\"step\":%d,\"from\":\"%s/checkpoint/step-%d\",\"changed\":{}}\n", step, dir,
+                    step);
     }
     fclose(f);
 }
@@ -385,6 +389,9 @@ int main(int argc, char **argv) {
     s.eval0_late = 1; /* as a resumed run's log is rewritten: the order of the kinds is no value */
     identical_case("ident_records_interleaved", &s, 1, NULL);
     s.eval0_late = 0;
+    s.resumed_at = 7; /* a killed run resumed at step 7: how it went is no value either */
+    identical_case("ident_resumed", &s, 1, NULL);
+    s.resumed_at = 0;
     s.drop_last_eval = 1;
     identical_case("ident_missing_eval", &s, 0, "holds 3 \"eval\" records");
     s.drop_last_eval = 0;

@@ -1,11 +1,15 @@
 /* data_test.c — the data pipeline with a byte-level test encoder: packing and label shift,
- * loss masks of prompt/response and chat data, split and epoch order, the token cache, bad data. */
+ * loss masks of prompt/response and chat data, split and epoch order, the token cache, bad data;
+ * the format decided by content (JSON lines in x.json or x.JSONL, text otherwise, --data-format),
+ * text after a JSON object, text the encoder cannot represent (file and line), and token ids
+ * beyond the vocabulary (from the encoder: an error; from a cache entry: rebuilt). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "io/file.h"
 #include "io/sha256.h"
 #include "tests/common/harness.h"
 #include "train/data.h"
@@ -13,8 +17,13 @@
 /* Test encoder: byte c → id c + 3; BOS 1, EOS 2; chat: role byte marker (id 300 + first letter),
  * then content; assistant content and the end-of-turn id 299 are targets. */
 static int enc_bytes(void *self, const char *text, size_t len, uint32_t target, struct token_vec *out,
-                     struct io_err *e) {
+                     size_t *bad_offset, struct io_err *e) {
     (void)self;
+    for (size_t i = 0; i < len; i++)
+        if (text[i] == '\x04') { /* a byte this vocabulary lacks */
+            if (bad_offset) *bad_offset = i;
+            return io_fail(e, "the byte 0x04 has no token");
+        }
     for (size_t i = 0; i < len; i++)
         if (token_vec_push(out, ((uint32_t)(unsigned char)text[i] + 3) | target, e)) return -1;
     return 0;
@@ -25,7 +34,7 @@ static int enc_chat(void *self, const struct chat_message *m, int n, struct toke
     for (int i = 0; i < n; i++) {
         const uint32_t t = strcmp(m[i].role, "assistant") == 0 ? DATA_TARGET : 0;
         if (token_vec_push(out, 300u + (unsigned char)m[i].role[0], e)) return -1;
-        if (enc_bytes(self, m[i].content, strlen(m[i].content), t, out, e)) return -1;
+        if (enc_bytes(self, m[i].content, strlen(m[i].content), t, out, NULL, e)) return -1;
         if (token_vec_push(out, 299u | t, e)) return -1;
     }
     return 0;
@@ -180,11 +189,11 @@ static void test_files_and_masks(void) {
     struct data_encoder enc = test_encoder(1);
     struct token_vec t = {0};
     struct io_err e;
-    EXPECT(data_tokenize_file(p_text, &enc, &t, &e) == 0, "text file");
+    EXPECT(data_tokenize_file(p_text, DATA_FORMAT_AUTO, &enc, &t, &e) == 0, "text file");
     const uint32_t want_text[] = {1, ('h' + 3) | DATA_TARGET, ('i' + 3) | DATA_TARGET, 2 | DATA_TARGET};
     EXPECT(t.n == 4 && memcmp(t.v, want_text, sizeof want_text) == 0, "text: BOS, targets, EOS");
     token_vec_free(&t);
-    EXPECT(data_tokenize_file(p_jsonl, &enc, &t, &e) == 0, "jsonl: %s", e.msg);
+    EXPECT(data_tokenize_file(p_jsonl, DATA_FORMAT_AUTO, &enc, &t, &e) == 0, "jsonl: %s", e.msg);
     const uint32_t T_ = DATA_TARGET;
     const uint32_t want[] = {1, ('a' + 3) | T_, ('b' + 3) | T_, 2 | T_,               /* text */
                              1, 'Q' + 3, ('R' + 3) | T_, ('S' + 3) | T_, 2 | T_,        /* prompt/response */
@@ -237,9 +246,98 @@ static void expect_error(const char *name, const char *content, const char *want
     struct data_encoder enc = test_encoder(0);
     struct token_vec t = {0};
     struct io_err e = {{0}};
-    const int rc = data_tokenize_file(p, &enc, &t, &e);
+    const int rc = data_tokenize_file(p, DATA_FORMAT_AUTO, &enc, &t, &e);
     EXPECT(rc == -1 && strstr(e.msg, want) != NULL, "%s: wanted '%s', got '%s'", name, want, e.msg);
     token_vec_free(&t);
+}
+
+/* The format a file is read in, by the words of its tokens: a JSONL {"prompt"} line trains only
+ * the response, as text every byte is a target. */
+static void expect_format(const char *name, const char *content, enum data_format req, enum data_format want) {
+    char p[2048];
+    write_text(name, content, strlen(content), p);
+    struct mapped_file m;
+    struct io_err e = {{0}};
+    enum data_format got = DATA_FORMAT_AUTO;
+    int rc = map_file(&m, p, &e);
+    if (rc == 0) rc = data_detect_format(&got, p, m.data, m.size, req, &e);
+    unmap_file(&m);
+    EXPECT(rc == 0 && got == want, "%s (%s): read as %s, expected %s: %s", name, data_format_name(req),
+           data_format_name(got), data_format_name(want), e.msg);
+}
+
+static void test_formats(void) {
+    const char *qa = "{\"prompt\": \"Q\", \"response\": \"R\"}\n{\"text\": \"t\"}\n";
+    expect_format("qa.json", qa, DATA_FORMAT_AUTO, DATA_FORMAT_JSONL);
+    expect_format("qa.JSONL", qa, DATA_FORMAT_AUTO, DATA_FORMAT_JSONL);
+    expect_format("qa.txt", qa, DATA_FORMAT_AUTO, DATA_FORMAT_JSONL);
+    expect_format("qa_noext", "\n  \xef\xbb\xbf{\"text\": \"x\"}  \n", DATA_FORMAT_AUTO, DATA_FORMAT_TEXT);
+    expect_format("bom_noext", "\xef\xbb\xbf\n{\"text\": \"x\"}\n", DATA_FORMAT_AUTO, DATA_FORMAT_JSONL);
+    expect_format("code.txt", "{\n  int x;\n}\n", DATA_FORMAT_AUTO, DATA_FORMAT_TEXT);
+    expect_format("prose.txt", "In the beginning\n", DATA_FORMAT_AUTO, DATA_FORMAT_TEXT);
+    expect_format("half.txt", "{\"text\": \"x\"} and more\n", DATA_FORMAT_AUTO, DATA_FORMAT_TEXT);
+    expect_format("forced.jsonl", qa, DATA_FORMAT_TEXT, DATA_FORMAT_TEXT);
+    expect_format("forced.txt", "In the beginning\n", DATA_FORMAT_JSONL, DATA_FORMAT_JSONL);
+    /* Through the tokenizer: x.json holding prompt/response is not trained on its prompt. */
+    char p[2048];
+    write_text("qa2.json", qa, strlen(qa), p);
+    struct data_encoder enc = test_encoder(0);
+    struct token_vec t = {0};
+    struct io_err e = {{0}};
+    int rc = data_tokenize_file(p, DATA_FORMAT_AUTO, &enc, &t, &e);
+    EXPECT(rc == 0 && t.n == 5 && t.v[0] == 'Q' + 3 && t.v[1] == (('R' + 3) | DATA_TARGET),
+           "qa2.json: the prompt carries no loss (%zu words): %s", t.n, e.msg);
+    token_vec_free(&t);
+    rc = data_tokenize_file(p, DATA_FORMAT_TEXT, &enc, &t, &e);
+    EXPECT(rc == 0 && t.n == strlen(qa) + 1, "--data-format text: the same file as text (%zu words)", t.n);
+    token_vec_free(&t);
+    /* a byte order mark before the first object */
+    const char *bom = "\xef\xbb\xbf{\"text\": \"ab\"}\n";
+    write_text("bom.jsonl", bom, strlen(bom), p);
+    rc = data_tokenize_file(p, DATA_FORMAT_AUTO, &enc, &t, &e);
+    EXPECT(rc == 0 && t.n == 3, "a byte order mark before JSON lines is skipped (%zu words): %s", t.n, e.msg);
+    token_vec_free(&t);
+    /* a name that says JSON over content that is not */
+    write_text("arr.json", "[{\"text\": \"x\"}]\n", 17, p);
+    EXPECT(data_tokenize_file(p, DATA_FORMAT_AUTO, &enc, &t, &e) == -1 && strstr(e.msg, "arr.json") != NULL &&
+               strstr(e.msg, "--data-format text") != NULL,
+           "a JSON array in x.json is refused: %s", e.msg);
+    token_vec_free(&t);
+}
+
+static void test_vocab_and_bytes(void) {
+    /* Text the encoder cannot represent: file and line, never dropped. */
+    expect_error("ctl.txt", "line one\nline two\nline \x04three\n", "ctl.txt:3");
+    expect_error("ctl.jsonl", "{\"text\": \"ok\"}\n{\"text\": \"a\\u0004b\"}\n", "ctl.jsonl:2");
+    /* Ids beyond the vocabulary: the test encoder maps byte c to c + 3, so 'z' is 125. */
+    char dir[1100], cache[1100], p[2048];
+    snprintf(dir, sizeof dir, "%s/vocab", tmp);
+    snprintf(cache, sizeof cache, "%s/vcache", tmp);
+    mkdir(dir, 0755);
+    snprintf(p, sizeof p, "%s/vocab/z.txt", tmp);
+    FILE *f = fopen(p, "wb");
+    for (int i = 0; i < 40; i++) fputs("zzzz yyyy ", f);
+    fclose(f);
+    const char *paths[] = {dir};
+    struct data_encoder enc = test_encoder(0);
+    struct data_options o = {.T = 8, .seed = 1, .cache = cache, .vocab_size = 120};
+    struct dataset d;
+    struct io_err e = {{0}};
+    EXPECT(dataset_open(&d, paths, 1, &enc, &o, &e) == -1 && strstr(e.msg, "z.txt") != NULL && strstr(e.msg, "125") != NULL &&
+               strstr(e.msg, "120") != NULL,
+           "an id beyond the vocabulary is refused naming the file: %s", e.msg);
+    o.vocab_size = 0; /* unchecked: the entry is cached with ids up to 125 */
+    EXPECT(dataset_open(&d, paths, 1, &enc, &o, &e) == 0, "unchecked: %s", e.msg);
+    dataset_close(&d);
+    o.vocab_size = 126;
+    EXPECT(dataset_open(&d, paths, 1, &enc, &o, &e) == 0 && d.cache_hits == 1, "in range, the entry is used");
+    dataset_close(&d);
+    /* the same key, an entry holding an id beyond the vocabulary: damaged, rebuilt (and refused) */
+    o.vocab_size = 125;
+    EXPECT(dataset_open(&d, paths, 1, &enc, &o, &e) == -1 && strstr(e.msg, "125") != NULL, "a cached id beyond: %s", e.msg);
+    /* text after a JSON object */
+    expect_error("trail.jsonl", "{\"text\": \"ok\"}\n{\"text\": \"x\"} garbage\n", "trail.jsonl:2: unexpected text");
+    expect_error("two.jsonl", "{\"text\": \"a\"} {\"text\": \"b\"}\n", "two.jsonl:1: unexpected text");
 }
 
 static void test_bad_data(void) {
@@ -277,5 +375,7 @@ int main(void) {
     test_split_and_epochs();
     test_files_and_masks();
     test_bad_data();
+    test_formats();
+    test_vocab_and_bytes();
     return test_finish("data_test");
 }

@@ -1,6 +1,9 @@
 /* loop_test.c — the training loop with a small deterministic engine and synthetic data:
  * resumption is bit-identical, a kill at any moment leaves a loadable checkpoint, a non-finite
- * loss stops the run without touching the last checkpoint, and bad resumptions are refused.
+ * loss stops the run without touching the last checkpoint, bad resumptions are refused, a
+ * resume may change the learning rate (said and recorded), and SIGTERM/SIGINT/SIGHUP during a
+ * step stop the run after it with a checkpoint from which the resume is bit-identical (a second
+ * signal ends the process at once).
  *
  * The engine: one table w[16] of parameters; the prediction for a position is w[token % 16], the
  * target (label % 7)/7, the per-token loss ½(w − target)²; a "dropout" term derived from the
@@ -22,6 +25,7 @@
 #include "tests/common/harness.h"
 #include "train/checkpoint.h"
 #include "train/loop.h"
+#include "train/signals.h"
 
 enum { P = 16 };
 
@@ -30,6 +34,7 @@ struct toy {
     double nll; /* Σ NLL of the micro-batches since the last step */
     int nan_at_micro; /* produce a NaN loss at this micro_index (-1: never) */
     int slow_read;    /* sleep in tensor_read (widens the window for the kill test) */
+    int signal_at_micro[2], signal[2]; /* raise signal[k] during micro-step signal_at_micro[k] (-1: never) */
 };
 
 static struct train_comm g_comm; /* the single-process job */
@@ -46,6 +51,8 @@ static int toy_micro(void *s, const int32_t *tokens, const int32_t *labels, int 
                      uint64_t micro_index, struct io_err *e) {
     (void)e;
     struct toy *t = s;
+    for (int k = 0; k < 2; k++)
+        if ((int)micro_index == t->signal_at_micro[k]) raise(t->signal[k]); /* as if sent from outside, mid-step */
     double sum = 0;
     for (int i = 0; i < B * T; i++) {
         if (labels[i] == -100) continue;
@@ -161,6 +168,7 @@ static void toy_engine(struct train_engine *eng, struct toy *t) {
     memset(t, 0, sizeof *t);
     for (int i = 0; i < P; i++) t->w[i] = 0.05f * (float)i;
     t->nan_at_micro = -1;
+    t->signal_at_micro[0] = t->signal_at_micro[1] = -1;
     memset(eng, 0, sizeof *eng);
     eng->name = "toy";
     eng->self = t;
@@ -259,7 +267,7 @@ int main(void) {
     /* 15 steps in one run (each step 6 sequences: the 40-sequence epoch wraps twice). */
     options(&o, a, 15);
     toy_engine(&eng, &ta);
-    EXPECT(train_loop_run(&o, &eng, &src, &g_comm, &r, &e) == 0, "run A: %s", e.msg);
+    EXPECT(train_loop_run(&o, &eng, &src, &g_comm, NULL, &r, &e) == 0, "run A: %s", e.msg);
     EXPECT(r.steps_done == 15 && r.total_steps == 15 && !r.stopped_early, "run A did 15 of 15 steps (%d)", r.steps_done);
     EXPECT(r.last_val_loss < r.first_val_loss, "validation loss falls: %g -> %g", r.first_val_loss, r.last_val_loss);
 
@@ -267,12 +275,12 @@ int main(void) {
     options(&o, b, 15);
     o.max_steps_this_run = 6;
     toy_engine(&eng, &tb);
-    EXPECT(train_loop_run(&o, &eng, &src, &g_comm, &r, &e) == 0 && r.steps_done == 6 && r.stopped_early, "run B stops at 6: %s",
+    EXPECT(train_loop_run(&o, &eng, &src, &g_comm, NULL, &r, &e) == 0 && r.steps_done == 6 && r.stopped_early, "run B stops at 6: %s",
            e.msg);
     toy_engine(&eng, &tb); /* a fresh process: the state comes only from the checkpoint */
     options(&o, b, 15);
     snprintf(o.resume, sizeof o.resume, "%s", b);
-    EXPECT(train_loop_run(&o, &eng, &src, &g_comm, &r, &e) == 0 && r.steps_done == 15, "run B resumes to 15: %s", e.msg);
+    EXPECT(train_loop_run(&o, &eng, &src, &g_comm, NULL, &r, &e) == 0 && r.steps_done == 15, "run B resumes to 15: %s", e.msg);
     EXPECT(memcmp(ta.w, tb.w, sizeof ta.w) == 0 && memcmp(ta.mom, tb.mom, sizeof ta.mom) == 0,
            "k steps + resume gives the same bits as one run");
     static char la[65536], lb[65536];
@@ -280,16 +288,123 @@ int main(void) {
     losses(b, lb, sizeof lb);
     EXPECT(la[0] != '\0' && strcmp(la, lb) == 0, "the per-step losses and learning rates agree");
 
-    /* Resuming with an option that changes the computation is refused with the option named. */
+    /* SIGTERM during micro-step 10 (step 4 of 3 micro-steps each): step 4 is finished, checkpointed,
+     * and the run returns; the resume is bit-identical to run A. */
+    char sd_dir[600];
+    snprintf(sd_dir, sizeof sd_dir, "%s/loop_sig", tmp ? tmp : "/tmp");
+    options(&o, sd_dir, 15);
+    toy_engine(&eng, &tb);
+    tb.signal_at_micro[0] = 10, tb.signal[0] = SIGTERM;
+    EXPECT(train_loop_run(&o, &eng, &src, &g_comm, NULL, &r, &e) == 0 && r.steps_done == 4 && r.stopped_early &&
+               r.stop_signal == SIGTERM,
+           "SIGTERM mid-step: step 4 finished, the run stopped (%d steps, signal %d): %s", r.steps_done, r.stop_signal,
+           e.msg);
+    char *ck = read_text(sd_dir, "checkpoint/LATEST");
+    EXPECT(ck != NULL && strcmp(ck, "step-4\n") == 0, "with a checkpoint of step 4 (%s)", ck ? ck : "none");
+    free(ck);
+    toy_engine(&eng, &tb);
+    options(&o, sd_dir, 15);
+    snprintf(o.resume, sizeof o.resume, "%s/checkpoint", sd_dir);
+    EXPECT(train_loop_run(&o, &eng, &src, &g_comm, NULL, &r, &e) == 0 && r.steps_done == 15 && !r.stopped_early && r.stop_signal == 0,
+           "resumed after the signal to 15: %s", e.msg);
+    EXPECT(memcmp(ta.w, tb.w, sizeof ta.w) == 0 && memcmp(ta.mom, tb.mom, sizeof ta.mom) == 0,
+           "signal + resume gives the same bits as one run");
+    losses(sd_dir, lb, sizeof lb);
+    EXPECT(strcmp(la, lb) == 0, "and the same per-step losses");
+    /* SIGHUP and SIGINT alike; a signal in the last step ends the run normally (nothing to lose). */
+    const int sigs[2] = {SIGHUP, SIGINT};
+    for (int k = 0; k < 2; k++) {
+        snprintf(sd_dir, sizeof sd_dir, "%s/loop_sig%d", tmp ? tmp : "/tmp", k);
+        options(&o, sd_dir, 15);
+        toy_engine(&eng, &tb);
+        tb.signal_at_micro[0] = 2, tb.signal[0] = sigs[k];
+        EXPECT(train_loop_run(&o, &eng, &src, &g_comm, NULL, &r, &e) == 0 && r.steps_done == 1 && r.stop_signal == sigs[k],
+               "signal %d in step 1 stops after it (%d steps)", sigs[k], r.steps_done);
+    }
+    snprintf(sd_dir, sizeof sd_dir, "%s/loop_sig_last", tmp ? tmp : "/tmp");
+    options(&o, sd_dir, 15);
+    toy_engine(&eng, &tb);
+    tb.signal_at_micro[0] = 43, tb.signal[0] = SIGTERM;
+    EXPECT(train_loop_run(&o, &eng, &src, &g_comm, NULL, &r, &e) == 0 && r.steps_done == 15 && !r.stopped_early && r.stop_signal == 0,
+           "a signal in the last step: the run is complete (%d steps)", r.steps_done);
+    train_signals_install(); /* forgets the signal of the run above */
+    EXPECT(train_stop_after_step(3, 10, 10) == STOP_NONE && train_stop_after_step(10, 10, 10) == STOP_END &&
+               train_stop_after_step(6, 6, 10) == STOP_LIMIT,
+           "the stop decision without a signal");
+    /* A signal ignored on entry (nohup's SIGHUP) stays ignored: the run goes on to its end. */
+    snprintf(sd_dir, sizeof sd_dir, "%s/loop_sig_ign", tmp ? tmp : "/tmp");
+    fflush(stdout);
+    pid_t child = fork();
+    if (child == 0) {
+        signal(SIGHUP, SIG_IGN);
+        struct toy tk;
+        struct train_engine ek;
+        struct train_options ok;
+        struct loop_result rk;
+        struct io_err ee;
+        options(&ok, sd_dir, 15);
+        toy_engine(&ek, &tk);
+        tk.signal_at_micro[0] = 2, tk.signal[0] = SIGHUP;
+        const int rc = train_loop_run(&ok, &ek, &src, &g_comm, NULL, &rk, &ee);
+        _exit(rc == 0 && rk.steps_done == 15 && rk.stop_signal == 0 ? 0 : 1);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 0, "an ignored SIGHUP (nohup) does not stop the run (status %d)",
+           status);
+    /* A second signal ends the process at once, killed by it, before the step ends. */
+    snprintf(sd_dir, sizeof sd_dir, "%s/loop_sig2", tmp ? tmp : "/tmp");
+    fflush(stdout);
+    child = fork();
+    if (child == 0) {
+        struct toy tk;
+        struct train_engine ek;
+        struct train_options ok;
+        struct loop_result rk;
+        struct io_err ee;
+        options(&ok, sd_dir, 15);
+        toy_engine(&ek, &tk);
+        tk.signal_at_micro[0] = 10, tk.signal[0] = SIGTERM;
+        tk.signal_at_micro[1] = 11, tk.signal[1] = SIGINT;
+        train_loop_run(&ok, &ek, &src, &g_comm, NULL, &rk, &ee);
+        _exit(0);
+    }
+    waitpid(child, &status, 0);
+    ck = read_text(sd_dir, "checkpoint/LATEST");
+    EXPECT(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT && ck == NULL,
+           "a second signal (SIGINT after SIGTERM) kills the process at once, before its checkpoint (status %d)", status);
+    free(ck);
+
+    /* A diverged run is recovered with a lower learning rate: the change is said and recorded. */
+    snprintf(sd_dir, sizeof sd_dir, "%s/loop_lr", tmp ? tmp : "/tmp");
+    options(&o, sd_dir, 15);
+    o.max_steps_this_run = 6;
+    toy_engine(&eng, &tb);
+    EXPECT(train_loop_run(&o, &eng, &src, &g_comm, NULL, &r, &e) == 0 && r.steps_done == 6, "run stops at 6: %s", e.msg);
+    toy_engine(&eng, &tb);
+    options(&o, sd_dir, 15);
+    snprintf(o.resume, sizeof o.resume, "%s", sd_dir);
+    o.lr = 0.01f;
+    EXPECT(train_loop_run(&o, &eng, &src, &g_comm, NULL, &r, &e) == 0 && r.steps_done == 15, "a resume with --lr 0.01 runs: %s",
+           e.msg);
+    char *log = read_text(sd_dir, "metrics.jsonl");
+    EXPECT(log != NULL && strstr(log, "{\"kind\":\"resume\",\"step\":6,") != NULL &&
+               strstr(log, "\"changed\":{\"lr\":{\"from\":0.0500000007,\"to\":0.00999999978}") != NULL,
+           "metrics.jsonl records the resume and the changed lr");
+    const char *lr_after = log ? strstr(log, "\"step\":7,") : NULL;
+    EXPECT(lr_after != NULL && strstr(lr_after, "\"lr\":0.0") != NULL, "the steps after it use the new schedule");
+    free(log);
+
+    /* Resuming with an option that would not fit the saved state is refused with the option named. */
     toy_engine(&eng, &tb);
     options(&o, b, 15);
     snprintf(o.resume, sizeof o.resume, "%s", b);
-    o.lr = 0.01f;
-    EXPECT(train_loop_run(&o, &eng, &src, &g_comm, &r, &e) == -1 && strstr(e.msg, "--lr") != NULL, "changed --lr refused: %s",
-           e.msg);
+    o.seed = 43;
+    EXPECT(train_loop_run(&o, &eng, &src, &g_comm, NULL, &r, &e) == -1 && strstr(e.msg, "--seed") != NULL,
+           "changed --seed refused: %s", e.msg);
     options(&o, b, 15);
     snprintf(o.resume, sizeof o.resume, "%s/nowhere", b);
-    EXPECT(train_loop_run(&o, &eng, &src, &g_comm, &r, &e) == -1 && strstr(e.msg, "no checkpoint") != NULL,
+    EXPECT(train_loop_run(&o, &eng, &src, &g_comm, NULL, &r, &e) == -1 && strstr(e.msg, "no checkpoint") != NULL,
            "missing checkpoint: %s", e.msg);
 
     /* A NaN loss at micro-batch 20 (step 7) stops the run; the checkpoint of step 5 stays. */
@@ -298,7 +413,7 @@ int main(void) {
     o.checkpoint_every = 5;
     toy_engine(&eng, &tc);
     tc.nan_at_micro = 20;
-    EXPECT(train_loop_run(&o, &eng, &src, &g_comm, &r, &e) == -1 && strstr(e.msg, "step 7") != NULL &&
+    EXPECT(train_loop_run(&o, &eng, &src, &g_comm, NULL, &r, &e) == -1 && strstr(e.msg, "step 7") != NULL &&
                strstr(e.msg, "intact") != NULL && strstr(e.msg, "nan") != NULL,
            "NaN loss stops at step 7 naming it: %s", e.msg);
     EXPECT(r.steps_done == 6, "the NaN step is not counted: %d steps done", r.steps_done);
@@ -324,7 +439,7 @@ int main(void) {
             tk.slow_read = 1;
             struct loop_result rk;
             struct io_err ee;
-            train_loop_run(&ok, &ek, &src, &g_comm, &rk, &ee);
+            train_loop_run(&ok, &ek, &src, &g_comm, NULL, &rk, &ee);
             _exit(0);
         }
         usleep((useconds_t)(30000 + 7919 * trial % 40000));
@@ -343,7 +458,9 @@ int main(void) {
         ok.eval_every = 0;
         char opts[65536];
         train_options_to_json(&ok, opts, sizeof opts);
-        int rc = checkpoint_load(d, &ek, &pos, opts, &e);
+        struct checkpoint_resume cr = {opts, NULL, 0, "", NULL, NULL, NULL};
+        int rc = checkpoint_load(d, &ek, &pos, &cr, &e);
+        checkpoint_resume_free(&cr);
         EXPECT(rc == 0 && pos.step >= 1, "kill trial %d: LATEST loads (%s)", trial, rc ? e.msg : "ok");
         loads += rc == 0;
     }
@@ -364,11 +481,11 @@ int main(void) {
     o.sample_every = 5;
     snprintf(o.sample_prompts, sizeof o.sample_prompts, "unused");
     toy_engine(&eng, &ta);
-    EXPECT(train_loop_run(&o, &eng, &ssrc, &g_comm, &r, &e) == -1 && strstr(e.msg, "cannot generate"),
+    EXPECT(train_loop_run(&o, &eng, &ssrc, &g_comm, NULL, &r, &e) == -1 && strstr(e.msg, "cannot generate"),
            "an engine without a generate hook: '%s'", e.msg);
     toy_engine(&eng, &ta);
     eng.generate = toy_generate;
-    EXPECT(train_loop_run(&o, &eng, &ssrc, &g_comm, &r, &e) == 0, "samples run: %s", e.msg);
+    EXPECT(train_loop_run(&o, &eng, &ssrc, &g_comm, NULL, &r, &e) == 0, "samples run: %s", e.msg);
     static char sa[65536], sb[65536];
     samples_of(d1, sa, sizeof sa);
     int count = 0, at[4] = {0};
@@ -387,14 +504,14 @@ int main(void) {
     o.max_steps_this_run = 6;
     toy_engine(&eng, &tb);
     eng.generate = toy_generate;
-    EXPECT(train_loop_run(&o, &eng, &ssrc, &g_comm, &r, &e) == 0 && r.steps_done == 6, "samples run stops at 6: %s", e.msg);
+    EXPECT(train_loop_run(&o, &eng, &ssrc, &g_comm, NULL, &r, &e) == 0 && r.steps_done == 6, "samples run stops at 6: %s", e.msg);
     toy_engine(&eng, &tb);
     eng.generate = toy_generate;
     options(&o, d2, 12);
     o.sample_every = 5;
     snprintf(o.sample_prompts, sizeof o.sample_prompts, "unused");
     snprintf(o.resume, sizeof o.resume, "%s", d2);
-    EXPECT(train_loop_run(&o, &eng, &ssrc, &g_comm, &r, &e) == 0 && r.steps_done == 12, "samples run resumes: %s", e.msg);
+    EXPECT(train_loop_run(&o, &eng, &ssrc, &g_comm, NULL, &r, &e) == 0 && r.steps_done == 12, "samples run resumes: %s", e.msg);
     samples_of(d2, sb, sizeof sb);
     EXPECT(sa[0] && strcmp(sa, sb) == 0, "stopped and resumed, the sample records are the uninterrupted run's");
     return test_finish("loop_test");

@@ -5,7 +5,7 @@
  *
  * Every named case runs in a fork()ed child that calls the reader and then io_exit on failure,
  * so the suite also checks what a user sees: exit status 1 (not a signal, not CHECK's 2), and
- * stderr "refine: <message>" holding the expected phrase. Exhaustive sweeps (every truncation
+ * stderr "refine: <message>" holding the expected phrase and naming the file exactly once. Exhaustive sweeps (every truncation
  * of a valid GGUF, every single-byte corruption of its header) run in-process: a crash there
  * fails the whole binary, which is the point.
  *
@@ -21,6 +21,7 @@
 #include "io/file.h"
 #include "io/gguf.h"
 #include "io/model_files.h"
+#include "io/model_source.h"
 #include "io/peft.h"
 #include "io/safetensors.h"
 #include "tests/common/harness.h"
@@ -46,7 +47,7 @@ static void write_text(const char *path, const char *s) { write_bytes(path, s, s
 
 /* ---- running one case in a child --------------------------------------------------------------- */
 
-enum reader { R_SAFETENSORS, R_CONFIG, R_MODEL_FILES, R_GGUF, R_GGUF_MODEL, R_PEFT, R_PEFT_BASE };
+enum reader { R_SAFETENSORS, R_CONFIG, R_MODEL_FILES, R_GGUF, R_GGUF_MODEL, R_GGUF_TOKENIZER, R_PEFT, R_PEFT_BASE };
 
 static const struct model_config *g_peft_base;
 
@@ -88,6 +89,14 @@ static int run_reader(enum reader r, const char *path, struct io_err *e) {
         }
         gguf_model_close(&m);
         return rc;
+    }
+    case R_GGUF_TOKENIZER: {
+        struct model_source m;
+        if (model_source_open(&m, path, e) != 0) return -1;
+        struct tokenizer *t = model_source_tokenizer(&m, e);
+        tokenizer_free(t);
+        model_source_close(&m);
+        return t != NULL ? 0 : -1;
     }
     case R_PEFT:
     case R_PEFT_BASE: {
@@ -137,6 +146,9 @@ static void expect_reject(const char *what, enum reader r, const char *path, con
     EXPECT(strncmp(msg, "refine: ", 8) == 0 && strchr(msg, '\n') == NULL, "%s: one line \"refine: ...\": %s", what, msg);
     EXPECT(strstr(msg, phrase) != NULL, "%s: message lacks \"%s\": %s", what, phrase, msg);
     EXPECT(names == NULL || strstr(msg, names) != NULL, "%s: message does not name %s: %s", what, names, msg);
+    const char *second = names != NULL && names[0] != '\0' ? strstr(msg, names) : NULL;
+    if (second != NULL) second = strstr(second + strlen(names), names);
+    EXPECT(second == NULL, "%s: message names %s twice: %s", what, names, msg);
     printf("  %-44s %s\n", what, msg + 8);
 }
 
@@ -589,6 +601,15 @@ static void test_gguf(void) {
     m = M(), m.tensor = "blk.0.ffn_gate.weight", m.type = 12; /* Q4_K: a known layout refine does not convert */
     m.ne0 = 256, m.ne1 = 0;
     expect_reject("a Q4_K tensor", R_GGUF_MODEL, gguf_file("gm_q4k.gguf", m), "Q4_K", "gm_q4k.gguf");
+    printf("GGUF tokenizers (each message names the file once):\n");
+    expect_reject("no tokenizer.ggml.model", R_GGUF_TOKENIZER, gguf_file("gt_nomodel.gguf", M()), "tokenizer.ggml.model",
+                  "gt_nomodel.gguf");
+    m = M(), m.kv_key = "tokenizer.ggml.model", m.kv_u32 = 2;
+    expect_reject("tokenizer.ggml.model not a string", R_GGUF_TOKENIZER, gguf_file("gt_modeltype.gguf", m), "STRING",
+                  "gt_modeltype.gguf");
+    m = M(), m.kv_key = "tokenizer.ggml.model", m.kv_str = "llama";
+    expect_reject("a SentencePiece tokenizer", R_GGUF_TOKENIZER, gguf_file("gt_spm.gguf", m), "not supported",
+                  "gt_spm.gguf");
     m = M(), m.extra_tensor = "rope_freqs.weight", m.tensor = "rope_freqs.weight", m.ne0 = 8;
     expect_reject("rope factors that are not llama3's", R_GGUF_MODEL, gguf_file("gm_rope.gguf", m), "not the llama3 scaling",
                   "gm_rope.gguf");

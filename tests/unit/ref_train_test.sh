@@ -9,7 +9,10 @@
 #     resume is bitwise the uninterrupted run, and its DoRA, QLoRA, QDoRA and full runs succeed;
 #   - bad input (missing data, a malformed JSONL line, chat data for a tokenizer without a template, an
 #     unknown flag) ends with exit status 1
-#     and one message, and leaves an earlier run's outputs alone.
+#     and one message, leaves an earlier run's outputs alone and no empty --out folder behind.
+# The refusals and recoveries of issue "a run loses nothing" (signals, --out, checkpoints, tokenizer
+# against model, data formats, resume with changes) are ref_train_robust_test.sh's; kill -9 at
+# random moments is ref_train_kill_test.sh's.
 set -uo pipefail
 bin=${1:?usage: ref_train_test.sh PATH_TO_REF_TRAIN}
 tmp=${TEST_TMPDIR:-/tmp}/ref_train_test.$$
@@ -121,10 +124,12 @@ check "--sample-every 3 over 6 steps: samples at steps 0, 3 and 6 for both promp
 check "--sample-every: the samples are printed" test "$(grep -c '^sample ' "$tmp/s.log")" -eq 6
 
 before=$(cat "$tmp/a/metrics.jsonl" | md5sum)
-"$bin" "${common[@]}" --data "$tmp/missing.txt" --out "$tmp/a" >"$tmp/e1.log" 2>&1
+"$bin" "${common[@]}" --data "$tmp/missing.txt" --out "$tmp/a" --resume "$tmp/a" >"$tmp/e1.log" 2>&1
 rc=$?
 check "missing data: exit 1 with a message" test $rc -eq 1 -a "$(grep -c '^refine: .*missing.txt' "$tmp/e1.log")" -eq 1
 check "missing data: the earlier run is untouched" test "$(cat "$tmp/a/metrics.jsonl" | md5sum)" = "$before"
+"$bin" "${common[@]}" --data "$tmp/missing.txt" --out "$tmp/e_new" >"$tmp/e1b.log" 2>&1
+check "missing data: a folder created for the run is not left behind" test $? -eq 1 -a ! -e "$tmp/e_new"
 "$bin" "${common[@]}" --data "$tmp/chat.jsonl" --out "$tmp/e" >"$tmp/e4.log" 2>&1
 check "chat data without a chat template: exit 1 naming it" test $? -eq 1 -a "$(grep -c 'no chat template' "$tmp/e4.log")" -eq 1
 printf '%s\n' '{"text": "fine"}' '{"text": broken' >"$tmp/bad.jsonl"

@@ -12,6 +12,7 @@
 #include "cJSON.h"
 #include "io/error.h"
 #include "io/file.h"
+#include "io/model_source.h"
 #include "io/tokenizer.h"
 #include "io/tokenizer_internal.h"
 #include "tests/common/harness.h"
@@ -61,6 +62,7 @@ struct tiny_opts {
     int ignore_merges;
     int bos_template;  /* TemplateProcessing with <|x|> as BOS */
     int missing_byte;  /* -1 for none */
+    int bos_id;        /* with bos_template: the id it names (0: <|x|>'s) */
     const char *split_regex; /* NULL: ByteLevel use_regex (GPT-2 pattern) */
     const char *chat_template;
 };
@@ -143,7 +145,7 @@ static void write_tiny(const char *dir, const struct tiny_opts *o) {
         cJSON_AddItemToArray(single, s1);
         cJSON *st = cJSON_AddObjectToObject(cJSON_AddObjectToObject(pp, "special_tokens"), "<|x|>");
         cJSON *ids = cJSON_AddArrayToObject(st, "ids");
-        cJSON_AddItemToArray(ids, cJSON_CreateNumber(ID_X));
+        cJSON_AddItemToArray(ids, cJSON_CreateNumber(o->bos_id ? o->bos_id : ID_X));
     } else {
         cJSON_AddNullToObject(root, "post_processor");
     }
@@ -269,6 +271,68 @@ static void test_missing_byte(void) {
     /* "he\x04llo": three pre-tokens (letters, the control byte, letters); the byte is dropped */
     expect_ids(t, "he\x04llo", 0, IDS(ID_HE, ID_LL, 'o'), "a byte without a token is dropped");
     expect_ids(t, "\x04", 0, NULL, 0, "a word of dropped bytes gives nothing");
+    /* ... which training data must not suffer silently: encode_exact names the first such byte,
+     * every time (a word that lost a byte is not served from the word cache). */
+    struct tok_ids ids = {0};
+    size_t bad = 0;
+    for (int k = 0; k < 2; k++) {
+        ids.n = 0;
+        EXPECT(tokenizer_encode_exact(t, "ok he\x04llo \x04", 11, 0, &ids, &bad) == -1 && bad == 5,
+               "encode_exact reports the byte at offset 5 (pass %d; got %zu)", k, bad);
+    }
+    ids.n = 0;
+    EXPECT(tokenizer_encode_exact(t, "ok hello", 8, 0, &ids, &bad) == 0 && ids.n > 0, "representable text passes");
+    tok_ids_free(&ids);
+    tokenizer_free(t);
+    /* a conversation: CHAT_EXACT refuses it, naming the byte */
+    o.chat_template = "{{ '<|start_header_id|>' + role }}";
+    write_tiny(tmp_path("tiny"), &o);
+    t = load_ok(tmp_path("tiny"));
+    struct chat_message m[] = {{"user", "a\x04" "b", 3}, {"assistant", "hello", 5}};
+    struct chat_tokens c = {0};
+    struct io_err e = {{0}};
+    EXPECT(tokenizer_apply_chat(t, m, 2, 0, &c, &e) == 0, "without CHAT_EXACT the byte is dropped (HF's behaviour)");
+    const int rc = tokenizer_apply_chat(t, m, 2, CHAT_EXACT, &c, &e);
+    EXPECT(rc == -1 && strstr(e.msg, "0x04") != NULL, "CHAT_EXACT refuses it (%d): %s", rc, e.msg);
+    chat_tokens_free(&c);
+    tokenizer_free(t);
+}
+
+/* The tokenizer against the model it comes with (io/model_source.h). */
+static void test_against_model(void) {
+    struct tiny_opts o = {.missing_byte = -1, .chat_template = "{{ '<|start_header_id|>' + role }}"};
+    write_tiny(tmp_path("tiny"), &o);
+    struct tokenizer *t = load_ok(tmp_path("tiny"));
+    static struct model_source s;
+    memset(&s, 0, sizeof s);
+    s.kind = MODEL_SOURCE_HF;
+    snprintf(s.tokenizer_json, sizeof s.tokenizer_json, "%s/tokenizer.json", tmp_path("tiny"));
+    s.config.V = 270;
+    struct io_err e = {{0}};
+    EXPECT(model_source_check_tokenizer(&s, t, &e) == 0, "a tokenizer of 270 ids fits a model of 270: %s", e.msg);
+    s.config.V = 256;
+    EXPECT(model_source_check_tokenizer(&s, t, &e) == -1 && strstr(e.msg, "tokenizer.json") != NULL &&
+               strstr(e.msg, "269") != NULL && strstr(e.msg, "<|eot_id|>") != NULL && strstr(e.msg, "256") != NULL,
+           "a tokenizer with ids beyond the model's vocabulary is refused, naming the id: %s", e.msg);
+    s.config.V = 270;
+    s.config.n_eos = 1;
+    s.config.eos_token_ids[0] = 4;
+    EXPECT(model_source_check_tokenizer(&s, t, &e) == 0, "the model's eos 4 is a token");
+    tokenizer_free(t);
+    /* a vocabulary with a gap at 4, and BOS (from the post-processor) or EOS on it */
+    o.missing_byte = 4;
+    o.bos_template = 1;
+    o.bos_id = 4;
+    write_tiny(tmp_path("tiny"), &o);
+    t = load_ok(tmp_path("tiny"));
+    EXPECT(model_source_check_tokenizer(&s, t, &e) == -1 && strstr(e.msg, "beginning-of-sequence id 4") != NULL,
+           "BOS on a gap of the vocabulary is refused: %s", e.msg);
+    tokenizer_free(t);
+    o.bos_template = 0;
+    write_tiny(tmp_path("tiny"), &o);
+    t = load_ok(tmp_path("tiny"));
+    EXPECT(model_source_check_tokenizer(&s, t, &e) == -1 && strstr(e.msg, "end-of-sequence id 4") != NULL,
+           "the model's EOS on a gap is refused: %s", e.msg);
     tokenizer_free(t);
 }
 
@@ -603,6 +667,7 @@ int main(int argc, char **argv) {
     test_bpe_rules();
     test_added_tokens();
     test_missing_byte();
+    test_against_model();
     test_round_trips(&r);
     test_tiktoken();
     test_gguf();
