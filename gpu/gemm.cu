@@ -7,11 +7,17 @@
  * and cuBLASLt's m, n are our n, m. The bias epilogue adds a vector along cuBLASLt's rows, which
  * are our columns: bias (n), as F.linear wants.
  *
+ * FP8: the same mapping carries the operand types, scale pointers and scale modes across (our
+ * A's scale is cuBLASLt's B_SCALE_POINTER / B_SCALE_MODE, our B's its A_*), so our "TN" rule
+ * (op_a = N, op_b = T) is cuBLASLt's (TRANSA = T, TRANSB = N): both operands K-major. A product of
+ * bf16 operands sets none of the FP8 attributes: its descriptors are the ones it always had.
+ *
  * Plans: a plan holds the matmul descriptor, the four layouts and the heuristic's first
  * algorithm for one key (struct plan_key). They live in an open-addressing hash table of
  * 2·GEMM_MAX_PLANS slots inside the context; a lookup hashes the key (FNV-1a over its bytes) and
- * probes linearly. A hit costs a hash, a memcmp and, with a bias, one descriptor attribute
- * write (the bias pointer); nothing is allocated.
+ * probes linearly. A hit costs a hash, a memcmp and, with a bias, scales or AMAX_D, one
+ * descriptor attribute write per pointer; nothing is allocated. A key cuBLASLt offers no
+ * algorithm for is not stored (gpu_gemm_try reports it; gpu_gemm stops with a message).
  *
  * Test and benchmark: bazel test --config=gpu //tests/parity:gemm_parity
  *                     (binary) gemm_parity --bench   (% of a direct cuBLASLt call, TFLOP/s)
@@ -32,6 +38,8 @@ struct plan_key {
     int32_t op_a, op_b, d_type, beta, has_bias;
     int32_t align_a, align_b, align_d, align_bias; /* bytes: a power of two, 2 to 256 */
     int64_t lda, ldb, ldd, stride_a, stride_b, stride_d;
+    int32_t a_type, b_type, a_scale_mode, b_scale_mode, accum; /* FP8; zero for bf16 */
+    int32_t has_a_scale, has_b_scale, has_amax_d;
 };
 
 struct plan {
@@ -81,7 +89,89 @@ plan_key make_key(const gemm_args *p) {
     k.align_bias = p->bias ? align_class(p->bias) : 0;
     k.lda = p->lda, k.ldb = p->ldb, k.ldd = p->ldd;
     if (p->batch > 1) k.stride_a = p->stride_a, k.stride_b = p->stride_b, k.stride_d = p->stride_d;
+    k.a_type = p->a_type, k.b_type = p->b_type, k.a_scale_mode = p->a_scale_mode, k.b_scale_mode = p->b_scale_mode;
+    k.accum = p->accum;
+    k.has_a_scale = p->a_scale != nullptr, k.has_b_scale = p->b_scale != nullptr, k.has_amax_d = p->amax_d != nullptr;
     return k;
+}
+
+bool is_fp8(const gemm_args *p) { return p->a_type != GEMM_BF16 || p->b_type != GEMM_BF16; }
+
+const char *dtype_name(gemm_dtype t) { return t == GEMM_BF16 ? "bf16" : t == GEMM_E4M3 ? "E4M3" : "E5M2"; }
+
+const char *scale_name(gemm_scale s) {
+    return s == GEMM_SCALE_TENSOR ? "per-tensor" : s == GEMM_SCALE_1X128 ? "1x128" : "128x128";
+}
+
+cudaDataType_t cuda_type(gemm_dtype t) {
+    return t == GEMM_BF16 ? CUDA_R_16BF : t == GEMM_E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
+}
+
+int32_t cublas_scale_mode(gemm_scale s) {
+    return s == GEMM_SCALE_TENSOR  ? (int32_t)CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F
+           : s == GEMM_SCALE_1X128 ? (int32_t)CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F
+                                   : (int32_t)CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+}
+
+bool aligned16(const void *p) { return ((uintptr_t)p % 16) == 0; }
+
+/* One line naming an FP8 product, the device and the library (for refusals). */
+void describe_fp8(const gemm_args *p, char *buf, size_t n) {
+    int dev = 0, major = 0, minor = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    snprintf(buf, n,
+             "m=%d n=%d k=%d A=%s (%s scales) B=%s (%s scales) D=%s%s%s%s accumulation=%s, on sm_%d%d with "
+             "cuBLASLt %zu",
+             p->m, p->n, p->k, dtype_name(p->a_type), scale_name(p->a_scale_mode), dtype_name(p->b_type),
+             scale_name(p->b_scale_mode), p->d_type == GEMM_OUT_BF16 ? "bf16" : "f32", p->bias ? " bias" : "",
+             p->beta == GEMM_ACCUMULATE ? " accumulate" : "", p->amax_d ? " AMAX_D" : "",
+             p->accum == GEMM_ACCUM_FAST ? "fast" : "precise", major, minor, cublasLtGetVersion());
+}
+
+const char *kFp8Hint =
+    "cuBLASLt's FP8 matmul needs compute capability >= 8.9 (Ada, Hopper); the 1x128/128x128 block "
+    "scale modes need cuBLASLt >= 12.9 on sm_90 and are documented without fast accumulation; use "
+    "per-tensor scales (GEMM_SCALE_TENSOR) where a combination is refused";
+
+void check_fp8_args(const gemm_args *p) {
+    if (!is_fp8(p)) {
+        CHECK(p->a_scale == nullptr && p->b_scale == nullptr && p->a_scale_mode == GEMM_SCALE_TENSOR &&
+                  p->b_scale_mode == GEMM_SCALE_TENSOR && p->accum == GEMM_ACCUM_PRECISE && p->amax_d == nullptr,
+              "gemm: scales, scale modes, fast accumulation and AMAX_D apply to FP8 operands only (bf16 product "
+              "m=%d n=%d k=%d)",
+              p->m, p->n, p->k);
+        return;
+    }
+    CHECK(p->a_type != GEMM_BF16 && p->b_type != GEMM_BF16 && p->a_type <= GEMM_E5M2 && p->b_type <= GEMM_E5M2,
+          "gemm FP8: both operands must be E4M3 or E5M2 (A=%d B=%d); cuBLASLt mixes no bf16 with FP8", (int)p->a_type,
+          (int)p->b_type);
+    CHECK(!(p->a_type == GEMM_E5M2 && p->b_type == GEMM_E5M2), "gemm FP8: E5M2 x E5M2 is not a cuBLASLt FP8 GEMM");
+    CHECK(p->op_a == GEMM_NO_TRANS && p->op_b == GEMM_TRANS,
+          "gemm FP8: Hopper's FP8 GEMMs take K-major operands only (\"TN\"): A (m, k) with GEMM_NO_TRANS and B "
+          "(n, k) with GEMM_TRANS, D = A B^T; got op_a=%c op_b=%c. Store the transposed FP8 copy (gpu/fp8.h casts "
+          "with a transposed output)",
+          p->op_a == GEMM_TRANS ? 'T' : 'N', p->op_b == GEMM_TRANS ? 'T' : 'N');
+    CHECK(p->batch == 1, "gemm FP8: batch=%d, FP8 products are single (batch 1)", p->batch);
+    CHECK(p->m % 16 == 0 && p->n % 16 == 0 && p->k % 16 == 0,
+          "gemm FP8: m=%d n=%d k=%d must be multiples of 16 (cuBLASLt's FP8 alignment rule; pad the operands)", p->m,
+          p->n, p->k);
+    const int64_t d_size = p->d_type == GEMM_OUT_BF16 ? 2 : 4;
+    CHECK(p->lda % 16 == 0 && p->ldb % 16 == 0 && (p->ldd * d_size) % 16 == 0,
+          "gemm FP8: lda=%lld ldb=%lld must be multiples of 16 and ldd=%lld a multiple of %lld elements",
+          (long long)p->lda, (long long)p->ldb, (long long)p->ldd, (long long)(16 / d_size));
+    CHECK(aligned16(p->a) && aligned16(p->b) && aligned16(p->d) && aligned16(p->bias) && aligned16(p->a_scale) &&
+              aligned16(p->b_scale) && aligned16(p->amax_d),
+          "gemm FP8: A %p, B %p, D %p, bias %p, scales %p/%p and amax_d %p must be 16-byte aligned", p->a, p->b, p->d,
+          (const void *)p->bias, (const void *)p->a_scale, (const void *)p->b_scale, (void *)p->amax_d);
+    CHECK(p->a_scale_mode <= GEMM_SCALE_128X128 && p->b_scale_mode <= GEMM_SCALE_128X128 &&
+              (p->accum == GEMM_ACCUM_PRECISE || p->accum == GEMM_ACCUM_FAST),
+          "gemm FP8: bad scale mode %d/%d or accumulation %d", (int)p->a_scale_mode, (int)p->b_scale_mode,
+          (int)p->accum);
+    CHECK((p->a_scale_mode == GEMM_SCALE_TENSOR || p->a_scale) && (p->b_scale_mode == GEMM_SCALE_TENSOR || p->b_scale),
+          "gemm FP8: a block scale mode needs its scale pointer (A %s, B %s)", scale_name(p->a_scale_mode),
+          scale_name(p->b_scale_mode));
 }
 
 void check_args(const gemm_args *p) {
@@ -96,6 +186,7 @@ void check_args(const gemm_args *p) {
     CHECK(p->bias == nullptr || p->d_type == GEMM_OUT_BF16, "gemm: a bias needs a bf16 output");
     CHECK((p->op_a == GEMM_NO_TRANS || p->op_a == GEMM_TRANS) && (p->op_b == GEMM_NO_TRANS || p->op_b == GEMM_TRANS),
           "gemm: bad transpose flag %d/%d", (int)p->op_a, (int)p->op_b);
+    check_fp8_args(p);
 }
 
 void layout(cublasLtMatrixLayout_t *l, cudaDataType_t t, int64_t rows, int64_t cols, int64_t ld, int batch,
@@ -109,7 +200,33 @@ void layout(cublasLtMatrixLayout_t *l, cudaDataType_t t, int64_t rows, int64_t c
     }
 }
 
-void build_plan(struct gpu_gemm *g, plan *pl, const plan_key &key, const gemm_args *p) {
+/* Writes the per-call pointers of p into the plan's descriptor (bias, FP8 scales, AMAX_D). cuBLASLt's
+ * A is our B: its A_SCALE_POINTER is our b_scale. */
+void set_call_pointers(plan *pl, const gemm_args *p) {
+    if (p->bias)
+        CUDA_CHECK(
+            cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p->bias, sizeof p->bias));
+    if (p->b_scale)
+        CUDA_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &p->b_scale,
+                                                  sizeof p->b_scale));
+    if (p->a_scale)
+        CUDA_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &p->a_scale,
+                                                  sizeof p->a_scale));
+    if (p->amax_d)
+        CUDA_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, &p->amax_d,
+                                                  sizeof p->amax_d));
+}
+
+void destroy_plan(plan *pl) {
+    CUDA_CHECK(cublasLtMatrixLayoutDestroy(pl->la));
+    CUDA_CHECK(cublasLtMatrixLayoutDestroy(pl->lb));
+    CUDA_CHECK(cublasLtMatrixLayoutDestroy(pl->ld));
+    CUDA_CHECK(cublasLtMatmulDescDestroy(pl->desc));
+}
+
+/* Creates the descriptors of p's plan and asks the heuristic for an algorithm. Returns false (and
+ * leaves nothing allocated) when cuBLASLt offers none. */
+bool build_plan(struct gpu_gemm *g, plan *pl, const plan_key &key, const gemm_args *p) {
     pl->key = key;
     CUDA_CHECK(cublasLtMatmulDescCreate(&pl->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     /* cuBLASLt's A is our B and its B is our A, transposes carried over (file comment). */
@@ -125,15 +242,30 @@ void build_plan(struct gpu_gemm *g, plan *pl, const plan_key &key, const gemm_ar
         CUDA_CHECK(
             cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p->bias, sizeof p->bias));
     }
+    if (is_fp8(p)) {
+        const int8_t fast = p->accum == GEMM_ACCUM_FAST ? 1 : 0;
+        const int32_t mode_a = cublas_scale_mode(p->b_scale_mode), mode_b = cublas_scale_mode(p->a_scale_mode);
+        CUDA_CHECK(cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast));
+        /* The scale modes only when not the default per-tensor scalar: libraries before 12.8 know
+         * no such attribute and still run per-tensor FP8. */
+        if (mode_a != (int32_t)CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F)
+            CUDA_CHECK(
+                cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode_a, sizeof mode_a));
+        if (mode_b != (int32_t)CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F)
+            CUDA_CHECK(
+                cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode_b, sizeof mode_b));
+        set_call_pointers(pl, p);
+    }
     /* Column-major shapes: A_l is (n, k) after its op, B_l (k, m), D_l (n, m). */
+    const cudaDataType_t type_la = cuda_type(p->b_type), type_lb = cuda_type(p->a_type);
     if (ta == CUBLAS_OP_N)
-        layout(&pl->la, CUDA_R_16BF, p->n, p->k, p->ldb, p->batch, p->stride_b);
+        layout(&pl->la, type_la, p->n, p->k, p->ldb, p->batch, p->stride_b);
     else
-        layout(&pl->la, CUDA_R_16BF, p->k, p->n, p->ldb, p->batch, p->stride_b);
+        layout(&pl->la, type_la, p->k, p->n, p->ldb, p->batch, p->stride_b);
     if (tb == CUBLAS_OP_N)
-        layout(&pl->lb, CUDA_R_16BF, p->k, p->m, p->lda, p->batch, p->stride_a);
+        layout(&pl->lb, type_lb, p->k, p->m, p->lda, p->batch, p->stride_a);
     else
-        layout(&pl->lb, CUDA_R_16BF, p->m, p->k, p->lda, p->batch, p->stride_a);
+        layout(&pl->lb, type_lb, p->m, p->k, p->lda, p->batch, p->stride_a);
     const cudaDataType_t dt = p->d_type == GEMM_OUT_BF16 ? CUDA_R_16BF : CUDA_R_32F;
     layout(&pl->ld, dt, p->n, p->m, p->ldd, p->batch, p->stride_d);
 
@@ -154,19 +286,22 @@ void build_plan(struct gpu_gemm *g, plan *pl, const plan_key &key, const gemm_ar
                                                     sizeof reduction));
     cublasLtMatmulHeuristicResult_t res;
     int found = 0;
-    CUDA_CHECK(cublasLtMatmulAlgoGetHeuristic(g->handle, pl->desc, pl->la, pl->lb, pl->ld, pl->ld, pref, 1, &res, &found));
+    const cublasStatus_t hs =
+        cublasLtMatmulAlgoGetHeuristic(g->handle, pl->desc, pl->la, pl->lb, pl->ld, pl->ld, pref, 1, &res, &found);
     CUDA_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-    CHECK(found >= 1 && res.state == CUBLAS_STATUS_SUCCESS,
-          "cuBLASLt has no algorithm for m=%d n=%d k=%d batch=%d op_a=%d op_b=%d lda=%lld ldb=%lld ldd=%lld "
-          "d_type=%d bias=%d beta=%d alignments a=%d b=%d d=%d",
-          p->m, p->n, p->k, p->batch, (int)p->op_a, (int)p->op_b, (long long)p->lda, (long long)p->ldb,
-          (long long)p->ldd, (int)p->d_type, key.has_bias, (int)p->beta, key.align_a, key.align_b, key.align_d);
+    /* An FP8 combination the library or the device does not offer may be reported as an error
+     * status of the heuristic itself; a bf16 one never is (a failure there is a bug: stop). */
+    if (!is_fp8(p)) CUDA_CHECK(hs);
+    if (hs != CUBLAS_STATUS_SUCCESS || found < 1 || res.state != CUBLAS_STATUS_SUCCESS) {
+        destroy_plan(pl);
+        return false;
+    }
     pl->algo = res.algo;
     pl->workspace_needed = res.workspaceSize;
-    pl->used = 1;
-    g->n_plans++;
+    return true;
 }
 
+/* The plan of p: cached, or built and cached; nullptr when cuBLASLt offers no algorithm. */
 plan *find_plan(struct gpu_gemm *g, const gemm_args *p) {
     check_args(p);
     const plan_key key = make_key(p);
@@ -175,13 +310,45 @@ plan *find_plan(struct gpu_gemm *g, const gemm_args *p) {
         plan *pl = &g->slots[i];
         if (!pl->used) {
             CHECK(g->n_plans < GEMM_MAX_PLANS, "gemm: more than %d distinct shapes", GEMM_MAX_PLANS);
-            build_plan(g, pl, key, p);
+            if (!build_plan(g, pl, key, p)) return nullptr;
+            pl->used = 1;
+            g->n_plans++;
             return pl;
         }
         if (memcmp(&pl->key, &key, sizeof key) == 0) return pl;
     }
     CHECK(0, "gemm plan table full");
     return nullptr;
+}
+
+/* Stops the program with a message naming p when cuBLASLt has no algorithm or refused it. */
+void fail_unsupported(const gemm_args *p, gemm_status st) {
+    if (is_fp8(p)) {
+        char what[512];
+        describe_fp8(p, what, sizeof what);
+        CHECK(0, "cuBLASLt %s the FP8 GEMM %s. %s",
+              st == GEMM_NO_ALGORITHM ? "has no algorithm for" : "refused", what, kFp8Hint);
+    }
+    CHECK(0,
+          "cuBLASLt %s m=%d n=%d k=%d batch=%d op_a=%d op_b=%d lda=%lld ldb=%lld ldd=%lld d_type=%d bias=%d beta=%d "
+          "alignments a=%d b=%d d=%d",
+          st == GEMM_NO_ALGORITHM ? "has no algorithm for" : "refused", p->m, p->n, p->k, p->batch, (int)p->op_a,
+          (int)p->op_b, (long long)p->lda, (long long)p->ldb, (long long)p->ldd, (int)p->d_type, p->bias != nullptr,
+          (int)p->beta, align_class(p->a), align_class(p->b), align_class(p->d));
+}
+
+gemm_args fp8_product(void *d, gemm_out d_type, gemm_beta beta, const gemm_fp8_operand *a, const gemm_fp8_operand *b,
+                      int m, int n, int k, gemm_accum accum) {
+    gemm_args p;
+    memset(&p, 0, sizeof p);
+    p.d = d, p.d_type = d_type, p.ldd = n;
+    p.a = a->data, p.op_a = GEMM_NO_TRANS, p.lda = k;
+    p.b = b->data, p.op_b = GEMM_TRANS, p.ldb = k;
+    p.m = m, p.n = n, p.k = k, p.batch = 1;
+    p.alpha = 1.0f, p.beta = beta;
+    p.a_type = a->type, p.b_type = b->type, p.a_scale = a->scale, p.b_scale = b->scale;
+    p.a_scale_mode = a->mode, p.b_scale_mode = b->mode, p.accum = accum;
+    return p;
 }
 
 }  // namespace
@@ -199,33 +366,56 @@ struct gpu_gemm *build_gpu_gemm(size_t workspace_bytes) {
 
 void free_gpu_gemm(struct gpu_gemm *g) {
     if (!g) return;
-    for (int i = 0; i < kSlots; i++) {
-        plan *pl = &g->slots[i];
-        if (!pl->used) continue;
-        CUDA_CHECK(cublasLtMatrixLayoutDestroy(pl->la));
-        CUDA_CHECK(cublasLtMatrixLayoutDestroy(pl->lb));
-        CUDA_CHECK(cublasLtMatrixLayoutDestroy(pl->ld));
-        CUDA_CHECK(cublasLtMatmulDescDestroy(pl->desc));
-    }
+    for (int i = 0; i < kSlots; i++)
+        if (g->slots[i].used) destroy_plan(&g->slots[i]);
     if (g->workspace) CUDA_CHECK(cudaFree(g->workspace));
     CUDA_CHECK(cublasLtDestroy(g->handle));
     free(g);
 }
 
-void gpu_gemm_reserve(struct gpu_gemm *g, const struct gemm_args *p) { (void)find_plan(g, p); }
+void gpu_gemm_reserve(struct gpu_gemm *g, const struct gemm_args *p) {
+    if (find_plan(g, p) == nullptr) fail_unsupported(p, GEMM_NO_ALGORITHM);
+}
 
 int gpu_gemm_plan_count(const struct gpu_gemm *g) { return g->n_plans; }
 
-void gpu_gemm(struct gpu_gemm *g, const struct gemm_args *p, cudaStream_t stream) {
+void gpu_gemm_algo_name(struct gpu_gemm *g, const struct gemm_args *p, char *buf, size_t n) {
+    const plan *pl = find_plan(g, p);
+    if (pl == nullptr) {
+        snprintf(buf, n, "none");
+        return;
+    }
+    int32_t id = 0, tile = 0, splitk = 0, stages = 0;
+    uint32_t reduction = 0;
+    size_t w = 0;
+    CUDA_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&pl->algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, &w));
+    CUDA_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&pl->algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, &w));
+    CUDA_CHECK(
+        cublasLtMatmulAlgoConfigGetAttribute(&pl->algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof splitk, &w));
+    CUDA_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&pl->algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &reduction,
+                                                    sizeof reduction, &w));
+    CUDA_CHECK(
+        cublasLtMatmulAlgoConfigGetAttribute(&pl->algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof stages, &w));
+    snprintf(buf, n, "algo %d tile %d splitK %d reduction %u stages %d", id, tile, splitk, reduction, stages);
+}
+
+enum gemm_status gpu_gemm_try(struct gpu_gemm *g, const struct gemm_args *p, cudaStream_t stream) {
     plan *pl = find_plan(g, p);
-    if (p->bias)
-        CUDA_CHECK(
-            cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p->bias, sizeof p->bias));
+    if (pl == nullptr) return GEMM_NO_ALGORITHM;
+    set_call_pointers(pl, p);
     const float alpha = p->alpha;
     const float beta = p->beta == GEMM_ACCUMULATE ? 1.0f : 0.0f;
-    CUDA_CHECK(cublasLtMatmul(g->handle, pl->desc, &alpha, p->b, pl->la, p->a, pl->lb, &beta, p->d, pl->ld, p->d,
-                              pl->ld, &pl->algo, g->workspace, g->workspace_bytes, stream));
+    const cublasStatus_t st = cublasLtMatmul(g->handle, pl->desc, &alpha, p->b, pl->la, p->a, pl->lb, &beta, p->d,
+                                             pl->ld, p->d, pl->ld, &pl->algo, g->workspace, g->workspace_bytes, stream);
+    if (is_fp8(p) && (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE)) return GEMM_REFUSED;
+    CUDA_CHECK(st);
     KERNEL_CHECK(stream);
+    return GEMM_OK;
+}
+
+void gpu_gemm(struct gpu_gemm *g, const struct gemm_args *p, cudaStream_t stream) {
+    const gemm_status st = gpu_gemm_try(g, p, stream);
+    if (st != GEMM_OK) fail_unsupported(p, st);
 }
 
 void gpu_linear_forward_bf16(struct gpu_gemm *g, uint16_t *y, const uint16_t *x, const uint16_t *w,
@@ -262,6 +452,29 @@ void gpu_linear_backward_dw_f32(struct gpu_gemm *g, float *dw, const uint16_t *d
     p.b = x, p.op_b = GEMM_NO_TRANS, p.ldb = C_in;
     p.m = C_out, p.n = C_in, p.k = N, p.batch = 1;
     p.alpha = 1.0f, p.beta = GEMM_ACCUMULATE;
+    gpu_gemm(g, &p, stream);
+}
+
+
+void gpu_linear_forward_fp8(struct gpu_gemm *g, void *y, enum gemm_out y_type, const struct gemm_fp8_operand *x,
+                            const struct gemm_fp8_operand *w, const uint16_t *b, int N, int C_in, int C_out,
+                            enum gemm_accum accum, cudaStream_t stream) {
+    gemm_args p = fp8_product(y, y_type, GEMM_OVERWRITE, x, w, N, C_out, C_in, accum);
+    p.bias = b;
+    gpu_gemm(g, &p, stream);
+}
+
+void gpu_linear_backward_dx_fp8(struct gpu_gemm *g, void *dx, enum gemm_out dx_type, enum gemm_beta beta,
+                                const struct gemm_fp8_operand *dy, const struct gemm_fp8_operand *w_t, int N, int C_in,
+                                int C_out, enum gemm_accum accum, cudaStream_t stream) {
+    const gemm_args p = fp8_product(dx, dx_type, beta, dy, w_t, N, C_in, C_out, accum);
+    gpu_gemm(g, &p, stream);
+}
+
+void gpu_linear_backward_dw_fp8(struct gpu_gemm *g, void *dw, enum gemm_out dw_type, enum gemm_beta beta,
+                                const struct gemm_fp8_operand *dy_t, const struct gemm_fp8_operand *x_t, int N,
+                                int C_in, int C_out, enum gemm_accum accum, cudaStream_t stream) {
+    const gemm_args p = fp8_product(dw, dw_type, beta, dy_t, x_t, C_out, C_in, N, accum);
     gpu_gemm(g, &p, stream);
 }
 

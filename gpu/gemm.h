@@ -23,8 +23,9 @@
  *
  * The context (struct gpu_gemm) owns the cuBLASLt handle, ONE preallocated workspace and a cache
  * of plans keyed by everything that selects a kernel (shapes, transposes, leading dimensions,
- * batch strides, output type, epilogue, accumulate flag and the alignment class (2 to 256 bytes)
- * of every pointer, which cuBLASLt's heuristic takes into account): the first call with a new key asks cuBLASLt's heuristic once and stores the
+ * batch strides, output type, epilogue, accumulate flag, the alignment class (2 to 256 bytes)
+ * of every pointer, which cuBLASLt's heuristic takes into account, and for FP8 the operand
+ * types, scale modes, accumulation mode and which scale/amax pointers are set): the first call with a new key asks cuBLASLt's heuristic once and stores the
  * descriptors and the algorithm; later calls only look the plan up and launch. After
  * gpu_gemm_reserve has seen every shape of a run, calls allocate nothing. The plan chosen for a
  * key never changes, so results are bitwise reproducible run to run on one GPU model and toolkit
@@ -35,6 +36,38 @@
  * bias only with bf16 D; at most GEMM_MAX_PLANS distinct keys per context. A, B, D and bias must
  * be 2-byte (bf16) / 4-byte (fp32) aligned; 16-byte alignment and leading dimensions that are
  * multiples of 8 give the fast kernels. Aliasing: D must not overlap A, B or bias.
+ *
+ * FP8 (Hopper and Ada, cuBLASLt's FP8 matmul; NUMERICS.md §6.3). With a_type/b_type E4M3 or
+ * E5M2, A and B hold FP8 codes (ref/fp8.h) and
+ *   D = alpha · Σ_k σa(i,k)·σb(j,k)·dec(A[i,k])·dec(B[j,k]) (+ bias) (+ D when GEMM_ACCUMULATE)
+ * where σ is the operand's DEQUANTIZATION scale (what cuBLASLt's A/B_SCALE_POINTER multiply by:
+ * TE passes scale_inv there) read from device memory by the GPU, so no scale waits on the host:
+ *   GEMM_SCALE_TENSOR    one fp32 (a_scale[0]; NULL means 1);
+ *   GEMM_SCALE_1X128     one fp32 per row and 128-column block of K: σ(i,k) = s[(k/128)·rows + i]
+ *                        (cuBLASLt's VEC128_32F; rows = m for A, n for B);
+ *   GEMM_SCALE_128X128   one fp32 per 128×128 block: σ(i,k) = s[(i/128)·ld + k/128],
+ *                        ld = round_up(ceil(k/128), 4) (cuBLASLt's BLK128x128_32F);
+ * the block layouts are ref/fp8.h's fp8_block_scale_index and what gpu/fp8.h's block quantization
+ * writes. cuBLASLt accumulates in fp32 with the tensor cores' limited-precision partial sums:
+ * GEMM_ACCUM_PRECISE promotes them to fp32 periodically, GEMM_ACCUM_FAST
+ * (CUBLASLT_MATMUL_DESC_FAST_ACCUM) does not (faster, less accurate: TE uses it for the forward
+ * product under per-tensor scaling only); what that means in bits is measured by
+ * `gemm_fp8_parity --probe` and recorded in NUMERICS.md §6.5. amax_d (optional, device,
+ * 16-byte aligned) receives max|D| in fp32 before D's rounding (cuBLASLt's AMAX_D).
+ * FP8 preconditions (CHECKed, with a message naming the rule):
+ *   - both operands FP8 (not E5M2 × E5M2, which cuBLASLt does not offer); every product of bf16
+ *     operands leaves the FP8 fields zero (scales NULL, GEMM_SCALE_TENSOR, GEMM_ACCUM_PRECISE,
+ *     amax_d NULL) and is computed exactly as before they existed;
+ *   - "TN" only: op_a = GEMM_NO_TRANS and op_b = GEMM_TRANS, i.e. D = A·Bᵀ with A (m, k) and B
+ *     (n, k) both K-major. A tensor needed along its other dimension is stored a second time,
+ *     transposed (gpu/fp8.h casts with a transposed output), as Transformer Engine does on Hopper;
+ *   - m, n, k, lda, ldb multiples of 16; ldd·sizeof(D) a multiple of 16; batch = 1;
+ *   - A, B, D, bias, the scale pointers and amax_d 16-byte aligned (at 4-byte offsets cuBLASLt
+ *     returned NOT_SUPPORTED for scale pointers on the H100);
+ *   - block modes need their scale pointer.
+ * Whether cuBLASLt runs a combination (block scaling needs cuBLASLt ≥ 12.9 and sm_90; FP8 needs
+ * compute capability ≥ 8.9) is its decision: gpu_gemm_try reports a refusal, gpu_gemm and
+ * gpu_gemm_reserve stop with a message naming the combination, the device and the library.
  * Not thread-safe: one context per host thread (it may serve any number of streams in turn, as
  * the workspace is used by one product at a time on the stream given; products on different
  * streams must not run concurrently on the same context).
@@ -53,6 +86,10 @@ extern "C" {
 enum gemm_op { GEMM_NO_TRANS = 0, GEMM_TRANS = 1 };
 enum gemm_out { GEMM_OUT_BF16 = 0, GEMM_OUT_F32 = 1 };
 enum gemm_beta { GEMM_OVERWRITE = 0, GEMM_ACCUMULATE = 1 };
+enum gemm_dtype { GEMM_BF16 = 0, GEMM_E4M3 = 1, GEMM_E5M2 = 2 };
+enum gemm_scale { GEMM_SCALE_TENSOR = 0, GEMM_SCALE_1X128 = 1, GEMM_SCALE_128X128 = 2 };
+enum gemm_accum { GEMM_ACCUM_PRECISE = 0, GEMM_ACCUM_FAST = 1 };
+enum gemm_status { GEMM_OK = 0, GEMM_NO_ALGORITHM = 1, GEMM_REFUSED = 2 };
 
 #define GEMM_MAX_PLANS 512
 #define GEMM_DEFAULT_WORKSPACE ((size_t)32 << 20) /* what cuBLAS itself uses on Hopper */
@@ -61,16 +98,22 @@ struct gemm_args {
     void *d; /* (m, n) per batch, bf16 or fp32 per d_type */
     enum gemm_out d_type;
     int64_t ldd, stride_d;
-    const uint16_t *a; /* bf16 */
+    const void *a; /* bf16, or FP8 codes per a_type */
     enum gemm_op op_a;
     int64_t lda, stride_a;
-    const uint16_t *b; /* bf16 */
+    const void *b; /* bf16, or FP8 codes per b_type */
     enum gemm_op op_b;
     int64_t ldb, stride_b;
     const uint16_t *bias; /* (n) bf16, or NULL */
     int m, n, k, batch;
     float alpha;
     enum gemm_beta beta;
+    /* FP8 (see above); all zero for bf16 operands. */
+    enum gemm_dtype a_type, b_type;
+    const float *a_scale, *b_scale; /* device dequantization scales, or NULL (= 1, tensor mode) */
+    enum gemm_scale a_scale_mode, b_scale_mode;
+    enum gemm_accum accum;
+    float *amax_d; /* device, or NULL */
 };
 
 struct gpu_gemm;
@@ -83,9 +126,18 @@ void free_gpu_gemm(struct gpu_gemm *g);
  * Call it for every shape at setup so that the hot path never allocates. */
 void gpu_gemm_reserve(struct gpu_gemm *g, const struct gemm_args *p);
 void gpu_gemm(struct gpu_gemm *g, const struct gemm_args *p, cudaStream_t stream);
+/* gpu_gemm, except that a combination cuBLASLt does not run is reported instead of stopping the
+ * program: GEMM_NO_ALGORITHM (its heuristic offers none; nothing is cached) or GEMM_REFUSED
+ * (cublasLtMatmul returned NOT_SUPPORTED or INVALID_VALUE; nothing ran). Preconditions are still
+ * CHECKed. For choosing a path at setup (block-scaled FP8 or per-tensor) and for the probe. */
+enum gemm_status gpu_gemm_try(struct gpu_gemm *g, const struct gemm_args *p, cudaStream_t stream);
 
 /* Plans cached so far (for tests and setup checks). */
 int gpu_gemm_plan_count(const struct gpu_gemm *g);
+/* The algorithm p's plan runs, in words (cuBLASLt's algorithm id, tile id, split-K count,
+ * reduction scheme, stages id), for logs that must say which kernel a measurement came from;
+ * "none" when cuBLASLt offers none. Plans p like gpu_gemm_reserve. */
+void gpu_gemm_algo_name(struct gpu_gemm *g, const struct gemm_args *p, char *buf, size_t n);
 
 /* The device's bf16 GEMM rate in FLOP/s: an n×n×n product (random operands, 3 warm-up runs, the
  * mean of 10 timed by CUDA events) — PERFORMANCE.md's ceiling for MFU. 0 when the three n×n
@@ -101,6 +153,34 @@ void gpu_linear_backward_dx_bf16(struct gpu_gemm *g, uint16_t *dx, const uint16_
 /* dW ACCUMULATES (fp32), as every parameter gradient. */
 void gpu_linear_backward_dw_f32(struct gpu_gemm *g, float *dw, const uint16_t *dy, const uint16_t *x, int N,
                                 int C_in, int C_out, cudaStream_t stream);
+
+/* The three products of a linear layer in FP8 (Transformer Engine's HYBRID recipe: E4M3 forward
+ * tensors, E5M2 gradients), each a TN product of K-major operands. An operand is FP8 codes
+ * (rows, K) row-major with its type, dequantization scale(s) and scale mode (see above):
+ *   gpu_linear_forward_fp8       y  = x Wᵀ (+ b)  A = x (N, C_in),      B = W (C_out, C_in)    K = C_in
+ *   gpu_linear_backward_dx_fp8   dx = dy W        A = dy (N, C_out),    B = Wᵀ (C_in, C_out)   K = C_out
+ *   gpu_linear_backward_dw_fp8   dW = dyᵀ x       A = dyᵀ (C_out, N),   B = xᵀ (C_in, N)       K = N
+ * Wᵀ, dyᵀ and xᵀ are the transposed FP8 copies (gpu/fp8.h writes them in the same pass as the
+ * cast). Typical types: forward E4M3 × E4M3, dx E5M2 (dy) × E4M3 (Wᵀ), dW E5M2 (dyᵀ) × E4M3 (xᵀ).
+ * Outputs: y bf16 (or fp32), OVERWRITTEN; dx and dW bf16 or fp32, overwritten or accumulated per
+ * beta. accum per product (TE: forward GEMM_ACCUM_FAST under per-tensor scaling, the backward
+ * products and every block-scaled product GEMM_ACCUM_PRECISE). All FP8 preconditions apply (N,
+ * C_in, C_out multiples of 16). */
+struct gemm_fp8_operand {
+    const uint8_t *data;  /* codes, (rows, K) row-major */
+    enum gemm_dtype type; /* GEMM_E4M3 or GEMM_E5M2 */
+    const float *scale;   /* device dequantization scale(s) */
+    enum gemm_scale mode;
+};
+void gpu_linear_forward_fp8(struct gpu_gemm *g, void *y, enum gemm_out y_type, const struct gemm_fp8_operand *x,
+                            const struct gemm_fp8_operand *w, const uint16_t *b, int N, int C_in, int C_out,
+                            enum gemm_accum accum, cudaStream_t stream);
+void gpu_linear_backward_dx_fp8(struct gpu_gemm *g, void *dx, enum gemm_out dx_type, enum gemm_beta beta,
+                                const struct gemm_fp8_operand *dy, const struct gemm_fp8_operand *w_t, int N, int C_in,
+                                int C_out, enum gemm_accum accum, cudaStream_t stream);
+void gpu_linear_backward_dw_fp8(struct gpu_gemm *g, void *dw, enum gemm_out dw_type, enum gemm_beta beta,
+                                const struct gemm_fp8_operand *dy_t, const struct gemm_fp8_operand *x_t, int N,
+                                int C_in, int C_out, enum gemm_accum accum, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -67,6 +67,51 @@
  * Shapes: A (M, K), B (N, K), out (M, N) row-major. OVERWRITES out / out_q / *amax_d.
  * Aliasing: none. Mirrors TE's gemm (cublaslt_gemm.cu) with A/B_SCALE = scale_inv, D_SCALE =
  * the output's scale, AMAX_D; fast accumulation (FP8 fprop) is not modeled: it is a tolerance.
+ *
+ * What the quantization kernels report (gpu/fp8.h computes the same on the device):
+ *   struct fp8_stats, ACCUMULATED over calls: amax = max(amax, max|x|) (NaN ignored); saturated +=
+ *   the number of codes SATFINITE clamped (fp8_saturates of the scaled value: |v| > 464 for E4M3
+ *   — 464 itself ties to the even 448 —, |v| ≥ 61440 for E5M2, ±Inf; NaN never counts); flags |=
+ *   FP8_FLAG_INPUT_NONFINITE when an input is NaN or ±Inf, FP8_FLAG_AMAX_NONFINITE when an amax a
+ *   scale is computed from is not finite (the scale then falls back: current → 1, delayed → the
+ *   previous scale, TE's rules). fp8_delayed_update returns its flag. A caller folds the flags
+ *   into its step guard (a non-finite amax or input skips the step, as a non-finite gradient).
+ *
+ * Cast + transpose (per-tensor scaling; Hopper's FP8 GEMMs take K-major operands only, so a
+ * tensor used along both dimensions is stored twice, TE's "columnwise" copy):
+ *   fp8_cast_transpose: x (rows, cols); q[r·cols + c] = fp8(x[r,c]·scale) and q_t[c·rows + r] =
+ *   the same code (q_t is qᵀ); either may be NULL. saturated counts each element once.
+ *
+ * Block quantization (DeepSeek-V3 §3.3; TE Float8BlockScaling; cuBLASLt's VEC128_32F and
+ * BLK128x128_32F scale modes), x (rows, cols) quantized along cols (the GEMM's K):
+ *   FP8_BLOCK_1X128    a block is 1 row × 128 cols (activations and gradients);
+ *   FP8_BLOCK_128X128  a block is 128 rows × 128 cols (weights).
+ *   The last blocks of a dimension that 128 does not divide are partial (fewer elements).
+ *   Per block: amax_b = max|x| over the block (NaN ignored); scale_b = fp8_current_scale(amax_b,
+ *   f, amax_eps, power_2) (TE's defaults: eps 0, power_2 = 1); q = fp8(x·scale_b) SATFINITE;
+ *   the stored scale is the DEQUANTIZATION scale s_inv = 1/scale_b (fp32 RN division; what
+ *   cuBLASLt's A/B_SCALE_POINTER multiply by).
+ *   Scale layouts (cuBLASLt's; fp8_block_scale_index gives the slot of element (r, c)):
+ *     1X128:   s[kb·rows + r]                    kb = c/128: for each 128-column block, one scale
+ *                                               per row, rows contiguous ("outer-dim major");
+ *     128X128: s[rb·ld + kb], ld = round_up(ceil(cols/128), 4)   rb = r/128: per 128-row block,
+ *                                               its column blocks contiguous, padded to a multiple
+ *                                               of 4 (16 bytes); the padding slots are set to 0.
+ *   Transposed outputs (q_t (cols, rows), s_inv_t; NULL to skip):
+ *     1X128:   the 1×128 quantization of xᵀ, computed from x (blocks of 128 ROWS of x, "128×1"):
+ *              NOT qᵀ — TE computes both orientations from the high-precision input to avoid
+ *              quantizing twice. saturated counts both quantizations.
+ *     128X128: q_t = qᵀ and s_inv_t holds the same block scales in xᵀ's layout (square blocks).
+ *   Flags: FP8_FLAG_AMAX_NONFINITE when a block's amax is ±Inf (its scale falls back to 1).
+ *
+ * Scaled reference GEMM (the oracle for cuBLASLt's per-tensor and block-scaled FP8 GEMMs):
+ *   ref_fp8_gemm_scaled: A (M, K) and B (N, K) codes, each with a scaling mode and its scales
+ *   (FP8_SCALING_TENSOR: sa[0]; 1X128 / 128X128: the block layouts above, of A (M, K) and B (N, K));
+ *   d[m,n] = Σ_kb σa(m,kb)·σb(n,kb)·Σ_{k in block kb} dec(A[m,k])·dec(B[n,k]), computed in double
+ *   (each product and each block's partial sum of FP8 values is exact there; the scaled partials
+ *   are summed in double, exact as well for power-of-two scales) and rounded ONCE to fp32
+ *   (FP8_OUT_F32) or bf16 (FP8_OUT_BF16; via fp32, as cuBLASLt's epilogue). It stands for the
+ *   exact product: the GPU's limited-precision accumulation is a tolerance (gemm_fp8_parity).
  */
 #ifndef REFINE_REF_FP8_H
 #define REFINE_REF_FP8_H
@@ -110,7 +155,8 @@ struct fp8_delayed {
 };
 
 void fp8_delayed_record(struct fp8_delayed *s, float amax);
-void fp8_delayed_update(struct fp8_delayed *s);
+/* Returns FP8_FLAG_AMAX_NONFINITE when the window's amax was not finite (the scale was kept), else 0. */
+unsigned fp8_delayed_update(struct fp8_delayed *s);
 
 /* Current per-tensor scaling: the scale for a tensor of that amax. */
 float fp8_current_scale(float amax, enum fp8_format f, float amax_eps, int power_2);
@@ -129,6 +175,44 @@ void ref_fp8_gemm(float *out, uint8_t *out_q, float *amax_d, const uint8_t *A, e
 void ref_fp8_gemm_f32(float *out, uint8_t *out_q, float *amax_d, const float *x, enum fp8_format fa, float scale_a,
                       const float *w, enum fp8_format fb, float scale_b, int M, int N, int K, enum fp8_accum acc,
                       enum fp8_out out_kind, float d_scale);
+
+/* ---- Statistics, cast + transpose, block quantization, the scaled GEMM (file comment) ---- */
+
+enum fp8_flag { FP8_FLAG_INPUT_NONFINITE = 1u, FP8_FLAG_AMAX_NONFINITE = 2u };
+
+struct fp8_stats {
+    float amax;        /* max|x| seen, max-accumulated (start at 0) */
+    int64_t saturated; /* codes clamped by SATFINITE, added */
+    unsigned flags;    /* enum fp8_flag bits, OR-ed */
+};
+
+/* 1 when SATFINITE clamps the scaled value v (it rounds beyond the largest finite code, or is
+ * ±Inf); 0 otherwise and for NaN. */
+int fp8_saturates(float v, enum fp8_format f);
+
+void fp8_cast_transpose(uint8_t *q, uint8_t *q_t, struct fp8_stats *st, const float *x, int64_t rows, int64_t cols,
+                        float scale, enum fp8_format f);
+
+enum fp8_block { FP8_BLOCK_1X128 = 0, FP8_BLOCK_128X128 = 1 };
+#define FP8_BLOCK_SIZE 128
+
+/* The scale tensor of a block quantization of x (rows, cols): its leading dimension (1X128: rows;
+ * 128X128: round_up(ceil(cols/128), 4)), its element count, and the slot of element (r, c). */
+int64_t fp8_block_scale_ld(enum fp8_block b, int64_t rows, int64_t cols);
+int64_t fp8_block_scale_count(enum fp8_block b, int64_t rows, int64_t cols);
+int64_t fp8_block_scale_index(enum fp8_block b, int64_t rows, int64_t cols, int64_t r, int64_t c);
+
+/* q (rows, cols) and s_inv (fp8_block_scale_count(b, rows, cols)); q_t (cols, rows) and s_inv_t
+ * (fp8_block_scale_count(b, cols, rows)) or NULL. OVERWRITES the outputs, accumulates st. */
+void fp8_block_quantize(uint8_t *q, float *s_inv, uint8_t *q_t, float *s_inv_t, struct fp8_stats *st, const float *x,
+                        int64_t rows, int64_t cols, enum fp8_block b, enum fp8_format f, float amax_eps, int power_2);
+
+enum fp8_scaling { FP8_SCALING_TENSOR = 0, FP8_SCALING_1X128 = 1, FP8_SCALING_128X128 = 2 };
+
+/* out (M, N) row-major, OVERWRITTEN; out_kind FP8_OUT_F32 or FP8_OUT_BF16. */
+void ref_fp8_gemm_scaled(float *out, const uint8_t *A, enum fp8_format fa, enum fp8_scaling ma, const float *sa,
+                         const uint8_t *B, enum fp8_format fb, enum fp8_scaling mb, const float *sb, int M, int N,
+                         int K, enum fp8_out out_kind);
 
 #ifdef __cplusplus
 }

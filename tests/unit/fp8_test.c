@@ -1,5 +1,7 @@
 /* fp8_test.c — ref/fp8 exhaustively: all 256 patterns of E4M3fn and E5M2, every rounding boundary,
- * the three overflow policies, TE's delayed and current scaling, and the reference FP8 GEMM.
+ * the three overflow policies, TE's delayed and current scaling, the reference FP8 GEMM, and what
+ * the quantization kernels mirror: saturation counting, cast + transpose, 1×128 / 128×128 block
+ * quantization with cuBLASLt's scale layouts, and the block-scaled reference GEMM.
  *
  * Independent computations: decoding from the definition sign·2^(E−bias)·(1 + M/2^m) in double
  * (pow, not the ldexp of fp8.c); encoding by a brute-force search for the nearest of the 256
@@ -187,11 +189,15 @@ static void test_delayed(void) {
     fp8_delayed_update(&s);
     EXPECT(s.scale == 112.0f, "delayed: zero amax keeps the scale, got %g", (double)s.scale);
     fp8_delayed_record(&s, INFINITY);
-    fp8_delayed_update(&s);
+    unsigned fl = fp8_delayed_update(&s);
     EXPECT(s.scale == 112.0f, "delayed: Inf amax keeps the scale, got %g", (double)s.scale);
+    EXPECT(fl == FP8_FLAG_AMAX_NONFINITE, "delayed: Inf amax flagged, flags %u", fl);
     s.history[0] = NAN;
     fp8_delayed_update(&s);
     EXPECT(s.scale == 112.0f, "delayed: NaN amax keeps the scale, got %g", (double)s.scale);
+    /* the Inf is still in the window (history length 4): flagged until it leaves */
+    for (int i = 0; i < 4; i++) fl = fp8_delayed_update(&s);
+    EXPECT(fl == 0 && s.scale == 112.0f, "delayed: Inf left the window, flags %u scale %g", fl, (double)s.scale);
     /* Margin 2: scale / 4; E5M2 max. */
     s.margin = 2;
     s.format = FP8_E5M2;
@@ -305,6 +311,273 @@ static void test_gemm(void) {
     free(xa), free(wa), free(o), free(o64);
 }
 
+/* fp8_saturates against the brute-force NOSAT result: saturated ⇔ not NaN and the unclamped
+ * rounding overflows (E4M3: to NaN, E5M2: to ±Inf). */
+static void test_saturates(enum fp8_format f) {
+    struct rng r;
+    rng_init(&r, g_seed + 31 + (uint64_t)f);
+    int64_t bad = 0, checked = 0;
+    double vals[130];
+    int nv = 0;
+    for (int c = 0; c < 128; c++) {
+        int kind;
+        double v = def_value((uint8_t)c, f, &kind);
+        if (!kind) vals[nv++] = v;
+    }
+    vals[nv++] = f == FP8_E4M3 ? 480.0 : 65536.0;
+    float probes[1000];
+    int np = 0;
+    for (int i = 0; i + 1 < nv && np + 5 < 1000; i++) {
+        float m = (float)((vals[i] + vals[i + 1]) / 2);
+        probes[np++] = (float)vals[i], probes[np++] = nextafterf(m, 0.0f), probes[np++] = m;
+        probes[np++] = nextafterf(m, INFINITY);
+    }
+    probes[np++] = INFINITY, probes[np++] = NAN, probes[np++] = FLT_MAX, probes[np++] = 0.0f;
+    for (int i = 0; i < np + 60000; i++) {
+        float x = i < np ? probes[i] : ref_f32_from_bits((uint32_t)rng_u64(&r));
+        if (i >= np && (i & 1)) x = (float)rng_range(&r, -80000.0, 80000.0);
+        for (int sgn = 0; sgn < 2; sgn++) {
+            float v = sgn ? -x : x;
+            uint8_t raw = expect_fp8(v, f, FP8_NOSAT) & 0x7F;
+            int want = !isnan(v) && (f == FP8_E4M3 ? raw == 0x7F : raw == 0x7C);
+            checked++;
+            if (fp8_saturates(v, f) != want) {
+                if (bad < 5) printf("  %s saturates(%a) = %d, want %d\n", fmt_name[f], (double)v, !want, want);
+                bad++;
+            }
+        }
+    }
+    EXPECT(bad == 0, "%s: fp8_saturates wrong on %lld of %lld values", fmt_name[f], (long long)bad, (long long)checked);
+}
+
+/* fp8_cast_transpose against brute-force encodings, with planted saturation, Inf and NaN. */
+static void test_cast_transpose(void) {
+    struct rng r;
+    rng_init(&r, g_seed + 41);
+    const int64_t R = 37, C = 70;
+    float *x = malloc(sizeof(float) * R * C);
+    uint8_t *q = malloc(R * C), *qt = malloc(R * C), *qt2 = malloc(R * C);
+    rng_fill_normal(&r, x, R * C, 0, 10);
+    x[3 * C + 5] = 1e4f;     /* saturates at scale 7.3 */
+    x[10 * C + 69] = -INFINITY;
+    x[36 * C + 0] = NAN;
+    const float scale = 7.3f;
+    for (int f = 0; f < 2; f++) {
+        struct fp8_stats st = {0, 0, 0}, st2 = {0, 0, 0};
+        fp8_cast_transpose(q, qt, &st, x, R, C, scale, (enum fp8_format)f);
+        fp8_cast_transpose(NULL, qt2, &st2, x, R, C, scale, (enum fp8_format)f);
+        int64_t bad = 0, sat = 0;
+        double amax = 0;
+        for (int64_t i = 0; i < R; i++)
+            for (int64_t j = 0; j < C; j++) {
+                float v = x[i * C + j] * scale;
+                uint8_t want = expect_fp8(v, (enum fp8_format)f, FP8_SATFINITE);
+                int same = q[i * C + j] == want || (isnan(v) && fp8_is_nan(q[i * C + j], (enum fp8_format)f));
+                bad += !same || qt[j * R + i] != q[i * C + j] || qt2[j * R + i] != q[i * C + j];
+                uint8_t raw = expect_fp8(v, (enum fp8_format)f, FP8_NOSAT) & 0x7F;
+                sat += !isnan(v) && (f == FP8_E4M3 ? raw == 0x7F : raw == 0x7C);
+                if (!isnan(x[i * C + j])) amax = fmax(amax, fabs((double)x[i * C + j]));
+            }
+        EXPECT(bad == 0, "cast_transpose %s: %lld codes wrong", fmt_name[f], (long long)bad);
+        EXPECT(st.saturated == sat && sat >= 2, "cast_transpose %s: saturated %lld, want %lld", fmt_name[f],
+               (long long)st.saturated, (long long)sat);
+        EXPECT((double)st.amax == amax && isinf(st.amax), "cast_transpose %s: amax %g, want %g", fmt_name[f],
+               (double)st.amax, amax);
+        EXPECT(st.flags == FP8_FLAG_INPUT_NONFINITE && st2.flags == st.flags && st2.saturated == st.saturated,
+               "cast_transpose %s: flags %u/%u", fmt_name[f], st.flags, st2.flags);
+        fp8_cast_transpose(q, NULL, &st, x, R, C, scale, (enum fp8_format)f);
+        EXPECT(st.saturated == 2 * sat, "cast_transpose: stats accumulate (%lld)", (long long)st.saturated);
+    }
+    free(x), free(q), free(qt), free(qt2);
+}
+
+/* Block quantization: every code against the brute-force encoding with its block's scale, the
+ * scales in cuBLASLt's layouts (an independent transcription of the index formulas), padding,
+ * the transposed outputs, the quantization error bound and the statistics. */
+static int64_t test_scale_slot(enum fp8_block b, int64_t rows, int64_t cols, int64_t r, int64_t c) {
+    if (b == FP8_BLOCK_1X128) return (c / 128) * rows + r;           /* VEC128_32F: outer dim contiguous */
+    int64_t ld = ((cols + 127) / 128 + 3) / 4 * 4;                   /* BLK128x128_32F: padded to 4 */
+    return (r / 128) * ld + c / 128;
+}
+
+static void check_block_case(int64_t R, int64_t C, enum fp8_block b, enum fp8_format f, float eps, int p2, int plant,
+                             uint64_t seed) {
+    struct rng r;
+    rng_init(&r, seed);
+    float *x = malloc(sizeof(float) * R * C), *xt = malloc(sizeof(float) * R * C);
+    for (int64_t i = 0; i < R; i++) {
+        float row_mag = (float)exp(rng_range(&r, -6, 6));
+        for (int64_t j = 0; j < C; j++) x[i * C + j] = (float)rng_normal(&r) * row_mag * (j % 3 ? 1.0f : 0.01f);
+    }
+    if (C > 3) for (int64_t j = 0; j < (C < 128 ? C : 128); j++) x[j] = 0.0f; /* an all-zero 1×128 block */
+    if (plant && R * C > 10) x[R * C / 2 + 1] = INFINITY, x[R * C / 3] = NAN;
+    for (int64_t i = 0; i < R; i++)
+        for (int64_t j = 0; j < C; j++) xt[j * R + i] = x[i * C + j];
+    const int64_t ns = fp8_block_scale_count(b, R, C), nst = fp8_block_scale_count(b, C, R);
+    uint8_t *q = malloc(R * C), *qt = malloc(R * C), *q2 = malloc(R * C);
+    float *s = malloc(sizeof(float) * ns), *st_ = malloc(sizeof(float) * nst), *s2 = malloc(sizeof(float) * nst);
+    for (int64_t i = 0; i < ns; i++) s[i] = NAN; /* poison: every slot must be written */
+    for (int64_t i = 0; i < nst; i++) st_[i] = NAN;
+    struct fp8_stats st = {0, 0, 0};
+    fp8_block_quantize(q, s, qt, st_, &st, x, R, C, b, f, eps, p2);
+    char what[128];
+    snprintf(what, sizeof what, "block %s %s %lldx%lld eps=%g pow2=%d%s", b == FP8_BLOCK_1X128 ? "1x128" : "128x128",
+             fmt_name[f], (long long)R, (long long)C, (double)eps, p2, plant ? " inf/nan" : "");
+    /* Block amax table, then every element. */
+    const int64_t bh = b == FP8_BLOCK_1X128 ? 1 : 128;
+    int64_t bad = 0, bad_scale = 0, bad_err = 0, sat = 0, ns_used = 0;
+    double amax_all = 0;
+    unsigned flags = 0;
+    for (int64_t r0 = 0; r0 < R; r0 += bh)
+        for (int64_t c0 = 0; c0 < C; c0 += 128) {
+            int64_t r1 = r0 + bh < R ? r0 + bh : R, c1 = c0 + 128 < C ? c0 + 128 : C;
+            double am = 0;
+            for (int64_t i = r0; i < r1; i++)
+                for (int64_t j = c0; j < c1; j++)
+                    if (!isnan(x[i * C + j])) am = fmax(am, fabs((double)x[i * C + j]));
+            if (isinf(am)) flags |= FP8_FLAG_AMAX_NONFINITE;
+            float scale = fp8_current_scale((float)am, f, eps, p2);
+            int64_t slot = test_scale_slot(b, R, C, r0, c0);
+            ns_used++;
+            bad_scale += s[slot] != 1.0f / scale || fp8_block_scale_index(b, R, C, r1 - 1, c1 - 1) != slot;
+            for (int64_t i = r0; i < r1; i++)
+                for (int64_t j = c0; j < c1; j++) {
+                    float xv = x[i * C + j], v = xv * scale;
+                    uint8_t want = expect_fp8(v, f, FP8_SATFINITE), got = q[i * C + j];
+                    bad += !(got == want || (isnan(v) && fp8_is_nan(got, f)));
+                    uint8_t raw = expect_fp8(v, f, FP8_NOSAT) & 0x7F;
+                    sat += !isnan(v) && (f == FP8_E4M3 ? raw == 0x7F : raw == 0x7C);
+                    if (isfinite(xv) && isfinite(am)) {
+                        /* |dec·s_inv − x| ≤ half a quantum of the scaled value (2^-(m+1) relative,
+                         * or half the subnormal quantum), unscaled; fp32 products add 2 ulps. */
+                        double d = (double)fp8_to_float(got, f) * s[slot], u = f == FP8_E4M3 ? 0x1p-4 : 0x1p-3;
+                        double sub = (f == FP8_E4M3 ? 0x1p-10 : 0x1p-17) * s[slot];
+                        bad_err += fabs(d - xv) > fmax(u * fabs(xv), sub) * (1 + 4 * FLT_EPSILON);
+                        /* the block's largest element takes the largest code when the scale is exact enough */
+                        if (!p2 && am > 0 && fabs(xv) == am && eps == 0)
+                            bad_err += (got & 0x7F) != (f == FP8_E4M3 ? 0x7E : 0x7B);
+                    }
+                    if (!isnan(xv)) amax_all = fmax(amax_all, fabs((double)xv));
+                    if (!isfinite(xv)) flags |= FP8_FLAG_INPUT_NONFINITE;
+                }
+        }
+    int64_t pad_bad = 0;
+    for (int64_t i = 0; i < ns; i++) pad_bad += isnan(s[i]); /* unwritten slot */
+    if (b == FP8_BLOCK_128X128)
+        for (int64_t rb = 0; rb < (R + 127) / 128; rb++)
+            for (int64_t k = (C + 127) / 128; k < fp8_block_scale_ld(b, R, C); k++)
+                pad_bad += s[rb * fp8_block_scale_ld(b, R, C) + k] != 0.0f;
+    EXPECT(bad == 0 && bad_scale == 0 && bad_err == 0 && pad_bad == 0,
+           "%s: %lld codes, %lld scales, %lld error-bound, %lld slot/padding failures", what, (long long)bad,
+           (long long)bad_scale, (long long)bad_err, (long long)pad_bad);
+    /* Transposed outputs. */
+    int64_t bad_t = 0;
+    if (b == FP8_BLOCK_128X128) {
+        for (int64_t i = 0; i < R; i++)
+            for (int64_t j = 0; j < C; j++) {
+                bad_t += qt[j * R + i] != q[i * C + j];
+                bad_t += st_[fp8_block_scale_index(b, C, R, j, i)] != s[fp8_block_scale_index(b, R, C, i, j)];
+            }
+        for (int64_t i = 0; i < nst; i++) bad_t += isnan(st_[i]);
+    } else {
+        struct fp8_stats st2 = {0, 0, 0};
+        fp8_block_quantize(q2, s2, NULL, NULL, &st2, xt, C, R, b, f, eps, p2);
+        bad_t += memcmp(q2, qt, (size_t)(R * C)) != 0 || memcmp(s2, st_, sizeof(float) * (size_t)nst) != 0;
+        sat += st2.saturated;
+    }
+    EXPECT(bad_t == 0, "%s: transposed output differs in %lld places", what, (long long)bad_t);
+    EXPECT(st.saturated == sat && (double)st.amax == amax_all && st.flags == flags,
+           "%s: stats saturated %lld/%lld amax %g/%g flags %u/%u", what, (long long)st.saturated, (long long)sat,
+           (double)st.amax, amax_all, st.flags, flags);
+    EXPECT(ns_used <= ns, "%s: %lld blocks for %lld slots", what, (long long)ns_used, (long long)ns);
+    free(x), free(xt), free(q), free(qt), free(q2), free(s), free(st_), free(s2);
+}
+
+static void test_block_quantize(void) {
+    const int64_t shapes[][2] = {{1, 1}, {5, 300}, {130, 257}, {128, 128}, {256, 384}, {200, 129}, {3, 1000}};
+    int id = 0;
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int b = 0; b < 2; b++)
+            for (int f = 0; f < 2; f++)
+                for (int p2 = 0; p2 < 2; p2++)
+                    check_block_case(shapes[i][0], shapes[i][1], (enum fp8_block)b, (enum fp8_format)f, 0.0f, p2, 0,
+                                     g_seed + 100 + (uint64_t)id++);
+    check_block_case(130, 257, FP8_BLOCK_1X128, FP8_E4M3, 1e-3f, 0, 0, g_seed + 300);
+    check_block_case(130, 257, FP8_BLOCK_128X128, FP8_E5M2, 0.5f, 1, 0, g_seed + 301);
+    check_block_case(130, 257, FP8_BLOCK_1X128, FP8_E4M3, 0.0f, 1, 1, g_seed + 302);
+    check_block_case(130, 257, FP8_BLOCK_128X128, FP8_E4M3, 0.0f, 0, 1, g_seed + 303);
+    EXPECT(fp8_block_scale_ld(FP8_BLOCK_128X128, 10, 129) == 4 && fp8_block_scale_ld(FP8_BLOCK_128X128, 10, 640) == 8 &&
+               fp8_block_scale_count(FP8_BLOCK_1X128, 10, 129) == 20,
+           "block scale layout sizes");
+}
+
+/* The scaled reference GEMM: integer codes with power-of-two block scales are exact, so the
+ * result must equal a brute-force double sum over k with the scales looked up independently. */
+static void test_gemm_scaled(void) {
+    struct rng r;
+    rng_init(&r, g_seed + 51);
+    const int M = 130, N = 70, K = 300;
+    uint8_t *A = malloc((size_t)M * K), *B = malloc((size_t)N * K);
+    float *out = malloc(sizeof(float) * M * N), *want = malloc(sizeof(float) * M * N), *o2 = malloc(sizeof(float) * M * N);
+    for (int i = 0; i < M * K; i++) A[i] = fp8_from_float((float)(rng_int(&r, 17) - 8), FP8_E4M3, FP8_SATFINITE);
+    for (int i = 0; i < N * K; i++) B[i] = fp8_from_float((float)(rng_int(&r, 17) - 8), FP8_E5M2, FP8_SATFINITE);
+    const enum fp8_scaling modes[3] = {FP8_SCALING_TENSOR, FP8_SCALING_1X128, FP8_SCALING_128X128};
+    for (int ma = 0; ma < 3; ma++)
+        for (int mb = 0; mb < 3; mb++) {
+            int64_t na = ma == 0 ? 1 : fp8_block_scale_count(ma == 1 ? FP8_BLOCK_1X128 : FP8_BLOCK_128X128, M, K);
+            int64_t nb = mb == 0 ? 1 : fp8_block_scale_count(mb == 1 ? FP8_BLOCK_1X128 : FP8_BLOCK_128X128, N, K);
+            float *sa = malloc(sizeof(float) * na), *sb = malloc(sizeof(float) * nb);
+            for (int64_t i = 0; i < na; i++) sa[i] = ldexpf(1.0f, rng_int(&r, 7) - 3);
+            for (int64_t i = 0; i < nb; i++) sb[i] = ldexpf(1.0f, rng_int(&r, 7) - 3);
+            for (int m = 0; m < M; m++)
+                for (int n = 0; n < N; n++) {
+                    double d = 0;
+                    for (int k = 0; k < K; k++) {
+                        double xa = ma == 0 ? sa[0] : sa[test_scale_slot(ma == 1 ? FP8_BLOCK_1X128 : FP8_BLOCK_128X128, M, K, m, k)];
+                        double xb = mb == 0 ? sb[0] : sb[test_scale_slot(mb == 1 ? FP8_BLOCK_1X128 : FP8_BLOCK_128X128, N, K, n, k)];
+                        d += fp8_to_float(A[m * K + k], FP8_E4M3) * xa * fp8_to_float(B[n * K + k], FP8_E5M2) * xb;
+                    }
+                    want[m * N + n] = (float)d;
+                }
+            ref_fp8_gemm_scaled(out, A, FP8_E4M3, modes[ma], sa, B, FP8_E5M2, modes[mb], sb, M, N, K, FP8_OUT_F32);
+            char shape[96];
+            snprintf(shape, sizeof shape, "M=%d N=%d K=%d modes %d x %d", M, N, K, ma, mb);
+            struct cmp_case c = {"ref_fp8_gemm_scaled", "integer codes, power-of-two scales (exact)", shape, "f32", g_seed};
+            cmp_exact_f32(&c, out, want, (int64_t)M * N);
+            ref_fp8_gemm_scaled(o2, A, FP8_E4M3, modes[ma], sa, B, FP8_E5M2, modes[mb], sb, M, N, K, FP8_OUT_BF16);
+            int64_t bad = 0;
+            for (int i = 0; i < M * N; i++) bad += o2[i] != bf16_round(out[i]);
+            EXPECT(bad == 0, "ref_fp8_gemm_scaled bf16 out: %lld not bf16(f32)", (long long)bad);
+            if (ma == 0 && mb == 0) {
+                ref_fp8_gemm(o2, NULL, NULL, A, FP8_E4M3, sa[0], B, FP8_E5M2, sb[0], M, N, K, FP8_ACC_F64, FP8_OUT_F32, 1);
+                c.what = "tensor x tensor equals ref_fp8_gemm";
+                cmp_exact_f32(&c, out, o2, (int64_t)M * N);
+            }
+            free(sa), free(sb);
+        }
+    /* Random codes and scales: the double sum rounded once; any order of the double sum agrees to
+     * within one fp32 rounding. */
+    for (int i = 0; i < M * K; i++) A[i] = fp8_from_float((float)rng_normal(&r) * 50, FP8_E4M3, FP8_SATFINITE);
+    for (int i = 0; i < N * K; i++) B[i] = fp8_from_float((float)rng_normal(&r) * 50, FP8_E4M3, FP8_SATFINITE);
+    int64_t na = fp8_block_scale_count(FP8_BLOCK_1X128, M, K), nb = fp8_block_scale_count(FP8_BLOCK_128X128, N, K);
+    float *sa = malloc(sizeof(float) * na), *sb = malloc(sizeof(float) * nb);
+    for (int64_t i = 0; i < na; i++) sa[i] = (float)rng_range(&r, 0.01, 2);
+    for (int64_t i = 0; i < nb; i++) sb[i] = (float)rng_range(&r, 0.01, 2);
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            double d = 0;
+            for (int k = 0; k < K; k++)
+                d += (double)fp8_to_float(A[m * K + k], FP8_E4M3) * sa[test_scale_slot(FP8_BLOCK_1X128, M, K, m, k)] *
+                     fp8_to_float(B[n * K + k], FP8_E4M3) * sb[test_scale_slot(FP8_BLOCK_128X128, N, K, n, k)];
+            want[m * N + n] = (float)d;
+        }
+    ref_fp8_gemm_scaled(out, A, FP8_E4M3, FP8_SCALING_1X128, sa, B, FP8_E4M3, FP8_SCALING_128X128, sb, M, N, K,
+                        FP8_OUT_F32);
+    struct cmp_case c = {"ref_fp8_gemm_scaled", "random codes and scales", "M=130 N=70 K=300", "f32", g_seed};
+    cmp_elementwise(&c, out, want, (int64_t)M * N, FLT_EPSILON, 1.0, cmp_rms(want, (int64_t)M * N) * 1e-6, NULL);
+    free(sa), free(sb), free(A), free(B), free(out), free(want), free(o2);
+}
+
 int main(int argc, char **argv) {
     g_seed = test_seed(argc, argv, 20261123);
     for (int f = 0; f < 2; f++) {
@@ -315,5 +588,10 @@ int main(int argc, char **argv) {
     test_delayed();
     test_current();
     test_gemm();
+    test_saturates(FP8_E4M3);
+    test_saturates(FP8_E5M2);
+    test_cast_transpose();
+    test_block_quantize();
+    test_gemm_scaled();
     return test_finish("fp8_test");
 }
