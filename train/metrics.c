@@ -10,12 +10,14 @@
 #include "io/check.h"
 #include "io/file.h"
 
-static void push_train(struct metrics *m, const struct train_record *r) {
+static void push_train(struct metrics *m, const struct train_record *r, const struct fp8_record *f8) {
     if (m->n_train == m->cap_train) {
         m->cap_train = m->cap_train ? 2 * m->cap_train : 256;
         m->train = realloc(m->train, sizeof *m->train * (size_t)m->cap_train);
-        CHECK(m->train != NULL, "out of memory");
+        m->train_fp8 = realloc(m->train_fp8, sizeof *m->train_fp8 * (size_t)m->cap_train);
+        CHECK(m->train != NULL && m->train_fp8 != NULL, "out of memory");
     }
+    m->train_fp8[m->n_train] = f8 ? *f8 : (struct fp8_record){0, 0.0, 0.0, 0};
     m->train[m->n_train++] = *r;
 }
 
@@ -28,11 +30,16 @@ static void push_eval(struct metrics *m, const struct eval_record *r) {
     m->eval[m->n_eval++] = *r;
 }
 
-static int write_train_line(FILE *f, const struct train_record *r) {
+static int write_train_line(FILE *f, const struct train_record *r, const struct fp8_record *f8) {
+    char fp8[160] = "";
+    if (f8 != NULL && f8->present)
+        snprintf(fp8, sizeof fp8, ",\"fp8_scale_min\":%.9g,\"fp8_scale_max\":%.9g,\"fp8_saturated\":%lld",
+                 f8->scale_min, f8->scale_max, f8->saturated);
     return fprintf(f,
                    "{\"kind\":\"train\",\"step\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens\":%lld,"
-                   "\"tokens_per_s\":%.6g,\"mfu\":%.6g,\"mem_GiB\":%.6g,\"elapsed_s\":%.6g}\n",
-                   r->step, r->loss, r->lr, r->grad_norm, r->tokens, r->tokens_per_s, r->mfu, r->mem_gib, r->elapsed_s);
+                   "\"tokens_per_s\":%.6g,\"mfu\":%.6g,\"mem_GiB\":%.6g,\"elapsed_s\":%.6g%s}\n",
+                   r->step, r->loss, r->lr, r->grad_norm, r->tokens, r->tokens_per_s, r->mfu, r->mem_gib, r->elapsed_s,
+                   fp8);
 }
 
 static int write_eval_line(FILE *f, const struct eval_record *r) {
@@ -71,7 +78,10 @@ static int read_back(struct metrics *m, char **header, int resume_step, struct i
             } else if (strcmp(k, "train") == 0 && step <= resume_step) {
                 struct train_record r = {step, num(o, "loss"), num(o, "lr"), num(o, "grad_norm"), (long long)num(o, "tokens"),
                                          num(o, "tokens_per_s"), num(o, "mfu"), num(o, "mem_GiB"), num(o, "elapsed_s")};
-                push_train(m, &r);
+                const struct fp8_record f8 = {cJSON_GetObjectItemCaseSensitive(o, "fp8_saturated") != NULL,
+                                              num(o, "fp8_scale_min"), num(o, "fp8_scale_max"),
+                                              (long long)num(o, "fp8_saturated")};
+                push_train(m, &r, &f8);
             } else if (strcmp(k, "eval") == 0 && step <= resume_step) {
                 struct eval_record r = {step, num(o, "val_loss"), num(o, "val_ppl"), (long long)num(o, "val_tokens"),
                                         num(o, "elapsed_s")};
@@ -108,7 +118,7 @@ int metrics_open(struct metrics *m, const char *dir, const char *run_header_json
     int j = 0;
     for (int i = 0; i < m->n_train; i++) {
         while (j < m->n_eval && m->eval[j].step < m->train[i].step) write_eval_line(m->log, &m->eval[j++]);
-        write_train_line(m->log, &m->train[i]);
+        write_train_line(m->log, &m->train[i], &m->train_fp8[i]);
         while (j < m->n_eval && m->eval[j].step == m->train[i].step) write_eval_line(m->log, &m->eval[j++]);
     }
     while (j < m->n_eval) write_eval_line(m->log, &m->eval[j++]);
@@ -116,10 +126,14 @@ int metrics_open(struct metrics *m, const char *dir, const char *run_header_json
     return 0;
 }
 
-int metrics_train(struct metrics *m, const struct train_record *r, struct io_err *e) {
-    push_train(m, r);
-    if (write_train_line(m->log, r) < 0 || fflush(m->log) != 0) return io_fail(e, "%s: write failed", m->log_path);
+int metrics_train_fp8(struct metrics *m, const struct train_record *r, const struct fp8_record *f8, struct io_err *e) {
+    push_train(m, r, f8);
+    if (write_train_line(m->log, r, f8) < 0 || fflush(m->log) != 0) return io_fail(e, "%s: write failed", m->log_path);
     return 0;
+}
+
+int metrics_train(struct metrics *m, const struct train_record *r, struct io_err *e) {
+    return metrics_train_fp8(m, r, NULL, e);
 }
 
 int metrics_eval(struct metrics *m, const struct eval_record *r, struct io_err *e) {
@@ -131,6 +145,7 @@ int metrics_eval(struct metrics *m, const struct eval_record *r, struct io_err *
 void metrics_close(struct metrics *m) {
     if (m->log != NULL) fclose(m->log);
     free(m->train);
+    free(m->train_fp8);
     free(m->eval);
     memset(m, 0, sizeof *m);
 }

@@ -58,7 +58,8 @@
  * steps, the same evaluation steps and the same last checkpoint step; every loss and every
  * floating-point tensor value (parameters and optimizer state) of the three runs must be finite;
  * the checkpoints must hold the same tensor names with the same dtypes and shapes (a missing or
- * extra tensor fails). Optimizer state is compared for structure and finiteness only: its size is
+ * extra tensor fails), but for engine state the oracle cannot have (FP8 scaling's "fp8.*", which
+ * the same-precision run and the candidate must hold alike, finite). Optimizer state is compared for structure and finiteness only: its size is
  * not a tolerance of anything the user sees, and the parameters it moved are compared.
  */
 #include "tests/parity/train_compare.h"
@@ -83,6 +84,8 @@ static const char *const k_optim_suffixes[] = {".exp_avg", ".exp_avg_sq", ".stat
 
 /* Fields of a metrics record that measure time, not the computation: ignored by compare_identical. */
 static const char *const k_timing_fields[] = {"tokens_per_s", "mfu", "mem_GiB", "elapsed_s"};
+
+int is_engine_state(const char *name) { return strncmp(name, "fp8.", 4) == 0; }
 
 int is_optimizer_state(const char *name) {
     const size_t n = strlen(name);
@@ -405,7 +408,7 @@ static int check_structure(struct tolerance_result *res, const struct safetensor
         }
     }
     for (int i = 0; i < x->n_tensors; i++)
-        if (safetensors_find(o, x->tensors[i].name) == NULL) {
+        if (safetensors_find(o, x->tensors[i].name) == NULL && !is_engine_state(x->tensors[i].name)) {
             fail(res, "the %s's checkpoint holds tensor %s, which the oracle's does not", who, x->tensors[i].name);
             return -1;
         }
@@ -419,6 +422,30 @@ static int64_t to_f32(float *buf, const struct st_tensor *x) {
     for (int64_t i = 0; i < x->numel; i++)
         if (!isfinite(buf[i])) return i;
     return -1;
+}
+
+/* The engine state the oracle does not have (FP8 scaling): the same names, dtypes and shapes in the
+ * same-precision run and the candidate, every value finite. */
+static void check_engine_state(struct tolerance_result *res, const struct safetensors *s, const struct safetensors *c) {
+    const struct safetensors *sides[2] = {s, c}, *other[2] = {c, s};
+    const char *who[2] = {"same-precision run", "candidate"};
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < sides[k]->n_tensors; i++) {
+            const struct st_tensor *t = &sides[k]->tensors[i];
+            if (!is_engine_state(t->name)) continue;
+            const struct st_tensor *u = safetensors_find(other[k], t->name);
+            if (u == NULL || u->dtype != t->dtype || !same_shape(t, u)) {
+                fail(res, "engine state %s of the %s is %s in the %s", t->name, who[k], u ? "shaped otherwise" : "missing",
+                     who[1 - k]);
+                continue;
+            }
+            if (!is_float(t->dtype)) continue;
+            float *buf = malloc(sizeof(float) * (size_t)(t->numel > 0 ? t->numel : 1));
+            CHECK(buf != NULL, "out of memory");
+            const int64_t bad = to_f32(buf, t);
+            if (bad >= 0) fail(res, "the %s's %s[%lld] is %g", who[k], t->name, (long long)bad, buf[bad]);
+            free(buf);
+        }
 }
 
 /* The kind of a parameter tensor, whose typical relative error ε_k the per-tensor rule uses. */
@@ -541,6 +568,7 @@ int compare_tolerance(const struct run *O, const struct run *S, const struct run
         check_losses(res, O, S, C);
     if (check_structure(res, &O->state, &S->state, who[1]) == 0 && check_structure(res, &O->state, &C->state, who[2]) == 0)
         check_params(res, O, S, C);
+    check_engine_state(res, &S->state, &C->state);
     return res->pass ? 0 : 1;
 }
 
