@@ -135,8 +135,8 @@ __global__ void __launch_bounds__(kFold) fold(fold_params p) {
     for (int i = threadIdx.x; i < p.n; i += kFold) {
         f |= p.flags[i];
         if (!row_active(i, p.L, p.adapters)) continue;
-        const int role = i / (p.L * LLAMA_N_LINEAR);
-        const float v = p.block ? pow2_scale(p.amax[i], role == FP8_ROLE_DY ? FP8_E5M2_MAX : FP8_E4M3_MAX) : p.scale[i];
+        /* block scaling quantizes every tensor to E4M3 (ref/fp8_linear.h's fp8_role_format) */
+        const float v = p.block ? pow2_scale(p.amax[i], FP8_E4M3_MAX) : p.scale[i];
         lo = fminf(lo, v), hi = fmaxf(hi, v);
     }
     s_lo[threadIdx.x] = lo, s_hi[threadIdx.x] = hi, s_f[threadIdx.x] = f;
@@ -224,7 +224,7 @@ void gl_fp8_grad(gpu_llama *m, int l, int t, const uint16_t *dy, int want_dx) {
     if (!want_dx && !full) return; /* layer 0 of the adapter methods: nothing reads dŷ */
     const fp8_rule rule = rule_of(m, FP8_ROLE_DY);
     const int rec = F.recording == FP8_RECORD;
-    quantize(m, row_of(m, FP8_ROLE_DY, l, t), rule, FP8_E5M2,
+    quantize(m, row_of(m, FP8_ROLE_DY, l, t), rule, fp8_role_format(m->opt.fp8_recipe, FP8_ROLE_DY),
              want_dx || rule == FP8_RULE_BLOCK_1X128 ? F.dq : nullptr, F.dq_s, full ? F.dt : nullptr,
              full ? F.dt_s : nullptr, dy, m->N, m->layers[l].lin[t].c_out, rec, rec);
 }
@@ -236,6 +236,7 @@ gl_fp8_pair gl_fp8_operands(const gpu_llama *m, int l, int t, enum gl_fp8_produc
     const int rowx = row_of(m, FP8_ROLE_X, l, group_first(t)), roww = row_of(m, FP8_ROLE_W, l, t),
               rowd = row_of(m, FP8_ROLE_DY, l, t);
     const int bx = rx == FP8_RULE_BLOCK_1X128, bw = rw == FP8_RULE_BLOCK_128X128, bd = rd == FP8_RULE_BLOCK_1X128;
+    const gemm_dtype gd = fp8_role_format(m->opt.fp8_recipe, FP8_ROLE_DY) == FP8_E5M2 ? GEMM_E5M2 : GEMM_E4M3;
     gl_fp8_pair p;
     memset(&p, 0, sizeof p);
     p.accum = GEMM_ACCUM_PRECISE;
@@ -246,11 +247,11 @@ gl_fp8_pair gl_fp8_operands(const gpu_llama *m, int l, int t, enum gl_fp8_produc
         if (!bx && !bw) p.accum = GEMM_ACCUM_FAST; /* TE: fprop fast under per-tensor scaling */
         break;
     case GL_FP8_DX:
-        p.a = {F.dq, GEMM_E5M2, bd ? F.dq_s : row_scale(m, rowd), bd ? GEMM_SCALE_1X128 : GEMM_SCALE_TENSOR};
+        p.a = {F.dq, gd, bd ? F.dq_s : row_scale(m, rowd), bd ? GEMM_SCALE_1X128 : GEMM_SCALE_TENSOR};
         p.b = {lin.w8_t, GEMM_E4M3, bw ? lin.w8_s_t : row_scale(m, roww), bw ? GEMM_SCALE_128X128 : GEMM_SCALE_TENSOR};
         break;
     case GL_FP8_DW:
-        p.a = {F.dt, GEMM_E5M2, bd ? F.dt_s : row_scale(m, rowd), bd ? GEMM_SCALE_1X128 : GEMM_SCALE_TENSOR};
+        p.a = {F.dt, gd, bd ? F.dt_s : row_scale(m, rowd), bd ? GEMM_SCALE_1X128 : GEMM_SCALE_TENSOR};
         p.b = {F.xt, GEMM_E4M3, bx ? F.xt_s : row_scale(m, rowx), bx ? GEMM_SCALE_1X128 : GEMM_SCALE_TENSOR};
         break;
     }
@@ -273,6 +274,7 @@ void gl_fp8_layer(gpu_llama *m, int l, int need) {
         const int want_w = (need & GL_FP8_W) && F.w8_layer != l, want_t = (need & GL_FP8_WT) && F.wt8_layer != l;
         if (!want_w && !want_t) return;
         gl_nf4_to_bf16(m, l);
+        m->dq_layer = -1; /* dq_buf holds the NF4 values now, not W_eff */
         for (int t = 0; t < LLAMA_N_LINEAR; t++) {
             gl_linear &lin = m->layers[l].lin[t];
             const int block = m->opt.fp8_recipe == FP8_RECIPE_BLOCK; /* lin.w: its slice of dq_buf */

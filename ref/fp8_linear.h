@@ -2,8 +2,11 @@
  * FP8 operands, and the quantization rules of the recipes (--fp8-recipe). NUMERICS.md §6.6 states
  * the choices and why; ref/fp8.h the formats, the scale rules and the block layouts they build on.
  *
- * Roles and formats (Transformer Engine's HYBRID format): a linear y = x Wᵀ (+ b) has three FP8
- * tensors, x (its input, E4M3), W (its weight, E4M3) and dy (the gradient of its output, E5M2).
+ * Roles and formats: a linear y = x Wᵀ (+ b) has three FP8 tensors, x (its input, E4M3), W (its
+ * weight, E4M3) and dy (the gradient of its output): E5M2 under the per-tensor recipes
+ * (Transformer Engine's HYBRID format), E4M3 under block scaling (DeepSeek-V3's choice: with a
+ * scale per 128 elements, E4M3's precision is kept and E5M2's range is not needed;
+ * fp8_role_format).
  *
  * Quantization rules (enum fp8_rule), what ref_fp8_quantize does to x (rows, cols), quantized along
  * cols (the product's reduction dimension K):
@@ -79,9 +82,10 @@ extern "C" {
 enum fp8_recipe { FP8_RECIPE_DELAYED = 0, FP8_RECIPE_CURRENT, FP8_RECIPE_BLOCK, FP8_RECIPE_COUNT };
 extern const char *const fp8_recipe_names[FP8_RECIPE_COUNT + 1]; /* "delayed", "current", "block" */
 
-/* The three FP8 tensors of a linear; their format. */
+/* The three FP8 tensors of a linear and their format: HYBRID (E4M3 forward, E5M2 gradients) for the
+ * per-tensor recipes; E4M3 for every tensor under block scaling (DeepSeek-V3 §3.3.2, TE's
+ * Float8BlockScaling default: the fine-grained scales give the range E5M2's exponent gave). */
 enum fp8_role { FP8_ROLE_X = 0, FP8_ROLE_W = 1, FP8_ROLE_DY = 2, FP8_N_ROLES };
-static inline enum fp8_format fp8_role_format(enum fp8_role r) { return r == FP8_ROLE_DY ? FP8_E5M2 : FP8_E4M3; }
 
 /* Whether a weight trains (full fine-tuning) or is frozen (the adapter methods' base). */
 enum fp8_weight_kind { FP8_WEIGHT_TRAINED = 0, FP8_WEIGHT_FROZEN = 1 };
@@ -95,6 +99,9 @@ enum fp8_rule {
 };
 
 enum fp8_rule fp8_rule_for(enum fp8_recipe recipe, enum fp8_role role, enum fp8_weight_kind kind);
+static inline enum fp8_format fp8_role_format(enum fp8_recipe recipe, enum fp8_role role) {
+    return role == FP8_ROLE_DY && recipe != FP8_RECIPE_BLOCK ? FP8_E5M2 : FP8_E4M3;
+}
 /* The operand's scale mode under a rule. */
 enum fp8_scaling fp8_rule_scaling(enum fp8_rule rule);
 

@@ -533,7 +533,8 @@ static void proj_bwd_fp8(const struct llama_model *m, const struct llama_weights
         struct fp8_stats st = {0.0f, 0, 0u};
         float amax = 0.0f;
         const float sc8 = ref_fp8_quantize(dx != NULL || rule == FP8_RULE_BLOCK_1X128 ? &f->dq : NULL,
-                                           grads ? &f->dt : NULL, &st, &amax, gy, N, co, FP8_E5M2, rule, f->scale[row]);
+                                           grads ? &f->dt : NULL, &st, &amax, gy, N, co, fp8_role_format(f->recipe, FP8_ROLE_DY), rule,
+                                           f->scale[row]);
         fp8_record(f, row, rule, &st, amax, sc8);
     }
     if (dx != NULL) ref_fp8_linear_backward_dx(dx, &f->dq, &f->w_t[l][t], N, ci, co, f->how, m->opt.act, f->ws);

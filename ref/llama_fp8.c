@@ -177,7 +177,7 @@ unsigned ref_llama_fp8_step_end(struct llama_fp8 *s) {
     if (s->recipe == FP8_RECIPE_DELAYED)
         for (int i = 0; i < s->n; i++) {
             struct fp8_delayed d = {s->history_len, FP8_AMAX_MAX, 0,
-                                    fp8_role_format((enum fp8_role)(i / (s->L * LLAMA_N_LINEAR))),
+                                    fp8_role_format(s->recipe, (enum fp8_role)(i / (s->L * LLAMA_N_LINEAR))),
                                     s->history + (size_t)i * (size_t)s->history_len, s->scale[i], 1.0f / s->scale[i]};
             flags |= fp8_delayed_update(&d);
             s->scale[i] = d.scale;

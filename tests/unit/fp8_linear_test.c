@@ -66,9 +66,11 @@ static void test_rule_table(void) {
         EXPECT(fp8_rule_for(t[i].r, t[i].role, t[i].k) == t[i].want, "rule of (%s, role %d, kind %d) is %d, want %d",
                fp8_recipe_names[t[i].r], (int)t[i].role, (int)t[i].k, (int)fp8_rule_for(t[i].r, t[i].role, t[i].k),
                (int)t[i].want);
-    EXPECT(fp8_role_format(FP8_ROLE_X) == FP8_E4M3 && fp8_role_format(FP8_ROLE_W) == FP8_E4M3 &&
-               fp8_role_format(FP8_ROLE_DY) == FP8_E5M2,
-           "HYBRID: x and W E4M3, dy E5M2");
+    for (int r = 0; r < FP8_RECIPE_COUNT; r++)
+        EXPECT(fp8_role_format((enum fp8_recipe)r, FP8_ROLE_X) == FP8_E4M3 &&
+                   fp8_role_format((enum fp8_recipe)r, FP8_ROLE_W) == FP8_E4M3 &&
+                   fp8_role_format((enum fp8_recipe)r, FP8_ROLE_DY) == (r == FP8_RECIPE_BLOCK ? FP8_E4M3 : FP8_E5M2),
+               "%s: x and W E4M3, dy %s", fp8_recipe_names[r], r == FP8_RECIPE_BLOCK ? "E4M3 (DeepSeek-V3)" : "E5M2 (HYBRID)");
 }
 
 /* The scale a rule must pick for a tensor (or block) of amax a. */
@@ -220,7 +222,7 @@ static void test_products(int N, int C_in, int C_out, enum fp8_recipe recipe) {
                         rd = fp8_rule_for(recipe, FP8_ROLE_DY, FP8_WEIGHT_TRAINED);
     ref_fp8_quantize(&xq, &xt, NULL, NULL, x, N, C_in, FP8_E4M3, rx, 16.0f);
     ref_fp8_quantize(&wq, &wt, NULL, NULL, w, C_out, C_in, FP8_E4M3, rw, 1024.0f);
-    ref_fp8_quantize(&dq, &dt, NULL, NULL, dy, N, C_out, FP8_E5M2, rd, 65536.0f);
+    ref_fp8_quantize(&dq, &dt, NULL, NULL, dy, N, C_out, fp8_role_format(recipe, FP8_ROLE_DY), rd, 65536.0f);
     const int64_t most = nx > nw ? (nx > ny ? nx : ny) : (nw > ny ? nw : ny);
     float *da = xalloc(4 * (size_t)most), *db = xalloc(4 * (size_t)most), *got = xalloc(4 * (size_t)most);
     long double *acc = xalloc(sizeof(long double) * (size_t)most);
