@@ -12,7 +12,10 @@
  * Storage:
  *   frozen base weights  bf16 (GPU_BASE_BF16), or NF4 with double-quantized absmax (GPU_BASE_NF4:
  *                        QLoRA / QDoRA), dequantized per layer just in time into ONE reused bf16
- *                        buffer (forward, and again in backward unless the layer is still there);
+ *                        buffer (forward, and again in backward unless the layer is still there),
+ *                        or FP8 E4M3 codes with the frozen weights' scales (GPU_BASE_FP8,
+ *                        --base-dtype fp8: 1 byte a weight; dequantized the same way for bf16
+ *                        products, its Wᵀ formed a layer at a time for FP8 products);
  *   trainable tensors    fp32 master + bf16 compute copy (the DoRA magnitude has no copy: it is
  *                        used elementwise in fp32), fp32 gradients (ACCUMULATE over micro-batches),
  *                        AdamW moments fp32, or bitsandbytes-style 8-bit blockwise states;
@@ -26,6 +29,14 @@
  *                          LAYER only each layer's input is kept; the layer is re-run from it
  *                                before its backward (ref/llama's recompute).
  *                        Recomputation runs the same kernels on the same inputs: bit-identical.
+ *                        GPU_MLP_INPUT_RECOMPUTED (with an FP8-stored base) keeps no MLP input:
+ *                        swiglu(gate, up) is recomputed before the down projection's backward.
+ * FP8 (options.linears = GPU_LINEAR_FP8; NUMERICS.md §6.6, ref/llama.h "FP8 block linears" the
+ * oracle): the block linears' products on E4M3/E5M2 operands under options.fp8_recipe; each
+ * linear's weight codes (and the K-major Wᵀ copy) are stored for trained weights and a bf16 base
+ * (which then holds W_eff = dequant(quant(W))), formed a layer at a time for NF4 and FP8-stored
+ * bases; per-tensor state (delayed histories, scales, amaxes, flags) and the scratch operands are
+ * rows of the layout; a step's FP8 statistics and its guard ride on the step's one wait.
  * Memory is planned, not discovered: gpu_llama_plan_bytes counts every byte the model will hold
  * from (config, options) with the same layout code that build_gpu_llama then carves its slabs
  * with (weights, parameters, gradients, optimizer state, activations, scratch), so the plan and
