@@ -66,13 +66,15 @@ int group_first(int t) { return t == LLAMA_K || t == LLAMA_V ? LLAMA_Q : t == LL
 
 /* Casts x (rows, cols) under rule for row into q / q_t (either may be NULL for the per-tensor
  * rules) with the block scales into s / s_t. record_amax: delayed max-records the amax into the
- * row's history slot 0 (else into the discard slot); record_stats: flags and saturated codes. */
+ * row's history slot 0 (else into the discard slot); record_stats: flags and (not for weights:
+ * ref/llama.h) saturated codes. */
 void quantize(gpu_llama *m, int row, fp8_rule rule, fp8_format f, uint8_t *q, float *s, uint8_t *q_t, float *s_t,
               const uint16_t *x, int64_t rows, int64_t cols, int record_amax, int record_stats) {
     gl_fp8 &F = m->fp8;
     cudaStream_t st = m->stream;
+    const int weight = row / (m->cfg.L * LLAMA_N_LINEAR) == FP8_ROLE_W;
     unsigned *flags = record_stats ? &F.flags[row] : nullptr;
-    unsigned long long *sat = record_stats ? F.saturated : nullptr;
+    unsigned long long *sat = record_stats && !weight ? F.saturated : nullptr;
     float *sinv = F.sinv16 + 4 * (int64_t)row;
     switch (rule) {
     case FP8_RULE_GIVEN: {
@@ -357,7 +359,7 @@ void gl_fp8_begin(gpu_llama *m, int train) {
     gl_fp8 &F = m->fp8;
     if (!F.on) return;
     F.recording = train ? FP8_RECORD : FP8_DISCARD;
-    if (F.stale && m->opt.mode == LLAMA_FULL) quantize_trained(m, 0);
+    if (F.stale && m->opt.mode == LLAMA_FULL) quantize_trained(m, 1); /* their flags, as after a step */
 }
 
 void gl_fp8_guard(gpu_llama *m) {

@@ -274,8 +274,7 @@ void ref_llama_backward(const struct llama_model *m, const struct llama_weights 
  * Recording (recording = FP8_RECORD, training micro-batches): each quantization of an activation
  * or a gradient max-records its amax in its row's delayed history slot 0 (delayed) or stores its
  * scale in scale[row] (current, block: the metrics' value), adds its saturated codes and ORs its
- * flags (per row and for the step); the weights' quantizations after an optimizer step add their
- * statistics too. FP8_DISCARD (evaluation, recomputation in backward) quantizes with the same
+ * flags (per row and for the step); the trained weights' quantizations OR their flags. FP8_DISCARD (evaluation, recomputation in backward) quantizes with the same
  * scales and records nothing, so that evaluation and --recompute never change training.
  * ref_llama_fp8_step_end, once per optimizer step: delayed: fp8_delayed_update of every row (TE's
  * amax_and_scale_update); then the step's statistics are cleared. */
@@ -314,9 +313,10 @@ void llama_fp8_row_describe(char *buf, size_t cap, int L, int row);
 int llama_fp8_row_active(int L, enum llama_mode mode, int row);
 
 /* Quantizes every linear weight of w into s->w, s->w_t under s's rule for weights, recording its
- * amax (delayed) or scale (current, block) in its row; rec = FP8_RECORD also adds the statistics
- * (saturated codes, flags) to the step's (after an optimizer step), FP8_DISCARD does not (at load,
- * at resume). */
+ * amax (delayed) or scale (current, block) in its row; rec = FP8_RECORD also ORs its flags into
+ * the row's. A weight's saturated codes are never counted (the statistic is the activations' and
+ * gradients': so that a resumed run, which quantizes its weights again, counts what the
+ * uninterrupted one counts). */
 void ref_llama_fp8_quantize_weights(struct llama_fp8 *s, const struct model_config *c, const struct llama_weights *w,
                                     enum fp8_recording rec);
 /* Frozen weights: quantize_weights, then every linear of w becomes dequant(quant(W)); a weight

@@ -136,10 +136,7 @@ void ref_llama_fp8_quantize_weights(struct llama_fp8 *s, const struct model_conf
             } else {
                 s->scale[row] = sc;
             }
-            if (rec == FP8_RECORD) {
-                s->saturated += st.saturated;
-                s->flags[row] |= st.flags;
-            }
+            if (rec == FP8_RECORD) s->flags[row] |= st.flags; /* saturated codes: activations and gradients only */
         }
 }
 

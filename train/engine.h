@@ -42,7 +42,8 @@ enum engine_tensor_role {
 /* FP8 runs (--precision fp8, NUMERICS.md §6.6): what the last optimizer step's quantizations did,
  * for the metrics log. scale_min/max: the range of the tensors' scales (delayed: the scales the
  * step used; current: the last computed; block: each tensor's smallest block scale); saturated:
- * the codes its quantizations clamped to the format's largest value. */
+ * the codes the quantizations of its activations and gradients clamped to the format's largest
+ * value. */
 struct engine_fp8_stats {
     double scale_min, scale_max;
     long long saturated;

@@ -151,7 +151,7 @@ static const char *strip_peft_prefix(const char *name) {
  * creation or a resume left them stale (recording their amaxes, not counting statistics). */
 static void fp8_refresh_weights(struct ref_engine *r) {
     if (!r->fp8_on || !r->fp8_stale) return;
-    ref_llama_fp8_quantize_weights(&r->fp8, &r->cfg, r->cw, FP8_DISCARD);
+    ref_llama_fp8_quantize_weights(&r->fp8, &r->cfg, r->cw, FP8_RECORD);
     r->fp8_stale = 0;
 }
 
