@@ -9,17 +9,28 @@
  * (V in P·V, dO and Q in the dV/dK products, K in dQ), so no tile is ever transposed in memory. Rows are padded by 8 bf16 so that the 32 lanes of a
  * fragment load hit 32 different banks. The C fragments of two adjacent 8-column tiles are
  * exactly the A fragment of a 16-column k-step, so P and dS feed the next MMA from registers.
+ *
+ * These are the sm_80 kernels and the fallback for what the Hopper kernels (attention_sm90_*.cu) do
+ * not take (D = 16 or 32, devices other than compute capability 9.x, binaries without sm_90a code);
+ * the entry points at the end choose (attention_internal.h).
  */
 #include "gpu/attention.h"
 
 #include <cuda_bf16.h>
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "gpu/attention_internal.h"
+#include "gpu/attention_sm90_layout.h"
+#include "gpu/attention_switch.h"
 #include "gpu/cuda_check.h"
+#include "gpu/vec.cuh"
+#include "io/check.h"
 
 namespace {
 
-typedef __nv_bfloat16 bf16;
+using refine::bf16;
 
 constexpr int kRows = 64;    /* query rows (forward, dQ) or key rows (dK/dV) per CTA */
 constexpr int kCols = 64;    /* keys (forward, dQ) or queries (dK/dV) per inner tile */
@@ -426,41 +437,54 @@ void backward_launch(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const bf16 
 }
 
 void check_args(int B, int T, int H, int KVH, int D) {
-    if (B < 1 || T < 1 || H < 1 || KVH < 1 || H % KVH != 0 || (D != 16 && D != 32 && D != 64 && D != 128)) {
-        fprintf(stderr,
-                "gpu_attention: unsupported shape B=%d T=%d H=%d KVH=%d D=%d (D must be 16, 32, 64 or 128, H %% KVH == 0)\n",
-                B, T, H, KVH, D);
-        exit(2);
-    }
+    CHECK(B >= 1 && T >= 1 && H >= 1 && KVH >= 1 && H % KVH == 0 && (D == 16 || D == 32 || D == 64 || D == 128),
+          "gpu_attention: unsupported shape B=%d T=%d H=%d KVH=%d D=%d (D must be 16, 32, 64 or 128, H %% KVH == 0)", B,
+          T, H, KVH, D);
 }
 
 } // namespace
 
-extern "C" void gpu_attention_forward_bf16(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k,
-                                           const uint16_t *v, int B, int T, int H, int KVH, int D, float scale,
-                                           cudaStream_t stream) {
+namespace refine {
+
+/* REFINE_ATTENTION_KERNEL=sm80 forces the sm_80 kernels under AUTO (attention_internal.h). */
+static bool env_forces_sm80() {
+    const char *e = getenv("REFINE_ATTENTION_KERNEL");
+    return e != nullptr && strcmp(e, "sm80") == 0;
+}
+
+enum AttnKernel attention_auto_kernel(int D) {
+    return !env_forces_sm80() && attn90_available(D) ? ATTN_KERNEL_SM90 : ATTN_KERNEL_SM80;
+}
+
+void attention_forward(enum AttnKernel kernel, uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k,
+                       const uint16_t *v, int B, int T, int H, int KVH, int D, float scale, cudaStream_t stream,
+                       HangRecord *dbg) {
     check_args(B, T, H, KVH, D);
+    if (kernel == ATTN_KERNEL_AUTO) kernel = attention_auto_kernel(D);
+    if (kernel == ATTN_KERNEL_SM90) {
+        attn90_forward(out, lse, q, k, v, B, T, H, KVH, D, scale, stream, dbg);
+        return;
+    }
     bf16 *o = reinterpret_cast<bf16 *>(out);
     const bf16 *qq = reinterpret_cast<const bf16 *>(q), *kk = reinterpret_cast<const bf16 *>(k),
                *vv = reinterpret_cast<const bf16 *>(v);
-    switch (D) {
-    case 16: forward_launch<16>(o, lse, qq, kk, vv, B, T, H, KVH, scale, stream); break;
-    case 32: forward_launch<32>(o, lse, qq, kk, vv, B, T, H, KVH, scale, stream); break;
-    case 64: forward_launch<64>(o, lse, qq, kk, vv, B, T, H, KVH, scale, stream); break;
-    default: forward_launch<128>(o, lse, qq, kk, vv, B, T, H, KVH, scale, stream); break;
-    }
+    ATTN_HEADDIM_SWITCH(D, [&](auto hd) {
+        forward_launch<decltype(hd)::value>(o, lse, qq, kk, vv, B, T, H, KVH, scale, stream);
+    });
 }
 
-extern "C" size_t gpu_attention_backward_workspace_size(int B, int T, int H) {
-    return ((size_t)B * H * T * sizeof(float) + 255) / 256 * 256;
-}
-
-extern "C" void gpu_attention_backward_bf16(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint16_t *dout,
-                                            const uint16_t *q, const uint16_t *k, const uint16_t *v,
-                                            const uint16_t *out, const float *lse, int B, int T, int H, int KVH,
-                                            int D, float scale, void *workspace, cudaStream_t stream) {
+void attention_backward(enum AttnKernel kernel, uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint16_t *dout,
+                        const uint16_t *q, const uint16_t *k, const uint16_t *v, const uint16_t *out, const float *lse,
+                        int B, int T, int H, int KVH, int D, float scale, void *workspace, cudaStream_t stream,
+                        HangRecord *dbg) {
     check_args(B, T, H, KVH, D);
-    float *delta = reinterpret_cast<float *>(workspace);
+    if (kernel == ATTN_KERNEL_AUTO) kernel = attention_auto_kernel(D);
+    if (kernel == ATTN_KERNEL_SM90) {
+        attn90_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, H, KVH, D, scale, workspace, stream, dbg);
+        return;
+    }
+    float *delta = reinterpret_cast<float *>(static_cast<unsigned char *>(workspace) +
+                                             attn90::bwd_workspace(B, T, H).delta80);
     const int64_t rows = (int64_t)B * T * H;
     attn_delta<<<(unsigned)((rows + 7) / 8), 256, 0, stream>>>(delta, reinterpret_cast<const bf16 *>(dout),
                                                                reinterpret_cast<const bf16 *>(out), B, T, H, D);
@@ -468,10 +492,27 @@ extern "C" void gpu_attention_backward_bf16(uint16_t *dq, uint16_t *dk, uint16_t
     bf16 *a = reinterpret_cast<bf16 *>(dq), *bk = reinterpret_cast<bf16 *>(dk), *bv = reinterpret_cast<bf16 *>(dv);
     const bf16 *g = reinterpret_cast<const bf16 *>(dout), *qq = reinterpret_cast<const bf16 *>(q),
                *kk = reinterpret_cast<const bf16 *>(k), *vv = reinterpret_cast<const bf16 *>(v);
-    switch (D) {
-    case 16: backward_launch<16>(a, bk, bv, g, qq, kk, vv, lse, delta, B, T, H, KVH, scale, stream); break;
-    case 32: backward_launch<32>(a, bk, bv, g, qq, kk, vv, lse, delta, B, T, H, KVH, scale, stream); break;
-    case 64: backward_launch<64>(a, bk, bv, g, qq, kk, vv, lse, delta, B, T, H, KVH, scale, stream); break;
-    default: backward_launch<128>(a, bk, bv, g, qq, kk, vv, lse, delta, B, T, H, KVH, scale, stream); break;
-    }
+    ATTN_HEADDIM_SWITCH(D, [&](auto hd) {
+        backward_launch<decltype(hd)::value>(a, bk, bv, g, qq, kk, vv, lse, delta, B, T, H, KVH, scale, stream);
+    });
+}
+
+} // namespace refine
+
+extern "C" void gpu_attention_forward_bf16(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k,
+                                           const uint16_t *v, int B, int T, int H, int KVH, int D, float scale,
+                                           cudaStream_t stream) {
+    refine::attention_forward(refine::ATTN_KERNEL_AUTO, out, lse, q, k, v, B, T, H, KVH, D, scale, stream, nullptr);
+}
+
+extern "C" size_t gpu_attention_backward_workspace_size(int B, int T, int H) {
+    return (size_t)refine::attn90::bwd_workspace(B, T, H).total;
+}
+
+extern "C" void gpu_attention_backward_bf16(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint16_t *dout,
+                                            const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                                            const uint16_t *out, const float *lse, int B, int T, int H, int KVH,
+                                            int D, float scale, void *workspace, cudaStream_t stream) {
+    refine::attention_backward(refine::ATTN_KERNEL_AUTO, dq, dk, dv, dout, q, k, v, out, lse, B, T, H, KVH, D, scale,
+                               workspace, stream, nullptr);
 }

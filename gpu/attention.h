@@ -1,27 +1,35 @@
 /* attention.h — causal grouped-query flash attention on the GPU, forward and backward, BF16
- * operands on tensor cores (mma.sync m16n8k16, sm_80 and sm_90), fp32 statistics.
+ * operands on tensor cores, fp32 statistics.
  *
  * The math and the layout of ref/attention.h (that file is the oracle with act = ACT_BF16;
  * tests/parity/attention_parity.cu holds the proof):
  *   q, out, dq, dout (B, T, H, D) bf16;  k, v, dk, dv (B, T, KVH, D) bf16;  lse (B, H, T) fp32
  *   query head h reads kv head h / (H / KVH).
- * Forward (FlashAttention-2): a CTA owns 64 query rows of one (b, h), four warps of 16 rows; key
- *   tiles of 64 up to the diagonal; S = Q·Kᵀ in fp32, online softmax in fp32 (running max m, sum
- *   l of the unrounded exp), P = exp(scale·S − m) rounded to bf16 as the MMA operand of P·V;
- *   out = bf16(O / l), lse = m + log(l).
- * Backward, deterministic (no atomics): Δ = rowsum(dout ∘ out) (fp32) in a first pass; then one
- *   kernel per 64-key tile of (b, kv head) walks the query tiles of every query head of its group
- *   (dK and dV summed over the group inside the CTA, in a fixed order), and one kernel per
- *   64-query tile walks the key tiles for dQ. Both recompute P = exp(scale·S − lse);
- *   dS = P ∘ (dP − Δ) rounded to bf16 for the MMAs; dq, dk, dv OVERWRITE.
+ * Two kernel families behind the same entry points (gpu/attention_internal.h chooses per call):
+ *   Hopper (attention_sm90_{fwd,bwd}.cu; wgmma, TMA, warp-specialized, after FlashAttention-3) on a
+ *     compute capability 9.x device when the binary holds sm_90a code and D ∈ {64, 128};
+ *   sm_80 (attention.cu; mma.sync m16n8k16) everywhere else, and always when the environment has
+ *     REFINE_ATTENTION_KERNEL=sm80 (a switch for before/after measurements).
+ * Forward (FlashAttention-2/3): query tiles, key tiles up to the diagonal; S = Q·Kᵀ in fp32, online
+ *   softmax in fp32 (running max m, sum l of the unrounded exp), P = exp(scale·S − m) rounded to
+ *   bf16 as the operand of P·V; out = bf16(O / l), lse = m + log(l).
+ * Backward, deterministic (the result bits depend on the shape and the device model only): Δ =
+ *   rowsum(dout ∘ out) (fp32) in a first pass; P = exp(scale·S − lse) recomputed, dS = P ∘ (dP − Δ)
+ *   rounded to bf16 for the MMAs; dK and dV summed over the group's query heads inside one CTA in a
+ *   fixed order; dQ summed over key blocks in a fixed order (sm_80: one CTA per query tile; Hopper:
+ *   fp32 tiles added in the order of the key blocks, n_max … 0, one counter per tile, then
+ *   converted). dq, dk, dv OVERWRITE.
  * Rounding points (where the GPU differs from ref/ in rounding, not in math): P in the forward is
- *   relative to the running max, not to lse; accumulations are fp32 in MMA order.
+ *   relative to the running max, not to lse; accumulations are fp32 in MMA order; the exponentials
+ *   are ex2.approx.
  *
- * Preconditions: D ∈ {16, 32, 64, 128} (the tiles are generic in D, a multiple of 16: one
- *   instantiation each; 16 and 32 serve small models such as the test models); H % KVH == 0; T ≥ 1 (any T: partial tiles are masked); all
- *   pointers 16-byte aligned. Workspace of the backward: gpu_attention_backward_workspace_size
- *   bytes (Δ, fp32 (B, H, T)). Aliasing: none.
- * The Hopper (wgmma/TMA) kernels will sit beside these behind the same two entry points.
+ * Preconditions: D ∈ {16, 32, 64, 128} (the sm_80 tiles are generic in D, a multiple of 16: one
+ *   instantiation each; 16 and 32 serve small models such as the test models); H % KVH == 0; T ≥ 1
+ *   (any T: partial tiles are masked); all pointers 16-byte aligned (the Hopper kernels read through
+ *   tensor maps, whose rows must be 16-byte aligned: D·2 bytes is). Bad shapes fail a CHECK. Workspace
+ *   of the backward: gpu_attention_backward_workspace_size bytes (both families: Δ, lse·log2 e, the
+ *   dQ order counters and the fp32 dQ tiles, B·H·ceil(T/128)·128·(128 + 2)·4 bytes and a little);
+ *   its contents need not be initialized. Aliasing: none.
  */
 #ifndef REFINE_GPU_ATTENTION_H
 #define REFINE_GPU_ATTENTION_H

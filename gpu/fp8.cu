@@ -5,9 +5,9 @@
  * row starts 16-byte aligned and spread the rows over the banks; 34 KB, 6 blocks per SM):
  *   1. load: each thread brings 8 chunks of 8 bf16 (16-byte loads; a half-warp reads one 256-byte
  *      row segment), notes the amax and any non-finite input;
- *   2. rows: each thread converts 8 chunks back out of shared memory (a half-warp per row, so a
- *      1×128 block's amax is a 4-step shuffle) and stores 8 codes per chunk (8-byte stores, a warp
- *      writes two 128-byte row segments);
+ *   2. rows: each thread converts 16 consecutive elements of a row back out of shared memory (8
+ *      threads per row, so a 1×128 block's amax is a 3-step shuffle) and stores their 16 codes
+ *      with one 16-byte store (a warp writes four 128-byte row segments);
  *   3. transposed copy (when asked): a thread owns one column and 32 consecutive rows of the tile
  *      (a warp reads 32 adjacent columns of one shared-memory row: no bank conflict), converts
  *      them and writes 32 codes of q_t's row as two 16-byte stores; for 1×128 the column's amax is
@@ -205,42 +205,48 @@ __global__ void __launch_bounds__(kThreads) cast_tile(tile_params p) {
         }
     }
 
-    /* 2. Row-wise codes. */
+    /* 2. Row-wise codes: thread = 16 consecutive elements of a row (two 16-byte shared-memory
+     * reads, one 16-byte store); 8 threads (a quarter of a warp) cover a 128-element row. */
     int sat = 0;
     if (p.q) {
 #pragma unroll
-        for (int i = 0; i < 8; i++) {
-            const int id = i * kThreads + tid, r = id >> 4, ch = id & 15;
-            const int64_t gr = row0 + r, gc = col0 + ch * 8;
-            const uint4 raw = *reinterpret_cast<const uint4 *>(&tile[r][ch * 8]);
-            const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-            float v[8];
+        for (int i = 0; i < 4; i++) {
+            const int id = i * kThreads + tid, r = id >> 3, seg = id & 7;
+            const int64_t gr = row0 + r, gc = col0 + seg * 16;
+            float v[16];
 #pragma unroll
-            for (int j = 0; j < 4; j++) v[2 * j] = bf16_bits_to_float(w[j] & 0xFFFFu), v[2 * j + 1] = bf16_bits_to_float(w[j] >> 16);
+            for (int h = 0; h < 2; h++) {
+                const uint4 raw = *reinterpret_cast<const uint4 *>(&tile[r][seg * 16 + h * 8]);
+                const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    v[8 * h + 2 * j] = bf16_bits_to_float(w[j] & 0xFFFFu), v[8 * h + 2 * j + 1] = bf16_bits_to_float(w[j] >> 16);
+            }
             float s = scale;
             if (MODE == MODE_BLOCK_1X128) {
                 float m = 0.0f;
 #pragma unroll
-                for (int j = 0; j < 8; j++) m = fmaxf(m, fabsf(v[j]));
+                for (int j = 0; j < 16; j++) m = fmaxf(m, fabsf(v[j]));
 #pragma unroll
-                for (int o = 8; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o)); /* the half-warp's row */
+                for (int o = 4; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o)); /* the row's 8 lanes */
                 s = current_scale(m, p.fp8_max, p.amax_eps, p.power_2);
                 bad_amax |= !isfinite(m);
-                if ((lane & 15) == 0 && gr < rows) p.s_inv[blockIdx.x * rows + gr] = __fdiv_rn(1.0f, s);
+                if ((lane & 7) == 0 && gr < rows) p.s_inv[blockIdx.x * rows + gr] = __fdiv_rn(1.0f, s);
             }
             int csat = 0;
-            const uint32_t c01 = cvt2(v[0], v[1], s, p.fmt, csat), c23 = cvt2(v[2], v[3], s, p.fmt, csat);
-            const uint32_t c45 = cvt2(v[4], v[5], s, p.fmt, csat), c67 = cvt2(v[6], v[7], s, p.fmt, csat);
+            uint32_t codes[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                codes[j] = cvt2(v[4 * j], v[4 * j + 1], s, p.fmt, csat) | (cvt2(v[4 * j + 2], v[4 * j + 3], s, p.fmt, csat) << 16);
             if (VEC) {
                 if (gr < rows && gc < cols) {
-                    *reinterpret_cast<uint2 *>(p.q + gr * cols + gc) = make_uint2(c01 | (c23 << 16), c45 | (c67 << 16));
+                    *reinterpret_cast<uint4 *>(p.q + gr * cols + gc) = make_uint4(codes[0], codes[1], codes[2], codes[3]);
                     sat += csat;
                 }
             } else if (gr < rows) {
-                const uint32_t codes[4] = {c01, c23, c45, c67};
-                for (int j = 0; j < 8; j++)
+                for (int j = 0; j < 16; j++)
                     if (gc + j < cols) {
-                        p.q[gr * cols + gc + j] = (uint8_t)(codes[j / 2] >> (8 * (j % 2)));
+                        p.q[gr * cols + gc + j] = (uint8_t)(codes[j / 4] >> (8 * (j % 4)));
                         sat += saturates(__fmul_rn(v[j], s), p.fmt);
                     }
             }

@@ -23,7 +23,9 @@
  *                        (history is (n, history_len) row-major) and scale[t], scale_inv[t]: the
  *                        window's max (or slot 0), the rotation, the zeroed slot 0, the new scale
  *                        (kept when the amax is ≤ 0 or not finite; FLT_MAX on overflow). One launch
- *                        for every tensor of a format (TE's amax_and_scale_update).
+ *                        for every tensor of a format (TE's amax_and_scale_update). TE's defaults:
+ *                        ref/fp8.h's FP8_DELAYED_HISTORY_LEN (1024), _MARGIN (0), _ALGO (max);
+ *                        history_len ≤ 4096. Start: history zero, scale = scale_inv = 1.
  *   gpu_fp8_block_quantize_bf16  ref's fp8_block_quantize: per block (1×128 or 128×128) amax, its
  *                        current scale, the codes, the dequantization scales s_inv in cuBLASLt's
  *                        VEC128_32F / BLK128x128_32F layouts (padding slots 0), and optionally the

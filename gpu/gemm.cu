@@ -407,7 +407,9 @@ enum gemm_status gpu_gemm_try(struct gpu_gemm *g, const struct gemm_args *p, cud
     const float beta = p->beta == GEMM_ACCUMULATE ? 1.0f : 0.0f;
     const cublasStatus_t st = cublasLtMatmul(g->handle, pl->desc, &alpha, p->b, pl->la, p->a, pl->lb, &beta, p->d,
                                              pl->ld, p->d, pl->ld, &pl->algo, g->workspace, g->workspace_bytes, stream);
-    if (is_fp8(p) && (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE)) return GEMM_REFUSED;
+    if (is_fp8(p) && (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE ||
+                      st == CUBLAS_STATUS_ARCH_MISMATCH))
+        return GEMM_REFUSED;
     CUDA_CHECK(st);
     KERNEL_CHECK(stream);
     return GEMM_OK;

@@ -128,7 +128,7 @@ void gpu_gemm_reserve(struct gpu_gemm *g, const struct gemm_args *p);
 void gpu_gemm(struct gpu_gemm *g, const struct gemm_args *p, cudaStream_t stream);
 /* gpu_gemm, except that a combination cuBLASLt does not run is reported instead of stopping the
  * program: GEMM_NO_ALGORITHM (its heuristic offers none; nothing is cached) or GEMM_REFUSED
- * (cublasLtMatmul returned NOT_SUPPORTED or INVALID_VALUE; nothing ran). Preconditions are still
+ * (cublasLtMatmul returned NOT_SUPPORTED, INVALID_VALUE or ARCH_MISMATCH; nothing ran). Preconditions are still
  * CHECKed. For choosing a path at setup (block-scaled FP8 or per-tensor) and for the probe. */
 enum gemm_status gpu_gemm_try(struct gpu_gemm *g, const struct gemm_args *p, cudaStream_t stream);
 

@@ -43,6 +43,8 @@
 #include "gpu/vec.cuh"
 #include "io/check.h"
 
+#include <nvtx3/nvToolsExt.h>
+
 using refine::bf16;
 
 namespace {
@@ -99,10 +101,15 @@ void prof_flush(gpu_llama *m) {
     m->prof_n = 0;
 }
 
+extern const char *const kProfNames[N_PROF];
+
+/* An op of category cat: timed with an event pair while profiling, and an NVTX range (named by the
+ * category) with GPU_NVTX_RANGES, so that Nsight Systems shows the step by op. */
 struct prof_scope {
     gpu_llama *m;
-    int slot;
-    prof_scope(gpu_llama *mm, int cat) : m(mm), slot(-1) {
+    int slot, nvtx;
+    prof_scope(gpu_llama *mm, int cat) : m(mm), slot(-1), nvtx(mm->opt.nvtx == GPU_NVTX_RANGES) {
+        if (nvtx) nvtxRangePushA(kProfNames[cat]);
         if (!m->prof_on) return;
         if (m->prof_n == m->prof_cap) prof_flush(m);
         slot = m->prof_n++;
@@ -111,12 +118,28 @@ struct prof_scope {
     }
     ~prof_scope() {
         if (slot >= 0) CUDA_CHECK(cudaEventRecord(m->prof_ev[2 * slot + 1], m->stream));
+        if (nvtx) nvtxRangePop();
+    }
+};
+
+/* An NVTX range around a larger part of the step ("layer 3 forward", "optimizer step"). */
+struct nvtx_scope {
+    int on;
+    nvtx_scope(const gpu_llama *m, const char *fmt, int i) : on(m->opt.nvtx == GPU_NVTX_RANGES) {
+        if (!on) return;
+        char name[64];
+        snprintf(name, sizeof name, fmt, i);
+        nvtxRangePushA(name);
+    }
+    ~nvtx_scope() {
+        if (on) nvtxRangePop();
     }
 };
 
 #define PROF_CAT2(a, b) a##b
 #define PROF_CAT(a, b) PROF_CAT2(a, b)
 #define PROF(m, cat) prof_scope PROF_CAT(prof_, __LINE__)((m), (cat))
+#define NVTX(m, fmt, i) nvtx_scope PROF_CAT(nvtx_, __LINE__)((m), (fmt), (i))
 
 const char *const kProfNames[N_PROF] = {
     "embedding",       "rmsnorm",       "linear forward", "linear dx",       "linear dW",    "adapter forward",
@@ -455,18 +478,52 @@ void prepare_layer(gpu_llama *m, int l, int backward) {
     if (m->opt.mode == LLAMA_DORA && (need & GL_FP8_W)) gl_dequantize_layer(m, l);
 }
 
+/* ---- offloaded layer inputs (GPU_OFFLOAD_INPUTS): x[l] lives in x_ping[l % 2] on the device and in
+ * x_host at slot l. Events per layer input: x_in (it is in its device buffer), x_out (its copy to
+ * the host is done), x_free (its device buffer may be refilled). The compute stream waits only
+ * where a buffer is about to be overwritten or read. */
+
+int offloaded(const gpu_llama *m) { return m->opt.offload == GPU_OFFLOAD_INPUTS; }
+
+uint16_t *host_slot(gpu_llama *m, int l) { return m->x_host + (size_t)l * m->N * m->cfg.C; }
+
+/* x[l] has just been written on the compute stream: copy it to the host. */
+void offload_out(gpu_llama *m, int l) {
+    const size_t bytes = (size_t)m->N * m->cfg.C * sizeof(uint16_t);
+    CUDA_CHECK(cudaEventRecord(m->x_in[l], m->stream));
+    CUDA_CHECK(cudaStreamWaitEvent(m->copy_stream, m->x_in[l], 0));
+    CUDA_CHECK(cudaMemcpyAsync(host_slot(m, l), m->x[l], bytes, cudaMemcpyDeviceToHost, m->copy_stream));
+    CUDA_CHECK(cudaEventRecord(m->x_out[l], m->copy_stream));
+}
+
+/* From here on the compute stream no longer needs the buffer of x[l + 2] (the one x[l] shares):
+ * bring x[l] back into it. */
+void offload_in(gpu_llama *m, int l) {
+    const size_t bytes = (size_t)m->N * m->cfg.C * sizeof(uint16_t);
+    CUDA_CHECK(cudaEventRecord(m->x_free[l], m->stream));
+    CUDA_CHECK(cudaStreamWaitEvent(m->copy_stream, m->x_free[l], 0));
+    CUDA_CHECK(cudaMemcpyAsync(m->x[l], host_slot(m, l), bytes, cudaMemcpyHostToDevice, m->copy_stream));
+    CUDA_CHECK(cudaEventRecord(m->x_in[l], m->copy_stream));
+}
+
 void forward(gpu_llama *m, int train, int64_t n_valid, float grad_scale, uint64_t micro) {
     const model_config &c = m->cfg;
-    const int N = m->N, full = m->opt.mode == LLAMA_FULL;
+    const int N = m->N, full = m->opt.mode == LLAMA_FULL, off = offloaded(m) && train;
     cudaStream_t s = m->stream;
     gl_fp8_begin(m, train);
+    if (offloaded(m)) CUDA_CHECK(cudaStreamWaitEvent(s, m->x_in[0], 0)); /* the last backward's copies are done */
     {
         PROF(m, PROF_EMBED);
         gpu_embedding_forward_bf16(m->x[0], m->tokens, m->embed, N, c.C, c.V, s);
     }
+    if (off) offload_out(m, 0);
     for (int l = 0; l < c.L; l++) {
+        NVTX(m, "layer %d forward", l);
+        /* layer l writes x[l + 1] over x[l − 1]: its copy must be out */
+        if (off && l >= 1 && l + 1 < c.L) CUDA_CHECK(cudaStreamWaitEvent(s, m->x_out[l - 1], 0));
         prepare_layer(m, l, 0);
         layer_forward(m, l, train, micro, 0);
+        if (off && l + 1 < c.L) offload_out(m, l + 1);
     }
     {
         PROF(m, PROF_NORM);
@@ -492,13 +549,17 @@ void backward(gpu_llama *m, uint64_t micro) {
                                   m->rstd_f, N, c.C, m->ws, s);
     }
     for (int l = c.L - 1; l >= 0; l--) {
+        NVTX(m, "layer %d backward", l);
+        /* x[l] back on the device (brought in during layer l + 1's backward) */
+        if (offloaded(m) && l + 1 < c.L) CUDA_CHECK(cudaStreamWaitEvent(s, m->x_in[l], 0));
         prepare_layer(m, l, 1);
         m->fp8.recording = FP8_DISCARD; /* a recomputation records nothing */
         if (m->opt.recompute == RECOMPUTE_LAYER)
-            layer_forward(m, l, 1, micro, 0);
+            layer_forward(m, l, 1, micro, 0); /* writes x[l + 1]: after it, x[l − 1] may come in */
         else if (m->opt.recompute == RECOMPUTE_ATTN)
             layer_forward(m, l, 1, micro, 1);
         m->fp8.recording = FP8_RECORD;
+        if (offloaded(m) && l >= 1) offload_in(m, l - 1);
         layer_backward(m, l, micro);
     }
     if (full) {
@@ -532,12 +593,14 @@ extern "C" void gpu_llama_set_batch(gpu_llama *m, const int32_t *tokens, const i
 
 extern "C" void gpu_llama_train_micro(gpu_llama *m, int64_t n_valid_total, float grad_scale, uint64_t micro_index) {
     CHECK(n_valid_total >= 1, "train_micro: n_valid_total=%lld", (long long)n_valid_total);
+    NVTX(m, "micro-batch %d", (int)micro_index);
     forward(m, 1, n_valid_total, grad_scale, micro_index);
     backward(m, micro_index);
 }
 
 extern "C" void gpu_llama_eval(gpu_llama *m, int64_t n_valid_total) {
     CHECK(n_valid_total >= 1, "eval: n_valid_total=%lld", (long long)n_valid_total);
+    NVTX(m, "evaluation %d", 0);
     forward(m, 0, n_valid_total, 1.0f, 0);
 }
 

@@ -87,6 +87,13 @@ enum gpu_linear_precision { GPU_LINEAR_BF16 = 0, GPU_LINEAR_FP8 = 1 };
 enum gpu_mlp_input { GPU_MLP_INPUT_SAVED = 0, GPU_MLP_INPUT_RECOMPUTED = 1 };
 /* Op timing with CUDA events (gpu_llama_profile_*), or none. */
 enum gpu_profiling { GPU_PROFILE_OFF = 0, GPU_PROFILE_OPS };
+/* The layer inputs x_0 .. x_{L−1} saved on the device (L + 1 buffers), or offloaded: copied to
+ * pinned host memory on a second stream as the forward produces them and copied back one layer
+ * ahead of the backward, so the device holds three (two ping-pong buffers and x_L) whatever the
+ * depth. The same kernels read the same bits: results are bitwise those without offload. */
+enum gpu_offload { GPU_OFFLOAD_NONE = 0, GPU_OFFLOAD_INPUTS };
+/* NVTX ranges (per op category, per layer, per micro-batch) for Nsight Systems, or none. */
+enum gpu_nvtx { GPU_NVTX_OFF = 0, GPU_NVTX_RANGES };
 /* LoRA adapters of linears that share their input (q/k/v, gate/up) as one group, or each alone
  * (for comparisons; dropout and DoRA always run them alone). */
 enum gpu_lora_grouping { GPU_LORA_GROUPED = 0, GPU_LORA_UNGROUPED };
@@ -107,6 +114,8 @@ struct gpu_llama_options {
     int B, T;
     enum gpu_profiling profile;
     enum gpu_lora_grouping grouping;
+    enum gpu_nvtx nvtx;
+    enum gpu_offload offload;
     enum gpu_linear_precision linears;
     enum fp8_recipe fp8_recipe; /* FP8 linears and an FP8 base (ref/fp8_linear.h) */
     enum gpu_mlp_input mlp_input;
@@ -123,6 +132,7 @@ struct gpu_llama_plan {
     size_t scratch;    /* backward buffers and the op workspaces (one, sized for the largest) */
     size_t fixed;      /* tokens, labels, positions, rope tables, GEMM workspace, optimizer tables */
     size_t total;
+    size_t host;       /* pinned host memory: the offloaded layer inputs (not in total) */
     int ce_rows;       /* rows of lm_head logits formed at a time */
 };
 

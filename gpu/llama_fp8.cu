@@ -388,9 +388,9 @@ void gl_fp8_step_end(gpu_llama *m, int updated) {
     cudaStream_t s = m->stream;
     if (m->opt.fp8_recipe == FP8_RECIPE_DELAYED) {
         const int L7 = m->cfg.L * LLAMA_N_LINEAR, len = F.history_len;
-        gpu_fp8_delayed_update(F.history, F.scale, F.scale_inv, 2 * L7, len, FP8_AMAX_MAX, 0, FP8_E4M3, nullptr, s);
+        gpu_fp8_delayed_update(F.history, F.scale, F.scale_inv, 2 * L7, len, FP8_DELAYED_ALGO, FP8_DELAYED_MARGIN, FP8_E4M3, nullptr, s);
         gpu_fp8_delayed_update(F.history + (int64_t)2 * L7 * len, F.scale + 2 * L7, F.scale_inv + 2 * L7, L7, len,
-                               FP8_AMAX_MAX, 0, FP8_E5M2, nullptr, s);
+                               FP8_DELAYED_ALGO, FP8_DELAYED_MARGIN, FP8_E5M2, nullptr, s);
         launch_scatter(m);
     }
     CUDA_CHECK(cudaMemsetAsync(F.flags, 0, (size_t)F.n * sizeof(unsigned), s));

@@ -158,7 +158,12 @@ struct gpu_llama {
     uint16_t *mlp_buf; /* GPU_MLP_INPUT_RECOMPUTED: the one MLP input buffer every layer shares */
 
     /* activations */
-    uint16_t **x; /* L + 1 layer inputs (N, C); x[L] feeds the final norm */
+    uint16_t **x; /* L + 1 layer inputs (N, C); x[L] feeds the final norm. Offloaded: x[l] = x_ping[l % 2]
+                     for l < L, and x_host holds them all (L × (N, C), pinned) */
+    uint16_t *x_ping[2], *x_host;
+    cudaStream_t copy_stream;      /* offload copies */
+    cudaEvent_t *x_out, *x_in;     /* per layer input: its copy to the host / back to the device is done */
+    cudaEvent_t *x_free;           /* per layer input: its device buffer may be overwritten */
     gl_acts *acts;
     float *rstd_f;
     uint16_t *nf;

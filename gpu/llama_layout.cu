@@ -308,7 +308,7 @@ void fp8_rows(gpu_llama *m, gl_rows &rs) {
             }
         }
     F.n = FP8_N_ROLES * c->L * LLAMA_N_LINEAR;
-    F.history_len = m->opt.fp8_recipe == FP8_RECIPE_DELAYED ? FP8_HISTORY_LEN : 0;
+    F.history_len = m->opt.fp8_recipe == FP8_RECIPE_DELAYED ? FP8_DELAYED_HISTORY_LEN : 0;
     add(rs, SLAB_FIXED, &F.history, (int64_t)F.n * F.history_len);
     add(rs, SLAB_FIXED, &F.scale, F.n);
     add(rs, SLAB_FIXED, &F.scale_inv, F.n);
@@ -357,7 +357,15 @@ void adapter_act_rows(gpu_llama *m, gl_rows &rs, gl_acts *s, int first, int last
 void activation_rows(gpu_llama *m, gl_rows &rs) {
     const model_config *c = &m->cfg;
     const int64_t N = m->N, C = c->C, F = c->F;
-    for (int l = 0; l <= c->L; l++) add(rs, SLAB_ACTS, &m->x[l], N * C);
+    if (m->opt.offload == GPU_OFFLOAD_INPUTS) {
+        add(rs, SLAB_ACTS, &m->x_ping[0], N * C);
+        add(rs, SLAB_ACTS, &m->x_ping[1], N * C);
+        add(rs, SLAB_ACTS, &m->x[c->L], N * C);
+        m->plan.host = (size_t)c->L * N * C * sizeof(uint16_t);
+    } else {
+        for (int l = 0; l <= c->L; l++) add(rs, SLAB_ACTS, &m->x[l], N * C);
+        m->plan.host = 0;
+    }
     for (int l = 0; l < c->L; l++) {
         gl_acts *s = &m->acts[l];
         if (l == 0 || m->opt.recompute == RECOMPUTE_NONE) {
@@ -516,6 +524,8 @@ void point_views(gpu_llama *m) {
             s.ug[GL_GROUP_GATE_UP] = z.ug[GL_GROUP_GATE_UP];
         }
     }
+    if (m->opt.offload == GPU_OFFLOAD_INPUTS)
+        for (int l = 0; l < c->L; l++) m->x[l] = m->x_ping[l % 2];
     if (c->tie_word_embeddings) {
         m->lm_head = m->embed;
         m->lm_head_master = m->embed_master;
@@ -641,11 +651,13 @@ extern "C" int gpu_llama_plan_bytes(gpu_llama_plan *p, const model_config *c, co
 
 extern "C" void gpu_llama_plan_describe(char *buf, size_t cap, const gpu_llama_plan *p, int B, int T) {
     const double G = 1024.0 * 1024.0 * 1024.0;
-    snprintf(buf, cap,
-             "memory plan for micro-batch %d × %d: %.2f GiB = weights %.2f + parameters %.2f + gradients %.2f + "
-             "optimizer %.2f + activations %.2f + scratch %.2f + fixed %.2f",
-             B, T, p->total / G, p->weights / G, p->params / G, p->grads / G, p->optim / G, p->acts / G,
-             p->scratch / G, p->fixed / G);
+    const int k = snprintf(buf, cap,
+                           "memory plan for micro-batch %d × %d: %.2f GiB = weights %.2f + parameters %.2f + gradients "
+                           "%.2f + optimizer %.2f + activations %.2f + scratch %.2f + fixed %.2f",
+                           B, T, p->total / G, p->weights / G, p->params / G, p->grads / G, p->optim / G, p->acts / G,
+                           p->scratch / G, p->fixed / G);
+    if (p->host > 0 && k > 0 && (size_t)k < cap)
+        snprintf(buf + k, cap - (size_t)k, "; layer inputs offloaded to %.2f GiB of pinned host memory", p->host / G);
 }
 
 extern "C" int gpu_device_check_fp8(io_err *e) {
@@ -830,6 +842,23 @@ extern "C" gpu_llama *build_gpu_llama(const model_config *c, const gpu_llama_opt
     CUDA_CHECK(cudaMallocHost(&m->h_labels, 2 * (size_t)m->N * sizeof(int32_t)));
     CUDA_CHECK(cudaMallocHost(&m->h_scalars, 4 * sizeof(float)));
     CUDA_CHECK(cudaMallocHost(&m->h_nll, sizeof(double)));
+    if (o->offload == GPU_OFFLOAD_INPUTS) {
+        if (cudaMallocHost(&m->x_host, m->plan.host) != cudaSuccess) {
+            cudaGetLastError();
+            m->x_host = nullptr;
+            free_gpu_llama(m);
+            return io_fail(e, "--offload: cannot pin %.2f GiB of host memory for the layer inputs",
+                           m->plan.host / (1024.0 * 1024.0 * 1024.0)),
+                   nullptr;
+        }
+        CUDA_CHECK(cudaStreamCreateWithFlags(&m->copy_stream, cudaStreamNonBlocking));
+        cudaEvent_t **evs[3] = {&m->x_out, &m->x_in, &m->x_free};
+        for (cudaEvent_t **ev : evs) {
+            *ev = static_cast<cudaEvent_t *>(calloc((size_t)c->L, sizeof(cudaEvent_t)));
+            CHECK(*ev != nullptr, "out of host memory");
+            for (int l = 0; l < c->L; l++) CUDA_CHECK(cudaEventCreateWithFlags(&(*ev)[l], cudaEventDisableTiming));
+        }
+    }
     for (int i = 0; i < 2; i++) CUDA_CHECK(cudaEventCreateWithFlags(&m->staged[i], cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreate(&m->t_begin));
     CUDA_CHECK(cudaEventCreate(&m->t_end));
@@ -863,6 +892,16 @@ extern "C" void free_gpu_llama(gpu_llama *m) {
     if (m->prof_ev)
         for (int i = 0; i < 2 * m->prof_cap; i++) CUDA_CHECK(cudaEventDestroy(m->prof_ev[i]));
     if (m->stream) CUDA_CHECK(cudaStreamDestroy(m->stream));
+    if (m->copy_stream) CUDA_CHECK(cudaStreamSynchronize(m->copy_stream));
+    cudaEvent_t *evs[3] = {m->x_out, m->x_in, m->x_free};
+    for (cudaEvent_t *ev : evs) {
+        if (!ev) continue;
+        for (int l = 0; l < m->cfg.L; l++)
+            if (ev[l]) CUDA_CHECK(cudaEventDestroy(ev[l]));
+        free(ev);
+    }
+    if (m->copy_stream) CUDA_CHECK(cudaStreamDestroy(m->copy_stream));
+    if (m->x_host) CUDA_CHECK(cudaFreeHost(m->x_host));
     free(m->prof_ev);
     free(m->prof_cat);
     free_tables(m);

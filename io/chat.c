@@ -9,6 +9,9 @@
 
 void tok_detect_chat_template(struct tokenizer *t, const char *tmpl) {
     if (!tmpl) return;
+    free(t->chat_template_src);
+    t->chat_template_src = strdup(tmpl);
+    CHECK(t->chat_template_src, "out of memory");
     free(t->chat_system_default);
     t->chat_system_default = NULL;
     if (strstr(tmpl, "<|start_header_id|>")) {

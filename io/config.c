@@ -406,15 +406,14 @@ int config_validate(const struct model_config *c, struct io_err *e) {
 
 int config_check_seq_len(const struct model_config *c, int T, struct io_err *e) {
     if (T <= 0) return io_fail(e, "sequence length %d; expected a positive number", T);
-    if (T > c->max_position_embeddings)
-        return io_fail(e, "sequence length %d is beyond the model's max_position_embeddings %d", T,
-                       c->max_position_embeddings);
     if (c->sliding_window > 0 && T > c->sliding_window)
         return io_fail(e, "sequence length %d is beyond the model's sliding window of %d tokens; refine computes full "
                        "causal attention, which equals the windowed attention only up to the window",
                        T, c->sliding_window);
     return 0;
 }
+
+int config_seq_beyond_context(const struct model_config *c, int T) { return T > c->max_position_embeddings; }
 
 static void llama3(struct model_config *c, int C, int F, int L, int H, int D, float factor, int tied) {
     snprintf(c->model_type, sizeof c->model_type, "llama");

@@ -91,9 +91,12 @@ int config_validate(const struct model_config *c, struct io_err *e);
  * equal struct (tested). */
 int config_write_hf_json(const struct model_config *c, const char *path, struct io_err *e);
 
-/* Checks that sequences of T tokens are within what the model computes exactly: T ≤
- * max_position_embeddings and, with a sliding window, T ≤ sliding_window. */
+/* Checks that sequences of T tokens are what refine computes exactly: T ≥ 1 and, with a sliding
+ * window, T ≤ sliding_window (refine's attention is full causal attention). */
 int config_check_seq_len(const struct model_config *c, int T, struct io_err *e);
+/* 1 when T is beyond max_position_embeddings: allowed (RoPE extrapolates; long-context fine-tuning
+ * does exactly this), but the caller warns that positions past it were not trained. */
+int config_seq_beyond_context(const struct model_config *c, int T);
 
 #ifdef __cplusplus
 }

@@ -355,6 +355,7 @@ int tok_set(struct tokenizer *t, uint32_t id, const char *str, size_t str_len, c
 int tok_add_regex(struct tokenizer *t, const char *pattern, const char *src, struct io_err *e) {
     if (t->n_re == TOK_MAX_SPLITS)
         return io_fail(e, "%s: more than %d splitting pre-tokenizers", src, TOK_MAX_SPLITS);
+    t->re_pattern[t->n_re] = tok_arena_copy(&t->arena, pattern, strlen(pattern));
     /* PCRE2's \s under PCRE2_UCP is Unicode Z plus \t\n\v\f\r; the reference tokenizers' \s is
      * the White_Space property, which adds U+0085 (NEL). Rewrite \s and \S accordingly. */
     size_t n = strlen(pattern);
@@ -466,6 +467,7 @@ void tokenizer_free(struct tokenizer *t) {
     tok_pairmap_free(&t->merges);
     free(t->added_lens);
     free(t->chat_system_default);
+    free(t->chat_template_src);
     free(t->cache_ids);
     free(t->sym_id);
     free(t->sym_prev);

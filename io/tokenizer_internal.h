@@ -69,6 +69,7 @@ struct tokenizer {
     void *re[TOK_MAX_SPLITS];       /* pcre2_code_8 * */
     void *match_data;               /* pcre2_match_data_8 * */
     int n_re;
+    const char *re_pattern[TOK_MAX_SPLITS]; /* the patterns as given (arena copies), for exports */
 
     /* Added tokens, matched leftmost-longest in raw text. */
     struct tok_strmap added;       /* content → id */
@@ -81,6 +82,7 @@ struct tokenizer {
     int adds_bos;
     enum chat_template_kind chat;
     char *chat_system_default; /* ChatML default system message, NULL when none */
+    char *chat_template_src;   /* the chat_template text as read, NULL when none (for exports) */
 
     /* Word cache: word bytes → ids (pool offset, count). */
     struct tok_strmap cache;

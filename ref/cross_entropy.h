@@ -81,7 +81,7 @@ void ref_cross_entropy_fused(double *loss, float *dhidden, float *dw, const floa
 
 /* The same with the three GEMMs (logits tile, dhidden, dW) through OpenBLAS cblas_sgemm: fp32
  * accumulation in BLAS's order (reproducible on one machine, not bit-identical to the double
- * form), softmax statistics still in double. The trainer's fast path (ref/llama options.blas).
+ * form), softmax statistics still in double. The trainer's fast path (ref/llama options.linear = LINEAR_BLAS).
  * Workspace: ref_cross_entropy_fused_blas_workspace_size BYTES (the double form's plus an fp32
  * tile and an (n_chunk, C) fp32 product). */
 size_t ref_cross_entropy_fused_blas_workspace_size(int n_chunk, int v_chunk, int C);

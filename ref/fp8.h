@@ -145,6 +145,11 @@ void fp8_dequantize(float *out, const uint8_t *q, int64_t n, float scale_inv, en
 
 enum fp8_amax_algo { FP8_AMAX_MAX = 0, FP8_AMAX_MOST_RECENT = 1 };
 
+/* Transformer Engine's DelayedScaling defaults (NUMERICS.md §6.2). */
+#define FP8_DELAYED_HISTORY_LEN 1024
+#define FP8_DELAYED_MARGIN 0
+#define FP8_DELAYED_ALGO FP8_AMAX_MAX
+
 struct fp8_delayed {
     int history_len;           /* amax_history_len (TE default 1024) */
     enum fp8_amax_algo algo;   /* amax_compute_algo (default "max") */

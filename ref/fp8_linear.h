@@ -105,9 +105,6 @@ static inline enum fp8_format fp8_role_format(enum fp8_recipe recipe, enum fp8_r
 /* The operand's scale mode under a rule. */
 enum fp8_scaling fp8_rule_scaling(enum fp8_rule rule);
 
-/* TE's DelayedScaling defaults: amax_history_len 1024, margin 0, amax_compute_algo "max". */
-#define FP8_HISTORY_LEN 1024
-
 struct fp8_operand {
     uint8_t *q;            /* (rows, cols) codes */
     float *s_inv;          /* dequantization scales, fp8_operand_scale_count(mode, rows, cols) */

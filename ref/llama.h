@@ -286,7 +286,7 @@ struct llama_fp8 {
     enum fp8_product how;         /* FP8_PRODUCT_BLAS with LINEAR_BLAS, else EXACT */
     enum fp8_recording recording;
     int L, n;                     /* n = 3·L·7 rows */
-    int history_len;              /* FP8_HISTORY_LEN (delayed), else 0 */
+    int history_len;              /* FP8_DELAYED_HISTORY_LEN (delayed), else 0 */
     float *history;               /* (n, history_len), delayed */
     float *scale;                 /* (n): delayed: the scale each row quantizes with (start 1);
                                      current, block: the last recorded quantization's (metrics) */

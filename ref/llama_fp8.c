@@ -49,7 +49,7 @@ void ref_llama_fp8_alloc(struct llama_fp8 *s, const struct model_config *c, cons
     s->scale = xcalloc((size_t)s->n, sizeof(float));
     s->flags = xcalloc((size_t)s->n, sizeof(unsigned));
     if (r == FP8_RECIPE_DELAYED) {
-        s->history_len = FP8_HISTORY_LEN;
+        s->history_len = FP8_DELAYED_HISTORY_LEN;
         s->history = xcalloc((size_t)s->n * (size_t)s->history_len, sizeof(float));
         for (int i = 0; i < s->n; i++) s->scale[i] = 1.0f; /* TE's initial scale */
     }
@@ -173,7 +173,7 @@ unsigned ref_llama_fp8_step_end(struct llama_fp8 *s) {
     unsigned flags = 0;
     if (s->recipe == FP8_RECIPE_DELAYED)
         for (int i = 0; i < s->n; i++) {
-            struct fp8_delayed d = {s->history_len, FP8_AMAX_MAX, 0,
+            struct fp8_delayed d = {s->history_len, FP8_DELAYED_ALGO, FP8_DELAYED_MARGIN,
                                     fp8_role_format(s->recipe, (enum fp8_role)(i / (s->L * LLAMA_N_LINEAR))),
                                     s->history + (size_t)i * (size_t)s->history_len, s->scale[i], 1.0f / s->scale[i]};
             flags |= fp8_delayed_update(&d);

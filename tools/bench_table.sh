@@ -1,17 +1,26 @@
 #!/usr/bin/env bash
-# tools/bench_table.sh — refine's //gpu:bench and the HF + PEFT peer, side by side on one GPU, for
-# the workloads of docs/PERFORMANCE.md's targets table.
+# tools/bench_table.sh — refine's //gpu:bench and its peers, side by side on one GPU, for the
+# workloads of docs/PERFORMANCE.md's targets table.
 #
-#   tools/bench_table.sh BENCH PEER.py OUTDIR [WORKLOAD...]
+#   [PEERS=hf,compile,liger,unsloth] [REFINE_FLAGS="--precision fp8"] \
+#       tools/bench_table.sh BENCH PEER.py OUTDIR [WORKLOAD...]
 #
-# BENCH is the //gpu:bench binary, PEER.py the peer script (hf_peer.py: transformers + PEFT). Each
-# workload runs refine first, then the peer with the same model shape, method, batch, sequence
-# length, rank 16 and alpha 32; every JSON line goes to OUTDIR/bench.jsonl and each program's
-# output to OUTDIR/<workload>.<system>.log. A workload is "model:method:batch:seq[:recompute[:flag]]",
-# flag nopeer (refine alone) or adamw8bit (refine with the 8-bit optimizer, alone); with none
-# given, the default list below runs. The peer runs only where it has the method (no
-# qlora/qdora), not for flagged workloads, and not at all with PEER=none. Prints one line per
-# workload: both tokens/s, the ratio, both peak memories.
+# BENCH is the //gpu:bench binary, PEER.py the peer script (hf_peer.py: transformers + PEFT; the
+# Unsloth peer is unsloth_peer.py in the same folder). Each workload runs refine first (with
+# REFINE_FLAGS added), then every peer of PEERS (default: hf) with the same model shape, method,
+# batch, sequence length, rank 16 and alpha 32:
+#   hf       HF + PEFT                                  hf_peer.py
+#   compile  HF + PEFT + torch.compile                  hf_peer.py --compile
+#   liger    HF + PEFT + Liger Kernel's patched Llama   hf_peer.py --liger (the liger-kernel wheel on PYTHONPATH)
+#   float8   HF + torchao float8 training, compiled     hf_peer.py --float8 tensorwise --compile
+#   unsloth  Unsloth                                    unsloth_peer.py (its bundle on PYTHONPATH; qlora too;
+#                                                       with recompute: --checkpointing unsloth)
+# Every JSON line goes to OUTDIR/bench.jsonl and each program's output to
+# OUTDIR/<workload>.<system>.log. A workload is "model:method:batch:seq[:recompute[:flag]]", flag
+# nopeer (refine alone) or adamw8bit (refine with the 8-bit optimizer, alone); with none given,
+# the default list below runs. A peer runs only where it has the method. Prints one line per
+# workload and peer: both tokens/s, the ratio, both peak memories; a row the peer wins in speed
+# or in memory is marked GAP.
 set -u
 bench=${1:?usage: tools/bench_table.sh BENCH PEER.py OUTDIR [WORKLOAD...]}
 peer=${2:?usage: tools/bench_table.sh BENCH PEER.py OUTDIR [WORKLOAD...]}
@@ -37,20 +46,46 @@ for w in "${workloads[@]}"; do
     optimizer=adamw
     [ "${flag:-}" = adamw8bit ] && optimizer=adamw8bit
     name="$model.$method.${batch}x$seq.$recompute${flag:+.$flag}"
+    echo "== $name" >&2
+    # shellcheck disable=SC2086 # REFINE_FLAGS: words
     ours=$("$bench" --model "$model" --method "$method" --micro-batch "$batch" --seq "$seq" --recompute "$recompute" \
-        --optimizer "$optimizer" --profile 2>"$out/$name.refine.log" | tee -a "$out/$name.refine.log" | grep '^{' | tee -a "$out/bench.jsonl" |
+        --optimizer "$optimizer" --profile ${REFINE_FLAGS:-} 2>"$out/$name.refine.log" | tee -a "$out/$name.refine.log" | grep '^{' | tee -a "$out/bench.jsonl" |
         grep '"system"')
-    theirs=""
-    if [ "${PEER:-}" != none ] && [ "$method" != qlora ] && [ "$method" != qdora ] && [ -z "${flag:-}" ]; then
-        rflag=""
-        [ "$recompute" != none ] && rflag="--recompute"
-        theirs=$(PYTHONUNBUFFERED=1 python3 "$peer" --model "$model" --method "$method" --batch "$batch" --seq "$seq" \
-            $rflag 2>"$out/$name.peer.log" | tee -a "$out/$name.peer.log" | grep '^{' | tee -a "$out/bench.jsonl")
-        [ -z "$theirs" ] && echo "{\"system\":\"hf+peft\",\"workload\":\"$name\",\"error\":\"$(tail -c 300 "$out/$name.peer.log" | tr '\n"' ' ' )\"}" >>"$out/bench.jsonl"
-    fi
     t1=$(field "$ours" tokens_per_s)
-    t2=$(field "$theirs" tokens_per_s)
-    ratio=$(awk -v a="${t1:-0}" -v b="${t2:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a / b; else print "-" }')
-    printf '%-40s refine %8s tok/s %6s GiB | peer %8s tok/s %6s GiB | ratio %s\n' "$name" "${t1:-fail}" \
-        "$(field "$ours" peak_mem_GiB)" "${t2:--}" "$(field "$theirs" peak_mem_GiB)" "$ratio"
+    m1=$(field "$ours" peak_mem_GiB)
+    if [ "${PEER:-}" = none ] || [ -n "${flag:-}" ]; then
+        printf '%-40s refine %8s tok/s %6s GiB\n' "$name" "${t1:-fail}" "$m1"
+        continue
+    fi
+    IFS=, read -ra peers <<<"${PEERS:-hf}"
+    for p in "${peers[@]}"; do
+        args=(--model "$model" --method "$method" --batch "$batch" --seq "$seq")
+        script=$peer
+        case $p in
+        hf) ;;
+        compile) args+=(--compile) ;;
+        liger) args+=(--liger) ;;
+        float8) args+=(--float8 tensorwise --compile) ;;
+        unsloth) script=$(dirname "$peer")/unsloth_peer.py ;;
+        *) echo "bench_table.sh: unknown peer '$p' (hf, compile, liger, float8, unsloth)" >&2; exit 1 ;;
+        esac
+        case $p-$method in
+        unsloth-lora | unsloth-qlora | unsloth-full) ;;
+        unsloth-*) continue ;;
+        *-qlora | *-qdora) continue ;;
+        esac
+        if [ "$recompute" != none ]; then
+            if [ "$p" = unsloth ]; then args+=(--checkpointing unsloth); else args+=(--recompute); fi
+        fi
+        theirs=$(PYTHONUNBUFFERED=1 python3 "$script" "${args[@]}" 2>"$out/$name.$p.log" | tee -a "$out/$name.$p.log" |
+            grep '^{' | sed "s/^{/{\"peer\":\"$p\",/" | tee -a "$out/bench.jsonl")
+        [ -z "$theirs" ] && echo "{\"peer\":\"$p\",\"workload\":\"$name\",\"error\":\"$(tail -c 300 "$out/$name.$p.log" | tr '\n"' ' ')\"}" >>"$out/bench.jsonl"
+        t2=$(field "$theirs" tokens_per_s)
+        m2=$(field "$theirs" peak_mem_GiB)
+        ratio=$(awk -v a="${t1:-0}" -v b="${t2:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a / b; else print "-" }')
+        gap=$(awk -v a="${t1:-0}" -v b="${t2:-0}" -v ma="${m1:-0}" -v mb="${m2:-0}" \
+            'BEGIN { if (b > 0 && (a < b || (mb > 0 && ma > mb))) print "GAP" }')
+        printf '%-40s refine %8s tok/s %6s GiB | %-7s %8s tok/s %6s GiB | ratio %s %s\n' "$name" "${t1:-fail}" \
+            "$m1" "$p" "${t2:--}" "$m2" "$ratio" "$gap"
+    done
 done

@@ -67,6 +67,9 @@ struct train_engine {
     double peak_flops;      /* the device's measured bf16 GEMM rate, FLOP/s; 0 when unknown (no MFU) */
     float adapter_scale;    /* s of the adapters (ref/lora.h's convention), for the merged export; 0 in full
                                fine-tuning */
+    const char *memory_json; /* the device memory the engine planned, as one JSON object of GiB per category
+                                ({"weights":..,"params":..,"grads":..,"optim":..,"acts":..,"scratch":..,
+                                "fixed":..,"total":..}) for the metrics log; NULL when it plans none */
 
     /* Forward, loss and backward of one micro-batch: gradients accumulate, and so does the step's
      * Σ NLL, which the engine keeps (on its device) until optimizer_step hands it over — so that a
@@ -103,6 +106,17 @@ struct train_engine {
     /* Device memory in use now and at peak (GiB); NULL when not meaningful. */
     double (*mem_gib)(void *self);
     void (*destroy)(void *self);
+
+    /* Optional (NULL: this trainer cannot generate): greedy completions with the weights as they are
+     * now, for the samples of --sample-every (train/loop.h). prompts[i] holds lens[i] tokens; each
+     * gets at most max_new new tokens in out[i] (room for max_new), ending early at one of the end
+     * ids (kept as its last token); n_out[i] their count. The hook may be the engine's own or one
+     * attached beside it (trainers/sample_hook.h); gen_state is that hook's state, malloc'ed or
+     * NULL: the trainer program frees it after destroy. */
+    int (*generate)(const struct train_engine *eng, const int32_t *const *prompts, const int *lens, int n,
+                    int max_new, const int32_t *end_ids, int n_end, int32_t *const *out, int *n_out,
+                    struct io_err *e);
+    void *gen_state;
 };
 
 #ifdef __cplusplus

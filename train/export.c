@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "io/file.h"
+#include "io/gguf_write.h"
 #include "io/model_files.h"
 #include "io/peft.h"
 #include "io/safetensors.h"
@@ -65,6 +66,43 @@ static int merge_adapter(float *w, int64_t out, int64_t in, const float *A, cons
     return 0;
 }
 
+int export_merged_weight(float *w, const struct model_config *c, const struct train_engine *eng, int full, float scale,
+                         enum model_weight kind, int layer, struct io_err *e) {
+    char name[112];
+    int64_t shape[2];
+    const int ndim = model_weight_shape(shape, c, kind);
+    const int64_t numel = ndim == 2 ? shape[0] * shape[1] : shape[0];
+    model_weight_name(name, sizeof name, kind, layer);
+    if (full) {
+        float *p = NULL;
+        const int got = read_param(eng, name, numel, &p, e);
+        if (got < 0) return -1;
+        if (got > 0) return io_fail(e, "export: full fine-tuning engine has no tensor %s", name);
+        memcpy(w, p, (size_t)numel * sizeof *w);
+        free(p);
+        return 0;
+    }
+    if (eng->base_weight_read(eng->self, name, w, e)) return -1;
+    if (!model_weight_is_linear(kind)) return 0;
+    char module[112], key[160];
+    snprintf(module, sizeof module, "%.*s", (int)(strlen(name) - strlen(".weight")), name);
+    snprintf(key, sizeof key, "%s.lora_A.weight", module);
+    struct engine_tensor ia;
+    const int ai = find_tensor(eng, key, &ia);
+    if (ai < 0) return 0;
+    const int R = (int)ia.shape[0];
+    float *A = NULL, *B = NULL, *m = NULL;
+    int g = read_param(eng, key, (int64_t)R * shape[1], &A, e);
+    snprintf(key, sizeof key, "%s.lora_B.weight", module);
+    if (g == 0) g = read_param(eng, key, shape[0] * R, &B, e);
+    snprintf(key, sizeof key, "%s.lora_magnitude_vector", module);
+    if (g == 0 && read_param(eng, key, shape[0], &m, e) < 0) g = -1;
+    if (g > 0) g = io_fail(e, "export: %s has lora_A but no lora_B", module);
+    if (g == 0) g = merge_adapter(w, shape[0], shape[1], A, B, m, R, scale, e);
+    free(A), free(B), free(m);
+    return g;
+}
+
 int export_merged(const char *dir, const struct model_config *c, const struct train_engine *eng, int full,
                   float scale, struct io_err *e) {
     if (make_dirs(dir, e)) return -1;
@@ -89,38 +127,11 @@ int export_merged(const char *dir, const struct model_config *c, const struct tr
         if (ndim == 0 || (kind == MW_LM_HEAD && c->tie_word_embeddings)) continue;
         model_weight_name(names[n], sizeof names[n], kind, layer);
         const int64_t numel = ndim == 2 ? shape[0] * shape[1] : shape[0];
-        float *w = NULL;
-        if (full) {
-            const int got = read_param(eng, names[n], numel, &w, e);
-            if (got < 0) rc = -1;
-            else if (got > 0) rc = io_fail(e, "export: full fine-tuning engine has no tensor %s", names[n]);
-        } else {
-            w = (float *)malloc((size_t)numel * sizeof *w);
-            if (!w) rc = io_fail(e, "export: out of memory for %s", names[n]);
-            else rc = eng->base_weight_read(eng->self, names[n], w, e);
-            if (rc == 0 && model_weight_is_linear(kind)) {
-                char module[112], key[160];
-                snprintf(module, sizeof module, "%.*s", (int)(strlen(names[n]) - strlen(".weight")), names[n]);
-                snprintf(key, sizeof key, "%s.lora_A.weight", module);
-                struct engine_tensor ia;
-                const int ai = find_tensor(eng, key, &ia);
-                if (ai >= 0) {
-                    const int R = (int)ia.shape[0];
-                    float *A = NULL, *B = NULL, *m = NULL;
-                    int g = read_param(eng, key, (int64_t)R * shape[1], &A, e);
-                    snprintf(key, sizeof key, "%s.lora_B.weight", module);
-                    if (g == 0) g = read_param(eng, key, shape[0] * R, &B, e);
-                    snprintf(key, sizeof key, "%s.lora_magnitude_vector", module);
-                    if (g == 0 && read_param(eng, key, shape[0], &m, e) < 0) g = -1;
-                    if (g > 0) g = io_fail(e, "export: %s has lora_A but no lora_B", module);
-                    if (g == 0) g = merge_adapter(w, shape[0], shape[1], A, B, m, R, scale, e);
-                    free(A), free(B), free(m);
-                    rc = g;
-                }
-            }
-        }
+        float *w = (float *)malloc((size_t)numel * sizeof *w);
+        if (!w) rc = io_fail(e, "export: out of memory for %s", names[n]);
+        else rc = export_merged_weight(w, c, eng, full, scale, kind, layer, e);
         if (rc == 0) {
-            /* fp32 → BF16 (RNE) through io's converter, in place in the front half of w */
+            /* fp32 → BF16 (RNE) through io's converter */
             struct st_tensor src = {.name = names[n], .dtype = ST_F32, .ndim = ndim, .numel = numel,
                                     .data = (const uint8_t *)w, .nbytes = (size_t)numel * 4};
             memcpy(src.shape, shape, sizeof shape);
@@ -145,6 +156,36 @@ int export_merged(const char *dir, const struct model_config *c, const struct tr
     free(ts);
     free(names);
     return rc;
+}
+
+struct gguf_src {
+    const struct model_config *c;
+    const struct train_engine *eng;
+    int full;
+    float scale;
+};
+
+/* The merged weight as the merged folder stores it: rounded to bf16 (RNE), then widened. */
+static int gguf_weight(void *ctx, enum model_weight kind, int layer, float *out, struct io_err *e) {
+    const struct gguf_src *s = ctx;
+    if (export_merged_weight(out, s->c, s->eng, s->full, s->scale, kind, layer, e)) return -1;
+    int64_t shape[2];
+    const int ndim = model_weight_shape(shape, s->c, kind);
+    const int64_t n = ndim == 2 ? shape[0] * shape[1] : shape[0];
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t h;
+        gguf_quantize_bf16(&h, &out[i], 1);
+        const uint32_t u = (uint32_t)h << 16;
+        memcpy(&out[i], &u, 4);
+    }
+    return 0;
+}
+
+int export_gguf(const char *path, const struct model_config *c, const struct train_engine *eng, int full, float scale,
+                const struct tokenizer *tok, enum gguf_out_type type, struct io_err *e) {
+    const struct gguf_src s = {c, eng, full, scale};
+    const enum ggml_type t = type == GGUF_OUT_BF16 ? GGML_TYPE_BF16 : type == GGUF_OUT_Q8_0 ? GGML_TYPE_Q8_0 : GGML_TYPE_F16;
+    return gguf_write_model(path, c, tok, t, "refine fine-tune", gguf_weight, (void *)&s, e);
 }
 
 int export_peft_adapter(const char *dir, const struct train_options *o, const struct model_config *c,

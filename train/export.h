@@ -20,6 +20,7 @@
 
 #include "io/config.h"
 #include "io/error.h"
+#include "io/model_files.h"
 #include "train/engine.h"
 #include "train/options.h"
 
@@ -27,15 +28,31 @@
 extern "C" {
 #endif
 
+struct tokenizer;
+
 /* The PEFT adapter folder (io/peft.h: adapter_config.json + adapter_model.safetensors) from the
  * engine's adapter tensors and the run's options (rank, alpha, rsLoRA, dropout, DoRA, targets).
  * base_model: base_model_name_or_path to record ("" writes null). */
 int export_peft_adapter(const char *dir, const struct train_options *o, const struct model_config *c,
                         const struct train_engine *eng, const char *base_model, struct io_err *e);
 
+/* The merged fp32 weight (kind, layer) in its HF shape into w: the trained parameter (full), or
+ * the base weight with its adapter merged as above. What export_merged rounds to bf16; also the
+ * weights of samples during training (trainers/sample_hook.h). */
+int export_merged_weight(float *w, const struct model_config *c, const struct train_engine *eng, int full, float scale,
+                         enum model_weight kind, int layer, struct io_err *e);
+
 /* scale: the adapter's s (ignored for full fine-tuning, where full = 1). */
 int export_merged(const char *dir, const struct model_config *c, const struct train_engine *eng, int full,
                   float scale, struct io_err *e);
+
+/* The merged model as one GGUF file for llama.cpp / Ollama (io/gguf_write.h: llama.cpp's names,
+ * q/k row order, metadata, the tokenizer and its chat template): the weights export_merged
+ * writes — merged in fp32, rounded to bf16 — converted to F16, BF16 or Q8_0 as llama.cpp's
+ * converter converts a bf16 HF folder (norms F32), so the file equals convert_hf_to_gguf.py's
+ * output for the merged folder up to metadata. */
+int export_gguf(const char *path, const struct model_config *c, const struct train_engine *eng, int full, float scale,
+                const struct tokenizer *tok, enum gguf_out_type type, struct io_err *e);
 
 #ifdef __cplusplus
 }

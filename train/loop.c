@@ -54,6 +54,33 @@ static int evaluate(const struct train_options *o, const struct train_engine *en
     return 0;
 }
 
+/* The samples of step `step` (train_samples): generated, recorded and printed. */
+static int take_samples(const struct train_options *o, const struct train_engine *eng, const struct batch_source *src,
+                        struct metrics *m, int step, struct io_err *e) {
+    const struct train_samples *s = src->samples;
+    if (o->sample_every <= 0 || s == NULL || s->n == 0) return 0;
+    if (eng->generate == NULL) return io_fail(e, "--sample-every: this trainer's engine cannot generate samples");
+    int32_t **out = calloc((size_t)s->n, sizeof *out);
+    int *n_out = calloc((size_t)s->n, sizeof *n_out);
+    CHECK(out != NULL && n_out != NULL, "out of memory");
+    for (int i = 0; i < s->n; i++) {
+        out[i] = malloc((size_t)s->max_new * sizeof **out + 4);
+        CHECK(out[i] != NULL, "out of memory");
+    }
+    int rc = eng->generate(eng, s->ids, s->lens, s->n, s->max_new, s->end_ids, s->n_end, out, n_out, e);
+    for (int i = 0; i < s->n && rc == 0; i++) {
+        char *text = s->decode(s->ctx, out[i], n_out[i]);
+        rc = metrics_sample(m, step, i, s->text[i], text, n_out[i], e);
+        printf("sample %d at step %d: %s\n  → %s\n", i, step, s->text[i], text);
+        free(text);
+    }
+    fflush(stdout);
+    for (int i = 0; i < s->n; i++) free(out[i]);
+    free(out);
+    free(n_out);
+    return rc;
+}
+
 int train_loop_run(const struct train_options *o, const struct train_engine *eng, const struct batch_source *src,
                    const struct train_comm *comm, struct loop_result *res, struct io_err *e) {
     memset(res, 0, sizeof *res);
@@ -78,8 +105,9 @@ int train_loop_run(const struct train_options *o, const struct train_engine *eng
     CHECK(header != NULL, "out of memory");
     snprintf(header, 65536 + 1024,
              "{\"kind\":\"run\",\"engine\":\"%s\",\"total_steps\":%d,\"train_sequences\":%" PRId64
-             ",\"val_sequences\":%" PRId64 ",\"seq\":%d,\"options\":%s}",
-             eng->name, total, src->n_train, src->n_val, T, opts);
+             ",\"val_sequences\":%" PRId64 ",\"seq\":%d,%s%s%s\"options\":%s}",
+             eng->name, total, src->n_train, src->n_val, T, eng->memory_json ? "\"memory_GiB\":" : "",
+             eng->memory_json ? eng->memory_json : "", eng->memory_json ? "," : "", opts);
 
     struct loop_position pos = {0, 0, 0, 0};
     int rc = 0;
@@ -124,6 +152,7 @@ int train_loop_run(const struct train_options *o, const struct train_engine *eng
         res->first_val_loss = m.eval[0].val_loss;
         res->last_val_loss = m.eval[m.n_eval - 1].val_loss;
     }
+    if (rc == 0 && root && pos.step == 0) rc = take_samples(o, eng, src, &m, 0, e);
 
     while (rc == 0 && pos.step < stop_at) {
         const double ts = now_s();
@@ -204,6 +233,8 @@ int train_loop_run(const struct train_options *o, const struct train_engine *eng
                 if ((rc = metrics_plot(&m, e)) != 0) break;
             }
         }
+        if (root && ((o->sample_every > 0 && step % o->sample_every == 0) || last))
+            if ((rc = take_samples(o, eng, src, &m, step, e)) != 0) break;
         /* rank 0 writes the checkpoint: every rank holds the whole state (no sharded optimizer yet) */
         if (root && ((o->checkpoint_every > 0 && step % o->checkpoint_every == 0) || last || step == stop_at))
             if ((rc = checkpoint_save(o->out, eng, &pos, opts, e)) != 0) break;

@@ -36,6 +36,22 @@
 extern "C" {
 #endif
 
+/* Prompts completed during training (--sample-every N): the engine's generate hook completes each
+ * greedily before the first step, every N steps and at the end; each completion becomes a
+ * metrics.jsonl record {"kind":"sample","step","index","prompt","completion","tokens"} and a
+ * printed line. decode gives a completion's text (malloc'ed, NUL-terminated). */
+struct train_samples {
+    int n;
+    const int32_t *const *ids;
+    const int *lens;
+    const char *const *text; /* the prompts, for display */
+    int max_new;
+    const int32_t *end_ids;
+    int n_end;
+    char *(*decode)(void *ctx, const int32_t *ids, int n);
+    void *ctx;
+};
+
 /* Where batches come from (train/data.h provides one; tests provide synthetic ones). Each batch
  * function fills tokens and labels (B, T) and returns how many labels are not −100. */
 struct batch_source {
@@ -45,6 +61,7 @@ struct batch_source {
     int64_t n_val;   /* validation sequences (0: no evaluation) */
     int64_t (*train_batch)(void *self, int epoch, int64_t pos, int B, int32_t *tokens, int32_t *labels);
     int64_t (*val_batch)(void *self, int64_t first, int B, int32_t *tokens, int32_t *labels);
+    const struct train_samples *samples; /* NULL: no samples (--sample-every 0) */
 };
 
 struct loop_result {

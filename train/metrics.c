@@ -82,6 +82,13 @@ static int read_back(struct metrics *m, char **header, int resume_step, struct i
                                               num(o, "fp8_scale_min"), num(o, "fp8_scale_max"),
                                               (long long)num(o, "fp8_saturated")};
                 push_train(m, &r, &f8);
+            } else if (strcmp(k, "sample") == 0 && step <= resume_step) {
+                m->extra = realloc(m->extra, (size_t)(m->n_extra + 1) * sizeof *m->extra);
+                m->extra_step = realloc(m->extra_step, (size_t)(m->n_extra + 1) * sizeof *m->extra_step);
+                CHECK(m->extra != NULL && m->extra_step != NULL, "out of memory");
+                m->extra[m->n_extra] = strdup(line);
+                CHECK(m->extra[m->n_extra] != NULL, "out of memory");
+                m->extra_step[m->n_extra++] = step;
             } else if (strcmp(k, "eval") == 0 && step <= resume_step) {
                 struct eval_record r = {step, num(o, "val_loss"), num(o, "val_ppl"), (long long)num(o, "val_tokens"),
                                         num(o, "elapsed_s")};
@@ -115,13 +122,16 @@ int metrics_open(struct metrics *m, const char *dir, const char *run_header_json
     free(header);
     /* Rewrite the kept records in the order the loop wrote them: an evaluation after the train
      * record of its step, the one before the first step (step 0) ahead of every train record. */
-    int j = 0;
+    int j = 0, x = 0;
     for (int i = 0; i < m->n_train; i++) {
         while (j < m->n_eval && m->eval[j].step < m->train[i].step) write_eval_line(m->log, &m->eval[j++]);
+        while (x < m->n_extra && m->extra_step[x] < m->train[i].step) fprintf(m->log, "%s\n", m->extra[x++]);
         write_train_line(m->log, &m->train[i], &m->train_fp8[i]);
         while (j < m->n_eval && m->eval[j].step == m->train[i].step) write_eval_line(m->log, &m->eval[j++]);
+        while (x < m->n_extra && m->extra_step[x] == m->train[i].step) fprintf(m->log, "%s\n", m->extra[x++]);
     }
     while (j < m->n_eval) write_eval_line(m->log, &m->eval[j++]);
+    while (x < m->n_extra) fprintf(m->log, "%s\n", m->extra[x++]);
     if (fflush(m->log) != 0) return io_fail(e, "%s: write failed", m->log_path);
     return 0;
 }
@@ -142,7 +152,28 @@ int metrics_eval(struct metrics *m, const struct eval_record *r, struct io_err *
     return 0;
 }
 
+int metrics_sample(struct metrics *m, int step, int index, const char *prompt, const char *completion, int tokens,
+                   struct io_err *e) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "kind", "sample");
+    cJSON_AddNumberToObject(j, "step", step);
+    cJSON_AddNumberToObject(j, "index", index);
+    cJSON_AddStringToObject(j, "prompt", prompt);
+    cJSON_AddStringToObject(j, "completion", completion);
+    cJSON_AddNumberToObject(j, "tokens", tokens);
+    char *line = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    CHECK(line != NULL, "out of memory");
+    const int bad = fprintf(m->log, "%s\n", line) < 0 || fflush(m->log) != 0;
+    free(line);
+    if (bad) return io_fail(e, "%s: write failed", m->log_path);
+    return 0;
+}
+
 void metrics_close(struct metrics *m) {
+    for (int i = 0; i < m->n_extra; i++) free(m->extra[i]);
+    free(m->extra);
+    free(m->extra_step);
     if (m->log != NULL) fclose(m->log);
     free(m->train);
     free(m->train_fp8);

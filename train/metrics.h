@@ -6,8 +6,10 @@
  *   (--precision fp8 adds the step's FP8 statistics, train/engine.h's struct engine_fp8_stats:
  *    ...,"fp8_scale_min":0.5,"fp8_scale_max":4096,"fp8_saturated":0})
  *   {"kind":"eval","step":20,"val_loss":2.1,"val_ppl":8.17,"val_tokens":4096,"elapsed_s":20.1}
+ *   {"kind":"sample","step":20,"index":0,"prompt":"...","completion":"...","tokens":48}
  * The first line is {"kind":"run", "options":{...}, "engine":"...", "device":"..."}. A resumed
- * run appends to the same file after truncating records past the checkpoint's step.
+ * run appends to the same file after truncating records past the checkpoint's step (sample
+ * records up to that step are kept as they were).
  * loss.svg: training loss (per step) and validation loss (per evaluation) against the step, with
  * axes, ticks and a legend — a plain SVG file any browser shows; rewritten atomically after every
  * evaluation and at the end.
@@ -56,6 +58,9 @@ struct metrics {
     struct fp8_record *train_fp8; /* parallel to train */
     int n_eval, cap_eval;
     struct eval_record *eval;
+    int n_extra;         /* records of other kinds read back at resume (samples), kept verbatim */
+    char **extra;
+    int *extra_step;
 };
 
 /* Opens <dir>/metrics.jsonl. With resume_step < 0 a new log is started with the run header line;
@@ -66,6 +71,9 @@ int metrics_train(struct metrics *m, const struct train_record *r, struct io_err
 /* metrics_train with the step's FP8 statistics (NULL: none). */
 int metrics_train_fp8(struct metrics *m, const struct train_record *r, const struct fp8_record *f8, struct io_err *e);
 int metrics_eval(struct metrics *m, const struct eval_record *r, struct io_err *e);
+/* A sample record (strings JSON-escaped). */
+int metrics_sample(struct metrics *m, int step, int index, const char *prompt, const char *completion, int tokens,
+                   struct io_err *e);
 /* Writes <dir>/loss.svg from the records so far (atomically). */
 int metrics_plot(const struct metrics *m, struct io_err *e);
 void metrics_close(struct metrics *m);

@@ -9,7 +9,8 @@
 #include <string.h>
 #include <time.h>
 
-enum opt_kind { K_PATH, K_INT, K_FLOAT, K_U64, K_ENUM, K_FLAG, K_TARGETS, K_DATA };
+/* K_SEQ: an integer or "auto" (OPT_SEQ_AUTO); K_SEQ_AUTO: a flag that sets it to auto. */
+enum opt_kind { K_PATH, K_INT, K_SEQ, K_FLOAT, K_U64, K_ENUM, K_FLAG, K_SEQ_AUTO, K_TARGETS, K_DATA };
 
 struct opt_def {
     const char *name;
@@ -22,7 +23,8 @@ struct opt_def {
 };
 
 static const char *const k_schedules[] = {"cosine", "linear", "constant", NULL};
-static const char *const k_exports[] = {"adapter", "merged", NULL};
+static const char *const k_exports[] = {"adapter", "merged", "gguf", NULL};
+static const char *const k_gguf_types[] = {"f16", "bf16", "q8_0", NULL};
 static const char *const k_scalings[] = {"standard", "rslora", NULL};
 static const char *const k_precisions[] = {"auto", "fp32", "bf16", "fp8", NULL};
 static const char *const k_base_dtypes[] = {"bf16", "fp8", NULL};
@@ -48,7 +50,8 @@ static const struct opt_def k_opts[] = {
     {"scaling", BOTH, K_ENUM, OFF(scaling), k_scalings, 0, 0, "adapter scale: standard (alpha/r) | rslora (alpha/sqrt(r))"},
     {"dropout", BOTH, K_FLOAT, OFF(dropout), NULL, 0, 0.95, "dropout on the adapter input"},
     {"targets", BOTH, K_TARGETS, OFF(targets), NULL, 0, 0, "adapted linear layers: any of q,k,v,o,gate,up,down, or all"},
-    {"seq", BOTH, K_INT, OFF(seq), NULL, 2, 1 << 20, "sequence length (tokens per packed sequence)"},
+    {"seq", BOTH, K_SEQ, OFF(seq), NULL, 2, 1 << 20,
+     "sequence length (tokens per packed sequence), or auto: the longest whose memory plan fits (GPU)"},
     {"micro-batch", BOTH, K_INT, OFF(micro_batch), NULL, 1, 1 << 16, "sequences per micro-batch"},
     {"grad-accum", BOTH, K_INT, OFF(grad_accum), NULL, 1, 1 << 16, "micro-batches per optimizer step"},
     {"epochs", TRAIN, K_INT, OFF(epochs), NULL, 0, 1 << 20, "passes over the training data (0: no limit)"},
@@ -78,10 +81,26 @@ static const struct opt_def k_opts[] = {
     {"eval-batches", TRAIN, K_INT, OFF(eval_batches), NULL, 1, 1 << 30, "validation micro-batches per evaluation"},
     {"val-fraction", TRAIN, K_FLOAT, OFF(val_fraction), NULL, 0, 0.9, "fraction of the packed sequences held out for validation"},
     {"seed", BOTH, K_U64, OFF(seed), NULL, 0, 0, "seed of initialization, shuffling and dropout"},
-    {"export", TRAIN, K_ENUM, OFF(export_kind), k_exports, 0, 0, "adapter (PEFT files) | merged (also an HF safetensors model with the adapter merged)"},
+    {"export", TRAIN, K_ENUM, OFF(export_kind), k_exports, 0, 0,
+     "adapter (PEFT files) | merged (also an HF safetensors model with the adapter merged) | gguf (also that model as "
+     "<out>/model-<type>.gguf for llama.cpp and Ollama)"},
+    {"gguf-type", TRAIN, K_ENUM, OFF(gguf_type), k_gguf_types, 0, 0, "tensor type of --export gguf: f16 | bf16 | q8_0"},
     {"log-every", TRAIN, K_INT, OFF(log_every), NULL, 1, 1 << 30, "progress line and metrics record every N steps"},
     {"checkpoint-every", TRAIN, K_INT, OFF(checkpoint_every), NULL, 0, 1 << 30, "write a resumable checkpoint every N steps (0: at the end)"},
     {"stop-after", TRAIN, K_INT, OFF(max_steps_this_run), NULL, 0, 1 << 30, "stop this run after N steps with a checkpoint (resume later)"},
+    {"sample-every", TRAIN, K_INT, OFF(sample_every), NULL, 0, 1 << 30,
+     "every N steps (and at the end) complete each --sample-prompts prompt greedily into metrics.jsonl (0: off)"},
+    {"sample-prompts", TRAIN, K_PATH, OFF(sample_prompts), NULL, 0, 0,
+     "JSONL of prompts for --sample-every: {\"prompt\": ...} or {\"messages\": [...]} a line"},
+    {"sample-tokens", TRAIN, K_INT, OFF(sample_tokens), NULL, 1, 1 << 16, "new tokens per sample at most"},
+    {"memory-limit", BOTH, K_FLOAT, OFF(memory_limit), NULL, 0, 1e6,
+     "GiB of GPU memory the run may plan and use, as on a card of that size (0: the device's own)"},
+    {"max-seq", BENCH, K_SEQ_AUTO, OFF(seq), NULL, 0, 0, "the same as --seq auto: time the longest sequence that fits"},
+    {"offload", BOTH, K_FLAG, OFF(offload), NULL, 0, 0,
+     "keep the saved layer inputs in pinned host memory, copied out and back one layer ahead on a second "
+     "stream (GPU; the same results; with --recompute layer the device holds three layers' inputs)"},
+    {"nvtx", BOTH, K_FLAG, OFF(nvtx), NULL, 0, 0,
+     "name the step's parts (per op category, layer, micro-batch) as NVTX ranges for Nsight Systems (GPU)"},
     {"batch", BENCH, K_INT, OFF(micro_batch), NULL, 1, 1 << 16, "the same as --micro-batch"},
     {"steps", BENCH, K_INT, OFF(bench_steps), NULL, 1, 1 << 20, "optimizer steps timed"},
     {"warmup-steps", BENCH, K_INT, OFF(bench_warmup), NULL, 0, 1 << 20, "optimizer steps run before the timed ones"},
@@ -104,6 +123,10 @@ void train_cache_dir(char *buf, size_t cap) {
     }
     const char *home = getenv("HOME");
     snprintf(buf, cap, "%s/.cache/refine", home != NULL ? home : ".");
+}
+
+const char *train_gguf_type_name(enum gguf_out_type t) {
+    return (int)t >= 0 && (int)t < 3 ? k_gguf_types[t] : "?";
 }
 
 void train_options_defaults(struct train_options *o, const char *cache) {
@@ -149,6 +172,7 @@ void train_options_defaults(struct train_options *o, const char *cache) {
     o->checkpoint_every = 0;
     o->bench_steps = 10;
     o->bench_warmup = 3;
+    o->sample_tokens = 48;
 }
 
 static const struct opt_def *find_opt(const char *name, size_t len) {
@@ -212,6 +236,12 @@ static int set_value(struct train_options *o, const struct opt_def *d, const cha
             }
             return 0;
         }
+        case K_SEQ:
+            if (strcmp(v, "auto") == 0) {
+                *(int *)(base + d->offset) = OPT_SEQ_AUTO;
+                return 0;
+            }
+            __attribute__((fallthrough)); /* an integer */
         case K_INT: {
             long long x = strtoll(v, &end, 10);
             if (end == v || *end != '\0' || errno != 0)
@@ -253,6 +283,7 @@ static int set_value(struct train_options *o, const struct opt_def *d, const cha
         }
         case K_TARGETS: return parse_targets((unsigned *)(base + d->offset), v, e);
         case K_FLAG: *(int *)(base + d->offset) = 1; return 0;
+        case K_SEQ_AUTO: *(int *)(base + d->offset) = OPT_SEQ_AUTO; return 0;
     }
     return io_fail(e, "--%s: internal error", d->name);
 }
@@ -271,6 +302,8 @@ static int check_combination(const struct train_options *o, enum options_program
     if (o->warmup > 0 && o->max_steps > 0 && o->warmup >= o->max_steps)
         return io_fail(e, "--warmup %d must be smaller than --max-steps %d", o->warmup, o->max_steps);
     if (o->n_data == 0) return io_fail(e, "no --data given");
+    if ((o->sample_every > 0) != (o->sample_prompts[0] != '\0'))
+        return io_fail(e, "--sample-every and --sample-prompts go together (samples need both a period and prompts)");
     return 0;
 }
 
@@ -290,7 +323,7 @@ int train_options_parse(struct train_options *o, int argc, char **argv, enum opt
             return io_fail(e, "--%s is a flag of %s, not of this program (see --help)", d->name,
                            d->programs & PROGRAM_TRAIN ? "the trainers" : "the benchmark");
         const char *value = NULL;
-        if (d->kind == K_FLAG) {
+        if (d->kind == K_FLAG || d->kind == K_SEQ_AUTO) {
             if (eq != NULL) return io_fail(e, "--%s takes no value", d->name);
         } else if (eq != NULL) {
             value = eq + 1;
@@ -314,10 +347,15 @@ static void default_text(const struct train_options *o, const struct opt_def *d,
         case K_PATH: snprintf(buf, cap, "%s", (base + d->offset)[0] ? base + d->offset : "(none)"); break;
         case K_DATA: snprintf(buf, cap, "%s", o->data[0]); break;
         case K_INT: snprintf(buf, cap, "%d", *(const int *)(base + d->offset)); break;
+        case K_SEQ:
+            if (*(const int *)(base + d->offset) == OPT_SEQ_AUTO) snprintf(buf, cap, "auto");
+            else snprintf(buf, cap, "%d", *(const int *)(base + d->offset));
+            break;
         case K_FLOAT: snprintf(buf, cap, "%g", (double)*(const float *)(base + d->offset)); break;
         case K_U64: snprintf(buf, cap, "%llu", *(const unsigned long long *)(base + d->offset)); break;
         case K_ENUM: snprintf(buf, cap, "%s", d->choices[*(const int *)(base + d->offset)]); break;
-        case K_FLAG: snprintf(buf, cap, "off"); break;
+        case K_FLAG:
+        case K_SEQ_AUTO: snprintf(buf, cap, "off"); break;
         case K_TARGETS: snprintf(buf, cap, "all"); break;
     }
 }
@@ -382,7 +420,9 @@ int train_options_to_json(const struct train_options *o, char *buf, size_t cap) 
                 }
                 strncat(buf, "]", cap - strlen(buf) - 1);
                 break;
-            case K_INT: snprintf(buf + n, cap - n, "%d", *(const int *)(base + d->offset)); break;
+            case K_INT:
+            case K_SEQ: snprintf(buf + n, cap - n, "%d", *(const int *)(base + d->offset)); break;
+            case K_SEQ_AUTO: break; /* a bench flag: never in the trainers' JSON */
             case K_FLAG: snprintf(buf + n, cap - n, "%s", *(const int *)(base + d->offset) ? "true" : "false"); break;
             case K_FLOAT: snprintf(buf + n, cap - n, "%.9g", (double)*(const float *)(base + d->offset)); break;
             case K_U64: snprintf(buf + n, cap - n, "%llu", *(const unsigned long long *)(base + d->offset)); break;

@@ -30,7 +30,8 @@ extern "C" {
 /* The model vocabulary is ref/'s: enum train_method and enum recompute_policy (ref/llama.h),
  * enum optimizer_kind (ref/adamw.h), the linear layers and their --targets names (io/family.h). */
 enum lr_schedule { SCHEDULE_COSINE = 0, SCHEDULE_LINEAR, SCHEDULE_CONSTANT };
-enum export_kind { EXPORT_ADAPTER = 0, EXPORT_MERGED };
+enum export_kind { EXPORT_ADAPTER = 0, EXPORT_MERGED, EXPORT_GGUF };
+enum gguf_out_type { GGUF_OUT_F16 = 0, GGUF_OUT_BF16, GGUF_OUT_Q8_0 };
 /* PRECISION_AUTO: the trainer's own arithmetic (fp32 on the CPU, bf16 on the GPU). PRECISION_FP8:
  * bf16 with the block linears' products in FP8 (NUMERICS.md §6.6). */
 enum precision { PRECISION_AUTO = 0, PRECISION_FP32, PRECISION_BF16, PRECISION_FP8 };
@@ -44,6 +45,8 @@ enum base_dtype { BASE_DTYPE_BF16 = 0, BASE_DTYPE_FP8 };
 enum options_program { PROGRAM_TRAIN = 1, PROGRAM_BENCH = 2 };
 
 #define OPT_PATH_MAX 1024
+/* --seq auto: the longest sequence whose memory plan fits (GPU trainer and benchmark). */
+#define OPT_SEQ_AUTO 0
 #define OPT_MAX_DATA 16
 
 struct train_options {
@@ -58,7 +61,7 @@ struct train_options {
     enum lora_scaling scaling; /* ref/lora.h: α/r or α/√r */
     float dropout;
     unsigned targets; /* bit (1u << t) per linear t of io/family.h (--targets q,k,v,o,gate,up,down) */
-    int seq;
+    int seq;          /* OPT_SEQ_AUTO until the trainer resolves it */
     int micro_batch;
     int grad_accum;
     int epochs;    /* 0: no epoch limit */
@@ -81,9 +84,16 @@ struct train_options {
     float val_fraction;
     unsigned long long seed;
     enum export_kind export_kind;
+    enum gguf_out_type gguf_type;
     int log_every;
     int checkpoint_every; /* steps; 0: only at the end */
     int max_steps_this_run; /* stop (with a checkpoint) after this many steps of this run: 0 = off */
+    int nvtx;               /* NVTX ranges for Nsight Systems (GPU) */
+    int offload;            /* the saved layer inputs in pinned host memory (GPU) */
+    float memory_limit;     /* GiB the GPU run may plan, as on a card of that size; 0: the device's own */
+    int sample_every;                  /* greedy completions of --sample-prompts every N steps: 0 = off */
+    char sample_prompts[OPT_PATH_MAX]; /* JSONL: {"prompt"} or {"messages"} a line */
+    int sample_tokens;                 /* new tokens per sample */
     /* //gpu:bench only */
     int bench_steps;  /* timed optimizer steps */
     int bench_warmup; /* untimed steps before them */
@@ -112,6 +122,8 @@ int train_options_to_json(const struct train_options *o, char *buf, size_t cap);
 
 /* The artifact cache directory: $REFINE_CACHE, else $HOME/.cache/refine. */
 void train_cache_dir(char *buf, size_t cap);
+
+const char *train_gguf_type_name(enum gguf_out_type t); /* "f16", "bf16", "q8_0" */
 
 #ifdef __cplusplus
 }

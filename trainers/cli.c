@@ -8,6 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "io/prompts.h"
+#include "io/text_stream.h"
 #include "io/tokenizer.h"
 #include "train/data.h"
 #include "train/export.h"
@@ -50,45 +52,127 @@ static int make_encoder(struct data_encoder *enc, struct tokenizer *tok, const s
     return 0;
 }
 
+/* ---- samples during training (--sample-every, --sample-prompts) -------------------------------- */
+
+struct sampling {
+    struct prompt_list pl;
+    const int32_t **ids;
+    int *lens;
+    const char **text;
+    int32_t end[8];
+    struct train_samples ts;
+};
+
+/* The completion's text: special tokens skipped, an unfinished UTF-8 character at the end cut. */
+static char *decode_sample(void *ctx, const int32_t *ids, int n) {
+    struct tok_bytes b = {0};
+    struct io_err e;
+    if (tokenizer_decode(ctx, (const uint32_t *)ids, (size_t)n, TOKENIZER_SKIP_SPECIAL, &b, &e) != 0) {
+        tok_bytes_free(&b);
+        return strdup("(undecodable)");
+    }
+    b.data[b.n - utf8_incomplete_tail(b.data, b.n)] = '\0';
+    return b.data;
+}
+
+static void add_end(struct sampling *s, int64_t id) {
+    if (id < 0) return;
+    for (int i = 0; i < s->ts.n_end; i++)
+        if (s->end[i] == id) return;
+    if (s->ts.n_end < 8) s->end[s->ts.n_end++] = (int32_t)id;
+}
+
+static int open_sampling(struct sampling *s, const struct train_options *o, struct tokenizer *tok,
+                         const struct model_config *c, struct io_err *e) {
+    memset(s, 0, sizeof *s);
+    if (prompts_read(&s->pl, o->sample_prompts, tok, e)) return io_fail_context(e, "--sample-prompts");
+    s->ids = calloc((size_t)s->pl.n, sizeof *s->ids);
+    s->lens = calloc((size_t)s->pl.n, sizeof *s->lens);
+    s->text = calloc((size_t)s->pl.n, sizeof *s->text);
+    if (!s->ids || !s->lens || !s->text) return io_fail(e, "out of memory");
+    for (int i = 0; i < s->pl.n; i++)
+        s->ids[i] = s->pl.p[i].ids, s->lens[i] = s->pl.p[i].n, s->text[i] = s->pl.p[i].text;
+    for (int i = 0; i < c->n_eos; i++) add_end(s, c->eos_token_ids[i]);
+    add_end(s, tokenizer_eos_id(tok));
+    if (tokenizer_chat_template(tok) == CHAT_TEMPLATE_LLAMA3) add_end(s, tokenizer_token_to_id(tok, "<|eot_id|>", 10));
+    if (tokenizer_chat_template(tok) == CHAT_TEMPLATE_CHATML) add_end(s, tokenizer_token_to_id(tok, "<|im_end|>", 10));
+    s->ts.n = s->pl.n;
+    s->ts.ids = s->ids;
+    s->ts.lens = s->lens;
+    s->ts.text = s->text;
+    s->ts.max_new = o->sample_tokens;
+    s->ts.end_ids = s->end;
+    s->ts.decode = decode_sample;
+    s->ts.ctx = tok;
+    return 0;
+}
+
+static void close_sampling(struct sampling *s) {
+    prompts_free(&s->pl);
+    free(s->ids), free(s->lens), free(s->text);
+}
+
 static int export_outputs(const struct train_options *o, const struct model_config *c, const struct train_engine *eng,
-                          struct io_err *e) {
+                          const struct tokenizer *tok, struct io_err *e) {
     char dir[OPT_PATH_MAX + 32];
     if (o->method != METHOD_FULL) {
         snprintf(dir, sizeof dir, "%s/adapter", o->out);
         if (export_peft_adapter(dir, o, c, eng, "", e)) return -1;
         printf("adapter (PEFT): %s\n", dir);
     }
-    if (o->export_kind == EXPORT_MERGED || o->method == METHOD_FULL) {
+    if (o->export_kind != EXPORT_ADAPTER || o->method == METHOD_FULL) {
         snprintf(dir, sizeof dir, "%s/merged", o->out);
         if (export_merged(dir, c, eng, o->method == METHOD_FULL, eng->adapter_scale, e)) return -1;
         printf("model (HF safetensors, bf16): %s\n", dir);
     }
+    if (o->export_kind == EXPORT_GGUF) {
+        snprintf(dir, sizeof dir, "%s/model-%s.gguf", o->out, train_gguf_type_name(o->gguf_type));
+        if (export_gguf(dir, c, eng, o->method == METHOD_FULL, eng->adapter_scale, tok, o->gguf_type, e)) return -1;
+        printf("model (GGUF %s, for llama.cpp and Ollama): %s\n", train_gguf_type_name(o->gguf_type), dir);
+    }
     return 0;
 }
 
-int train_main(int argc, char **argv, const struct trainer *t) {
+int program_options(struct train_options *o, int argc, char **argv, enum options_program prog, const char *program) {
     const char *wd = getenv("BUILD_WORKING_DIRECTORY"); /* bazel run: paths are the user's */
+    struct io_err e = {{0}};
     if (wd && chdir(wd) != 0) {
-        fprintf(stderr, "refine: cannot enter %s\n", wd);
-        return 1;
+        io_fail(&e, "cannot enter %s", wd);
+        io_exit(&e);
     }
     char cache[1024];
     train_cache_dir(cache, sizeof cache);
+    train_options_defaults(o, cache);
+    if (train_options_parse(o, argc, argv, prog, &e)) io_exit(&e);
+    if (!o->help) return 0;
+    train_options_help(stdout, program, prog, cache);
+    return 1;
+}
+
+int train_main(int argc, char **argv, const struct trainer *t) {
     struct train_options o;
     struct io_err e = {{0}};
-    train_options_defaults(&o, cache);
-    if (train_options_parse(&o, argc, argv, PROGRAM_TRAIN, &e)) io_exit(&e);
-    if (o.help) {
-        train_options_help(stdout, t->program, PROGRAM_TRAIN, cache);
-        return 0;
-    }
+    if (program_options(&o, argc, argv, PROGRAM_TRAIN, t->program)) return 0;
+    char cache[1024];
+    train_cache_dir(cache, sizeof cache);
     if (t->check && t->check(&o, &e)) io_exit(&e);
     struct train_comm comm; /* the job: one process (multi-process launchers provide their own) */
     comm_single(&comm);
 
     struct model_source src;
     if (model_source_open(&src, o.model, &e)) io_exit(&e);
+    if (o.seq == OPT_SEQ_AUTO) {
+        if (t->longest_seq == NULL) {
+            io_fail(&e, "--seq auto searches a memory plan, which this trainer does not have: give --seq N");
+            io_exit(&e);
+        }
+        if (t->longest_seq(&o, &src, &e)) io_exit(&e);
+    }
     if (config_check_seq_len(&src.config, o.seq, &e)) io_exit(&e);
+    if (config_seq_beyond_context(&src.config, o.seq) && comm_is_root(&comm))
+        fprintf(stderr, "refine: warning: --seq %d is beyond the model's max_position_embeddings %d; positions past "
+                        "it were never trained (RoPE extrapolates)\n",
+                o.seq, src.config.max_position_embeddings);
     if (o.method == METHOD_FULL && model_source_is_bnb(&src, llama_linears[LLAMA_Q].weight, 0)) {
         io_fail(&e, "%s is a bitsandbytes 4-bit checkpoint: its base weights cannot train (use --method qlora or "
                     "qdora)", o.model);
@@ -101,6 +185,9 @@ int train_main(int argc, char **argv, const struct trainer *t) {
 
     struct data_encoder enc;
     if (make_encoder(&enc, tok, &src, o.model, &e)) io_exit(&e);
+    struct sampling samp;
+    memset(&samp, 0, sizeof samp);
+    if (o.sample_every > 0 && open_sampling(&samp, &o, tok, &src.config, &e)) io_exit(&e);
     const char *paths[OPT_MAX_DATA];
     for (int i = 0; i < o.n_data; i++) paths[i] = o.data[i];
     struct data_options dopt = {o.seq, o.val_fraction, o.seed, cache};
@@ -115,12 +202,15 @@ int train_main(int argc, char **argv, const struct trainer *t) {
     if (t->create(&eng, &o, &src, fill > INT32_MAX ? INT32_MAX : fill < 1 ? 1 : (int)fill, &comm, &e)) io_exit(&e);
     struct batch_source bs;
     dataset_batch_source(&ds, &bs);
+    if (o.sample_every > 0) bs.samples = &samp.ts;
     struct loop_result res;
     int rc = train_loop_run(&o, &eng, &bs, &comm, &res, &e);
-    if (rc == 0 && !res.stopped_early && comm_is_root(&comm)) rc = export_outputs(&o, &src.config, &eng, &e);
+    if (rc == 0 && !res.stopped_early && comm_is_root(&comm)) rc = export_outputs(&o, &src.config, &eng, tok, &e);
     if (rc == 0 && comm_is_root(&comm))
         printf("metrics: %s/metrics.jsonl, plot: %s/loss.svg, checkpoint: %s/checkpoint\n", o.out, o.out, o.out);
     eng.destroy(eng.self);
+    free(eng.gen_state); /* an attached generate hook's state (train/engine.h) */
+    close_sampling(&samp);
     comm.destroy(comm.self);
     dataset_close(&ds);
     tokenizer_free(tok);

@@ -4,8 +4,9 @@
  *   1. under `bazel run`, enter the user's working directory (BUILD_WORKING_DIRECTORY);
  *   2. options: defaults (train/options.h, the artifact cache), argv, --help, the trainer's own
  *      checks (t->check: e.g. "no CUDA device", "--dropout is not supported here");
- *   3. the model (io/model_source.h: HF folder or GGUF), the sequence length against it, the
- *      refusal of full fine-tuning on a 4-bit checkpoint, the tokenizer;
+ *   3. the model (io/model_source.h: HF folder or GGUF), the sequence length against it (--seq
+ *      auto: the trainer's longest; beyond max_position_embeddings: a warning), the refusal of full
+ *      fine-tuning on a 4-bit checkpoint, the tokenizer;
  *   4. the data (train/data.h) through the tokenizer and its chat template;
  *   5. the engine (t->create, which may change the options it owns, e.g. --auto-batch picking
  *      the micro-batch), the loop (train/loop.h), then the exports: the PEFT adapter for the
@@ -37,7 +38,17 @@ struct trainer {
      * loop sees them. */
     int (*create)(struct train_engine *eng, struct train_options *o, const struct model_source *src,
                   int max_micro_batch, const struct train_comm *comm, struct io_err *e);
+    /* --seq auto: sets o->seq to the longest sequence this trainer can run (its memory plan), before
+     * the data is packed; NULL: the trainer plans no memory and refuses --seq auto. */
+    int (*longest_seq)(struct train_options *o, const struct model_source *src, struct io_err *e);
 };
+
+/* The start of every program on the trainers' flag table: under `bazel run`, enter the user's
+ * working directory (BUILD_WORKING_DIRECTORY); the options of prog over their defaults (the
+ * artifact cache: REFINE_CACHE or ~/.cache/refine), bad input ending in one message and exit
+ * status 1; --help printed with `program`, how the user runs it. Returns 1 when --help was given
+ * (the program exits 0), else 0. */
+int program_options(struct train_options *o, int argc, char **argv, enum options_program prog, const char *program);
 
 /* The whole program; returns main's exit status (0), or exits with status 1 on bad input. */
 int train_main(int argc, char **argv, const struct trainer *t);

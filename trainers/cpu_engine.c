@@ -15,7 +15,7 @@
  *     "<param>.exp_avg_sq" (8-bit: ".state1", ".state2", ".absmax1", ".absmax2") for checkpoints.
  * Adapter init follows PEFT (ref_lora_init: A uniform ±1/√C_in from the seed, B = 0; DoRA m =
  * ‖W‖_row), so step 0 is exactly the base model.
- * Linears run through OpenBLAS sgemm (options.blas), attention in the flash form.
+ * Linears run through OpenBLAS sgemm (options.linear), attention in the flash form.
  * QLoRA / QDoRA: the base Linears are NF4 — read from a bitsandbytes 4-bit checkpoint, or quantized
  * here as bitsandbytes quantizes at load (NF4, blocksize 64, double quantization) — and the model
  * computes with their dequantization; the adapters are LoRA/DoRA.
@@ -81,6 +81,8 @@
 #include "train/engine.h"
 #include "train/metrics.h"
 #include "train/options.h"
+#include "trainers/gen_ref.h"
+#include "trainers/sample_hook.h"
 #include "trainers/settings.h"
 
 /* ---- the engine --------------------------------------------------------------------------- */
@@ -607,10 +609,14 @@ int cpu_engine_create(struct train_engine *eng, struct train_options *o, const s
     eng->fp8_stats = r->fp8_on ? eng_fp8_stats : NULL;
     eng->mem_gib = eng_mem_gib;
     eng->destroy = eng_destroy;
+    sample_hook_attach(eng, &src->config, &gen_ref_device, full); /* --sample-every */
     return 0;
 }
 
 int cpu_engine_check(const struct train_options *o, struct io_err *e) {
+    if (o->offload || o->memory_limit > 0 || o->nvtx)
+        return io_fail(e, "--%s places or traces GPU memory; //ref:train computes on the CPU (use //gpu:train)",
+                       o->offload ? "offload" : o->memory_limit > 0 ? "memory-limit" : "nvtx");
     if (o->dropout > 0.0f)
         return io_fail(e, "--dropout %g: the CPU reference trainer has no adapter dropout (use --dropout 0, or "
                           "//gpu:train)",

@@ -40,6 +40,7 @@
 #include "io/model_source.h"
 #include "train/metrics.h"
 #include "train/options.h"
+#include "trainers/cli.h"
 #include "trainers/gpu_engine.h"
 #include "trainers/settings.h"
 
@@ -73,44 +74,42 @@ static float train_step(struct gpu_llama *m, const int32_t *tok, const int32_t *
 
 int main(int argc, char **argv) {
     struct io_err e = {{0}};
-    const char *wd = getenv("BUILD_WORKING_DIRECTORY"); /* bazel run: paths are the user's */
-    if (wd && chdir(wd) != 0) {
-        fprintf(stderr, "refine: cannot enter %s\n", wd);
-        return 1;
-    }
-    char cache[1024];
-    train_cache_dir(cache, sizeof cache);
     struct train_options o;
-    train_options_defaults(&o, cache);
-    if (train_options_parse(&o, argc, argv, PROGRAM_BENCH, &e)) io_exit(&e);
-    if (o.help) {
-        train_options_help(stdout, "bazel run //gpu:bench --", PROGRAM_BENCH, cache);
-        return 0;
-    }
+    if (program_options(&o, argc, argv, PROGRAM_BENCH, "bazel run //gpu:bench --")) return 0;
     if (gpu_engine_check(&o, &e)) io_exit(&e);
     struct model_config c;
     if (model_config(&c, o.model, &e)) io_exit(&e);
+    const int max_seq = o.seq == OPT_SEQ_AUTO;
+    if (max_seq) o.seq = 2; /* searched below, once the budget is known */
     struct model_settings set;
     model_settings_from_options(&set, &o, COMPUTE_BF16);
     struct gpu_llama_options g;
     gpu_model_options(&g, &set);
-    g.profile = o.profile ? GPU_PROFILE_OPS : GPU_PROFILE_OFF;
-    g.grouping = o.ungrouped ? GPU_LORA_UNGROUPED : GPU_LORA_GROUPED;
     const char *method = train_method_names[o.method];
     char device[128];
-    size_t free0 = 0, total = 0, free1 = 0;
+    size_t free0 = 0, total = 0, free1 = 0, budget = 0;
     if (gpu_device_query(device, sizeof device, &free0, &total, &e)) io_exit(&e);
     const double peak = gpu_gemm_measure_bf16_rate(8192);
+    if (gpu_memory_budget(&o, device, sizeof device, &budget, &e)) io_exit(&e);
     if (gpu_device_query(device, sizeof device, &free0, &total, &e)) io_exit(&e);
+    if (max_seq) {
+        g.T = o.seq = gpu_longest_fitting_seq(g, &c, budget, 1 << 20);
+        if (g.T < 2) {
+            io_fail(&e, "--max-seq: not even 2 tokens of micro-batch %d fit in %.2f GiB on %s", g.B, budget / GIB, device);
+            io_exit(&e);
+        }
+        fprintf(stderr, "max-seq: %d tokens fit in %.2f GiB\n", g.T, budget / GIB);
+    }
+    if (config_check_seq_len(&c, g.T, &e)) io_exit(&e);
     struct gpu_llama_plan plan;
     if (gpu_llama_plan_bytes(&plan, &c, &g, &e)) io_exit(&e);
     char line[512];
     gpu_llama_plan_describe(line, sizeof line, &plan, g.B, g.T);
     fprintf(stderr, "%s\n", line);
-    if (plan.total > free0) {
-        const int b = gpu_largest_fitting_batch(g, &c, free0, 1 << 20);
-        io_fail(&e, "%s %s %d×%d does not fit: %s, %.2f GiB free on %s; the largest micro-batch that fits is %d", o.model,
-                method, g.B, g.T, line, free0 / GIB, device, b);
+    if (plan.total > budget) {
+        const int b = gpu_largest_fitting_batch(g, &c, budget, 1 << 20);
+        io_fail(&e, "%s %s %d×%d does not fit: %s, %.2f GiB%s on %s; the largest micro-batch that fits is %d", o.model,
+                method, g.B, g.T, line, budget / GIB, o.memory_limit > 0 ? " (--memory-limit)" : " free", device, b);
         io_exit(&e);
     }
     struct gpu_llama *m = build_gpu_llama(&c, &g, &e);
@@ -118,6 +117,11 @@ int main(int argc, char **argv) {
     gpu_llama_random_weights(m, set.seed);
     gpu_llama_init_adapters(m, set.seed);
     if (gpu_device_query(NULL, 0, &free1, NULL, &e)) io_exit(&e);
+    if (o.memory_limit > 0 && (double)(total - free1) > (double)o.memory_limit * GIB) {
+        io_fail(&e, "--memory-limit %g GiB: the device holds %.2f GiB with the model built", (double)o.memory_limit,
+                (double)(total - free1) / GIB);
+        io_exit(&e);
+    }
 
     const int N = g.B * g.T, A = o.grad_accum;
     int32_t *tok = malloc((size_t)N * sizeof *tok), *lab = malloc((size_t)N * sizeof *lab);
@@ -161,11 +165,16 @@ int main(int argc, char **argv) {
            "\"grad_accum\":%d,\"recompute\":\"%s\",\"optimizer\":\"%s\",\"precision\":\"%s\",\"fp8_recipe\":\"%s\","
            "\"base_dtype\":\"%s\",\"ungrouped\":%d,\"step_s\":%.4f,"
            "\"tokens_per_s\":%.0f,\"model_tflops\":%.1f,\"mfu\":%.3f,\"peak_mem_GiB\":%.2f,\"cuda_mem_GiB\":%.2f,"
-           "\"gemm_tflops\":%.1f,\"loss\":%.4f,\"first_loss\":%.4f,\"device\":\"%s\"}\n",
+           "\"gemm_tflops\":%.1f,\"loss\":%.4f,\"first_loss\":%.4f,\"plan_GiB\":{\"weights\":%.3f,\"params\":%.3f,"
+           "\"grads\":%.3f,\"optim\":%.3f,\"acts\":%.3f,\"scratch\":%.3f,\"fixed\":%.3f},\"memory_limit_GiB\":%g,\"offload\":%d,\"host_GiB\":%.3f,"
+           "\"device\":\"%s\"}\n",
            o.model, method, o.rank, g.B, g.T, A, recompute_names[o.recompute], optimizer_names[o.optimizer],
            compute_precision_names[set.precision], set.precision == COMPUTE_FP8 ? fp8_recipe_names[set.fp8_recipe] : "none",
-           set.base == BASE_FP8 ? "fp8" : set.base == BASE_NF4 ? "nf4" : "bf16", o.ungrouped, step_s, tps, fpt * tps / 1e12, peak > 0 ? fpt * tps / peak : 0.0, plan.total / GIB,
-           (double)(free0 - free1) / GIB, peak / 1e12, (double)loss, (double)loss0, device);
+           set.base == BASE_FP8 ? "fp8" : set.base == BASE_NF4 ? "nf4" : "bf16", o.ungrouped, step_s, tps,
+           fpt * tps / 1e12, peak > 0 ? fpt * tps / peak : 0.0, plan.total / GIB,
+           (double)(free0 - free1) / GIB, peak / 1e12, (double)loss, (double)loss0, plan.weights / GIB,
+           plan.params / GIB, plan.grads / GIB, plan.optim / GIB, plan.acts / GIB, plan.scratch / GIB, plan.fixed / GIB,
+           (double)o.memory_limit, o.offload, plan.host / GIB, device);
     fflush(stdout);
     if (o.profile) {
         gpu_llama_profile_reset(m);

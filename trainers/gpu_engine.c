@@ -45,6 +45,8 @@
 #include "train/engine.h"
 #include "train/metrics.h"
 #include "train/options.h"
+#include "trainers/gen_gpu.h"
+#include "trainers/sample_hook.h"
 #include "trainers/settings.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
@@ -55,6 +57,7 @@
 struct gpu_engine {
     struct gpu_llama *m;
     char name[256];
+    char memory_json[512];
     int B, T;
 };
 
@@ -173,6 +176,70 @@ void gpu_model_options(struct gpu_llama_options *g, const struct model_settings 
     g->nested_nf4 = 1; /* weights quantized here are double-quantized */
     g->B = s->B;
     g->T = s->T;
+    g->profile = s->timing == TIMING_OPS ? GPU_PROFILE_OPS : GPU_PROFILE_OFF;
+    g->nvtx = s->trace == TRACE_NVTX ? GPU_NVTX_RANGES : GPU_NVTX_OFF;
+    g->grouping = s->grouping == ADAPTERS_UNGROUPED ? GPU_LORA_UNGROUPED : GPU_LORA_GROUPED;
+    g->offload = s->activations == ACTIVATIONS_OFFLOADED ? GPU_OFFLOAD_INPUTS : GPU_OFFLOAD_NONE;
+}
+
+int gpu_memory_budget(const struct train_options *o, char *device, size_t cap, size_t *budget, struct io_err *e) {
+    size_t free_b = 0, total_b = 0;
+    if (gpu_device_query(device, cap, &free_b, &total_b, e)) return -1;
+    size_t usable = free_b;
+    if (o->memory_limit > 0) {
+        const size_t limit = (size_t)((double)o->memory_limit * GIB), in_use = total_b - free_b;
+        if (limit > total_b)
+            return io_fail(e, "--memory-limit %g GiB: %s has only %.2f GiB", (double)o->memory_limit, device,
+                           total_b / GIB);
+        usable = limit > in_use ? limit - in_use : 0; /* what a card of that size has left now */
+        if (usable > free_b) usable = free_b;
+    }
+    *budget = usable > MEMORY_RESERVE ? usable - MEMORY_RESERVE : 0;
+    return 0;
+}
+
+int gpu_longest_fitting_seq(struct gpu_llama_options g, const struct model_config *c, size_t budget, int most) {
+    struct gpu_llama_plan p;
+    struct io_err e;
+    int lo = 0, hi = 2;
+    for (;;) { /* double while it fits */
+        g.T = hi;
+        if (gpu_llama_plan_bytes(&p, c, &g, &e) != 0 || p.total > budget) break;
+        lo = hi;
+        if (hi >= most) return most;
+        hi = hi * 2 < most ? hi * 2 : most;
+    }
+    while (hi - lo > 1) { /* the longest fitting T lies in [lo, hi) */
+        const int mid = lo + (hi - lo) / 2;
+        g.T = mid;
+        if (gpu_llama_plan_bytes(&p, c, &g, &e) == 0 && p.total <= budget)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+int gpu_engine_longest_seq(struct train_options *o, const struct model_source *src, struct io_err *e) {
+    char device[128];
+    size_t budget = 0;
+    if (gpu_memory_budget(o, device, sizeof device, &budget, e)) return -1;
+    struct train_options probe = *o;
+    probe.seq = 2;
+    struct model_settings set;
+    model_settings_from_options(&set, &probe, COMPUTE_BF16);
+    struct gpu_llama_options g;
+    gpu_model_options(&g, &set);
+    if (model_source_is_bnb(src, llama_linears[LLAMA_Q].weight, 0)) g.nested_nf4 = src->config.quant.double_quant;
+    const int T = gpu_longest_fitting_seq(g, &src->config, budget, 1 << 20);
+    if (T < 2)
+        return io_fail(e, "--seq auto: not even 2 tokens of micro-batch %d fit in the %.2f GiB %s leaves; lower "
+                          "--micro-batch, or try --recompute layer or --method qlora",
+                       o->micro_batch, budget / GIB, device);
+    printf("seq auto: %d tokens (the longest sequence whose plan for micro-batch %d fits in %.2f GiB on %s)\n", T,
+           o->micro_batch, budget / GIB, device);
+    o->seq = T;
+    return 0;
 }
 
 int gpu_largest_fitting_batch(struct gpu_llama_options g, const struct model_config *c, size_t budget, int most) {
@@ -202,11 +269,12 @@ int gpu_engine_create(struct train_engine *eng, struct train_options *o, const s
     if (comm->world != 1)
         return io_fail(e, "the GPU engine trains on one GPU (a job of %d ranks was started)", comm->world);
     char device[128];
-    size_t free_b = 0, total_b = 0;
+    size_t free_b = 0, total_b = 0, budget = 0;
     if (gpu_device_query(device, sizeof device, &free_b, &total_b, e)) return -1;
     const double peak = gpu_gemm_measure_bf16_rate(8192);
+    if (gpu_memory_budget(o, device, sizeof device, &budget, e)) return -1;
     if (gpu_device_query(device, sizeof device, &free_b, &total_b, e)) return -1;
-    const size_t budget = free_b > MEMORY_RESERVE ? free_b - MEMORY_RESERVE : 0;
+    const char *limit_note = o->memory_limit > 0 ? " (--memory-limit)" : " free";
 
     struct model_settings set;
     model_settings_from_options(&set, o, COMPUTE_BF16);
@@ -221,9 +289,9 @@ int gpu_engine_create(struct train_engine *eng, struct train_options *o, const s
         if (b == 0) {
             char line[512];
             gpu_llama_plan_describe(line, sizeof line, &plan, 1, o->seq);
-            return io_fail(e, "--auto-batch: not even micro-batch 1 fits in the %.2f GiB free on %s (%s); try "
+            return io_fail(e, "--auto-batch: not even micro-batch 1 fits in the %.2f GiB%s on %s (%s); try "
                               "--recompute layer, --method qlora or a shorter --seq",
-                           budget / GIB, device, line);
+                           budget / GIB, limit_note, device, line);
         }
         printf("auto-batch: micro-batch %d (the largest whose plan fits in %.2f GiB%s)\n", b, budget / GIB,
                b == max_micro_batch ? " and that the training data fills with --grad-accum" : "");
@@ -236,12 +304,12 @@ int gpu_engine_create(struct train_engine *eng, struct train_options *o, const s
     if (plan.total > budget) {
         const int b = gpu_largest_fitting_batch(g, &src->config, budget, 1 << 20);
         if (b > 0)
-            return io_fail(e, "the model does not fit: %s, but %s has %.2f GiB free; the largest micro-batch that "
+            return io_fail(e, "the model does not fit: %s, but %s has %.2f GiB%s; the largest micro-batch that "
                               "fits is %d (--micro-batch %d, raising --grad-accum to keep the batch, or --auto-batch)",
-                           line, device, budget / GIB, b, b);
-        return io_fail(e, "the model does not fit: %s, but %s has %.2f GiB free, and not even micro-batch 1 fits; "
+                           line, device, budget / GIB, limit_note, b, b);
+        return io_fail(e, "the model does not fit: %s, but %s has %.2f GiB%s, and not even micro-batch 1 fits; "
                           "try --recompute layer, --method qlora or a shorter --seq",
-                       line, device, budget / GIB);
+                       line, device, budget / GIB, limit_note);
     }
 
     struct gpu_engine *ge = calloc(1, sizeof *ge);
@@ -280,6 +348,23 @@ int gpu_engine_create(struct train_engine *eng, struct train_options *o, const s
     }
     gpu_llama_drop_grads(ge->m);
 
+    if (o->memory_limit > 0) { /* the allocator as on a card of --memory-limit GiB */
+        size_t now_free = 0;
+        if (gpu_device_query(NULL, 0, &now_free, NULL, e)) {
+            eng_destroy(ge);
+            return -1;
+        }
+        if ((double)(total_b - now_free) > (double)o->memory_limit * GIB) {
+            eng_destroy(ge);
+            return io_fail(e, "--memory-limit %g GiB: the device holds %.2f GiB with the model built",
+                           (double)o->memory_limit, (double)(total_b - now_free) / GIB);
+        }
+    }
+    snprintf(ge->memory_json, sizeof ge->memory_json,
+             "{\"weights\":%.4f,\"params\":%.4f,\"grads\":%.4f,\"optim\":%.4f,\"acts\":%.4f,\"scratch\":%.4f,"
+             "\"fixed\":%.4f,\"total\":%.4f}",
+             plan.weights / GIB, plan.params / GIB, plan.grads / GIB, plan.optim / GIB, plan.acts / GIB,
+             plan.scratch / GIB, plan.fixed / GIB, plan.total / GIB);
     snprintf(ge->name, sizeof ge->name, "gpu (%s, %s%s%s%s)", device, compute_precision_names[set.precision],
              set.precision == COMPUTE_FP8 ? " " : "", set.precision == COMPUTE_FP8 ? fp8_recipe_names[set.fp8_recipe] : "",
              set.base == BASE_FP8 ? ", fp8 base" : "");
@@ -289,6 +374,7 @@ int gpu_engine_create(struct train_engine *eng, struct train_options *o, const s
     eng->flops_per_token = train_flops_per_token(&src->config, g.T, g.mode == LLAMA_FULL);
     eng->peak_flops = peak;
     eng->adapter_scale = g.lora_scale;
+    eng->memory_json = ge->memory_json;
     eng->micro_step = eng_micro_step;
     eng->eval = eng_eval;
     eng->optimizer_step = eng_optimizer_step;
@@ -300,6 +386,7 @@ int gpu_engine_create(struct train_engine *eng, struct train_options *o, const s
     eng->fp8_stats = set.precision == COMPUTE_FP8 ? eng_fp8_stats : NULL;
     eng->mem_gib = eng_mem_gib;
     eng->destroy = eng_destroy;
+    sample_hook_attach(eng, &src->config, &gen_gpu_device, g.mode == LLAMA_FULL); /* --sample-every */
     printf("engine: %s, %.0f TFLOP/s bf16 GEMM measured, %.2f of %.2f GiB planned\n", device, peak / 1e12,
            plan.total / GIB, total_b / GIB);
     return 0;

@@ -32,6 +32,15 @@ int gpu_engine_create(struct train_engine *eng, struct train_options *o, const s
 /* The GPU model's options for settings s (nested_nf4 = 1: weights quantized at load; a
  * bitsandbytes checkpoint's own layout is the caller's to set). */
 void gpu_model_options(struct gpu_llama_options *g, const struct model_settings *s);
+/* The bytes a run may plan: the device's free memory, or with --memory-limit what a card of that
+ * size would have left now (the limit less what is already in use), less a reserve for the CUDA
+ * runtime's and cuBLASLt's own allocations; device names the GPU. */
+int gpu_memory_budget(const struct train_options *o, char *device, size_t cap, size_t *budget, struct io_err *e);
+/* The longest sequence up to `most` whose plan (g with its micro-batch) fits in `budget` bytes (0
+ * when not even 2 tokens do): the planner is searched, nothing is allocated. */
+int gpu_longest_fitting_seq(struct gpu_llama_options g, const struct model_config *c, size_t budget, int most);
+/* --seq auto: sets o->seq to the longest sequence that fits (said on stdout), or -1 with a message. */
+int gpu_engine_longest_seq(struct train_options *o, const struct model_source *src, struct io_err *e);
 /* The largest micro-batch up to `most` whose plan fits in `budget` bytes (0 when not even one
  * does). */
 int gpu_largest_fitting_batch(struct gpu_llama_options g, const struct model_config *c, size_t budget, int most);

@@ -8,6 +8,7 @@
 #include "trainers/gpu_engine.h"
 
 int main(int argc, char **argv) {
-    static const struct trainer gpu_trainer = {"bazel run //gpu:train --", gpu_engine_check, gpu_engine_create};
+    static const struct trainer gpu_trainer = {"bazel run //gpu:train --", gpu_engine_check, gpu_engine_create,
+                                               gpu_engine_longest_seq};
     return train_main(argc, argv, &gpu_trainer);
 }

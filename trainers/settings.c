@@ -29,4 +29,8 @@ void model_settings_from_options(struct model_settings *s, const struct train_op
     s->fp8_recipe = o->fp8_recipe;
     s->B = o->micro_batch;
     s->T = o->seq;
+    s->timing = o->profile ? TIMING_OPS : TIMING_OFF;
+    s->trace = o->nvtx ? TRACE_NVTX : TRACE_OFF;
+    s->grouping = o->ungrouped ? ADAPTERS_UNGROUPED : ADAPTERS_GROUPED;
+    s->activations = o->offload ? ACTIVATIONS_OFFLOADED : ACTIVATIONS_ON_DEVICE;
 }

@@ -34,6 +34,15 @@ enum compute_precision { COMPUTE_FP32 = 0, COMPUTE_BF16, COMPUTE_FP8 };
 /* "fp32", "bf16", "fp8" (index = enum value), for engine names and reports. */
 extern const char *const compute_precision_names[3];
 
+/* What a run records about itself besides its results: CUDA-event timing of every op category
+ * (//gpu:bench --profile), NVTX ranges for Nsight Systems (--nvtx); and whether LoRA adapters that
+ * share an input run as a group (the default) or each alone (//gpu:bench --ungrouped). */
+enum op_timing { TIMING_OFF = 0, TIMING_OPS };
+enum trace_ranges { TRACE_OFF = 0, TRACE_NVTX };
+enum adapter_grouping { ADAPTERS_GROUPED = 0, ADAPTERS_UNGROUPED };
+/* Where the saved layer inputs live: on the device, or in pinned host memory (--offload). */
+enum activation_home { ACTIVATIONS_ON_DEVICE = 0, ACTIVATIONS_OFFLOADED };
+
 struct model_settings {
     enum train_method method;
     enum llama_mode mode; /* full, LoRA or DoRA */
@@ -50,6 +59,10 @@ struct model_settings {
     enum compute_precision precision;
     enum fp8_recipe fp8_recipe; /* the FP8 scaling (COMPUTE_FP8 and an FP8 base) */
     int B, T;             /* micro-batch and sequence length */
+    enum op_timing timing;
+    enum trace_ranges trace;
+    enum adapter_grouping grouping;
+    enum activation_home activations;
 };
 
 /* s from o; --precision auto becomes auto_precision (the trainer's own arithmetic). */

@@ -174,6 +174,25 @@ int main(void) {
                  (double)plan_of(&cs, &ofp).params - (double)plan_of(&cs, &ofb).params, 2 * nls, 2 * nls + slack);
     }
 
+    /* long sequences: nothing grows as T² or T·V — Llama-3.1-8B QLoRA, batch 1, layer recomputation:
+     * the plan at 2T less the plan at T equals the plan at T less the plan at T/2 (every
+     * T-dependent buffer linear), and the fixed part (weights, parameters, optimizer) is the same */
+    struct gpu_llama_options ql = opts(LLAMA_LORA, 1, 32768);
+    ql.base = GPU_BASE_NF4;
+    ql.recompute = RECOMPUTE_LAYER;
+    ql.R = 32;
+    struct gpu_llama_options qh = ql, qd = ql;
+    qh.T = 16384, qd.T = 65536;
+    const struct gpu_llama_plan ph = plan_of(&c8, &qh), pm = plan_of(&c8, &ql), pd = plan_of(&c8, &qd);
+    const double step1 = (double)pm.total - (double)ph.total, step2 = (double)pd.total - (double)pm.total;
+    in_range("8B QLoRA 1×T: plan(64K) − plan(32K) = 2·(plan(32K) − plan(16K)) (linear in T)", step2, 2 * step1 - slack,
+             2 * step1 + slack);
+    expect(pm.weights == pd.weights && pm.params == pd.params && pm.optim == pd.optim,
+           "weights, parameters and optimizer do not depend on T", (double)pd.weights, (double)pm.weights,
+           (double)pm.weights);
+    printf("8B QLoRA r32 1×32768, recompute layer: %.2f GiB (%.2f KiB per token beyond the fixed part)\n",
+           pm.total / GIB, step1 / 16384.0 / 1024.0);
+
     /* refusals */
     struct gpu_llama_plan p;
     struct model_config bad = c1;

@@ -399,6 +399,19 @@ if [ $cpu_only -eq 0 ]; then
             compare "$model $method: --recompute $policy == none, bitwise" "$logs/$name-compare.log" identical \
                 "$tmp/runs/$model-$method-gpu" "$tmp/runs/$name"
         done
+        # Offloaded layer inputs: the same bits copied out and back, so bitwise the run without it
+        # (with layer recomputation, the offload's use; with attention or no recomputation; full
+        # fine-tuning, whose input gradients run down to the embedding).
+        for off_case in "tiny-llama lora layer" "tiny-llama lora none" "tiny-llama qdora layer" "tiny-qwen2 full attn" \
+            "tiny-llama full none"; do
+            read -r model method policy <<<"$off_case"
+            name=$model-$method-offload-$policy
+            run_train "$gpu" "$model" "$method" "$tmp/runs/$name" "$logs/$name.log" --precision bf16 --recompute "$policy" \
+                --offload
+            check "$model $method --offload --recompute $policy: exits 0" "$logs/$name.log" test $? -eq 0
+            compare "$model $method: --offload --recompute $policy == no offload, bitwise" "$logs/$name-compare.log" \
+                identical "$tmp/runs/$model-$method-gpu" "$tmp/runs/$name"
+        done
         # Adapter dropout (LoRA): trains, changes the run, is deterministic, resumes bit-identically
         # (its masks are keyed by the micro-batch index).
         d=$tmp/runs/tiny-llama-lora-dropout

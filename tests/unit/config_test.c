@@ -103,9 +103,11 @@ static void test_families(void) {
                c.max_position_embeddings == 2048 && c.bos_token_id == 1 && c.n_eos == 1 && c.eos_token_ids[0] == 2 &&
                c.pad_token_id == -1 && c.torch_dtype[0] == '\0',
            "LlamaConfig defaults for the optional keys");
-    EXPECT(config_check_seq_len(&c, 2048, &e) == 0 && config_check_seq_len(&c, 2049, &e) == -1 &&
-               strstr(e.msg, "max_position_embeddings 2048"),
+    /* beyond max_position_embeddings: computed (RoPE extrapolates), the caller warns */
+    EXPECT(config_check_seq_len(&c, 2048, &e) == 0 && config_check_seq_len(&c, 2049, &e) == 0 &&
+               !config_seq_beyond_context(&c, 2048) && config_seq_beyond_context(&c, 2049),
            "seq len vs max positions: %s", e.msg);
+    EXPECT(config_check_seq_len(&c, 0, &e) == -1 && strstr(e.msg, "positive"), "seq len 0 refused: %s", e.msg);
 }
 
 static void test_named(void) {

@@ -209,6 +209,8 @@ static void test_delayed(void) {
     fp8_delayed_record(&s, 0x1p-149f);
     fp8_delayed_update(&s);
     EXPECT(s.scale == FLT_MAX, "delayed: overflowing scale → FLT_MAX, got %g", (double)s.scale);
+    EXPECT(FP8_DELAYED_HISTORY_LEN == 1024 && FP8_DELAYED_MARGIN == 0 && FP8_DELAYED_ALGO == FP8_AMAX_MAX,
+           "TE's DelayedScaling defaults");
     /* A longer window: amax leaves the window after len updates. */
     float h2[3] = {0};
     struct fp8_delayed t = {3, FP8_AMAX_MAX, 0, FP8_E4M3, h2, 1.0f, 1.0f};

@@ -6,6 +6,9 @@
  * target (label % 7)/7, the per-token loss ½(w − target)²; a "dropout" term derived from the
  * micro_index perturbs the gradient so that a resume that loses the micro-batch count diverges;
  * a momentum optimizer whose state is a second tensor.
+ * Samples (--sample-every): the toy's generate hook answers tokens read from its weights, so a
+ * sample shows the state; they are recorded before the first step, every N steps and at the end,
+ * and a run stopped and resumed keeps the records up to its checkpoint and writes the same ones.
  */
 #include <math.h>
 #include <signal.h>
@@ -122,6 +125,38 @@ static int toy_write(void *s, int i, const void *host, struct io_err *e) {
     return 0;
 }
 
+static char *read_text(const char *dir, const char *file);
+
+/* Sample tokens from the weights: token j = prompt[0] + round(100·w[j % P]) % 50. */
+static int toy_generate(const struct train_engine *eng, const int32_t *const *prompts, const int *lens, int n,
+                        int max_new, const int32_t *end_ids, int n_end, int32_t *const *out, int *n_out,
+                        struct io_err *e) {
+    (void)lens, (void)end_ids, (void)n_end, (void)e;
+    const struct toy *t = eng->self;
+    for (int i = 0; i < n; i++) {
+        for (int j = 0; j < max_new; j++) out[i][j] = prompts[i][0] + (int32_t)lroundf(100.0f * t->w[j % P]) % 50;
+        n_out[i] = max_new;
+    }
+    return 0;
+}
+
+static char *toy_decode(void *ctx, const int32_t *ids, int n) {
+    (void)ctx;
+    char *s = calloc((size_t)n * 12 + 1, 1);
+    for (int i = 0; i < n; i++) sprintf(s + strlen(s), "t%d ", ids[i]);
+    return s;
+}
+
+/* The sample records of a log, in order. */
+static void samples_of(const char *dir, char *out, size_t cap) {
+    char *text = read_text(dir, "metrics.jsonl");
+    out[0] = '\0';
+    if (text == NULL) return;
+    for (char *line = strtok(text, "\n"); line != NULL; line = strtok(NULL, "\n"))
+        if (strstr(line, "\"kind\":\"sample\"") && strlen(out) + strlen(line) + 2 < cap) strcat(strcat(out, line), "\n");
+    free(text);
+}
+
 static void toy_engine(struct train_engine *eng, struct toy *t) {
     memset(t, 0, sizeof *t);
     for (int i = 0; i < P; i++) t->w[i] = 0.05f * (float)i;
@@ -214,7 +249,7 @@ int main(void) {
     snprintf(b, sizeof b, "%s/loop_b", tmp ? tmp : "/tmp");
     snprintf(c, sizeof c, "%s/loop_c", tmp ? tmp : "/tmp");
     struct synth sd = {8};
-    struct batch_source src = {&sd, 8, 40, 8, synth_train, synth_val};
+    struct batch_source src = {&sd, 8, 40, 8, synth_train, synth_val, NULL};
     struct train_options o;
     struct train_engine eng;
     struct toy ta, tb;
@@ -313,5 +348,54 @@ int main(void) {
         loads += rc == 0;
     }
     EXPECT(loads >= 6, "at least half of the kill trials had a checkpoint to load (%d)", loads);
+
+    /* Samples: every 5 steps of 12, before the first and at the end; stop at 6 and resume. */
+    char d1[600], d2[600];
+    snprintf(d1, sizeof d1, "%s/samples_a", tmp ? tmp : "/tmp");
+    snprintf(d2, sizeof d2, "%s/samples_b", tmp ? tmp : "/tmp");
+    const int32_t p0[2] = {3, 4}, p1[1] = {7};
+    const int32_t *pids[2] = {p0, p1};
+    const int plens[2] = {2, 1};
+    const char *ptext[2] = {"first \"prompt\"", "second\nprompt"};
+    const struct train_samples ts = {2, pids, plens, ptext, 6, NULL, 0, toy_decode, NULL};
+    struct batch_source ssrc = src;
+    ssrc.samples = &ts;
+    options(&o, d1, 12);
+    o.sample_every = 5;
+    snprintf(o.sample_prompts, sizeof o.sample_prompts, "unused");
+    toy_engine(&eng, &ta);
+    EXPECT(train_loop_run(&o, &eng, &ssrc, &g_comm, &r, &e) == -1 && strstr(e.msg, "cannot generate"),
+           "an engine without a generate hook: '%s'", e.msg);
+    toy_engine(&eng, &ta);
+    eng.generate = toy_generate;
+    EXPECT(train_loop_run(&o, &eng, &ssrc, &g_comm, &r, &e) == 0, "samples run: %s", e.msg);
+    static char sa[65536], sb[65536];
+    samples_of(d1, sa, sizeof sa);
+    int count = 0, at[4] = {0};
+    for (const char *q = sa; (q = strstr(q, "\"step\":")) != NULL; q++) {
+        const int st = atoi(q + 7);
+        count++;
+        at[0] += st == 0, at[1] += st == 5, at[2] += st == 10, at[3] += st == 12;
+    }
+    EXPECT(count == 8 && at[0] == 2 && at[1] == 2 && at[2] == 2 && at[3] == 2,
+           "8 sample records at steps 0, 5, 10 and 12 (%d)", count);
+    EXPECT(strstr(sa, "\"prompt\":\"first \\\"prompt\\\"\"") && strstr(sa, "second\\nprompt"),
+           "prompts JSON-escaped in the records");
+    options(&o, d2, 12);
+    o.sample_every = 5;
+    snprintf(o.sample_prompts, sizeof o.sample_prompts, "unused");
+    o.max_steps_this_run = 6;
+    toy_engine(&eng, &tb);
+    eng.generate = toy_generate;
+    EXPECT(train_loop_run(&o, &eng, &ssrc, &g_comm, &r, &e) == 0 && r.steps_done == 6, "samples run stops at 6: %s", e.msg);
+    toy_engine(&eng, &tb);
+    eng.generate = toy_generate;
+    options(&o, d2, 12);
+    o.sample_every = 5;
+    snprintf(o.sample_prompts, sizeof o.sample_prompts, "unused");
+    snprintf(o.resume, sizeof o.resume, "%s", d2);
+    EXPECT(train_loop_run(&o, &eng, &ssrc, &g_comm, &r, &e) == 0 && r.steps_done == 12, "samples run resumes: %s", e.msg);
+    samples_of(d2, sb, sizeof sb);
+    EXPECT(sa[0] && strcmp(sa, sb) == 0, "stopped and resumed, the sample records are the uninterrupted run's");
     return test_finish("loop_test");
 }

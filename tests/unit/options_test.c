@@ -51,6 +51,9 @@ int main(void) {
     expect_error("--warmup 30 must be smaller", 3, (const char *[]){"train", "--warmup", "30"});
     expect_error("--method full", 5, (const char *[]){"train", "--method", "full", "--dropout", "0.1"});
     expect_error("non-negative", 3, (const char *[]){"train", "--seed", "-1"});
+    const char *autoseq[] = {"train", "--seq", "auto", "--memory-limit", "24"};
+    EXPECT(parse(&o, &e, 5, autoseq) == 0 && o.seq == OPT_SEQ_AUTO && o.memory_limit == 24.0f, "--seq auto: %s", e.msg);
+    expect_error("is not an integer", 3, (const char *[]){"train", "--seq", "automatic"});
 
     char json[8192];
     EXPECT(parse(&o, &e, 1, none) == 0, "defaults");

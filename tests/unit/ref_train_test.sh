@@ -111,6 +111,15 @@ check "bf16 QLoRA runs" test $? -eq 0 -a -s "$tmp/hq/adapter/adapter_model.safet
 "$bin" "${common[@]}" --precision bf16 --method qdora --out "$tmp/hqd" >"$tmp/hqd.log" 2>&1
 check "bf16 QDoRA runs" test $? -eq 0 -a -s "$tmp/hqd/adapter/adapter_model.safetensors"
 
+# samples during training through the CPU engine's generate hook
+printf '%s\n' '{"prompt": "And God"}' '{"prompt": "In the"}' >"$tmp/prompts.jsonl"
+"$bin" "${common[@]}" --sample-every 3 --sample-prompts "$tmp/prompts.jsonl" --sample-tokens 8 --out "$tmp/s" \
+    >"$tmp/s.log" 2>&1
+check "--sample-every: exits 0" test $? -eq 0
+check "--sample-every 3 over 6 steps: samples at steps 0, 3 and 6 for both prompts in metrics.jsonl" \
+    test "$(grep -c '"kind":"sample"' "$tmp/s/metrics.jsonl" 2>/dev/null)" -eq 6
+check "--sample-every: the samples are printed" test "$(grep -c '^sample ' "$tmp/s.log")" -eq 6
+
 before=$(cat "$tmp/a/metrics.jsonl" | md5sum)
 "$bin" "${common[@]}" --data "$tmp/missing.txt" --out "$tmp/a" >"$tmp/e1.log" 2>&1
 rc=$?

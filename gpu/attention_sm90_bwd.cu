@@ -1,0 +1,328 @@
+/* attention_sm90_bwd.cu — the Hopper flash-attention backward (gpu/attention.h's math; sm_90a:
+ * wgmma, TMA, warp specialization), after FlashAttention-3's design (hopper/flash_bwd_kernel_sm90.h,
+ * mainloop_bwd_sm90_tma_gmma_ws.hpp), with a fixed summation order everywhere (deterministic).
+ *
+ * Three launches:
+ *  1. attn90_bwd_pre: Δ = rowsum(dO ∘ O) and lse·log2 e into (b·H + h, T_pad) arrays (zeros in the
+ *     padding), and the dQ order counters set to 0. One warp per row.
+ *  2. attn_bwd_sm90: one CTA per 128 keys (n) of one (b, kv head), 384 threads. Warpgroup 0: one
+ *     thread loads K and V once and then, through a two-stage ring, Q, dO (TMA, swizzled) and the
+ *     lse/Δ slices (bulk copies) of every query block m ≥ m_first(n) of every query head of the
+ *     group; a second thread writes dQ (below). Warpgroups 1 and 2 own 64 keys each and, per block:
+ *       Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ          wgmma SS (m64 n{BM} k16), fp32
+ *       Pᵀ = 2^(Sᵀ·scale·log2 e − lse·log2 e) (0 where key > query), dSᵀ = Pᵀ ∘ (dPᵀ − Δ)
+ *       dV += Pᵀ·dO, dK += dSᵀ·Q        wgmma RS (Pᵀ, dSᵀ as bf16 registers; dO, Q MN-major)
+ *       dSᵀ → shared memory (bf16, swizzled), barrier of the two warpgroups, then
+ *       dQ_blk = dS·K                    wgmma SS, both operands MN-major (m64n64k16 × 8): each
+ *                                        warpgroup one half (D = 128: 64 columns; D = 64: 64 rows)
+ *     and hands the fp32 dQ tile (8192 floats) to the writer through shared memory. dK and dV stay
+ *     in registers over the whole group of query heads (the GQA sum in a fixed order) and are
+ *     stored once, dK scaled.
+ *     The writer adds the tile into the fp32 accumulation buffer with one bulk copy (rank 0: plain
+ *     store) or one bulk fp32 add, in the order n = n_max(m), …, 0 that a counter per (b, h, m)
+ *     enforces (acquire-spin, then release-increment): the sum of every dQ element has one order,
+ *     whatever the timing. The grid launches the larger n first (attention_sm90_layout.h §4), so a
+ *     CTA only waits on CTAs that started before it, and in steady state not at all (block n + 1 is
+ *     two query blocks ahead of block n).
+ *  3. attn90_bwd_post: dq = bf16(scale · dQ accumulation), from the tile order back to (B, T, H, D).
+ * Shared memory (D = 128, BM = 64): K, V 32 KiB each, Q and dO 2 × 16 KiB each, dSᵀ 2 × 16 KiB, dQ
+ * 2 × 32 KiB, lse/Δ 1 KiB: 226 KiB of the 227 KiB a CTA may have. D = 64 (BM = 128): one dQ buffer,
+ * 195 KiB. Registers per consumer thread: dK, dV D/2 each, Sᵀ, dPᵀ BM/2 each, dQ 32.
+ * Test: tests/parity/attention_parity.cu.
+ */
+#include <math.h>
+
+#include "gpu/attention_sm90.cuh"
+#include "gpu/attention_switch.h"
+
+namespace refine {
+namespace attn90 {
+
+struct BwdParams {
+    CUtensorMap tq, tdo, tk, tv;
+    __nv_bfloat16 *dk, *dv;
+    const float *lse2, *delta; /* (B·H, T_pad) */
+    float *dqacc;              /* (B·H·num_m, 8192) */
+    int *sem;                  /* (B·H·num_m) */
+    int B, T, H, KVH, T_pad, num_m, num_n;
+    float scale_log2, scale;
+    HangRecord *dbg;
+};
+
+/* Δ, lse·log2 e (padded) and the counters: one warp per (b·H + h, i), i < T_pad. */
+__global__ void attn90_bwd_pre(float *__restrict__ delta, float *__restrict__ lse2, int *__restrict__ sem,
+                               const __nv_bfloat16 *__restrict__ dout, const __nv_bfloat16 *__restrict__ out,
+                               const float *__restrict__ lse, int B, int T, int H, int D, int T_pad, int BM,
+                               int num_m) {
+    const int64_t row = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (row >= (int64_t)B * H * T_pad) return;
+    const int i = (int)(row % T_pad);
+    const int64_t bh = row / T_pad;
+    float s = 0.0f;
+    if (i < T) {
+        const int b = (int)(bh / H), h = (int)(bh % H);
+        const __nv_bfloat16 *a = dout + (((int64_t)b * T + i) * H + h) * D, *c = out + (((int64_t)b * T + i) * H + h) * D;
+        for (int d = lane * 2; d < D; d += 64) {
+            const float2 x = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(a + d));
+            const float2 y = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(c + d));
+            s += x.x * y.x + x.y * y.y;
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
+    }
+    if (lane == 0) {
+        delta[row] = s;
+        lse2[row] = i < T ? lse[bh * T + i] * 1.44269504088896341f : 0.0f;
+        if (i % BM == 0 && i / BM < num_m) sem[bh * num_m + i / BM] = 0;
+    }
+}
+
+/* dq (B, T, H, D) = bf16(scale · the fp32 tiles): one thread per 4 floats of a tile. */
+__global__ void attn90_bwd_post(__nv_bfloat16 *__restrict__ dq, const float *__restrict__ dqacc, int T, int H, int D,
+                                int BM, int num_m, float scale, int64_t n4) {
+    const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= n4) return;
+    const int e = (int)(idx % 2048) * 4;
+    const int64_t tile = idx / 2048; /* (b·H + h)·num_m + m */
+    const int m = (int)(tile % num_m), h = (int)((tile / num_m) % H), b = (int)(tile / ((int64_t)num_m * H));
+    const float4 v = *reinterpret_cast<const float4 *>(dqacc + tile * 8192 + e);
+    const DqCoord c0 = dq_tile_coord(D, e); /* e + 1: column + 1; e + 2: row + 8; e + 3: both */
+    const int r0 = m * BM + c0.row;
+    if (r0 < T)
+        *reinterpret_cast<uint32_t *>(dq + (((int64_t)b * T + r0) * H + h) * D + c0.col) = pack_bf16(v.x * scale, v.y * scale);
+    if (r0 + 8 < T)
+        *reinterpret_cast<uint32_t *>(dq + (((int64_t)b * T + r0 + 8) * H + h) * D + c0.col) =
+            pack_bf16(v.z * scale, v.w * scale);
+}
+
+template <int D>
+__global__ void __launch_bounds__(384, 1) attn_bwd_sm90(const __grid_constant__ BwdParams p) {
+#ifdef ATTN_SM90_ENABLED
+    using C = BwdTile<D>;
+    using L = BwdSmem<D>;
+    constexpr int BM = C::BM, BN = C::BN, S = C::STAGES, DQS = C::DQ_STAGES;
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+    const unsigned char *gbase = smem_raw + (base - smem_u32(smem_raw)); /* generic address of base */
+    const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+    if (threadIdx.x == 0) {
+        mbar_init(base + L::KV_FULL, 1);
+        for (int s = 0; s < S; s++) {
+            mbar_init(base + L::Q_FULL + 8 * s, 1);
+            mbar_init(base + L::Q_EMPTY + 8 * s, 8);
+        }
+        for (int s = 0; s < DQS; s++) {
+            mbar_init(base + L::DQ_FULL + 8 * s, 8);
+            mbar_init(base + L::DQ_EMPTY + 8 * s, 1);
+        }
+        mbar_fence_init();
+    }
+    __syncthreads();
+    const int n = bwd_n_of_block(blockIdx.x, p.num_n), kvh = blockIdx.y, b = blockIdx.z, group = p.H / p.KVH;
+    const int m0 = bwd_m_first(n, BN, BM);
+
+    if (wg == 0) { /* ---------------- producer and dQ writer ---------------- */
+        setmaxnreg_dec<kRegsProducer>();
+        if (tid == 0) {
+            mbar_expect_tx(base + L::KV_FULL, 2 * C::KV_BYTES);
+            tma_load_tile<D>(base + L::K, &p.tk, BN, kvh, n * BN, b, base + L::KV_FULL);
+            tma_load_tile<D>(base + L::V, &p.tv, BN, kvh, n * BN, b, base + L::KV_FULL);
+            int it = 0;
+            for (int hh = 0; hh < group; hh++) {
+                const int h = kvh * group + hh;
+                for (int m = m0; m < p.num_m; m++, it++) {
+                    const int st = it % S;
+                    const uint32_t ph = (uint32_t)(it / S) & 1u;
+                    mbar_wait(base + L::Q_EMPTY + 8 * st, ph ^ 1u, p.dbg, HANG_BWD_Q_EMPTY, it);
+                    const uint32_t full = base + L::Q_FULL + 8 * st;
+                    mbar_expect_tx(full, 2 * C::Q_BYTES + 2 * BM * 4);
+                    tma_load_tile<D>(base + L::Q + st * C::Q_BYTES, &p.tq, BM, h, m * BM, b, full);
+                    tma_load_tile<D>(base + L::DO + st * C::Q_BYTES, &p.tdo, BM, h, m * BM, b, full);
+                    const int64_t off = ((int64_t)b * p.H + h) * p.T_pad + (int64_t)m * BM;
+                    bulk_g2s(base + L::LSE + st * BM * 4, p.lse2 + off, BM * 4, full);
+                    bulk_g2s(base + L::DL + st * BM * 4, p.delta + off, BM * 4, full);
+                }
+            }
+        } else if (tid == 32) {
+            int it = 0;
+            for (int hh = 0; hh < group; hh++) {
+                const int h = kvh * group + hh;
+                for (int m = m0; m < p.num_m; m++, it++) {
+                    const int buf = it % DQS;
+                    const uint32_t ph = (uint32_t)(it / DQS) & 1u;
+                    mbar_wait(base + L::DQ_FULL + 8 * buf, ph, p.dbg, HANG_BWD_DQ_FULL, it);
+                    const int64_t t = ((int64_t)b * p.H + h) * p.num_m + m;
+                    int *sem = p.sem + t;
+                    const int rank = bwd_dq_rank(m, n, BM, BN, p.T);
+                    if (rank > 0) {
+                        uint32_t spins = 0, t0 = 0;
+                        while (ld_acquire(sem) != rank)
+                            if (!watchdog(spins, t0, p.dbg, HANG_BWD_SEM, it)) break;
+                        fence_proxy_async_global();
+                    }
+                    float *dst = p.dqacc + t * C::DQ_FLOATS;
+                    const uint32_t src = base + L::DQ + buf * C::DQ_FLOATS * 4;
+                    if (rank == 0) bulk_s2g(dst, src, C::DQ_FLOATS * 4);
+                    else bulk_s2g_add_f32(dst, src, C::DQ_FLOATS * 4);
+                    bulk_commit();
+                    bulk_wait_all();
+                    mbar_arrive(base + L::DQ_EMPTY + 8 * buf);
+                    fence_proxy_async_global();
+                    red_release_add(sem, 1);
+                }
+            }
+        }
+        return;
+    }
+
+    /* ---------------- consumers: keys n·BN + 64·cw … ---------------- */
+    setmaxnreg_inc<kRegsConsumer>();
+    const int cw = wg - 1;
+    const int key0 = n * BN + 64 * cw;
+    const float c = p.scale_log2;
+    float dk[D / 2], dv[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; i++) dk[i] = dv[i] = 0.0f;
+    mbar_wait(base + L::KV_FULL, 0, p.dbg, HANG_BWD_KV_FULL, 0);
+    int it = 0;
+    for (int hh = 0; hh < group; hh++) {
+        for (int m = m0; m < p.num_m; m++, it++) {
+            const int st = it % S;
+            const uint32_t ph = (uint32_t)(it / S) & 1u;
+            const uint32_t sQ = base + L::Q + st * C::Q_BYTES, sDO = base + L::DO + st * C::Q_BYTES;
+            const float *lse2 = reinterpret_cast<const float *>(gbase + L::LSE + st * BM * 4);
+            const float *dl = reinterpret_cast<const float *>(gbase + L::DL + st * BM * 4);
+            const bool masked = causal_block_masked(m, BM, n, BN);
+            mbar_wait(base + L::Q_FULL + 8 * st, ph, p.dbg, HANG_BWD_Q_FULL, it);
+            /* the other warpgroup is done with the P and dS tiles of the previous block */
+            named_bar_sync(BAR_DS_FREE, 256);
+#pragma unroll 1
+            for (int mt = 0; mt < C::MT; mt++) {
+                /* S = Q·Kᵀ and dP = dO·Vᵀ for queries 64·mt … and this warpgroup's 64 keys */
+                float s[32], dp[32];
+                wgmma_fence();
+                gemm_abt<64, D>(s, sQ, BM, 64 * mt, base + L::K, BN, 64 * cw);
+                gemm_abt<64, D>(dp, sDO, BM, 64 * mt, base + L::V, BN, 64 * cw);
+                wgmma_commit();
+                wgmma_wait<0>();
+                fence_regs(s);
+                fence_regs(dp);
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    const int row = 64 * mt + acc_row(tid, 2 * r); /* query m·BM + row */
+                    const float l2 = lse2[row], dlt = dl[row];
+#pragma unroll
+                    for (int j = 0; j < 8; j++)
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            const int i = 4 * j + 2 * r + e;
+                            float pv = ex2(fmaf(s[i], c, -l2));
+                            if (masked && key0 + acc_col(tid, i) > m * BM + row) pv = 0.0f;
+                            s[i] = pv;
+                            dp[i] = pv * (dp[i] - dlt);
+                        }
+                }
+                store_acc_tile(base + L::P, BM, 64 * mt, 64 * cw, s, tid);
+                store_acc_tile(base + L::DS, BM, 64 * mt, 64 * cw, dp, tid);
+            }
+            fence_proxy_async_smem();
+            named_bar_sync(BAR_DS, 256); /* both warpgroups' P and dS are in shared memory */
+            float dq[32];
+            wgmma_fence();
+            gemm_tn<D, BM>(dv, base + L::P, cw, sDO, 0); /* dV += Pᵀ·dO */
+            gemm_tn<D, BM>(dk, base + L::DS, cw, sQ, 0); /* dK += dSᵀ·Q */
+            /* dQ = dS·K: D = 128, columns 64·cw …; D = 64, rows 64·cw … */
+            gemm_kn<64, BN>(dq, base + L::DS, BM, D == 128 ? 0 : 64 * cw, base + L::K, D == 128 ? cw : 0);
+            wgmma_commit();
+            wgmma_wait<0>();
+            fence_regs(dv);
+            fence_regs(dk);
+            fence_regs(dq);
+            warp_arrive(base + L::Q_EMPTY + 8 * st);
+
+            const int buf = it % DQS;
+            const uint32_t phb = (uint32_t)(it / DQS) & 1u;
+            mbar_wait(base + L::DQ_EMPTY + 8 * buf, phb ^ 1u, p.dbg, HANG_BWD_DQ_EMPTY, it);
+            const uint32_t sDQ = base + L::DQ + buf * C::DQ_FLOATS * 4;
+#pragma unroll
+            for (int i4 = 0; i4 < 8; i4++)
+                asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(sDQ + 4u * (uint32_t)dq_tile_index(cw, tid, 4 * i4)),
+                             "f"(dq[4 * i4]), "f"(dq[4 * i4 + 1]), "f"(dq[4 * i4 + 2]), "f"(dq[4 * i4 + 3])
+                             : "memory");
+            fence_proxy_async_smem();
+            warp_arrive(base + L::DQ_FULL + 8 * buf);
+        }
+    }
+    /* dK (scaled) and dV of this warpgroup's keys */
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int key = key0 + acc_row(tid, 2 * r);
+        if (key >= p.T) continue;
+        const int64_t off = (((int64_t)b * p.T + key) * p.KVH + kvh) * D;
+#pragma unroll
+        for (int j = 0; j < D / 8; j++) {
+            const int i = 4 * j + 2 * r;
+            *reinterpret_cast<uint32_t *>(p.dk + off + acc_col(tid, i)) = pack_bf16(dk[i] * p.scale, dk[i + 1] * p.scale);
+            *reinterpret_cast<uint32_t *>(p.dv + off + acc_col(tid, i)) = pack_bf16(dv[i], dv[i + 1]);
+        }
+    }
+#endif
+}
+
+} // namespace attn90
+
+template <int D>
+static void backward_launch(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint16_t *dout, const uint16_t *q,
+                            const uint16_t *k, const uint16_t *v, const uint16_t *out, const float *lse, int B, int T,
+                            int H, int KVH, float scale, void *workspace, cudaStream_t stream, HangRecord *dbg) {
+    using C = attn90::BwdTile<D>;
+    const attn90::BwdWorkspace ws = attn90::bwd_workspace(B, T, H);
+    unsigned char *w = static_cast<unsigned char *>(workspace);
+    attn90::BwdParams p;
+    attn90::make_tmap(&p.tq, q, B, T, H, D, C::BM);
+    attn90::make_tmap(&p.tdo, dout, B, T, H, D, C::BM);
+    attn90::make_tmap(&p.tk, k, B, T, KVH, D, C::BN);
+    attn90::make_tmap(&p.tv, v, B, T, KVH, D, C::BN);
+    p.dk = reinterpret_cast<__nv_bfloat16 *>(dk);
+    p.dv = reinterpret_cast<__nv_bfloat16 *>(dv);
+    float *lse2 = reinterpret_cast<float *>(w + ws.lse2), *delta = reinterpret_cast<float *>(w + ws.delta);
+    p.lse2 = lse2;
+    p.delta = delta;
+    p.dqacc = reinterpret_cast<float *>(w + ws.dqacc);
+    p.sem = reinterpret_cast<int *>(w + ws.sem);
+    p.B = B, p.T = T, p.H = H, p.KVH = KVH;
+    p.T_pad = attn90::ceil_div(T, 128) * 128;
+    p.num_m = attn90::ceil_div(T, C::BM);
+    p.num_n = attn90::ceil_div(T, C::BN);
+    p.scale_log2 = scale * 1.44269504088896341f;
+    p.scale = scale;
+    p.dbg = dbg;
+
+    const int64_t rows = (int64_t)B * H * p.T_pad;
+    attn90::attn90_bwd_pre<<<(unsigned)((rows + 7) / 8), 256, 0, stream>>>(
+        delta, lse2, p.sem, reinterpret_cast<const __nv_bfloat16 *>(dout), reinterpret_cast<const __nv_bfloat16 *>(out),
+        lse, B, T, H, D, p.T_pad, C::BM, p.num_m);
+    KERNEL_CHECK(stream);
+    const size_t smem = attn90::BwdSmem<D>::BYTES;
+    CUDA_CHECK(cudaFuncSetAttribute(attn90::attn_bwd_sm90<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    attn90::attn_bwd_sm90<D><<<dim3((unsigned)p.num_n, (unsigned)KVH, (unsigned)B), 384, smem, stream>>>(p);
+    KERNEL_CHECK(stream);
+    const int64_t n4 = (int64_t)B * H * p.num_m * 2048;
+    attn90::attn90_bwd_post<<<(unsigned)((n4 + 255) / 256), 256, 0, stream>>>(
+        reinterpret_cast<__nv_bfloat16 *>(dq), p.dqacc, T, H, D, C::BM, p.num_m, scale, n4);
+    KERNEL_CHECK(stream);
+}
+
+void attn90_backward(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint16_t *dout, const uint16_t *q,
+                     const uint16_t *k, const uint16_t *v, const uint16_t *out, const float *lse, int B, int T, int H,
+                     int KVH, int D, float scale, void *workspace, cudaStream_t stream, HangRecord *dbg) {
+    CHECK(attn90_available(D), "the Hopper attention kernels cannot run here (D=%d)", D);
+    ATTN_HEADDIM_SWITCH(D, [&](auto hd) {
+        constexpr int kD = decltype(hd)::value;
+        if constexpr (kD == 64 || kD == 128)
+            backward_launch<kD>(dq, dk, dv, dout, q, k, v, out, lse, B, T, H, KVH, scale, workspace, stream, dbg);
+    });
+}
+
+} // namespace refine

@@ -1,0 +1,245 @@
+/* attention_sm90_layout.h — the index math of the Hopper attention kernels (gpu/attention_sm90.cu),
+ * host and device, so that every formula here is tested on the CPU
+ * (tests/parity/attention_layout_test.cc, in every `bazel test //...`).
+ *
+ * C++17, header only; no CUDA types. Included by gpu/attention_sm90.cu (device and host code) and by
+ * the CPU test. Nothing here touches memory: pure functions of integers.
+ *
+ * 1. Shared-memory tiles. Every bf16 tile the tensor cores read is stored as column blocks of 64
+ *    elements (128 bytes a row): a tile of R rows × C columns (C a multiple of 64) is C/64 blocks
+ *    of R × 64, block after block, each with the 128-byte swizzle of the tensor-copy engine
+ *    (CU_TENSOR_MAP_SWIZZLE_128B): the 16-byte chunk j of row r sits at chunk j ^ (r mod 8). The
+ *    swizzle is a function of the shared-memory address bits (bits 4–6 ^= bits 7–9), so every tile
+ *    starts on a 1024-byte boundary (R is a multiple of 8).
+ * 2. wgmma shared-memory descriptors (PTX ISA "matrix descriptor"; the canonical layouts as CUTLASS's
+ *    make_gmma_desc documents them), 128-byte swizzle mode:
+ *      bits  0–13 start address >> 4,  16–29 leading byte offset (LBO) >> 4,
+ *      bits 32–45 stride byte offset (SBO) >> 4,  49–51 base offset (0 here),  62–63 mode (1 = 128B).
+ *    K-major operand (rows = M or N, the 16 k-values of one instruction contiguous): element
+ *      (mn, k) at start + (mn mod 8)·128 + (mn div 8)·SBO + 2k, then swizzled; LBO unused (1).
+ *    MN-major operand (the M or N index contiguous): element (mn, k) at
+ *      start + 2·(mn mod 64) + (mn div 64)·LBO + (k mod 8)·128 + (k div 8)·SBO, then swizzled.
+ *    In our tiles SBO = 1024 (8 rows of 128 bytes); for MN-major operands LBO = R·128 (the next
+ *    64-column block); one k-step (16 k-values) advances a K-major start by 32 bytes inside a block
+ *    (the next block after 4 steps) and an MN-major start by 16 rows = 2048 bytes.
+ *    desc_addr_kmajor / desc_addr_mnmajor emulate the hardware's address generation for the test.
+ * 3. Register fragments of wgmma m64nNk16 (fp32 accumulators, bf16 A from registers), thread tid of
+ *    the warpgroup (warp w = tid/32, g = (tid%32)/4, t = tid%4):
+ *      accumulator d[i]: row 16w + g + 8·((i/2) mod 2), column 8·(i/4) + 2t + (i mod 2);
+ *      A register a[j] (two bf16, low half first): row 16w + g + 8·(j mod 2), k 8·(j/2) + 2t + half.
+ *    So the accumulators of a 64 × 16·s product are the A registers of s k-steps (P·V, Pᵀ·dO and
+ *    dSᵀ·Q take their A operand from the registers of S, dP): a_from_acc_index.
+ * 4. Schedules. Forward: a persistent grid walks tiles (m, b, h) of 128 queries, heaviest (largest m,
+ *    most key blocks under the causal mask) first; each tile visits key blocks n = n_max … 0. Backward:
+ *    a CTA owns 128 keys (n) of one (b, kv head) and walks the query blocks m ≥ m_first(n) of every
+ *    query head of the group; dQ of a query block is summed over the key blocks in the fixed order
+ *    n = n_max(m), …, 0 (rank 0 stores, the others add), enforced by one counter per (b, h, m).
+ *    The grid dispatches n = num_n − 1 first, so every CTA waits only on CTAs launched before it.
+ * 5. The dQ tile in the fp32 accumulation buffer: 8192 floats a (b, h, m) in the order the two
+ *    consumer warpgroups hold them, dq_tile_index / dq_tile_coord.
+ */
+#ifndef REFINE_GPU_ATTENTION_SM90_LAYOUT_H
+#define REFINE_GPU_ATTENTION_SM90_LAYOUT_H
+
+#include <stdint.h>
+
+#if defined(__CUDACC__)
+#define ATTN_HD __host__ __device__ __forceinline__
+#else
+#define ATTN_HD inline
+#endif
+
+namespace refine {
+namespace attn90 {
+
+/* ---- tiles ------------------------------------------------------------------------------------ */
+
+/* Forward: 128 queries (two consumer warpgroups of 64 rows) × key blocks of 128, two stages. */
+template <int D>
+struct FwdTile {
+    static_assert(D == 64 || D == 128, "the Hopper kernels take D = 64 or 128");
+    static constexpr int BM = 128, BN = 128, STAGES = 2;
+    static constexpr int Q_BYTES = BM * D * 2, KV_BYTES = BN * D * 2;
+};
+
+/* Backward: 128 keys a CTA (two consumer warpgroups of 64 keys), query blocks of BM (MT = BM/64
+ * row tiles of 64 for the S and dP products). */
+template <int D>
+struct BwdTile {
+    static_assert(D == 64 || D == 128, "the Hopper kernels take D = 64 or 128");
+    static constexpr int BN = 128;
+    static constexpr int BM = D == 128 ? 64 : 128;
+    static constexpr int MT = BM / 64;
+    static constexpr int STAGES = 2;                   /* Q, dO, lse, Δ */
+    static constexpr int DQ_STAGES = D == 128 ? 2 : 1; /* fp32 dQ tiles handed to the writer */
+    static constexpr int Q_BYTES = BM * D * 2, KV_BYTES = BN * D * 2;
+    static constexpr int PS_BYTES = BM * BN * 2; /* P or dS, bf16, BM rows × 128 keys */
+    static constexpr int DQ_FLOATS = BM * D;     /* = 8192 for both head dims */
+};
+
+ATTN_HD constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+/* ---- shared memory ---------------------------------------------------------------------------- */
+
+/* Byte offsets from a 1024-aligned base (the kernels align the dynamic shared memory, hence the
+ * extra 1024 in BYTES); every tile starts on a 1024-byte boundary (tests check both). */
+template <int D>
+struct FwdSmem {
+    using C = FwdTile<D>;
+    static constexpr uint32_t Q = 0, K = Q + C::Q_BYTES, V = K + C::STAGES * C::KV_BYTES,
+                              BAR = V + C::STAGES * C::KV_BYTES;
+    /* barriers: q_full, q_empty, k_full[S], k_empty[S], v_full[S], v_empty[S] (8 bytes each) */
+    static constexpr uint32_t Q_FULL = BAR, Q_EMPTY = BAR + 8, K_FULL = BAR + 16, K_EMPTY = K_FULL + 8 * C::STAGES,
+                              V_FULL = K_EMPTY + 8 * C::STAGES, V_EMPTY = V_FULL + 8 * C::STAGES,
+                              END = V_EMPTY + 8 * C::STAGES;
+    static constexpr uint32_t BYTES = END + 1024;
+    static_assert(BYTES <= 232448, "more shared memory than a Hopper CTA may have");
+};
+
+template <int D>
+struct BwdSmem {
+    using C = BwdTile<D>;
+    static constexpr uint32_t K = 0, V = K + C::KV_BYTES, Q = V + C::KV_BYTES, DO = Q + C::STAGES * C::Q_BYTES,
+                              P = DO + C::STAGES * C::Q_BYTES, DS = P + C::PS_BYTES, DQ = DS + C::PS_BYTES,
+                              LSE = DQ + C::DQ_STAGES * C::DQ_FLOATS * 4, DL = LSE + C::STAGES * C::BM * 4,
+                              BAR = DL + C::STAGES * C::BM * 4;
+    /* barriers: kv_full, q_full[S], q_empty[S], dq_full[DQS], dq_empty[DQS] */
+    static constexpr uint32_t KV_FULL = BAR, Q_FULL = BAR + 8, Q_EMPTY = Q_FULL + 8 * C::STAGES,
+                              DQ_FULL = Q_EMPTY + 8 * C::STAGES, DQ_EMPTY = DQ_FULL + 8 * C::DQ_STAGES,
+                              END = DQ_EMPTY + 8 * C::DQ_STAGES;
+    static constexpr uint32_t BYTES = END + 1024;
+    static_assert(BYTES <= 232448, "more shared memory than a Hopper CTA may have");
+};
+
+/* ---- 128-byte swizzle ------------------------------------------------------------------------- */
+
+/* Byte offset of element (r, c), c < 64, in one R × 64 bf16 block (block 1024-byte aligned). */
+ATTN_HD constexpr uint32_t sw128(uint32_t r, uint32_t c) {
+    return r * 128u + ((((c >> 3) ^ (r & 7u)) & 7u) << 4) + ((c & 7u) << 1);
+}
+
+/* Byte offset of element (r, c) in a tile of `rows` rows stored as column blocks of 64. */
+ATTN_HD constexpr uint32_t tile_off(uint32_t rows, uint32_t r, uint32_t c) {
+    return (c >> 6) * rows * 128u + sw128(r, c & 63u);
+}
+
+/* The swizzle as the hardware applies it to an absolute shared-memory byte address. */
+ATTN_HD constexpr uint32_t sw128_addr(uint32_t a) { return a ^ (((a >> 7) & 7u) << 4); }
+
+/* ---- wgmma descriptors ------------------------------------------------------------------------ */
+
+ATTN_HD constexpr uint64_t desc_encode(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+    return (uint64_t)((addr & 0x3FFFFu) >> 4) | ((uint64_t)((lbo >> 4) & 0x3FFFu) << 16) |
+           ((uint64_t)((sbo >> 4) & 0x3FFFu) << 32) | ((uint64_t)1 << 62);
+}
+
+ATTN_HD constexpr uint32_t desc_start(uint64_t d) { return (uint32_t)(d & 0x3FFFu) << 4; }
+ATTN_HD constexpr uint32_t desc_lbo(uint64_t d) { return (uint32_t)((d >> 16) & 0x3FFFu) << 4; }
+ATTN_HD constexpr uint32_t desc_sbo(uint64_t d) { return (uint32_t)((d >> 32) & 0x3FFFu) << 4; }
+
+/* Emulation of the operand fetch (for the CPU test): the shared-memory byte address of element
+ * (mn, k), k < 16, of a K-major / MN-major 128B-swizzled operand described by d. */
+ATTN_HD constexpr uint32_t desc_addr_kmajor(uint64_t d, uint32_t mn, uint32_t k) {
+    return sw128_addr(desc_start(d) + (mn & 7u) * 128u + (mn >> 3) * desc_sbo(d) + 2u * k);
+}
+ATTN_HD constexpr uint32_t desc_addr_mnmajor(uint64_t d, uint32_t mn, uint32_t k) {
+    return sw128_addr(desc_start(d) + 2u * (mn & 63u) + (mn >> 6) * desc_lbo(d) + (k & 7u) * 128u +
+                      (k >> 3) * desc_sbo(d));
+}
+
+/* K-major operand: rows [row0, row0 + 64) × k-step ks (k = 16ks … 16ks + 15) of a tile at `tile`
+ * with `rows` rows (column blocks of 64 k-values). */
+ATTN_HD constexpr uint64_t desc_kmajor(uint32_t tile, uint32_t rows, uint32_t row0, uint32_t ks) {
+    return desc_encode(tile + (ks >> 2) * rows * 128u + row0 * 128u + (ks & 3u) * 32u, 16u, 1024u);
+}
+
+/* MN-major operand: k-step ks (tile rows 16ks … 16ks + 15 are the k index) of a tile at `tile` with
+ * `rows` rows, the MN index running over column blocks blk0, blk0 + 1, … (64 each). */
+ATTN_HD constexpr uint64_t desc_mnmajor(uint32_t tile, uint32_t rows, uint32_t blk0, uint32_t ks) {
+    return desc_encode(tile + blk0 * rows * 128u + ks * 2048u, rows * 128u, 1024u);
+}
+
+/* ---- register fragments ----------------------------------------------------------------------- */
+
+ATTN_HD constexpr int acc_row(int tid, int i) { return 16 * (tid >> 5) + ((tid & 31) >> 2) + 8 * ((i >> 1) & 1); }
+ATTN_HD constexpr int acc_col(int tid, int i) { return 8 * (i >> 2) + 2 * (tid & 3) + (i & 1); }
+ATTN_HD constexpr int afrag_row(int tid, int j) { return 16 * (tid >> 5) + ((tid & 31) >> 2) + 8 * (j & 1); }
+ATTN_HD constexpr int afrag_k(int tid, int j, int half) { return 8 * (j >> 1) + 2 * (tid & 3) + half; }
+/* The accumulator index that A register j (half h) of k-step ks takes. */
+ATTN_HD constexpr int a_from_acc_index(int ks, int j, int half) { return 8 * ks + 4 * (j >> 1) + 2 * (j & 1) + half; }
+
+/* ---- forward schedule ------------------------------------------------------------------------- */
+
+struct FwdWork {
+    int m, b, h;
+};
+
+/* Tile `tile` of num_m·B·H: heaviest query blocks first; h fastest (heads of a KV group adjacent,
+ * their K/V shared through L2). */
+ATTN_HD constexpr FwdWork fwd_tile(int tile, int num_m, int B, int H) {
+    return FwdWork{num_m - 1 - tile / (B * H), (tile % (B * H)) / H, tile % H};
+}
+
+/* Last key block a query block needs (causal): the block of its last query, within the sequence. */
+ATTN_HD constexpr int fwd_n_max(int m, int BM, int BN, int T) {
+    const int last_q = m * BM + BM - 1 < T - 1 ? m * BM + BM - 1 : T - 1;
+    return last_q / BN;
+}
+
+/* Whether key block n holds a key after some query of block m (so that the causal mask applies). */
+ATTN_HD constexpr bool causal_block_masked(int m, int BM, int n, int BN) { return n * BN + BN - 1 > m * BM; }
+
+/* ---- backward schedule ------------------------------------------------------------------------ */
+
+/* First query block that sees key block n (its first key n·BN). */
+ATTN_HD constexpr int bwd_m_first(int n, int BN, int BM) { return n * BN / BM; }
+
+/* Last key block query block m sees; n_max(m) contributes first to dQ of block m. */
+ATTN_HD constexpr int bwd_n_max(int m, int BM, int BN, int T) { return fwd_n_max(m, BM, BN, T); }
+
+/* CTA bx of the grid's x dimension owns key block num_n − 1 − bx (the dQ order needs the larger
+ * key blocks launched first). */
+ATTN_HD constexpr int bwd_n_of_block(int bx, int num_n) { return num_n - 1 - bx; }
+
+/* Position of key block n in the dQ summation order of query block m (0 = stores). */
+ATTN_HD constexpr int bwd_dq_rank(int m, int n, int BM, int BN, int T) { return bwd_n_max(m, BM, BN, T) - n; }
+
+/* ---- the fp32 dQ tile ------------------------------------------------------------------------- */
+
+/* Index in the 8192-float tile of accumulator i (0 … 31) of thread tid (0 … 127) of consumer
+ * warpgroup cw: [cw][i / 4][tid][i % 4], so each thread writes 16-byte vectors and a warp writes
+ * 512 contiguous bytes. */
+ATTN_HD constexpr int dq_tile_index(int cw, int tid, int i) { return ((cw * 8 + (i >> 2)) * 128 + tid) * 4 + (i & 3); }
+
+/* (query row within the block, column d) of tile index e, for the split of head dim D: with D = 128
+ * (BM = 64) warpgroup cw holds columns 64cw …; with D = 64 (BM = 128) rows 64cw …. */
+struct DqCoord {
+    int row, col;
+};
+ATTN_HD constexpr DqCoord dq_tile_coord(int D, int e) {
+    const int cw = e >> 12, i4 = (e >> 9) & 7, tid = (e >> 2) & 127, i = i4 * 4 + (e & 3);
+    return D == 128 ? DqCoord{acc_row(tid, i), 64 * cw + acc_col(tid, i)}
+                    : DqCoord{64 * cw + acc_row(tid, i), acc_col(tid, i)};
+}
+
+/* ---- backward workspace ----------------------------------------------------------------------- */
+
+/* Byte layout of the backward's workspace (gpu_attention_backward_workspace_size): the sm_80
+ * kernels' Δ (B, H, T) first; then, for the Hopper kernels, lse·log2(e) and Δ padded to T_pad =
+ * ceil(T/128)·128 per (b, h) (zeros in the padding), one counter per (b, h, 64-query block), and the
+ * fp32 dQ accumulation tiles (sized for D = 128, which needs the most). Each region 256-byte aligned. */
+struct BwdWorkspace {
+    uint64_t delta80, lse2, delta, sem, dqacc, total;
+};
+ATTN_HD constexpr uint64_t align256(uint64_t x) { return (x + 255) / 256 * 256; }
+ATTN_HD constexpr BwdWorkspace bwd_workspace(int B, int T, int H) {
+    const uint64_t bh = (uint64_t)B * H, tpad = (uint64_t)ceil_div(T, 128) * 128;
+    const uint64_t d80 = align256(bh * T * 4), l2 = align256(bh * tpad * 4), dl = l2,
+                   sem = align256(bh * (uint64_t)ceil_div(T, 64) * 4), dq = align256(bh * tpad * 128 * 4);
+    return BwdWorkspace{0, d80, d80 + l2, d80 + l2 + dl, d80 + l2 + dl + sem, d80 + l2 + dl + sem + dq};
+}
+
+} // namespace attn90
+} // namespace refine
+
+#endif /* REFINE_GPU_ATTENTION_SM90_LAYOUT_H */

@@ -1,0 +1,143 @@
+/* decode_attention_parity.cu — gpu/decode_attention against ref/decode_attention (ACT_BF16).
+ *
+ *   bazel test --config=gpu //tests/parity:decode_attention_parity
+ *   decode_attention_parity [--seed=N] [--bench]
+ *
+ * Shapes (H, KVH, D): the tiny golden models (4, 1, 16) and (6, 2, 16), SmolLM2-135M (9, 3, 64),
+ * Llama-3.2-1B (32, 8, 64), 8B (32, 8, 128), and (8, 8, 32) without grouping; a cache of S = 3
+ * sequences × T_max = 300 positions filled with bf16 normals (the unused positions too: reading
+ * one would show); N ∈ {1, 5, 64} query rows at random (sequence, position) pairs including
+ * positions 0 and T_max − 1; q read from a fused QKV row (ld = (H + 2·KVH)·D), out poisoned and
+ * guarded.
+ *
+ * Tolerance: both sides compute the same unrounded softmax and sums of bf16 inputs, the GPU in
+ * fp32 (fused multiply-adds, expf), the oracle in double; the values before the one bf16 rounding
+ * differ by a few fp32 ulps, so the stored outputs differ by at most one bf16 rounding: tier (b),
+ * k = 1 with eps = BF16_EPS relative to |ref|, plus a floor of 2^-16·rms(ref) for the outputs that
+ * cancel to near zero (there a few fp32 ulps of the terms exceed one ulp of the result).
+ * --bench: the decode shape (one row per sequence, 32 sequences, 1024 cached positions) of
+ * Llama-3.2-1B and 8B, bytes = the K and V rows read.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <vector>
+
+#include "gpu/cuda_check.h"
+#include "gpu/decode_attention.h"
+#include "ref/bf16.h"
+#include "ref/decode_attention.h"
+#include "tests/common/compare.h"
+#include "tests/common/harness.h"
+#include "tests/common/rng.h"
+#include "tests/parity/parity.h"
+
+static uint64_t g_seed;
+static cudaStream_t g_stream;
+
+static void run_case(int H, int KVH, int D, int N, int id) {
+    const uint64_t seed = g_seed * 1000003u + (uint64_t)id;
+    struct rng r;
+    rng_init(&r, seed);
+    const int S = 3, T_max = 300, QKVD = (H + 2 * KVH) * D;
+    char shape[128];
+    snprintf(shape, sizeof shape, "N=%d H=%d KVH=%d D=%d S=%d T_max=%d", N, H, KVH, D, S, T_max);
+    const size_t cn = (size_t)S * T_max * KVH * D;
+    std::vector<float> kc(cn), vc(cn), qkv((size_t)N * QKVD), q((size_t)N * H * D), ref((size_t)N * H * D);
+    rng_fill_normal(&r, kc.data(), (int64_t)cn, 0, 1);
+    rng_fill_normal(&r, vc.data(), (int64_t)cn, 0, 1);
+    rng_fill_normal(&r, qkv.data(), (int64_t)qkv.size(), 0, 1);
+    for (auto *v : {&kc, &vc, &qkv})
+        for (float &x : *v) x = bf16_round(x);
+    for (int n = 0; n < N; n++) memcpy(&q[(size_t)n * H * D], &qkv[(size_t)n * QKVD], (size_t)H * D * 4);
+    std::vector<int32_t> seq(N), pos(N);
+    for (int n = 0; n < N; n++) {
+        seq[n] = (int32_t)rng_int(&r, S);
+        pos[n] = n == 0 ? 0 : n == 1 ? T_max - 1 : (int32_t)rng_int(&r, T_max);
+    }
+    const float scale = (float)(1.0 / sqrt((double)D));
+    std::vector<double> ws(T_max);
+    ref_decode_attention_forward(ref.data(), q.data(), kc.data(), vc.data(), seq.data(), pos.data(), N, H, KVH, D, S,
+                                 T_max, scale, ACT_BF16, ws.data());
+    std::vector<uint16_t> kb = bits_of(kc), vb = bits_of(vc), qb = bits_of(qkv), ob((size_t)N * H * D);
+    struct dev_buf bk, bv, bq, bs, bp, bo;
+    dev_buf_alloc(&bk, "k_cache", kb.size() * 2, POISON_NONE, kb.data());
+    dev_buf_alloc(&bv, "v_cache", vb.size() * 2, POISON_NONE, vb.data());
+    dev_buf_alloc(&bq, "qkv", qb.size() * 2, POISON_NONE, qb.data());
+    dev_buf_alloc(&bs, "seq", (size_t)N * 4, POISON_NONE, seq.data());
+    dev_buf_alloc(&bp, "pos", (size_t)N * 4, POISON_NONE, pos.data());
+    dev_buf_alloc(&bo, "out", ob.size() * 2, POISON_BF16, nullptr);
+    gpu_decode_attention_bf16((uint16_t *)bo.data, (const uint16_t *)bq.data, QKVD, (const uint16_t *)bk.data,
+                              (const uint16_t *)bv.data, (const int32_t *)bs.data, (const int32_t *)bp.data, N, H, KVH,
+                              D, S, T_max, scale, g_stream);
+    CUDA_CHECK(cudaStreamSynchronize(g_stream));
+    dev_buf_download(&bo, ob.data(), 1);
+    std::vector<float> got = floats_of(ob);
+    struct cmp_case cc = {"decode_attention", "out", shape, "bf16", seed};
+    cmp_elementwise(&cc, got.data(), ref.data(), (int64_t)ref.size(), BF16_EPS, 1.0,
+                    0x1p-16 * cmp_rms(ref.data(), (int64_t)ref.size()), nullptr);
+    /* a second run gives the same bits */
+    dev_buf_reset(&bo, nullptr);
+    gpu_decode_attention_bf16((uint16_t *)bo.data, (const uint16_t *)bq.data, QKVD, (const uint16_t *)bk.data,
+                              (const uint16_t *)bv.data, (const int32_t *)bs.data, (const int32_t *)bp.data, N, H, KVH,
+                              D, S, T_max, scale, g_stream);
+    std::vector<uint16_t> again(ob.size());
+    dev_buf_download(&bo, again.data(), 1);
+    EXPECT(memcmp(again.data(), ob.data(), ob.size() * 2) == 0, "decode_attention %s: two runs differ", shape);
+    for (struct dev_buf *b : {&bk, &bv, &bq, &bs, &bp, &bo}) dev_buf_free(b);
+}
+
+struct bench_ctx {
+    int N, H, KVH, D, T;
+    uint16_t *q, *kc, *vc, *out;
+    int32_t *seq, *pos;
+};
+
+static void bench_call(void *p, cudaStream_t s) {
+    bench_ctx *b = (bench_ctx *)p;
+    gpu_decode_attention_bf16(b->out, b->q, b->H * b->D, b->kc, b->vc, b->seq, b->pos, b->N, b->H, b->KVH, b->D, b->N,
+                              b->T, (float)(1.0 / sqrt((double)b->D)), s);
+}
+
+static void bench(double ceiling) {
+    const int shapes[][3] = {{32, 8, 64}, {32, 8, 128}};
+    for (auto &sh : shapes) {
+        bench_ctx b;
+        b.N = 32, b.H = sh[0], b.KVH = sh[1], b.D = sh[2], b.T = 1024;
+        const size_t cache = (size_t)b.N * b.T * b.KVH * b.D;
+        CUDA_CHECK(cudaMalloc(&b.q, (size_t)b.N * b.H * b.D * 2));
+        CUDA_CHECK(cudaMalloc(&b.out, (size_t)b.N * b.H * b.D * 2));
+        CUDA_CHECK(cudaMalloc(&b.kc, cache * 2));
+        CUDA_CHECK(cudaMalloc(&b.vc, cache * 2));
+        CUDA_CHECK(cudaMalloc(&b.seq, (size_t)b.N * 4));
+        CUDA_CHECK(cudaMalloc(&b.pos, (size_t)b.N * 4));
+        std::vector<int32_t> seq(b.N), pos(b.N, b.T - 1);
+        for (int i = 0; i < b.N; i++) seq[i] = i;
+        CUDA_CHECK(cudaMemcpy(b.seq, seq.data(), (size_t)b.N * 4, cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(b.pos, pos.data(), (size_t)b.N * 4, cudaMemcpyHostToDevice));
+        for (uint16_t *p : {b.q, b.kc, b.vc}) CUDA_CHECK(cudaMemset(p, 0x3C, p == b.q ? (size_t)b.N * b.H * b.D * 2 : cache * 2));
+        char shape[96];
+        snprintf(shape, sizeof shape, "B=%d T=%d H=%d KVH=%d D=%d", b.N, b.T, b.H, b.KVH, b.D);
+        /* every query head reads its kv head's rows: H/KVH reads of each, mostly from L2 */
+        const double bytes = 2.0 * 2.0 * (double)cache;
+        bench_json("decode_attention", shape, bytes, 0, bench_time(bench_call, &b, g_stream, 5, 25, 10), ceiling);
+        for (void *p : {(void *)b.q, (void *)b.out, (void *)b.kc, (void *)b.vc, (void *)b.seq, (void *)b.pos})
+            CUDA_CHECK(cudaFree(p));
+    }
+}
+
+int main(int argc, char **argv) {
+    g_seed = test_seed(argc, argv, 20261201);
+    parity_init();
+    CUDA_CHECK(cudaStreamCreate(&g_stream));
+    const int shapes[][3] = {{4, 1, 16}, {6, 2, 16}, {9, 3, 64}, {32, 8, 64}, {32, 8, 128}, {8, 8, 32}};
+    const int Ns[] = {1, 5, 64};
+    int id = 0;
+    for (auto &sh : shapes)
+        for (int N : Ns) run_case(sh[0], sh[1], sh[2], N, id++);
+    const int rc = test_finish("decode_attention_parity");
+    if (rc == 0 && test_has_flag(argc, argv, "--bench")) bench(bench_copy_ceiling(g_stream));
+    CUDA_CHECK(cudaStreamDestroy(g_stream));
+    return rc;
+}
