@@ -245,23 +245,29 @@ int gpu_engine_longest_seq(struct train_options *o, const struct model_source *s
 int gpu_largest_fitting_batch(struct gpu_llama_options g, const struct model_config *c, size_t budget, int most) {
     struct gpu_llama_plan p;
     struct io_err e;
+    /* FP8 products take B·T in multiples of 16: the search runs over multiples of `step` */
+    int step = 1;
+    if (g.linears == GPU_LINEAR_FP8)
+        while ((int64_t)step * g.T % 16 != 0) step *= 2;
+    const int kmost = most / step;
+    if (kmost < 1) return 0;
     int lo = 0, hi = 1;
     for (;;) { /* double while it fits */
-        g.B = hi;
+        g.B = hi * step;
         if (gpu_llama_plan_bytes(&p, c, &g, &e) != 0 || p.total > budget) break;
         lo = hi;
-        if (hi >= most) return most;
-        hi = hi * 2 < most ? hi * 2 : most;
+        if (hi >= kmost) return kmost * step;
+        hi = hi * 2 < kmost ? hi * 2 : kmost;
     }
-    while (hi - lo > 1) { /* the largest fitting B lies in [lo, hi) */
+    while (hi - lo > 1) { /* the largest fitting B lies in [lo, hi) steps */
         const int mid = lo + (hi - lo) / 2;
-        g.B = mid;
+        g.B = mid * step;
         if (gpu_llama_plan_bytes(&p, c, &g, &e) == 0 && p.total <= budget)
             lo = mid;
         else
             hi = mid;
     }
-    return lo;
+    return lo * step;
 }
 
 int gpu_engine_create(struct train_engine *eng, struct train_options *o, const struct model_source *src,

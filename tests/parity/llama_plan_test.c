@@ -25,6 +25,7 @@
 
 #include "gpu/llama.h"
 #include "io/config.h"
+#include "trainers/gpu_engine.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
@@ -165,6 +166,14 @@ int main(void) {
         in_range(what, pb8.total / GIB, 20.0, 40.0);
         printf("plans: 8B LoRA 16x512 fp8 %s: bf16 base %.2f GiB, fp8 base %.2f GiB\n", fp8_recipe_names[r], p8.total / GIB,
                pb8.total / GIB);
+    }
+    { /* --auto-batch under FP8: micro-batch × sequence stays a multiple of 16 (T = 100: B in 4s) */
+        struct gpu_llama_options a8 = opts(LLAMA_LORA, 1, 100), ab = a8;
+        a8.linears = GPU_LINEAR_FP8;
+        const int b8 = gpu_largest_fitting_batch(a8, &cs, (size_t)1 << 40, 37),
+                  bb = gpu_largest_fitting_batch(ab, &cs, (size_t)1 << 40, 37);
+        expect(b8 == 36 && bb == 37, "auto-batch with T = 100 and at most 37: 36 under FP8 (B·T a multiple of 16), 37 in bf16",
+               b8 * 100.0 + bb, 3637, 3637);
     }
     if (gpu_device_query(NULL, 0, NULL, NULL, &e) == 0) { /* CUB's workspace: see above */
         struct gpu_llama_options ofb = opts(LLAMA_FULL, 2, 128), ofp = ofb;
