@@ -205,9 +205,10 @@ extern "C" int gpu_llama_load(gpu_llama *m, const model_source *src, io_err *e) 
                 rc = load_nf4(ld, lin.nf4, llama_linears[t].weight, l);
             } else if (m->opt.base == GPU_BASE_FP8) { /* bf16 through the staging buffer into its codes */
                 rc = read_f32(ld, llama_linears[t].weight, l, n);
-                if (!rc) {
+                if (!rc) { /* the staging buffer is refilled by the next (synchronous) upload */
                     upload_bf16(ld, gl_fp8_staging(m), n);
                     gl_fp8_store(m, l, t, gl_fp8_staging(m));
+                    CUDA_CHECK(cudaStreamSynchronize(m->stream));
                 }
             } else {
                 rc = load_weight(ld, llama_linears[t].weight, l, n, lin.w, full ? lin.w_master : nullptr);
