@@ -143,7 +143,7 @@ if want peer; then
         pb=""
         for f8 in none tensorwise rowwise; do
             args=(--model llama-3.2-1b --method full --batch 16 --seq 512 --compile)
-            [ $f8 != none ] && args+=(--float8 $f8)
+            [ $f8 != none ] && args+=(--float8 "$f8")
             PYTHONUNBUFFERED=1 python3 "$peer" "${args[@]}" >"$out/peer-$f8.log" 2>&1
             line=$(grep '^{' "$out/peer-$f8.log" | grep tokens_per_s | tail -n 1)
             [ -n "$line" ] && echo "$line" >>"$out/bench.jsonl"
