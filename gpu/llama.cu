@@ -144,7 +144,7 @@ struct nvtx_scope {
 const char *const kProfNames[N_PROF] = {
     "embedding",       "rmsnorm",       "linear forward", "linear dx",       "linear dW",    "adapter forward",
     "adapter backward", "nf4 dequantize", "rope",          "attention forward", "attention backward", "swiglu",
-    "residual add",    "lm_head + loss", "optimizer",     "copies"};
+    "residual add",    "lm_head + loss", "optimizer",     "copies",           "fp8 quantize"};
 
 /* ---- the model ------------------------------------------------------------------------------- */
 
@@ -154,8 +154,7 @@ uint64_t dropout_offset(const gpu_llama *m, int l, int t, uint64_t micro) {
 
 }  // namespace
 
-void gl_dequantize_layer(gpu_llama *m, int l) {
-    if (m->opt.base != GPU_BASE_NF4 || m->dq_layer == l) return;
+void gl_nf4_to_bf16(gpu_llama *m, int l) {
     PROF(m, PROF_NF4);
     for (int t = 0; t < LLAMA_N_LINEAR; t++) {
         gl_linear &lin = m->layers[l].lin[t];
@@ -166,20 +165,84 @@ void gl_dequantize_layer(gpu_llama *m, int l) {
                                   q.nested_blocksize};
         gpu_nf4_dequantize_bf16(lin.w, &d, m->stream);
     }
+}
+
+void gl_dequantize_layer(gpu_llama *m, int l) {
+    if (m->dq_layer == l || m->opt.base == GPU_BASE_BF16) return;
+    if (m->opt.base == GPU_BASE_NF4 && !m->fp8.on) {
+        gl_nf4_to_bf16(m, l);
+    } else { /* FP8: W_eff from the codes (an NF4 base's cast first) */
+        PROF(m, PROF_FP8);
+        gl_fp8_dequantize_layer(m, l);
+    }
     m->dq_layer = l;
 }
 
 namespace {
+
+/* The base product y = x Wᵀ (+ b) of linear t of layer l: bf16, or FP8 on the input's last
+ * quantization (gl_fp8_input). */
+void base_forward(gpu_llama *m, int l, int t, uint16_t *y, const uint16_t *x) {
+    gl_linear &lin = m->layers[l].lin[t];
+    PROF(m, PROF_LINEAR_FWD);
+    if (m->fp8.on) {
+        const gl_fp8_pair p = gl_fp8_operands(m, l, t, GL_FP8_FORWARD);
+        gpu_linear_forward_fp8(m->gemm, y, GEMM_OUT_BF16, &p.a, &p.b, lin.bias, m->N, lin.c_in, lin.c_out, p.accum,
+                               m->stream);
+    } else {
+        gpu_linear_forward_bf16(m->gemm, y, x, lin.w, lin.bias, m->N, lin.c_in, lin.c_out, m->stream);
+    }
+}
+
+/* The base products of linear t's backward for dy (DoRA: dy_s): FP8 quantizes dy first, then
+ * dW += dŷᵀ x̂ᵀ (full) and dx = dŷ Ŵ; bf16 forms dx = dy W (the bf16 dW is proj_backward's).
+ * dx NULL: none. */
+void base_backward(gpu_llama *m, int l, int t, uint16_t *dx, enum gemm_beta beta, const uint16_t *dy) {
+    gl_linear &lin = m->layers[l].lin[t];
+    if (!m->fp8.on) {
+        if (!dx) return;
+        PROF(m, PROF_LINEAR_DX);
+        gpu_linear_backward_dx_bf16(m->gemm, dx, dy, lin.w, m->N, lin.c_in, lin.c_out, beta, m->stream);
+        return;
+    }
+    {
+        PROF(m, PROF_FP8);
+        gl_fp8_grad(m, l, t, dy, dx != nullptr);
+    }
+    if (m->opt.mode == LLAMA_FULL) {
+        PROF(m, PROF_LINEAR_DW);
+        const gl_fp8_pair p = gl_fp8_operands(m, l, t, GL_FP8_DW);
+        gpu_linear_backward_dw_fp8(m->gemm, lin.w_grad, GEMM_OUT_F32, GEMM_ACCUMULATE, &p.a, &p.b, m->N, lin.c_in,
+                                   lin.c_out, p.accum, m->stream);
+    }
+    if (dx) {
+        PROF(m, PROF_LINEAR_DX);
+        const gl_fp8_pair p = gl_fp8_operands(m, l, t, GL_FP8_DX);
+        gpu_linear_backward_dx_fp8(m->gemm, dx, GEMM_OUT_BF16, beta, &p.a, &p.b, m->N, lin.c_in, lin.c_out, p.accum,
+                                   m->stream);
+    }
+}
+
+/* FP8: the quantization of a group's input (forward), and of its transposed copy for the weight
+ * gradients of full fine-tuning (backward); no-ops otherwise. */
+void fp8_input(gpu_llama *m, int l, int first, const uint16_t *x, int ci) {
+    if (!m->fp8.on) return;
+    PROF(m, PROF_FP8);
+    gl_fp8_input(m, l, first, x, ci);
+}
+
+void fp8_input_t(gpu_llama *m, int l, int first, const uint16_t *x, int ci) {
+    if (!m->fp8.on || m->opt.mode != LLAMA_FULL) return;
+    PROF(m, PROF_FP8);
+    gl_fp8_input_t(m, l, first, x, ci);
+}
 
 /* y (N, C_out) = linear t of layer l applied to x, with its adapter (train: with dropout). */
 void proj_forward(gpu_llama *m, int l, int t, uint16_t *y, const uint16_t *x, int train, uint64_t micro) {
     gl_linear &lin = m->layers[l].lin[t];
     gl_acts &a = m->acts[l];
     const int N = m->N;
-    {
-        PROF(m, PROF_LINEAR_FWD);
-        gpu_linear_forward_bf16(m->gemm, y, x, lin.w, lin.bias, N, lin.c_in, lin.c_out, m->stream);
-    }
+    base_forward(m, l, t, y, x);
     if (!lin.target) return;
     PROF(m, PROF_ADAPTER_FWD);
     const int R = m->opt.R;
@@ -209,7 +272,7 @@ void proj_backward(gpu_llama *m, int l, int t, uint16_t *dx, enum gemm_beta beta
     const int N = m->N;
     if (m->opt.mode == LLAMA_FULL) {
         PROF(m, PROF_LINEAR_DW);
-        gpu_linear_backward_dw_f32(m->gemm, lin.w_grad, dy, x, N, lin.c_in, lin.c_out, m->stream);
+        if (!m->fp8.on) gpu_linear_backward_dw_f32(m->gemm, lin.w_grad, dy, x, N, lin.c_in, lin.c_out, m->stream);
         if (lin.bias_grad) {
             /* db (1, C_out) += 1ᵀ (1, N) · dy (N, C_out) */
             gemm_args p;
@@ -228,10 +291,7 @@ void proj_backward(gpu_llama *m, int l, int t, uint16_t *dx, enum gemm_beta beta
         gpu_dora_rescale_bf16(m->dy_s, lin.mag_grad, dy, a.z[t], lin.mag, a.wnorm[t], N, lin.c_out, m->ws, m->stream);
         g = m->dy_s;
     }
-    if (dx) {
-        PROF(m, PROF_LINEAR_DX);
-        gpu_linear_backward_dx_bf16(m->gemm, dx, g, lin.w, N, lin.c_in, lin.c_out, beta, m->stream);
-    }
+    base_backward(m, l, t, dx, beta, g);
     if (!lin.target) return;
     PROF(m, PROF_ADAPTER_BWD);
     const uint16_t *xa = x;
@@ -261,8 +321,7 @@ void group_forward(gpu_llama *m, int l, int g, uint16_t *const *y, const uint16_
     const uint16_t *b[LORA_GROUP_MAX];
     int c_out[LORA_GROUP_MAX];
     for (int i = 0; i < n; i++) {
-        PROF(m, PROF_LINEAR_FWD);
-        gpu_linear_forward_bf16(m->gemm, y[i], x, lin[i].w, lin[i].bias, m->N, lin[i].c_in, lin[i].c_out, m->stream);
+        base_forward(m, l, first + i, y[i], x);
         b[i] = lin[i].b, c_out[i] = lin[i].c_out;
     }
     PROF(m, PROF_ADAPTER_FWD);
@@ -285,11 +344,7 @@ void group_backward(gpu_llama *m, int l, int g, uint16_t *dx, const uint16_t *co
     float *db[LORA_GROUP_MAX];
     int c_out[LORA_GROUP_MAX];
     for (int i = 0; i < n; i++) {
-        if (dx) {
-            PROF(m, PROF_LINEAR_DX);
-            gpu_linear_backward_dx_bf16(m->gemm, dx, dy[i], lin[i].w, m->N, lin[i].c_in, lin[i].c_out,
-                                        i == 0 ? GEMM_OVERWRITE : GEMM_ACCUMULATE, m->stream);
-        }
+        base_backward(m, l, first + i, dx, i == 0 ? GEMM_OVERWRITE : GEMM_ACCUMULATE, dy[i]);
         b[i] = lin[i].b, db[i] = lin[i].b_grad, c_out[i] = lin[i].c_out;
     }
     PROF(m, PROF_ADAPTER_BWD);
@@ -321,6 +376,7 @@ void layer_forward(gpu_llama *m, int l, int train, uint64_t micro, int attn_only
     const uint16_t *x = m->x[l];
     cudaStream_t s = m->stream;
     norm1(m, l);
+    fp8_input(m, l, LLAMA_Q, m->n1, c.C); /* one quantization for q, k, v */
     uint16_t *const qkv[3] = {a.q, a.k, a.v};
     group_forward(m, l, GL_GROUP_QKV, qkv, m->n1, train, micro);
     {
@@ -333,17 +389,20 @@ void layer_forward(gpu_llama *m, int l, int train, uint64_t micro, int attn_only
                                    (float)(1.0 / sqrt((double)c.D)), s);
     }
     if (attn_only) return;
+    fp8_input(m, l, LLAMA_O, a.att, m->QD);
     proj_forward(m, l, LLAMA_O, m->tmp, a.att, train, micro);
     {
         PROF(m, PROF_NORM);
         gpu_rmsnorm_residual_forward_bf16(a.h, m->n2, a.rstd2, x, m->tmp, ly.mlp_norm, N, c.C, c.rms_norm_eps, s);
     }
+    fp8_input(m, l, LLAMA_GATE, m->n2, c.C); /* one quantization for gate, up */
     uint16_t *const gate_up[2] = {a.gate, a.up};
     group_forward(m, l, GL_GROUP_GATE_UP, gate_up, m->n2, train, micro);
     {
         PROF(m, PROF_SWIGLU);
         gpu_swiglu_forward_bf16(a.mlp, a.gate, a.up, N, F, F, s);
     }
+    fp8_input(m, l, LLAMA_DOWN, a.mlp, F);
     proj_forward(m, l, LLAMA_DOWN, m->tmp, a.mlp, train, micro);
     {
         PROF(m, PROF_RESIDUAL);
@@ -359,12 +418,18 @@ void layer_backward(gpu_llama *m, int l, uint64_t micro) {
     const int N = m->N, F = c.F, full = m->opt.mode == LLAMA_FULL;
     cudaStream_t s = m->stream;
     /* MLP */
+    if (m->opt.mlp_input == GPU_MLP_INPUT_RECOMPUTED && m->opt.recompute != RECOMPUTE_LAYER) {
+        PROF(m, PROF_SWIGLU); /* the shared MLP input buffer: this layer's, the same bits */
+        gpu_swiglu_forward_bf16(a.mlp, a.gate, a.up, N, F, F, s);
+    }
+    fp8_input_t(m, l, LLAMA_DOWN, a.mlp, F);
     proj_backward(m, l, LLAMA_DOWN, m->dmlp, GEMM_OVERWRITE, m->G, a.mlp, micro);
     {
         PROF(m, PROF_SWIGLU);
         gpu_swiglu_backward_bf16(a.gate, a.up, m->dmlp, a.gate, a.up, N, F, F, F, s); /* in place */
     }
     norm2(m, l);
+    fp8_input_t(m, l, LLAMA_GATE, m->n2, c.C);
     const uint16_t *const d_gate_up[2] = {a.gate, a.up};
     group_backward(m, l, GL_GROUP_GATE_UP, m->dn, d_gate_up, m->n2, micro);
     {
@@ -373,6 +438,7 @@ void layer_backward(gpu_llama *m, int l, uint64_t micro) {
                                   c.C, m->ws, s);
     }
     /* attention */
+    fp8_input_t(m, l, LLAMA_O, a.att, m->QD);
     proj_backward(m, l, LLAMA_O, m->datt, GEMM_OVERWRITE, m->G, a.att, micro);
     {
         PROF(m, PROF_ATTN_BWD);
@@ -386,6 +452,7 @@ void layer_backward(gpu_llama *m, int l, uint64_t micro) {
     const int need_dx = full || l > 0; /* the embedding is frozen in the adapter modes */
     uint16_t *dx = need_dx ? m->dn : nullptr;
     norm1(m, l);
+    fp8_input_t(m, l, LLAMA_Q, m->n1, c.C);
     const uint16_t *const d_qkv[3] = {m->dq, m->dk, m->dv};
     group_backward(m, l, GL_GROUP_QKV, dx, d_qkv, m->n1, micro);
     if (need_dx) {
@@ -393,6 +460,22 @@ void layer_backward(gpu_llama *m, int l, uint64_t micro) {
         gpu_rmsnorm_backward_bf16(m->G, full ? ly.attn_norm_grad : nullptr, m->dn, m->G, m->x[l], ly.attn_norm,
                                   a.rstd1, N, c.C, m->ws, s);
     }
+}
+
+/* Layer l's frozen base as the pass reads it: an NF4 or FP8-stored base dequantized to bf16
+ * (bf16 products), or the FP8 codes formed a layer at a time (FP8 products: forward W, backward
+ * Wᵀ and, with recomputation, W; DoRA's row norm also reads W_eff in bf16). */
+void prepare_layer(gpu_llama *m, int l, int backward) {
+    if (!m->fp8.on) {
+        gl_dequantize_layer(m, l);
+        return;
+    }
+    const int need = backward ? GL_FP8_WT | (m->opt.recompute != RECOMPUTE_NONE ? GL_FP8_W : 0) : GL_FP8_W;
+    {
+        PROF(m, PROF_FP8);
+        gl_fp8_layer(m, l, need);
+    }
+    if (m->opt.mode == LLAMA_DORA && (need & GL_FP8_W)) gl_dequantize_layer(m, l);
 }
 
 /* ---- offloaded layer inputs (GPU_OFFLOAD_INPUTS): x[l] lives in x_ping[l % 2] on the device and in
@@ -427,6 +510,7 @@ void forward(gpu_llama *m, int train, int64_t n_valid, float grad_scale, uint64_
     const model_config &c = m->cfg;
     const int N = m->N, full = m->opt.mode == LLAMA_FULL, off = offloaded(m) && train;
     cudaStream_t s = m->stream;
+    gl_fp8_begin(m, train);
     if (offloaded(m)) CUDA_CHECK(cudaStreamWaitEvent(s, m->x_in[0], 0)); /* the last backward's copies are done */
     {
         PROF(m, PROF_EMBED);
@@ -437,7 +521,7 @@ void forward(gpu_llama *m, int train, int64_t n_valid, float grad_scale, uint64_
         NVTX(m, "layer %d forward", l);
         /* layer l writes x[l + 1] over x[l − 1]: its copy must be out */
         if (off && l >= 1 && l + 1 < c.L) CUDA_CHECK(cudaStreamWaitEvent(s, m->x_out[l - 1], 0));
-        gl_dequantize_layer(m, l);
+        prepare_layer(m, l, 0);
         layer_forward(m, l, train, micro, 0);
         if (off && l + 1 < c.L) offload_out(m, l + 1);
     }
@@ -468,11 +552,13 @@ void backward(gpu_llama *m, uint64_t micro) {
         NVTX(m, "layer %d backward", l);
         /* x[l] back on the device (brought in during layer l + 1's backward) */
         if (offloaded(m) && l + 1 < c.L) CUDA_CHECK(cudaStreamWaitEvent(s, m->x_in[l], 0));
-        gl_dequantize_layer(m, l);
+        prepare_layer(m, l, 1);
+        m->fp8.recording = FP8_DISCARD; /* a recomputation records nothing */
         if (m->opt.recompute == RECOMPUTE_LAYER)
             layer_forward(m, l, 1, micro, 0); /* writes x[l + 1]: after it, x[l − 1] may come in */
         else if (m->opt.recompute == RECOMPUTE_ATTN)
             layer_forward(m, l, 1, micro, 1);
+        m->fp8.recording = FP8_RECORD;
         if (offloaded(m) && l >= 1) offload_in(m, l - 1);
         layer_backward(m, l, micro);
     }
@@ -550,6 +636,7 @@ extern "C" int gpu_llama_optimizer_step(gpu_llama *m, const optim_step *h, doubl
     cudaStream_t s = m->stream;
     {
         PROF(m, PROF_OPTIMIZER);
+        gl_fp8_guard(m); /* FP8: a NaN or Inf met by a quantization poisons the loss sum */
         /* both optimizers skip the update on the device when the loss sum or the norm is not finite */
         const float *norm = m->norm_dev; /* the device float the host reads the norm from */
         if (m->opt.optimizer == OPTIMIZER_ADAMW) {
@@ -571,6 +658,7 @@ extern "C" int gpu_llama_optimizer_step(gpu_llama *m, const optim_step *h, doubl
     CUDA_CHECK(cudaStreamSynchronize(s)); /* the one wait of the step */
     *nll_sum = m->h_nll[0];
     *grad_norm = m->h_scalars[1];
+    gl_fp8_step_end(m, isfinite(*nll_sum) && isfinite(*grad_norm));
     const int bad = isfinite(*nll_sum) && !isfinite(*grad_norm) ? first_nonfinite(m) : -1;
     clear_step(m);
     return bad;
@@ -578,6 +666,7 @@ extern "C" int gpu_llama_optimizer_step(gpu_llama *m, const optim_step *h, doubl
 
 extern "C" void gpu_llama_drop_grads(gpu_llama *m) {
     clear_step(m);
+    gl_fp8_drop(m);
     CUDA_CHECK(cudaStreamSynchronize(m->stream));
 }
 

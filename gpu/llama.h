@@ -12,7 +12,10 @@
  * Storage:
  *   frozen base weights  bf16 (GPU_BASE_BF16), or NF4 with double-quantized absmax (GPU_BASE_NF4:
  *                        QLoRA / QDoRA), dequantized per layer just in time into ONE reused bf16
- *                        buffer (forward, and again in backward unless the layer is still there);
+ *                        buffer (forward, and again in backward unless the layer is still there),
+ *                        or FP8 E4M3 codes with the frozen weights' scales (GPU_BASE_FP8,
+ *                        --base-dtype fp8: 1 byte a weight; dequantized the same way for bf16
+ *                        products, its Wᵀ formed a layer at a time for FP8 products);
  *   trainable tensors    fp32 master + bf16 compute copy (the DoRA magnitude has no copy: it is
  *                        used elementwise in fp32), fp32 gradients (ACCUMULATE over micro-batches),
  *                        AdamW moments fp32, or bitsandbytes-style 8-bit blockwise states;
@@ -26,6 +29,14 @@
  *                          LAYER only each layer's input is kept; the layer is re-run from it
  *                                before its backward (ref/llama's recompute).
  *                        Recomputation runs the same kernels on the same inputs: bit-identical.
+ *                        GPU_MLP_INPUT_RECOMPUTED (with an FP8-stored base) keeps no MLP input:
+ *                        swiglu(gate, up) is recomputed before the down projection's backward.
+ * FP8 (options.linears = GPU_LINEAR_FP8; NUMERICS.md §6.6, ref/llama.h "FP8 block linears" the
+ * oracle): the block linears' products on E4M3/E5M2 operands under options.fp8_recipe; each
+ * linear's weight codes (and the K-major Wᵀ copy) are stored for trained weights and a bf16 base
+ * (which then holds W_eff = dequant(quant(W))), formed a layer at a time for NF4 and FP8-stored
+ * bases; per-tensor state (delayed histories, scales, amaxes, flags) and the scratch operands are
+ * rows of the layout; a step's FP8 statistics and its guard ride on the step's one wait.
  * Memory is planned, not discovered: gpu_llama_plan_bytes counts every byte the model will hold
  * from (config, options) with the same layout code that build_gpu_llama then carves its slabs
  * with (weights, parameters, gradients, optimizer state, activations, scratch), so the plan and
@@ -65,8 +76,15 @@
 extern "C" {
 #endif
 
-/* How the frozen base linears are stored. */
-enum gpu_base_storage { GPU_BASE_BF16 = 0, GPU_BASE_NF4 = 1 };
+/* How the frozen base linears are stored: bf16, NF4, or FP8 E4M3 codes with the frozen weights'
+ * scales of the recipe (ref/fp8_linear.h: per tensor with a power-of-two scale, or 128×128 blocks). */
+enum gpu_base_storage { GPU_BASE_BF16 = 0, GPU_BASE_NF4 = 1, GPU_BASE_FP8 = 2 };
+/* The block linears' products: bf16, or FP8 (NUMERICS.md §6.6; "FP8" below). */
+enum gpu_linear_precision { GPU_LINEAR_BF16 = 0, GPU_LINEAR_FP8 = 1 };
+/* The MLP's input swiglu(gate, up): saved for the down projection's backward, or recomputed there
+ * from the saved gate and up (the same kernel on the same inputs: bitwise the same; one
+ * elementwise pass a layer for B·T·F·2 bytes a layer less). */
+enum gpu_mlp_input { GPU_MLP_INPUT_SAVED = 0, GPU_MLP_INPUT_RECOMPUTED = 1 };
 /* Op timing with CUDA events (gpu_llama_profile_*), or none. */
 enum gpu_profiling { GPU_PROFILE_OFF = 0, GPU_PROFILE_OPS };
 /* The layer inputs x_0 .. x_{L−1} saved on the device (L + 1 buffers), or offloaded: copied to
@@ -98,6 +116,9 @@ struct gpu_llama_options {
     enum gpu_lora_grouping grouping;
     enum gpu_nvtx nvtx;
     enum gpu_offload offload;
+    enum gpu_linear_precision linears;
+    enum fp8_recipe fp8_recipe; /* FP8 linears and an FP8 base (ref/fp8_linear.h) */
+    enum gpu_mlp_input mlp_input;
 };
 
 /* Bytes of each slab; total is what build_gpu_llama allocates (plus the CUDA context and
@@ -123,6 +144,9 @@ void gpu_llama_plan_describe(char *buf, size_t cap, const struct gpu_llama_plan 
 
 /* The CUDA device: 0 and its name and memory, or -1 with e saying there is none usable. */
 int gpu_device_query(char *name, size_t cap, size_t *free_bytes, size_t *total_bytes, struct io_err *e);
+/* 0 when the device has FP8 tensor cores (compute capability 8.9 or newer), else -1 with e
+ * naming the device and its capability (call it before planning an FP8 model). */
+int gpu_device_check_fp8(struct io_err *e);
 
 struct gpu_llama;
 
@@ -145,10 +169,12 @@ void gpu_llama_random_weights(struct gpu_llama *m, uint64_t seed);
  * trainer's values — and DoRA magnitudes m = ‖W‖_row of the stored (bf16 or dequantized) W. */
 void gpu_llama_init_adapters(struct gpu_llama *m, uint64_t seed);
 
-/* The engine tensors: trainable parameters (role 0) then their optimizer state (role 1). */
+/* The engine tensors: trainable parameters (role 0), their optimizer state (role 1), then under
+ * delayed FP8 scaling its amax histories and scales ("fp8.amax_history" (3·L·7, 1024) and
+ * "fp8.scale" (3·L·7), role 2; ref/llama.h's row order). */
 struct gpu_llama_tensor {
     char name[200];
-    int role;      /* 0 parameter (fp32 master), 1 optimizer state */
+    int role;      /* 0 parameter (fp32 master), 1 optimizer state, 2 other state (FP8 scaling) */
     int is_u8;     /* 8-bit optimizer codes */
     int ndim;
     int64_t shape[2];
@@ -190,6 +216,14 @@ int gpu_llama_optimizer_step(struct gpu_llama *m, const struct optim_step *h, do
 /* Zeroes the gradients and the loss sum without an update (e.g. after a step run only to
  * confirm the plan). */
 void gpu_llama_drop_grads(struct gpu_llama *m);
+
+/* FP8 (options.linears = GPU_LINEAR_FP8): the statistics of the last optimizer step (the range of
+ * its tensors' scales, its saturated codes; train/engine.h's struct engine_fp8_stats), read by the
+ * step's one wait; 0, or -1 when the model computes no FP8. */
+int gpu_llama_fp8_stats(const struct gpu_llama *m, float *scale_min, float *scale_max, long long *saturated);
+/* After gpu_llama_optimizer_step: 1 when the step was skipped because a quantization met a NaN or
+ * an Inf (nothing was updated; what names the first such tensor), else 0. */
+int gpu_llama_fp8_failed(struct gpu_llama *m, char *what, size_t cap);
 
 /* Profiling (options.profile allocates the events): reset starts recording an event pair around
  * every op, print stops it and writes one JSON line with the device time per step of each op

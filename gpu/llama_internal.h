@@ -45,6 +45,10 @@ struct gl_linear {
     int a_param;           /* A's index in gpu_llama.params */
     float *mag, *mag_grad; /* DoRA magnitude (fp32 only) */
     float *w_sq;           /* DoRA: Σ_i W[o,i]², once (W is frozen) */
+    /* FP8 (llama_fp8.cu): W's E4M3 codes (C_out, C_in) and its transposed copy (C_in, C_out) —
+     * stored, or slices of the layer buffers — and, under block scaling, their 128×128 scales. */
+    uint8_t *w8, *w8_t;
+    float *w8_s, *w8_s_t;
 };
 
 struct gl_layer {
@@ -90,13 +94,46 @@ struct gl_tensor {
     int param; /* index into params */
 };
 
+/* FP8 state (llama_fp8.cu; ref/llama.h's "FP8 block linears" is the oracle): one row per tensor, x,
+ * W and dy of each linear of each layer (ref/llama.h's llama_fp8_row order: the E4M3 rows first). */
+struct gl_fp8_summary {
+    float scale_min, scale_max;
+    unsigned flags, pad;
+    unsigned long long saturated;
+};
+
+struct gl_fp8 {
+    int on;                      /* options.linears == GPU_LINEAR_FP8 */
+    int state;                   /* the rows exist: FP8 linears or an FP8-stored base */
+    enum fp8_recording recording;
+    int n, history_len;
+    float *history;              /* (n, history_len): delayed scaling */
+    float *scale, *scale_inv;    /* (n) the delayed update's; scale also what the metrics read */
+    float *sinv16;               /* (n, 4): each row's dequantization scale at a 16-byte stride (the
+                                    GEMM's scale pointers must be 16-byte aligned) */
+    float *amax;                 /* (n) current: the tensor's amax; block: its tensor-wide amax */
+    unsigned *flags;             /* (n) the step's ref/fp8.h flags per row */
+    unsigned long long *saturated;
+    float *discard;              /* an amax slot nothing reads (unrecorded delayed casts) */
+    gl_fp8_summary *summary, *h_summary; /* device, pinned host */
+    /* scratch operands: an input, its transposed copy, dy, dyᵀ, with their 1×128 scales */
+    uint8_t *xq, *xt, *dq, *dt;
+    float *xq_s, *xt_s, *dq_s, *dt_s;
+    /* one layer's codes (NF4 base: W and Wᵀ; FP8-stored base: Wᵀ) */
+    uint8_t *w8_buf, *wt8_buf;
+    int w8_layer, wt8_layer;     /* the layer they hold, −1 none */
+    int stale;                   /* full: the trained weights' codes need requantizing */
+    int failed;                  /* the last step was skipped: a quantization met a NaN or an Inf */
+    int failed_row;
+};
+
 enum gl_slab { SLAB_WEIGHTS = 0, SLAB_PARAMS, SLAB_GRADS, SLAB_OPTIM, SLAB_ACTS, SLAB_SCRATCH, SLAB_FIXED, N_SLABS };
 
 /* Profile categories (options.profile). */
 enum gl_prof {
     PROF_EMBED = 0, PROF_NORM, PROF_LINEAR_FWD, PROF_LINEAR_DX, PROF_LINEAR_DW, PROF_ADAPTER_FWD, PROF_ADAPTER_BWD,
     PROF_NF4, PROF_ROPE, PROF_ATTN_FWD, PROF_ATTN_BWD, PROF_SWIGLU, PROF_RESIDUAL, PROF_LM_HEAD, PROF_OPTIMIZER,
-    PROF_COPY, N_PROF
+    PROF_COPY, PROF_FP8, N_PROF
 };
 
 struct gpu_llama {
@@ -115,8 +152,10 @@ struct gpu_llama {
     uint16_t *embed, *lm_head, *final_norm;
     float *embed_master, *embed_grad, *lm_head_master, *lm_head_grad, *final_norm_master, *final_norm_grad;
     gl_layer *layers;
-    uint16_t *dq_buf; /* NF4: one layer's dequantized linears */
+    uint16_t *dq_buf; /* NF4, FP8-stored: one layer's dequantized linears (W_eff under FP8) */
     int dq_layer;     /* the layer dq_buf holds, −1 none */
+    gl_fp8 fp8;
+    uint16_t *mlp_buf; /* GPU_MLP_INPUT_RECOMPUTED: the one MLP input buffer every layer shares */
 
     /* activations */
     uint16_t **x; /* L + 1 layer inputs (N, C); x[L] feeds the final norm. Offloaded: x[l] = x_ping[l % 2]
@@ -166,9 +205,55 @@ enum gl_layout_mode { GL_PLAN = 0, GL_ALLOCATE };
 int gl_layout(gpu_llama *m, enum gl_layout_mode mode);
 int gl_is_target(const gpu_llama *m, int t);
 
-/* llama.cu: NF4 layer l into the dequantization buffer (no-op for a bf16 base or when it is
- * already there). */
+/* llama.cu: layer l's frozen linears as the model reads them in bf16 (W_eff under FP8) into the
+ * dequantization buffer (NF4, FP8-stored; a no-op for a bf16 base or when it is already there). */
 void gl_dequantize_layer(gpu_llama *m, int l);
+
+/* llama_fp8.cu: the FP8 linears (ref/llama.h "FP8 block linears", the same points and rules). */
+enum gl_fp8_need { GL_FP8_W = 1, GL_FP8_WT = 2 };
+/* The forward quantization of x (N, ci), the input of linear `first` and of those sharing it. */
+void gl_fp8_input(gpu_llama *m, int l, int first, const uint16_t *x, int ci);
+/* The weight gradient's x̂ᵀ of the same input (full fine-tuning, before the group's backward). */
+void gl_fp8_input_t(gpu_llama *m, int l, int first, const uint16_t *x, int ci);
+/* dy (N, C_out) of linear t quantized: for dx = dŷ Ŵ (want_dx) and, in full fine-tuning, with its
+ * transposed copy for dW; nothing when neither is wanted (layer 0 of the adapter methods). */
+void gl_fp8_grad(gpu_llama *m, int l, int t, const uint16_t *dy, int want_dx);
+/* The operands of linear t's products on the last quantizations: x̂, Ŵ (forward: y = x̂ Ŵᵀ); dŷ,
+ * Ŵᵀ (dx); dŷᵀ, x̂ᵀ (dW); and the accumulation (gpu/gemm.h's gpu_linear_*_fp8 take them). */
+enum gl_fp8_product { GL_FP8_FORWARD = 0, GL_FP8_DX, GL_FP8_DW };
+struct gl_fp8_pair {
+    gemm_fp8_operand a, b;
+    gemm_accum accum;
+};
+gl_fp8_pair gl_fp8_operands(const gpu_llama *m, int l, int t, enum gl_fp8_product which);
+/* Layer l's codes of the frozen base for the pass (GL_FP8_W forward, GL_FP8_WT backward). */
+void gl_fp8_layer(gpu_llama *m, int l, int need);
+/* The base's bf16 W_eff of layer l into dq_buf from the FP8 codes (NF4 under FP8, FP8-stored). */
+void gl_fp8_dequantize_layer(gpu_llama *m, int l);
+/* After loading or drawing the weights: the frozen linears' FP8 codes and scales (W_eff into
+ * a bf16 base), or the trained ones' marked for quantizing; -1 with e when a weight is not finite. */
+int gl_fp8_freeze(gpu_llama *m, io_err *e);
+/* A frozen linear of an FP8-stored base from its bf16 values (staging, C_out·C_in). */
+void gl_fp8_store(gpu_llama *m, int l, int t, const uint16_t *staging);
+/* The staging buffer of gl_fp8_store (one linear in bf16). */
+uint16_t *gl_fp8_staging(gpu_llama *m);
+/* A forward's start: recording per train, and the trained weights' codes when stale. */
+void gl_fp8_begin(gpu_llama *m, int train);
+/* Before the optimizer: the step's flags folded (a flag poisons the step's loss sum, so the
+ * optimizers skip the update on the device) and its summary. */
+void gl_fp8_guard(gpu_llama *m);
+/* After the step's wait: the summary read; when the step updated (updated = 1) and no flag
+ * skipped it, the delayed update, cleared statistics and the trained weights requantized
+ * (enqueued). */
+void gl_fp8_step_end(gpu_llama *m, int updated);
+/* Drop the step's records (gpu_llama_drop_grads). */
+void gl_fp8_drop(gpu_llama *m);
+/* A checkpoint wrote the FP8 state (scale_inv and the GEMM's scales from scale), or a parameter
+ * (the trained weights' codes are stale). */
+void gl_fp8_state_written(gpu_llama *m);
+
+/* llama.cu: NF4 layer l's bf16 dequantization into dq_buf (always: the caller tracks what it holds). */
+void gl_nf4_to_bf16(gpu_llama *m, int l);
 
 /* llama.cu: a bf16 copy of n fp32 values (compute copies). */
 void gl_to_bf16(uint16_t *dst, const float *src, int64_t n, cudaStream_t s);

@@ -175,13 +175,16 @@ void nf4_rows(gpu_llama *m, gl_rows &rs, gl_nf4 *q, int64_t n) {
 void weight_rows(gpu_llama *m, gl_rows &rs) {
     const model_config *c = &m->cfg;
     const int full = m->opt.mode == LLAMA_FULL, nf4 = m->opt.base == GPU_BASE_NF4;
+    const int fp8_base = m->opt.base == GPU_BASE_FP8, fp8 = m->opt.linears == GPU_LINEAR_FP8;
     const int64_t C = c->C, V = c->V;
     char name[200];
     if (full)
         add_param(m, rs, "model.embed_tokens.weight", 2, V, C, &m->embed_master, &m->embed, &m->embed_grad);
     else
         add(rs, SLAB_WEIGHTS, &m->embed, V * C);
-    if (nf4) {
+    /* one layer in bf16: NF4's dequantization; an FP8-stored base's W_eff for bf16 products or
+     * DoRA's row norm */
+    if (nf4 || (fp8_base && (!fp8 || m->opt.mode == LLAMA_DORA))) {
         int64_t per_layer = 0;
         for (int t = 0; t < LLAMA_N_LINEAR; t++) {
             int co, ci;
@@ -215,7 +218,7 @@ void weight_rows(gpu_llama *m, gl_rows &rs) {
             } else {
                 if (nf4)
                     nf4_rows(m, rs, &lin->nf4, co * ci); /* lin->w: a slice of dq_buf (point_views) */
-                else
+                else if (!fp8_base) /* FP8-stored: its codes (fp8_rows), lin->w a slice of dq_buf */
                     add(rs, SLAB_WEIGHTS, &lin->w, co * ci);
                 if (has_bias(c, t)) add(rs, SLAB_WEIGHTS, &lin->bias, co);
             }
@@ -269,6 +272,65 @@ void adapter_rows(gpu_llama *m, gl_rows &rs) {
         }
 }
 
+/* FP8 (llama_fp8.cu): each linear's codes — W and Wᵀ stored for trained weights and a bf16 base
+ * under FP8 products, W alone for an FP8-stored base (its Wᵀ formed a layer at a time), both a
+ * layer at a time for an NF4 base — with 128×128 scales under block scaling; the layer buffers;
+ * the per-tensor state (fixed): delayed scaling's histories, the scales (and the GEMMs'
+ * 16-byte-strided dequantization scales), amaxes, flags, the saturated count, the step summary;
+ * the scratch operands (x̂, dŷ and, for full fine-tuning's weight gradients, their transposed
+ * copies, with their 1×128 scales). */
+void fp8_rows(gpu_llama *m, gl_rows &rs) {
+    gl_fp8 &F = m->fp8;
+    const model_config *c = &m->cfg;
+    const int fp8 = m->opt.linears == GPU_LINEAR_FP8, fp8_base = m->opt.base == GPU_BASE_FP8;
+    const int nf4 = m->opt.base == GPU_BASE_NF4, full = m->opt.mode == LLAMA_FULL;
+    if (!fp8 && !fp8_base) return;
+    const int block = m->opt.fp8_recipe == FP8_RECIPE_BLOCK;
+    int64_t per_layer = 0, max_in = 0, max_out = 0;
+    for (int t = 0; t < LLAMA_N_LINEAR; t++) {
+        const gl_linear &lin = m->layers[0].lin[t];
+        per_layer += (int64_t)lin.c_out * lin.c_in;
+        max_in = lin.c_in > max_in ? lin.c_in : max_in, max_out = lin.c_out > max_out ? lin.c_out : max_out;
+    }
+    const gl_slab ws = full ? SLAB_PARAMS : SLAB_WEIGHTS; /* trained codes are compute copies */
+    if (fp8 && nf4) add(rs, SLAB_WEIGHTS, &F.w8_buf, per_layer);
+    if (fp8 && (nf4 || fp8_base)) add(rs, SLAB_WEIGHTS, &F.wt8_buf, per_layer);
+    const int store_w = fp8_base || (fp8 && !nf4), store_wt = fp8 && !nf4 && !fp8_base;
+    for (int l = 0; l < c->L; l++)
+        for (int t = 0; t < LLAMA_N_LINEAR; t++) {
+            gl_linear *lin = &m->layers[l].lin[t];
+            const int64_t co = lin->c_out, ci = lin->c_in;
+            if (store_w) add(rs, ws, &lin->w8, co * ci);
+            if (store_wt) add(rs, ws, &lin->w8_t, co * ci);
+            if (block) {
+                add(rs, ws, &lin->w8_s, fp8_block_scale_count(FP8_BLOCK_128X128, co, ci));
+                add(rs, ws, &lin->w8_s_t, fp8_block_scale_count(FP8_BLOCK_128X128, ci, co));
+            }
+        }
+    F.n = FP8_N_ROLES * c->L * LLAMA_N_LINEAR;
+    F.history_len = m->opt.fp8_recipe == FP8_RECIPE_DELAYED ? FP8_DELAYED_HISTORY_LEN : 0;
+    add(rs, SLAB_FIXED, &F.history, (int64_t)F.n * F.history_len);
+    add(rs, SLAB_FIXED, &F.scale, F.n);
+    add(rs, SLAB_FIXED, &F.scale_inv, F.n);
+    add(rs, SLAB_FIXED, &F.sinv16, 4 * (int64_t)F.n);
+    add(rs, SLAB_FIXED, &F.amax, F.n);
+    add(rs, SLAB_FIXED, &F.flags, F.n);
+    add(rs, SLAB_FIXED, &F.saturated, 1);
+    add(rs, SLAB_FIXED, &F.discard, 4);
+    add(rs, SLAB_FIXED, &F.summary, 1);
+    if (!fp8) return;
+    const int64_t N = m->N;
+    add(rs, SLAB_SCRATCH, &F.xq, N * max_in);
+    add(rs, SLAB_SCRATCH, &F.xq_s, block ? fp8_block_scale_count(FP8_BLOCK_1X128, N, max_in) : 0);
+    add(rs, SLAB_SCRATCH, &F.dq, N * max_out);
+    add(rs, SLAB_SCRATCH, &F.dq_s, block ? fp8_block_scale_count(FP8_BLOCK_1X128, N, max_out) : 0);
+    if (!full) return;
+    add(rs, SLAB_SCRATCH, &F.xt, max_in * N);
+    add(rs, SLAB_SCRATCH, &F.xt_s, block ? fp8_block_scale_count(FP8_BLOCK_1X128, max_in, N) : 0);
+    add(rs, SLAB_SCRATCH, &F.dt, max_out * N);
+    add(rs, SLAB_SCRATCH, &F.dt_s, block ? fp8_block_scale_count(FP8_BLOCK_1X128, max_out, N) : 0);
+}
+
 /* The saved intermediates of the adapters of linears first..last: u = x Aᵀ (N, R) — one (N, n·R)
  * buffer for a grouped group — and for DoRA the pre-magnitude output z (N, C_out) and the row
  * norms (C_out). */
@@ -320,7 +382,7 @@ void activation_rows(gpu_llama *m, gl_rows &rs) {
             add(rs, SLAB_ACTS, &s->rstd2, N);
             add(rs, SLAB_ACTS, &s->gate, N * F);
             add(rs, SLAB_ACTS, &s->up, N * F);
-            add(rs, SLAB_ACTS, &s->mlp, N * F);
+            if (m->opt.mlp_input == GPU_MLP_INPUT_SAVED) add(rs, SLAB_ACTS, &s->mlp, N * F);
             adapter_act_rows(m, rs, s, LLAMA_O, LLAMA_DOWN);
         }
     }
@@ -375,6 +437,7 @@ void scratch_rows(gpu_llama *m, gl_rows &rs) {
     add(rs, SLAB_SCRATCH, &m->x_drop, o->dropout > 0 ? N * max_in : 0);
     add(rs, SLAB_SCRATCH, &m->n1, N * C);
     add(rs, SLAB_SCRATCH, &m->n2, N * C);
+    add(rs, SLAB_SCRATCH, &m->mlp_buf, m->opt.mlp_input == GPU_MLP_INPUT_RECOMPUTED ? N * F : 0);
     add(rs, SLAB_SCRATCH, &m->keep, o->dropout > 0 ? N * max_in : 0);
     const int64_t V = m->cfg.V, ce_rows = (int64_t)(kCeChunkBytes / (2 * (size_t)V)) < 64 ? 64 : (int64_t)(kCeChunkBytes / (2 * (size_t)V));
     m->plan.ce_rows = (int)(ce_rows > N ? N : ce_rows);
@@ -404,6 +467,7 @@ gl_rows make_rows(gpu_llama *m) {
     adapter_rows(m, rs);
     CHECK(m->n_params == m->cap_params, "layout: %d trainable tensors registered, %d counted", m->n_params,
           m->cap_params);
+    fp8_rows(m, rs);
     activation_rows(m, rs);
     scratch_rows(m, rs);
     fixed_rows(m, rs);
@@ -432,15 +496,19 @@ void point_views(gpu_llama *m) {
         if (p.dst_copy) *p.dst_copy = p.copy;
         *p.dst_grad = p.grad;
     }
-    if (m->opt.base == GPU_BASE_NF4)
+    if (m->opt.base == GPU_BASE_NF4 || m->opt.base == GPU_BASE_FP8)
         for (int l = 0; l < c->L; l++) {
             int64_t off = 0;
             for (int t = 0; t < LLAMA_N_LINEAR; t++) {
                 gl_linear &lin = m->layers[l].lin[t];
-                lin.w = m->dq_buf + off;
+                if (m->dq_buf) lin.w = m->dq_buf + off; /* NF4, FP8-stored: the layer's slices */
+                if (m->fp8.w8_buf) lin.w8 = m->fp8.w8_buf + off;
+                if (m->fp8.wt8_buf) lin.w8_t = m->fp8.wt8_buf + off;
                 off += (int64_t)lin.c_out * lin.c_in;
             }
         }
+    if (m->opt.mlp_input == GPU_MLP_INPUT_RECOMPUTED)
+        for (int l = 0; l < c->L; l++) m->acts[l].mlp = m->mlp_buf;
     for (int l = 1; l < c->L; l++) {
         gl_acts &s = m->acts[l];
         const gl_acts &z = m->acts[0];
@@ -522,6 +590,18 @@ static int check_options(const model_config *c, const gpu_llama_options *o, io_e
                        (double)o->dropout);
     if (o->mode != LLAMA_FULL && (o->targets & LLAMA_ALL_TARGETS) == 0)
         return io_fail(e, "nothing to train: --targets selects no linear layer");
+    if (o->base == GPU_BASE_FP8 && o->mode == LLAMA_FULL)
+        return io_fail(e, "an FP8-stored base cannot be fully fine-tuned");
+    if (o->linears == GPU_LINEAR_FP8) {
+        /* cuBLASLt's FP8 GEMMs take dimensions that are multiples of 16 (gpu/gemm.h) */
+        const int64_t dims[5] = {(int64_t)o->B * o->T, c->C, c->F, (int64_t)c->H * c->D, (int64_t)c->KVH * c->D};
+        const char *what[5] = {"micro-batch × sequence", "hidden_size", "intermediate_size", "heads × head_dim",
+                               "kv heads × head_dim"};
+        for (int i = 0; i < 5; i++)
+            if (dims[i] % 16 != 0)
+                return io_fail(e, "--precision fp8: %s is %lld; the FP8 GEMMs need multiples of 16", what[i],
+                               (long long)dims[i]);
+    }
     return 0;
 }
 
@@ -580,6 +660,21 @@ extern "C" void gpu_llama_plan_describe(char *buf, size_t cap, const gpu_llama_p
         snprintf(buf + k, cap - (size_t)k, "; layer inputs offloaded to %.2f GiB of pinned host memory", p->host / G);
 }
 
+extern "C" int gpu_device_check_fp8(io_err *e) {
+    cudaDeviceProp prop;
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+        cudaGetLastError();
+        return io_fail(e, "no CUDA device is available; --precision fp8 needs a GPU with FP8 tensor cores");
+    }
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    if (prop.major * 10 + prop.minor < 89)
+        return io_fail(e, "--precision fp8: %s has compute capability %d.%d; FP8 tensor cores need 8.9 or newer (L4, "
+                          "L40, H100, H200)",
+                       prop.name, prop.major, prop.minor);
+    return 0;
+}
+
 extern "C" int gpu_device_query(char *name, size_t cap, size_t *free_bytes, size_t *total_bytes, io_err *e) {
     int n = 0;
     cudaError_t err = cudaGetDeviceCount(&n);
@@ -606,8 +701,8 @@ extern "C" int gpu_device_query(char *name, size_t cap, size_t *free_bytes, size
 
 static void register_tensors(gpu_llama *m) {
     int n = 0;
-    /* a parameter and at most four tensors of optimizer state each */
-    m->tensors = static_cast<gl_tensor *>(calloc((size_t)m->n_params * 5 + 1, sizeof(gl_tensor)));
+    /* a parameter and at most four tensors of optimizer state each, and the FP8 state */
+    m->tensors = static_cast<gl_tensor *>(calloc((size_t)m->n_params * 5 + 3, sizeof(gl_tensor)));
     CHECK(m->tensors != nullptr, "out of host memory");
     auto add = [&](int pi, const char *suffix, int role, int u8, void *dev, int64_t numel) {
         const gl_param &p = m->params[pi];
@@ -642,7 +737,46 @@ static void register_tensors(gpu_llama *m) {
             add(i, ".exp_avg_sq", 1, 0, p.v, p.n);
         }
     }
+    if (m->fp8.on && m->opt.fp8_recipe == FP8_RECIPE_DELAYED) { /* ref/llama.h's rows: engine state */
+        const gl_fp8 &F = m->fp8;
+        const struct {
+            const char *name;
+            float *dev;
+            int ndim;
+            int64_t d0, d1;
+        } st[2] = {{"fp8.amax_history", F.history, 2, F.n, F.history_len}, {"fp8.scale", F.scale, 1, F.n, 0}};
+        for (int k = 0; k < 2; k++) {
+            gl_tensor &t = m->tensors[n++];
+            snprintf(t.info.name, sizeof t.info.name, "%s", st[k].name);
+            t.info.role = 2;
+            t.info.ndim = st[k].ndim;
+            t.info.shape[0] = st[k].d0;
+            t.info.shape[1] = st[k].d1;
+            t.info.numel = st[k].ndim == 2 ? st[k].d0 * st[k].d1 : st[k].d0;
+            t.dev = st[k].dev;
+            t.param = -1;
+        }
+    }
     m->n_tensors = n;
+}
+
+/* The FP8 state's first values: delayed scaling's scales 1 (TE's), every GEMM scale 1. */
+static void init_fp8(gpu_llama *m) {
+    gl_fp8 &F = m->fp8;
+    F.on = m->opt.linears == GPU_LINEAR_FP8;
+    F.state = F.on || m->opt.base == GPU_BASE_FP8;
+    F.recording = FP8_RECORD;
+    F.w8_layer = F.wt8_layer = F.failed_row = -1;
+    if (!F.state) return;
+    float *ones = static_cast<float *>(malloc(sizeof(float) * 4 * (size_t)F.n));
+    CHECK(ones != nullptr, "out of host memory");
+    for (int i = 0; i < 4 * F.n; i++) ones[i] = 1.0f;
+    CUDA_CHECK(cudaMemcpy(F.scale, ones, sizeof(float) * (size_t)F.n, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(F.scale_inv, ones, sizeof(float) * (size_t)F.n, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(F.sinv16, ones, sizeof(float) * 4 * (size_t)F.n, cudaMemcpyHostToDevice));
+    free(ones);
+    CUDA_CHECK(cudaMallocHost(&F.h_summary, sizeof(gl_fp8_summary)));
+    memset(F.h_summary, 0, sizeof(gl_fp8_summary));
 }
 
 static void upload_fixed(gpu_llama *m) {
@@ -697,6 +831,7 @@ extern "C" gpu_llama *build_gpu_llama(const model_config *c, const gpu_llama_opt
         free_gpu_llama(m);
         return io_fail(e, "out of GPU memory allocating the model (%s)", plan), nullptr;
     }
+    init_fp8(m);
     register_tensors(m);
     m->dq_layer = -1;
     CUDA_CHECK(cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking));
@@ -749,6 +884,7 @@ extern "C" void free_gpu_llama(gpu_llama *m) {
     if (m->h_labels) CUDA_CHECK(cudaFreeHost(m->h_labels));
     if (m->h_scalars) CUDA_CHECK(cudaFreeHost(m->h_scalars));
     if (m->h_nll) CUDA_CHECK(cudaFreeHost(m->h_nll));
+    if (m->fp8.h_summary) CUDA_CHECK(cudaFreeHost(m->fp8.h_summary));
     for (int i = 0; i < 2; i++)
         if (m->staged[i]) CUDA_CHECK(cudaEventDestroy(m->staged[i]));
     if (m->t_begin) CUDA_CHECK(cudaEventDestroy(m->t_begin));
@@ -796,7 +932,8 @@ extern "C" void gpu_llama_tensor_write(gpu_llama *m, int i, const void *host) {
     const gl_tensor &t = m->tensors[i];
     CUDA_CHECK(cudaStreamSynchronize(m->stream));
     CUDA_CHECK(cudaMemcpy(t.dev, host, tensor_bytes(t), cudaMemcpyHostToDevice));
-    const gl_param &p = m->params[t.param];
-    if (t.info.role == 0 && p.copy) gl_to_bf16(p.copy, p.master, p.n, m->stream);
+    if (t.info.role == 0 && m->params[t.param].copy)
+        gl_to_bf16(m->params[t.param].copy, m->params[t.param].master, m->params[t.param].n, m->stream);
+    if (t.info.role == 0 || t.info.role == 2) gl_fp8_state_written(m); /* the FP8 copies and scales follow */
     CUDA_CHECK(cudaStreamSynchronize(m->stream));
 }

@@ -201,10 +201,18 @@ extern "C" int gpu_llama_load(gpu_llama *m, const model_source *src, io_err *e) 
         for (int t = 0; t < LLAMA_N_LINEAR && !rc; t++) {
             gl_linear &lin = ly.lin[t];
             const int64_t n = (int64_t)lin.c_out * lin.c_in;
-            if (nf4)
+            if (nf4) {
                 rc = load_nf4(ld, lin.nf4, llama_linears[t].weight, l);
-            else
+            } else if (m->opt.base == GPU_BASE_FP8) { /* bf16 through the staging buffer into its codes */
+                rc = read_f32(ld, llama_linears[t].weight, l, n);
+                if (!rc) { /* the staging buffer is refilled by the next (synchronous) upload */
+                    upload_bf16(ld, gl_fp8_staging(m), n);
+                    gl_fp8_store(m, l, t, gl_fp8_staging(m));
+                    CUDA_CHECK(cudaStreamSynchronize(m->stream));
+                }
+            } else {
                 rc = load_weight(ld, llama_linears[t].weight, l, n, lin.w, full ? lin.w_master : nullptr);
+            }
             if (!rc && lin.bias)
                 rc = load_weight(ld, llama_linears[t].bias, l, lin.c_out, lin.bias, full ? lin.bias_master : nullptr);
         }
@@ -213,6 +221,7 @@ extern "C" int gpu_llama_load(gpu_llama *m, const model_source *src, io_err *e) 
     free(ld.b16);
     m->dq_layer = -1;
     if (rc) return -1;
+    if (gl_fp8_freeze(m, e)) return -1; /* FP8: the frozen codes (W_eff into a bf16 base) */
     dora_weight_squares(m);
     CUDA_CHECK(cudaStreamSynchronize(m->stream));
     return 0;
@@ -251,6 +260,9 @@ extern "C" void gpu_llama_random_weights(gpu_llama *m, uint64_t seed) {
                     const_fill(q.absmax_f32, nullptr, q.n_blocks, 0.04f, s);
                 }
                 CUDA_CHECK(cudaStreamSynchronize(s)); /* code2 lives on this stack frame */
+            } else if (m->opt.base == GPU_BASE_FP8) {
+                rand_fill(nullptr, gl_fp8_staging(m), n, ++k, amp, s);
+                gl_fp8_store(m, l, t, gl_fp8_staging(m));
             } else {
                 rand_fill(lin.w_master, lin.w, n, ++k, amp, s);
             }
@@ -258,6 +270,8 @@ extern "C" void gpu_llama_random_weights(gpu_llama *m, uint64_t seed) {
         }
     }
     m->dq_layer = -1;
+    io_err e;
+    CHECK(gl_fp8_freeze(m, &e) == 0, "random weights: %s", e.msg);
     dora_weight_squares(m);
     CUDA_CHECK(cudaStreamSynchronize(s));
 }
@@ -298,6 +312,26 @@ extern "C" void gpu_llama_init_adapters(gpu_llama *m, uint64_t seed) {
     ref_llama_adapters_free(&a, c);
 }
 
+/* An FP8-stored linear without a bf16 buffer on the device: its codes and scales to the host,
+ * dequantized there (W_eff, exact: power-of-two scales). */
+static int read_fp8_weight(gpu_llama *m, int l, int t, float *host) {
+    const gl_linear &lin = m->layers[l].lin[t];
+    const int64_t n = (int64_t)lin.c_out * lin.c_in;
+    const int block = m->opt.fp8_recipe == FP8_RECIPE_BLOCK;
+    const int64_t ns = block ? fp8_block_scale_count(FP8_BLOCK_128X128, lin.c_out, lin.c_in) : 1;
+    struct fp8_operand o = {static_cast<uint8_t *>(malloc((size_t)n)), static_cast<float *>(malloc((size_t)ns * 4)),
+                            block ? FP8_SCALING_128X128 : FP8_SCALING_TENSOR, FP8_E4M3, lin.c_out, lin.c_in};
+    CHECK(o.q && o.s_inv, "out of host memory");
+    CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    CUDA_CHECK(cudaMemcpy(o.q, lin.w8, (size_t)n, cudaMemcpyDeviceToHost));
+    const float *s = block ? lin.w8_s : m->fp8.sinv16 + 4 * (int64_t)llama_fp8_row(m->cfg.L, FP8_ROLE_W, l, (llama_linear)t);
+    CUDA_CHECK(cudaMemcpy(o.s_inv, s, (size_t)ns * 4, cudaMemcpyDeviceToHost));
+    ref_fp8_dequantize_operand(host, &o);
+    free(o.q);
+    free(o.s_inv);
+    return 0;
+}
+
 extern "C" int gpu_llama_base_weight_read(gpu_llama *m, const char *hf_name, float *host, io_err *e) {
     const model_config *c = &m->cfg;
     const uint16_t *dev = nullptr;
@@ -320,6 +354,7 @@ extern "C" int gpu_llama_base_weight_read(gpu_llama *m, const char *hf_name, flo
             for (int t = 0; t < LLAMA_N_LINEAR && !dev; t++) {
                 gl_linear &lin = ly.lin[t];
                 if (k == llama_linears[t].weight) {
+                    if (m->opt.base == GPU_BASE_FP8 && m->dq_buf == nullptr) return read_fp8_weight(m, l, t, host);
                     gl_dequantize_layer(m, l);
                     dev = lin.w, n = (int64_t)lin.c_out * lin.c_in;
                 } else if (k == llama_linears[t].bias) {

@@ -211,3 +211,18 @@ void ref_dora_backward(float *dx, float *dmag, float *dlora_a, float *dlora_b, c
         }
     }
 }
+
+void ref_dora_rescale(float *dy_s, float *dmag, const float *dy, const float *z, const float *mag, const float *wnorm,
+                      int N, int C_out, enum act_dtype act) {
+    CHECK(N >= 0 && C_out >= 0, "ref_dora_rescale: N=%d C_out=%d", N, C_out);
+    for (int o = 0; o < C_out; o++) {
+        const float mns = mag[o] / wnorm[o];
+        double s = 0.0;
+        for (int n = 0; n < N; n++) {
+            const int64_t j = (int64_t)n * C_out + o;
+            s += (double)dy[j] * (double)z[j];
+            dy_s[j] = act_round(mns * dy[j], act);
+        }
+        if (dmag != NULL) dmag[o] = (float)((double)dmag[o] + s / (double)wnorm[o]);
+    }
+}

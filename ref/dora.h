@@ -99,6 +99,17 @@ void ref_dora_backward(float *dx, float *dmag, float *dlora_a, float *dlora_b, c
                        const float *lora_a, const float *lora_b, const float *mag, const float *wnorm, int N,
                        int C_in, int C_out, int R, float scale, enum act_dtype act, float *workspace);
 
+/* The backward's first step alone, as gpu_dora_rescale_bf16 does it, for callers that run the base
+ * and LoRA products themselves (the FP8 linears: ref/llama.h): with z (N, C_out) the pre-magnitude
+ * output the forward formed (x Wᵀ + s·x Aᵀ Bᵀ, base − bias),
+ *   dm[o]    += (Σ_n dy[n,o]·z[n,o]) / n[o]       double sum in n order, divided in double, added
+ *                                                 to the fp32 dmag once        dmag ACCUMULATES
+ *   dy_s[n,o] = act(mns[o]·dy[n,o]),  mns = m/n   (fp32)                       dy_s OVERWRITTEN
+ * after which dx = dy_s W (the base path) and ref_lora_backward with dy_s for dy give the rest
+ * (without dropout, the same as ref_dora_backward up to rounding). dmag may be NULL. */
+void ref_dora_rescale(float *dy_s, float *dmag, const float *dy, const float *z, const float *mag, const float *wnorm,
+                      int N, int C_out, enum act_dtype act);
+
 #ifdef __cplusplus
 }
 #endif

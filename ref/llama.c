@@ -13,6 +13,7 @@
 #include "ref/cross_entropy.h"
 #include "ref/dora.h"
 #include "ref/embedding.h"
+#include "ref/fp8_linear.h"
 #include "ref/linear.h"
 #include "ref/lora.h"
 #include "ref/nf4.h"
@@ -422,31 +423,142 @@ static void lin_bwd(const struct llama_model *m, float *dx, float *dw, float *db
         ref_linear_backward_naive(dx, dw, db, dy, x, w, N, ci, co, m->opt.act);
 }
 
-/* y = linear t of layer l applied to x, with its adapter. */
+/* ---- FP8 block linears (llama.h): the quantization points -------------------------------------- */
+
+/* Records one quantization of row: its statistics, and its amax (delayed) or scale. */
+static void fp8_record(struct llama_fp8 *f, int row, enum fp8_rule rule, const struct fp8_stats *st, float amax,
+                       float scale) {
+    if (f->recording != FP8_RECORD) return;
+    f->saturated += st->saturated;
+    f->flags[row] |= st->flags;
+    if (rule == FP8_RULE_GIVEN) {
+        float *slot = &f->history[(size_t)row * (size_t)f->history_len];
+        *slot = fmaxf(*slot, amax);
+    } else {
+        f->scale[row] = scale;
+    }
+}
+
+/* The forward quantization of x (N, ci), the input of linear `first` of layer l and of the
+ * linears that share it (q/k/v, gate/up: recorded in first's row), into f->xq. */
+static const struct fp8_operand *fp8_input(const struct llama_model *m, int l, enum llama_linear first,
+                                           const float *x, int ci) {
+    struct llama_fp8 *f = m->fp8;
+    const int row = llama_fp8_row(f->L, FP8_ROLE_X, l, first);
+    const enum fp8_rule rule = fp8_rule_for(f->recipe, FP8_ROLE_X, f->weights);
+    struct fp8_stats st = {0.0f, 0, 0u};
+    float amax = 0.0f;
+    const float sc = ref_fp8_quantize(&f->xq, NULL, &st, &amax, x, (int64_t)m->B * m->T, ci, FP8_E4M3, rule,
+                                      f->scale[row]);
+    fp8_record(f, row, rule, &st, amax, sc);
+    return &f->xq;
+}
+
+/* The weight gradient's x̂ᵀ (ci, N) of the same input, into f->xt: per tensor the forward's codes
+ * transposed (its scale; nothing recorded), 1×128 the second quantization along N (its
+ * statistics recorded; the kernel writes the row-wise codes again, into f->xq). */
+static const struct fp8_operand *fp8_input_t(const struct llama_model *m, int l, enum llama_linear first,
+                                             const float *x, int ci) {
+    struct llama_fp8 *f = m->fp8;
+    const int row = llama_fp8_row(f->L, FP8_ROLE_X, l, first);
+    const enum fp8_rule rule = fp8_rule_for(f->recipe, FP8_ROLE_X, f->weights);
+    struct fp8_stats st = {0.0f, 0, 0u};
+    const int block = rule == FP8_RULE_BLOCK_1X128;
+    ref_fp8_quantize(block ? &f->xq : NULL, &f->xt, &st, NULL, x, (int64_t)m->B * m->T, ci, FP8_E4M3, rule,
+                     f->scale[row]);
+    if (block && f->recording == FP8_RECORD) {
+        f->saturated += st.saturated;
+        f->flags[row] |= st.flags;
+    }
+    return &f->xt;
+}
+
+/* y = linear t of layer l applied to x, with its adapter; xq: x quantized (FP8), else NULL. */
 static void proj_fwd(const struct llama_model *m, const struct llama_weights *w, const struct llama_adapters *a,
-                     struct layer_set *s, int l, enum llama_linear t, float *y, const float *x) {
+                     struct layer_set *s, int l, enum llama_linear t, float *y, const float *x,
+                     const struct fp8_operand *xq) {
     const int N = m->B * m->T, R = m->opt.R;
     int co, ci;
     llama_linear_shape(&m->cfg, t, &co, &ci);
     const float *W = w->layers[l].w[t], *b = w->layers[l].bias[t];
-    lin_fwd(m, y, x, W, b, N, ci, co);
+    if (m->fp8)
+        ref_fp8_linear_forward(y, xq, &m->fp8->w[l][t], b, N, ci, co, m->fp8->how, m->opt.act, m->fp8->ws);
+    else
+        lin_fwd(m, y, x, W, b, N, ci, co);
     if (!is_target(&m->opt, t)) return;
     const struct llama_adapter *ad = &a->layers[l][t];
     if (m->opt.mode == LLAMA_LORA) {
         ref_lora_forward(y, s->u[t], x, NULL, ad->a, ad->b, N, ci, co, R, m->lora_scale, m->opt.act);
     } else {
         ref_dora_weight_norm(s->wnorm[t], W, ad->a, ad->b, ci, co, R, m->lora_scale);
+        /* FP8: z = act((ŷ − b) + s·(u Bᵀ)), the pre-magnitude output dm needs (the GPU's) */
+        float *z = m->fp8 ? m->fp8->z[l][t] : NULL;
+        if (z)
+            for (int n = 0; n < N; n++)
+                for (int o = 0; o < co; o++) z[(int64_t)n * co + o] = b ? y[(int64_t)n * co + o] - b[o] : y[(int64_t)n * co + o];
         ref_dora_forward(y, s->u[t], x, NULL, W, b, ad->a, ad->b, ad->mag, s->wnorm[t], N, ci, co, R, m->lora_scale,
                          m->opt.act);
+        if (z)
+            for (int n = 0; n < N; n++)
+                for (int o = 0; o < co; o++) {
+                    double l_no = 0.0;
+                    for (int r = 0; r < R; r++) l_no += (double)s->u[t][(int64_t)n * R + r] * (double)ad->b[(int64_t)o * R + r];
+                    float *zz = &z[(int64_t)n * co + o];
+                    *zz = act_round(*zz + (float)l_no * m->lora_scale, m->opt.act);
+                }
     }
 }
 
-/* dx = (gradient through linear t of layer l of dy), OVERWRITTEN; parameter gradients
- * accumulate. */
+/* FP8: the backward of linear t of layer l (llama.h): dy (DoRA: dy_s) quantized for dx and, when W
+ * trains, for dW with x̂ᵀ = xt; then the adapter with the act-precision x and dy (dy_s). */
+static void proj_bwd_fp8(const struct llama_model *m, const struct llama_weights *w, const struct llama_adapters *a,
+                         struct layer_set *s, struct scratch *sc, struct llama_weights *grads,
+                         struct llama_adapters *agrads, int l, enum llama_linear t, float *dx, const float *dy,
+                         const float *x, const struct fp8_operand *xt) {
+    struct llama_fp8 *f = m->fp8;
+    const int N = m->B * m->T, R = m->opt.R;
+    int co, ci;
+    llama_linear_shape(&m->cfg, t, &co, &ci);
+    const int target = is_target(&m->opt, t);
+    const struct llama_adapter *ad = target ? &a->layers[l][t] : NULL;
+    struct llama_adapter *g = target ? &agrads->layers[l][t] : NULL;
+    const float *gy = dy;
+    if (target && m->opt.mode == LLAMA_DORA) {
+        ref_dora_rescale(f->dys, g->mag, dy, f->z[l][t], ad->mag, s->wnorm[t], N, co, m->opt.act);
+        gy = f->dys;
+    }
+    if (dx != NULL || grads != NULL) {
+        const int row = llama_fp8_row(f->L, FP8_ROLE_DY, l, t);
+        const enum fp8_rule rule = fp8_rule_for(f->recipe, FP8_ROLE_DY, f->weights);
+        struct fp8_stats st = {0.0f, 0, 0u};
+        float amax = 0.0f;
+        const float sc8 = ref_fp8_quantize(dx != NULL || rule == FP8_RULE_BLOCK_1X128 ? &f->dq : NULL,
+                                           grads ? &f->dt : NULL, &st, &amax, gy, N, co, fp8_role_format(f->recipe, FP8_ROLE_DY), rule,
+                                           f->scale[row]);
+        fp8_record(f, row, rule, &st, amax, sc8);
+    }
+    if (dx != NULL) ref_fp8_linear_backward_dx(dx, &f->dq, &f->w_t[l][t], N, ci, co, f->how, m->opt.act, f->ws);
+    if (grads != NULL) {
+        ref_fp8_linear_backward_dw(grads->layers[l].w[t], &f->dt, xt, N, ci, co, f->how, f->ws);
+        if (grads->layers[l].bias[t]) /* the bias gradient is a sum of the act-precision dy */
+            ref_linear_backward_naive(NULL, NULL, grads->layers[l].bias[t], dy, x, w->layers[l].w[t], N, ci, co,
+                                      m->opt.act);
+    }
+    if (!target) return;
+    ref_lora_backward(dx, g->a, g->b, gy, x, NULL, NULL, 1.0f, s->u[t], ad->a, ad->b, N, ci, co, R, m->lora_scale,
+                      m->opt.act, sc->ad_ws);
+}
+
+/* dx = (gradient through linear t of layer l of dy), OVERWRITTEN (NULL: not formed); parameter
+ * gradients accumulate. xt: FP8 full fine-tuning's x̂ᵀ, else NULL. */
 static void proj_bwd(const struct llama_model *m, const struct llama_weights *w, const struct llama_adapters *a,
                      struct layer_set *s, struct scratch *sc, struct llama_weights *grads,
                      struct llama_adapters *agrads, int l, enum llama_linear t, float *dx, const float *dy,
-                     const float *x) {
+                     const float *x, const struct fp8_operand *xt) {
+    if (m->fp8) {
+        proj_bwd_fp8(m, w, a, s, sc, grads, agrads, l, t, dx, dy, x, xt);
+        return;
+    }
     const int N = m->B * m->T, R = m->opt.R;
     int co, ci;
     llama_linear_shape(&m->cfg, t, &co, &ci);
@@ -486,9 +598,10 @@ static void layer_forward(const struct llama_model *m, const struct llama_weight
     const enum act_dtype act = m->opt.act;
     const struct llama_layer *ly = &w->layers[l];
     ref_rmsnorm_forward(s->n1, s->rstd1, x, ly->attn_norm, N, c->C, c->rms_norm_eps, act);
-    proj_fwd(m, w, a, s, l, LLAMA_Q, s->q, s->n1);
-    proj_fwd(m, w, a, s, l, LLAMA_K, s->k, s->n1);
-    proj_fwd(m, w, a, s, l, LLAMA_V, s->v, s->n1);
+    const struct fp8_operand *xq = m->fp8 ? fp8_input(m, l, LLAMA_Q, s->n1, c->C) : NULL; /* shared by q, k, v */
+    proj_fwd(m, w, a, s, l, LLAMA_Q, s->q, s->n1, xq);
+    proj_fwd(m, w, a, s, l, LLAMA_K, s->k, s->n1, xq);
+    proj_fwd(m, w, a, s, l, LLAMA_V, s->v, s->n1, xq);
     ref_rope_forward(s->q, s->k, positions(m, batch), &m->rope, B, T, c->H, c->KVH, c->D, act);
     if (m->opt.attn == ATTN_NAIVE)
         ref_attention_naive_forward(s->att, s->lse, s->q, s->k, s->v, B, T, c->H, c->KVH, c->D, m->attn_scale, act,
@@ -496,13 +609,16 @@ static void layer_forward(const struct llama_model *m, const struct llama_weight
     else
         ref_attention_flash_forward(s->att, s->lse, s->q, s->k, s->v, B, T, c->H, c->KVH, c->D, m->attn_scale,
                                     block_q(&m->opt), block_k(&m->opt), act);
-    proj_fwd(m, w, a, s, l, LLAMA_O, s->h, s->att);
+    xq = m->fp8 ? fp8_input(m, l, LLAMA_O, s->att, c->H * c->D) : NULL;
+    proj_fwd(m, w, a, s, l, LLAMA_O, s->h, s->att, xq);
     add_into(s->h, x, (size_t)N * (size_t)c->C, act); /* h = x + o_proj(att): the add commutes */
     ref_rmsnorm_forward(s->n2, s->rstd2, s->h, ly->mlp_norm, N, c->C, c->rms_norm_eps, act);
-    proj_fwd(m, w, a, s, l, LLAMA_GATE, s->gate, s->n2);
-    proj_fwd(m, w, a, s, l, LLAMA_UP, s->up, s->n2);
+    xq = m->fp8 ? fp8_input(m, l, LLAMA_GATE, s->n2, c->C) : NULL; /* shared by gate, up */
+    proj_fwd(m, w, a, s, l, LLAMA_GATE, s->gate, s->n2, xq);
+    proj_fwd(m, w, a, s, l, LLAMA_UP, s->up, s->n2, xq);
     ref_swiglu_forward(s->mlp, s->gate, s->up, N, c->F, c->F, act);
-    proj_fwd(m, w, a, s, l, LLAMA_DOWN, y, s->mlp);
+    xq = m->fp8 ? fp8_input(m, l, LLAMA_DOWN, s->mlp, c->F) : NULL;
+    proj_fwd(m, w, a, s, l, LLAMA_DOWN, y, s->mlp, xq);
     add_into(y, s->h, (size_t)N * (size_t)c->C, act);
 }
 
@@ -564,20 +680,30 @@ void ref_llama_backward(const struct llama_model *m, const struct llama_weights 
         struct layer_set s;
         layer_set(&s, m, slab, l);
         const float *x = x_in(m, slab, l);
-        if (m->opt.recompute != RECOMPUTE_NONE) layer_forward(m, w, a, batch, &s, l, x, x_in(m, slab, l + 1));
+        if (m->opt.recompute != RECOMPUTE_NONE) {
+            /* the recomputation quantizes as the forward did and records nothing (llama.h) */
+            const enum fp8_recording rec = m->fp8 ? m->fp8->recording : FP8_DISCARD;
+            if (m->fp8) m->fp8->recording = FP8_DISCARD;
+            layer_forward(m, w, a, batch, &s, l, x, x_in(m, slab, l + 1));
+            if (m->fp8) m->fp8->recording = rec;
+        }
         struct llama_layer *gl = grads ? &grads->layers[l] : NULL;
         const struct llama_layer *ly = &w->layers[l];
+        const int fp8_dw = m->fp8 != NULL && full; /* FP8 weight gradients read x̂ᵀ of each group's input */
         /* MLP: G = d x_{l+1} */
-        proj_bwd(m, w, a, &s, &sc, grads, agrads, l, LLAMA_DOWN, sc.dmlp, sc.G, s.mlp);
+        const struct fp8_operand *xt = fp8_dw ? fp8_input_t(m, l, LLAMA_DOWN, s.mlp, c->F) : NULL;
+        proj_bwd(m, w, a, &s, &sc, grads, agrads, l, LLAMA_DOWN, sc.dmlp, sc.G, s.mlp, xt);
         ref_swiglu_backward(sc.dgate, sc.dup, sc.dmlp, s.gate, s.up, N, c->F, c->F, act);
-        proj_bwd(m, w, a, &s, &sc, grads, agrads, l, LLAMA_GATE, sc.dn, sc.dgate, s.n2);
-        proj_bwd(m, w, a, &s, &sc, grads, agrads, l, LLAMA_UP, sc.tmp, sc.dup, s.n2);
+        xt = fp8_dw ? fp8_input_t(m, l, LLAMA_GATE, s.n2, c->C) : NULL;
+        proj_bwd(m, w, a, &s, &sc, grads, agrads, l, LLAMA_GATE, sc.dn, sc.dgate, s.n2, xt);
+        proj_bwd(m, w, a, &s, &sc, grads, agrads, l, LLAMA_UP, sc.tmp, sc.dup, s.n2, xt);
         add_into(sc.dn, sc.tmp, (size_t)N * (size_t)c->C, act);
         /* G = d h = G + rmsnorm_backward(d n2) */
         ref_rmsnorm_residual_backward(sc.G, gl ? gl->mlp_norm : NULL, sc.dn, sc.G, s.h, ly->mlp_norm, s.rstd2, N,
                                       c->C, act);
         /* attention */
-        proj_bwd(m, w, a, &s, &sc, grads, agrads, l, LLAMA_O, sc.datt, sc.G, s.att);
+        xt = fp8_dw ? fp8_input_t(m, l, LLAMA_O, s.att, c->H * c->D) : NULL;
+        proj_bwd(m, w, a, &s, &sc, grads, agrads, l, LLAMA_O, sc.datt, sc.G, s.att, xt);
         if (m->opt.attn == ATTN_NAIVE)
             ref_attention_naive_backward(sc.dq, sc.dk, sc.dv, sc.datt, s.q, s.k, s.v, s.att, B, T, c->H, c->KVH, c->D,
                                          m->attn_scale, act, s.attw);
@@ -586,10 +712,15 @@ void ref_llama_backward(const struct llama_model *m, const struct llama_weights 
                                          c->KVH, c->D, m->attn_scale, block_q(&m->opt), block_k(&m->opt), act,
                                          sc.attn_ws);
         ref_rope_backward(sc.dq, sc.dk, positions(m, batch), &m->rope, B, T, c->H, c->KVH, c->D, act);
-        proj_bwd(m, w, a, &s, &sc, grads, agrads, l, LLAMA_Q, sc.dn, sc.dq, s.n1);
-        proj_bwd(m, w, a, &s, &sc, grads, agrads, l, LLAMA_K, sc.tmp, sc.dk, s.n1);
-        add_into(sc.dn, sc.tmp, (size_t)N * (size_t)c->C, act);
-        proj_bwd(m, w, a, &s, &sc, grads, agrads, l, LLAMA_V, sc.tmp, sc.dv, s.n1);
+        /* Layer 0's input gradient feeds only the embedding's, which trains in full fine-tuning
+         * alone: the adapter methods do not form it (as the GPU model). */
+        const int need_dx = full || l > 0;
+        xt = fp8_dw ? fp8_input_t(m, l, LLAMA_Q, s.n1, c->C) : NULL;
+        proj_bwd(m, w, a, &s, &sc, grads, agrads, l, LLAMA_Q, need_dx ? sc.dn : NULL, sc.dq, s.n1, xt);
+        proj_bwd(m, w, a, &s, &sc, grads, agrads, l, LLAMA_K, need_dx ? sc.tmp : NULL, sc.dk, s.n1, xt);
+        if (need_dx) add_into(sc.dn, sc.tmp, (size_t)N * (size_t)c->C, act);
+        proj_bwd(m, w, a, &s, &sc, grads, agrads, l, LLAMA_V, need_dx ? sc.tmp : NULL, sc.dv, s.n1, xt);
+        if (!need_dx) continue;
         add_into(sc.dn, sc.tmp, (size_t)N * (size_t)c->C, act);
         /* G = d x_l = G + rmsnorm_backward(d n1) */
         ref_rmsnorm_residual_backward(sc.G, gl ? gl->attn_norm : NULL, sc.dn, sc.G, x, ly->attn_norm, s.rstd1, N,

@@ -66,6 +66,7 @@
 #include "io/error.h"
 #include "io/family.h"
 #include "io/model_source.h"
+#include "ref/fp8_linear.h"
 #include "ref/lora.h"
 #include "ref/rope.h"
 #include "ref/shapes.h"
@@ -225,7 +226,10 @@ struct llama_model {
     size_t scratch;                /* backward scratch */
     size_t scratch_floats;
     size_t total;                  /* floats of the whole slab */
+    struct llama_fp8 *fp8;         /* FP8 block linears (below), or NULL; ref_llama_init sets NULL */
 };
+
+struct llama_fp8;
 
 void ref_llama_init(struct llama_model *m, const struct model_config *c, const struct llama_options *o, int B, int T,
                     int max_pos);
@@ -244,6 +248,87 @@ double ref_llama_forward(const struct llama_model *m, const struct llama_weights
 void ref_llama_backward(const struct llama_model *m, const struct llama_weights *w, const struct llama_adapters *a,
                         const struct llama_batch *batch, float *slab, struct llama_weights *grads,
                         struct llama_adapters *agrads, float grad_scale);
+
+
+/* ---- FP8 block linears (--precision fp8; ref/fp8_linear.h, NUMERICS.md §6.6) ------------------
+ *
+ * With m->fp8 set, the seven linears of every block compute their products in FP8 (the lm_head,
+ * the embedding, attention, the norms and the adapters' thin products stay as they are; the
+ * adapters read the act-precision x and dy):
+ *   forward  each linear's input is quantized (E4M3) once — the q, k, v linears share one
+ *            quantization of n1, gate and up one of n2, as the GPU does — and y = x̂ Ŵᵀ (+ b);
+ *   backward dy (E5M2; DoRA: the rescaled dy_s = act(mns⊙dy), as the GPU) is quantized for
+ *            dx = dŷ Ŵ, with its transposed copy when W trains; the weight gradient of full
+ *            fine-tuning is dŷᵀ x̂ᵀ, x̂ᵀ from the input re-quantized with the forward's scale (per
+ *            tensor: the same codes; 1×128: the second quantization along N) once per group.
+ *            Layer 0's input gradient is not formed in the adapter methods (nothing upstream
+ *            trains): its q, k, v dy are not quantized.
+ *   DoRA     the pre-magnitude output z = act((ŷ − b) + s·(u Bᵀ)) is kept from the forward (in the
+ *            state) for dm = Σ dy·z / n, as the GPU keeps it.
+ * Tensor rows: the x, W and dy of linear t of layer l are rows (role·L + l)·7 + t of the state
+ * (role FP8_ROLE_X, _W, _DY: the E4M3 rows first, then the E5M2 rows).
+ * Weights are quantized by ref_llama_fp8_quantize_weights into w / w_t (the model never quantizes
+ * a weight itself): frozen weights once, with their exact scale (fp8_rule_for), and the caller
+ * replaces them by W_eff = dequant(quant(W)) (ref_llama_fp8_freeze_weights); trained weights after
+ * every optimizer step from the compute copy, under the recipe.
+ * Recording (recording = FP8_RECORD, training micro-batches): each quantization of an activation
+ * or a gradient max-records its amax in its row's delayed history slot 0 (delayed) or stores its
+ * scale in scale[row] (current, block: the metrics' value), adds its saturated codes and ORs its
+ * flags (per row and for the step); the trained weights' quantizations OR their flags. FP8_DISCARD (evaluation, recomputation in backward) quantizes with the same
+ * scales and records nothing, so that evaluation and --recompute never change training.
+ * ref_llama_fp8_step_end, once per optimizer step: delayed: fp8_delayed_update of every row (TE's
+ * amax_and_scale_update); then the step's statistics are cleared. */
+enum fp8_recording { FP8_RECORD = 0, FP8_DISCARD = 1 };
+
+struct llama_fp8 {
+    enum fp8_recipe recipe;
+    enum fp8_weight_kind weights; /* FP8_WEIGHT_TRAINED in full fine-tuning, else FROZEN */
+    enum fp8_product how;         /* FP8_PRODUCT_BLAS with LINEAR_BLAS, else EXACT */
+    enum fp8_recording recording;
+    int L, n;                     /* n = 3·L·7 rows */
+    int history_len;              /* FP8_DELAYED_HISTORY_LEN (delayed), else 0 */
+    float *history;               /* (n, history_len), delayed */
+    float *scale;                 /* (n): delayed: the scale each row quantizes with (start 1);
+                                     current, block: the last recorded quantization's (metrics) */
+    unsigned *flags;              /* (n) the step's ref/fp8.h flags per row */
+    int64_t saturated;            /* the step's saturated codes */
+    struct fp8_operand (*w)[LLAMA_N_LINEAR], (*w_t)[LLAMA_N_LINEAR]; /* L × 7 */
+    float *(*z)[LLAMA_N_LINEAR];  /* DoRA: L × 7 pre-magnitude outputs (N, C_out) of the targets */
+    struct fp8_operand xq, xt, dq, dt; /* scratch operands: an input, its transposed copy, dy, dyᵀ */
+    float *dys;                   /* DoRA: (N, max C_out) the rescaled dy */
+    float *ws;                    /* the products' workspace */
+};
+
+/* Allocates the state of a model (config c, options o with their targets and mode, N = B·T rows)
+ * under recipe r; delayed histories zero and scales 1. Exits with a message when memory runs out. */
+void ref_llama_fp8_alloc(struct llama_fp8 *s, const struct model_config *c, const struct llama_options *o, int N,
+                         enum fp8_recipe r);
+void ref_llama_fp8_free(struct llama_fp8 *s);
+static inline int llama_fp8_row(int L, enum fp8_role role, int l, enum llama_linear t) {
+    return ((int)role * L + l) * LLAMA_N_LINEAR + (int)t;
+}
+/* "model.layers.3.self_attn.q_proj's input" / "weight" / "output gradient" for row. */
+void llama_fp8_row_describe(char *buf, size_t cap, int L, int row);
+/* Whether row is quantized at all in mode (layer 0's q, k, v dy are not in the adapter modes). */
+int llama_fp8_row_active(int L, enum llama_mode mode, int row);
+
+/* Quantizes every linear weight of w into s->w, s->w_t under s's rule for weights, recording its
+ * amax (delayed) or scale (current, block) in its row; rec = FP8_RECORD also ORs its flags into
+ * the row's. A weight's saturated codes are never counted (the statistic is the activations' and
+ * gradients': so that a resumed run, which quantizes its weights again, counts what the
+ * uninterrupted one counts). */
+void ref_llama_fp8_quantize_weights(struct llama_fp8 *s, const struct model_config *c, const struct llama_weights *w,
+                                    enum fp8_recording rec);
+/* Frozen weights: quantize_weights, then every linear of w becomes dequant(quant(W)); a weight
+ * holding a NaN or an Inf gets FP8_FLAG_INPUT_NONFINITE in its row (ref_llama_fp8_first_flagged:
+ * the caller refuses the model — the cast would clamp an Inf silently). */
+void ref_llama_fp8_freeze_weights(struct llama_fp8 *s, const struct model_config *c, struct llama_weights *w);
+/* The step's metrics: the range of scale[] over the active rows. */
+void ref_llama_fp8_scale_range(const struct llama_fp8 *s, enum llama_mode mode, float *lo, float *hi);
+/* The end of an optimizer step (above); returns the delayed updates' flags. */
+unsigned ref_llama_fp8_step_end(struct llama_fp8 *s);
+/* The first row with a flag, or −1. */
+int ref_llama_fp8_first_flagged(const struct llama_fp8 *s);
 
 #ifdef __cplusplus
 }

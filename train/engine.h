@@ -36,6 +36,17 @@ extern "C" {
 enum engine_tensor_role {
     ROLE_PARAM = 0, /* a trainable parameter (its fp32 master) */
     ROLE_OPTIM = 1, /* optimizer state (AdamW moments, 8-bit codes and absmax, ...) */
+    ROLE_STATE = 2, /* other engine state a resumed run needs (FP8: "fp8.amax_history", "fp8.scale") */
+};
+
+/* FP8 runs (--precision fp8, NUMERICS.md §6.6): what the last optimizer step's quantizations did,
+ * for the metrics log. scale_min/max: the range of the tensors' scales (delayed: the scales the
+ * step used; current: the last computed; block: each tensor's smallest block scale); saturated:
+ * the codes the quantizations of its activations and gradients clamped to the format's largest
+ * value. */
+struct engine_fp8_stats {
+    double scale_min, scale_max;
+    long long saturated;
 };
 
 struct engine_tensor {
@@ -87,6 +98,10 @@ struct train_engine {
     /* The frozen base weight `hf_name` (e.g. "model.layers.0.mlp.up_proj.weight") as fp32 on the
      * host, dequantized when stored as NF4; for the merged export. */
     int (*base_weight_read)(void *self, const char *hf_name, float *host, struct io_err *e);
+
+    /* The last optimizer step's FP8 statistics (called after optimizer_step); NULL for an engine
+     * that computes no FP8. */
+    int (*fp8_stats)(void *self, struct engine_fp8_stats *s);
 
     /* Device memory in use now and at peak (GiB); NULL when not meaningful. */
     double (*mem_gib)(void *self);

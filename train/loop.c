@@ -249,7 +249,11 @@ int train_loop_run(const struct train_options *o, const struct train_engine *eng
         if (eng->peak_flops > 0) r.mfu = eng->flops_per_token * r.tokens_per_s / eng->peak_flops;
         if (eng->mem_gib != NULL) r.mem_gib = eng->mem_gib(eng->self);
         res->last_train_loss = loss;
-        if (root && (rc = metrics_train(&m, &r, e)) != 0) break;
+        struct engine_fp8_stats f8s;
+        struct fp8_record f8 = {0, 0.0, 0.0, 0};
+        if (n_valid > 0 && eng->fp8_stats != NULL && eng->fp8_stats(eng->self, &f8s) == 0)
+            f8 = (struct fp8_record){1, f8s.scale_min, f8s.scale_max, f8s.saturated};
+        if (root && (rc = metrics_train_fp8(&m, &r, &f8, e)) != 0) break;
         if (root && (step % o->log_every == 0 || step == 1 || step == total)) {
             const double s_per_step = (now_s() - t0) / (double)(step - first_step);
             metrics_progress_line(line, sizeof line, &r, total, s_per_step * (double)(total - step));

@@ -11,12 +11,14 @@
 #include "io/check.h"
 #include "io/file.h"
 
-static void push_train(struct metrics *m, const struct train_record *r) {
+static void push_train(struct metrics *m, const struct train_record *r, const struct fp8_record *f8) {
     if (m->n_train == m->cap_train) {
         m->cap_train = m->cap_train ? 2 * m->cap_train : 256;
         m->train = realloc(m->train, sizeof *m->train * (size_t)m->cap_train);
-        CHECK(m->train != NULL, "out of memory");
+        m->train_fp8 = realloc(m->train_fp8, sizeof *m->train_fp8 * (size_t)m->cap_train);
+        CHECK(m->train != NULL && m->train_fp8 != NULL, "out of memory");
     }
+    m->train_fp8[m->n_train] = f8 ? *f8 : (struct fp8_record){0, 0.0, 0.0, 0};
     m->train[m->n_train++] = *r;
 }
 
@@ -41,11 +43,17 @@ static void push_note(struct metrics *m, int step, const char *line) {
     m->n_note++;
 }
 
-static int format_train_line(char *buf, size_t cap, const struct train_record *r) {
+/* A train record's line; its FP8 statistics (f8 present) at the end. */
+static int format_train_line(char *buf, size_t cap, const struct train_record *r, const struct fp8_record *f8) {
+    char fp8[160] = "";
+    if (f8 != NULL && f8->present)
+        snprintf(fp8, sizeof fp8, ",\"fp8_scale_min\":%.9g,\"fp8_scale_max\":%.9g,\"fp8_saturated\":%lld",
+                 f8->scale_min, f8->scale_max, f8->saturated);
     return snprintf(buf, cap,
                     "{\"kind\":\"train\",\"step\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"tokens\":%lld,"
-                    "\"tokens_per_s\":%.6g,\"mfu\":%.6g,\"mem_GiB\":%.6g,\"elapsed_s\":%.6g}\n",
-                    r->step, r->loss, r->lr, r->grad_norm, r->tokens, r->tokens_per_s, r->mfu, r->mem_gib, r->elapsed_s);
+                    "\"tokens_per_s\":%.6g,\"mfu\":%.6g,\"mem_GiB\":%.6g,\"elapsed_s\":%.6g%s}\n",
+                    r->step, r->loss, r->lr, r->grad_norm, r->tokens, r->tokens_per_s, r->mfu, r->mem_gib, r->elapsed_s,
+                    fp8);
 }
 
 static int format_eval_line(char *buf, size_t cap, const struct eval_record *r) {
@@ -54,9 +62,9 @@ static int format_eval_line(char *buf, size_t cap, const struct eval_record *r) 
                     r->step, r->val_loss, r->val_ppl, r->val_tokens, r->elapsed_s);
 }
 
-static int write_train_line(FILE *f, const struct train_record *r) {
-    char line[512];
-    format_train_line(line, sizeof line, r);
+static int write_train_line(FILE *f, const struct train_record *r, const struct fp8_record *f8) {
+    char line[768];
+    format_train_line(line, sizeof line, r, f8);
     return fputs(line, f);
 }
 
@@ -100,7 +108,10 @@ static int read_back(struct metrics *m, char **header, int resume_step, struct i
             } else if (strcmp(k, "train") == 0 && step >= 0 && step <= resume_step) {
                 struct train_record r = {step, num(o, "loss"), num(o, "lr"), num(o, "grad_norm"), (long long)num(o, "tokens"),
                                          num(o, "tokens_per_s"), num(o, "mfu"), num(o, "mem_GiB"), num(o, "elapsed_s")};
-                push_train(m, &r);
+                const struct fp8_record f8 = {cJSON_GetObjectItemCaseSensitive(o, "fp8_saturated") != NULL,
+                                              num(o, "fp8_scale_min"), num(o, "fp8_scale_max"),
+                                              (long long)num(o, "fp8_saturated")};
+                push_train(m, &r, &f8);
             } else if (strcmp(k, "eval") == 0 && step >= 0 && step <= resume_step) {
                 struct eval_record r = {step, num(o, "val_loss"), num(o, "val_ppl"), (long long)num(o, "val_tokens"),
                                         num(o, "elapsed_s")};
@@ -128,7 +139,7 @@ static void sb_printf(struct sbuf *b, const char *fmt, ...) __attribute__((forma
  * (the one before the first step, step 0, ahead of every train record), then its notes. */
 static void render_records(struct sbuf *b, const struct metrics *m) {
     int j = 0, k = 0;
-    char line[512];
+    char line[768];
     for (int i = 0; i <= m->n_train; i++) {
         const int step = i < m->n_train ? m->train[i].step : 2147483647;
         for (;;) {
@@ -143,7 +154,7 @@ static void render_records(struct sbuf *b, const struct metrics *m) {
             }
         }
         if (i == m->n_train) break;
-        format_train_line(line, sizeof line, &m->train[i]);
+        format_train_line(line, sizeof line, &m->train[i], &m->train_fp8[i]);
         sb_printf(b, "%s", line);
         while (j < m->n_eval && m->eval[j].step == step) {
             format_eval_line(line, sizeof line, &m->eval[j++]);
@@ -184,10 +195,14 @@ int metrics_open(struct metrics *m, const char *dir, const char *run_header_json
     return rc;
 }
 
-int metrics_train(struct metrics *m, const struct train_record *r, struct io_err *e) {
-    push_train(m, r);
-    if (write_train_line(m->log, r) < 0 || fflush(m->log) != 0) return io_fail(e, "%s: write failed", m->log_path);
+int metrics_train_fp8(struct metrics *m, const struct train_record *r, const struct fp8_record *f8, struct io_err *e) {
+    push_train(m, r, f8);
+    if (write_train_line(m->log, r, f8) < 0 || fflush(m->log) != 0) return io_fail(e, "%s: write failed", m->log_path);
     return 0;
+}
+
+int metrics_train(struct metrics *m, const struct train_record *r, struct io_err *e) {
+    return metrics_train_fp8(m, r, NULL, e);
 }
 
 int metrics_eval(struct metrics *m, const struct eval_record *r, struct io_err *e) {
@@ -223,6 +238,7 @@ int metrics_sample(struct metrics *m, int step, int index, const char *prompt, c
 void metrics_close(struct metrics *m) {
     if (m->log != NULL) fclose(m->log);
     free(m->train);
+    free(m->train_fp8);
     free(m->eval);
     for (int i = 0; i < m->n_note; i++) free(m->note[i].line);
     free(m->note);

@@ -3,6 +3,8 @@
  * metrics.jsonl (one JSON object per line, flushed after each):
  *   {"kind":"train","step":12,"loss":2.3456,"lr":0.001,"grad_norm":0.8,"tokens":6144,
  *    "tokens_per_s":1234.5,"mfu":0.12,"mem_GiB":3.2,"elapsed_s":12.3}
+ *   (--precision fp8 adds the step's FP8 statistics, train/engine.h's struct engine_fp8_stats:
+ *    ...,"fp8_scale_min":0.5,"fp8_scale_max":4096,"fp8_saturated":0})
  *   {"kind":"eval","step":20,"val_loss":2.1,"val_ppl":8.17,"val_tokens":4096,"elapsed_s":20.1}
  *   {"kind":"sample","step":20,"index":0,"prompt":"...","completion":"...","tokens":48}
  * The first line is {"kind":"run", "options":{...}, "engine":"...", "device":"..."}. A resumed
@@ -50,12 +52,20 @@ struct note_record {
     char *line;
 };
 
+/* A train record's FP8 statistics (present = 0: none), kept beside it. */
+struct fp8_record {
+    int present;
+    double scale_min, scale_max;
+    long long saturated;
+};
+
 struct metrics {
     FILE *log;
     char log_path[1024];
     char svg_path[1024];
     int n_train, cap_train;
     struct train_record *train;
+    struct fp8_record *train_fp8; /* parallel to train */
     int n_eval, cap_eval;
     struct eval_record *eval;
     int n_note, cap_note;
@@ -67,6 +77,8 @@ struct metrics {
  * is rewritten with the rest before appending continues. */
 int metrics_open(struct metrics *m, const char *dir, const char *run_header_json, int resume_step, struct io_err *e);
 int metrics_train(struct metrics *m, const struct train_record *r, struct io_err *e);
+/* metrics_train with the step's FP8 statistics (NULL: none). */
+int metrics_train_fp8(struct metrics *m, const struct train_record *r, const struct fp8_record *f8, struct io_err *e);
 int metrics_eval(struct metrics *m, const struct eval_record *r, struct io_err *e);
 /* Appends one JSON object (a line without its newline) belonging to `step`, e.g. a resume record. */
 int metrics_note(struct metrics *m, int step, const char *json, struct io_err *e);

@@ -26,7 +26,8 @@ static const char *const k_schedules[] = {"cosine", "linear", "constant", NULL};
 static const char *const k_exports[] = {"adapter", "merged", "gguf", NULL};
 static const char *const k_gguf_types[] = {"f16", "bf16", "q8_0", NULL};
 static const char *const k_scalings[] = {"standard", "rslora", NULL};
-static const char *const k_precisions[] = {"auto", "fp32", "bf16", NULL};
+static const char *const k_precisions[] = {"auto", "fp32", "bf16", "fp8", NULL};
+static const char *const k_base_dtypes[] = {"bf16", "fp8", NULL};
 static const char *const k_data_formats[] = {"auto", "text", "jsonl", NULL};
 
 #define OFF(field) offsetof(struct train_options, field)
@@ -75,7 +76,13 @@ static const struct opt_def k_opts[] = {
     {"optimizer", BOTH, K_ENUM, OFF(optimizer), optimizer_names, 0, 0, "adamw | adamw8bit (bitsandbytes-style 8-bit blockwise states)"},
     {"precision", BOTH, K_ENUM, OFF(precision), k_precisions, 0, 0,
      "arithmetic: auto (fp32 in //ref:train, bf16 in //gpu:train) | fp32 | bf16 (in //ref:train: bf16 weights and "
-     "activations rounded where //gpu:train rounds them)"},
+     "activations rounded where //gpu:train rounds them) | fp8 (bf16, and the block linears' products in FP8: E4M3 "
+     "forward, E5M2 gradients; //gpu:train needs compute capability 8.9 or newer)"},
+    {"fp8-recipe", BOTH, K_ENUM, OFF(fp8_recipe), fp8_recipe_names, 0, 0,
+     "FP8 scaling with --precision fp8 (and an FP8 --base-dtype): delayed (amax history) | current (per tensor) | "
+     "block (1x128 activations and gradients, 128x128 weights)"},
+    {"base-dtype", BOTH, K_ENUM, OFF(base_dtype), k_base_dtypes, 0, 0,
+     "frozen base linears of lora and dora: bf16 | fp8 (E4M3 codes and scales: half the memory)"},
     {"recompute", BOTH, K_ENUM, OFF(recompute), recompute_names, 0, 0, "activation recomputation in backward: none | attn | layer"},
     {"auto-batch", TRAIN, K_FLAG, OFF(auto_batch), NULL, 0, 0, "pick the largest micro-batch the memory plan allows (GPU)"},
     {"eval-every", TRAIN, K_INT, OFF(eval_every), NULL, 0, 1 << 30, "evaluate every N steps (0: only at the end)"},
@@ -161,6 +168,8 @@ void train_options_defaults(struct train_options *o, const char *cache) {
     o->beta2 = 0.999f;
     o->eps = 1e-8f;
     o->optimizer = OPTIMIZER_ADAMW;
+    o->fp8_recipe = FP8_RECIPE_DELAYED; /* Transformer Engine's default recipe */
+    o->base_dtype = BASE_DTYPE_BF16;
     o->recompute = RECOMPUTE_NONE;
     o->eval_every = 10;
     o->eval_batches = 4;
@@ -291,6 +300,10 @@ static int check_combination(const struct train_options *o, enum options_program
     if (o->method == METHOD_FULL && o->dropout > 0.0f)
         return io_fail(e, "--dropout applies to adapters; --method full trains the weights themselves");
     if (o->optimizer == OPTIMIZER_ADAMW8BIT && o->weight_decay < 0) return io_fail(e, "--weight-decay must be ≥ 0");
+    if (o->base_dtype == BASE_DTYPE_FP8 && o->method != METHOD_LORA && o->method != METHOD_DORA)
+        return io_fail(e, "--base-dtype fp8 stores the frozen base of lora and dora; --method %s %s",
+                       train_method_names[o->method],
+                       o->method == METHOD_FULL ? "trains the base itself" : "stores its base in NF4");
     if (prog != PROGRAM_TRAIN) return 0;
     if (o->epochs == 0 && o->max_steps == 0)
         return io_fail(e, "set --epochs or --max-steps (both are 0: training would never end)");

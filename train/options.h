@@ -19,6 +19,7 @@
 #include "io/error.h"
 #include "io/family.h"
 #include "ref/adamw.h"
+#include "ref/fp8_linear.h"
 #include "ref/llama.h"
 #include "ref/lora.h"
 
@@ -31,8 +32,12 @@ extern "C" {
 enum lr_schedule { SCHEDULE_COSINE = 0, SCHEDULE_LINEAR, SCHEDULE_CONSTANT };
 enum export_kind { EXPORT_ADAPTER = 0, EXPORT_MERGED, EXPORT_GGUF };
 enum gguf_out_type { GGUF_OUT_F16 = 0, GGUF_OUT_BF16, GGUF_OUT_Q8_0 };
-/* PRECISION_AUTO: the trainer's own arithmetic (fp32 on the CPU, bf16 on the GPU). */
-enum precision { PRECISION_AUTO = 0, PRECISION_FP32, PRECISION_BF16 };
+/* PRECISION_AUTO: the trainer's own arithmetic (fp32 on the CPU, bf16 on the GPU). PRECISION_FP8:
+ * bf16 with the block linears' products in FP8 (NUMERICS.md §6.6). */
+enum precision { PRECISION_AUTO = 0, PRECISION_FP32, PRECISION_BF16, PRECISION_FP8 };
+/* --base-dtype: how the adapter methods store their frozen base linears (bf16, or FP8 E4M3 codes
+ * with the frozen weights' scales of --fp8-recipe). */
+enum base_dtype { BASE_DTYPE_BF16 = 0, BASE_DTYPE_FP8 };
 /* --data-format: every file's format, or AUTO: decided by content (train/data.h). */
 enum data_format { DATA_FORMAT_AUTO = 0, DATA_FORMAT_TEXT, DATA_FORMAT_JSONL };
 
@@ -75,6 +80,8 @@ struct train_options {
     float beta1, beta2, eps;
     enum optimizer_kind optimizer;
     enum precision precision;
+    enum fp8_recipe fp8_recipe; /* ref/fp8_linear.h: delayed | current | block */
+    enum base_dtype base_dtype;
     enum recompute_policy recompute;
     int auto_batch;
     int eval_every; /* steps; 0: only at the end */

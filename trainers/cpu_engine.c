@@ -38,6 +38,21 @@
  *       copies are refreshed (refresh_compute) after every optimizer step and whenever a
  *       checkpoint writes a parameter (resume), so the next forward sees round(master).
  *     The compute copies cost one more copy of the trainable parameters (bf16 mode only).
+ *   fp8         bf16 as above, and the block linears' products in FP8 (ref/llama.h "FP8 block
+ *               linears", NUMERICS.md §6.6), the same-precision twin of //gpu:train --precision fp8:
+ *     - frozen base linears are quantized once after the bf16 rounding with the recipe's frozen
+ *       rule, and become W_eff = dequant(quant(W)) (what DoRA's row norm, the merged export and the
+ *       FP8 products all read); trained weights (full) are quantized from their compute copies
+ *       after every optimizer step (and before the first micro-batch, and after a resume);
+ *     - the state (ref_llama_fp8_alloc): delayed scaling's amax histories and scales are the
+ *       engine tensors "fp8.amax_history" (3·L·7, 1024) and "fp8.scale" (3·L·7), role
+ *       ROLE_STATE, so a resumed run continues bitwise; evaluation records nothing;
+ *     - optimizer_step: a non-finite value met by a quantization (its flags) fails the step as a
+ *       non-finite gradient does, naming the tensor, with nothing updated; else the update, the
+ *       step's statistics for the metrics (fp8_stats), the delayed scales' update, the trained
+ *       weights' quantization.
+ * --base-dtype fp8 under --precision fp32 or bf16: the frozen base linears are W_eff =
+ * dequant(quant(W)) (the recipe's frozen rule), the FP8-stored base computed in that precision.
  * A full fine-tune of a 4-bit checkpoint is refused (its base cannot train).
  * --optimizer adamw8bit: bitsandbytes' 8-bit blockwise AdamW (ref/adamw8bit.h, the CUDA kernel's
  * order), its state checkpointed as uint8 codes and block absmax.
@@ -59,6 +74,7 @@
 #include "ref/bf16.h"
 #include "ref/cross_entropy.h"
 #include "ref/dora.h"
+#include "ref/fp8_linear.h"
 #include "ref/llama.h"
 #include "ref/nf4.h"
 #include "ref/lora.h"
@@ -95,7 +111,11 @@ struct ref_engine {
     struct llama_model model;
     struct llama_weights w, gw;  /* w: base weights (full: the fp32 masters); gw: full's gradients */
     struct llama_adapters a, ga; /* a: adapter masters; ga: adapter gradients */
-    int bf16;                    /* --precision bf16 */
+    int bf16;                    /* --precision bf16 or fp8: bf16 activations, compute copies */
+    int fp8_on;                  /* --precision fp8 */
+    struct llama_fp8 fp8;        /* its state (model.fp8 points here) */
+    int fp8_stale;               /* full: the trained weights' FP8 copies need quantizing */
+    struct engine_fp8_stats fp8_last; /* the last optimizer step's statistics */
     struct llama_weights w16;    /* bf16 full fine-tuning: the compute copy of w */
     struct llama_adapters a16;   /* bf16 LoRA/DoRA: compute copies of A and B (mag: a's own) */
     const struct llama_weights *cw;  /* what the model computes with: &w or &w16 */
@@ -112,6 +132,7 @@ struct ref_engine {
     struct llama_tensor *all; /* every tensor (base and adapters) for base_weight_read */
     int n_all;
     int B, T;
+    char name[96];
 };
 
 static void *xcalloc(size_t n, size_t size) {
@@ -128,6 +149,14 @@ static const char *strip_peft_prefix(const char *name) {
     return strncmp(name, prefix, sizeof prefix - 1) == 0 ? name + sizeof prefix - 1 : name;
 }
 
+/* Full fine-tuning under fp8: the trained weights' FP8 copies from their compute copies, when a
+ * creation or a resume left them stale (recording their amaxes, not counting statistics). */
+static void fp8_refresh_weights(struct ref_engine *r) {
+    if (!r->fp8_on || !r->fp8_stale) return;
+    ref_llama_fp8_quantize_weights(&r->fp8, &r->cfg, r->cw, FP8_RECORD);
+    r->fp8_stale = 0;
+}
+
 static int eng_micro_step(void *self, const int32_t *tokens, const int32_t *labels, int B, int T, float grad_scale,
                           uint64_t micro_index, struct io_err *e) {
     (void)micro_index; /* no dropout in the reference engine */
@@ -139,6 +168,7 @@ static int eng_micro_step(void *self, const int32_t *tokens, const int32_t *labe
      * micro-batch mean, so Σ NLL = loss·valid and the gradient of the step's mean is
      * (grad_scale·valid) × the gradient of the micro-batch mean. */
     struct llama_batch b = {B, T, tokens, labels, NULL, valid};
+    fp8_refresh_weights(r);
     r->nll_sum += ref_llama_forward(&r->model, r->cw, r->ca, &b, r->slab, NULL) * (double)valid;
     /* gradients with respect to the tensors the forward used (bf16: the compute copies) */
     const int full = r->lopt.mode == LLAMA_FULL;
@@ -155,7 +185,10 @@ static int eng_eval(void *self, const int32_t *tokens, const int32_t *labels, in
     *nll_sum = 0.0;
     if (valid == 0) return 0;
     struct llama_batch b = {B, T, tokens, labels, NULL, valid};
+    fp8_refresh_weights(r);
+    if (r->fp8_on) r->fp8.recording = FP8_DISCARD; /* evaluation never changes the FP8 state */
     *nll_sum = ref_llama_forward(&r->model, r->cw, r->ca, &b, r->slab, NULL) * (double)valid;
+    if (r->fp8_on) r->fp8.recording = FP8_RECORD;
     return 0;
 }
 
@@ -177,6 +210,14 @@ static int eng_optimizer_step(void *self, const struct optim_step *h, double *nl
     if (!isfinite(*nll_sum)) {
         zero_grads(r);
         return 0;
+    }
+    const int flagged = r->fp8_on ? ref_llama_fp8_first_flagged(&r->fp8) : -1;
+    if (flagged >= 0) { /* a non-finite value met by a quantization: as a non-finite gradient */
+        char what[160];
+        llama_fp8_row_describe(what, sizeof what, r->cfg.L, flagged);
+        zero_grads(r);
+        return io_fail(e, "FP8: %s held a non-finite value (flags %#x); nothing was updated", what,
+                       r->fp8.flags[flagged]);
     }
     const float total = ref_grad_total_norm((const float *const *)r->grads, r->numels, r->n_params);
     *grad_norm = total;
@@ -206,9 +247,21 @@ static int eng_optimizer_step(void *self, const struct optim_step *h, double *nl
             }
             refresh_compute(p);
         }
+        if (r->fp8_on) {
+            float lo, hi;
+            ref_llama_fp8_scale_range(&r->fp8, r->lopt.mode, &lo, &hi);
+            r->fp8_last = (struct engine_fp8_stats){lo, hi, (long long)r->fp8.saturated};
+            ref_llama_fp8_step_end(&r->fp8);
+            if (r->lopt.mode == LLAMA_FULL) ref_llama_fp8_quantize_weights(&r->fp8, &r->cfg, r->cw, FP8_RECORD);
+        }
     }
     zero_grads(r);
     return rc;
+}
+
+static int eng_fp8_stats(void *self, struct engine_fp8_stats *s) {
+    *s = ((struct ref_engine *)self)->fp8_last;
+    return 0;
 }
 
 static int eng_n_tensors(void *self) { return ((struct ref_engine *)self)->n_slots; }
@@ -227,9 +280,11 @@ static int eng_tensor_read(void *self, int i, void *host, struct io_err *e) {
 
 static int eng_tensor_write(void *self, int i, const void *host, struct io_err *e) {
     (void)e;
-    const struct slot *sl = &((struct ref_engine *)self)->slots[i];
+    struct ref_engine *r = self;
+    const struct slot *sl = &r->slots[i];
     memcpy(sl->ptr, host, sl->bytes);
     if (sl->param) refresh_compute(sl->param); /* a resumed master: the next forward sees it */
+    if (sl->param && r->fp8_on && r->lopt.mode == LLAMA_FULL) r->fp8_stale = 1; /* and its FP8 copy */
     return 0;
 }
 
@@ -257,7 +312,7 @@ static void add_slot(struct ref_engine *r, struct param *p, const char *suffix, 
  * 8-bit state (codes state1/state2 and their block absmax, as bitsandbytes names them; fp32
  * moments for tensors below its 8-bit threshold). */
 static void build_slots(struct ref_engine *r) {
-    r->slots = xcalloc((size_t)r->n_params * 5, sizeof *r->slots);
+    r->slots = xcalloc((size_t)r->n_params * 5 + 2, sizeof *r->slots);
     r->grads = xcalloc((size_t)r->n_params, sizeof *r->grads);
     r->numels = xcalloc((size_t)r->n_params, sizeof *r->numels);
     for (int i = 0; i < r->n_params; i++) r->grads[i] = r->params[i].grad, r->numels[i] = r->params[i].numel;
@@ -280,6 +335,20 @@ static void build_slots(struct ref_engine *r) {
             add_slot(r, p, ".exp_avg", ROLE_OPTIM, ST_F32, p->numel, p->s8.m);
             add_slot(r, p, ".exp_avg_sq", ROLE_OPTIM, ST_F32, p->numel, p->s8.v);
         }
+    }
+    if (r->fp8_on && r->fp8.recipe == FP8_RECIPE_DELAYED) {
+        /* delayed scaling's state (the current and block recipes keep none between steps) */
+        struct slot *h = &r->slots[r->n_slots++], *sc = &r->slots[r->n_slots++];
+        memset(h, 0, sizeof *h);
+        memset(sc, 0, sizeof *sc);
+        snprintf(h->info.name, sizeof h->info.name, "fp8.amax_history");
+        snprintf(sc->info.name, sizeof sc->info.name, "fp8.scale");
+        h->info.role = sc->info.role = ROLE_STATE;
+        h->info.dtype = sc->info.dtype = ST_F32;
+        h->info.ndim = 2, h->info.shape[0] = r->fp8.n, h->info.shape[1] = r->fp8.history_len;
+        sc->info.ndim = 1, sc->info.shape[0] = r->fp8.n;
+        h->ptr = r->fp8.history, h->bytes = (size_t)r->fp8.n * (size_t)r->fp8.history_len * sizeof(float);
+        sc->ptr = r->fp8.scale, sc->bytes = (size_t)r->fp8.n * sizeof(float);
     }
 }
 
@@ -338,6 +407,7 @@ static void eng_destroy(void *self) {
         ref_llama_adapters_free(&r->ga, &r->cfg);
     }
     ref_llama_weights_free(&r->w, &r->cfg);
+    if (r->fp8_on) ref_llama_fp8_free(&r->fp8);
     ref_llama_free(&r->model);
     free(r);
 }
@@ -397,6 +467,24 @@ static void round_base_weights(struct ref_engine *r) {
     free(list);
 }
 
+/* --base-dtype fp8 outside --precision fp8: every frozen linear becomes dequant(quant(W)) under the
+ * recipe's frozen rule (the FP8-stored base, computed in fp32 or bf16). */
+static void fp8_base_round_trip(struct ref_engine *r, enum fp8_recipe recipe) {
+    const enum fp8_rule rule = fp8_rule_for(recipe, FP8_ROLE_W, FP8_WEIGHT_FROZEN);
+    for (int l = 0; l < r->cfg.L; l++)
+        for (int t = 0; t < LLAMA_N_LINEAR; t++) {
+            int co, ci;
+            llama_linear_shape(&r->cfg, (enum llama_linear)t, &co, &ci);
+            struct fp8_operand q = {xcalloc((size_t)co * (size_t)ci, 1),
+                                    xcalloc((size_t)fp8_operand_scale_count(fp8_rule_scaling(rule), co, ci), sizeof(float)),
+                                    FP8_SCALING_TENSOR, FP8_E4M3, 0, 0};
+            ref_fp8_quantize(&q, NULL, NULL, NULL, r->w.layers[l].w[t], co, ci, FP8_E4M3, rule, 0.0f);
+            ref_fp8_dequantize_operand(r->w.layers[l].w[t], &q);
+            free(q.q);
+            free(q.s_inv);
+        }
+}
+
 int cpu_engine_create(struct train_engine *eng, struct train_options *o, const struct model_source *src,
                       int max_micro_batch, const struct train_comm *comm, struct io_err *e) {
     (void)max_micro_batch; /* --auto-batch plans GPU memory; the CPU trainer takes --micro-batch as given */
@@ -414,7 +502,8 @@ int cpu_engine_create(struct train_engine *eng, struct train_options *o, const s
     r->lopt.R = s.R;
     r->lopt.alpha = s.alpha;
     r->lopt.scaling = s.scaling;
-    r->bf16 = s.precision == COMPUTE_BF16;
+    r->bf16 = s.precision == COMPUTE_BF16 || s.precision == COMPUTE_FP8;
+    r->fp8_on = s.precision == COMPUTE_FP8;
     r->lopt.act = r->bf16 ? ACT_BF16 : ACT_F32;
     r->lopt.recompute = s.recompute;
     r->lopt.linear = LINEAR_BLAS;
@@ -429,6 +518,14 @@ int cpu_engine_create(struct train_engine *eng, struct train_options *o, const s
     /* bf16: frozen weights rounded once (before DoRA's m = ‖W‖_row, taken from what the model
      * holds); trained weights keep their loaded fp32 values as masters and get a compute copy */
     if (r->bf16 && !full) round_base_weights(r);
+    if (r->fp8_on) { /* the FP8 state; frozen linears become W_eff = dequant(quant(W)) */
+        ref_llama_fp8_alloc(&r->fp8, &r->cfg, &r->lopt, r->B * r->T, s.fp8_recipe);
+        r->model.fp8 = &r->fp8;
+        if (!full) ref_llama_fp8_freeze_weights(&r->fp8, &r->cfg, &r->w);
+        r->fp8_stale = full;
+    } else if (s.base == BASE_FP8 && !full) {
+        fp8_base_round_trip(r, s.fp8_recipe);
+    }
     if (full) {
         ref_llama_weights_alloc(&r->gw, &r->cfg);
         if (r->bf16) ref_llama_weights_alloc(&r->w16, &r->cfg);
@@ -482,11 +579,21 @@ int cpu_engine_create(struct train_engine *eng, struct train_options *o, const s
         eng_destroy(r);
         return io_fail(e, "nothing to train: --targets selects no linear layer");
     }
+    const int fp8_bad = r->fp8_on ? ref_llama_fp8_first_flagged(&r->fp8) : -1;
+    if (fp8_bad >= 0) { /* the FP8 cast would clamp an Inf silently */
+        char what[160];
+        llama_fp8_row_describe(what, sizeof what, r->cfg.L, fp8_bad);
+        eng_destroy(r);
+        return io_fail(e, "FP8: %s holds a NaN or an Inf (the model's weights must be finite)", what);
+    }
     build_slots(r);
     r->slab = xcalloc(ref_llama_slab_floats(&r->model), sizeof(float));
 
     memset(eng, 0, sizeof *eng);
-    eng->name = r->bf16 ? "ref (CPU, bf16)" : "ref (CPU, fp32)";
+    snprintf(r->name, sizeof r->name, "ref (CPU, %s%s%s%s)", compute_precision_names[s.precision],
+             r->fp8_on ? " " : "", r->fp8_on ? fp8_recipe_names[s.fp8_recipe] : "",
+             s.base == BASE_FP8 ? ", fp8 base" : "");
+    eng->name = r->name;
     eng->self = r;
     eng->flops_per_token = train_flops_per_token(&r->cfg, r->T, full);
     eng->peak_flops = 0.0;
@@ -499,6 +606,7 @@ int cpu_engine_create(struct train_engine *eng, struct train_options *o, const s
     eng->tensor_read = eng_tensor_read;
     eng->tensor_write = eng_tensor_write;
     eng->base_weight_read = eng_base_weight_read;
+    eng->fp8_stats = r->fp8_on ? eng_fp8_stats : NULL;
     eng->mem_gib = eng_mem_gib;
     eng->destroy = eng_destroy;
     sample_hook_attach(eng, &src->config, &gen_ref_device, full); /* --sample-every */

@@ -20,7 +20,13 @@
  *   - adapter initialization is the CPU trainer's (ref_llama_adapters_init from --seed), so both
  *     trainers start from the same adapters; dropout (LoRA) masks are keyed by the micro-batch
  *     index, so a resumed run draws the same ones.
- * --precision: auto or bf16 (fp32 is //ref:train's).
+ * --precision: auto or bf16 (fp32 is //ref:train's), or fp8: the block linears' products in FP8 on a
+ * GPU of compute capability 8.9 or newer (refused before anything is read or allocated
+ * elsewhere), --fp8-recipe's scaling, the model's FP8 state in the checkpoint (delayed scaling's
+ * histories and scales), the step's FP8 statistics in the metrics, and a NaN or an Inf met by a
+ * quantization failing the step as a non-finite gradient does (nothing updated, the tensor named).
+ * --base-dtype fp8 stores the frozen base as FP8 codes (and recomputes the MLP input in backward:
+ * the memory configuration).
  */
 #include "trainers/gpu_engine.h"
 
@@ -85,6 +91,9 @@ static int eng_optimizer_step(void *self, const struct optim_step *h, double *nl
                               struct io_err *e) {
     struct gpu_engine *g = self;
     const int bad = gpu_llama_optimizer_step(g->m, h, nll_sum, grad_norm);
+    char what[160];
+    if (gpu_llama_fp8_failed(g->m, what, sizeof what))
+        return io_fail(e, "FP8: %s held a non-finite value; nothing was updated", what);
     if (!isfinite(*nll_sum)) return 0; /* nothing updated; the loop reports the loss */
     if (bad >= 0) return io_fail(e, "gradient of %s is not finite", gpu_llama_tensor_info(g->m, bad)->name);
     if (!isfinite(*grad_norm)) return io_fail(e, "the gradient norm is not finite");
@@ -97,7 +106,7 @@ static int eng_tensor_info(void *self, int i, struct engine_tensor *info) {
     const struct gpu_llama_tensor *t = gpu_llama_tensor_info(((struct gpu_engine *)self)->m, i);
     memset(info, 0, sizeof *info);
     snprintf(info->name, sizeof info->name, "%s", t->name);
-    info->role = t->role == 0 ? ROLE_PARAM : ROLE_OPTIM;
+    info->role = t->role == 0 ? ROLE_PARAM : t->role == 1 ? ROLE_OPTIM : ROLE_STATE;
     info->dtype = t->is_u8 ? ST_U8 : ST_F32;
     info->ndim = t->ndim;
     info->shape[0] = t->shape[0];
@@ -121,6 +130,14 @@ static int eng_base_weight_read(void *self, const char *hf_name, float *host, st
     return gpu_llama_base_weight_read(((struct gpu_engine *)self)->m, hf_name, host, e);
 }
 
+static int eng_fp8_stats(void *self, struct engine_fp8_stats *s) {
+    float lo = 0.0f, hi = 0.0f;
+    long long sat = 0;
+    if (gpu_llama_fp8_stats(((struct gpu_engine *)self)->m, &lo, &hi, &sat) != 0) return -1;
+    s->scale_min = lo, s->scale_max = hi, s->saturated = sat;
+    return 0;
+}
+
 static double eng_mem_gib(void *self) {
     return (double)gpu_llama_get_plan(((struct gpu_engine *)self)->m)->total / GIB;
 }
@@ -137,13 +154,18 @@ int gpu_engine_check(const struct train_options *o, struct io_err *e) {
     if (o->precision == PRECISION_FP32)
         return io_fail(e, "--precision fp32: //gpu:train computes in bf16 (fp32 masters); the fp32 trainer is "
                           "//ref:train");
-    return gpu_device_query(NULL, 0, NULL, NULL, e);
+    if (gpu_device_query(NULL, 0, NULL, NULL, e)) return -1;
+    return o->precision == PRECISION_FP8 ? gpu_device_check_fp8(e) : 0;
 }
 
 void gpu_model_options(struct gpu_llama_options *g, const struct model_settings *s) {
     memset(g, 0, sizeof *g);
     g->mode = s->mode;
-    g->base = s->base == BASE_NF4 ? GPU_BASE_NF4 : GPU_BASE_BF16;
+    g->base = s->base == BASE_NF4 ? GPU_BASE_NF4 : s->base == BASE_FP8 ? GPU_BASE_FP8 : GPU_BASE_BF16;
+    g->linears = s->precision == COMPUTE_FP8 ? GPU_LINEAR_FP8 : GPU_LINEAR_BF16;
+    g->fp8_recipe = s->fp8_recipe;
+    /* the FP8-stored base is the memory configuration: the MLP input is recomputed too */
+    g->mlp_input = s->base == BASE_FP8 ? GPU_MLP_INPUT_RECOMPUTED : GPU_MLP_INPUT_SAVED;
     g->targets = s->targets;
     g->R = s->R;
     g->lora_scale = s->lora_scale;
@@ -223,23 +245,29 @@ int gpu_engine_longest_seq(struct train_options *o, const struct model_source *s
 int gpu_largest_fitting_batch(struct gpu_llama_options g, const struct model_config *c, size_t budget, int most) {
     struct gpu_llama_plan p;
     struct io_err e;
+    /* FP8 products take B·T in multiples of 16: the search runs over multiples of `step` */
+    int step = 1;
+    if (g.linears == GPU_LINEAR_FP8)
+        while ((int64_t)step * g.T % 16 != 0) step *= 2;
+    const int kmost = most / step;
+    if (kmost < 1) return 0;
     int lo = 0, hi = 1;
     for (;;) { /* double while it fits */
-        g.B = hi;
+        g.B = hi * step;
         if (gpu_llama_plan_bytes(&p, c, &g, &e) != 0 || p.total > budget) break;
         lo = hi;
-        if (hi >= most) return most;
-        hi = hi * 2 < most ? hi * 2 : most;
+        if (hi >= kmost) return kmost * step;
+        hi = hi * 2 < kmost ? hi * 2 : kmost;
     }
-    while (hi - lo > 1) { /* the largest fitting B lies in [lo, hi) */
+    while (hi - lo > 1) { /* the largest fitting B lies in [lo, hi) steps */
         const int mid = lo + (hi - lo) / 2;
-        g.B = mid;
+        g.B = mid * step;
         if (gpu_llama_plan_bytes(&p, c, &g, &e) == 0 && p.total <= budget)
             lo = mid;
         else
             hi = mid;
     }
-    return lo;
+    return lo * step;
 }
 
 int gpu_engine_create(struct train_engine *eng, struct train_options *o, const struct model_source *src,
@@ -343,7 +371,9 @@ int gpu_engine_create(struct train_engine *eng, struct train_options *o, const s
              "\"fixed\":%.4f,\"total\":%.4f}",
              plan.weights / GIB, plan.params / GIB, plan.grads / GIB, plan.optim / GIB, plan.acts / GIB,
              plan.scratch / GIB, plan.fixed / GIB, plan.total / GIB);
-    snprintf(ge->name, sizeof ge->name, "gpu (%s, bf16)", device);
+    snprintf(ge->name, sizeof ge->name, "gpu (%s, %s%s%s%s)", device, compute_precision_names[set.precision],
+             set.precision == COMPUTE_FP8 ? " " : "", set.precision == COMPUTE_FP8 ? fp8_recipe_names[set.fp8_recipe] : "",
+             set.base == BASE_FP8 ? ", fp8 base" : "");
     memset(eng, 0, sizeof *eng);
     eng->name = ge->name;
     eng->self = ge;
@@ -359,6 +389,7 @@ int gpu_engine_create(struct train_engine *eng, struct train_options *o, const s
     eng->tensor_read = eng_tensor_read;
     eng->tensor_write = eng_tensor_write;
     eng->base_weight_read = eng_base_weight_read;
+    eng->fp8_stats = set.precision == COMPUTE_FP8 ? eng_fp8_stats : NULL;
     eng->mem_gib = eng_mem_gib;
     eng->destroy = eng_destroy;
     sample_hook_attach(eng, &src->config, &gen_gpu_device, g.mode == LLAMA_FULL); /* --sample-every */

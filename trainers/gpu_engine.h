@@ -42,7 +42,7 @@ int gpu_longest_fitting_seq(struct gpu_llama_options g, const struct model_confi
 /* --seq auto: sets o->seq to the longest sequence that fits (said on stdout), or -1 with a message. */
 int gpu_engine_longest_seq(struct train_options *o, const struct model_source *src, struct io_err *e);
 /* The largest micro-batch up to `most` whose plan fits in `budget` bytes (0 when not even one
- * does). */
+ * does); with FP8 linears, a multiple of what makes micro-batch × sequence a multiple of 16. */
 int gpu_largest_fitting_batch(struct gpu_llama_options g, const struct model_config *c, size_t budget, int most);
 
 #ifdef __cplusplus

@@ -3,12 +3,16 @@
 
 #include <string.h>
 
+const char *const compute_precision_names[3] = {"fp32", "bf16", "fp8"};
+
 void model_settings_from_options(struct model_settings *s, const struct train_options *o,
                                  enum compute_precision auto_precision) {
     memset(s, 0, sizeof *s);
     s->method = o->method;
     s->mode = llama_method_mode(o->method);
-    s->base = llama_method_nf4(o->method) ? BASE_NF4 : BASE_NATIVE;
+    s->base = llama_method_nf4(o->method)           ? BASE_NF4
+              : o->base_dtype == BASE_DTYPE_FP8 ? BASE_FP8
+                                                : BASE_NATIVE;
     s->targets = o->targets;
     s->R = o->rank;
     s->alpha = o->alpha;
@@ -20,7 +24,9 @@ void model_settings_from_options(struct model_settings *s, const struct train_op
     s->optimizer = o->optimizer;
     s->precision = o->precision == PRECISION_FP32   ? COMPUTE_FP32
                    : o->precision == PRECISION_BF16 ? COMPUTE_BF16
+                   : o->precision == PRECISION_FP8  ? COMPUTE_FP8
                                                     : auto_precision;
+    s->fp8_recipe = o->fp8_recipe;
     s->B = o->micro_batch;
     s->T = o->seq;
     s->timing = o->profile ? TIMING_OPS : TIMING_OFF;

@@ -14,6 +14,7 @@
 
 #include "io/error.h"
 #include "ref/adamw.h"
+#include "ref/fp8_linear.h"
 #include "ref/llama.h"
 #include "ref/lora.h"
 #include "train/options.h"
@@ -22,12 +23,16 @@
 extern "C" {
 #endif
 
-/* The frozen base linears: the checkpoint's values (fp32 on the CPU, bf16 on the GPU), or NF4 as
- * bitsandbytes stores them (a 4-bit checkpoint's own codes, or quantized at load). */
-enum base_format { BASE_NATIVE = 0, BASE_NF4 };
+/* The frozen base linears: the checkpoint's values (fp32 on the CPU, bf16 on the GPU), NF4 as
+ * bitsandbytes stores them (a 4-bit checkpoint's own codes, or quantized at load), or FP8 E4M3
+ * codes with the frozen weights' scales of the FP8 recipe (--base-dtype fp8; ref/fp8_linear.h). */
+enum base_format { BASE_NATIVE = 0, BASE_NF4, BASE_FP8 };
 
-/* The arithmetic of a run: --precision with auto resolved for the trainer. */
-enum compute_precision { COMPUTE_FP32 = 0, COMPUTE_BF16 };
+/* The arithmetic of a run: --precision with auto resolved for the trainer. COMPUTE_FP8 is bf16
+ * with the block linears' products in FP8 (NUMERICS.md §6.6). */
+enum compute_precision { COMPUTE_FP32 = 0, COMPUTE_BF16, COMPUTE_FP8 };
+/* "fp32", "bf16", "fp8" (index = enum value), for engine names and reports. */
+extern const char *const compute_precision_names[3];
 
 /* What a run records about itself besides its results: CUDA-event timing of every op category
  * (//gpu:bench --profile), NVTX ranges for Nsight Systems (--nvtx); and whether LoRA adapters that
@@ -52,6 +57,7 @@ struct model_settings {
     enum recompute_policy recompute;
     enum optimizer_kind optimizer;
     enum compute_precision precision;
+    enum fp8_recipe fp8_recipe; /* the FP8 scaling (COMPUTE_FP8 and an FP8 base) */
     int B, T;             /* micro-batch and sequence length */
     enum op_timing timing;
     enum trace_ranges trace;

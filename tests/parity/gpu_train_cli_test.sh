@@ -3,7 +3,8 @@
 #   - it takes exactly //ref:train's flags (one table, train/options.c) — same --help flag list;
 #   - --precision fp32 is refused with one message pointing to //ref:train (exit status 1);
 #   - on a machine without a CUDA device it says so, points to //ref:train, and exits 1 before
-#     reading the model or the data (skipped where a device answers nvidia-smi);
+#     reading the model or the data, --precision fp8 included (and //gpu:bench --precision fp8)
+#     (skipped where a device answers nvidia-smi);
 #   - //gpu:bench reads the same flag table: every flag it lists that the trainers take has the
 #     trainers' default, --micro-batch and its alias --batch are there, the trainers' data and
 #     output flags are refused by name (exit status 1), and its own flags are refused by the
@@ -42,6 +43,14 @@ else
     check "no CUDA device: exit status $rc (1), says so and points to //ref:train, before reading the model" \
         test $rc -eq 1 -a "$(grep -c '^refine: no CUDA device.*//ref:train' "$tmp/nodev.log")" -eq 1 \
         -a "$(grep -c missing-model "$tmp/nodev.log")" -eq 0
+    "$gpu" --precision fp8 --model "$tmp/missing-model" >"$tmp/nodev8.log" 2>&1
+    rc=$?
+    check "--precision fp8, no CUDA device: exit status $rc (1), one message, before reading the model" \
+        test $rc -eq 1 -a "$(grep -c '^refine: no CUDA device' "$tmp/nodev8.log")" -eq 1 -a "$(wc -l <"$tmp/nodev8.log")" -eq 1
+    "$bench" --precision fp8 --model llama-3.2-1b >"$tmp/bench8.log" 2>&1
+    rc=$?
+    check "//gpu:bench --precision fp8, no CUDA device: exit status $rc (1), one message" \
+        test $rc -eq 1 -a "$(grep -c '^refine: no CUDA device' "$tmp/bench8.log")" -eq 1
 fi
 # //gpu:bench: one flag table with the trainers
 "$bench" --help >"$tmp/bench.help"
@@ -53,8 +62,8 @@ defaults "$tmp/bench.help" | sort >"$tmp/bench.defaults"
 shared=$(join "$tmp/ref.defaults" "$tmp/bench.defaults" | wc -l)
 check "//gpu:bench: its $shared flags shared with the trainers have the trainers' defaults" \
     test "$shared" -ge 15 -a "$(join -v 2 "$tmp/ref.defaults" "$tmp/bench.defaults" | grep -cvE '^--(batch|steps|warmup-steps|profile|ungrouped|max-seq) ')" -eq 0
-check "//gpu:bench takes --micro-batch, --batch, --seq, --method, --rank, --recompute, --optimizer" \
-    test "$(flag_lines "$tmp/bench.help" | grep -cxE -- '--(micro-batch|batch|seq|method|rank|recompute|optimizer)')" -eq 7
+check "//gpu:bench takes --micro-batch, --batch, --seq, --method, --rank, --recompute, --optimizer, --precision, --fp8-recipe, --base-dtype" \
+    test "$(flag_lines "$tmp/bench.help" | grep -cxE -- '--(micro-batch|batch|seq|method|rank|recompute|optimizer|precision|fp8-recipe|base-dtype)')" -eq 10
 "$bench" --data x.txt >"$tmp/bench_data.log" 2>&1
 rc=$?
 check "//gpu:bench --data: exit status $rc (1), refused by name" \

@@ -10,6 +10,12 @@
  *     and LAYER keeps the L + 1 layer inputs plus one layer's set;
  *   - the shapes PERFORMANCE.md targets plan as they should: Llama-3.2-1B LoRA 16×512 well under
  *     HF + PEFT's 34 GiB, Llama-3.1-8B LoRA 16×512 inside an 80 GB card;
+ *   - FP8 (--precision fp8, --base-dtype fp8; gpu/llama.h "Storage"): an FP8-stored base takes 1 byte
+ *     per linear weight plus one layer's transposed codes (where bf16 takes 2), a bf16 base under FP8
+ *     products keeps its bf16 values and both FP8 copies (4), full fine-tuning's FP8 copies add 2
+ *     bytes per linear weight to the parameters; the FP8-stored base recomputes the MLP input (its
+ *     activations lose L·B·T·F·2 bytes); and Llama-3.1-8B LoRA 16×512 with an FP8 base plans under
+ *     40 GiB;
  *   - options the kernels cannot run are refused with a message, not a crash.
  * Alignment (256 B per buffer) is the only slack: bounds allow it explicitly.
  */
@@ -19,6 +25,7 @@
 
 #include "gpu/llama.h"
 #include "io/config.h"
+#include "trainers/gpu_engine.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
@@ -135,6 +142,47 @@ int main(void) {
     in_range("Llama-3.1-8B LoRA 16x512 plan (GiB): inside an 80 GB card", g8, 20.0, 74.0);
     printf("plans: 1B LoRA 16x512 %.2f GiB, 8B LoRA 16x512 %.2f GiB\n", g1, g8);
 
+    /* FP8: the base's storage, the MLP input, the 8B LoRA target */
+    struct gpu_llama_options o8 = opts(LLAMA_LORA, 16, 512), ob8 = o8, of8 = o8;
+    o8.linears = ob8.linears = of8.linears = GPU_LINEAR_FP8;
+    ob8.base = GPU_BASE_FP8;
+    ob8.mlp_input = GPU_MLP_INPUT_RECOMPUTED;
+    for (int r = 0; r < FP8_RECIPE_COUNT; r++) {
+        o8.fp8_recipe = ob8.fp8_recipe = (enum fp8_recipe)r;
+        const struct gpu_llama_plan p8 = plan_of(&c8, &o8), pb8 = plan_of(&c8, &ob8), pbf = plan_of(&c8, &t8);
+        const double nl8 = n_linear_params(&c8), rest8 = 2.0 * (n_params(&c8) - nl8), layer8 = nl8 / c8.L;
+        const double blk = r == FP8_RECIPE_BLOCK ? 2.0 * 4 * (nl8 / (128.0 * 128.0)) * 1.1 + 4096.0 * c8.L * 7 : 0;
+        char what[160];
+        snprintf(what, sizeof what, "8B lora fp8 (%s), FP8-stored base: weights = 1 B per linear weight + bf16 rest + one layer's codes",
+                 fp8_recipe_names[r]);
+        in_range(what, (double)pb8.weights, nl8 + rest8 + layer8, nl8 + rest8 + layer8 + blk + slack);
+        snprintf(what, sizeof what, "8B lora fp8 (%s), bf16 base: weights = 4 B per linear weight + bf16 rest", fp8_recipe_names[r]);
+        in_range(what, (double)p8.weights, 4 * nl8 + rest8, 4 * nl8 + rest8 + blk + slack);
+        snprintf(what, sizeof what, "8B lora fp8 (%s), FP8-stored base: the MLP input is not saved", fp8_recipe_names[r]);
+        const double mlp = (double)c8.L * 16 * 512 * c8.F * 2;
+        in_range(what, (double)pbf.acts - (double)pb8.acts, mlp - slack, mlp + slack);
+        snprintf(what, sizeof what, "Llama-3.1-8B LoRA 16x512 --precision fp8 --fp8-recipe %s --base-dtype fp8 (GiB): under 40",
+                 fp8_recipe_names[r]);
+        in_range(what, pb8.total / GIB, 20.0, 40.0);
+        printf("plans: 8B LoRA 16x512 fp8 %s: bf16 base %.2f GiB, fp8 base %.2f GiB\n", fp8_recipe_names[r], p8.total / GIB,
+               pb8.total / GIB);
+    }
+    { /* --auto-batch under FP8: micro-batch × sequence stays a multiple of 16 (T = 100: B in 4s) */
+        struct gpu_llama_options a8 = opts(LLAMA_LORA, 1, 100), ab = a8;
+        a8.linears = GPU_LINEAR_FP8;
+        const int b8 = gpu_largest_fitting_batch(a8, &cs, (size_t)1 << 40, 37),
+                  bb = gpu_largest_fitting_batch(ab, &cs, (size_t)1 << 40, 37);
+        expect(b8 == 36 && bb == 37, "auto-batch with T = 100 and at most 37: 36 under FP8 (B·T a multiple of 16), 37 in bf16",
+               b8 * 100.0 + bb, 3637, 3637);
+    }
+    if (gpu_device_query(NULL, 0, NULL, NULL, &e) == 0) { /* CUB's workspace: see above */
+        struct gpu_llama_options ofb = opts(LLAMA_FULL, 2, 128), ofp = ofb;
+        ofp.linears = GPU_LINEAR_FP8;
+        const double nls = n_linear_params(&cs);
+        in_range("full fp8: the linears' FP8 copies add 2 bytes per linear weight to the parameters",
+                 (double)plan_of(&cs, &ofp).params - (double)plan_of(&cs, &ofb).params, 2 * nls, 2 * nls + slack);
+    }
+
     /* long sequences: nothing grows as T² or T·V — Llama-3.1-8B QLoRA, batch 1, layer recomputation:
      * the plan at 2T less the plan at T equals the plan at T less the plan at T/2 (every
      * T-dependent buffer linear), and the fixed part (weights, parameters, optimizer) is the same */
@@ -164,11 +212,17 @@ int main(void) {
     onf.base = GPU_BASE_NF4;
     struct gpu_llama_options none = opts(LLAMA_LORA, 2, 128);
     none.targets = 0;
+    struct gpu_llama_options odd = opts(LLAMA_LORA, 3, 7); /* 21 tokens: not a multiple of 16 */
+    odd.linears = GPU_LINEAR_FP8;
+    struct gpu_llama_options f8full = opts(LLAMA_FULL, 2, 128);
+    f8full.base = GPU_BASE_FP8;
     const struct {
         const struct model_config *c;
         const struct gpu_llama_options *o;
         const char *want;
-    } refused[] = {{&bad, &ol, "head_dim"}, {&c1, &od, "dropout"}, {&c1, &onf, "NF4"}, {&c1, &none, "targets"}};
+    } refused[] = {{&bad, &ol, "head_dim"},           {&c1, &od, "dropout"},   {&c1, &onf, "NF4"},
+                   {&c1, &none, "targets"},           {&c1, &odd, "multiples of 16"},
+                   {&c1, &f8full, "FP8-stored base"}};
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         memset(&e, 0, sizeof e);
         const int rc = gpu_llama_plan_bytes(&p, refused[i].c, refused[i].o, &e);

@@ -9,6 +9,11 @@
  *     absmax, dequantized (ref/nf4's nf4_dequantize_bnb) and rounded to bf16;
  *   - NF4 base (QLoRA) of a plain checkpoint, quantized at load as bitsandbytes does: ref/nf4's
  *     quantization (NF4_CUDA, blocksize 64, double quantization) dequantized and rounded to bf16.
+ * And under FP8 (every frozen linear W_eff = dequant(quant(W)) under the recipe's frozen rule, what
+ * the CPU trainer's --precision fp8 and its --base-dtype fp8 compute with; power-of-two scales
+ * make W_eff a bf16 value, so the comparison stays exact): a bf16 base with FP8 products
+ * (per-tensor and block recipes), an FP8-stored base under bf16 products (dequantized on the
+ * device) and under FP8 products (read back through the host), an NF4 base with FP8 products.
  * Then one forward pass on random tokens must give a finite loss near ln V (an untrained model),
  * and the trainable tensors of a LoRA model must read back what was written.
  *
@@ -23,12 +28,14 @@
 #include "io/model_files.h"
 #include "io/model_source.h"
 #include "ref/bf16.h"
+#include "ref/fp8_linear.h"
 #include "ref/nf4.h"
 #include "tests/common/harness.h"
 
 /* What --precision bf16 computes with for linear (kind, layer): into out (n floats). */
-static int expected_linear(float *out, const struct model_source *src, enum model_weight kind, int layer, int64_t n,
-                           int quantize_here, struct io_err *e) {
+static int expected_linear(float *out, const struct model_source *src, enum model_weight kind, int layer, int co,
+                           int ci, int quantize_here, int fp8, enum fp8_recipe recipe, struct io_err *e) {
+    const int64_t n = (int64_t)co * ci;
     const struct bnb4_weight *bnb = model_source_bnb(src, kind, layer);
     if (bnb) {
         if (nf4_dequantize_bnb(out, bnb, n, ACT_F32, e)) return -1;
@@ -44,10 +51,19 @@ static int expected_linear(float *out, const struct model_source *src, enum mode
         }
     }
     bf16_round_array(out, out, n);
+    if (fp8) { /* the frozen rule's round trip (cpu_engine.c, ref_llama_fp8_freeze_weights) */
+        const enum fp8_rule rule = fp8_rule_for(recipe, FP8_ROLE_W, FP8_WEIGHT_FROZEN);
+        struct fp8_operand q = {malloc((size_t)n), malloc(sizeof(float) * (size_t)fp8_operand_scale_count(fp8_rule_scaling(rule), co, ci)),
+                                FP8_SCALING_TENSOR, FP8_E4M3, 0, 0};
+        ref_fp8_quantize(&q, NULL, NULL, NULL, out, co, ci, FP8_E4M3, rule, 0.0f);
+        ref_fp8_dequantize_operand(out, &q);
+        free(q.q), free(q.s_inv);
+    }
     return 0;
 }
 
-static void check_model(const char *dir, enum gpu_base_storage base, const char *what) {
+static void check_model(const char *dir, enum gpu_base_storage base, enum gpu_linear_precision linears,
+                        enum fp8_recipe recipe, const char *what) {
     struct io_err e = {{0}};
     struct model_source src;
     if (model_source_open(&src, dir, &e)) {
@@ -65,6 +81,8 @@ static void check_model(const char *dir, enum gpu_base_storage base, const char 
     o.nested_nf4 = model_source_is_bnb(&src, MW_Q, 0) ? c->quant.double_quant : 1;
     o.B = 2;
     o.T = 16;
+    o.linears = linears;
+    o.fp8_recipe = recipe;
     struct gpu_llama *m = build_gpu_llama(c, &o, &e);
     EXPECT(m != NULL, "%s: build: %s", what, e.msg);
     if (!m) return;
@@ -81,7 +99,8 @@ static void check_model(const char *dir, enum gpu_base_storage base, const char 
             llama_linear_shape(c, (enum llama_linear)t, &co, &ci);
             const int64_t n = (int64_t)co * ci;
             model_weight_name(name, sizeof name, llama_linears[t].weight, l);
-            if (expected_linear(want, &src, llama_linears[t].weight, l, n, base == GPU_BASE_NF4, &e) ||
+            if (expected_linear(want, &src, llama_linears[t].weight, l, co, ci, base == GPU_BASE_NF4,
+                                linears == GPU_LINEAR_FP8 || base == GPU_BASE_FP8, recipe, &e) ||
                 gpu_llama_base_weight_read(m, name, got, &e)) {
                 EXPECT(0, "%s: %s: %s", what, name, e.msg);
                 continue;
@@ -128,9 +147,17 @@ static void check_model(const char *dir, enum gpu_base_storage base, const char 
 }
 
 int main(void) {
-    check_model("tests/golden/data/e2e/llama", GPU_BASE_BF16, "fp32 checkpoint, bf16 base");
-    check_model("tests/unit/testdata/models/llama_bnb_nf4", GPU_BASE_NF4, "bitsandbytes 4-bit checkpoint, NF4 base");
-    check_model("tests/golden/data/e2e/llama", GPU_BASE_NF4, "fp32 checkpoint quantized at load");
-    check_model("tests/unit/testdata/models/qwen2_f16", GPU_BASE_NF4, "Qwen2 f16 checkpoint quantized at load");
+    const enum gpu_linear_precision B16 = GPU_LINEAR_BF16, F8 = GPU_LINEAR_FP8;
+    const enum fp8_recipe D = FP8_RECIPE_DELAYED, K = FP8_RECIPE_BLOCK;
+    check_model("tests/golden/data/e2e/llama", GPU_BASE_BF16, B16, D, "fp32 checkpoint, bf16 base");
+    check_model("tests/unit/testdata/models/llama_bnb_nf4", GPU_BASE_NF4, B16, D, "bitsandbytes 4-bit checkpoint, NF4 base");
+    check_model("tests/golden/data/e2e/llama", GPU_BASE_NF4, B16, D, "fp32 checkpoint quantized at load");
+    check_model("tests/unit/testdata/models/qwen2_f16", GPU_BASE_NF4, B16, D, "Qwen2 f16 checkpoint quantized at load");
+    check_model("tests/golden/data/e2e/llama", GPU_BASE_BF16, F8, D, "fp8 products (per tensor), bf16 base: W_eff");
+    check_model("tests/golden/data/e2e/llama", GPU_BASE_BF16, F8, K, "fp8 products (block), bf16 base: W_eff");
+    check_model("tests/golden/data/e2e/llama", GPU_BASE_FP8, B16, D, "bf16 products, FP8-stored base (per tensor)");
+    check_model("tests/unit/testdata/models/qwen2_f16", GPU_BASE_FP8, B16, K, "bf16 products, FP8-stored base (block)");
+    check_model("tests/golden/data/e2e/llama", GPU_BASE_FP8, F8, FP8_RECIPE_CURRENT, "fp8 products, FP8-stored base");
+    check_model("tests/unit/testdata/models/qwen2_f16", GPU_BASE_NF4, F8, D, "fp8 products, NF4 base quantized at load");
     return test_finish("llama_weights_parity");
 }

@@ -61,6 +61,8 @@ void run_close(struct run *r);
 
 /* 1 when the tensor is optimizer state (its name ends in one of the suffixes above). */
 int is_optimizer_state(const char *name);
+/* 1 when the tensor is engine state an fp32 oracle does not have ("fp8.*": FP8 scaling). */
+int is_engine_state(const char *name);
 
 struct tolerance_result {
     int pass;

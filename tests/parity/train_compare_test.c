@@ -8,7 +8,8 @@
  *   parameters, 2×); losses 4× off pass and 6× (training) or 50× (validation) fail (5× per run,
  *   pooled); one tensor 20× its own error but within its kind's typical error passes, 7× its budget
  *   fails on that tensor alone; a NaN loss or parameter, a missing, extra or reshaped tensor, or a
- *   different number of steps fails;
+ *   different number of steps fails; FP8 engine state ("fp8.*") held by the same-precision run
+ *   and the candidate but not the oracle passes, missing from the candidate fails;
  *   identical: folders differing only in timing fields, in how training and evaluation records
  *   interleave, or in the "resume" records of a resumed run are identical; one byte of an optimizer tensor, one digit of one loss, a missing
  *   evaluation or tensor, or another LATEST step makes them differ; unreadable folders are one
@@ -233,11 +234,12 @@ static int open_run(struct run *r, const char *name) {
 
 /* Writes the candidate, compares it with the oracle and the same-precision run, and checks the
  * verdict (and, for a failure, that the reported reason names `reason`). */
-static void tolerance_case(const char *name, const struct spec *cand, int expect_pass, const char *reason) {
+static void tolerance_case_with(const char *name, const char *same, const struct spec *cand, int expect_pass,
+                                const char *reason) {
     write_run(run_dir(name), cand);
     struct run o, s, c;
     if (open_run(&o, "oracle") != 0) return;
-    if (open_run(&s, "same") != 0) return;
+    if (open_run(&s, same) != 0) return;
     if (open_run(&c, name) != 0) return;
     struct tolerance_result res;
     const int rc = compare_tolerance(&o, &s, &c, &res);
@@ -251,6 +253,10 @@ static void tolerance_case(const char *name, const struct spec *cand, int expect
     run_close(&o);
     run_close(&s);
     run_close(&c);
+}
+
+static void tolerance_case(const char *name, const struct spec *cand, int expect_pass, const char *reason) {
+    tolerance_case_with(name, "same", cand, expect_pass, reason);
 }
 
 static void identical_case(const char *name, const struct spec *b, int expect_identical, const char *reason) {
@@ -381,6 +387,18 @@ int main(int argc, char **argv) {
     s.n_steps = STEPS - 1;
     s.latest = STEPS - 1;
     tolerance_case("cand_fewer_steps", &s, 0, "training steps differ");
+
+    /* Engine state the oracle cannot have (FP8 scaling, "fp8.*"): held alike by the same-precision
+     * run and the candidate passes; missing from the candidate fails. */
+    s = spec_scaled(1, 1, 1);
+    s.extra = "fp8.scale";
+    write_run(run_dir("same_fp8"), &s);
+    s = spec_scaled(-1.5, -1.5, -1.5);
+    s.extra = "fp8.scale";
+    tolerance_case_with("cand_fp8_state", "same_fp8", &s, 1, NULL);
+    s.extra = NULL;
+    tolerance_case_with("cand_fp8_state_missing", "same_fp8", &s, 0,
+                        "engine state fp8.scale of the same-precision run is missing in the candidate");
 
     /* Identity. */
     s = spec_oracle();

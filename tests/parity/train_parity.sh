@@ -1,27 +1,34 @@
 #!/usr/bin/env bash
 # train_parity.sh — the GPU trainer against the CPU trainer, whole runs (DESIGN.md "Testing"):
 #
-#   train_parity.sh REF_TRAIN GPU_TRAIN TRAIN_COMPARE [--only tiny|smollm2] [--ref-cache DIR] [--cpu-only]
+#   train_parity.sh REF_TRAIN GPU_TRAIN TRAIN_COMPARE [--only tiny|smollm2] [--variants LIST] [--ref-cache DIR]
+#                   [--cpu-only]
 #
 # Run from the repository root: by Bazel (//tests/parity:train_parity, tag "gpu"), or on a GPU
 # host without Bazel with the three binaries copied there. Models: the tiny Llama-3-like and the
 # tiny Qwen2 golden models (tests/golden/data/e2e, byte-level tokenizer; --only tiny) and
 # SmolLM2-135M-Instruct (the GGUF in $REFINE_CACHE or ~/.cache/refine, on the first 3000 lines of
 # its King James Bible; --only smollm2). For each model and each method (lora, dora, qlora,
-# qdora, full), three runs with identical flags:
+# qdora, full), and each precision variant, three runs with identical flags:
 #   REF_TRAIN --precision fp32   the oracle
-#   REF_TRAIN --precision bf16   the naive same-precision run
-#   GPU_TRAIN --precision bf16   the candidate
+#   REF_TRAIN --precision P      the naive same-precision run
+#   GPU_TRAIN --precision P      the candidate
+# The variants (--variants, default all): bf16; fp8-delayed, fp8-current, fp8-block (--precision fp8
+# --fp8-recipe R: the FP8 rows, NUMERICS.md §6.6); bf16-base8 (lora and dora: --precision bf16
+# --base-dtype fp8, whose oracle is --precision fp32 --base-dtype fp8, the same FP8-rounded base).
 # and `train_compare tolerance` (the rules: tests/parity/train_compare.c; per run the losses may be
 # 5× and one tensor 6× as far from the oracle as the same-precision run, the parameters together
 # 2×), and over all runs the geometric mean of their loss ratios must be at most 2 (tier (c)'s
-# 2×, where it is a stable statistic). Besides:
+# 2×, where it is a stable statistic; one suite per family, bf16 and fp8). Besides:
 #   - the oracle trains (its validation loss falls), so that the comparison is of a run that moves;
-#   - determinism (tiny Llama LoRA and DoRA, SmolLM2 LoRA): a second identical GPU run is bitwise
+#   - determinism (tiny Llama LoRA and DoRA, SmolLM2 LoRA, bf16; tiny Llama LoRA and full fine-tuning
+#     fp8-delayed, DoRA fp8-block, SmolLM2 LoRA fp8-current): a second identical GPU run is bitwise
 #     the first (`train_compare identical`); kill and resume: a GPU run with --checkpoint-every 5
 #     is killed (-9) once its LATEST names step-10 or later, rerun with --resume to the end, and
 #     must be bitwise the uninterrupted run (if it finished before the kill, that is said, and the
 #     resume of the finished run must still be identical);
+#   - --base-dtype fp8 under --precision fp8 changes memory, not numbers: bitwise the run with the
+#     bf16 base (tiny Llama LoRA fp8-delayed, DoRA fp8-block, tiny Qwen2 LoRA fp8-current);
 #   - bad input: GPU_TRAIN with a missing --data file exits 1 with one "refine:" message.
 # Settings (flags_of): 20 optimizer steps, warm-up 2, evaluation every 10 steps on 2 batches,
 # rank 8, alpha 16, seed 7. Tiny models: 120 generated lines (as tests/unit/ref_train_test.sh
@@ -41,7 +48,7 @@
 set -uo pipefail
 
 usage() {
-    echo "usage: train_parity.sh REF_TRAIN GPU_TRAIN TRAIN_COMPARE [--only tiny|smollm2] [--ref-cache DIR] [--cpu-only]" >&2
+    echo "usage: train_parity.sh REF_TRAIN GPU_TRAIN TRAIN_COMPARE [--only tiny|smollm2] [--variants LIST] [--ref-cache DIR] [--cpu-only]" >&2
     exit 1
 }
 [ $# -ge 3 ] || usage
@@ -53,11 +60,20 @@ shift 3
 only=""
 ref_cache=""
 cpu_only=0
+variants_wanted="bf16 fp8-delayed fp8-current fp8-block bf16-base8"
 while [ $# -gt 0 ]; do
     case $1 in
     --only)
         case ${2:-} in tiny | smollm2) ;; *) usage ;; esac
         only=$2
+        shift 2
+        ;;
+    --variants)
+        [ $# -ge 2 ] || usage
+        for v in $2; do
+            case $v in bf16 | fp8-delayed | fp8-current | fp8-block | bf16-base8) ;; *) usage ;; esac
+        done
+        variants_wanted=$2
         shift 2
         ;;
     --ref-cache)
@@ -142,6 +158,30 @@ methods=(lora dora qlora qdora full)
 # optimizer (its embedding and MLP weights are large enough for 8-bit states).
 methods_of() { if [ "$1" = tiny-llama ]; then echo "${methods[*]} full-adamw8bit"; else echo "${methods[*]}"; fi; }
 ref_sha=$(sha256sum "$ref" | cut -d' ' -f1)
+# The precision variants of a (model, method): those wanted, bf16-base8 for the methods with a
+# frozen bf16 base (lora, dora) only.
+variants_of() {
+    local v out=""
+    for v in $variants_wanted; do
+        [ "$v" = bf16-base8 ] && [ "$2" != lora ] && [ "$2" != dora ] && continue
+        out="$out $v"
+    done
+    echo "$out"
+}
+# The flags of a run variant (the candidates' and the references', the oracles fp32 and fp32-base8).
+variant_flags() {
+    case $1 in
+    fp32) echo "--precision fp32" ;;
+    fp32-base8) echo "--precision fp32 --base-dtype fp8" ;;
+    bf16) echo "--precision bf16" ;;
+    bf16-base8) echo "--precision bf16 --base-dtype fp8" ;;
+    fp8-*) echo "--precision fp8 --fp8-recipe ${1#fp8-}" ;;
+    esac
+}
+oracle_of() { if [ "$1" = bf16-base8 ]; then echo fp32-base8; else echo fp32; fi; }
+family_of() { case $1 in fp8-*) echo fp8 ;; *) echo bf16 ;; esac; }
+# The run folder of a GPU candidate: the bf16 ones keep their names of before the variants.
+gpu_name() { if [ "$3" = bf16 ]; then echo "$1-$2-gpu"; else echo "$1-$2-gpu-$3"; fi; }
 
 # The flags of a (model, method) run but --model, --data, --out and --precision.
 flags_of() { # model method
@@ -183,14 +223,23 @@ jobs_max=${TRAIN_PARITY_JOBS:-$(($(nproc) / 2))}
 mkdir -p "$tmp/status"
 declare -A oracle same ref_key
 ref_todo=()
+refruns_of() { # the reference runs of a (model, method): its oracles and its same-precision runs
+    local v out="fp32" o
+    for v in $(variants_of "$1" "$2"); do
+        o=$(oracle_of "$v")
+        case " $out " in *" $o "*) ;; *) out="$out $o" ;; esac
+        out="$out $v"
+    done
+    echo "$out"
+}
 for model in "${models[@]}"; do
     for method in $(methods_of "$model"); do
-        for prec in fp32 bf16; do
+        for prec in $(refruns_of "$model" "$method"); do
             name=$model-$method-$prec
             dir=$tmp/runs/$name
-            ref_key[$name]=$(printf 'ref_train %s\nmodel %s\ndata %s\nflags %s --precision %s\n' "$ref_sha" \
+            ref_key[$name]=$(printf 'ref_train %s\nmodel %s\ndata %s\nflags %s %s\n' "$ref_sha" \
                 "${model_hash[$model]}" "$(sha256sum <"${model_data[$model]}" | cut -d' ' -f1)" \
-                "$(flags_of "$model" "$method")" "$prec")
+                "$(flags_of "$model" "$method")" "$(variant_flags "$prec")")
             if [ -n "$ref_cache" ]; then
                 dir=$ref_cache/$name
                 if [ -s "$dir/checkpoint/LATEST" ] && [ "$(cat "$dir/parity_key" 2>/dev/null)" = "${ref_key[$name]}" ]; then
@@ -202,14 +251,15 @@ for model in "${models[@]}"; do
             else
                 ref_todo+=("$model $method $prec $dir")
             fi
-            if [ $prec = fp32 ]; then oracle[$model-$method]=$dir; else same[$model-$method]=$dir; fi
+            case $prec in fp32*) oracle[$model-$method-$prec]=$dir ;; *) same[$model-$method-$prec]=$dir ;; esac
         done
     done
 done
-ref_job() { # model method precision out: the run's exit status and time into the status folder
+ref_job() { # model method run-variant out: the run's exit status and time into the status folder
     local t0 rc
     t0=$(now)
-    run_train "$ref" "$1" "$2" "$4" "$logs/$1-$2-$3.log" --precision "$3"
+    # shellcheck disable=SC2046 # the variant's flags are words
+    run_train "$ref" "$1" "$2" "$4" "$logs/$1-$2-$3.log" $(variant_flags "$3")
     rc=$?
     echo "$rc $(seconds_since "$t0") s" >"$tmp/status/$1-$2-$3"
 }
@@ -221,19 +271,18 @@ done
 wait
 for model in "${models[@]}"; do
     for method in $(methods_of "$model"); do
-        for prec in fp32 bf16; do
+        for prec in $(refruns_of "$model" "$method"); do
             name=$model-$method-$prec
             rc=1 how="no status"
             [ -s "$tmp/status/$name" ] && read -r rc how <"$tmp/status/$name"
-            if [ $prec = fp32 ]; then
-                dir=${oracle[$model-$method]} what="the fp32 oracle run"
-            else
-                dir=${same[$model-$method]} what="the bf16 same-precision run"
-            fi
+            case $prec in
+            fp32*) dir=${oracle[$model-$method-$prec]} what="the $prec oracle run" ;;
+            *) dir=${same[$model-$method-$prec]} what="the $prec same-precision run" ;;
+            esac
             if [ "$rc" -eq 0 ] && [ -n "$ref_cache" ] && [ "$how" != reused ]; then echo "${ref_key[$name]}" >"$dir/parity_key"; fi
             check "$model $method: $what ($how)" "$logs/$name.log" test "$rc" -eq 0
         done
-        v=$(val_losses "${oracle[$model-$method]}" 2>/dev/null | paste -sd' ')
+        v=$(val_losses "${oracle[$model-$method-fp32]}" 2>/dev/null | paste -sd' ')
         check "$model $method: the oracle trains (validation loss: $v)" "" \
             awk -v v="$v" 'BEGIN { n = split(v, a, " "); exit !(n >= 2 && a[n] + 0 < a[1] + 0) }'
     done
@@ -258,11 +307,15 @@ alive() {
 }
 latest_step() { sed -n 's/^step-\([0-9]*\)$/\1/p' "$1/checkpoint/LATEST" 2>/dev/null; }
 
-kill_and_resume() { # model method uninterrupted-run
-    local model=$1 method=$2 base=$3 name=$1-$2-gpu-resume
-    local dir=$tmp/runs/$name log=$logs/$name.log
+kill_and_resume() { # model method uninterrupted-run [variant]
+    local model=$1 method=$2 base=$3 variant=${4:-bf16} name=$1-$2-gpu-resume
+    [ "$variant" != bf16 ] && name=$name-$variant
+    local dir=$tmp/runs/$name log=$logs/$name.log what="$1 $2"
+    [ "$variant" != bf16 ] && what="$what $variant"
+    local -a vf
+    read -ra vf <<<"$(variant_flags "$variant")"
     train_args "$model" "$method" "$dir"
-    "$gpu" "${args[@]}" --precision bf16 --checkpoint-every 5 >"$log" 2>&1 & # $!: the trainer itself
+    "$gpu" "${args[@]}" "${vf[@]}" --checkpoint-every 5 >"$log" 2>&1 & # $!: the trainer itself
     local pid=$! deadline=$((SECONDS + 900)) n="" rc how
     while alive $pid && [ $SECONDS -lt $deadline ]; do
         n=$(latest_step "$dir")
@@ -278,40 +331,63 @@ kill_and_resume() { # model method uninterrupted-run
     0) how="finished before the kill (LATEST step-${n:-none})" ;;
     *) how="exited with status $rc before the kill" ;;
     esac
-    check "$model $method: kill -9 once LATEST >= step-10: $how" "$log" \
+    check "$what: kill -9 once LATEST >= step-10: $how" "$log" \
         test "${n:-0}" -ge 10 -a \( "$rc" -eq 137 -o "$rc" -eq 0 \)
-    run_train "$gpu" "$model" "$method" "$dir" "$logs/$name-2.log" --precision bf16 --checkpoint-every 5 --resume "$dir"
-    check "$model $method: the resumed run exits 0" "$logs/$name-2.log" test $? -eq 0
-    compare "$model $method: kill and resume == uninterrupted" "$logs/$name-compare.log" identical "$base" "$dir"
+    run_train "$gpu" "$model" "$method" "$dir" "$logs/$name-2.log" "${vf[@]}" --checkpoint-every 5 --resume "$dir"
+    check "$what: the resumed run exits 0" "$logs/$name-2.log" test $? -eq 0
+    compare "$what: kill and resume == uninterrupted" "$logs/$name-compare.log" identical "$base" "$dir"
 }
 
-loss_ratios=()
+declare -A loss_ratios # per family, bf16 and fp8: the runs' loss ratios
 if [ $cpu_only -eq 0 ]; then
     for model in "${models[@]}"; do
         for method in $(methods_of "$model"); do
-            name=$model-$method-gpu
-            t0=$(now)
-            run_train "$gpu" "$model" "$method" "$tmp/runs/$name" "$logs/$name.log" --precision bf16
-            check "$model $method: the GPU run exits 0 ($(seconds_since "$t0") s)" "$logs/$name.log" test $? -eq 0
-            compare "$model $method: tolerance" "$logs/$name-compare.log" tolerance --name "$model-$method" \
-                --oracle "${oracle[$model-$method]}" --same "${same[$model-$method]}" --candidate "$tmp/runs/$name"
-            loss_ratios+=("$(sed -n '1s/.* loss_ratio=\([^ ]*\) .*/\1/p' "$logs/$name-compare.log")")
-            case $model-$method in
-            tiny-llama-lora | tiny-llama-dora | smollm2-lora)
-                run_train "$gpu" "$model" "$method" "$tmp/runs/$name-2" "$logs/$name-2.log" --precision bf16
-                check "$model $method: a second GPU run exits 0" "$logs/$name-2.log" test $? -eq 0
-                compare "$model $method: two GPU runs are identical" "$logs/$name-2-compare.log" identical \
-                    "$tmp/runs/$name" "$tmp/runs/$name-2"
-                kill_and_resume "$model" "$method" "$tmp/runs/$name"
-                ;;
-            esac
+            for variant in $(variants_of "$model" "$method"); do
+                name=$(gpu_name "$model" "$method" "$variant")
+                cname=$model-$method what="$model $method"
+                [ "$variant" != bf16 ] && cname=$cname-$variant what="$what $variant"
+                t0=$(now)
+                # shellcheck disable=SC2046 # the variant's flags are words
+                run_train "$gpu" "$model" "$method" "$tmp/runs/$name" "$logs/$name.log" $(variant_flags "$variant")
+                check "$what: the GPU run exits 0 ($(seconds_since "$t0") s)" "$logs/$name.log" test $? -eq 0
+                compare "$what: tolerance" "$logs/$name-compare.log" tolerance --name "$cname" \
+                    --oracle "${oracle[$model-$method-$(oracle_of "$variant")]}" \
+                    --same "${same[$model-$method-$variant]}" --candidate "$tmp/runs/$name"
+                fam=$(family_of "$variant")
+                loss_ratios[$fam]="${loss_ratios[$fam]:-} $(sed -n '1s/.* loss_ratio=\([^ ]*\) .*/\1/p' "$logs/$name-compare.log")"
+                case $model-$method-$variant in
+                tiny-llama-lora-bf16 | tiny-llama-dora-bf16 | smollm2-lora-bf16 | tiny-llama-lora-fp8-delayed | \
+                    tiny-llama-full-fp8-delayed | tiny-llama-dora-fp8-block | smollm2-lora-fp8-current)
+                    # shellcheck disable=SC2046
+                    run_train "$gpu" "$model" "$method" "$tmp/runs/$name-2" "$logs/$name-2.log" $(variant_flags "$variant")
+                    check "$what: a second GPU run exits 0" "$logs/$name-2.log" test $? -eq 0
+                    compare "$what: two GPU runs are identical" "$logs/$name-2-compare.log" identical \
+                        "$tmp/runs/$name" "$tmp/runs/$name-2"
+                    kill_and_resume "$model" "$method" "$tmp/runs/$name" "$variant"
+                    ;;
+                esac
+                case $model-$method-$variant in
+                tiny-llama-lora-fp8-delayed | tiny-llama-dora-fp8-block | tiny-qwen2-lora-fp8-current)
+                    # shellcheck disable=SC2046
+                    run_train "$gpu" "$model" "$method" "$tmp/runs/$name-b8" "$logs/$name-b8.log" \
+                        $(variant_flags "$variant") --base-dtype fp8
+                    check "$what --base-dtype fp8: exits 0" "$logs/$name-b8.log" test $? -eq 0
+                    compare "$what: --base-dtype fp8 == bf16 base, bitwise" "$logs/$name-b8-compare.log" identical \
+                        "$tmp/runs/$name" "$tmp/runs/$name-b8"
+                    ;;
+                esac
+            done
         done
     done
-    # Tier (c)'s 2× on the losses, over the suite: one run's loss ratio scatters (log standard
-    # deviation 0.39, train_compare.c), the geometric mean of n runs' ratios by 0.39/√n.
-    g=$(printf '%s\n' "${loss_ratios[@]}" | awk '$1 + 0 > 0 { s += log($1); n++ } END { if (n) printf "%.3f %d", exp(s / n), n }')
-    check "suite: the geometric mean of the runs' loss ratios, ${g% *} over ${g#* } runs, is at most 2" "" \
-        awk -v g="${g% *}" 'BEGIN { exit !(g != "" && g + 0 <= 2) }'
+    # Tier (c)'s 2× on the losses, over the suite of each family: one run's loss ratio scatters (log
+    # standard deviation 0.39, train_compare.c), the geometric mean of n runs' ratios by 0.39/√n.
+    for fam in bf16 fp8; do
+        [ -n "${loss_ratios[$fam]:-}" ] || continue
+        # shellcheck disable=SC2086 # the ratios are words
+        g=$(printf '%s\n' ${loss_ratios[$fam]} | awk '$1 + 0 > 0 { s += log($1); n++ } END { if (n) printf "%.3f %d", exp(s / n), n }')
+        check "suite $fam: the geometric mean of the runs' loss ratios, ${g% *} over ${g#* } runs, is at most 2" "" \
+            awk -v g="${g% *}" 'BEGIN { exit !(g != "" && g + 0 <= 2) }'
+    done
     # ---- the GPU trainer's own features (no CPU counterpart to compare with) ----------------------
     if [ "$only" != smollm2 ]; then
         # Recomputation re-runs the same kernels on the same inputs: bitwise the run without it.

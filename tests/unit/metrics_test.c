@@ -124,7 +124,9 @@ int main(int argc, char **argv) {
     EXPECT(metrics_eval(&m, &v0, &e) == 0, "eval record: %s", e.msg);
     for (int s = 1; s <= 10; s++) {
         struct train_record r = {s, 3.0 - 0.1 * s, 1e-3, 0.5, 512, 1000.0, 0.0, 0.0, s * 1.0};
-        EXPECT(metrics_train(&m, &r, &e) == 0, "train record: %s", e.msg);
+        /* the odd steps carry FP8 statistics (a resumed log must keep them, byte for byte) */
+        const struct fp8_record f8 = {s % 2, 0.25 * s, 4096.0 + s, 3LL * s};
+        EXPECT(metrics_train_fp8(&m, &r, &f8, &e) == 0, "train record: %s", e.msg);
         if (s % 5 == 0) {
             struct eval_record v = {s, 2.9 - 0.1 * s, 0, 4096, s * 1.0};
             EXPECT(metrics_eval(&m, &v, &e) == 0, "eval record: %s", e.msg);
@@ -138,6 +140,8 @@ int main(int argc, char **argv) {
     EXPECT(read_file_text(&text, NULL, path, 1 << 20, &e) == 0, "read log: %s", e.msg);
     EXPECT(count(text, "\"kind\":\"train\"") == 10 && count(text, "\"kind\":\"eval\"") == 3 && count(text, "\"kind\":\"run\"") == 1,
            "log holds the header, 10 train and 3 eval records");
+    EXPECT(count(text, "\"fp8_scale_min\":") == 5 && strstr(text, "\"fp8_scale_min\":0.75,\"fp8_scale_max\":4099,\"fp8_saturated\":9}") != NULL,
+           "the odd steps' FP8 statistics are logged:\n%s", text);
     char *written = text; /* the order the loop wrote, which a resumed log must keep */
     text = NULL;
     snprintf(path, sizeof path, "%s/loss.svg", dir);
