@@ -91,8 +91,9 @@ int checkpoint_save(const char *out_dir, const struct train_engine *eng, const s
     char *json = malloc(strlen(options_json) + 1024);
     CHECK(json != NULL, "out of memory");
     sprintf(json, "{\"format\":1,\"step\":%d,\"micro_index\":%" PRIu64 ",\"epoch\":%d,\"position\":%" PRId64
-                  ",\"engine\":\"%s\",\"options\":%s}\n",
-            pos->step, pos->micro_index, pos->epoch, pos->position, eng->name, options_json);
+                  ",\"world\":%d,\"engine\":\"%s\",\"options\":%s}\n",
+            pos->step, pos->micro_index, pos->epoch, pos->position, pos->world > 0 ? pos->world : 1, eng->name,
+            options_json);
     snprintf(path, sizeof path, "%s/trainer.json", tmp);
     rc = write_file_atomic(path, json, strlen(json), e);
     free(json);
@@ -147,13 +148,29 @@ static int resolve_dir(char *out, size_t cap, const char *dir, struct io_err *e)
     return io_fail(e, "%s: no checkpoint here (expected checkpoint/LATEST from an earlier run with this --out)", dir);
 }
 
-static int compare_options(const cJSON *saved, const char *options_json, const char *path, struct io_err *e) {
+/* The micro-batches of one step, ranks × --grad-accum, must be the checkpoint's: the ranks may differ. */
+static int compare_step_size(const cJSON *saved, const cJSON *now, int saved_world, int world, const char *path,
+                             struct io_err *e) {
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(saved, "grad-accum");
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(now, "grad-accum");
+    CHECK(cJSON_IsNumber(b), "the run's own options have no grad-accum");
+    if (!cJSON_IsNumber(a)) return io_fail(e, "%s: the checkpoint's options have no grad-accum", path);
+    if ((int64_t)saved_world * a->valueint == (int64_t)world * b->valueint) return 0;
+    return io_fail(e, "%s: the checkpoint's steps were %d rank%s × --grad-accum %d = %d micro-batches, this run's are "
+                      "%d × %d = %d; resuming needs ranks × --grad-accum = %d",
+                   path, saved_world, saved_world > 1 ? "s" : "", a->valueint, saved_world * a->valueint, world,
+                   b->valueint, world * b->valueint, saved_world * a->valueint);
+}
+
+static int compare_options(const cJSON *saved, const char *options_json, int saved_world, int world, const char *path,
+                           struct io_err *e) {
     cJSON *now = cJSON_Parse(options_json);
     CHECK(now != NULL, "the run's own options are not JSON");
-    int rc = 0;
+    int rc = compare_step_size(saved, now, saved_world, world, path, e);
     const cJSON *it;
     cJSON_ArrayForEach(it, now) {
-        if (is_free_option(it->string)) continue;
+        if (rc != 0) break;
+        if (is_free_option(it->string) || strcmp(it->string, "grad-accum") == 0) continue;
         const cJSON *old = cJSON_GetObjectItemCaseSensitive(saved, it->string);
         char *a = cJSON_PrintUnformatted(it), *b = old != NULL ? cJSON_PrintUnformatted(old) : NULL;
         if (b == NULL || strcmp(a, b) != 0) {
@@ -195,7 +212,12 @@ int checkpoint_load(const char *dir, const struct train_engine *eng, struct loop
         return io_fail(e, "%s: not a refine checkpoint (format 1 with step, micro_index, epoch, position, options)",
                        path);
     }
-    if (compare_options(opts, options_json, path, e) != 0) {
+    double world = 1;
+    if (cJSON_GetObjectItemCaseSensitive(j, "world") != NULL && (json_int(j, "world", &world) != 0 || world < 1)) {
+        cJSON_Delete(j);
+        return io_fail(e, "%s: 'world' is not a number of ranks", path);
+    }
+    if (compare_options(opts, options_json, (int)world, pos->world > 0 ? pos->world : 1, path, e) != 0) {
         cJSON_Delete(j);
         return -1;
     }
@@ -229,5 +251,6 @@ int checkpoint_load(const char *dir, const struct train_engine *eng, struct loop
     pos->micro_index = (uint64_t)micro;
     pos->epoch = (int)epoch;
     pos->position = (int64_t)position;
+    pos->world = (int)world;
     return 0;
 }

@@ -85,6 +85,12 @@ struct train_engine {
      * host, dequantized when stored as NF4; for the merged export. */
     int (*base_weight_read)(void *self, const char *hf_name, float *host, struct io_err *e);
 
+    /* A collective of the job's ranks (every rank calls it, before a checkpoint and before the
+     * exports): afterwards tensor_read on rank 0 gives the job's value of every tensor, the pieces
+     * of a sharded optimizer that other ranks hold included. NULL: every rank holds its whole
+     * state. */
+    int (*gather)(void *self, struct io_err *e);
+
     /* Device memory in use now and at peak (GiB); NULL when not meaningful. */
     double (*mem_gib)(void *self);
     void (*destroy)(void *self);

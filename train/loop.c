@@ -29,6 +29,21 @@ int train_total_steps(const struct train_options *o, int64_t n_train, int world)
     return (int)total;
 }
 
+int train_stop_agreed(const struct train_comm *comm, int mine, int *stop, struct io_err *e) {
+    int64_t n = mine ? 1 : 0;
+    if (comm->sum(comm->self, &n, 1, COMM_I64, "the ranks' requests to stop after this step", e) != 0) return -1;
+    *stop = n > 0;
+    return 0;
+}
+
+/* A checkpoint of the job: the engine's sharded state gathered (every rank), written by rank 0. */
+static int save_checkpoint(const struct train_options *o, const struct train_engine *eng,
+                           const struct train_comm *comm, const struct loop_position *pos, const char *opts,
+                           struct io_err *e) {
+    if (eng->gather != NULL && eng->gather(eng->self, e) != 0) return -1;
+    return comm_is_root(comm) ? checkpoint_save(o->out, eng, pos, opts, e) : 0;
+}
+
 /* Validation loss over min(eval_batches, n_val / B) micro-batches, batch i on rank i mod world:
  * Σ NLL / Σ valid labels, both summed over the ranks. */
 static int evaluate(const struct train_options *o, const struct train_engine *eng, const struct batch_source *src,
@@ -81,11 +96,17 @@ int train_loop_run(const struct train_options *o, const struct train_engine *eng
              ",\"val_sequences\":%" PRId64 ",\"seq\":%d,\"options\":%s}",
              eng->name, total, src->n_train, src->n_val, T, opts);
 
-    struct loop_position pos = {0, 0, 0, 0};
+    struct loop_position pos = {0, 0, 0, 0, W};
     int rc = 0;
     if (o->resume[0] != '\0') {
         rc = checkpoint_load(o->resume, eng, &pos, opts, e);
         if (rc == 0 && root) printf("resumed from %s at step %d\n", o->resume, pos.step);
+        if (rc == 0 && root && pos.world != W)
+            printf("the checkpoint was written by a job of %d rank%s, this one has %d: the same micro-batches in the "
+                   "same order, but the gradients are summed in another order, so the run continues close to, not "
+                   "bitwise as, the uninterrupted one\n",
+                   pos.world, pos.world > 1 ? "s" : "", W);
+        pos.world = W;
     }
     struct metrics m;
     memset(&m, 0, sizeof m);
@@ -104,9 +125,9 @@ int train_loop_run(const struct train_options *o, const struct train_engine *eng
     double elapsed_before = 0.0; /* time of the steps of earlier runs, from the resumed log */
     if (m.n_train > 0) elapsed_before = m.train[m.n_train - 1].elapsed_s;
     const int first_step = pos.step;
-    const int stop_at = o->max_steps_this_run > 0 && first_step + o->max_steps_this_run < total
-                            ? first_step + o->max_steps_this_run
-                            : total;
+    int stop_at = o->max_steps_this_run > 0 && first_step + o->max_steps_this_run < total
+                      ? first_step + o->max_steps_this_run
+                      : total;
     char line[512];
 
     if (pos.step == 0 && src->n_val > 0) {
@@ -200,9 +221,13 @@ int train_loop_run(const struct train_options *o, const struct train_engine *eng
                 if ((rc = metrics_plot(&m, e)) != 0) break;
             }
         }
-        /* rank 0 writes the checkpoint: every rank holds the whole state (no sharded optimizer yet) */
-        if (root && ((o->checkpoint_every > 0 && step % o->checkpoint_every == 0) || last || step == stop_at))
-            if ((rc = checkpoint_save(o->out, eng, &pos, opts, e)) != 0) break;
+        /* a rank asked to stop after this step (mine: this process's request): all stop here */
+        int stop = 0;
+        const int mine = 0;
+        if ((rc = train_stop_agreed(comm, mine, &stop, e)) != 0) break;
+        if (stop && step < stop_at) stop_at = step;
+        if ((o->checkpoint_every > 0 && step % o->checkpoint_every == 0) || last || step == stop_at)
+            if ((rc = save_checkpoint(o, eng, comm, &pos, opts, e)) != 0) break;
     }
     if (rc == 0 && root) rc = metrics_plot(&m, e);
     res->steps_done = pos.step;

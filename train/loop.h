@@ -15,9 +15,12 @@
  *   - evaluation (validation loss and perplexity over --eval-batches micro-batches, batch i on
  *     rank i mod world, summed over the ranks) before the first step, every --eval-every steps
  *     and at the end; metrics.jsonl, loss.svg, a progress line every --log-every steps (rank 0);
- *   - checkpoints (rank 0) every --checkpoint-every steps, at the end, and when --stop-after ends
- *     the run early; --resume continues from a checkpoint bit-identically (same batches, same dropout
- *     masks through micro_index, same optimizer state);
+ *   - checkpoints (the engine's state gathered by every rank, written by rank 0) every
+ *     --checkpoint-every steps, at the end, and when --stop-after or a rank's request to stop
+ *     (train_stop_agreed, at the end of every step) ends the run early; --resume continues from a
+ *     checkpoint bit-identically (same batches, same dropout masks through micro_index, same
+ *     optimizer state), and on another number of ranks with the same ranks × --grad-accum, close
+ *     to but not bitwise (the gradients are summed in another order: it says so);
  *   - a non-finite loss or gradient stops training with the step (and the tensor) named; nothing
  *     is written after it, so the last checkpoint stays the last good state.
  * Exports (PEFT adapter, merged model) are the caller's, after the loop returns.
@@ -59,6 +62,11 @@ struct loop_result {
 /* Runs the loop on this rank of the job comm (train/comm.h; comm_single for one process). */
 int train_loop_run(const struct train_options *o, const struct train_engine *eng, const struct batch_source *src,
                    const struct train_comm *comm, struct loop_result *res, struct io_err *e);
+
+/* The end of every step: mine is this rank's request to stop after it (e.g. a signal this process
+ * caught); *stop becomes 1 on every rank when any rank asked (a sum over the job's ranks), so that
+ * all ranks finish the same step, write one checkpoint and end as --stop-after does. */
+int train_stop_agreed(const struct train_comm *comm, int mine, int *stop, struct io_err *e);
 
 /* Steps of the whole run for these options, this many training sequences and this many ranks (0
  * when the data cannot fill one step). */

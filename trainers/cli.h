@@ -6,12 +6,15 @@
  *      checks (t->check: e.g. "no CUDA device", "--dropout is not supported here");
  *   3. the model (io/model_source.h: HF folder or GGUF), the sequence length against it, the
  *      refusal of full fine-tuning on a 4-bit checkpoint, the tokenizer;
- *   4. the data (train/data.h) through the tokenizer and its chat template;
+ *   4. the data (train/data.h) through the tokenizer and its chat template; in a job of several
+ *      ranks, the check that every rank has the same options, model files and data
+ *      (trainers/job_check.h);
  *   5. the engine (t->create, which may change the options it owns, e.g. --auto-batch picking
- *      the micro-batch), the loop (train/loop.h), then the exports: the PEFT adapter for the
- *      adapter methods, the merged HF model with --export merged and always for --method full.
+ *      the micro-batch), the loop (train/loop.h), then the exports (rank 0, once, after the
+ *      engine gathered a sharded state): the PEFT adapter for the adapter methods, the merged HF
+ *      model with --export merged and always for --method full.
  * Every failure of user input ends in one message and exit status 1 (io_exit); nothing written
- * by an earlier run is touched before the loop starts writing its own --out folder.
+ * by an earlier run is touched before the loop starts writing its own --out folder. Rank 0 prints.
  */
 #ifndef REFINE_TRAINERS_CLI_H
 #define REFINE_TRAINERS_CLI_H
@@ -37,6 +40,9 @@ struct trainer {
      * loop sees them. */
     int (*create)(struct train_engine *eng, struct train_options *o, const struct model_source *src,
                   int max_micro_batch, const struct train_comm *comm, struct io_err *e);
+    /* The trainer's part of a launcher's job (NULL: the MPI job's host collectives suffice): e.g.
+     * the GPU trainer picks its GPU and rewires c's slab collectives to NCCL. Runs before check. */
+    int (*join)(struct train_comm *c, struct io_err *e);
 };
 
 /* The whole program; returns main's exit status (0), or exits with status 1 on bad input. */
