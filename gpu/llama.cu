@@ -407,6 +407,7 @@ void backward(gpu_llama *m, uint64_t micro) {
         gpu_rmsnorm_backward_bf16(m->G, full ? m->final_norm_grad : nullptr, m->dn, nullptr, m->x[c.L], m->final_norm,
                                   m->rstd_f, N, c.C, m->ws, s);
     }
+    if (m->grad_hook) m->grad_hook(m->grad_hook_ctx, 0); /* the head's bucket (gpu/llama.h) */
     for (int l = c.L - 1; l >= 0; l--) {
         gl_dequantize_layer(m, l);
         if (m->opt.recompute == RECOMPUTE_LAYER)
@@ -414,11 +415,13 @@ void backward(gpu_llama *m, uint64_t micro) {
         else if (m->opt.recompute == RECOMPUTE_ATTN)
             layer_forward(m, l, 1, micro, 1);
         layer_backward(m, l, micro);
+        if (m->grad_hook) m->grad_hook(m->grad_hook_ctx, c.L - l);
     }
     if (full) {
         PROF(m, PROF_EMBED);
         gpu_embedding_backward_f32(m->embed_grad, m->G, m->tokens, N, c.C, c.V, m->ws, s);
     }
+    if (m->grad_hook) m->grad_hook(m->grad_hook_ctx, c.L + 1);
 }
 
 }  // namespace

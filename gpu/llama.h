@@ -51,6 +51,7 @@
 #ifndef REFINE_GPU_LLAMA_H
 #define REFINE_GPU_LLAMA_H
 
+#include <cuda_runtime_api.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -111,7 +112,8 @@ int gpu_llama_plan_bytes(struct gpu_llama_plan *p, const struct model_config *c,
 /* One line: "plan for B×T: 12.3 GiB = weights 2.3 + parameters 0.1 + ... ". */
 void gpu_llama_plan_describe(char *buf, size_t cap, const struct gpu_llama_plan *p, int B, int T);
 
-/* The CUDA device: 0 and its name and memory, or -1 with e saying there is none usable. */
+/* The current CUDA device (a job's rank has chosen its own): 0 and its name and memory, or -1 with e
+ * saying there is none usable. */
 int gpu_device_query(char *name, size_t cap, size_t *free_bytes, size_t *total_bytes, struct io_err *e);
 
 struct gpu_llama;
@@ -190,6 +192,25 @@ void gpu_llama_profile_print(struct gpu_llama *m, FILE *f, int steps);
 /* CUDA-event timing of the stream's work between begin and end (milliseconds; end waits). */
 void gpu_llama_timer_begin(struct gpu_llama *m);
 double gpu_llama_timer_end(struct gpu_llama *m);
+
+/* ---- data parallelism (gpu/llama_dp.cu): what a job of several GPUs needs from the model -------
+ * The gradients come in buckets, each a contiguous range of the gradient slab, in the order the
+ * backward pass finishes them: bucket 0 the head (the final norm and an untied lm_head, final
+ * once the loss is computed), bucket 1 + i layer L − 1 − i's tensors (after that layer's backward),
+ * bucket L + 1 the embedding (full fine-tuning; a tied lm_head with it), after its scatter-add. A
+ * bucket with no trainable tensor has n = 0. The hook, when set, is called on the host as backward
+ * enqueues the end of each bucket (in bucket order, after that work on the model's stream): the
+ * caller makes its own stream wait for the model's and reduces the bucket there, overlapping the
+ * rest of backward. NULL (the default): no call. */
+typedef void (*gpu_llama_grad_hook)(void *ctx, int bucket);
+void gpu_llama_set_grad_hook(struct gpu_llama *m, gpu_llama_grad_hook hook, void *ctx);
+int gpu_llama_n_buckets(const struct gpu_llama *m);
+void gpu_llama_bucket(const struct gpu_llama *m, int bucket, float **first, int64_t *n);
+/* The stream every op of the model runs on. */
+cudaStream_t gpu_llama_stream(const struct gpu_llama *m);
+/* The device double that holds the step's Σ NLL until gpu_llama_optimizer_step reads it (and skips
+ * the update when it is not finite): a job sums it over the ranks first. */
+double *gpu_llama_nll_sum_device(struct gpu_llama *m);
 
 #ifdef __cplusplus
 }

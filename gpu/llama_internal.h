@@ -146,6 +146,8 @@ struct gpu_llama {
     gl_param *params;
     gl_tensor *tensors;
 
+    gpu_llama_grad_hook grad_hook; /* data parallelism (gpu/llama.h): called as buckets finish */
+    void *grad_hook_ctx;
     cudaEvent_t t_begin, t_end;
     cudaEvent_t *prof_ev; /* pairs */
     int prof_cap, prof_n, prof_on; /* recording between gpu_llama_profile_reset and _print */

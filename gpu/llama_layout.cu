@@ -578,7 +578,9 @@ extern "C" int gpu_device_query(char *name, size_t cap, size_t *free_bytes, size
                        err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
     }
     cudaDeviceProp prop;
-    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    int dev = 0; /* the current device: a job's rank has chosen its own */
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
     if (prop.major < 8)
         return io_fail(e, "%s has compute capability %d.%d; refine's kernels need 8.0 or newer (A100, H100)",
                        prop.name, prop.major, prop.minor);

@@ -89,6 +89,7 @@ void comm_single(struct train_comm *c) {
     c->local_rank = 0;
     c->name = "single process";
     c->timeout_s = 0.0; /* nothing is ever waited for */
+    c->slabs = COMM_HOST;
     c->sum = single_sum;
     c->broadcast = single_broadcast;
     c->barrier = single_barrier;

@@ -46,9 +46,12 @@ extern "C" {
 #endif
 
 enum comm_dtype { COMM_I64 = 0, COMM_F64, COMM_F32, COMM_BF16, COMM_U8 };
+/* Where the slab collectives' buffers live: host memory (the MPI job, one process) or device memory
+ * on a CUDA stream (NCCL). */
+enum comm_memory { COMM_HOST = 0, COMM_DEVICE };
 
 /* The version of this table: a plugin built against another layout is refused (comm_open.h). */
-#define COMM_ABI_VERSION 2
+#define COMM_ABI_VERSION 3
 
 struct train_comm {
     int rank;       /* 0 .. world − 1 */
@@ -56,6 +59,7 @@ struct train_comm {
     int local_rank; /* this process's index on its host: the GPU it drives */
     const char *name; /* "single process", ... (printed at start) */
     double timeout_s; /* how long a collective waits for its peers before the job ends */
+    enum comm_memory slabs; /* where all_reduce, reduce_scatter, all_gather and bcast work */
     void *self;
 
     /* Host values, blocking. sum: buf (n values of type t) becomes the element-wise sum over the

@@ -565,6 +565,7 @@ int refine_comm_mpi_open(struct train_comm *c, int abi_version, size_t table_byt
     c->local_rank = m->local_rank;
     c->name = m->name;
     c->timeout_s = timeout;
+    c->slabs = COMM_HOST;
     c->self = m;
     c->sum = job_sum;
     c->broadcast = job_broadcast;

@@ -279,6 +279,7 @@ int comm_nccl_join(struct train_comm *c, struct io_err *e) {
              version / 100 % 100, version % 100, where, c->name, dev);
     g_device = dev;
     c->name = j->name;
+    c->slabs = COMM_DEVICE;
     c->self = j;
     c->sum = nj_sum;
     c->broadcast = nj_broadcast;

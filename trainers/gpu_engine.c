@@ -21,6 +21,12 @@
  *     trainers start from the same adapters; dropout (LoRA) masks are keyed by the micro-batch
  *     index, so a resumed run draws the same ones.
  * --precision: auto or bf16 (fp32 is //ref:train's).
+ *
+ * A job of several GPUs (train/comm.h with its slab collectives on the device: NCCL,
+ * trainers/comm_nccl.h) is data parallel (trainers/gpu_dp.h): every rank holds the whole model and
+ * optimizer; the step's last micro-batch reduces its gradient buckets while backward runs; the
+ * step's Σ NLL and gradients are summed over the ranks before the optimizer, so every rank takes
+ * the same step. Rank 0 prints the plan; --auto-batch takes the smallest of the ranks' choices.
  */
 #include "trainers/gpu_engine.h"
 
@@ -39,6 +45,7 @@
 #include "train/engine.h"
 #include "train/metrics.h"
 #include "train/options.h"
+#include "trainers/gpu_dp.h"
 #include "trainers/settings.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
@@ -50,12 +57,17 @@ struct gpu_engine {
     struct gpu_llama *m;
     char name[256];
     int B, T;
+    struct gpu_dp *dp; /* a job's data parallelism; NULL in one process */
+    int A;             /* micro-batches a step (--grad-accum) */
+    int micro_in_step;
+    int step;
 };
 
 static int eng_micro_step(void *self, const int32_t *tokens, const int32_t *labels, int B, int T, float grad_scale,
                           uint64_t micro_index, struct io_err *e) {
     struct gpu_engine *g = self;
     if (B != g->B || T != g->T) return io_fail(e, "GPU engine planned for %d×%d, got %d×%d", g->B, g->T, B, T);
+    if (g->dp) gpu_dp_micro(g->dp, ++g->micro_in_step % g->A == 0); /* the last: reduce as backward goes */
     const int64_t valid = ref_cross_entropy_count_valid(labels, B * T);
     if (valid == 0) return 0;
     /* the model's loss is the micro-batch mean; the gradient of the step's mean is (grad_scale ·
@@ -81,6 +93,9 @@ static int eng_eval(void *self, const int32_t *tokens, const int32_t *labels, in
 static int eng_optimizer_step(void *self, const struct optim_step *h, double *nll_sum, double *grad_norm,
                               struct io_err *e) {
     struct gpu_engine *g = self;
+    g->micro_in_step = 0;
+    g->step = (int)h->step;
+    if (g->dp && gpu_dp_reduce(g->dp, g->step, e) != 0) return -1;
     const int bad = gpu_llama_optimizer_step(g->m, h, nll_sum, grad_norm);
     if (!isfinite(*nll_sum)) return 0; /* nothing updated; the loop reports the loss */
     if (bad >= 0) return io_fail(e, "gradient of %s is not finite", gpu_llama_tensor_info(g->m, bad)->name);
@@ -124,6 +139,7 @@ static double eng_mem_gib(void *self) {
 
 static void eng_destroy(void *self) {
     struct gpu_engine *g = self;
+    gpu_dp_free(g->dp);
     free_gpu_llama(g->m);
     free(g);
 }
@@ -175,10 +191,25 @@ int gpu_largest_fitting_batch(struct gpu_llama_options g, const struct model_con
     return lo;
 }
 
+/* The smallest of the ranks' values (every rank calls it; one process: v). */
+static int job_min(const struct train_comm *comm, int v, const char *what, int *out, struct io_err *e) {
+    int64_t *all = calloc((size_t)comm->world, sizeof *all);
+    if (all == NULL) return io_fail(e, "out of host memory");
+    all[comm->rank] = v;
+    const int rc = comm->sum(comm->self, all, comm->world, COMM_I64, what, e);
+    *out = v;
+    for (int r = 0; r < comm->world && rc == 0; r++) *out = all[r] < *out ? (int)all[r] : *out;
+    free(all);
+    return rc;
+}
+
 int gpu_engine_create(struct train_engine *eng, struct train_options *o, const struct model_source *src,
                       int max_micro_batch, const struct train_comm *comm, struct io_err *e) {
-    if (comm->world != 1)
-        return io_fail(e, "the GPU engine trains on one GPU (a job of %d ranks was started)", comm->world);
+    if (comm->world > 1 && comm->slabs != COMM_DEVICE)
+        return io_fail(e, "the GPU engine reduces its gradients on the device: a job of %d ranks needs NCCL "
+                          "(trainers/comm_nccl.h)",
+                       comm->world);
+    const int root = comm_is_root(comm);
     char device[128];
     size_t free_b = 0, total_b = 0;
     if (gpu_device_query(device, sizeof device, &free_b, &total_b, e)) return -1;
@@ -195,7 +226,8 @@ int gpu_engine_create(struct train_engine *eng, struct train_options *o, const s
     struct gpu_llama_plan plan;
     if (gpu_llama_plan_bytes(&plan, &src->config, &g, e)) return -1;
     if (o->auto_batch) {
-        const int b = gpu_largest_fitting_batch(g, &src->config, budget, max_micro_batch);
+        int b = gpu_largest_fitting_batch(g, &src->config, budget, max_micro_batch);
+        if (job_min(comm, b, "the ranks' auto-batch micro-batches", &b, e)) return -1; /* every GPU fits it */
         if (b == 0) {
             char line[512];
             gpu_llama_plan_describe(line, sizeof line, &plan, 1, o->seq);
@@ -203,14 +235,16 @@ int gpu_engine_create(struct train_engine *eng, struct train_options *o, const s
                               "--recompute layer, --method qlora or a shorter --seq",
                            budget / GIB, device, line);
         }
-        printf("auto-batch: micro-batch %d (the largest whose plan fits in %.2f GiB%s)\n", b, budget / GIB,
-               b == max_micro_batch ? " and that the training data fills with --grad-accum" : "");
+        if (root)
+            printf("auto-batch: micro-batch %d (the largest whose plan fits in %.2f GiB%s%s)\n", b, budget / GIB,
+                   b == max_micro_batch ? " and that the training data fills with --grad-accum" : "",
+                   comm->world > 1 ? " on every rank" : "");
         o->micro_batch = g.B = b;
         if (gpu_llama_plan_bytes(&plan, &src->config, &g, e)) return -1;
     }
     char line[512];
     gpu_llama_plan_describe(line, sizeof line, &plan, g.B, g.T);
-    printf("%s\n", line);
+    if (root) printf("%s%s\n", line, comm->world > 1 ? " (per rank)" : "");
     if (plan.total > budget) {
         const int b = gpu_largest_fitting_batch(g, &src->config, budget, 1 << 20);
         if (b > 0)
@@ -257,8 +291,16 @@ int gpu_engine_create(struct train_engine *eng, struct train_options *o, const s
                        (double)loss);
     }
     gpu_llama_drop_grads(ge->m);
+    ge->A = o->grad_accum;
+    if (comm->slabs == COMM_DEVICE && (ge->dp = gpu_dp_create(ge->m, comm, e)) == NULL) {
+        eng_destroy(ge);
+        return -1;
+    }
 
-    snprintf(ge->name, sizeof ge->name, "gpu (%s, bf16)", device);
+    if (comm->world > 1)
+        snprintf(ge->name, sizeof ge->name, "gpu (%d × %s, bf16)", comm->world, device);
+    else
+        snprintf(ge->name, sizeof ge->name, "gpu (%s, bf16)", device);
     memset(eng, 0, sizeof *eng);
     eng->name = ge->name;
     eng->self = ge;
@@ -275,7 +317,8 @@ int gpu_engine_create(struct train_engine *eng, struct train_options *o, const s
     eng->base_weight_read = eng_base_weight_read;
     eng->mem_gib = eng_mem_gib;
     eng->destroy = eng_destroy;
-    printf("engine: %s, %.0f TFLOP/s bf16 GEMM measured, %.2f of %.2f GiB planned\n", device, peak / 1e12,
-           plan.total / GIB, total_b / GIB);
+    if (root)
+        printf("engine: %s, %.0f TFLOP/s bf16 GEMM measured, %.2f of %.2f GiB planned%s\n", device, peak / 1e12,
+               plan.total / GIB, total_b / GIB, comm->world > 1 ? " per GPU" : "");
     return 0;
 }
