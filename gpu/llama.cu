@@ -498,12 +498,7 @@ extern "C" int gpu_llama_optimizer_step(gpu_llama *m, const optim_step *h, doubl
             const float *norm_coef = gpu_adamw_norm_and_coef(m->adamw, h->clip, s);
             norm = norm_coef;
             const gpu_adamw8bit_args a = {h->hp, 1.0, h->step, norm_coef, m->nll_acc};
-            for (int i = 0; i < m->n_params; i++) {
-                const gl_param &p = m->params[i];
-                const gpu_adamw8bit_tensor t = {p.master,  p.copy,    p.grad, p.n, p.is_8bit, p.q1, p.q2,
-                                                p.absmax1, p.absmax2, m->map1, m->map2, p.m, p.v};
-                gpu_adamw8bit_step(&t, &a, s);
-            }
+            gl_adamw8bit_steps(m, &a, s); /* every tensor, or this rank's pieces (gpu/llama_shard.cu) */
         }
         CUDA_CHECK(cudaMemcpyAsync(m->h_scalars + 1, norm, sizeof(float), cudaMemcpyDeviceToHost, s));
         CUDA_CHECK(cudaMemcpyAsync(m->h_nll, m->nll_acc, sizeof(double), cudaMemcpyDeviceToHost, s));

@@ -90,6 +90,10 @@ struct gpu_llama_options {
     int B, T;
     enum gpu_profiling profile;
     enum gpu_lora_grouping grouping;
+    /* The sharded optimizer (ZeRO-1, full fine-tuning; gpu/llama_shard.cu): this rank, of
+     * shard_world > 1, keeps the fp32 masters and optimizer state of its pieces only (ref/shard.h);
+     * 0 or 1: of every tensor. The plan is then this rank's. */
+    int shard_world, shard_rank;
 };
 
 /* Bytes of each slab; total is what build_gpu_llama allocates (plus the CUDA context and
@@ -211,6 +215,30 @@ cudaStream_t gpu_llama_stream(const struct gpu_llama *m);
 /* The device double that holds the step's Σ NLL until gpu_llama_optimizer_step reads it (and skips
  * the update when it is not finite): a job sums it over the ranks first. */
 double *gpu_llama_nll_sum_device(struct gpu_llama *m);
+
+/* ---- the sharded optimizer (options.shard_world > 1; gpu/llama_shard.cu) -----------------------
+ * Every rank holds the whole model's bf16 compute copies and gradients (the buckets are reduced as
+ * above), and the fp32 masters and optimizer state of its pieces (ref/shard.h: whole optimizer
+ * chunks, every rank within a chunk of 1/shard_world of the elements). A step:
+ *   1. gpu_llama_shard_partials enqueues this rank's chunks' partial sums of squares of the
+ *      (reduced) gradients into the device array it returns (*n floats, the other chunks' zero);
+ *      the caller sums it over the ranks in place (an all-reduce on the device);
+ *   2. gpu_llama_optimizer_step takes the norm from it and updates this rank's pieces (masters,
+ *      state, and their part of the bf16 copies) — bitwise the unsharded update of those elements;
+ *   3. the caller broadcasts each rank's part of the copies: rank r's is the contiguous bf16 range
+ *      gpu_llama_shard_copies(m, r) (n = 0: r owns nothing), from root r.
+ * Weights are loaded as a whole (the masters pass through the gradient slab, which is zeroed
+ * after) and checkpoint tensors written as a whole (each rank keeps its pieces and the whole
+ * copy). To read them, the caller gathers every rank's flat state arrays (gpu_llama_shard_array:
+ * this rank's device pointer and bytes of array k; gpu_llama_shard_array_bytes: any rank's
+ * bytes) and assembles tensor i from them on the host (arrays[r][k]: rank r's array k). */
+enum { GPU_SHARD_MASTER = 0, GPU_SHARD_M, GPU_SHARD_V, GPU_SHARD_Q1, GPU_SHARD_Q2, GPU_SHARD_ABSMAX1,
+       GPU_SHARD_ABSMAX2, GPU_SHARD_ARRAYS };
+float *gpu_llama_shard_partials(struct gpu_llama *m, int64_t *n);
+void gpu_llama_shard_copies(const struct gpu_llama *m, int rank, uint16_t **first, int64_t *n);
+void *gpu_llama_shard_array(struct gpu_llama *m, int k, size_t *bytes);
+size_t gpu_llama_shard_array_bytes(const struct gpu_llama *m, int rank, int k);
+void gpu_llama_tensor_assemble(const struct gpu_llama *m, int i, void *host, const void *const *const *arrays);
 
 #ifdef __cplusplus
 }

@@ -215,6 +215,7 @@ extern "C" int gpu_llama_load(gpu_llama *m, const model_source *src, io_err *e) 
     if (rc) return -1;
     dora_weight_squares(m);
     CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    gl_shard_take_masters(m); /* a sharded optimizer keeps its pieces of the masters */
     return 0;
 }
 
@@ -260,6 +261,7 @@ extern "C" void gpu_llama_random_weights(gpu_llama *m, uint64_t seed) {
     m->dq_layer = -1;
     dora_weight_squares(m);
     CUDA_CHECK(cudaStreamSynchronize(s));
+    gl_shard_take_masters(m);
 }
 
 extern "C" void gpu_llama_init_adapters(gpu_llama *m, uint64_t seed) {

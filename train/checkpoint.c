@@ -16,9 +16,11 @@
 #include "io/safetensors.h"
 
 /* Options that may differ between a checkpoint and the run resuming it: they change what is
- * reported, where it goes, or when the run stops — never the computation of a step. */
+ * reported, where it goes, when the run stops, or how the state is held (a sharded optimizer's
+ * update is the unsharded one's) — never the computation of a step. */
 static const char *const k_free_options[] = {"out",    "resume",           "eval-every", "eval-batches", "log-every",
-                                             "export", "checkpoint-every", "stop-after", "auto-batch"};
+                                             "export", "checkpoint-every", "stop-after", "auto-batch",
+                                             "shard-optimizer"};
 
 static int is_free_option(const char *k) {
     for (size_t i = 0; i < sizeof k_free_options / sizeof k_free_options[0]; i++)

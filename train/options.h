@@ -32,6 +32,11 @@ enum lr_schedule { SCHEDULE_COSINE = 0, SCHEDULE_LINEAR, SCHEDULE_CONSTANT };
 enum export_kind { EXPORT_ADAPTER = 0, EXPORT_MERGED };
 /* PRECISION_AUTO: the trainer's own arithmetic (fp32 on the CPU, bf16 on the GPU). */
 enum precision { PRECISION_AUTO = 0, PRECISION_FP32, PRECISION_BF16 };
+/* The GPU trainer's optimizer in a job of several GPUs: SHARD_AUTO shards it (ZeRO-1) for --method
+ * full, SHARD_ON as well (refused for adapters), SHARD_OFF keeps it whole on every rank. The update
+ * is the same bits either way: only memory and communication differ. */
+enum shard_optimizer { SHARD_AUTO = 0, SHARD_ON, SHARD_OFF };
+extern const char *const shard_optimizer_names[];
 
 /* The programs that read this flag table: the trainers (//ref:train, //gpu:train) and the
  * benchmark (//gpu:bench, which times the trainer's step on random weights). Each flag says which
@@ -68,6 +73,7 @@ struct train_options {
     enum optimizer_kind optimizer;
     enum precision precision;
     enum recompute_policy recompute;
+    enum shard_optimizer shard_optimizer;
     int auto_batch;
     int eval_every; /* steps; 0: only at the end */
     int eval_batches;

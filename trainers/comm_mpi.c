@@ -23,8 +23,9 @@
  *
  * Faults: a wait polls its requests; while it waits it answers peers' roll calls (where it waits).
  * When the timeout passes, it asks every peer where it is (a roll call, a grace period of
- * min(60 s, timeout / 2)) and fails with one sentence: the operation, the ranks it heard nothing
- * from, the ranks that did not answer (died, hang, or still computing) and where the others wait.
+ * min(60 s, timeout / 2)) and fails with one sentence: the operation, the ranks it still waits on
+ * (nothing received from them, or what it sent them not taken), the ranks that did not answer
+ * (died, hang, or still computing) and where the others wait.
  * The caller ends the program with that message; exiting (any status, CHECK failures included)
  * without destroy calls MPI_Abort from an atexit handler, so the launcher ends every rank, the
  * stopped and the hung ones too.
@@ -62,7 +63,7 @@ struct mpi_job {
     char name[160];
     /* the requests of the wait in progress */
     MPI_Request *req;
-    int *req_peer; /* the peer of each request, −1 for a send */
+    int *req_peer; /* the peer of each request */
     int n_req, cap_req;
     void *scratch; /* (world − 1) pieces for all_reduce / reduce_scatter */
     size_t scratch_bytes;
@@ -111,7 +112,7 @@ static const char *dtype_name(enum comm_dtype t) {
 
 static void req_reset(struct mpi_job *m) { m->n_req = 0; }
 
-static MPI_Request *req_add(struct mpi_job *m, int peer_of_recv) {
+static MPI_Request *req_add(struct mpi_job *m, int peer) {
     if (m->n_req == m->cap_req) {
         m->cap_req = m->cap_req ? 2 * m->cap_req : 64;
         m->req = realloc(m->req, (size_t)m->cap_req * sizeof *m->req);
@@ -121,7 +122,7 @@ static MPI_Request *req_add(struct mpi_job *m, int peer_of_recv) {
             exit(1);
         }
     }
-    m->req_peer[m->n_req] = peer_of_recv;
+    m->req_peer[m->n_req] = peer;
     return &m->req[m->n_req++];
 }
 
@@ -134,7 +135,7 @@ static void post_send(struct mpi_job *m, const void *buf, size_t bytes, int peer
     const int tag = tag_of(m);
     for (size_t off = 0; off < bytes || (bytes == 0 && off == 0); off += m->piece_bytes) {
         const size_t k = bytes - off < m->piece_bytes ? bytes - off : m->piece_bytes;
-        MPI_Isend((const char *)buf + off, (int)k, MPI_BYTE, peer, tag, m->comm, req_add(m, -1));
+        MPI_Isend((const char *)buf + off, (int)k, MPI_BYTE, peer, tag, m->comm, req_add(m, peer));
         if (bytes == 0) break;
     }
 }
@@ -259,18 +260,21 @@ static int wait_all(struct mpi_job *m, const char *op, const char *what, struct 
             nanosleep(&ts, NULL);
         }
     }
+    /* the peers with a message still in flight: nothing received from them, or what was sent to
+     * them not taken */
     char silent[256] = "", report[768];
+    unsigned char *pending = calloc((size_t)m->world, 1);
+    for (int i = 0; i < m->n_req && pending; i++)
+        if (m->req[i] != MPI_REQUEST_NULL) pending[m->req_peer[i]] = 1;
     const char *sep = "";
-    for (int i = 0, last = -1; i < m->n_req; i++)
-        if (m->req[i] != MPI_REQUEST_NULL && m->req_peer[i] >= 0 && m->req_peer[i] != last) {
-            append(silent, sizeof silent, "%s%d", sep, m->req_peer[i]);
-            sep = ", ", last = m->req_peer[i];
-        }
+    for (int p = 0; p < m->world && pending; p++)
+        if (pending[p]) append(silent, sizeof silent, "%s%d", sep, p), sep = ", ";
+    free(pending);
     job_roll_call(m, where, report, sizeof report);
     req_reset(m);
     m->broken = 1; /* requests are left pending: the job can only end (destroy aborts it) */
-    return fail(e, "%s: nothing from rank %s after %.0f s (REFINE_COMM_TIMEOUT); roll call: %s; ending the job", where,
-                silent[0] ? silent : "(none: sends pending)", m->timeout_s, report);
+    return fail(e, "%s: waiting on rank %s after %.0f s (REFINE_COMM_TIMEOUT); roll call: %s; ending the job", where,
+                silent, m->timeout_s, report);
 }
 
 /* ---- the collectives ------------------------------------------------------------------------------ */

@@ -33,7 +33,10 @@
  * then --steps steps of the job; rank 0 prints the JSON line with, besides the fields above (for
  * the job's steps; tokens_per_s is the job's), world, tokens_per_s_per_gpu, one_gpu_tokens_per_s,
  * scaling_efficiency (the job's per-GPU rate over the one-GPU rate), exposed_comm_ms (per step,
- * the reductions left after backward: CUDA events) and comm (NCCL's version, over MPI).
+ * the reductions left after backward: CUDA events), sharded_optimizer and comm (NCCL's version,
+ * over MPI). Full fine-tuning shards the optimizer (as //gpu:train; --shard-optimizer off does
+ * not): a sharded model cannot step alone, so its one-GPU figures are null and the one-GPU rate is
+ * a run of `mpirun -np 1` (tools/multi_gpu.sh runs it first).
  */
 #include <math.h>
 #include <stdio.h>
@@ -84,6 +87,7 @@ static float train_step(struct gpu_llama *m, struct gpu_dp *dp, int world, const
     const struct optim_step h = {step + 1, {o->lr, o->beta1, o->beta2, o->eps, o->weight_decay}, o->clip};
     double norm = 0.0, nll = 0.0;
     (void)gpu_llama_optimizer_step(m, &h, &nll, &norm);
+    if (dp && gpu_dp_after_step(dp, &e) != 0) io_exit(&e);
     return (float)(nll / step_valid);
 }
 
@@ -128,6 +132,8 @@ int main(int argc, char **argv) {
     model_settings_from_options(&set, &o, COMPUTE_BF16);
     struct gpu_llama_options g;
     gpu_model_options(&g, &set);
+    const int shard = job && comm.world > 1 && g.mode == LLAMA_FULL && o.shard_optimizer != SHARD_OFF;
+    if (shard) g.shard_world = comm.world, g.shard_rank = comm.rank; /* ZeRO-1, as //gpu:train */
     g.profile = o.profile ? GPU_PROFILE_OPS : GPU_PROFILE_OFF;
     g.grouping = o.ungrouped ? GPU_LORA_UNGROUPED : GPU_LORA_GROUPED;
     const char *method = train_method_names[o.method];
@@ -173,7 +179,7 @@ int main(int argc, char **argv) {
         }
 
     struct gpu_dp *dp = NULL;
-    if (job && (dp = gpu_dp_create(m, &comm, &e)) == NULL) io_exit(&e);
+    if (job && (dp = gpu_dp_create(m, &comm, shard, &e)) == NULL) io_exit(&e);
     const int W = comm.world;
     int64_t step = 0;
     const float loss0 = train_step(m, dp, W, tok, lab, valid, A, &o, step++);
@@ -185,7 +191,8 @@ int main(int argc, char **argv) {
     }
     float loss = 0.0f;
     double exposed = 0.0, one_ms = 0.0;
-    if (job) { /* one GPU at the same micro-batch, no communication: the scaling's baseline */
+    if (job && !shard) { /* one GPU at the same micro-batch, no communication: the scaling's baseline (the
+                          * ranks' weights then differ: this times, it does not train) */
         for (int i = 0; i < o.bench_warmup; i++) train_step(m, NULL, 1, tok, lab, valid, A, &o, step++);
         one_ms = timed_steps(m, NULL, 1, tok, lab, valid, A, &o, &step, &loss, &exposed);
     }
@@ -198,12 +205,17 @@ int main(int argc, char **argv) {
     const double step_s = ms * 1e-3 / o.bench_steps, tps = (double)N * A * W / step_s;
     const double fpt = train_flops_per_token(&c, g.T, g.mode == LLAMA_FULL);
     char extra[512] = "";
-    if (job) {
+    if (job && !shard) {
         const double one_tps = (double)N * A / (one_ms * 1e-3 / o.bench_steps);
         snprintf(extra, sizeof extra,
                  ",\"world\":%d,\"tokens_per_s_per_gpu\":%.0f,\"one_gpu_tokens_per_s\":%.0f,\"scaling_efficiency\":%.3f,"
-                 "\"exposed_comm_ms\":%.2f,\"comm\":\"%.200s\"",
+                 "\"exposed_comm_ms\":%.2f,\"sharded_optimizer\":0,\"comm\":\"%.200s\"",
                  W, tps / W, one_tps, tps / W / one_tps, exposed, comm.name);
+    } else if (job) { /* a sharded model cannot step alone: the one-GPU rate is a run of one rank's */
+        snprintf(extra, sizeof extra,
+                 ",\"world\":%d,\"tokens_per_s_per_gpu\":%.0f,\"one_gpu_tokens_per_s\":null,\"scaling_efficiency\":null,"
+                 "\"exposed_comm_ms\":%.2f,\"sharded_optimizer\":1,\"comm\":\"%.200s\"",
+                 W, tps / W, exposed, comm.name);
     }
     if (root) {
         printf("{\"system\":\"refine\",\"model\":\"%s\",\"method\":\"%s\",\"rank\":%d,\"batch\":%d,\"seq\":%d,"

@@ -27,6 +27,9 @@
  * optimizer; the step's last micro-batch reduces its gradient buckets while backward runs; the
  * step's Σ NLL and gradients are summed over the ranks before the optimizer, so every rank takes
  * the same step. Rank 0 prints the plan; --auto-batch takes the smallest of the ranks' choices.
+ * Full fine-tuning shards the fp32 masters and optimizer state over the ranks (ZeRO-1,
+ * --shard-optimizer): each rank updates its pieces and broadcasts its part of the bf16 copies; the
+ * update is bitwise the unsharded one; checkpoints and exports gather the state to rank 0 first.
  */
 #include "trainers/gpu_engine.h"
 
@@ -58,6 +61,7 @@ struct gpu_engine {
     char name[256];
     int B, T;
     struct gpu_dp *dp; /* a job's data parallelism; NULL in one process */
+    int sharded;       /* the optimizer sharded over the job's ranks (ZeRO-1) */
     int A;             /* micro-batches a step (--grad-accum) */
     int micro_in_step;
     int step;
@@ -67,7 +71,10 @@ static int eng_micro_step(void *self, const int32_t *tokens, const int32_t *labe
                           uint64_t micro_index, struct io_err *e) {
     struct gpu_engine *g = self;
     if (B != g->B || T != g->T) return io_fail(e, "GPU engine planned for %d×%d, got %d×%d", g->B, g->T, B, T);
-    if (g->dp) gpu_dp_micro(g->dp, ++g->micro_in_step % g->A == 0); /* the last: reduce as backward goes */
+    if (g->dp) {
+        gpu_dp_release(g->dp); /* a checkpoint's gathered state, if any */
+        gpu_dp_micro(g->dp, ++g->micro_in_step % g->A == 0); /* the last: reduce as backward goes */
+    }
     const int64_t valid = ref_cross_entropy_count_valid(labels, B * T);
     if (valid == 0) return 0;
     /* the model's loss is the micro-batch mean; the gradient of the step's mean is (grad_scale ·
@@ -84,6 +91,7 @@ static int eng_eval(void *self, const int32_t *tokens, const int32_t *labels, in
     const int64_t valid = ref_cross_entropy_count_valid(labels, B * T);
     *nll_sum = 0.0;
     if (valid == 0) return 0;
+    if (g->dp && gpu_dp_quiesce(g->dp, "the weights before an evaluation", e) != 0) return -1;
     gpu_llama_set_batch(g->m, tokens, labels);
     gpu_llama_eval(g->m, valid);
     *nll_sum = (double)gpu_llama_loss(g->m) * (double)valid;
@@ -97,6 +105,7 @@ static int eng_optimizer_step(void *self, const struct optim_step *h, double *nl
     g->step = (int)h->step;
     if (g->dp && gpu_dp_reduce(g->dp, g->step, e) != 0) return -1;
     const int bad = gpu_llama_optimizer_step(g->m, h, nll_sum, grad_norm);
+    if (g->dp && gpu_dp_after_step(g->dp, e) != 0) return -1; /* a sharded optimizer's copies */
     if (!isfinite(*nll_sum)) return 0; /* nothing updated; the loop reports the loss */
     if (bad >= 0) return io_fail(e, "gradient of %s is not finite", gpu_llama_tensor_info(g->m, bad)->name);
     if (!isfinite(*grad_norm)) return io_fail(e, "the gradient norm is not finite");
@@ -118,16 +127,21 @@ static int eng_tensor_info(void *self, int i, struct engine_tensor *info) {
 }
 
 static int eng_tensor_read(void *self, int i, void *host, struct io_err *e) {
-    (void)e;
-    gpu_llama_tensor_read(((struct gpu_engine *)self)->m, i, host);
+    struct gpu_engine *g = self;
+    if (g->sharded) return gpu_dp_tensor_read(g->dp, i, host, e); /* gathered by eng_gather */
+    if (g->dp && gpu_dp_quiesce(g->dp, "the state before a checkpoint", e) != 0) return -1;
+    gpu_llama_tensor_read(g->m, i, host);
     return 0;
 }
 
 static int eng_tensor_write(void *self, int i, const void *host, struct io_err *e) {
-    (void)e;
-    gpu_llama_tensor_write(((struct gpu_engine *)self)->m, i, host);
+    struct gpu_engine *g = self;
+    if (g->dp && gpu_dp_quiesce(g->dp, "the state before a resume", e) != 0) return -1;
+    gpu_llama_tensor_write(g->m, i, host);
     return 0;
 }
+
+static int eng_gather(void *self, struct io_err *e) { return gpu_dp_gather(((struct gpu_engine *)self)->dp, e); }
 
 static int eng_base_weight_read(void *self, const char *hf_name, float *host, struct io_err *e) {
     return gpu_llama_base_weight_read(((struct gpu_engine *)self)->m, hf_name, host, e);
@@ -221,6 +235,14 @@ int gpu_engine_create(struct train_engine *eng, struct train_options *o, const s
     model_settings_from_options(&set, o, COMPUTE_BF16);
     struct gpu_llama_options g;
     gpu_model_options(&g, &set);
+    /* the optimizer sharded over the job's GPUs (ZeRO-1): --shard-optimizer auto does it for full
+     * fine-tuning; the update is the same bits (gpu/llama.h) */
+    if (o->shard_optimizer == SHARD_ON && g.mode != LLAMA_FULL)
+        return io_fail(e, "--shard-optimizer on: the sharded optimizer is for --method full (an adapter's optimizer "
+                          "state is small)");
+    const int shard = comm->world > 1 && comm->slabs == COMM_DEVICE && g.mode == LLAMA_FULL &&
+                      o->shard_optimizer != SHARD_OFF;
+    if (shard) g.shard_world = comm->world, g.shard_rank = comm->rank;
     /* a bitsandbytes checkpoint brings its own layout */
     if (model_source_is_bnb(src, llama_linears[LLAMA_Q].weight, 0)) g.nested_nf4 = src->config.quant.double_quant;
     struct gpu_llama_plan plan;
@@ -244,7 +266,10 @@ int gpu_engine_create(struct train_engine *eng, struct train_options *o, const s
     }
     char line[512];
     gpu_llama_plan_describe(line, sizeof line, &plan, g.B, g.T);
-    if (root) printf("%s%s\n", line, comm->world > 1 ? " (per rank)" : "");
+    if (root)
+        printf("%s%s\n", line,
+               shard ? " (per rank: fp32 masters and optimizer state sharded over the ranks)"
+                     : comm->world > 1 ? " (per rank)" : "");
     if (plan.total > budget) {
         const int b = gpu_largest_fitting_batch(g, &src->config, budget, 1 << 20);
         if (b > 0)
@@ -292,7 +317,8 @@ int gpu_engine_create(struct train_engine *eng, struct train_options *o, const s
     }
     gpu_llama_drop_grads(ge->m);
     ge->A = o->grad_accum;
-    if (comm->slabs == COMM_DEVICE && (ge->dp = gpu_dp_create(ge->m, comm, e)) == NULL) {
+    ge->sharded = shard;
+    if (comm->slabs == COMM_DEVICE && (ge->dp = gpu_dp_create(ge->m, comm, shard, e)) == NULL) {
         eng_destroy(ge);
         return -1;
     }
@@ -315,6 +341,7 @@ int gpu_engine_create(struct train_engine *eng, struct train_options *o, const s
     eng->tensor_read = eng_tensor_read;
     eng->tensor_write = eng_tensor_write;
     eng->base_weight_read = eng_base_weight_read;
+    eng->gather = shard ? eng_gather : NULL;
     eng->mem_gib = eng_mem_gib;
     eng->destroy = eng_destroy;
     if (root)

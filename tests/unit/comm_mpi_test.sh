@@ -3,7 +3,7 @@
 #   - comm_mpi_check's collectives on 2 and 3 ranks (fixed rank order bit for bit, slabs of many
 #     pieces: REFINE_COMM_PIECE_BYTES=4096, so 10007 floats go in 10 pieces per segment);
 #   - a rank that stops answering: the others end the job within REFINE_COMM_TIMEOUT (2 s) plus
-#     the roll call, naming rank 1 as the one nothing came from and that did not answer;
+#     the roll call, naming rank 1 as the one it waits on and that did not answer;
 #   - a rank that exits on its own: the job ends (the launcher's report names it), no rank hangs;
 #   - launched with a plugin that is not there: one message naming it, exit status 1.
 # Skipped, with a message, where mpirun is not installed (tools/setup.sh installs openmpi-bin).
@@ -38,8 +38,8 @@ REFINE_COMM_TIMEOUT=2 timeout 120 mpirun -np 3 "$check_bin" --fault hang >"$tmp/
 rc=$?
 took=$(($(date +%s) - start))
 check "a rank that stops answering: the job ends (exit status $rc) in ${took} s" test $rc -ne 0 -a $rc -ne 124 -a $took -lt 60
-check "... naming rank 1: nothing from it, no answer from it" \
-    grep -q 'nothing from rank 1 after 2 s.*no answer within 1 s from rank 1 ' "$tmp/hang.log"
+check "... naming rank 1: waited on, no answer from it" \
+    grep -q 'waiting on rank 1 after 2 s.*no answer within 1 s from rank 1 ' "$tmp/hang.log"
 check "... and where the other waits (rank 2 answered the roll call)" \
     grep -q 'rank 0: collective.*rank 2 waits in collective #' "$tmp/hang.log"
 

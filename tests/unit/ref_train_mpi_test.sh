@@ -143,8 +143,8 @@ start=$(date +%s)
 REFINE_COMM_TIMEOUT=3 fault_run stopped STOP
 rc=$?
 check "rank 1 stopped (SIGSTOP): the job ends (exit status $rc) in $(($(date +%s) - start)) s" test $rc -ne 0 -a $rc -ne 124
-check "... rank 0 names rank 1: nothing from it, no answer to the roll call" \
-    grep -q 'refine: rank 0: .*nothing from rank 1 after 3 s.*no answer within 2 s from rank 1 ' "$tmp/stopped.log"
+check "... rank 0 names rank 1: waited on, no answer to the roll call" \
+    grep -q 'refine: rank 0: .*waiting on rank 1 after 3 s.*no answer within 2 s from rank 1 ' "$tmp/stopped.log"
 
 mkdir -p "$tmp/r0" "$tmp/r1"
 cp "$tmp/data.txt" "$tmp/r0/data.txt"
