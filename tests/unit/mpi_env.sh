@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # mpi_env.sh — sourced by the tests that run mpirun (comm_mpi_test.sh, ref_train_mpi_test.sh):
 # Open MPI set up to work as root in a container without network interfaces, on fewer cores
 # than ranks, and `mpi N ARGS...` to run a job of N ranks.
