@@ -17,7 +17,7 @@ struct gpu_dp {
     float **first;
     int64_t *n;
     unsigned char *done; /* buckets reduced in this step */
-    int step;            /* for the messages */
+    int step;            /* the step whose gradients are being reduced (for the messages) */
     int failed;          /* a hook's collective failed: reported by gpu_dp_reduce */
     struct io_err err;
     int sharded;
@@ -58,6 +58,7 @@ struct gpu_dp *gpu_dp_create(struct gpu_llama *m, const struct train_comm *comm,
     d->m = m;
     d->comm = comm;
     d->sharded = sharded;
+    d->step = 1;
     d->n_buckets = gpu_llama_n_buckets(m);
     d->first = calloc((size_t)d->n_buckets, sizeof *d->first);
     d->n = calloc((size_t)d->n_buckets, sizeof *d->n);
@@ -133,14 +134,16 @@ int gpu_dp_reduce(struct gpu_dp *d, int step, struct io_err *e) {
             return -1;
     }
     snprintf(what, sizeof what, "the gradients and loss of step %d", step);
-    return d->comm->wait(d->comm->self, d->comm_stream, what, e);
+    const int rc_wait = d->comm->wait(d->comm->self, d->comm_stream, what, e);
+    d->step = step + 1; /* the next step's buckets */
+    return rc_wait;
 }
 
 int gpu_dp_after_step(struct gpu_dp *d, struct io_err *e) {
     if (!d->sharded) return 0;
     cudaStream_t ms = gpu_llama_stream(d->m);
     char what[64];
-    snprintf(what, sizeof what, "the updated weights of step %d", d->step);
+    snprintf(what, sizeof what, "the updated weights of step %d", d->step - 1);
     if (cuda_ok(cudaEventRecord(d->ready, ms), "cudaEventRecord", e) ||
         cuda_ok(cudaStreamWaitEvent(d->comm_stream, d->ready, 0), "cudaStreamWaitEvent", e) ||
         d->comm->group(d->comm->self, 1, e))
