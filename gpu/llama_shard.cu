@@ -16,8 +16,8 @@
  * piecewise (and the whole bf16 copy from the written master) and read by assembling every rank's
  * arrays, which the caller gathers.
  *
- * Test: tests/parity/llama_shard_parity.c (the sharded model against the unsharded one, W ranks in
- * one process); the plan: tests/parity/llama_plan_test.c.
+ * Test: tests/parity/llama_shard_parity.c, in the llama_dp_parity binary (the sharded model against
+ * the unsharded one, W ranks in one process); the plan: tests/parity/llama_plan_test.c.
  */
 #include <stdlib.h>
 #include <string.h>

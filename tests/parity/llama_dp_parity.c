@@ -1,5 +1,6 @@
 /* llama_dp_parity.c — the GPU model's side of data parallelism (gpu/llama.h, gpu/llama_dp.cu): the
- * gradient buckets and the hook that backward calls as each bucket finishes. Tier (a): exact.
+ * gradient buckets and the hook that backward calls as each bucket finishes; and, from
+ * llama_shard_parity.c, the sharded optimizer against the unsharded model. Tier (a): exact.
  *
  * For small random models (3 layers, C = 64, GQA; tied and untied heads; Qwen2 biases) and every
  * method (full, LoRA grouped and with dropout (ungrouped), DoRA, QLoRA, with --recompute layer):
@@ -24,6 +25,7 @@
 #include "gpu/llama.h"
 #include "io/config.h"
 #include "tests/common/harness.h"
+#include "tests/parity/llama_shard_parity.h"
 
 struct snap {
     struct gpu_llama *m;
@@ -149,5 +151,6 @@ int main(int argc, char **argv) {
     run_case("lora, dropout (ungrouped)", 0, 0, LLAMA_LORA, GPU_BASE_BF16, 0.1f, RECOMPUTE_ATTN, seed + 4);
     run_case("dora", 1, 1, LLAMA_DORA, GPU_BASE_BF16, 0.0f, RECOMPUTE_NONE, seed + 5);
     run_case("qlora", 1, 0, LLAMA_LORA, GPU_BASE_NF4, 0.0f, RECOMPUTE_LAYER, seed + 6);
+    llama_shard_parity(seed + 100);
     return test_finish("llama_dp_parity");
 }

@@ -1,6 +1,6 @@
 /* llama_shard_parity.c — the GPU model's sharded optimizer (ZeRO-1, gpu/llama.h and
  * gpu/llama_shard.cu) against the unsharded model, W ranks simulated in one process on one GPU.
- * Tier (a): exact.
+ * Tier (a): exact. Part of the llama_dp_parity binary (llama_dp_parity.c calls it).
  *
  * A full fine-tuning model (3 layers, C = 64, tied and untied heads; AdamW and 8-bit AdamW) is
  * built unsharded and as W = 2 and 3 sharded ranks, all from the same random weights, and each
@@ -17,7 +17,7 @@
  *     (gpu_llama_tensor_write) take one more step in step with it, bit for bit;
  *   - the plans: every rank's masters and moments about 1/W of the unsharded ones.
  *
- *   bazel test --config=gpu //tests/parity:llama_shard_parity
+ *   bazel test --config=gpu //tests/parity:llama_dp_parity
  */
 #include <cuda_runtime_api.h>
 #include <inttypes.h>
@@ -30,6 +30,7 @@
 #include "io/config.h"
 #include "io/model_files.h"
 #include "tests/common/harness.h"
+#include "tests/parity/llama_shard_parity.h"
 
 #define MAXW 3
 
@@ -221,16 +222,9 @@ static void run_case(int tied, enum optimizer_kind opt, int W, uint64_t seed) {
     free_gpu_llama(ref);
 }
 
-int main(int argc, char **argv) {
-    const uint64_t seed = test_seed(argc, argv, 777);
-    struct io_err e;
-    if (gpu_device_query(NULL, 0, NULL, NULL, &e) != 0) {
-        fprintf(stderr, "%s\n", e.msg);
-        return 1;
-    }
+void llama_shard_parity(uint64_t seed) {
     run_case(1, OPTIMIZER_ADAMW, 2, seed);
     run_case(0, OPTIMIZER_ADAMW, 3, seed + 1);
     run_case(1, OPTIMIZER_ADAMW8BIT, 3, seed + 2);
     run_case(0, OPTIMIZER_ADAMW8BIT, 2, seed + 3);
-    return test_finish("llama_shard_parity");
 }
