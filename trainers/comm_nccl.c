@@ -225,10 +225,7 @@ static void nj_roll_call(void *self, const char *waiting_in, char *report, size_
 
 static void nj_destroy(void *self) {
     struct nccl_job *j = self;
-    if (j->aborted)
-        j->api.abort(j->comm);
-    else
-        j->api.destroy(j->comm);
+    if (!j->aborted) j->api.destroy(j->comm); /* an aborted communicator is gone already */
     cudaEventDestroy(j->done);
     struct train_comm host = j->host;
     free(j);
