@@ -25,11 +25,13 @@
 
 #include "gpu/cuda_check.h"
 #include "io/check.h"
+#include "ref/shard.h"
 
 namespace {
 
 constexpr int kBlock = 256;
 constexpr int64_t kChunk = 8192;
+static_assert(kChunk == SHARD_CHUNK, "the sharded optimizer's pieces are whole chunks (ref/shard.h)");
 
 struct chunk_ref {
     int32_t tensor;
@@ -66,10 +68,13 @@ struct tensor_desc {
     int vec4; /* n % 4 == 0 and every pointer aligned for 4-element accesses */
 };
 
+/* own: the sharded form's list of this rank's chunks (block b takes chunk own[b]); NULL: block b
+ * takes chunk b. */
 __global__ void __launch_bounds__(kBlock) adamw_chunk_sumsq(float *partials, const tensor_desc *params,
-                                                            const chunk_ref *chunks) {
+                                                            const chunk_ref *chunks, const int32_t *own) {
     __shared__ float sh[kBlock];
-    const chunk_ref c = chunks[blockIdx.x];
+    const int ci = own ? own[blockIdx.x] : (int)blockIdx.x;
+    const chunk_ref c = chunks[ci];
     const tensor_desc p = params[c.tensor];
     const int64_t end = c.start + kChunk < p.n ? c.start + kChunk : p.n;
     float s = 0.0f;
@@ -88,7 +93,7 @@ __global__ void __launch_bounds__(kBlock) adamw_chunk_sumsq(float *partials, con
         }
     }
     const float total = block_sum_f32(s, sh);
-    if (threadIdx.x == 0) partials[blockIdx.x] = total;
+    if (threadIdx.x == 0) partials[ci] = total;
 }
 
 /* out[0] = total norm, out[1] = clip coefficient. */
@@ -134,29 +139,43 @@ __device__ __forceinline__ void adamw_element(float &w, float &m, float &v, floa
     w = __fadd_rn(w, __fdiv_rn(__fmul_rn(s.neg_step_size, m), denom));
 }
 
+/* The sharded form's state: this rank's chunks (own, as above) and, per chunk of the whole table,
+ * the offset of its first element in the flat arrays master, m, v (state_off; NULL: unsharded,
+ * the tensors' own master, m, v). */
+struct shard_state {
+    const int32_t *own;
+    const int64_t *state_off;
+    float *master, *m, *v;
+};
+
 __global__ void __launch_bounds__(kBlock) adamw_chunk_update(const tensor_desc *params, const chunk_ref *chunks,
                                                              const float *norm_coef, int clip, int guard,
-                                                             const double *guard_scalar, step_scalars s) {
+                                                             const double *guard_scalar, step_scalars s,
+                                                             shard_state sh) {
     /* A non-finite global norm means a non-finite gradient somewhere: no tensor is updated. */
     if (guard && !isfinite(norm_coef[0])) return;
     if (guard_scalar && !isfinite(*guard_scalar)) return;
-    const chunk_ref c = chunks[blockIdx.x];
-    const tensor_desc p = params[c.tensor];
+    const int ci = sh.own ? sh.own[blockIdx.x] : (int)blockIdx.x;
+    const chunk_ref c = chunks[ci];
+    tensor_desc p = params[c.tensor];
+    /* element i of the tensor is at [i + shift] of the arrays the state lives in */
+    int64_t shift = 0;
+    if (sh.state_off) p.master = sh.master, p.m = sh.m, p.v = sh.v, shift = sh.state_off[ci] - c.start;
     const int64_t end = c.start + kChunk < p.n ? c.start + kChunk : p.n;
     const float coef = clip ? norm_coef[1] : 1.0f;
     if (p.vec4) {
         for (int64_t i = c.start + 4 * threadIdx.x; i < end; i += 4 * kBlock) {
             const float4 g = *reinterpret_cast<const float4 *>(p.grad + i);
-            float4 w = *reinterpret_cast<const float4 *>(p.master + i);
-            float4 m = *reinterpret_cast<const float4 *>(p.m + i);
-            float4 v = *reinterpret_cast<const float4 *>(p.v + i);
+            float4 w = *reinterpret_cast<const float4 *>(p.master + i + shift);
+            float4 m = *reinterpret_cast<const float4 *>(p.m + i + shift);
+            float4 v = *reinterpret_cast<const float4 *>(p.v + i + shift);
             adamw_element(w.x, m.x, v.x, g.x, coef, p.decay, s);
             adamw_element(w.y, m.y, v.y, g.y, coef, p.decay, s);
             adamw_element(w.z, m.z, v.z, g.z, coef, p.decay, s);
             adamw_element(w.w, m.w, v.w, g.w, coef, p.decay, s);
-            *reinterpret_cast<float4 *>(p.master + i) = w;
-            *reinterpret_cast<float4 *>(p.m + i) = m;
-            *reinterpret_cast<float4 *>(p.v + i) = v;
+            *reinterpret_cast<float4 *>(p.master + i + shift) = w;
+            *reinterpret_cast<float4 *>(p.m + i + shift) = m;
+            *reinterpret_cast<float4 *>(p.v + i + shift) = v;
             if (p.copy) {
                 __nv_bfloat162 h[2] = {__floats2bfloat162_rn(w.x, w.y), __floats2bfloat162_rn(w.z, w.w)};
                 *reinterpret_cast<uint2 *>(p.copy + i) = *reinterpret_cast<const uint2 *>(h);
@@ -164,11 +183,11 @@ __global__ void __launch_bounds__(kBlock) adamw_chunk_update(const tensor_desc *
         }
     } else {
         for (int64_t i = c.start + threadIdx.x; i < end; i += kBlock) {
-            float w = p.master[i], m = p.m[i], v = p.v[i];
+            float w = p.master[i + shift], m = p.m[i + shift], v = p.v[i + shift];
             adamw_element(w, m, v, p.grad[i], coef, p.decay, s);
-            p.master[i] = w;
-            p.m[i] = m;
-            p.v[i] = v;
+            p.master[i + shift] = w;
+            p.m[i + shift] = m;
+            p.v[i + shift] = v;
             if (p.copy) p.copy[i] = __float2bfloat16_rn(w);
         }
     }
@@ -183,6 +202,12 @@ struct gpu_adamw {
     float *d_norm_coef;
     int n_chunks;
     bool norm_only; /* some tensor has no state: only gpu_adamw_grad_norm may be called */
+    /* the sharded form */
+    bool sharded;
+    int n_own;
+    int32_t *d_own;
+    int64_t *d_state_off;
+    float *master, *m, *v;
 };
 
 extern "C" struct gpu_adamw *build_gpu_adamw(const struct gpu_adamw_param *params, int count) {
@@ -219,8 +244,60 @@ extern "C" struct gpu_adamw *build_gpu_adamw(const struct gpu_adamw_param *param
     return a;
 }
 
+extern "C" struct gpu_adamw *build_gpu_adamw_sharded(const struct gpu_adamw_param *params, int count,
+                                                     const struct shard_piece *pieces, int n_pieces, float *master,
+                                                     float *m, float *v) {
+    CHECK((master && m && v) || (!master && !m && !v), "adamw sharded: master, m, v all or none");
+    /* the whole model's chunk table, the tensors without state of their own */
+    std::vector<gpu_adamw_param> stateless(params, params + count);
+    for (auto &q : stateless) q.master = q.m = q.v = nullptr, q.copy = nullptr;
+    struct gpu_adamw *a = build_gpu_adamw(stateless.data(), count);
+    /* the descriptors keep the copies (the update writes this rank's part of them) */
+    if (master) {
+        std::vector<tensor_desc> descs(count);
+        CUDA_CHECK(cudaMemcpy(descs.data(), a->d_params, sizeof(tensor_desc) * count, cudaMemcpyDeviceToHost));
+        for (int t = 0; t < count; t++) {
+            descs[t].copy = reinterpret_cast<__nv_bfloat16 *>(params[t].copy);
+            if ((uintptr_t)params[t].copy % 8 != 0) descs[t].vec4 = 0; /* as build_gpu_adamw decides */
+        }
+        CUDA_CHECK(cudaMemcpy(a->d_params, descs.data(), sizeof(tensor_desc) * count, cudaMemcpyHostToDevice));
+    }
+    std::vector<int64_t> first(count + 1, 0); /* the first chunk of each tensor */
+    for (int t = 0; t < count; t++) first[t + 1] = first[t] + (params[t].n + kChunk - 1) / kChunk;
+    std::vector<int32_t> own;
+    std::vector<int64_t> state(a->n_chunks, -1);
+    for (int k = 0; k < n_pieces; k++) {
+        const shard_piece &p = pieces[k];
+        CHECK(p.tensor >= 0 && p.tensor < count && p.lo % kChunk == 0 && p.lo < p.hi && p.hi <= params[p.tensor].n &&
+                  p.off % 4 == 0,
+              "adamw sharded: piece %d (tensor %d [%lld, %lld) at %lld)", k, p.tensor, (long long)p.lo,
+              (long long)p.hi, (long long)p.off);
+        for (int64_t s = p.lo; s < p.hi; s += kChunk) {
+            const int64_t ci = first[p.tensor] + s / kChunk;
+            own.push_back((int32_t)ci);
+            state[ci] = p.off + (s - p.lo);
+        }
+    }
+    a->sharded = true;
+    a->norm_only = master == nullptr;
+    a->n_own = (int)own.size();
+    a->master = master, a->m = m, a->v = v;
+    CUDA_CHECK(cudaMalloc(&a->d_own, sizeof(int32_t) * (own.size() + 1)));
+    CUDA_CHECK(cudaMalloc(&a->d_state_off, sizeof(int64_t) * state.size()));
+    if (!own.empty())
+        CUDA_CHECK(cudaMemcpy(a->d_own, own.data(), sizeof(int32_t) * own.size(), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(a->d_state_off, state.data(), sizeof(int64_t) * state.size(), cudaMemcpyHostToDevice));
+    if (!master) { /* the norm alone: no state offsets are read */
+        CUDA_CHECK(cudaFree(a->d_state_off));
+        a->d_state_off = nullptr;
+    }
+    return a;
+}
+
 extern "C" void free_gpu_adamw(struct gpu_adamw *a) {
     if (!a) return;
+    if (a->d_own) CUDA_CHECK(cudaFree(a->d_own));
+    if (a->d_state_off) CUDA_CHECK(cudaFree(a->d_state_off));
     CUDA_CHECK(cudaFree(a->d_params));
     CUDA_CHECK(cudaFree(a->d_chunks));
     CUDA_CHECK(cudaFree(a->d_partials));
@@ -228,11 +305,25 @@ extern "C" void free_gpu_adamw(struct gpu_adamw *a) {
     free(a);
 }
 
+/* The norm and clip coefficient; in the sharded form from the partials as the caller completed them. */
 static void norm_and_coef(struct gpu_adamw *a, float max_norm, cudaStream_t stream) {
-    adamw_chunk_sumsq<<<a->n_chunks, kBlock, 0, stream>>>(a->d_partials, a->d_params, a->d_chunks);
-    KERNEL_CHECK(stream);
+    if (!a->sharded) {
+        adamw_chunk_sumsq<<<a->n_chunks, kBlock, 0, stream>>>(a->d_partials, a->d_params, a->d_chunks, nullptr);
+        KERNEL_CHECK(stream);
+    }
     adamw_finish_norm<<<1, kBlock, 0, stream>>>(a->d_norm_coef, a->d_partials, a->n_chunks, max_norm);
     KERNEL_CHECK(stream);
+}
+
+extern "C" float *gpu_adamw_partials(struct gpu_adamw *a, int64_t *n_chunks, cudaStream_t stream) {
+    CHECK(a->sharded, "adamw: partial sums are the sharded form's");
+    CUDA_CHECK(cudaMemsetAsync(a->d_partials, 0, sizeof(float) * (size_t)a->n_chunks, stream));
+    if (a->n_own > 0) {
+        adamw_chunk_sumsq<<<a->n_own, kBlock, 0, stream>>>(a->d_partials, a->d_params, a->d_chunks, a->d_own);
+        KERNEL_CHECK(stream);
+    }
+    *n_chunks = a->n_chunks;
+    return a->d_partials;
 }
 
 extern "C" void gpu_adamw_grad_norm(struct gpu_adamw *a, float *grad_norm, cudaStream_t stream) {
@@ -264,9 +355,13 @@ extern "C" void gpu_adamw_step(struct gpu_adamw *a, const struct optim_step *st,
     s.neg_step_size = (float)(-(h->lr / bc1));
     s.bc2_sqrt = (float)pow(bc2, 0.5); /* as ref/adamw.c, to the last bit */
     s.eps = (float)h->eps;
-    adamw_chunk_update<<<a->n_chunks, kBlock, 0, stream>>>(a->d_params, a->d_chunks, a->d_norm_coef, clip ? 1 : 0,
-                                                           (clip || grad_norm) ? 1 : 0, guard, s);
-    KERNEL_CHECK(stream);
+    const shard_state sh = {a->d_own, a->d_state_off, a->master, a->m, a->v};
+    const int blocks = a->sharded ? a->n_own : a->n_chunks;
+    if (blocks > 0) {
+        adamw_chunk_update<<<blocks, kBlock, 0, stream>>>(a->d_params, a->d_chunks, a->d_norm_coef, clip ? 1 : 0,
+                                                          (clip || grad_norm) ? 1 : 0, guard, s, sh);
+        KERNEL_CHECK(stream);
+    }
     if (grad_norm)
         CUDA_CHECK(cudaMemcpyAsync(grad_norm, a->d_norm_coef, sizeof(float), cudaMemcpyDeviceToDevice, stream));
 }

@@ -29,6 +29,18 @@
  * Aliasing: no buffer may be shared between two tensors or between two roles.
  * build_gpu_adamw allocates the descriptor and chunk tables once (setup); gpu_adamw_step allocates
  * nothing and does not synchronize.
+ *
+ * The sharded form (ZeRO-1, ref/shard.h), build_gpu_adamw_sharded: the same chunk table over every
+ * trainable tensor of the model (their grad, copy, n and decay), of which this rank owns the pieces
+ * ref/shard.h's shard_pieces gives it; their fp32 masters and moments are the flat arrays master,
+ * m, v (piece k at its off; master = m = v = NULL: no state, the norm alone, as the 8-bit optimizer
+ * needs it). The norm is summed over every chunk from partial sums the ranks complete together:
+ * gpu_adamw_partials enqueues this rank's chunks' partial sums of squares into the device array it
+ * returns (n_chunks floats, the other chunks' zero) and the caller sums that array over the ranks,
+ * in place; gpu_adamw_step and gpu_adamw_norm_and_coef then take the norm from it (they do not
+ * compute partials) and update this rank's chunks (their bf16 copies too). A chunk's partial sum is
+ * the same whoever computes it, and x + 0 = x: for this rank's elements, the same bits as the
+ * unsharded form (tests/unit/shard_test.c with ref/, tests/parity/adamw_parity.cu here).
  */
 #ifndef REFINE_GPU_ADAMW_H
 #define REFINE_GPU_ADAMW_H
@@ -62,6 +74,15 @@ void free_gpu_adamw(struct gpu_adamw *a);
  * step's summed loss) nothing is updated, as for a non-finite norm. */
 void gpu_adamw_step(struct gpu_adamw *a, const struct optim_step *s, const double *guard, float *grad_norm,
                     cudaStream_t stream);
+
+/* The sharded form (above): pieces of this rank, flat master, m, v (or all NULL). */
+struct shard_piece;
+struct gpu_adamw *build_gpu_adamw_sharded(const struct gpu_adamw_param *params, int count,
+                                          const struct shard_piece *pieces, int n_pieces, float *master, float *m,
+                                          float *v);
+/* Sharded form: this rank's chunks' partial sums of squares into the returned device array
+ * (*n_chunks floats, the others zero), for the caller to sum over the ranks before the step. */
+float *gpu_adamw_partials(struct gpu_adamw *a, int64_t *n_chunks, cudaStream_t stream);
 
 /* Only the global norm (no update), e.g. for logging: grad_norm (device float). */
 void gpu_adamw_grad_norm(struct gpu_adamw *a, float *grad_norm, cudaStream_t stream);

@@ -548,6 +548,7 @@ void backward(gpu_llama *m, uint64_t micro) {
         gpu_rmsnorm_backward_bf16(m->G, full ? m->final_norm_grad : nullptr, m->dn, nullptr, m->x[c.L], m->final_norm,
                                   m->rstd_f, N, c.C, m->ws, s);
     }
+    if (m->grad_hook) m->grad_hook(m->grad_hook_ctx, 0); /* the head's bucket (gpu/llama.h) */
     for (int l = c.L - 1; l >= 0; l--) {
         NVTX(m, "layer %d backward", l);
         /* x[l] back on the device (brought in during layer l + 1's backward) */
@@ -561,11 +562,13 @@ void backward(gpu_llama *m, uint64_t micro) {
         m->fp8.recording = FP8_RECORD;
         if (offloaded(m) && l >= 1) offload_in(m, l - 1);
         layer_backward(m, l, micro);
+        if (m->grad_hook) m->grad_hook(m->grad_hook_ctx, c.L - l);
     }
     if (full) {
         PROF(m, PROF_EMBED);
         gpu_embedding_backward_f32(m->embed_grad, m->G, m->tokens, N, c.C, c.V, m->ws, s);
     }
+    if (m->grad_hook) m->grad_hook(m->grad_hook_ctx, c.L + 1);
 }
 
 }  // namespace
@@ -645,12 +648,7 @@ extern "C" int gpu_llama_optimizer_step(gpu_llama *m, const optim_step *h, doubl
             const float *norm_coef = gpu_adamw_norm_and_coef(m->adamw, h->clip, s);
             norm = norm_coef;
             const gpu_adamw8bit_args a = {h->hp, 1.0, h->step, norm_coef, m->nll_acc};
-            for (int i = 0; i < m->n_params; i++) {
-                const gl_param &p = m->params[i];
-                const gpu_adamw8bit_tensor t = {p.master,  p.copy,    p.grad, p.n, p.is_8bit, p.q1, p.q2,
-                                                p.absmax1, p.absmax2, m->map1, m->map2, p.m, p.v};
-                gpu_adamw8bit_step(&t, &a, s);
-            }
+            gl_adamw8bit_steps(m, &a, s); /* every tensor, or this rank's pieces (gpu/llama_shard.cu) */
         }
         CUDA_CHECK(cudaMemcpyAsync(m->h_scalars + 1, norm, sizeof(float), cudaMemcpyDeviceToHost, s));
         CUDA_CHECK(cudaMemcpyAsync(m->h_nll, m->nll_acc, sizeof(double), cudaMemcpyDeviceToHost, s));

@@ -62,6 +62,7 @@
 #ifndef REFINE_GPU_LLAMA_H
 #define REFINE_GPU_LLAMA_H
 
+#include <cuda_runtime_api.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -119,6 +120,10 @@ struct gpu_llama_options {
     enum gpu_linear_precision linears;
     enum fp8_recipe fp8_recipe; /* FP8 linears and an FP8 base (ref/fp8_linear.h) */
     enum gpu_mlp_input mlp_input;
+    /* The sharded optimizer (ZeRO-1, full fine-tuning; gpu/llama_shard.cu): this rank, of
+     * shard_world > 1, keeps the fp32 masters and optimizer state of its pieces only (ref/shard.h);
+     * 0 or 1: of every tensor. The plan is then this rank's. */
+    int shard_world, shard_rank;
 };
 
 /* Bytes of each slab; total is what build_gpu_llama allocates (plus the CUDA context and
@@ -142,7 +147,8 @@ int gpu_llama_plan_bytes(struct gpu_llama_plan *p, const struct model_config *c,
 /* One line: "plan for B×T: 12.3 GiB = weights 2.3 + parameters 0.1 + ... ". */
 void gpu_llama_plan_describe(char *buf, size_t cap, const struct gpu_llama_plan *p, int B, int T);
 
-/* The CUDA device: 0 and its name and memory, or -1 with e saying there is none usable. */
+/* The current CUDA device (a job's rank has chosen its own): 0 and its name and memory, or -1 with e
+ * saying there is none usable. */
 int gpu_device_query(char *name, size_t cap, size_t *free_bytes, size_t *total_bytes, struct io_err *e);
 /* 0 when the device has FP8 tensor cores (compute capability 8.9 or newer), else -1 with e
  * naming the device and its capability (call it before planning an FP8 model). */
@@ -234,6 +240,49 @@ void gpu_llama_profile_print(struct gpu_llama *m, FILE *f, int steps);
 /* CUDA-event timing of the stream's work between begin and end (milliseconds; end waits). */
 void gpu_llama_timer_begin(struct gpu_llama *m);
 double gpu_llama_timer_end(struct gpu_llama *m);
+
+/* ---- data parallelism (gpu/llama_dp.cu): what a job of several GPUs needs from the model -------
+ * The gradients come in buckets, each a contiguous range of the gradient slab, in the order the
+ * backward pass finishes them: bucket 0 the head (the final norm and an untied lm_head, final
+ * once the loss is computed), bucket 1 + i layer L − 1 − i's tensors (after that layer's backward),
+ * bucket L + 1 the embedding (full fine-tuning; a tied lm_head with it), after its scatter-add. A
+ * bucket with no trainable tensor has n = 0. The hook, when set, is called on the host as backward
+ * enqueues the end of each bucket (in bucket order, after that work on the model's stream): the
+ * caller makes its own stream wait for the model's and reduces the bucket there, overlapping the
+ * rest of backward. NULL (the default): no call. */
+typedef void (*gpu_llama_grad_hook)(void *ctx, int bucket);
+void gpu_llama_set_grad_hook(struct gpu_llama *m, gpu_llama_grad_hook hook, void *ctx);
+int gpu_llama_n_buckets(const struct gpu_llama *m);
+void gpu_llama_bucket(const struct gpu_llama *m, int bucket, float **first, int64_t *n);
+/* The stream every op of the model runs on. */
+cudaStream_t gpu_llama_stream(const struct gpu_llama *m);
+/* The device double that holds the step's Σ NLL until gpu_llama_optimizer_step reads it (and skips
+ * the update when it is not finite): a job sums it over the ranks first. */
+double *gpu_llama_nll_sum_device(struct gpu_llama *m);
+
+/* ---- the sharded optimizer (options.shard_world > 1; gpu/llama_shard.cu) -----------------------
+ * Every rank holds the whole model's bf16 compute copies and gradients (the buckets are reduced as
+ * above), and the fp32 masters and optimizer state of its pieces (ref/shard.h: whole optimizer
+ * chunks, every rank within a chunk of 1/shard_world of the elements). A step:
+ *   1. gpu_llama_shard_partials enqueues this rank's chunks' partial sums of squares of the
+ *      (reduced) gradients into the device array it returns (*n floats, the other chunks' zero);
+ *      the caller sums it over the ranks in place (an all-reduce on the device);
+ *   2. gpu_llama_optimizer_step takes the norm from it and updates this rank's pieces (masters,
+ *      state, and their part of the bf16 copies) — bitwise the unsharded update of those elements;
+ *   3. the caller broadcasts each rank's part of the copies: rank r's is the contiguous bf16 range
+ *      gpu_llama_shard_copies(m, r) (n = 0: r owns nothing), from root r.
+ * Weights are loaded as a whole (the masters pass through the gradient slab, which is zeroed
+ * after) and checkpoint tensors written as a whole (each rank keeps its pieces and the whole
+ * copy). To read them, the caller gathers every rank's flat state arrays (gpu_llama_shard_array:
+ * this rank's device pointer and bytes of array k; gpu_llama_shard_array_bytes: any rank's
+ * bytes) and assembles tensor i from them on the host (arrays[r][k]: rank r's array k). */
+enum { GPU_SHARD_MASTER = 0, GPU_SHARD_M, GPU_SHARD_V, GPU_SHARD_Q1, GPU_SHARD_Q2, GPU_SHARD_ABSMAX1,
+       GPU_SHARD_ABSMAX2, GPU_SHARD_ARRAYS };
+float *gpu_llama_shard_partials(struct gpu_llama *m, int64_t *n);
+void gpu_llama_shard_copies(const struct gpu_llama *m, int rank, uint16_t **first, int64_t *n);
+void *gpu_llama_shard_array(struct gpu_llama *m, int k, size_t *bytes);
+size_t gpu_llama_shard_array_bytes(const struct gpu_llama *m, int rank, int k);
+void gpu_llama_tensor_assemble(const struct gpu_llama *m, int i, void *host, const void *const *const *arrays);
 
 #ifdef __cplusplus
 }

@@ -395,7 +395,10 @@ void gl_fp8_step_end(gpu_llama *m, int updated) {
     }
     CUDA_CHECK(cudaMemsetAsync(F.flags, 0, (size_t)F.n * sizeof(unsigned), s));
     CUDA_CHECK(cudaMemsetAsync(F.saturated, 0, sizeof(unsigned long long), s));
-    if (m->opt.mode == LLAMA_FULL) quantize_trained(m, 1); /* the next step's weights, its statistics */
+    /* the next step's weights, its statistics; under the sharded optimizer, other ranks' pieces
+     * arrive after this (trainers/gpu_dp.h), so the quantization waits for the next step's start */
+    if (m->opt.mode == LLAMA_FULL && m->opt.shard_world > 1) F.stale = 1;
+    else if (m->opt.mode == LLAMA_FULL) quantize_trained(m, 1);
 }
 
 void gl_fp8_drop(gpu_llama *m) {

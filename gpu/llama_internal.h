@@ -12,6 +12,7 @@
 #include "gpu/adamw8bit.h"
 #include "gpu/gemm.h"
 #include "gpu/llama.h"
+#include "ref/shard.h"
 
 /* An NF4 base weight (bitsandbytes layout, gpu/nf4.h). */
 struct gl_nf4 {
@@ -190,6 +191,18 @@ struct gpu_llama {
     gl_param *params;
     gl_tensor *tensors;
 
+    /* the sharded optimizer (gpu/llama_shard.cu): this rank's pieces and its flat arrays; AdamW's
+     * moments (and the 8-bit optimizer's 32-bit pieces') in s_m, s_v; the 8-bit pieces' codes in
+     * s_q1, s_q2 (at the piece's off) and block maxima in s_absmax1, s_absmax2 (at boff) */
+    int sharded;
+    struct shard_piece *pieces;
+    int n_pieces;
+    int64_t shard_elems, shard_blocks, shard_elems32;
+    int64_t *piece_boff, *piece_soff;
+    float *s_master, *s_m, *s_v, *s_absmax1, *s_absmax2;
+    uint8_t *s_q1, *s_q2;
+    gpu_llama_grad_hook grad_hook; /* data parallelism (gpu/llama.h): called as buckets finish */
+    void *grad_hook_ctx;
     cudaEvent_t t_begin, t_end;
     cudaEvent_t *prof_ev; /* pairs */
     int prof_cap, prof_n, prof_on; /* recording between gpu_llama_profile_reset and _print */
@@ -257,5 +270,16 @@ void gl_nf4_to_bf16(gpu_llama *m, int l);
 
 /* llama.cu: a bf16 copy of n fp32 values (compute copies). */
 void gl_to_bf16(uint16_t *dst, const float *src, int64_t n, cudaStream_t s);
+
+/* llama_shard.cu: the sharded optimizer's part of the layout (this rank's pieces and their flat
+ * rows: add_row(rows, slab, ptr, count, elem) adds count elements of elem bytes to slab, the address
+ * written to *ptr), its optimizer, its 8-bit steps (every tensor's, or every piece's), the masters
+ * taken from the staging in the gradient slab after a load, and its checkpoint tensors. */
+typedef void (*gl_add_row_fn)(void *rows, enum gl_slab slab, void **ptr, int64_t count, size_t elem);
+void gl_shard_rows(gpu_llama *m, void *rows, gl_add_row_fn add_row);
+struct gpu_adamw *gl_shard_build_optimizer(gpu_llama *m);
+void gl_adamw8bit_steps(gpu_llama *m, const struct gpu_adamw8bit_args *a, cudaStream_t s);
+void gl_shard_take_masters(gpu_llama *m);
+void gl_shard_tensor_write(gpu_llama *m, int i, const void *host);
 
 #endif /* REFINE_GPU_LLAMA_INTERNAL_H */

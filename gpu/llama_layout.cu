@@ -64,6 +64,10 @@ void add_row(gl_rows &rs, gl_slab slab, void **ptr, int64_t count, size_t elem) 
     rs.r[rs.n++] = gl_row{slab, ptr, count, elem};
 }
 
+void add_row_cb(void *rs, gl_slab slab, void **ptr, int64_t count, size_t elem) {
+    add_row(*static_cast<gl_rows *>(rs), slab, ptr, count, elem);
+}
+
 template <class T>
 void add(gl_rows &rs, gl_slab slab, T **ptr, int64_t count) {
     add_row(rs, slab, reinterpret_cast<void **>(ptr), count, sizeof(T));
@@ -131,22 +135,26 @@ int add_param(gpu_llama *m, gl_rows &rs, const char *name, int ndim, int64_t d0,
     p.shape[1] = ndim == 2 ? d1 : 0;
     p.n = ndim == 2 ? d0 * d1 : d0;
     p.dst_master = master, p.dst_copy = copy, p.dst_grad = grad;
-    add(rs, SLAB_PARAMS, &p.master, p.n);
+    /* the sharded optimizer keeps masters and state in its own flat rows (gpu/llama_shard.cu) */
+    const int sharded = m->sharded;
+    if (!sharded) add(rs, SLAB_PARAMS, &p.master, p.n);
     if (storage == PARAM_OWN) add(rs, SLAB_PARAMS, &p.copy, p.n);
     if (storage != PARAM_IN_GROUP) add(rs, SLAB_GRADS, &p.grad, p.n);
     if (m->opt.optimizer == OPTIMIZER_ADAMW8BIT && p.n >= ADAMW8BIT_MIN_8BIT_SIZE) {
         p.is_8bit = 1;
-        add(rs, SLAB_OPTIM, &p.q1, p.n);
-        add(rs, SLAB_OPTIM, &p.q2, p.n);
-        add(rs, SLAB_OPTIM, &p.absmax1, adamw8bit_n_blocks(p.n));
-        add(rs, SLAB_OPTIM, &p.absmax2, adamw8bit_n_blocks(p.n));
-    } else {
+        if (!sharded) {
+            add(rs, SLAB_OPTIM, &p.q1, p.n);
+            add(rs, SLAB_OPTIM, &p.q2, p.n);
+            add(rs, SLAB_OPTIM, &p.absmax1, adamw8bit_n_blocks(p.n));
+            add(rs, SLAB_OPTIM, &p.absmax2, adamw8bit_n_blocks(p.n));
+        }
+    } else if (!sharded) {
         add(rs, SLAB_OPTIM, &p.m, p.n);
         add(rs, SLAB_OPTIM, &p.v, p.n);
     }
     /* the optimizer's per-tensor tables: a chunk descriptor and a partial sum per 8192 elements,
-     * a tensor descriptor (gpu/adamw.cu) */
-    rs.outside += (size_t)((p.n + 8191) / 8192) * 20 + 64;
+     * a tensor descriptor (gpu/adamw.cu); sharded, also the chunk's state offset and the own list */
+    rs.outside += (size_t)((p.n + 8191) / 8192) * (sharded ? 32 : 20) + 64;
     return i;
 }
 
@@ -468,6 +476,7 @@ gl_rows make_rows(gpu_llama *m) {
     CHECK(m->n_params == m->cap_params, "layout: %d trainable tensors registered, %d counted", m->n_params,
           m->cap_params);
     fp8_rows(m, rs);
+    gl_shard_rows(m, &rs, add_row_cb);
     activation_rows(m, rs);
     scratch_rows(m, rs);
     fixed_rows(m, rs);
@@ -491,7 +500,8 @@ void point_views(gpu_llama *m) {
             a.grad = m->layers[l].group_da[g] + at;
         }
     for (int i = 0; i < m->n_params; i++) {
-        const gl_param &p = m->params[i];
+        gl_param &p = m->params[i];
+        if (m->sharded) p.master = p.grad; /* the staging of a load (gl_shard_take_masters) */
         *p.dst_master = p.master;
         if (p.dst_copy) *p.dst_copy = p.copy;
         *p.dst_grad = p.grad;
@@ -602,6 +612,10 @@ static int check_options(const model_config *c, const gpu_llama_options *o, io_e
                 return io_fail(e, "--precision fp8: %s is %lld; the FP8 GEMMs need multiples of 16", what[i],
                                (long long)dims[i]);
     }
+    if (o->shard_world > 1 && o->mode != LLAMA_FULL)
+        return io_fail(e, "the sharded optimizer is for full fine-tuning (adapters' optimizer state is small)");
+    if (o->shard_world > 1 && (o->shard_rank < 0 || o->shard_rank >= o->shard_world))
+        return io_fail(e, "shard rank %d of %d", o->shard_rank, o->shard_world);
     return 0;
 }
 
@@ -611,6 +625,7 @@ static void init_shape(gpu_llama *m, const model_config *c, const gpu_llama_opti
     m->N = o->B * o->T;
     m->QD = c->H * c->D;
     m->KD = c->KVH * c->D;
+    m->sharded = o->shard_world > 1;
     for (int g = 0; g < GL_N_GROUPS; g++) {
         int all = o->mode == LLAMA_LORA && !(o->dropout > 0) && o->grouping == GPU_LORA_GROUPED;
         for (int i = 0; i < gl_group_n[g]; i++) all = all && gl_is_target(m, gl_group_first[g] + i);
@@ -631,6 +646,9 @@ static void alloc_tables(gpu_llama *m) {
 }
 
 static void free_tables(gpu_llama *m) {
+    free(m->pieces);
+    free(m->piece_boff);
+    free(m->piece_soff);
     free(m->layers);
     free(m->acts);
     free(m->x);
@@ -685,7 +703,9 @@ extern "C" int gpu_device_query(char *name, size_t cap, size_t *free_bytes, size
                        err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
     }
     cudaDeviceProp prop;
-    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    int dev = 0; /* the current device: a job's rank has chosen its own */
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
     if (prop.major < 8)
         return io_fail(e, "%s has compute capability %d.%d; refine's kernels need 8.0 or newer (A100, H100)",
                        prop.name, prop.major, prop.minor);
@@ -806,6 +826,10 @@ static void upload_fixed(gpu_llama *m) {
 }
 
 static void build_optimizer(gpu_llama *m) {
+    if (m->sharded) {
+        m->adamw = gl_shard_build_optimizer(m);
+        return;
+    }
     gpu_adamw_param *ps = static_cast<gpu_adamw_param *>(calloc((size_t)m->n_params, sizeof(gpu_adamw_param)));
     CHECK(ps != nullptr, "out of host memory");
     for (int i = 0; i < m->n_params; i++) {
@@ -923,12 +947,17 @@ extern "C" const gpu_llama_tensor *gpu_llama_tensor_info(const gpu_llama *m, int
 static size_t tensor_bytes(const gl_tensor &t) { return (size_t)t.info.numel * (t.info.is_u8 ? 1 : 4); }
 
 extern "C" void gpu_llama_tensor_read(gpu_llama *m, int i, void *host) {
+    CHECK(!m->sharded, "tensor %d: a sharded model's tensors are assembled (gpu_llama_tensor_assemble)", i);
     const gl_tensor &t = m->tensors[i];
     CUDA_CHECK(cudaStreamSynchronize(m->stream));
     CUDA_CHECK(cudaMemcpy(host, t.dev, tensor_bytes(t), cudaMemcpyDeviceToHost));
 }
 
 extern "C" void gpu_llama_tensor_write(gpu_llama *m, int i, const void *host) {
+    if (m->sharded) {
+        gl_shard_tensor_write(m, i, host);
+        return;
+    }
     const gl_tensor &t = m->tensors[i];
     CUDA_CHECK(cudaStreamSynchronize(m->stream));
     CUDA_CHECK(cudaMemcpy(t.dev, host, tensor_bytes(t), cudaMemcpyHostToDevice));

@@ -31,8 +31,12 @@ int io_fail_context(struct io_err *e, const char *fmt, ...) {
     return -1;
 }
 
+static char g_label[64];
+
+void io_set_process_label(const char *label) { snprintf(g_label, sizeof g_label, "%s", label ? label : ""); }
+
 void io_exit(const struct io_err *e) {
-    fprintf(stderr, "refine: %s\n", e != NULL ? e->msg : "unknown error");
+    fprintf(stderr, "refine: %s%s%s\n", g_label, g_label[0] ? ": " : "", e != NULL ? e->msg : "unknown error");
     fflush(stderr);
     exit(1);
 }

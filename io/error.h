@@ -29,6 +29,10 @@ int io_fail_context(struct io_err *e, const char *fmt, ...) __attribute__((forma
 /* Prints "refine: <message>" to stderr and exits with status 1. */
 void io_exit(const struct io_err *e) __attribute__((noreturn));
 
+/* A job of several processes names the process in io_exit's message: "refine: rank 3: <message>"
+ * (label "rank 3"; NULL or "": none). */
+void io_set_process_label(const char *label);
+
 #ifdef __cplusplus
 }
 #endif

@@ -2,7 +2,8 @@
 # tools/setup.sh — prepares this machine to build, test and train with refine. Idempotent and
 # fast when everything is already in place.
 #
-#   1. Debian packages the build needs (bazel-bootstrap, OpenBLAS, cJSON, PCRE2, OpenMPI) and the
+#   1. Debian packages the build needs (bazel-bootstrap, OpenBLAS, cJSON, PCRE2, OpenMPI: its headers
+#      for the MPI plugin and mpirun for the tests that run //ref:train on several processes) and the
 #      default corpus (bible-kjv); installed with apt-get only when missing.
 #   2. The CUDA 13 toolkit in /usr/local/cuda (nvcc, cudart, cuBLASLt, NCCL): checked, not
 #      installed; a clear message and exit status 1 when absent.
@@ -18,7 +19,7 @@ say() { printf 'setup: %s\n' "$*"; }
 die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
 
 # --- 1. Debian packages -------------------------------------------------------------------------
-packages=(bazel-bootstrap libopenblas-dev libcjson-dev libpcre2-dev libopenmpi-dev bible-kjv unzip)
+packages=(bazel-bootstrap libopenblas-dev libcjson-dev libpcre2-dev libopenmpi-dev openmpi-bin bible-kjv unzip)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

@@ -30,7 +30,7 @@ static const char *const k_changeable[] = {
     "beta2",     "eps",          "max-steps", "epochs",     "dropout",          "eval-every", "eval-batches",
     "log-every", "export",       "recompute", "auto-batch", "checkpoint-every", "stop-after", "out",
     "model",     "data",         "nvtx",      "memory-limit", "offload",        "gguf-type",  "sample-every",
-    "sample-prompts", "sample-tokens", NULL};
+    "sample-prompts", "sample-tokens", "shard-optimizer", NULL};
 /* How this invocation was asked to start: never compared, never recorded as a change. */
 static const char *const k_meta_options[] = {"resume", "overwrite", "resume-anyway", NULL};
 
@@ -110,9 +110,9 @@ int checkpoint_save(const char *out_dir, const struct train_engine *eng, const s
     char *json = malloc(strlen(options_json) + strlen(identity) + 1024);
     CHECK(json != NULL, "out of memory");
     sprintf(json, "{\"format\":%d,\"step\":%d,\"micro_index\":%" PRIu64 ",\"epoch\":%d,\"position\":%" PRId64
-                  ",\"engine\":\"%s\",\"options\":%s,\"identity\":%s}\n",
-            CHECKPOINT_FORMAT, pos->step, pos->micro_index, pos->epoch, pos->position, eng->name, options_json,
-            identity);
+                  ",\"world\":%d,\"engine\":\"%s\",\"options\":%s,\"identity\":%s}\n",
+            CHECKPOINT_FORMAT, pos->step, pos->micro_index, pos->epoch, pos->position, pos->world > 0 ? pos->world : 1,
+            eng->name, options_json, identity);
     snprintf(path, sizeof path, "%s/trainer.json", tmp);
     rc = write_file_atomic(path, json, strlen(json), e);
     free(json);
@@ -250,33 +250,36 @@ static void cat(char **s, const char *add) {
 }
 
 /* Step 3 of reading. */
-static int compare_options(const cJSON *saved, const char *options_json, const char *path, struct checkpoint_resume *r,
-                           struct io_err *e) {
+static int compare_options(const cJSON *saved, const char *options_json, int saved_world, int world, const char *path,
+                           struct checkpoint_resume *r, struct io_err *e) {
     cJSON *now = cJSON_Parse(options_json);
     CHECK(now != NULL, "the run's own options are not JSON");
     cJSON *changes = cJSON_CreateObject();
     CHECK(changes != NULL, "out of memory");
+    /* the split over micro-batches and ranks may change, the sequences per step may not (every saved
+     * position assumes them) */
+    const cJSON *mb0 = cJSON_GetObjectItemCaseSensitive(saved, "micro-batch");
+    const cJSON *ga0 = cJSON_GetObjectItemCaseSensitive(saved, "grad-accum");
+    const cJSON *mb1 = cJSON_GetObjectItemCaseSensitive(now, "micro-batch");
+    const cJSON *ga1 = cJSON_GetObjectItemCaseSensitive(now, "grad-accum");
+    const double m0 = cJSON_IsNumber(mb0) ? mb0->valuedouble : NAN, g0 = cJSON_IsNumber(ga0) ? ga0->valuedouble : NAN;
+    const double m1 = cJSON_IsNumber(mb1) ? mb1->valuedouble : NAN, g1 = cJSON_IsNumber(ga1) ? ga1->valuedouble : NAN;
     int rc = 0;
+    if (!(m0 * g0 * saved_world == m1 * g1 * world))
+        rc = io_fail(e, "%s: the checkpoint was made with --micro-batch %g --grad-accum %g on %d rank%s, this run has %g "
+                        "and %g on %d: the sequences per optimizer step (micro-batch × grad-accum × ranks) must stay "
+                        "the same",
+                     path, m0, g0, saved_world, saved_world > 1 ? "s" : "", m1, g1, world);
     const cJSON *it;
     cJSON_ArrayForEach(it, now) {
+        if (rc != 0) break;
         const char *k = it->string;
         if (listed(k, k_meta_options)) continue;
         const cJSON *old = cJSON_GetObjectItemCaseSensitive(saved, k);
         if (old != NULL && cJSON_Compare(old, it, 1)) continue;
         char *a = print_value(it), *b = print_value(old);
-        if (strcmp(k, "micro-batch") == 0 || strcmp(k, "grad-accum") == 0) {
-            /* the split may change, the sequences per step may not (every saved position assumes them) */
-            const cJSON *mb0 = cJSON_GetObjectItemCaseSensitive(saved, "micro-batch");
-            const cJSON *ga0 = cJSON_GetObjectItemCaseSensitive(saved, "grad-accum");
-            const cJSON *mb1 = cJSON_GetObjectItemCaseSensitive(now, "micro-batch");
-            const cJSON *ga1 = cJSON_GetObjectItemCaseSensitive(now, "grad-accum");
-            const double m0 = cJSON_IsNumber(mb0) ? mb0->valuedouble : NAN, g0 = cJSON_IsNumber(ga0) ? ga0->valuedouble : NAN;
-            const double m1 = cJSON_IsNumber(mb1) ? mb1->valuedouble : NAN, g1 = cJSON_IsNumber(ga1) ? ga1->valuedouble : NAN;
-            if (!(m0 * g0 == m1 * g1))
-                rc = io_fail(e, "%s: the checkpoint was made with --micro-batch %g --grad-accum %g, this run has %g and %g: "
-                                "the sequences per optimizer step (micro-batch × grad-accum) must stay the same",
-                             path, m0, g0, m1, g1);
-        } else if (!listed(k, k_changeable)) {
+        const int split = strcmp(k, "micro-batch") == 0 || strcmp(k, "grad-accum") == 0; /* checked above */
+        if (!split && !listed(k, k_changeable)) {
             rc = io_fail(e, "%s: the checkpoint was made with --%s %s, this run has %s; it cannot change on resume (it "
                             "would not fit the saved state or the batches); run with --%s %s or start a new run",
                          path, k, b, a, k, b);
@@ -328,7 +331,9 @@ int checkpoint_load(const char *dir, const struct train_engine *eng, struct loop
     if (rc == 0) rc = json_int(j, "epoch", 0, 1 << 30, &epoch, path, e);
     if (rc == 0) rc = json_int(j, "position", 0, 4611686018427387904.0, &position, path, e);
     if (rc == 0 && !cJSON_IsObject(opts)) rc = io_fail(e, "%s: \"options\" is missing or not an object", path);
-    if (rc == 0) rc = compare_options(opts, r->options_json, path, r, e);
+    double world = 1; /* absent: a checkpoint of one process */
+    if (rc == 0 && cJSON_GetObjectItemCaseSensitive(j, "world") != NULL) rc = json_int(j, "world", 1, 1 << 20, &world, path, e);
+    if (rc == 0) rc = compare_options(opts, r->options_json, (int)world, pos->world > 0 ? pos->world : 1, path, r, e);
     if (rc == 0 && r->identity_json != NULL) {
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(j, "identity");
         char *saved = cJSON_IsObject(id) ? cJSON_PrintUnformatted(id) : NULL;
@@ -372,6 +377,7 @@ int checkpoint_load(const char *dir, const struct train_engine *eng, struct loop
     pos->micro_index = (uint64_t)micro;
     pos->epoch = (int)epoch;
     pos->position = (int64_t)position;
+    pos->world = (int)world;
     return 0;
 }
 

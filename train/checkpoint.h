@@ -6,8 +6,9 @@
  *   step-<N>/state.safetensors   every engine tensor (trainable fp32 masters and optimizer state),
  *                                by name, with __metadata__ {"format":"refine-checkpoint-1"}
  *   step-<N>/trainer.json        {"format":2,"step":N,"micro_index":M,"epoch":E,"position":P,
- *                                 "engine":"...","options":{...},"identity":{...}}
- *                                (identity: the content hashes of the model and data, identity.h)
+ *                                 "world":W,"engine":"...","options":{...},"identity":{...}}
+ *                                (W: the job's ranks; identity: the content hashes of the model
+ *                                and data, identity.h)
  *   step-<N>/SHA256SUMS          "<sha256>  state.safetensors\n<sha256>  trainer.json\n", the
  *                                format `sha256sum -c SHA256SUMS` checks
  *   LATEST                       "step-<N>\n": the checkpoint to resume from
@@ -31,7 +32,11 @@
  *      micro-batch/grad-accum split of the same product, and the paths out, model and data, whose
  *      contents step 4 compares): each change is returned (r->changes, r->notes) for the loop to
  *      say at the start and record in metrics.jsonl. With none changed, the resumed run is
- *      bit-identical to an uninterrupted one.
+ *      bit-identical to an uninterrupted one. A job of another number of ranks resumes when
+ *      ranks × --grad-accum is the checkpoint's (the same micro-batches make a step, in the same
+ *      order): the state is the whole job's, whatever the ranks, but the gradients are then
+ *      summed in another order, so the continuation is not bitwise the uninterrupted run (the
+ *      loop says so).
  *   4. the identity: model and data contents must be those the checkpoint was made with
  *      (identity.h); --resume-anyway (r->accept_other_inputs) makes a difference a note;
  *   5. the tensors: every tensor of the engine present with the same dtype and shape, and no
@@ -54,6 +59,8 @@ struct loop_position {
     uint64_t micro_index; /* micro-batches consumed since the start */
     int epoch;            /* current epoch of the training data */
     int64_t position;     /* next sequence within the epoch's order */
+    int world;            /* ranks of the job (train/comm.h): checkpoint_load takes this run's and
+                             returns the checkpoint's */
 };
 
 /* options_json: train_options_to_json of this run; identity_json: identity.h (NULL: none). */

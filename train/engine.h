@@ -102,6 +102,11 @@ struct train_engine {
     /* The last optimizer step's FP8 statistics (called after optimizer_step); NULL for an engine
      * that computes no FP8. */
     int (*fp8_stats)(void *self, struct engine_fp8_stats *s);
+    /* A collective of the job's ranks (every rank calls it, before a checkpoint and before the
+     * exports): afterwards tensor_read on rank 0 gives the job's value of every tensor, the pieces
+     * of a sharded optimizer that other ranks hold included. NULL: every rank holds its whole
+     * state. */
+    int (*gather)(void *self, struct io_err *e);
 
     /* Device memory in use now and at peak (GiB); NULL when not meaningful. */
     double (*mem_gib)(void *self);

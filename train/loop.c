@@ -31,6 +31,14 @@ int train_total_steps(const struct train_options *o, int64_t n_train, int world)
     return (int)total;
 }
 
+/* A checkpoint of the job: the engine's sharded state gathered (every rank), written by rank 0. */
+static int save_checkpoint(const struct train_options *o, const struct train_engine *eng,
+                           const struct train_comm *comm, const struct loop_position *pos, const char *opts,
+                           const char *identity_json, struct io_err *e) {
+    if (eng->gather != NULL && eng->gather(eng->self, e) != 0) return -1;
+    return comm_is_root(comm) ? checkpoint_save(o->out, eng, pos, opts, identity_json, e) : 0;
+}
+
 /* Validation loss over min(eval_batches, n_val / B) micro-batches, batch i on rank i mod world:
  * Σ NLL / Σ valid labels, both summed over the ranks. */
 static int evaluate(const struct train_options *o, const struct train_engine *eng, const struct batch_source *src,
@@ -124,7 +132,7 @@ int train_loop_run(const struct train_options *o, const struct train_engine *eng
              identity_json != NULL ? identity_json : "null");
 
     train_signals_install();
-    struct loop_position pos = {0, 0, 0, 0};
+    struct loop_position pos = {0, 0, 0, 0, W};
     struct checkpoint_resume cr = {opts, identity_json, o->resume_anyway, "", NULL, NULL, NULL};
     int rc = 0;
     if (o->resume[0] != '\0') {
@@ -137,7 +145,13 @@ int train_loop_run(const struct train_options *o, const struct train_engine *eng
         if (rc == 0 && root) {
             printf("resumed from %s at step %d\n", cr.step_dir, pos.step);
             if (cr.notes[0] != '\0') printf("resumed with changes: %s\n", cr.notes);
+            if (pos.world != W)
+                printf("the checkpoint was written by a job of %d rank%s, this one has %d: the same micro-batches "
+                       "in the same order, but the gradients are summed in another order, so the run continues "
+                       "close to, not bitwise as, the uninterrupted one\n",
+                       pos.world, pos.world > 1 ? "s" : "", W);
         }
+        pos.world = W;
     }
     struct metrics m;
     memset(&m, 0, sizeof m);
@@ -172,9 +186,9 @@ int train_loop_run(const struct train_options *o, const struct train_engine *eng
     double elapsed_before = 0.0; /* time of the steps of earlier runs, from the resumed log */
     if (m.n_train > 0) elapsed_before = m.train[m.n_train - 1].elapsed_s;
     const int first_step = pos.step;
-    const int stop_at = o->max_steps_this_run > 0 && first_step + o->max_steps_this_run < total
-                            ? first_step + o->max_steps_this_run
-                            : total;
+    int stop_at = o->max_steps_this_run > 0 && first_step + o->max_steps_this_run < total
+                      ? first_step + o->max_steps_this_run
+                      : total;
     char line[512];
 
     if (pos.step == 0 && src->n_val > 0) {
@@ -279,9 +293,9 @@ int train_loop_run(const struct train_options *o, const struct train_engine *eng
          * every rank, so that all stop after the same step */
         enum stop_reason stop = STOP_NONE;
         if ((rc = agree_stop(comm, train_stop_after_step(step, stop_at, total), &stop, e)) != 0) break;
-        /* rank 0 writes the checkpoint: every rank holds the whole state (no sharded optimizer yet) */
-        if (root && ((o->checkpoint_every > 0 && step % o->checkpoint_every == 0) || stop != STOP_NONE))
-            if ((rc = checkpoint_save(o->out, eng, &pos, opts, identity_json, e)) != 0) break;
+        /* a sharded engine's state is gathered by every rank; rank 0 writes the checkpoint */
+        if ((o->checkpoint_every > 0 && step % o->checkpoint_every == 0) || stop != STOP_NONE)
+            if ((rc = save_checkpoint(o, eng, comm, &pos, opts, identity_json, e)) != 0) break;
         if (stop != STOP_NONE) break;
     }
     if (rc == 0 && root) rc = metrics_plot(&m, e);

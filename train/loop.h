@@ -15,12 +15,15 @@
  *   - evaluation (validation loss and perplexity over --eval-batches micro-batches, batch i on
  *     rank i mod world, summed over the ranks) before the first step, every --eval-every steps
  *     and at the end; metrics.jsonl, loss.svg, a progress line every --log-every steps (rank 0);
- *   - checkpoints (rank 0) every --checkpoint-every steps, at the end, and when --stop-after or a
- *     signal ends the run early (SIGTERM, SIGINT, SIGHUP: the step in progress is finished first,
- *     train/signals.h; the decision to stop after a step is train_stop_after_step's);
- *     --resume continues from a checkpoint bit-identically (same batches, same dropout masks
- *     through micro_index, same optimizer state), after verifying it (train/checkpoint.h:
- *     checksums, ranges, the position against the step, options, the model and data identity);
+ *   - checkpoints (the engine's state gathered by every rank, written by rank 0) every
+ *     --checkpoint-every steps, at the end, and when --stop-after, a signal (SIGTERM, SIGINT,
+ *     SIGHUP: the step in progress is finished first, train/signals.h) or another rank's request
+ *     to stop ends the run early (the decision is agreed by the ranks at the end of every step: a
+ *     sum of their stop flags); --resume continues from a checkpoint bit-identically (same batches,
+ *     same dropout masks through micro_index, same optimizer state) after verifying it
+ *     (train/checkpoint.h: checksums, ranges, the position against the step, options, the model
+ *     and data identity), and on another number of ranks with the same ranks × --grad-accum,
+ *     close to but not bitwise (the gradients are summed in another order: it says so);
  *     settings a resume changes are said at the start and recorded in metrics.jsonl;
  *   - a non-finite loss or gradient stops training with the step (and the tensor) named; nothing
  *     is written after it, so the last checkpoint stays the last good state.

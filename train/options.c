@@ -29,6 +29,7 @@ static const char *const k_scalings[] = {"standard", "rslora", NULL};
 static const char *const k_precisions[] = {"auto", "fp32", "bf16", "fp8", NULL};
 static const char *const k_base_dtypes[] = {"bf16", "fp8", NULL};
 static const char *const k_data_formats[] = {"auto", "text", "jsonl", NULL};
+const char *const shard_optimizer_names[] = {"auto", "on", "off", NULL};
 
 #define OFF(field) offsetof(struct train_options, field)
 /* which programs take a flag */
@@ -85,6 +86,9 @@ static const struct opt_def k_opts[] = {
      "frozen base linears of lora and dora: bf16 | fp8 (E4M3 codes and scales: half the memory)"},
     {"recompute", BOTH, K_ENUM, OFF(recompute), recompute_names, 0, 0, "activation recomputation in backward: none | attn | layer"},
     {"auto-batch", TRAIN, K_FLAG, OFF(auto_batch), NULL, 0, 0, "pick the largest micro-batch the memory plan allows (GPU)"},
+    {"shard-optimizer", BOTH, K_ENUM, OFF(shard_optimizer), shard_optimizer_names, 0, 0,
+     "several GPUs: shard the fp32 masters and optimizer state over them (ZeRO-1; the same update): auto (for "
+     "--method full) | on | off"},
     {"eval-every", TRAIN, K_INT, OFF(eval_every), NULL, 0, 1 << 30, "evaluate every N steps (0: only at the end)"},
     {"eval-batches", TRAIN, K_INT, OFF(eval_batches), NULL, 1, 1 << 30, "validation micro-batches per evaluation"},
     {"val-fraction", TRAIN, K_FLOAT, OFF(val_fraction), NULL, 0, 0.9, "fraction of the packed sequences held out for validation"},

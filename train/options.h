@@ -40,6 +40,12 @@ enum precision { PRECISION_AUTO = 0, PRECISION_FP32, PRECISION_BF16, PRECISION_F
 enum base_dtype { BASE_DTYPE_BF16 = 0, BASE_DTYPE_FP8 };
 /* --data-format: every file's format, or AUTO: decided by content (train/data.h). */
 enum data_format { DATA_FORMAT_AUTO = 0, DATA_FORMAT_TEXT, DATA_FORMAT_JSONL };
+/* The GPU trainer's optimizer in a job of several GPUs: SHARD_AUTO shards it (ZeRO-1) for --method
+ * full, SHARD_ON as well (refused for adapters), SHARD_OFF keeps it whole on every rank. The update
+ * is the same bits either way: only memory and communication differ. */
+enum shard_optimizer { SHARD_AUTO = 0, SHARD_ON, SHARD_OFF };
+extern const char *const shard_optimizer_names[];
+
 
 /* The programs that read this flag table: the trainers (//ref:train, //gpu:train) and the
  * benchmark (//gpu:bench, which times the trainer's step on random weights). Each flag says which
@@ -83,6 +89,7 @@ struct train_options {
     enum fp8_recipe fp8_recipe; /* ref/fp8_linear.h: delayed | current | block */
     enum base_dtype base_dtype;
     enum recompute_policy recompute;
+    enum shard_optimizer shard_optimizer;
     int auto_batch;
     int eval_every; /* steps; 0: only at the end */
     int eval_batches;

@@ -17,6 +17,8 @@
 #include "train/loop.h"
 #include "train/run_dir.h"
 #include "train/signals.h"
+#include "trainers/comm_open.h"
+#include "trainers/job_check.h"
 
 /* ---- the tokenizer as the data pipeline's encoder ----------------------------------------- */
 
@@ -164,12 +166,20 @@ int train_main(int argc, char **argv, const struct trainer *t) {
     if (program_options(&o, argc, argv, PROGRAM_TRAIN, t->program)) return 0;
     char cache[1024];
     train_cache_dir(cache, sizeof cache);
+    struct train_comm comm; /* the job: one process, or the ranks a launcher started */
+    int job = 0; /* 1: started by a launcher (also a job of one rank: mpirun -np 1) */
+    if (comm_open(&comm, &job, &e)) io_exit(&e);
+    if (job) {
+        /* the default --out names the time of the start: rank 0's, for every rank */
+        if (comm.broadcast(comm.self, o.out, sizeof o.out, 0, "--out", &e)) io_exit(&e);
+        if (t->join && t->join(&comm, &e)) io_exit(&e);
+        if (comm_is_root(&comm)) printf("job: %s\n", comm.name);
+    }
+    const int root = comm_is_root(&comm);
     if (t->check && t->check(&o, &e)) io_exit(&e);
-    struct train_comm comm; /* the job: one process (multi-process launchers provide their own) */
-    comm_single(&comm);
     struct run_dir rd; /* --out, locked for the run's life (rank 0 owns the folder) */
     memset(&rd, 0, sizeof rd);
-    if (comm_is_root(&comm) && run_dir_claim(&rd, o.out, o.resume, o.overwrite, &e)) io_exit(&e);
+    if (root && run_dir_claim(&rd, o.out, o.resume, o.overwrite, &e)) io_exit(&e);
 
     struct model_source src;
     if (model_source_open(&src, o.model, &e)) io_exit(&e);
@@ -192,8 +202,9 @@ int train_main(int argc, char **argv, const struct trainer *t) {
     }
     struct tokenizer *tok = model_source_tokenizer(&src, &e);
     if (!tok) io_exit(&e);
-    printf("model %s: %d layers, width %d, %d/%d heads, vocabulary %d%s\n", o.model, src.config.L, src.config.C,
-           src.config.H, src.config.KVH, src.config.V, src.config.tie_word_embeddings ? ", tied head" : "");
+    if (root)
+        printf("model %s: %d layers, width %d, %d/%d heads, vocabulary %d%s\n", o.model, src.config.L, src.config.C,
+               src.config.H, src.config.KVH, src.config.V, src.config.tie_word_embeddings ? ", tied head" : "");
 
     struct data_encoder enc;
     if (make_encoder(&enc, tok, &src, o.model, &e)) io_exit(&e);
@@ -209,9 +220,16 @@ int train_main(int argc, char **argv, const struct trainer *t) {
     snprintf(memo, sizeof memo, "%s/digests", cache);
     char *identity = run_identity_json(&src, &ds, memo, &e);
     if (!identity) io_exit(&e);
-    printf("data: %d file(s), %zu tokens (%" PRId64 " trained), %" PRId64 " training and %" PRId64
-           " validation sequences of %d\n",
-           ds.n_files, ds.S, ds.n_targets, ds.n_train, ds.n_val, ds.T);
+    if (root)
+        printf("data: %d file(s), %zu tokens (%" PRId64 " trained), %" PRId64 " training and %" PRId64
+               " validation sequences of %d\n",
+               ds.n_files, ds.S, ds.n_targets, ds.n_train, ds.n_val, ds.T);
+    if (job) {
+        uint8_t fp[JOB_N_PARTS][32];
+        job_fingerprint_options(fp[JOB_OPTIONS], &o);
+        job_fingerprint_data(fp[JOB_DATA], &ds);
+        if (job_fingerprint_model(fp[JOB_MODEL], o.model, &e) || job_check(&comm, fp, &e)) io_exit(&e);
+    }
 
     struct train_engine eng;
     const int64_t fill = ds.n_train / ((int64_t)o.grad_accum * comm.world);
@@ -221,16 +239,19 @@ int train_main(int argc, char **argv, const struct trainer *t) {
     if (o.sample_every > 0) bs.samples = &samp.ts;
     struct loop_result res;
     int rc = train_loop_run(&o, &eng, &bs, &comm, identity, &res, &e);
-    if (rc == 0 && !res.stopped_early && comm_is_root(&comm)) rc = export_outputs(&o, &src.config, &eng, tok, &e);
-    if (rc == 0 && comm_is_root(&comm))
+    /* exports read the whole state on rank 0: a sharded engine gathers it first (every rank) */
+    if (rc == 0 && !res.stopped_early && eng.gather != NULL) rc = eng.gather(eng.self, &e);
+    if (rc == 0 && !res.stopped_early && root) rc = export_outputs(&o, &src.config, &eng, tok, &e);
+    if (rc == 0 && root)
         printf("metrics: %s/metrics.jsonl, plot: %s/loss.svg, checkpoint: %s/checkpoint\n", o.out, o.out, o.out);
-    if (rc == 0 && res.stop_signal != 0 && comm_is_root(&comm)) {
+    if (rc == 0 && res.stop_signal != 0 && root) {
         char cmd[8192];
         run_dir_resume_command(cmd, sizeof cmd, argc, argv, o.out);
         printf("stopped by %s after step %d of %d; checkpoint: %s/checkpoint/step-%d\nto continue: %s\n",
                train_signal_name(res.stop_signal), res.steps_done, res.total_steps, o.out, res.steps_done, cmd);
     }
     fflush(stdout);
+    if (rc) io_exit(&e); /* before the job ends: a failed job is ended by the exit, not taken down in order */
     free(identity);
     eng.destroy(eng.self);
     free(eng.gen_state); /* an attached generate hook's state (train/engine.h) */
@@ -239,7 +260,6 @@ int train_main(int argc, char **argv, const struct trainer *t) {
     dataset_close(&ds);
     tokenizer_free(tok);
     model_source_close(&src);
-    if (rc) io_exit(&e);
-    if (comm_is_root(&comm)) run_dir_release(&rd);
+    if (root) run_dir_release(&rd);
     return 0;
 }

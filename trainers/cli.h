@@ -10,13 +10,15 @@
  *      auto: the trainer's longest; beyond max_position_embeddings: a warning), the refusal of full
  *      fine-tuning on a 4-bit checkpoint, the tokenizer (checked against the model's vocabulary);
  *   4. the data (train/data.h) through the tokenizer and its chat template, every id checked
- *      against the vocabulary; the run's identity (train/identity.h: content hashes of the model
- *      and data files) for its checkpoints;
+ *      against the vocabulary; in a job of several ranks, the check that every rank has the same
+ *      options, model files and data (trainers/job_check.h); the run's identity
+ *      (train/identity.h: content hashes of the model and data files) for its checkpoints;
  *   5. the engine (t->create, which may change the options it owns, e.g. --auto-batch picking
- *      the micro-batch), the loop (train/loop.h), then the exports: the PEFT adapter for the
- *      adapter methods, the merged HF model with --export merged and always for --method full.
+ *      the micro-batch), the loop (train/loop.h), then the exports (rank 0, once, after the
+ *      engine gathered a sharded state): the PEFT adapter for the adapter methods, the merged HF
+ *      model with --export merged and always for --method full.
  * Every failure of user input ends in one message and exit status 1 (io_exit); nothing written
- * by an earlier run is touched before the loop starts writing its own --out folder.
+ * by an earlier run is touched before the loop starts writing its own --out folder. Rank 0 prints.
  * SIGTERM, SIGINT or SIGHUP during the loop (train/signals.h) ends it after the step in progress,
  * with a checkpoint; the program then prints where it is and the command that resumes it (the
  * same argv with --resume OUT/checkpoint), writes no exports, and exits 0.
@@ -48,6 +50,9 @@ struct trainer {
     /* --seq auto: sets o->seq to the longest sequence this trainer can run (its memory plan), before
      * the data is packed; NULL: the trainer plans no memory and refuses --seq auto. */
     int (*longest_seq)(struct train_options *o, const struct model_source *src, struct io_err *e);
+    /* The trainer's part of a launcher's job (NULL: the MPI job's host collectives suffice): e.g.
+     * the GPU trainer picks its GPU and rewires c's slab collectives to NCCL. Runs before check. */
+    int (*join)(struct train_comm *c, struct io_err *e);
 };
 
 /* The start of every program on the trainers' flag table: under `bazel run`, enter the user's

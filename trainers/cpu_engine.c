@@ -57,6 +57,16 @@
  * --optimizer adamw8bit: bitsandbytes' 8-bit blockwise AdamW (ref/adamw8bit.h, the CUDA kernel's
  * order), its state checkpointed as uint8 codes and block absmax.
  * Not supported here (refused by cpu_engine_check with a message): --dropout > 0.
+ *
+ * Gradient accumulation and the job's ranks (train/comm.h): the first micro-batch of a step
+ * computes its gradient into the zeroed accumulator, every later one into a zeroed second set that
+ * is then added, g = ((g_0 + g_1) + g_2) + … — each micro-batch's gradient is computed alone, so
+ * that the sum's order is the only thing the arrangement of micro-batches changes. In a job of W
+ * ranks, optimizer_step sums the step's Σ NLL and the gradients (one flat buffer) over the ranks in
+ * rank order (the MPI job's fixed order): with one micro-batch per rank, W ranks give
+ * ((g_0 + g_1) + …) exactly as one process with accumulation W — the same bits. With A > 1 per
+ * rank the sums are ((g_0 + g_1) + (g_2 + g_3)) instead of (((g_0 + g_1) + g_2) + g_3): equal up
+ * to rounding.
  */
 #include "trainers/cpu_engine.h"
 
@@ -127,6 +137,15 @@ struct ref_engine {
     int64_t *numels;  /* params[i].numel */
     int adamw8bit;
     double nll_sum; /* Σ NLL of the micro-batches since the last optimizer step */
+    int micro_in_step; /* micro-batches of the current step so far */
+    /* the second gradient set (micro-batches after a step's first), allocated at first use */
+    int have_second;
+    struct llama_weights gw2;
+    struct llama_adapters ga2;
+    float **grads2;
+    const struct train_comm *comm; /* the job */
+    float *flat;                   /* every gradient, packed for the sum over the ranks (world > 1) */
+    int64_t flat_n;
     int n_slots;
     struct slot *slots; /* the engine tensors (checkpoint view) */
     struct llama_tensor *all; /* every tensor (base and adapters) for base_weight_read */
@@ -157,6 +176,24 @@ static void fp8_refresh_weights(struct ref_engine *r) {
     r->fp8_stale = 0;
 }
 
+/* The second gradient set and its list (in the parameters' order), allocated once. */
+static void second_set(struct ref_engine *r) {
+    if (r->have_second) return;
+    const int full = r->lopt.mode == LLAMA_FULL;
+    if (full)
+        ref_llama_weights_alloc(&r->gw2, &r->cfg);
+    else
+        ref_llama_adapters_alloc(&r->ga2, &r->cfg, &r->lopt);
+    const int n_all = ref_llama_tensors(NULL, &r->cfg, &r->lopt, &r->w, full ? NULL : &r->a);
+    struct llama_tensor *gl = xcalloc((size_t)n_all, sizeof *gl);
+    ref_llama_tensors(gl, &r->cfg, &r->lopt, full ? &r->gw2 : &r->w, full ? NULL : &r->ga2);
+    r->grads2 = xcalloc((size_t)r->n_params, sizeof *r->grads2);
+    for (int i = 0, k = 0; i < n_all; i++)
+        if (r->all[i].trainable) r->grads2[k++] = gl[i].data;
+    free(gl);
+    r->have_second = 1;
+}
+
 static int eng_micro_step(void *self, const int32_t *tokens, const int32_t *labels, int B, int T, float grad_scale,
                           uint64_t micro_index, struct io_err *e) {
     (void)micro_index; /* no dropout in the reference engine */
@@ -170,10 +207,21 @@ static int eng_micro_step(void *self, const int32_t *tokens, const int32_t *labe
     struct llama_batch b = {B, T, tokens, labels, NULL, valid};
     fp8_refresh_weights(r);
     r->nll_sum += ref_llama_forward(&r->model, r->cw, r->ca, &b, r->slab, NULL) * (double)valid;
-    /* gradients with respect to the tensors the forward used (bf16: the compute copies) */
-    const int full = r->lopt.mode == LLAMA_FULL;
-    ref_llama_backward(&r->model, r->cw, r->ca, &b, r->slab, full ? &r->gw : NULL, full ? NULL : &r->ga,
-                       (float)((double)grad_scale * (double)valid));
+    /* gradients with respect to the tensors the forward used (bf16: the compute copies); the step's
+     * first micro-batch into the accumulator, the others alone, then added (the header's order) */
+    const int full = r->lopt.mode == LLAMA_FULL, first = r->micro_in_step++ == 0;
+    if (!first) {
+        second_set(r);
+        for (int i = 0; i < r->n_params; i++) memset(r->grads2[i], 0, (size_t)r->numels[i] * sizeof(float));
+    }
+    ref_llama_backward(&r->model, r->cw, r->ca, &b, r->slab, full ? (first ? &r->gw : &r->gw2) : NULL,
+                       full ? NULL : (first ? &r->ga : &r->ga2), (float)((double)grad_scale * (double)valid));
+    if (!first)
+        for (int i = 0; i < r->n_params; i++) {
+            float *g = r->grads[i];
+            const float *h = r->grads2[i];
+            for (int64_t j = 0; j < r->numels[i]; j++) g[j] = g[j] + h[j];
+        }
     return 0;
 }
 
@@ -202,9 +250,29 @@ static void zero_grads(struct ref_engine *r) {
     for (int i = 0; i < r->n_params; i++) memset(r->grads[i], 0, (size_t)r->numels[i] * sizeof(float));
 }
 
+/* The step's Σ NLL and gradients summed over the job's ranks (rank order; nothing for one rank). */
+static int reduce_over_ranks(struct ref_engine *r, struct io_err *e) {
+    if (r->comm->world == 1) return 0;
+    if (r->comm->sum(r->comm->self, &r->nll_sum, 1, COMM_F64, "the step's loss", e) != 0) return -1;
+    if (r->flat == NULL) {
+        for (int i = 0; i < r->n_params; i++) r->flat_n += r->numels[i];
+        r->flat = xcalloc((size_t)r->flat_n, sizeof(float));
+    }
+    float *at = r->flat;
+    for (int i = 0; i < r->n_params; at += r->numels[i], i++)
+        memcpy(at, r->grads[i], (size_t)r->numels[i] * sizeof(float));
+    if (r->comm->all_reduce(r->comm->self, r->flat, r->flat_n, COMM_F32, NULL, "the gradients", e) != 0) return -1;
+    at = r->flat;
+    for (int i = 0; i < r->n_params; at += r->numels[i], i++)
+        memcpy(r->grads[i], at, (size_t)r->numels[i] * sizeof(float));
+    return 0;
+}
+
 static int eng_optimizer_step(void *self, const struct optim_step *h, double *nll_sum, double *grad_norm,
                               struct io_err *e) {
     struct ref_engine *r = self;
+    r->micro_in_step = 0;
+    if (reduce_over_ranks(r, e) != 0) return -1;
     *nll_sum = r->nll_sum;
     r->nll_sum = 0.0;
     if (!isfinite(*nll_sum)) {
@@ -394,6 +462,14 @@ static void eng_destroy(void *self) {
     }
     free(r->slots);
     free(r->grads);
+    free(r->grads2);
+    free(r->flat);
+    if (r->have_second) {
+        if (r->lopt.mode == LLAMA_FULL)
+            ref_llama_weights_free(&r->gw2, &r->cfg);
+        else
+            ref_llama_adapters_free(&r->ga2, &r->cfg);
+    }
     free(r->numels);
     free(r->params);
     free(r->all);
@@ -488,12 +564,11 @@ static void fp8_base_round_trip(struct ref_engine *r, enum fp8_recipe recipe) {
 int cpu_engine_create(struct train_engine *eng, struct train_options *o, const struct model_source *src,
                       int max_micro_batch, const struct train_comm *comm, struct io_err *e) {
     (void)max_micro_batch; /* --auto-batch plans GPU memory; the CPU trainer takes --micro-batch as given */
-    if (comm->world != 1)
-        return io_fail(e, "the CPU engine trains in one process (a job of %d ranks was started)", comm->world);
     struct model_settings s;
     model_settings_from_options(&s, o, COMPUTE_FP32); /* auto: the oracle */
     struct ref_engine *r = xcalloc(1, sizeof *r);
     r->cfg = src->config;
+    r->comm = comm;
     r->B = s.B;
     r->T = s.T;
     ref_llama_options_default(&r->lopt);

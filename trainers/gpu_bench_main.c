@@ -26,6 +26,18 @@
  *      gemm_tflops, loss, device, precision, fp8_recipe, base_dtype; with --profile a second JSON line with the
  *      device time of each op
  *      category per step (CUDA events around each op, over the timed steps run again).
+ *
+ * Under a launcher (`mpirun -np N bazel-bin/trainers/gpu_bench ...`, trainers/comm_open.h) every
+ * rank drives one GPU (the same random weights, its own tokens) and the step is //gpu:train's data
+ * parallel step (trainers/gpu_dp.h: gradient buckets all-reduced over NCCL while backward runs).
+ * Each rank first times --steps steps alone (no communication: one GPU at the same micro-batch),
+ * then --steps steps of the job; rank 0 prints the JSON line with, besides the fields above (for
+ * the job's steps; tokens_per_s is the job's), world, tokens_per_s_per_gpu, one_gpu_tokens_per_s,
+ * scaling_efficiency (the job's per-GPU rate over the one-GPU rate), exposed_comm_ms (per step,
+ * the reductions left after backward: CUDA events), sharded_optimizer and comm (NCCL's version,
+ * over MPI). Full fine-tuning shards the optimizer (as //gpu:train; --shard-optimizer off does
+ * not): a sharded model cannot step alone, so its one-GPU figures are null and the one-GPU rate is
+ * a run of `mpirun -np 1` (tools/multi_gpu.sh runs it first).
  */
 #include <math.h>
 #include <stdio.h>
@@ -41,6 +53,9 @@
 #include "train/metrics.h"
 #include "train/options.h"
 #include "trainers/cli.h"
+#include "trainers/comm_nccl.h"
+#include "trainers/comm_open.h"
+#include "trainers/gpu_dp.h"
 #include "trainers/gpu_engine.h"
 #include "trainers/settings.h"
 
@@ -58,24 +73,48 @@ static int model_config(struct model_config *c, const char *model, struct io_err
     return 0;
 }
 
-/* One optimizer step exactly as //gpu:train takes it: A micro-batches of the same tokens. */
-static float train_step(struct gpu_llama *m, const int32_t *tok, const int32_t *lab, int64_t valid, int A,
-                        const struct train_options *o, int64_t step) {
-    const float grad_scale = (float)(1.0 / ((double)valid * A)); /* the loop's 1 / (valid labels of the step) */
+/* One optimizer step exactly as //gpu:train takes it: A micro-batches of the same tokens; with dp,
+ * the data parallel step of a job of `world` ranks (each rank's own tokens, as many valid labels). */
+static float train_step(struct gpu_llama *m, struct gpu_dp *dp, int world, const int32_t *tok, const int32_t *lab,
+                        int64_t valid, int A, const struct train_options *o, int64_t step) {
+    const double step_valid = (double)valid * A * (dp ? world : 1); /* the loop's valid labels of the step */
+    const float grad_scale = (float)(1.0 / step_valid);
     for (int a = 0; a < A; a++) {
+        if (dp) gpu_dp_micro(dp, a == A - 1);
         gpu_llama_set_batch(m, tok, lab);
         gpu_llama_train_micro(m, valid, (float)((double)grad_scale * (double)valid), (uint64_t)(step * A + a));
     }
+    struct io_err e = {{0}};
+    if (dp && gpu_dp_reduce(dp, (int)step + 1, &e) != 0) io_exit(&e);
     const struct optim_step h = {step + 1, {o->lr, o->beta1, o->beta2, o->eps, o->weight_decay}, o->clip};
     double norm = 0.0, nll = 0.0;
     (void)gpu_llama_optimizer_step(m, &h, &nll, &norm);
-    return (float)(nll / ((double)valid * A));
+    if (dp && gpu_dp_after_step(dp, &e) != 0) io_exit(&e);
+    return (float)(nll / step_valid);
+}
+
+/* Milliseconds of --steps timed steps from step *step on (with dp: the job's), and the exposed
+ * communication per step. */
+static double timed_steps(struct gpu_llama *m, struct gpu_dp *dp, int world, const int32_t *tok, const int32_t *lab,
+                          int64_t valid, int A, const struct train_options *o, int64_t *step, float *loss,
+                          double *exposed_ms) {
+    *exposed_ms = 0.0;
+    gpu_llama_timer_begin(m);
+    for (int i = 0; i < o->bench_steps; i++) {
+        *loss = train_step(m, dp, world, tok, lab, valid, A, o, (*step)++);
+        if (dp) *exposed_ms += gpu_dp_exposed_ms(dp) / o->bench_steps;
+    }
+    return gpu_llama_timer_end(m);
 }
 
 int main(int argc, char **argv) {
     struct io_err e = {{0}};
     struct train_options o;
     if (program_options(&o, argc, argv, PROGRAM_BENCH, "bazel run //gpu:bench --")) return 0;
+    struct train_comm comm;
+    int job = 0;
+    if (comm_open(&comm, &job, &e) || (job && comm_nccl_join(&comm, &e))) io_exit(&e);
+    const int root = comm_is_root(&comm);
     if (gpu_engine_check(&o, &e)) io_exit(&e);
     struct model_config c;
     if (model_config(&c, o.model, &e)) io_exit(&e);
@@ -85,6 +124,8 @@ int main(int argc, char **argv) {
     model_settings_from_options(&set, &o, COMPUTE_BF16);
     struct gpu_llama_options g;
     gpu_model_options(&g, &set);
+    const int shard = job && comm.world > 1 && g.mode == LLAMA_FULL && o.shard_optimizer != SHARD_OFF;
+    if (shard) g.shard_world = comm.world, g.shard_rank = comm.rank; /* ZeRO-1, as //gpu:train */
     const char *method = train_method_names[o.method];
     char device[128];
     size_t free0 = 0, total = 0, free1 = 0, budget = 0;
@@ -98,14 +139,14 @@ int main(int argc, char **argv) {
             io_fail(&e, "--max-seq: not even 2 tokens of micro-batch %d fit in %.2f GiB on %s", g.B, budget / GIB, device);
             io_exit(&e);
         }
-        fprintf(stderr, "max-seq: %d tokens fit in %.2f GiB\n", g.T, budget / GIB);
+        if (root) fprintf(stderr, "max-seq: %d tokens fit in %.2f GiB\n", g.T, budget / GIB);
     }
     if (config_check_seq_len(&c, g.T, &e)) io_exit(&e);
     struct gpu_llama_plan plan;
     if (gpu_llama_plan_bytes(&plan, &c, &g, &e)) io_exit(&e);
     char line[512];
     gpu_llama_plan_describe(line, sizeof line, &plan, g.B, g.T);
-    fprintf(stderr, "%s\n", line);
+    if (root) fprintf(stderr, "%s%s\n", line, job ? " (per GPU)" : "");
     if (plan.total > budget) {
         const int b = gpu_largest_fitting_batch(g, &c, budget, 1 << 20);
         io_fail(&e, "%s %s %d×%d does not fit: %s, %.2f GiB%s on %s; the largest micro-batch that fits is %d", o.model,
@@ -129,7 +170,7 @@ int main(int argc, char **argv) {
         io_fail(&e, "out of host memory");
         io_exit(&e);
     }
-    uint64_t s = set.seed * 0x9E3779B97F4A7C15ull + 1;
+    uint64_t s = (set.seed + (uint64_t)comm.rank) * 0x9E3779B97F4A7C15ull + 1; /* each rank its own tokens */
     for (int i = 0; i < N; i++) {
         s ^= s << 13, s ^= s >> 7, s ^= s << 17;
         tok[i] = (int32_t)(s % (uint64_t)c.V);
@@ -142,47 +183,71 @@ int main(int argc, char **argv) {
             valid += lab[i] != -100;
         }
 
+    struct gpu_dp *dp = NULL;
+    if (job && (dp = gpu_dp_create(m, &comm, shard, &e)) == NULL) io_exit(&e);
+    const int W = comm.world;
     int64_t step = 0;
-    const float loss0 = train_step(m, tok, lab, valid, A, &o, step++);
+    const float loss0 = train_step(m, dp, W, tok, lab, valid, A, &o, step++);
     const double lnv = log((double)c.V);
     if (!isfinite(loss0) || fabs(loss0 - lnv) > 1.0) {
         io_fail(&e, "validation failed: the first loss is %g, expected within 1 of ln V = %.3f; no figure", (double)loss0,
                 lnv);
         io_exit(&e);
     }
-    for (int i = 0; i < o.bench_warmup; i++) train_step(m, tok, lab, valid, A, &o, step++);
-    gpu_llama_timer_begin(m);
     float loss = 0.0f;
-    for (int i = 0; i < o.bench_steps; i++) loss = train_step(m, tok, lab, valid, A, &o, step++);
-    const double ms = gpu_llama_timer_end(m);
+    double exposed = 0.0, one_ms = 0.0;
+    if (job && !shard) { /* one GPU at the same micro-batch, no communication: the scaling's baseline (the
+                          * ranks' weights then differ: this times, it does not train) */
+        for (int i = 0; i < o.bench_warmup; i++) train_step(m, NULL, 1, tok, lab, valid, A, &o, step++);
+        one_ms = timed_steps(m, NULL, 1, tok, lab, valid, A, &o, &step, &loss, &exposed);
+    }
+    for (int i = 0; i < o.bench_warmup; i++) train_step(m, dp, W, tok, lab, valid, A, &o, step++);
+    const double ms = timed_steps(m, dp, W, tok, lab, valid, A, &o, &step, &loss, &exposed);
     if (!isfinite(loss)) {
         io_fail(&e, "the loss became %g during the timed steps; no figure", (double)loss);
         io_exit(&e);
     }
-    const double step_s = ms * 1e-3 / o.bench_steps, tps = (double)N * A / step_s;
+    const double step_s = ms * 1e-3 / o.bench_steps, tps = (double)N * A * W / step_s;
     const double fpt = train_flops_per_token(&c, g.T, g.mode == LLAMA_FULL);
-    printf("{\"system\":\"refine\",\"model\":\"%s\",\"method\":\"%s\",\"rank\":%d,\"batch\":%d,\"seq\":%d,"
-           "\"grad_accum\":%d,\"recompute\":\"%s\",\"optimizer\":\"%s\",\"precision\":\"%s\",\"fp8_recipe\":\"%s\","
-           "\"base_dtype\":\"%s\",\"ungrouped\":%d,\"step_s\":%.4f,"
-           "\"tokens_per_s\":%.0f,\"model_tflops\":%.1f,\"mfu\":%.3f,\"peak_mem_GiB\":%.2f,\"cuda_mem_GiB\":%.2f,"
-           "\"gemm_tflops\":%.1f,\"loss\":%.4f,\"first_loss\":%.4f,\"plan_GiB\":{\"weights\":%.3f,\"params\":%.3f,"
-           "\"grads\":%.3f,\"optim\":%.3f,\"acts\":%.3f,\"scratch\":%.3f,\"fixed\":%.3f},\"memory_limit_GiB\":%g,\"offload\":%d,\"host_GiB\":%.3f,"
-           "\"device\":\"%s\"}\n",
-           o.model, method, o.rank, g.B, g.T, A, recompute_names[o.recompute], optimizer_names[o.optimizer],
-           compute_precision_names[set.precision], set.precision == COMPUTE_FP8 ? fp8_recipe_names[set.fp8_recipe] : "none",
-           set.base == BASE_FP8 ? "fp8" : set.base == BASE_NF4 ? "nf4" : "bf16", o.ungrouped, step_s, tps,
-           fpt * tps / 1e12, peak > 0 ? fpt * tps / peak : 0.0, plan.total / GIB,
-           (double)(free0 - free1) / GIB, peak / 1e12, (double)loss, (double)loss0, plan.weights / GIB,
-           plan.params / GIB, plan.grads / GIB, plan.optim / GIB, plan.acts / GIB, plan.scratch / GIB, plan.fixed / GIB,
-           (double)o.memory_limit, o.offload, plan.host / GIB, device);
-    fflush(stdout);
+    char extra[512] = "";
+    if (job && !shard) {
+        const double one_tps = (double)N * A / (one_ms * 1e-3 / o.bench_steps);
+        snprintf(extra, sizeof extra,
+                 ",\"world\":%d,\"tokens_per_s_per_gpu\":%.0f,\"one_gpu_tokens_per_s\":%.0f,\"scaling_efficiency\":%.3f,"
+                 "\"exposed_comm_ms\":%.2f,\"sharded_optimizer\":0,\"comm\":\"%.200s\"",
+                 W, tps / W, one_tps, tps / W / one_tps, exposed, comm.name);
+    } else if (job) { /* a sharded model cannot step alone: the one-GPU rate is a run of one rank's */
+        snprintf(extra, sizeof extra,
+                 ",\"world\":%d,\"tokens_per_s_per_gpu\":%.0f,\"one_gpu_tokens_per_s\":null,\"scaling_efficiency\":null,"
+                 "\"exposed_comm_ms\":%.2f,\"sharded_optimizer\":1,\"comm\":\"%.200s\"",
+                 W, tps / W, exposed, comm.name);
+    }
+    if (root) {
+        printf("{\"system\":\"refine\",\"model\":\"%s\",\"method\":\"%s\",\"rank\":%d,\"batch\":%d,\"seq\":%d,"
+               "\"grad_accum\":%d,\"recompute\":\"%s\",\"optimizer\":\"%s\",\"precision\":\"%s\",\"fp8_recipe\":\"%s\","
+               "\"base_dtype\":\"%s\",\"ungrouped\":%d,\"step_s\":%.4f,"
+               "\"tokens_per_s\":%.0f,\"model_tflops\":%.1f,\"mfu\":%.3f,\"peak_mem_GiB\":%.2f,\"cuda_mem_GiB\":%.2f,"
+               "\"gemm_tflops\":%.1f,\"loss\":%.4f,\"first_loss\":%.4f,\"plan_GiB\":{\"weights\":%.3f,\"params\":%.3f,"
+               "\"grads\":%.3f,\"optim\":%.3f,\"acts\":%.3f,\"scratch\":%.3f,\"fixed\":%.3f},\"memory_limit_GiB\":%g,"
+               "\"offload\":%d,\"host_GiB\":%.3f,\"device\":\"%s\"%s}\n",
+               o.model, method, o.rank, g.B, g.T, A, recompute_names[o.recompute], optimizer_names[o.optimizer],
+               compute_precision_names[set.precision],
+               set.precision == COMPUTE_FP8 ? fp8_recipe_names[set.fp8_recipe] : "none",
+               set.base == BASE_FP8 ? "fp8" : set.base == BASE_NF4 ? "nf4" : "bf16", o.ungrouped, step_s, tps, fpt * tps / W / 1e12, peak > 0 ? fpt * tps / W / peak : 0.0, plan.total / GIB,
+               (double)(free0 - free1) / GIB, peak / 1e12, (double)loss, (double)loss0, plan.weights / GIB,
+               plan.params / GIB, plan.grads / GIB, plan.optim / GIB, plan.acts / GIB, plan.scratch / GIB,
+               plan.fixed / GIB, (double)o.memory_limit, o.offload, plan.host / GIB, device, extra);
+        fflush(stdout);
+    }
     if (o.profile) {
         gpu_llama_profile_reset(m);
-        for (int i = 0; i < o.bench_steps; i++) train_step(m, tok, lab, valid, A, &o, step++);
-        gpu_llama_profile_print(m, stdout, o.bench_steps);
+        for (int i = 0; i < o.bench_steps; i++) train_step(m, dp, W, tok, lab, valid, A, &o, step++);
+        if (root) gpu_llama_profile_print(m, stdout, o.bench_steps);
     }
     free(tok);
     free(lab);
+    gpu_dp_free(dp);
     free_gpu_llama(m);
+    comm.destroy(comm.self);
     return 0;
 }

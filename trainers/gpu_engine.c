@@ -27,6 +27,15 @@
  * quantization failing the step as a non-finite gradient does (nothing updated, the tensor named).
  * --base-dtype fp8 stores the frozen base as FP8 codes (and recomputes the MLP input in backward:
  * the memory configuration).
+ *
+ * A job of several GPUs (train/comm.h with its slab collectives on the device: NCCL,
+ * trainers/comm_nccl.h) is data parallel (trainers/gpu_dp.h): every rank holds the whole model and
+ * optimizer; the step's last micro-batch reduces its gradient buckets while backward runs; the
+ * step's Σ NLL and gradients are summed over the ranks before the optimizer, so every rank takes
+ * the same step. Rank 0 prints the plan; --auto-batch takes the smallest of the ranks' choices.
+ * Full fine-tuning shards the fp32 masters and optimizer state over the ranks (ZeRO-1,
+ * --shard-optimizer): each rank updates its pieces and broadcasts its part of the bf16 copies; the
+ * update is bitwise the unsharded one; checkpoints and exports gather the state to rank 0 first.
  */
 #include "trainers/gpu_engine.h"
 
@@ -47,6 +56,7 @@
 #include "train/options.h"
 #include "trainers/gen_gpu.h"
 #include "trainers/sample_hook.h"
+#include "trainers/gpu_dp.h"
 #include "trainers/settings.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
@@ -59,12 +69,21 @@ struct gpu_engine {
     char name[256];
     char memory_json[512];
     int B, T;
+    struct gpu_dp *dp; /* a job's data parallelism; NULL in one process */
+    int sharded;       /* the optimizer sharded over the job's ranks (ZeRO-1) */
+    int A;             /* micro-batches a step (--grad-accum) */
+    int micro_in_step;
+    int step;
 };
 
 static int eng_micro_step(void *self, const int32_t *tokens, const int32_t *labels, int B, int T, float grad_scale,
                           uint64_t micro_index, struct io_err *e) {
     struct gpu_engine *g = self;
     if (B != g->B || T != g->T) return io_fail(e, "GPU engine planned for %d×%d, got %d×%d", g->B, g->T, B, T);
+    if (g->dp) {
+        gpu_dp_release(g->dp); /* a checkpoint's gathered state, if any */
+        gpu_dp_micro(g->dp, ++g->micro_in_step % g->A == 0); /* the last: reduce as backward goes */
+    }
     const int64_t valid = ref_cross_entropy_count_valid(labels, B * T);
     if (valid == 0) return 0;
     /* the model's loss is the micro-batch mean; the gradient of the step's mean is (grad_scale ·
@@ -81,6 +100,7 @@ static int eng_eval(void *self, const int32_t *tokens, const int32_t *labels, in
     const int64_t valid = ref_cross_entropy_count_valid(labels, B * T);
     *nll_sum = 0.0;
     if (valid == 0) return 0;
+    if (g->dp && gpu_dp_quiesce(g->dp, "the weights before an evaluation", e) != 0) return -1;
     gpu_llama_set_batch(g->m, tokens, labels);
     gpu_llama_eval(g->m, valid);
     *nll_sum = (double)gpu_llama_loss(g->m) * (double)valid;
@@ -90,10 +110,14 @@ static int eng_eval(void *self, const int32_t *tokens, const int32_t *labels, in
 static int eng_optimizer_step(void *self, const struct optim_step *h, double *nll_sum, double *grad_norm,
                               struct io_err *e) {
     struct gpu_engine *g = self;
+    g->micro_in_step = 0;
+    g->step = (int)h->step;
+    if (g->dp && gpu_dp_reduce(g->dp, g->step, e) != 0) return -1;
     const int bad = gpu_llama_optimizer_step(g->m, h, nll_sum, grad_norm);
     char what[160];
     if (gpu_llama_fp8_failed(g->m, what, sizeof what))
         return io_fail(e, "FP8: %s held a non-finite value; nothing was updated", what);
+    if (g->dp && gpu_dp_after_step(g->dp, e) != 0) return -1; /* a sharded optimizer's copies */
     if (!isfinite(*nll_sum)) return 0; /* nothing updated; the loop reports the loss */
     if (bad >= 0) return io_fail(e, "gradient of %s is not finite", gpu_llama_tensor_info(g->m, bad)->name);
     if (!isfinite(*grad_norm)) return io_fail(e, "the gradient norm is not finite");
@@ -115,16 +139,21 @@ static int eng_tensor_info(void *self, int i, struct engine_tensor *info) {
 }
 
 static int eng_tensor_read(void *self, int i, void *host, struct io_err *e) {
-    (void)e;
-    gpu_llama_tensor_read(((struct gpu_engine *)self)->m, i, host);
+    struct gpu_engine *g = self;
+    if (g->sharded) return gpu_dp_tensor_read(g->dp, i, host, e); /* gathered by eng_gather */
+    if (g->dp && gpu_dp_quiesce(g->dp, "the state before a checkpoint", e) != 0) return -1;
+    gpu_llama_tensor_read(g->m, i, host);
     return 0;
 }
 
 static int eng_tensor_write(void *self, int i, const void *host, struct io_err *e) {
-    (void)e;
-    gpu_llama_tensor_write(((struct gpu_engine *)self)->m, i, host);
+    struct gpu_engine *g = self;
+    if (g->dp && gpu_dp_quiesce(g->dp, "the state before a resume", e) != 0) return -1;
+    gpu_llama_tensor_write(g->m, i, host);
     return 0;
 }
+
+static int eng_gather(void *self, struct io_err *e) { return gpu_dp_gather(((struct gpu_engine *)self)->dp, e); }
 
 static int eng_base_weight_read(void *self, const char *hf_name, float *host, struct io_err *e) {
     return gpu_llama_base_weight_read(((struct gpu_engine *)self)->m, hf_name, host, e);
@@ -144,6 +173,7 @@ static double eng_mem_gib(void *self) {
 
 static void eng_destroy(void *self) {
     struct gpu_engine *g = self;
+    gpu_dp_free(g->dp);
     free_gpu_llama(g->m);
     free(g);
 }
@@ -270,10 +300,25 @@ int gpu_largest_fitting_batch(struct gpu_llama_options g, const struct model_con
     return lo * step;
 }
 
+/* The smallest of the ranks' values (every rank calls it; one process: v). */
+static int job_min(const struct train_comm *comm, int v, const char *what, int *out, struct io_err *e) {
+    int64_t *all = calloc((size_t)comm->world, sizeof *all);
+    if (all == NULL) return io_fail(e, "out of host memory");
+    all[comm->rank] = v;
+    const int rc = comm->sum(comm->self, all, comm->world, COMM_I64, what, e);
+    *out = v;
+    for (int r = 0; r < comm->world && rc == 0; r++) *out = all[r] < *out ? (int)all[r] : *out;
+    free(all);
+    return rc;
+}
+
 int gpu_engine_create(struct train_engine *eng, struct train_options *o, const struct model_source *src,
                       int max_micro_batch, const struct train_comm *comm, struct io_err *e) {
-    if (comm->world != 1)
-        return io_fail(e, "the GPU engine trains on one GPU (a job of %d ranks was started)", comm->world);
+    if (comm->world > 1 && comm->slabs != COMM_DEVICE)
+        return io_fail(e, "the GPU engine reduces its gradients on the device: a job of %d ranks needs NCCL "
+                          "(trainers/comm_nccl.h)",
+                       comm->world);
+    const int root = comm_is_root(comm);
     char device[128];
     size_t free_b = 0, total_b = 0, budget = 0;
     if (gpu_device_query(device, sizeof device, &free_b, &total_b, e)) return -1;
@@ -286,12 +331,21 @@ int gpu_engine_create(struct train_engine *eng, struct train_options *o, const s
     model_settings_from_options(&set, o, COMPUTE_BF16);
     struct gpu_llama_options g;
     gpu_model_options(&g, &set);
+    /* the optimizer sharded over the job's GPUs (ZeRO-1): --shard-optimizer auto does it for full
+     * fine-tuning; the update is the same bits (gpu/llama.h) */
+    if (o->shard_optimizer == SHARD_ON && g.mode != LLAMA_FULL)
+        return io_fail(e, "--shard-optimizer on: the sharded optimizer is for --method full (an adapter's optimizer "
+                          "state is small)");
+    const int shard = comm->world > 1 && comm->slabs == COMM_DEVICE && g.mode == LLAMA_FULL &&
+                      o->shard_optimizer != SHARD_OFF;
+    if (shard) g.shard_world = comm->world, g.shard_rank = comm->rank;
     /* a bitsandbytes checkpoint brings its own layout */
     if (model_source_is_bnb(src, llama_linears[LLAMA_Q].weight, 0)) g.nested_nf4 = src->config.quant.double_quant;
     struct gpu_llama_plan plan;
     if (gpu_llama_plan_bytes(&plan, &src->config, &g, e)) return -1;
     if (o->auto_batch) {
-        const int b = gpu_largest_fitting_batch(g, &src->config, budget, max_micro_batch);
+        int b = gpu_largest_fitting_batch(g, &src->config, budget, max_micro_batch);
+        if (job_min(comm, b, "the ranks' auto-batch micro-batches", &b, e)) return -1; /* every GPU fits it */
         if (b == 0) {
             char line[512];
             gpu_llama_plan_describe(line, sizeof line, &plan, 1, o->seq);
@@ -299,14 +353,19 @@ int gpu_engine_create(struct train_engine *eng, struct train_options *o, const s
                               "--recompute layer, --method qlora or a shorter --seq",
                            budget / GIB, limit_note, device, line);
         }
-        printf("auto-batch: micro-batch %d (the largest whose plan fits in %.2f GiB%s)\n", b, budget / GIB,
-               b == max_micro_batch ? " and that the training data fills with --grad-accum" : "");
+        if (root)
+            printf("auto-batch: micro-batch %d (the largest whose plan fits in %.2f GiB%s%s)\n", b, budget / GIB,
+                   b == max_micro_batch ? " and that the training data fills with --grad-accum" : "",
+                   comm->world > 1 ? " on every rank" : "");
         o->micro_batch = g.B = b;
         if (gpu_llama_plan_bytes(&plan, &src->config, &g, e)) return -1;
     }
     char line[512];
     gpu_llama_plan_describe(line, sizeof line, &plan, g.B, g.T);
-    printf("%s\n", line);
+    if (root)
+        printf("%s%s\n", line,
+               shard ? " (per rank: fp32 masters and optimizer state sharded over the ranks)"
+                     : comm->world > 1 ? " (per rank)" : "");
     if (plan.total > budget) {
         const int b = gpu_largest_fitting_batch(g, &src->config, budget, 1 << 20);
         if (b > 0)
@@ -353,6 +412,12 @@ int gpu_engine_create(struct train_engine *eng, struct train_options *o, const s
                        (double)loss);
     }
     gpu_llama_drop_grads(ge->m);
+    ge->A = o->grad_accum;
+    ge->sharded = shard;
+    if (comm->slabs == COMM_DEVICE && (ge->dp = gpu_dp_create(ge->m, comm, shard, e)) == NULL) {
+        eng_destroy(ge);
+        return -1;
+    }
 
     if (o->memory_limit > 0) { /* the allocator as on a card of --memory-limit GiB */
         size_t now_free = 0;
@@ -371,7 +436,9 @@ int gpu_engine_create(struct train_engine *eng, struct train_options *o, const s
              "\"fixed\":%.4f,\"total\":%.4f}",
              plan.weights / GIB, plan.params / GIB, plan.grads / GIB, plan.optim / GIB, plan.acts / GIB,
              plan.scratch / GIB, plan.fixed / GIB, plan.total / GIB);
-    snprintf(ge->name, sizeof ge->name, "gpu (%s, %s%s%s%s)", device, compute_precision_names[set.precision],
+    char jobs[32] = "";
+    if (comm->world > 1) snprintf(jobs, sizeof jobs, "%d × ", comm->world);
+    snprintf(ge->name, sizeof ge->name, "gpu (%s%s, %s%s%s%s)", jobs, device, compute_precision_names[set.precision],
              set.precision == COMPUTE_FP8 ? " " : "", set.precision == COMPUTE_FP8 ? fp8_recipe_names[set.fp8_recipe] : "",
              set.base == BASE_FP8 ? ", fp8 base" : "");
     memset(eng, 0, sizeof *eng);
@@ -390,10 +457,12 @@ int gpu_engine_create(struct train_engine *eng, struct train_options *o, const s
     eng->tensor_write = eng_tensor_write;
     eng->base_weight_read = eng_base_weight_read;
     eng->fp8_stats = set.precision == COMPUTE_FP8 ? eng_fp8_stats : NULL;
+    eng->gather = shard ? eng_gather : NULL;
     eng->mem_gib = eng_mem_gib;
     eng->destroy = eng_destroy;
     sample_hook_attach(eng, &src->config, &gen_gpu_device, g.mode == LLAMA_FULL); /* --sample-every */
-    printf("engine: %s, %.0f TFLOP/s bf16 GEMM measured, %.2f of %.2f GiB planned\n", device, peak / 1e12,
-           plan.total / GIB, total_b / GIB);
+    if (root)
+        printf("engine: %s, %.0f TFLOP/s bf16 GEMM measured, %.2f of %.2f GiB planned%s\n", device, peak / 1e12,
+               plan.total / GIB, total_b / GIB, comm->world > 1 ? " per GPU" : "");
     return 0;
 }

@@ -27,6 +27,6 @@ static void openblas_coretype(char **argv) {
 
 int main(int argc, char **argv) {
     openblas_coretype(argv);
-    static const struct trainer cpu_trainer = {"bazel run //ref:train --", cpu_engine_check, cpu_engine_create, NULL};
+    static const struct trainer cpu_trainer = {"bazel run //ref:train --", cpu_engine_check, cpu_engine_create, NULL, NULL};
     return train_main(argc, argv, &cpu_trainer);
 }

@@ -19,6 +19,9 @@
  * gpu_adamw_norm_and_coef: the norm is gpu_adamw_step's grad_norm bit for bit (from a context with
  * state and from a norm-only one), the coefficient ref_clip_coef(norm, max_norm) bit for bit for a
  * max_norm that clips and one that does not, exactly 1 for max_norm ≤ 0.
+ * The sharded form (ZeRO-1, ref/shard.h): 2, 3 and 5 ranks simulated in one process, the ranks'
+ * partial sums summed on the host; the norm, and every rank's masters, moments and bf16 copies of
+ * its pieces, are the unsharded form's bit for bit over 3 steps (with and without clipping).
  *
  * Tolerances (tier b, derived):
  *  - grad norm: the GPU sums squares in fp32 over ≤ 32 elements per thread then an 8-level tree
@@ -43,6 +46,7 @@
 #include "gpu/cuda_check.h"
 #include "ref/adamw.h"
 #include "ref/bf16.h"
+#include "ref/shard.h"
 #include "tests/common/compare.h"
 #include "tests/common/harness.h"
 #include "tests/common/rng.h"
@@ -172,6 +176,154 @@ static void run_optimizer(const std::vector<int64_t> &sizes, double max_norm, in
         for (struct dev_buf *b : {&bp[i], &bm[i], &bv[i], &bg[i], &bc[i]}) dev_buf_free(b);
     dev_buf_free(&bnorm);
     dev_buf_free(&bguard);
+}
+
+static void read_norm_coef(const float *d, float out[2]);
+
+/* The sharded form against the unsharded one, W ranks in one process: each rank's context owns its
+ * pieces (ref/shard.h) of the same gradients; the ranks' partial sums are summed on the host (in
+ * rank order) and written back into every context, as the job's all-reduce does. After every step:
+ * the norm, and every rank's masters, moments and bf16 copies of its pieces, bitwise the unsharded
+ * context's; with master = NULL (norm only) gpu_adamw_norm_and_coef bitwise the unsharded one's. */
+static void run_sharded(const std::vector<int64_t> &sizes, double max_norm, int W, int id) {
+    const uint64_t seed = g_seed * 1000003u + (uint64_t)id;
+    struct rng r;
+    rng_init(&r, seed);
+    char shape[96];
+    snprintf(shape, sizeof shape, "%zu tensors, max_norm=%g, %d ranks", sizes.size(), max_norm, W);
+    const int T = (int)sizes.size();
+    std::vector<host_tensor> ts(T);
+    std::vector<struct dev_buf> bp(T), bm(T), bv(T), bg(T), bc(T);
+    std::vector<struct gpu_adamw_param> params(T);
+    for (int i = 0; i < T; i++) {
+        host_tensor &t = ts[i];
+        t.n = sizes[i], t.decay = i % 3 != 1, t.has_copy = 1;
+        t.p.resize(t.n), t.m.assign(t.n, 0.0f), t.v.assign(t.n, 0.0f), t.g.resize(t.n);
+        rng_fill_normal(&r, t.p.data(), t.n, 0.0, 1.0);
+        const size_t b4 = (size_t)t.n * 4;
+        dev_buf_alloc(&bp[i], "master", b4, POISON_NONE, t.p.data());
+        dev_buf_alloc(&bm[i], "m", b4, POISON_NONE, t.m.data());
+        dev_buf_alloc(&bv[i], "v", b4, POISON_NONE, t.v.data());
+        dev_buf_alloc(&bg[i], "grad", b4, POISON_NONE, nullptr);
+        dev_buf_alloc(&bc[i], "copy", (size_t)t.n * 2, POISON_BF16, nullptr);
+        params[i] = {(float *)bp[i].data, (uint16_t *)bc[i].data, (float *)bm[i].data, (float *)bv[i].data,
+                     (const float *)bg[i].data, t.n, t.decay};
+    }
+    struct gpu_adamw *whole = build_gpu_adamw(params.data(), T);
+    /* the ranks: their pieces, flat state, their own full-size copies */
+    std::vector<std::vector<shard_piece>> pieces(W);
+    std::vector<struct dev_buf> fm(W), fmo(W), fv(W);
+    std::vector<std::vector<struct dev_buf>> rc(W, std::vector<struct dev_buf>(T));
+    std::vector<struct gpu_adamw *> ranks(W), norms(W);
+    std::vector<int64_t> ns(sizes.begin(), sizes.end());
+    for (int k = 0; k < W; k++) {
+        int64_t el = 0;
+        pieces[k].resize(T);
+        pieces[k].resize(shard_pieces(pieces[k].data(), &el, ns.data(), T, W, k));
+        std::vector<float> flat(el + 1, 0.0f);
+        for (const shard_piece &q : pieces[k])
+            memcpy(flat.data() + q.off, ts[q.tensor].p.data() + q.lo, sizeof(float) * (size_t)(q.hi - q.lo));
+        const std::vector<float> zero(el + 1, 0.0f);
+        dev_buf_alloc(&fm[k], "flat master", (size_t)(el + 1) * 4, POISON_NONE, flat.data());
+        dev_buf_alloc(&fmo[k], "flat m", (size_t)(el + 1) * 4, POISON_NONE, zero.data());
+        dev_buf_alloc(&fv[k], "flat v", (size_t)(el + 1) * 4, POISON_NONE, zero.data());
+        std::vector<struct gpu_adamw_param> mine = params;
+        for (int i = 0; i < T; i++) {
+            dev_buf_alloc(&rc[k][i], "rank copy", (size_t)ts[i].n * 2, POISON_BF16, nullptr);
+            mine[i].copy = (uint16_t *)rc[k][i].data;
+        }
+        ranks[k] = build_gpu_adamw_sharded(mine.data(), T, pieces[k].data(), (int)pieces[k].size(), (float *)fm[k].data,
+                                           (float *)fmo[k].data, (float *)fv[k].data);
+        norms[k] = build_gpu_adamw_sharded(mine.data(), T, pieces[k].data(), (int)pieces[k].size(), nullptr, nullptr,
+                                           nullptr);
+    }
+    struct dev_buf bnorm;
+    dev_buf_alloc(&bnorm, "grad_norm", 4, POISON_F32, nullptr);
+    struct optim_step h = {0, {1e-3, 0.9, 0.999, 1e-8, 0.01}, max_norm};
+    for (int step = 1; step <= 3; step++) {
+        h.step = step;
+        for (int i = 0; i < T; i++) {
+            rng_fill_normal(&r, ts[i].g.data(), ts[i].n, 0.0, i % 2 ? 0.01 : 1.0);
+            dev_buf_reset(&bg[i], ts[i].g.data());
+        }
+        const float *coef_whole = gpu_adamw_norm_and_coef(whole, max_norm, g_stream);
+        float want_nc[2];
+        read_norm_coef(coef_whole, want_nc);
+        gpu_adamw_step(whole, &h, nullptr, (float *)bnorm.data, g_stream);
+        float want_norm = 0;
+        dev_buf_download(&bnorm, &want_norm, 1);
+        /* the ranks' partial sums, summed in rank order, into every rank's context */
+        for (struct gpu_adamw **set : {ranks.data(), norms.data()}) {
+            std::vector<float> sum, part;
+            std::vector<float *> dev(W);
+            int64_t nc = 0;
+            for (int k = 0; k < W; k++) {
+                dev[k] = gpu_adamw_partials(set[k], &nc, g_stream);
+                part.resize(nc);
+                CUDA_CHECK(cudaMemcpyAsync(part.data(), dev[k], sizeof(float) * nc, cudaMemcpyDeviceToHost, g_stream));
+                CUDA_CHECK(cudaStreamSynchronize(g_stream));
+                if (k == 0) sum = part;
+                else for (int64_t j = 0; j < nc; j++) sum[j] = sum[j] + part[j];
+            }
+            for (int k = 0; k < W; k++)
+                CUDA_CHECK(cudaMemcpy(dev[k], sum.data(), sizeof(float) * nc, cudaMemcpyHostToDevice));
+        }
+        for (int k = 0; k < W; k++) {
+            float got_nc[2];
+            read_norm_coef(gpu_adamw_norm_and_coef(norms[k], max_norm, g_stream), got_nc);
+            EXPECT(memcmp(got_nc, want_nc, sizeof got_nc) == 0,
+                   "adamw sharded (%s, seed %llu) step %d rank %d: norm-only {%.9g, %.9g}, unsharded {%.9g, %.9g}",
+                   shape, (unsigned long long)seed, step, k, got_nc[0], got_nc[1], want_nc[0], want_nc[1]);
+            dev_buf_reset(&bnorm, nullptr);
+            gpu_adamw_step(ranks[k], &h, nullptr, (float *)bnorm.data, g_stream);
+            float got_norm = 0;
+            dev_buf_download(&bnorm, &got_norm, 1);
+            EXPECT(memcmp(&got_norm, &want_norm, 4) == 0, "adamw sharded (%s) step %d rank %d: norm %.9g, unsharded %.9g",
+                   shape, step, k, got_norm, want_norm);
+        }
+        /* every rank's pieces against the unsharded tensors */
+        int64_t bad = 0, first_bad = -1;
+        for (int i = 0; i < T; i++) {
+            std::vector<float> p(ts[i].n), m(ts[i].n), v(ts[i].n);
+            std::vector<uint16_t> c(ts[i].n);
+            dev_buf_download(&bp[i], p.data(), 0);
+            dev_buf_download(&bm[i], m.data(), 0);
+            dev_buf_download(&bv[i], v.data(), 0);
+            dev_buf_download(&bc[i], c.data(), 1);
+            for (int k = 0; k < W; k++)
+                for (const shard_piece &q : pieces[k]) {
+                    if (q.tensor != i) continue;
+                    const size_t len = (size_t)(q.hi - q.lo), el = (size_t)(pieces[k].back().off + 1 +
+                                                                           (pieces[k].back().hi - pieces[k].back().lo));
+                    std::vector<float> a(el), b(el), d(el);
+                    std::vector<uint16_t> rcopy(ts[i].n);
+                    dev_buf_download(&fm[k], a.data(), 0);
+                    dev_buf_download(&fmo[k], b.data(), 0);
+                    dev_buf_download(&fv[k], d.data(), 0);
+                    dev_buf_download(&rc[k][i], rcopy.data(), 0);
+                    const int wrong = memcmp(a.data() + q.off, p.data() + q.lo, len * 4) != 0 ||
+                                      memcmp(b.data() + q.off, m.data() + q.lo, len * 4) != 0 ||
+                                      memcmp(d.data() + q.off, v.data() + q.lo, len * 4) != 0 ||
+                                      memcmp(rcopy.data() + q.lo, c.data() + q.lo, len * 2) != 0;
+                    if (wrong && first_bad < 0) first_bad = i * 1000 + k;
+                    bad += wrong;
+                }
+        }
+        EXPECT(bad == 0, "adamw sharded (%s, seed %llu) step %d: %lld pieces differ from the unsharded update (first: "
+                         "tensor %lld, rank %lld)",
+               shape, (unsigned long long)seed, step, (long long)bad, (long long)(first_bad / 1000),
+               (long long)(first_bad % 1000));
+    }
+    free_gpu_adamw(whole);
+    for (int k = 0; k < W; k++) {
+        free_gpu_adamw(ranks[k]);
+        free_gpu_adamw(norms[k]);
+        dev_buf_free(&fm[k]), dev_buf_free(&fmo[k]), dev_buf_free(&fv[k]);
+        for (int i = 0; i < T; i++) dev_buf_free(&rc[k][i]);
+    }
+    for (int i = 0; i < T; i++)
+        for (struct dev_buf *b : {&bp[i], &bm[i], &bv[i], &bg[i], &bc[i]}) dev_buf_free(b);
+    dev_buf_free(&bnorm);
 }
 
 struct bench_ctx {
@@ -465,6 +617,10 @@ int main(int argc, char **argv) {
     run_guard(NAN, 0.0, 0);
     run_guard(INFINITY, 1.0, 0);
     run_norm_and_coef();
+    const std::vector<int64_t> pieces = {1, 7, 8191, 8192, 8193, 3 * 8192 + 5, 100000, 640};
+    run_sharded(pieces, 0.0, 2, 6);
+    run_sharded(pieces, 1.0, 3, 7);
+    run_sharded(lora, 0.5, 5, 8);
     const int rc = test_finish("adamw_parity");
     if (rc == 0 && test_has_flag(argc, argv, "--bench")) bench(bench_copy_ceiling(g_stream));
     CUDA_CHECK(cudaStreamDestroy(g_stream));

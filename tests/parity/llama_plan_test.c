@@ -16,6 +16,9 @@
  *     bytes per linear weight to the parameters; the FP8-stored base recomputes the MLP input (its
  *     activations lose L·B·T·F·2 bytes); and Llama-3.1-8B LoRA 16×512 with an FP8 base plans under
  *     40 GiB;
+ *   - the sharded optimizer (ZeRO-1) plans per rank: whole copies and gradients, 1/W of the masters
+ *     and moments (adding up to the whole over the ranks); Llama-3.1-8B full fine-tuning fits 80 GB
+ *     per GPU on 8 GPUs (16×512 with --recompute layer, 4×512 without), and not on one;
  *   - options the kernels cannot run are refused with a message, not a crash.
  * Alignment (256 B per buffer) is the only slack: bounds allow it explicitly.
  */
@@ -84,20 +87,39 @@ int main(void) {
     const double slack = 256.0 * 4096; /* 256-byte alignment of at most a few thousand buffers */
 
     /* full fine-tuning: 6 + 4 + 8 bytes per parameter. Its plan includes the embedding backward's
-     * sort workspace, which CUB sizes from the device: checked only where there is one. */
+     * sort workspace, which CUB sizes from the device, or bounds without one (gpu/embedding.cu). */
     const double np = n_params(&cs);
-    if (gpu_device_query(NULL, 0, NULL, NULL, &e) == 0) {
-        struct gpu_llama_options of = opts(LLAMA_FULL, 2, 128);
-        struct gpu_llama_plan pf = plan_of(&cs, &of);
-        in_range("full: params bytes = 6 per parameter", (double)pf.params, 6 * np, 6 * np + slack);
-        in_range("full: grads bytes = 4 per parameter", (double)pf.grads, 4 * np, 4 * np + slack);
-        in_range("full: AdamW moments = 8 per parameter", (double)pf.optim, 8 * np, 8 * np + slack);
-        of.optimizer = OPTIMIZER_ADAMW8BIT;
-        struct gpu_llama_plan pf8 = plan_of(&cs, &of);
-        in_range("full, 8-bit AdamW: about 2 bytes per parameter", (double)pf8.optim, 2 * np, 2 * np * 1.05 + slack);
-    } else {
-        printf("no CUDA device: the full fine-tuning plans (CUB sizes their sort workspace on the device) are not "
-               "checked here\n");
+    struct gpu_llama_options of = opts(LLAMA_FULL, 2, 128);
+    struct gpu_llama_plan pf = plan_of(&cs, &of);
+    in_range("full: params bytes = 6 per parameter", (double)pf.params, 6 * np, 6 * np + slack);
+    in_range("full: grads bytes = 4 per parameter", (double)pf.grads, 4 * np, 4 * np + slack);
+    in_range("full: AdamW moments = 8 per parameter", (double)pf.optim, 8 * np, 8 * np + slack);
+    of.optimizer = OPTIMIZER_ADAMW8BIT;
+    struct gpu_llama_plan pf8 = plan_of(&cs, &of);
+    in_range("full, 8-bit AdamW: about 2 bytes per parameter", (double)pf8.optim, 2 * np, 2 * np * 1.05 + slack);
+
+    /* the sharded optimizer (ZeRO-1, ref/shard.h), per rank: the bf16 copies and the gradients
+     * whole, the fp32 masters and the moments of 1/W of the elements (within one 8192-element chunk
+     * of it: 12 · 8192 bytes, and a piece's 4-element alignment per tensor) */
+    const double chunk = 12.0 * 8192 + 16.0 * 300;
+    for (int W = 2; W <= 8; W *= 2) {
+        double masters = 0;
+        for (int r = 0; r < W; r++) {
+            struct gpu_llama_options os = opts(LLAMA_FULL, 2, 128);
+            os.shard_world = W, os.shard_rank = r;
+            struct gpu_llama_plan ps = plan_of(&cs, &os);
+            char what[128];
+            snprintf(what, sizeof what, "sharded over %d, rank %d: params = 2 per parameter + 4 / W", W, r);
+            in_range(what, (double)ps.params, 2 * np + 4 * np / W - chunk, 2 * np + 4 * np / W + chunk + slack);
+            snprintf(what, sizeof what, "sharded over %d, rank %d: grads whole (4 per parameter)", W, r);
+            in_range(what, (double)ps.grads, 4 * np, 4 * np + slack);
+            snprintf(what, sizeof what, "sharded over %d, rank %d: AdamW moments = 8 / W per parameter", W, r);
+            in_range(what, (double)ps.optim, 8 * np / W - chunk, 8 * np / W + chunk + slack);
+            masters += (double)ps.params - (double)pf.params + 4 * np; /* its masters: params − copies */
+        }
+        char what[96];
+        snprintf(what, sizeof what, "sharded over %d: the ranks' masters add up to 4 per parameter", W);
+        in_range(what, masters, 4 * np - W * slack, 4 * np + W * (16.0 * 300 + slack));
     }
 
     /* LoRA: R·(C_in + C_out) per adapted linear and layer, fp32 gradient */
@@ -201,6 +223,28 @@ int main(void) {
            (double)pm.weights);
     printf("8B QLoRA r32 1×32768, recompute layer: %.2f GiB (%.2f KiB per token beyond the fixed part)\n",
            pm.total / GIB, step1 / 16384.0 / 1024.0);
+    /* Llama-3.1-8B full fine-tuning on 8 GPUs of 80 GB (74.5 GiB each, less the CUDA context's
+     * ~1 GiB): with the optimizer sharded over the 8, every rank's plan fits, at 16×512 with
+     * --recompute layer and at 4×512 without; one GPU's (unsharded) does not at any micro-batch. */
+    double worst16 = 0, worst4 = 0;
+    for (int r = 0; r < 8; r++) {
+        struct gpu_llama_options a = opts(LLAMA_FULL, 16, 512), b = opts(LLAMA_FULL, 4, 512);
+        a.recompute = RECOMPUTE_LAYER;
+        a.shard_world = b.shard_world = 8;
+        a.shard_rank = b.shard_rank = r;
+        const double ga = plan_of(&c8, &a).total / GIB, gb = plan_of(&c8, &b).total / GIB;
+        worst16 = ga > worst16 ? ga : worst16, worst4 = gb > worst4 ? gb : worst4;
+    }
+    in_range("Llama-3.1-8B full 16x512 --recompute layer, sharded over 8 GPUs: the largest rank's plan (GiB)", worst16,
+             50.0, 73.0);
+    in_range("Llama-3.1-8B full 4x512, sharded over 8 GPUs: the largest rank's plan (GiB)", worst4, 50.0, 73.0);
+    struct gpu_llama_options one = opts(LLAMA_FULL, 1, 512);
+    one.recompute = RECOMPUTE_LAYER;
+    const double g_one = plan_of(&c8, &one).total / GIB;
+    in_range("Llama-3.1-8B full on one GPU (unsharded), 1x512 --recompute layer: over 80 GB", g_one, 80.0, 200.0);
+    printf("plans: 8B full sharded over 8 GPUs, per rank: 16x512 --recompute layer %.2f GiB, 4x512 %.2f GiB "
+           "(unsharded, one GPU, 1x512: %.2f GiB)\n",
+           worst16, worst4, g_one);
 
     /* refusals */
     struct gpu_llama_plan p;
@@ -216,13 +260,15 @@ int main(void) {
     odd.linears = GPU_LINEAR_FP8;
     struct gpu_llama_options f8full = opts(LLAMA_FULL, 2, 128);
     f8full.base = GPU_BASE_FP8;
+    struct gpu_llama_options osl = opts(LLAMA_LORA, 2, 128);
+    osl.shard_world = 2;
     const struct {
         const struct model_config *c;
         const struct gpu_llama_options *o;
         const char *want;
     } refused[] = {{&bad, &ol, "head_dim"},           {&c1, &od, "dropout"},   {&c1, &onf, "NF4"},
                    {&c1, &none, "targets"},           {&c1, &odd, "multiples of 16"},
-                   {&c1, &f8full, "FP8-stored base"}};
+                   {&c1, &f8full, "FP8-stored base"}, {&c1, &osl, "full fine-tuning"}};
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         memset(&e, 0, sizeof e);
         const int rc = gpu_llama_plan_bytes(&p, refused[i].c, refused[i].o, &e);

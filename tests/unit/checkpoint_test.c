@@ -147,7 +147,7 @@ static void test_integrity(uint64_t seed) {
     struct train_engine ea, eb, ec;
     engine(&ea, &ta, 1.0f);
     engine(&eb, &tb, 2.0f);
-    struct loop_position pos = {3, 9, 0, 18}, got;
+    struct loop_position pos = {3, 9, 0, 18, 1}, got;
     struct io_err e = {{0}};
     EXPECT(checkpoint_save(at("%s", "a"), &ea, &pos, g_opts, k_identity, &e) == 0, "save a: %s", e.msg);
     EXPECT(checkpoint_save(at("%s", "b"), &eb, &pos, g_opts, k_identity, &e) == 0, "save b: %s", e.msg);
@@ -245,10 +245,10 @@ static void test_integrity(uint64_t seed) {
 static void test_position(void) {
     struct io_err e;
     /* P = 6 sequences per step, 36 per epoch: after 6 steps the end of epoch 0, after 7 step 1 of epoch 1. */
-    struct loop_position ok[] = {{0, 0, 0, 0}, {5, 15, 0, 30}, {6, 18, 0, 36}, {7, 21, 1, 6}, {13, 39, 2, 6}};
+    struct loop_position ok[] = {{0, 0, 0, 0, 1}, {5, 15, 0, 30, 1}, {6, 18, 0, 36, 1}, {7, 21, 1, 6, 1}, {13, 39, 2, 6, 1}};
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++)
         EXPECT(checkpoint_check_position(&ok[i], 6, 36, 20, "t.json", &e) == 0, "step %d: %s", ok[i].step, e.msg);
-    struct loop_position bad_epoch = {7, 21, 0, 42}, bad_pos = {7, 21, 1, 12}, past = {21, 63, 3, 18}, micro = {7, 3, 1, 6};
+    struct loop_position bad_epoch = {7, 21, 0, 42, 1}, bad_pos = {7, 21, 1, 12, 1}, past = {21, 63, 3, 18, 1}, micro = {7, 3, 1, 6, 1};
     EXPECT(checkpoint_check_position(&bad_epoch, 6, 36, 20, "t.json", &e) == -1 && strstr(e.msg, "expected epoch 1") != NULL,
            "an epoch that does not follow from the step: %s", e.msg);
     EXPECT(checkpoint_check_position(&bad_pos, 6, 36, 20, "t.json", &e) == -1 && strstr(e.msg, "position 6") != NULL,
@@ -257,7 +257,7 @@ static void test_position(void) {
            "a step past the run's end: %s", e.msg);
     EXPECT(checkpoint_check_position(&micro, 6, 36, 20, "t.json", &e) == -1 && strstr(e.msg, "micro_index") != NULL,
            "fewer micro-batches than steps: %s", e.msg);
-    struct loop_position derived = {7, 21, 99, -3};
+    struct loop_position derived = {7, 21, 99, -3, 1};
     checkpoint_position_after(&derived, 6, 36);
     EXPECT(derived.epoch == 1 && derived.position == 6, "the position after 7 steps");
 }
@@ -268,7 +268,7 @@ static void test_options_and_identity(void) {
     struct toy ta, tc;
     struct train_engine ea, ec;
     engine(&ea, &ta, 1.0f);
-    struct loop_position pos = {3, 9, 0, 18}, got;
+    struct loop_position pos = {3, 9, 0, 18, 1}, got;
     struct io_err e = {{0}};
     EXPECT(checkpoint_save(at("%s", "c"), &ea, &pos, g_opts, k_identity, &e) == 0, "save c: %s", e.msg);
     char changes[4096], notes[4096], opts[65536];
@@ -348,7 +348,7 @@ static void test_no_link_followed(void) {
     make_dirs(victim, &e);
     snprintf(p, sizeof p, "%s/precious", victim);
     write_file_atomic(p, "x", 1, &e);
-    struct loop_position pos = {1, 3, 0, 6};
+    struct loop_position pos = {1, 3, 0, 6, 1};
     EXPECT(checkpoint_save(at("%s", "l"), &ea, &pos, g_opts, NULL, &e) == 0, "save step 1: %s", e.msg);
     /* step-1 replaced by a link to the victim; a link inside step-1's successor too */
     char s1[1600];

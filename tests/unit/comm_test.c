@@ -1,7 +1,8 @@
 /* comm_test.c — the single-process job of train/comm.h: rank 0 of a world of 1, whose collectives
  * leave every value as it is; in-place reduce_scatter / all_gather, a different recv refused with a
  * message that names the operation and what it reduces; a broadcast from a rank that does not
- * exist refused. */
+ * exist refused; send and recv refused (no peer). The MPI job's collectives are tested under
+ * mpirun by comm_mpi_test (tests/unit/comm_mpi_test.sh). */
 #include <string.h>
 
 #include "tests/common/harness.h"
@@ -43,6 +44,16 @@ int main(void) {
     EXPECT(c.all_gather(c.self, slab, other, 5, COMM_F32, NULL, "weights", &e) == -1 &&
                strstr(e.msg, "all_gather of weights") != NULL,
            "all_gather into another buffer refused: %s", e.msg);
+    EXPECT(c.bcast(c.self, slab, 5, COMM_F32, 0, NULL, "weights", &e) == 0 && slab[1] == 2.0f,
+           "bcast from rank 0 is the identity: %s", e.msg);
+    EXPECT(c.bcast(c.self, slab, 5, COMM_F32, 1, NULL, "weights", &e) == -1 && strstr(e.msg, "rank 1") != NULL,
+           "bcast from rank 1 refused: %s", e.msg);
+    EXPECT(c.group(c.self, 1, &e) == 0 && c.group(c.self, 0, &e) == 0 && c.wait(c.self, NULL, "step", &e) == 0,
+           "group and wait: %s", e.msg);
+    EXPECT(c.send(c.self, bytes, 1, 0, "state", &e) == -1 && strstr(e.msg, "send of state") != NULL,
+           "send refused (no peer): %s", e.msg);
+    EXPECT(c.recv(c.self, bytes, 1, 0, "state", &e) == -1 && strstr(e.msg, "recv of state") != NULL,
+           "recv refused (no peer): %s", e.msg);
     c.destroy(c.self);
     return test_finish("comm_test");
 }
