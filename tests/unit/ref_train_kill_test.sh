@@ -42,14 +42,8 @@ done
 echo "seed $seed (replay with --seed $seed)"
 RANDOM=$seed
 
-tmp=${TEST_TMPDIR:-/tmp}/ref_train_kill_test.$$
-export REFINE_CACHE=$tmp/cache
-mkdir -p "$tmp/model"
-cp tests/golden/data/e2e/llama/config.json tests/golden/data/e2e/llama/model.safetensors "$tmp/model/"
-cp tests/unit/testdata/bytes_tokenizer.json "$tmp/model/tokenizer.json"
-for i in $(seq 1 60); do
-    echo "In the beginning $i the model learned that line $i follows line $((i - 1)), and so on."
-done >"$tmp/data.txt"
+source tests/unit/tiny_run.sh || exit 1
+tiny_run_setup ref_train_kill_test
 flags=(--model "$tmp/model" --data "$tmp/data.txt" --seq 16 --micro-batch 2 --grad-accum 2 --max-steps 24 --warmup 2
     --eval-every 5 --eval-batches 2 --lr 1e-2 --rank 4 --alpha 8 --seed 7)
 

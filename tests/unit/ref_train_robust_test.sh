@@ -54,14 +54,8 @@ while [ $# -gt 0 ]; do
 done
 want() { [[ ",$only," == *",$1,"* ]]; }
 
-tmp=${TEST_TMPDIR:-/tmp}/ref_train_robust_test.$$
-export REFINE_CACHE=$tmp/cache
-mkdir -p "$tmp/model"
-cp tests/golden/data/e2e/llama/config.json tests/golden/data/e2e/llama/model.safetensors "$tmp/model/"
-cp tests/unit/testdata/bytes_tokenizer.json "$tmp/model/tokenizer.json"
-for i in $(seq 1 60); do
-    echo "In the beginning $i the model learned that line $i follows line $((i - 1)), and so on."
-done >"$tmp/data.txt"
+source tests/unit/tiny_run.sh || exit 1
+tiny_run_setup ref_train_robust_test
 
 pass=0
 fail=0
