@@ -264,15 +264,10 @@ int gguf_config(struct model_config *c, const struct gguf_file *g, struct io_err
 
 static int is_layer_kind(enum model_weight k) { return k >= MW_ATTN_NORM && k < MW_COUNT; }
 
-static int slot(enum model_weight kind, int layer) {
-    if (!is_layer_kind(kind)) return (int)kind;
-    return MW_N_GLOBAL + layer * MW_N_LAYER + (int)(kind - MW_ATTN_NORM);
-}
-
 const struct gguf_model_weight *gguf_model_get(const struct gguf_model *m, enum model_weight kind, int layer) {
     if ((int)kind < 0 || kind >= MW_COUNT) return NULL;
     if (is_layer_kind(kind) && (layer < 0 || layer >= m->config.L)) return NULL;
-    const struct gguf_model_weight *w = &m->weights[slot(kind, layer)];
+    const struct gguf_model_weight *w = &m->weights[model_weight_slot(kind, layer)];
     return w->present ? w : NULL;
 }
 
@@ -293,9 +288,7 @@ static int bind(struct gguf_model *m, struct io_err *e) {
     const struct model_config *c = &m->config;
     for (int s = 0; s < m->n_weights; s++) {
         struct gguf_model_weight *w = &m->weights[s];
-        w->kind = s < MW_N_GLOBAL ? (enum model_weight)s
-                                  : (enum model_weight)(MW_ATTN_NORM + (s - MW_N_GLOBAL) % MW_N_LAYER);
-        w->layer = s < MW_N_GLOBAL ? -1 : (s - MW_N_GLOBAL) / MW_N_LAYER;
+        w->kind = model_weight_of_slot(s, &w->layer);
         w->ndim = model_weight_shape(w->shape, c, w->kind);
         w->present = w->ndim > 0;
         if (w->present) model_weight_name(w->name, sizeof w->name, w->kind, w->layer);
@@ -314,7 +307,7 @@ static int bind(struct gguf_model *m, struct io_err *e) {
         if (layer >= c->L)
             return io_fail(e, "%s: tensor '%s' belongs to layer %d but %s.block_count is %d", g->file.path, t->name,
                            layer, c->model_type, c->L);
-        struct gguf_model_weight *w = &m->weights[slot(kind, layer)];
+        struct gguf_model_weight *w = &m->weights[model_weight_slot(kind, layer)];
         if (!w->present)
             return io_fail(e, "%s: tensor '%s' is a bias, which a %s model does not have", g->file.path, t->name,
                            c->model_type);

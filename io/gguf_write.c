@@ -335,9 +335,8 @@ int gguf_write_model(const char *path, const struct model_config *c, const struc
         gguf_add_tensor(w, "rope_freqs.weight", GGML_TYPE_F32, 1, ne, rope, (size_t)(c->D / 2) * 4);
     }
     for (int slot = 0; slot < n_slots && rc == 0; slot++) {
-        const enum model_weight kind = slot < MW_N_GLOBAL ? (enum model_weight)slot
-                                                          : (enum model_weight)(MW_N_GLOBAL + (slot - MW_N_GLOBAL) % MW_N_LAYER);
-        const int layer = slot < MW_N_GLOBAL ? -1 : (slot - MW_N_GLOBAL) / MW_N_LAYER;
+        int layer;
+        const enum model_weight kind = model_weight_of_slot(slot, &layer);
         int64_t shape[2];
         const int ndim = model_weight_shape(shape, c, kind);
         if (ndim == 0 || (kind == MW_LM_HEAD && c->tie_word_embeddings)) continue;

@@ -82,15 +82,20 @@ int model_weight_shape(int64_t s[2], const struct model_config *c, enum model_we
     }
 }
 
-static int slot(enum model_weight kind, int layer) {
+int model_weight_slot(enum model_weight kind, int layer) {
     if (!is_layer_kind(kind)) return (int)kind;
     return MW_N_GLOBAL + layer * MW_N_LAYER + (int)(kind - MW_ATTN_NORM);
+}
+
+enum model_weight model_weight_of_slot(int s, int *layer) {
+    *layer = s < MW_N_GLOBAL ? -1 : (s - MW_N_GLOBAL) / MW_N_LAYER;
+    return s < MW_N_GLOBAL ? (enum model_weight)s : (enum model_weight)(MW_ATTN_NORM + (s - MW_N_GLOBAL) % MW_N_LAYER);
 }
 
 const struct model_weight_ref *model_files_get(const struct model_files *m, enum model_weight kind, int layer) {
     if ((int)kind < 0 || kind >= MW_COUNT) return NULL;
     if (is_layer_kind(kind) && (layer < 0 || layer >= m->config.L)) return NULL;
-    const struct model_weight_ref *w = &m->weights[slot(kind, layer)];
+    const struct model_weight_ref *w = &m->weights[model_weight_slot(kind, layer)];
     return w->present ? w : NULL;
 }
 
@@ -214,9 +219,8 @@ static int bind_all(struct model_files *m, struct index *ix, struct io_err *e) {
     const struct model_config *c = &m->config;
     struct name_list missing = {0};
     for (int s = 0; s < m->n_weights; s++) {
-        enum model_weight kind = s < MW_N_GLOBAL ? (enum model_weight)s
-                                                 : (enum model_weight)(MW_ATTN_NORM + (s - MW_N_GLOBAL) % MW_N_LAYER);
-        int layer = s < MW_N_GLOBAL ? -1 : (s - MW_N_GLOBAL) / MW_N_LAYER;
+        int layer;
+        const enum model_weight kind = model_weight_of_slot(s, &layer);
         struct model_weight_ref *w = &m->weights[s];
         w->kind = kind;
         w->layer = layer;

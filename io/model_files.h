@@ -102,6 +102,13 @@ void model_files_close(struct model_files *m);
 /* The weight of that kind (layer ignored for the global kinds); NULL when the config has none. */
 const struct model_weight_ref *model_files_get(const struct model_files *m, enum model_weight kind, int layer);
 
+/* The slot order of a model's weights (model_files.weights, gguf_model.weights): the MW_N_GLOBAL
+ * global weights, then MW_N_LAYER a layer. model_weight_slot: the slot of (kind, layer) (layer
+ * ignored for the global kinds); model_weight_of_slot: the kind of slot s, and its layer (-1 for
+ * the global kinds). */
+int model_weight_slot(enum model_weight kind, int layer);
+enum model_weight model_weight_of_slot(int s, int *layer);
+
 /* The HF tensor name of a weight, e.g. "model.layers.3.mlp.up_proj.weight". */
 void model_weight_name(char *buf, size_t cap, enum model_weight kind, int layer);
 

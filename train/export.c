@@ -119,9 +119,8 @@ int export_merged(const char *dir, const struct model_config *c, const struct tr
     int n = 0, rc = 0;
     if (!ts || !names) rc = io_fail(e, "export: out of memory");
     for (int slot = 0; slot < n_slots && rc == 0; slot++) {
-        const enum model_weight kind = slot < MW_N_GLOBAL ? (enum model_weight)slot
-                                                          : (enum model_weight)(MW_N_GLOBAL + (slot - MW_N_GLOBAL) % MW_N_LAYER);
-        const int layer = slot < MW_N_GLOBAL ? -1 : (slot - MW_N_GLOBAL) / MW_N_LAYER;
+        int layer;
+        const enum model_weight kind = model_weight_of_slot(slot, &layer);
         int64_t shape[2];
         const int ndim = model_weight_shape(shape, c, kind);
         if (ndim == 0 || (kind == MW_LM_HEAD && c->tie_word_embeddings)) continue;

@@ -44,9 +44,8 @@ static int hook_generate(const struct train_engine *eng, const int32_t *const *p
     const int n_slots = MW_N_GLOBAL + c->L * MW_N_LAYER;
     int rc = 0;
     for (int slot = 0; slot < n_slots && rc == 0; slot++) {
-        const enum model_weight kind = slot < MW_N_GLOBAL ? (enum model_weight)slot
-                                                          : (enum model_weight)(MW_N_GLOBAL + (slot - MW_N_GLOBAL) % MW_N_LAYER);
-        const int layer = slot < MW_N_GLOBAL ? -1 : (slot - MW_N_GLOBAL) / MW_N_LAYER;
+        int layer;
+        const enum model_weight kind = model_weight_of_slot(slot, &layer);
         int64_t shape[2];
         if (model_weight_shape(shape, c, kind) == 0 || (kind == MW_LM_HEAD && c->tie_word_embeddings)) continue;
         rc = export_merged_weight(tensor_of(&w, kind, layer < 0 ? 0 : layer), c, eng, h->full, eng->adapter_scale,

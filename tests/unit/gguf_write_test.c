@@ -134,9 +134,8 @@ static void model_case(const char *dir, const char *tok_path, enum ggml_type typ
         int bad = 0;
         const int n_slots = MW_N_GLOBAL + a->L * MW_N_LAYER;
         for (int slot = 0; slot < n_slots; slot++) {
-            const enum model_weight kind = slot < MW_N_GLOBAL ? (enum model_weight)slot
-                                                              : (enum model_weight)(MW_N_GLOBAL + (slot - MW_N_GLOBAL) % MW_N_LAYER);
-            const int layer = slot < MW_N_GLOBAL ? -1 : (slot - MW_N_GLOBAL) / MW_N_LAYER;
+            int layer;
+            const enum model_weight kind = model_weight_of_slot(slot, &layer);
             int64_t shape[2];
             const int nd = model_weight_shape(shape, a, kind);
             if (nd == 0 || (kind == MW_LM_HEAD && a->tie_word_embeddings)) continue;

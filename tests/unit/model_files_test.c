@@ -374,6 +374,24 @@ static void test_bnb_variants(void) {
                 "has nested_blocksize 8192", "nested_blocksize 8192");
 }
 
+/* The slot order both ways: the globals first (layer -1), then each layer's weights in kind order. */
+static void test_slots(void) {
+    const int L = 3;
+    for (int s = 0; s < MW_N_GLOBAL + L * MW_N_LAYER; s++) {
+        const enum model_weight want = s < MW_N_GLOBAL ? (enum model_weight)s
+                                                       : (enum model_weight)(MW_ATTN_NORM + (s - MW_N_GLOBAL) % MW_N_LAYER);
+        const int want_layer = s < MW_N_GLOBAL ? -1 : (s - MW_N_GLOBAL) / MW_N_LAYER;
+        int layer = -2;
+        const enum model_weight kind = model_weight_of_slot(s, &layer);
+        EXPECT(kind == want && layer == want_layer, "slot %d: kind %d layer %d, expected %d and %d", s, (int)kind, layer,
+               (int)want, want_layer);
+        EXPECT(model_weight_slot(kind, layer) == s, "slot of (%d, %d) is %d, expected %d", (int)kind, layer,
+               model_weight_slot(kind, layer), s);
+    }
+    EXPECT(model_weight_slot(MW_LM_HEAD, 7) == (int)MW_LM_HEAD, "a global kind's slot ignores the layer");
+    EXPECT(model_weight_slot(MW_ATTN_NORM, 1) == MW_N_GLOBAL + MW_N_LAYER, "layer 1 starts after layer 0's weights");
+}
+
 int main(int argc, char **argv) {
     (void)test_seed(argc, argv, 1);
     const char *t = getenv("TEST_TMPDIR");
@@ -383,5 +401,6 @@ int main(int argc, char **argv) {
     test_transformers_folders();
     test_synthetic();
     test_bnb_variants();
+    test_slots();
     return test_finish("model_files_test");
 }

@@ -18,9 +18,8 @@ static void check_all_weights(const struct model_source *s, const char *what) {
     const struct model_config *c = &s->config;
     int checked = 0, ok = 1;
     for (int slot = 0; slot < MW_N_GLOBAL + c->L * MW_N_LAYER; slot++) {
-        const enum model_weight kind = slot < MW_N_GLOBAL ? (enum model_weight)slot
-                                                          : (enum model_weight)(MW_N_GLOBAL + (slot - MW_N_GLOBAL) % MW_N_LAYER);
-        const int layer = slot < MW_N_GLOBAL ? -1 : (slot - MW_N_GLOBAL) / MW_N_LAYER;
+        int layer;
+        const enum model_weight kind = model_weight_of_slot(slot, &layer);
         int64_t shape[2];
         const int nd = model_source_shape(s, kind, layer, shape);
         if (nd == 0) continue;
