@@ -129,10 +129,9 @@ int main(int argc, char **argv) {
     const char *method = train_method_names[o.method];
     char device[128];
     size_t free0 = 0, total = 0, free1 = 0, budget = 0;
-    if (gpu_device_query(device, sizeof device, &free0, &total, &e)) io_exit(&e);
+    if (gpu_device_query(device, sizeof device, NULL, &total, &e)) io_exit(&e);
     const double peak = gpu_gemm_measure_bf16_rate(8192);
-    if (gpu_memory_budget(&o, device, sizeof device, &budget, &e)) io_exit(&e);
-    if (gpu_device_query(device, sizeof device, &free0, &total, &e)) io_exit(&e);
+    if (gpu_memory_budget(&o, device, sizeof device, &budget, &free0, &e)) io_exit(&e);
     if (max_seq) {
         g.T = o.seq = gpu_longest_fitting_seq(g, &c, budget, 1 << 20);
         if (g.T < 2) {
@@ -157,12 +156,7 @@ int main(int argc, char **argv) {
     if (!m) io_exit(&e);
     gpu_llama_random_weights(m, set.seed);
     gpu_llama_init_adapters(m, set.seed);
-    if (gpu_device_query(NULL, 0, &free1, NULL, &e)) io_exit(&e);
-    if (o.memory_limit > 0 && (double)(total - free1) > (double)o.memory_limit * GIB) {
-        io_fail(&e, "--memory-limit %g GiB: the device holds %.2f GiB with the model built", (double)o.memory_limit,
-                (double)(total - free1) / GIB);
-        io_exit(&e);
-    }
+    if (gpu_memory_limit_check(&o, total, &free1, &e)) io_exit(&e);
 
     const int N = g.B * g.T, A = o.grad_accum;
     int32_t *tok = malloc((size_t)N * sizeof *tok), *lab = malloc((size_t)N * sizeof *lab);

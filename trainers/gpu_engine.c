@@ -212,9 +212,11 @@ void gpu_model_options(struct gpu_llama_options *g, const struct model_settings 
     g->offload = s->activations == ACTIVATIONS_OFFLOADED ? GPU_OFFLOAD_INPUTS : GPU_OFFLOAD_NONE;
 }
 
-int gpu_memory_budget(const struct train_options *o, char *device, size_t cap, size_t *budget, struct io_err *e) {
+int gpu_memory_budget(const struct train_options *o, char *device, size_t cap, size_t *budget, size_t *free_now,
+                      struct io_err *e) {
     size_t free_b = 0, total_b = 0;
     if (gpu_device_query(device, cap, &free_b, &total_b, e)) return -1;
+    if (free_now != NULL) *free_now = free_b;
     size_t usable = free_b;
     if (o->memory_limit > 0) {
         const size_t limit = (size_t)((double)o->memory_limit * GIB), in_use = total_b - free_b;
@@ -225,6 +227,17 @@ int gpu_memory_budget(const struct train_options *o, char *device, size_t cap, s
         if (usable > free_b) usable = free_b;
     }
     *budget = usable > MEMORY_RESERVE ? usable - MEMORY_RESERVE : 0;
+    return 0;
+}
+
+int gpu_memory_limit_check(const struct train_options *o, size_t total, size_t *free_now, struct io_err *e) {
+    size_t free_b = 0;
+    if (gpu_device_query(NULL, 0, &free_b, NULL, e)) return -1;
+    if (free_now != NULL) *free_now = free_b;
+    /* the allocator as on a card of --memory-limit GiB */
+    if (o->memory_limit > 0 && (double)(total - free_b) > (double)o->memory_limit * GIB)
+        return io_fail(e, "--memory-limit %g GiB: the device holds %.2f GiB with the model built",
+                       (double)o->memory_limit, (double)(total - free_b) / GIB);
     return 0;
 }
 
@@ -253,7 +266,7 @@ int gpu_longest_fitting_seq(struct gpu_llama_options g, const struct model_confi
 int gpu_engine_longest_seq(struct train_options *o, const struct model_source *src, struct io_err *e) {
     char device[128];
     size_t budget = 0;
-    if (gpu_memory_budget(o, device, sizeof device, &budget, e)) return -1;
+    if (gpu_memory_budget(o, device, sizeof device, &budget, NULL, e)) return -1;
     struct train_options probe = *o;
     probe.seq = 2;
     struct model_settings set;
@@ -320,11 +333,10 @@ int gpu_engine_create(struct train_engine *eng, struct train_options *o, const s
                        comm->world);
     const int root = comm_is_root(comm);
     char device[128];
-    size_t free_b = 0, total_b = 0, budget = 0;
-    if (gpu_device_query(device, sizeof device, &free_b, &total_b, e)) return -1;
+    size_t total_b = 0, budget = 0;
+    if (gpu_device_query(device, sizeof device, NULL, &total_b, e)) return -1;
     const double peak = gpu_gemm_measure_bf16_rate(8192);
-    if (gpu_memory_budget(o, device, sizeof device, &budget, e)) return -1;
-    if (gpu_device_query(device, sizeof device, &free_b, &total_b, e)) return -1;
+    if (gpu_memory_budget(o, device, sizeof device, &budget, NULL, e)) return -1;
     const char *limit_note = o->memory_limit > 0 ? " (--memory-limit)" : " free";
 
     struct model_settings set;
@@ -419,17 +431,9 @@ int gpu_engine_create(struct train_engine *eng, struct train_options *o, const s
         return -1;
     }
 
-    if (o->memory_limit > 0) { /* the allocator as on a card of --memory-limit GiB */
-        size_t now_free = 0;
-        if (gpu_device_query(NULL, 0, &now_free, NULL, e)) {
-            eng_destroy(ge);
-            return -1;
-        }
-        if ((double)(total_b - now_free) > (double)o->memory_limit * GIB) {
-            eng_destroy(ge);
-            return io_fail(e, "--memory-limit %g GiB: the device holds %.2f GiB with the model built",
-                           (double)o->memory_limit, (double)(total_b - now_free) / GIB);
-        }
+    if (gpu_memory_limit_check(o, total_b, NULL, e)) {
+        eng_destroy(ge);
+        return -1;
     }
     snprintf(ge->memory_json, sizeof ge->memory_json,
              "{\"weights\":%.4f,\"params\":%.4f,\"grads\":%.4f,\"optim\":%.4f,\"acts\":%.4f,\"scratch\":%.4f,"

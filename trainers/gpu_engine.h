@@ -34,8 +34,13 @@ int gpu_engine_create(struct train_engine *eng, struct train_options *o, const s
 void gpu_model_options(struct gpu_llama_options *g, const struct model_settings *s);
 /* The bytes a run may plan: the device's free memory, or with --memory-limit what a card of that
  * size would have left now (the limit less what is already in use), less a reserve for the CUDA
- * runtime's and cuBLASLt's own allocations; device names the GPU. */
-int gpu_memory_budget(const struct train_options *o, char *device, size_t cap, size_t *budget, struct io_err *e);
+ * runtime's and cuBLASLt's own allocations; device names the GPU, free_now (NULL: not wanted) gets
+ * the free bytes it was computed from. */
+int gpu_memory_budget(const struct train_options *o, char *device, size_t cap, size_t *budget, size_t *free_now,
+                      struct io_err *e);
+/* With the model built: the device's free bytes into free_now (NULL: not wanted), and under
+ * --memory-limit a failure when the device (of `total` bytes) holds more than the limit. */
+int gpu_memory_limit_check(const struct train_options *o, size_t total, size_t *free_now, struct io_err *e);
 /* The longest sequence up to `most` whose plan (g with its micro-batch) fits in `budget` bytes (0
  * when not even 2 tokens do): the planner is searched, nothing is allocated. */
 int gpu_longest_fitting_seq(struct gpu_llama_options g, const struct model_config *c, size_t budget, int most);
