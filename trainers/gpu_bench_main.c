@@ -146,6 +146,18 @@ int main(int argc, char **argv) {
     char line[512];
     gpu_llama_plan_describe(line, sizeof line, &plan, g.B, g.T);
     if (root) fprintf(stderr, "%s%s\n", line, job ? " (per GPU)" : "");
+    if (o.plan_only) {
+        if (root)
+            printf("{\"system\":\"refine-plan\",\"model\":\"%s\",\"method\":\"%s\",\"batch\":%d,\"seq\":%d,"
+                   "\"fits\":%d,\"budget_GiB\":%.3f,\"plan_GiB\":{\"total\":%.3f,\"weights\":%.3f,\"params\":%.3f,"
+                   "\"grads\":%.3f,\"optim\":%.3f,\"acts\":%.3f,\"scratch\":%.3f,\"fixed\":%.3f,\"host\":%.3f},"
+                   "\"device\":\"%s\"}\n",
+                   o.model, method, g.B, g.T, plan.total <= budget, budget / GIB, plan.total / GIB, plan.weights / GIB,
+                   plan.params / GIB, plan.grads / GIB, plan.optim / GIB, plan.acts / GIB, plan.scratch / GIB,
+                   plan.fixed / GIB, plan.host / GIB, device);
+        comm.destroy(comm.self);
+        return plan.total <= budget ? 0 : 1;
+    }
     if (plan.total > budget) {
         const int b = gpu_largest_fitting_batch(g, &c, budget, 1 << 20);
         io_fail(&e, "%s %s %d×%d does not fit: %s, %.2f GiB%s on %s; the largest micro-batch that fits is %d", o.model,
