@@ -1,31 +1,52 @@
 /* nf4.cu — NF4 dequantization into bf16 (gpu/nf4.h).
  *
- * Strategy: memory-bound (0.5 byte read, 2 bytes written per element). Each thread of the fast
- * kernel owns 16 consecutive elements: one 8-byte load of packed codes, its block's absmax
- * (16 elements never straddle a block, since blocksize ≥ 32 is a power of two and 16 divides it),
- * sixteen fp32 products and two 16-byte stores. The NF4 table (16) and, when nested, the 256-entry
- * second-level map sit in shared memory; the absmax of a block is recomputed by each of its
- * threads (4 for blocksize 64) — one byte and one float load that hit in L1/L2. A grid-stride
- * loop covers any n; the elements after the last multiple of 16 (and every element when the
- * pointers are not aligned for vectors) take a scalar kernel with the same arithmetic.
+ * Strategy: memory-bound (0.5 byte of codes in, 2 bytes of bf16 out per element, plus 1/64 byte
+ * of absmax codes at blocksize 64). One warp owns a tile of 1024 elements (gpu/nf4_layout.h): each
+ * lane loads four 4-byte code words (steps 0..3, each warp load 128 consecutive bytes), decodes
+ * the absmax of at most one block (the block tile_first + lane: 16 lanes for blocksize 64, all 32
+ * for 32, lane 0 for blocksize ≥ 1024), hands it to the chunks by warp shuffles, and writes four
+ * 16-byte stores (each warp store 512 consecutive bytes). The NF4 table (16) and, when nested, the
+ * 256-entry second-level map sit in shared memory; the code words and the absmax statistics are
+ * loaded before the tables are staged, so the barrier overlaps their latency. One tile per warp,
+ * eight warps a block, no grid-stride loop; the ragged last tile's partial chunk is written
+ * element by element in the same kernel. Pointers not aligned for vectors (out 16 bytes, codes
+ * 4 bytes) take a scalar kernel with the same arithmetic.
  *
  * Bit-exactness: the products and the nested add use __fmul_rn / __fadd_rn so that nvcc cannot
  * contract them into an FMA (bitsandbytes rounds the product and the add separately), and the
  * final conversion is __float2bfloat16_rn (RNE, as torch's .to(bfloat16)).
  *
+ * Performance notes (H100 80GB HBM3, copy ceiling 3.0 TB/s; bytes counted n/2 + n/64 + 2n):
+ *   before (16 elements a thread: one 8-byte load, two 16-byte stores at a 32-byte lane stride, the
+ *   absmax decoded by every thread with a 64-bit division, a grid-stride loop over 2112 blocks):
+ *   8192×2048 23.8 µs = 58.9% of copy, 14336×4096 74.3 µs = 66.0%. The causes as counted (not
+ *   profiled): each warp store wrote half of 32 sectors (lane stride 32 bytes, 16 bytes each), so
+ *   the 2 bytes/element of output reached L2 as twice the write requests of a coalesced store,
+ *   and ~40 of the ~120 instructions per 16 elements were the absmax (byte and float loads, the
+ *   64-bit division, a shared lookup) repeated by the 4 threads of a block.
+ *   This layout: every store instruction writes whole sectors, the absmax is decoded once per
+ *   block (per tile for blocks over 1024) with a 32-bit division, 16 bytes of codes in flight per
+ *   thread before the barrier; 32 registers, so 2048 threads an SM.
+ *   Predicted ≥ 85% of copy at 14336×4096 and ≥ 80% at 8192×2048 (42 MB a call: the launch ramp
+ *   and the drain are ~10% of its 14 µs).
+ *
  * Test and benchmark: bazel test --config=gpu //tests/parity:nf4_parity
- *                     (binary) nf4_parity --bench   (% of the copy ceiling for 2.5 bytes/element)
+ *                     (binary) nf4_parity --bench   (% of the copy ceiling for the bytes counted)
  */
 #include "gpu/nf4.h"
 
 #include <cuda_bf16.h>
 
 #include "gpu/cuda_check.h"
+#include "gpu/nf4_layout.h"
 #include "io/check.h"
 
 namespace {
 
-constexpr int kBlock = 256;
+using namespace refine::nf4;
+
+constexpr int kWarps = 8;
+constexpr int kBlock = kWarps * kLanes;
 
 struct nf4_params {
     const uint8_t *codes;
@@ -36,13 +57,14 @@ struct nf4_params {
     const float *quant_map;
     float nested_offset;
     int64_t n;
+    int64_t n_blocks;
     int block_shift; /* log2(blocksize) */
-    int nested_blocksize;
+    uint32_t nested_blocksize;
 };
 
 __device__ __forceinline__ float block_absmax(const nf4_params &p, const float *s_code2, int64_t blk) {
     if (p.absmax_q == nullptr) return p.absmax_f32[blk];
-    const float a = __fmul_rn(s_code2[p.absmax_q[blk]], p.nested_absmax[blk / p.nested_blocksize]);
+    const float a = __fmul_rn(s_code2[p.absmax_q[blk]], p.nested_absmax[(uint32_t)blk / p.nested_blocksize]);
     return __fadd_rn(a, p.nested_offset);
 }
 
@@ -53,47 +75,79 @@ __device__ __forceinline__ void load_tables(const nf4_params &p, float *s_lut, f
     __syncthreads();
 }
 
-__global__ void __launch_bounds__(kBlock) nf4_dequant_16_per_thread(__nv_bfloat16 *__restrict__ out, nf4_params p,
-                                                                    int64_t n_groups) {
+/* The tile of warp blockIdx.x·8 + warp (gpu/nf4_layout.h). out 16-byte and codes 4-byte aligned. */
+template <bool kNested>
+__global__ void __launch_bounds__(kBlock) nf4_dequant_warp_tile(__nv_bfloat16 *__restrict__ out, nf4_params p) {
     __shared__ float s_lut[16];
     __shared__ float s_code2[256];
-    load_tables(p, s_lut, s_code2);
-    for (int64_t g = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; g < n_groups; g += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t e0 = g * 16;
-        const float am = block_absmax(p, s_code2, e0 >> p.block_shift);
-        const uint2 raw = *reinterpret_cast<const uint2 *>(p.codes + g * 8);
-        const uint32_t words[2] = {raw.x, raw.y};
-        uint4 o[2];
-        __nv_bfloat162 *h = reinterpret_cast<__nv_bfloat162 *>(o);
+    const int lane = threadIdx.x % kLanes;
+    const int64_t tile = (int64_t)blockIdx.x * kWarps + threadIdx.x / kLanes;
+    const bool live = tile < n_tiles(p.n); /* uniform across the warp */
+    const int shift = p.block_shift;
+
+    /* 1. this lane's code words and its block's statistics, issued before the barrier */
+    const uint32_t *words = reinterpret_cast<const uint32_t *>(p.codes);
+    uint32_t w[kSteps];
 #pragma unroll
-        for (int b = 0; b < 8; b++) {
-            const uint32_t byte = (words[b / 4] >> (8 * (b % 4))) & 0xFFu; /* little endian: byte b */
-            const float hi = __fmul_rn(s_lut[byte >> 4], am);              /* element 2b */
-            const float lo = __fmul_rn(s_lut[byte & 15u], am);             /* element 2b + 1 */
-            h[b] = __floats2bfloat162_rn(hi, lo);
+    for (int s = 0; s < kSteps; s++) {
+        const int64_t e = chunk_first(tile, lane, s);
+        w[s] = live && e + kChunk <= p.n ? __ldg(words + e / kChunk) : 0u;
+    }
+    const int64_t blk = tile_first_block(tile, shift) + lane;
+    const bool holds = live && lane_holds_block(tile, lane, shift, p.n_blocks);
+    uint32_t q = 0;
+    float a2 = 0.0f, am = 0.0f;
+    if (holds) {
+        if (kNested) {
+            q = __ldg(p.absmax_q + blk);
+            a2 = __ldg(p.nested_absmax + (uint32_t)blk / p.nested_blocksize);
+        } else {
+            am = __ldg(p.absmax_f32 + blk);
         }
-        uint4 *dst = reinterpret_cast<uint4 *>(out + e0);
-        dst[0] = o[0];
-        dst[1] = o[1];
+    }
+    if (threadIdx.x < 16) s_lut[threadIdx.x] = p.quant_map[threadIdx.x];
+    static_assert(kBlock == 256, "one entry of the 256-entry map per thread");
+    if (kNested) s_code2[threadIdx.x] = p.nested_code[threadIdx.x];
+    __syncthreads();
+    if (!live) return;
+    if (kNested) am = __fadd_rn(__fmul_rn(s_code2[q], a2), p.nested_offset);
+
+    /* 2. each chunk: its block's absmax from the lane that holds it, 8 products, one store */
+#pragma unroll
+    for (int s = 0; s < kSteps; s++) {
+        const float a = __shfl_sync(0xFFFFFFFFu, am, absmax_lane(lane, s, shift));
+        const int64_t e = chunk_first(tile, lane, s);
+        if (e + kChunk <= p.n) {
+            uint4 o;
+            __nv_bfloat162 *h = reinterpret_cast<__nv_bfloat162 *>(&o);
+#pragma unroll
+            for (int b = 0; b < 4; b++) {
+                const uint32_t byte = (w[s] >> (8 * b)) & 0xFFu;   /* little endian: byte b = elements 2b, 2b+1 */
+                const float hi = __fmul_rn(s_lut[byte >> 4], a);   /* element 2b: the high nibble */
+                const float lo = __fmul_rn(s_lut[byte & 15u], a);  /* element 2b + 1 */
+                h[b] = __floats2bfloat162_rn(hi, lo);
+            }
+            reinterpret_cast<uint4 *>(out)[e / kChunk] = o;
+        } else {
+#pragma unroll 1
+            for (int64_t k = e; k < p.n; k++) { /* the ragged end: fewer than 8 elements */
+                const uint32_t byte = p.codes[k >> 1];
+                const uint32_t code = (k & 1) ? (byte & 15u) : (byte >> 4);
+                out[k] = __float2bfloat16_rn(__fmul_rn(s_lut[code], a));
+            }
+        }
     }
 }
 
-__global__ void __launch_bounds__(kBlock) nf4_dequant_scalar(__nv_bfloat16 *__restrict__ out, nf4_params p,
-                                                             int64_t first) {
+__global__ void __launch_bounds__(kBlock) nf4_dequant_scalar(__nv_bfloat16 *__restrict__ out, nf4_params p) {
     __shared__ float s_lut[16];
     __shared__ float s_code2[256];
     load_tables(p, s_lut, s_code2);
-    for (int64_t k = first + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < p.n;
-         k += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < p.n; k += (int64_t)gridDim.x * blockDim.x) {
         const uint32_t byte = p.codes[k >> 1];
         const uint32_t code = (k & 1) ? (byte & 15u) : (byte >> 4);
         out[k] = __float2bfloat16_rn(__fmul_rn(s_lut[code], block_absmax(p, s_code2, k >> p.block_shift)));
     }
-}
-
-int grid_for(int64_t items) {
-    const int64_t blocks = (items + kBlock - 1) / kBlock;
-    return (int)(blocks < 132 * 16 ? (blocks > 0 ? blocks : 1) : 132 * 16);
 }
 
 }  // namespace
@@ -109,20 +163,24 @@ extern "C" void gpu_nf4_dequantize_bf16(uint16_t *out, const struct gpu_nf4_tens
     nf4_params p;
     p.codes = t->codes, p.absmax_q = t->absmax_q, p.absmax_f32 = t->absmax_f32;
     p.nested_absmax = t->nested_absmax, p.nested_code = t->nested_code, p.quant_map = t->quant_map;
-    p.nested_offset = t->nested_offset, p.n = t->n, p.nested_blocksize = nested ? t->nested_blocksize : 1;
+    p.nested_offset = t->nested_offset, p.n = t->n, p.nested_blocksize = nested ? (uint32_t)t->nested_blocksize : 1u;
     p.block_shift = 0;
     while ((1 << p.block_shift) < t->blocksize) p.block_shift++;
+    p.n_blocks = (t->n + t->blocksize - 1) / t->blocksize;
+    /* block indices are 32-bit in the nested division, grid.x counts blocks of 8 tiles */
+    CHECK(p.n_blocks <= (int64_t)UINT32_MAX && n_tiles(t->n) / kWarps < INT32_MAX, "nf4 n=%lld is too large",
+          (long long)t->n);
 
     __nv_bfloat16 *o = reinterpret_cast<__nv_bfloat16 *>(out);
-    const bool aligned = ((uintptr_t)out % 16 == 0) && ((uintptr_t)t->codes % 8 == 0);
-    const int64_t groups = aligned ? t->n / 16 : 0;
-    if (groups > 0) {
-        nf4_dequant_16_per_thread<<<grid_for(groups), kBlock, 0, stream>>>(o, p, groups);
-        KERNEL_CHECK(stream);
+    if ((uintptr_t)out % 16 == 0 && (uintptr_t)t->codes % 4 == 0) {
+        const int grid = (int)((n_tiles(t->n) + kWarps - 1) / kWarps);
+        if (nested)
+            nf4_dequant_warp_tile<true><<<grid, kBlock, 0, stream>>>(o, p);
+        else
+            nf4_dequant_warp_tile<false><<<grid, kBlock, 0, stream>>>(o, p);
+    } else {
+        const int64_t blocks = (t->n + kBlock - 1) / kBlock;
+        nf4_dequant_scalar<<<(int)(blocks < 132 * 16 ? blocks : 132 * 16), kBlock, 0, stream>>>(o, p);
     }
-    const int64_t first = groups * 16;
-    if (first < t->n) {
-        nf4_dequant_scalar<<<grid_for(t->n - first), kBlock, 0, stream>>>(o, p, first);
-        KERNEL_CHECK(stream);
-    }
+    KERNEL_CHECK(stream);
 }

@@ -13,9 +13,9 @@
  * (ceil(n_blocks / nested_blocksize)) fp32 and nested_code (256) fp32 when nested, else absmax_f32
  * (n_blocks) fp32; quant_map (16) fp32 (the checkpoint's table); out (n) bf16, OVERWRITTEN.
  * n_blocks = ceil(n / blocksize). All pointers are device pointers.
- * Preconditions: n ≥ 1; blocksize a power of two in [32, 4096]; nested_blocksize ≥ 1. The fast
- * path (16 elements per thread: one 8-byte load, two 16-byte stores) needs out 16-byte and codes
- * 8-byte aligned; other pointers take a scalar path. Aliasing: none.
+ * Preconditions: n ≥ 1; blocksize a power of two in [32, 4096]; nested_blocksize ≥ 1; n_blocks
+ * < 2^32. The fast path (a warp per 1024 elements, 4-byte code loads and 16-byte stores) needs out
+ * 16-byte and codes 4-byte aligned; other pointers take a scalar path. Aliasing: none.
  */
 #ifndef REFINE_GPU_NF4_H
 #define REFINE_GPU_NF4_H
