@@ -1,14 +1,25 @@
 /* adamw8bit.cu — bitsandbytes AdamW8bit (gpu/adamw8bit.h).
  *
- * Strategy: the 8-bit path runs one block of 256 threads per 256-element state block, thread j on
- * element j, as bitsandbytes' kernel: dequantize both moments from the maps (shared memory),
- * update them, take the block maxima with warp shuffles and one shared-memory step (fmaxf: exact,
- * so the order does not matter; the shared-memory tree of 8 barriers reached 40% of the copy rate
- * on an H100), update p, then re-encode both moments against the new maxima with the dQuantize<0>
- * binary search (8 probes of the shared map). The 32-bit path is a grid-stride elementwise
- * kernel. Every fp32 operation is written with __f*_rn so that nvcc cannot contract it, and the
- * scalars (c1, c2, step_size, c2·eps, 1 − lr·wd, 1 − β) are formed on the host in fp32 exactly as
- * ref/adamw8bit.c forms them.
+ * Strategy (8-bit path): one warp owns one 256-element state block at a time; lane l holds the
+ * elements 4l..4l+3 and 128+4l..128+4l+3 (two 16-byte loads of grad and p, two 4-byte loads of each
+ * code array), so the block maxima are a warp butterfly of fmaxf (exact and order-free, so any
+ * tree gives the reference's value) with no barrier. A grid of (SMs × resident CTAs) CTAs of 8
+ * warps strides over the blocks, each warp loading its next block before the arithmetic of the
+ * current one. Each CTA builds its tables once, in shared memory:
+ *   map1, map2   the maps, for the dequantization map[q] · absmax;
+ *   eyt1, eyt2   the 255 encode thresholds of each map in Eytzinger (BFS) order, [1..255];
+ *   sign1        the sign bits of map1 (the code nudge), 8 words.
+ * Encode (QUANT8_CUDA): for an ascending map, bitsandbytes' dQuantize<0> binary search and
+ * midpoint rule return exactly the number of thresholds t_c ≤ x (ref/quant8.h
+ * quant8_cuda_threshold: t_c = mid_c for odd c, the next float above mid_c for even c; NaN counts
+ * none), equal to the search on every fp32 x. The count is a branch-free descent of the
+ * Eytzinger tree: 8 × (load, compare, select, add); the top levels are broadcasts and the levels
+ * of ≤ 32 nodes are conflict-free, where the search's pivots 127 ± 64 ± … share one bank.
+ * Vector loads need p and grad 16-byte aligned, copy 8-byte and q1, q2 4-byte aligned; otherwise
+ * (and for a short last block) the same lanes take scalar, bounds-checked loads. Every fp32
+ * operation is written with __f*_rn so that nvcc cannot contract it, and the scalars (c1, c2,
+ * step_size, c2·eps, 1 − lr·wd, 1 − β) are formed on the host in fp32 exactly as
+ * ref/adamw8bit.c forms them. The 32-bit path is a grid-stride elementwise kernel.
  *
  * Test and benchmark: bazel test --config=gpu //tests/parity:adamw8bit_parity
  *                     (binary) adamw8bit_parity --bench
@@ -26,6 +37,8 @@
 namespace {
 
 constexpr int kBlock = 256; /* = the state block */
+constexpr int kWarps = 8;   /* warps per CTA of the 8-bit kernel */
+constexpr int kThreads = kWarps * 32;
 
 struct scalars {
     float b1, b2, one_minus_b1, one_minus_b2, gs, step_size, c2_eps, eps_c2, decay;
@@ -43,94 +56,205 @@ __device__ __forceinline__ bool step_applies(const scalars &s, float *gs) {
     return true;
 }
 
-/* bitsandbytes dQuantize<0> (ref/quant8.c encode_cuda): binary search with pivots 127 ± 64 ± … ± 1,
- * then the nearer neighbour by the fp32 midpoint; a tie keeps the last pivot. */
-__device__ __forceinline__ uint8_t encode_cuda(const float *code, float x) {
-    int pivot = 127, upper_pivot = 255, lower_pivot = 0;
-    float lower = -1.0f, upper = 1.0f;
-    float val = code[pivot];
-    for (int i = 64; i > 0; i >>= 1) {
-        if (x > val) {
-            lower_pivot = pivot;
-            lower = val;
-            pivot += i;
-        } else {
-            upper_pivot = pivot;
-            upper = val;
-            pivot -= i;
-        }
-        val = code[pivot];
-    }
-    if (upper_pivot == 255) upper = code[upper_pivot];
-    if (lower_pivot == 0) lower = code[lower_pivot];
-    if (x > val) {
-        const float midpoint = __fmul_rn(__fadd_rn(upper, val), 0.5f);
-        return (uint8_t)(x > midpoint ? upper_pivot : pivot);
-    }
-    const float midpoint = __fmul_rn(__fadd_rn(lower, val), 0.5f);
-    return (uint8_t)(x < midpoint ? lower_pivot : pivot);
+/* Encode threshold c (0..254) of an ascending map (header comment). */
+__device__ __forceinline__ float encode_threshold(const float *code, int c) {
+    const float mid = __fmul_rn(__fadd_rn(code[c], code[c + 1]), 0.5f);
+    if (c & 1) return mid;
+    if (mid == 0.0f) return __int_as_float(1); /* the smallest positive float */
+    return __int_as_float(__float_as_int(mid) + (mid > 0.0f ? 1 : -1));
 }
 
-__global__ void __launch_bounds__(kBlock) adamw8bit_block_step(gpu_adamw8bit_tensor t, scalars s) {
-    __shared__ float map1[256], map2[256], red1[kBlock / 32], red2[kBlock / 32];
+/* Eytzinger node of sorted position c (0..254) in the complete tree of 255 nodes. */
+__device__ __forceinline__ int eytzinger_node(int c) {
+    const unsigned c1 = (unsigned)c + 1u;
+    const int h = __ffs((int)c1) - 1; /* height above the leaves */
+    return (1 << (7 - h)) + (int)(c1 >> (h + 1));
+}
+
+/* 32-bit shared-memory address of a __shared__ object (the state space ld.shared takes). */
+__device__ __forceinline__ unsigned smem_addr(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+/* One level of the descent below: (x ≥ eyt[i]) ? up : down for a = the address of eyt[i], in PTX so
+ * that it stays one load, one compare and one select. */
+__device__ __forceinline__ unsigned descend_step(unsigned a, float x, unsigned up, unsigned down) {
+    unsigned r;
+    asm volatile(
+        "{\n\t.reg .pred p;\n\t.reg .f32 t;\n\t"
+        "ld.shared.f32 t, [%1];\n\t"
+        "setp.ge.f32 p, %2, t;\n\t"
+        "selp.u32 %0, %3, %4, p;\n\t}"
+        : "=r"(r)
+        : "r"(a), "f"(x), "r"(up), "r"(down));
+    return r;
+}
+
+/* The number of thresholds ≤ x (= the code): the descent i → 2i + (x ≥ eyt[i]) from i = 1, kept as
+ * the byte address a = e + 4i of eyt[i] (e = the address of eyt[0]), so that each level is one
+ * load, one compare, one select and one add: a' = 2a − e + 4·(x ≥ t). NaN compares false
+ * everywhere and gives 0. */
+__device__ __forceinline__ unsigned encode_count(unsigned e, float x) {
+    const unsigned down = 0u - e, up = 4u - e;
+    unsigned a = e + 4u;
+#pragma unroll
+    for (int d = 0; d < 8; d++) a = a + a + descend_step(a, x, up, down);
+    return ((a - e) >> 2) - 256u;
+}
+
+template <bool kVec>
+__device__ __forceinline__ void load_block(const gpu_adamw8bit_tensor &t, int64_t blk, int lane, float (&g)[8],
+                                           float (&p)[8], uint32_t (&q1w)[2], uint32_t (&q2w)[2], float *a1,
+                                           float *a2) {
+    const int64_t base = blk * kBlock;
+    *a1 = t.absmax1[blk];
+    *a2 = t.absmax2[blk];
+    if (kVec && base + kBlock <= t.n) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int64_t i = base + 128 * h + 4 * lane;
+            const float4 gv = __ldcs(reinterpret_cast<const float4 *>(t.grad + i));
+            const float4 pv = __ldcs(reinterpret_cast<const float4 *>(t.p + i));
+            g[4 * h] = gv.x, g[4 * h + 1] = gv.y, g[4 * h + 2] = gv.z, g[4 * h + 3] = gv.w;
+            p[4 * h] = pv.x, p[4 * h + 1] = pv.y, p[4 * h + 2] = pv.z, p[4 * h + 3] = pv.w;
+            q1w[h] = __ldcs(reinterpret_cast<const unsigned *>(t.q1 + i));
+            q2w[h] = __ldcs(reinterpret_cast<const unsigned *>(t.q2 + i));
+        }
+        return;
+    }
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        q1w[h] = q2w[h] = 0u;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int64_t i = base + 128 * h + 4 * lane + k;
+            g[4 * h + k] = p[4 * h + k] = 0.0f;
+            if (i < t.n) {
+                g[4 * h + k] = t.grad[i];
+                p[4 * h + k] = t.p[i];
+                q1w[h] |= (uint32_t)t.q1[i] << (8 * k);
+                q2w[h] |= (uint32_t)t.q2[i] << (8 * k);
+            }
+        }
+    }
+}
+
+template <bool kVec>
+__global__ void __launch_bounds__(kThreads) adamw8bit_warp_step(gpu_adamw8bit_tensor t, scalars s) {
+    __shared__ float eyt1[256], eyt2[256], map1[256], map2[256];
+    __shared__ unsigned sign1[kWarps];
     float gs;
     if (!step_applies(s, &gs)) return; /* uniform over the grid */
-    map1[threadIdx.x] = t.map1[threadIdx.x];
-    map2[threadIdx.x] = t.map2[threadIdx.x];
+    const int tid = threadIdx.x, lane = tid & 31;
+    map1[tid] = t.map1[tid];
+    map2[tid] = t.map2[tid];
     __syncthreads();
-    const int64_t blk = blockIdx.x;
-    const int64_t i = blk * kBlock + threadIdx.x;
-    const bool valid = i < t.n;
-    const float a1 = t.absmax1[blk], a2 = t.absmax2[blk];
-    float m, v, g = 0.0f;
-    bool finite = false;
-    if (valid) {
-        const float graw = t.grad[i];
-        g = __fmul_rn(graw, gs);
-        finite = isfinite(graw);
-        if (finite) {
-            m = __fmul_rn(map1[t.q1[i]], a1);
-            m = __fadd_rn(__fmul_rn(m, s.b1), __fmul_rn(s.one_minus_b1, g));
-            v = __fmul_rn(map2[t.q2[i]], a2);
-            v = __fadd_rn(__fmul_rn(v, s.b2), __fmul_rn(__fmul_rn(s.one_minus_b2, g), g));
-        } else {
-            m = 0.0f;
-            v = 0.0f;
+    const unsigned neg = __ballot_sync(0xffffffffu, signbit(map1[tid]) != 0);
+    if (lane == 0) sign1[tid >> 5] = neg;
+    if (tid < 255) {
+        const int node = eytzinger_node(tid);
+        eyt1[node] = encode_threshold(map1, tid);
+        eyt2[node] = encode_threshold(map2, tid);
+    }
+    __syncthreads();
+    const unsigned e1 = smem_addr(eyt1), e2 = smem_addr(eyt2);
+
+    const int64_t nblocks = (t.n + kBlock - 1) / kBlock, stride = (int64_t)gridDim.x * kWarps;
+    int64_t blk = (int64_t)blockIdx.x * kWarps + (tid >> 5);
+    if (blk >= nblocks) return;
+    /* element e = 128·h + 4·lane + k of a block sits in slot j = 4·h + k; the next block's inputs
+     * are loaded before this block's arithmetic */
+    float g[8], p[8];
+    uint32_t q1w[2], q2w[2];
+    float a1, a2;
+    load_block<kVec>(t, blk, lane, g, p, q1w, q2w, &a1, &a2);
+    for (;;) {
+        const int64_t base = blk * kBlock, next = blk + stride;
+        const bool full = base + kBlock <= t.n;
+        float gn[8], pn[8];
+        uint32_t q1n[2], q2n[2];
+        float a1n = 0.0f, a2n = 0.0f;
+        if (next < nblocks) load_block<kVec>(t, next, lane, gn, pn, q1n, q2n, &a1n, &a2n);
+        float m[8], v[8];
+        unsigned finite = 0u; /* bit j: slot j valid with a finite gradient */
+        float w1 = -FLT_MAX, w2 = -FLT_MAX; /* the reference's starting value */
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int64_t i = base + 128 * (j >> 2) + 4 * lane + (j & 3);
+            const unsigned c1 = (q1w[j >> 2] >> (8 * (j & 3))) & 0xffu, c2 = (q2w[j >> 2] >> (8 * (j & 3))) & 0xffu;
+            if ((kVec && full) || i < t.n) {
+                const float gj = __fmul_rn(g[j], gs);
+                const bool fin = isfinite(g[j]);
+                finite |= (unsigned)fin << j;
+                const float mj = __fadd_rn(__fmul_rn(__fmul_rn(map1[c1], a1), s.b1), __fmul_rn(s.one_minus_b1, gj));
+                const float vj = __fadd_rn(__fmul_rn(__fmul_rn(map2[c2], a2), s.b2),
+                                           __fmul_rn(__fmul_rn(s.one_minus_b2, gj), gj));
+                m[j] = fin ? mj : 0.0f;
+                v[j] = fin ? vj : 0.0f;
+            } else {
+                /* the kernel's loader pads a short block with g = 0, code 128 (m) and code 0 (v) */
+                m[j] = __fadd_rn(__fmul_rn(__fmul_rn(map1[128], a1), s.b1), __fmul_rn(s.one_minus_b1, 0.0f));
+                v[j] = __fmul_rn(__fmul_rn(map2[0], a2), s.b2);
+            }
+            w1 = fmaxf(w1, fabsf(m[j]));
+            w2 = fmaxf(w2, fabsf(v[j]));
         }
-    } else {
-        /* the kernel's loader pads a short block with g = 0, code 128 (m) and code 0 (v) */
-        m = __fadd_rn(__fmul_rn(__fmul_rn(map1[128], a1), s.b1), __fmul_rn(s.one_minus_b1, 0.0f));
-        v = __fmul_rn(__fmul_rn(map2[0], a2), s.b2);
-    }
-    /* block maxima: butterfly within each warp, then the 8 warp maxima (fmaxf is exact and
-     * order-free, so any tree gives the reference's value) */
-    float w1 = fabsf(m), w2 = fabsf(v);
+        /* block maxima: fmaxf is exact and order-free, so any tree gives the reference's value */
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        w1 = fmaxf(w1, __shfl_xor_sync(0xffffffffu, w1, o));
-        w2 = fmaxf(w2, __shfl_xor_sync(0xffffffffu, w2, o));
-    }
-    if ((threadIdx.x & 31) == 0) red1[threadIdx.x >> 5] = w1, red2[threadIdx.x >> 5] = w2;
-    __syncthreads();
-    float max1 = -FLT_MAX, max2 = -FLT_MAX; /* the reference's starting value */
+        for (int o = 16; o > 0; o >>= 1) {
+            w1 = fmaxf(w1, __shfl_xor_sync(0xffffffffu, w1, o));
+            w2 = fmaxf(w2, __shfl_xor_sync(0xffffffffu, w2, o));
+        }
+        if (lane == 0) {
+            t.absmax1[blk] = w1;
+            t.absmax2[blk] = w2;
+        }
+        uint32_t o1[2] = {0u, 0u}, o2[2] = {0u, 0u};
 #pragma unroll
-    for (int w = 0; w < kBlock / 32; w++) max1 = fmaxf(max1, red1[w]), max2 = fmaxf(max2, red2[w]);
-    if (threadIdx.x == 0) {
-        t.absmax1[blk] = max1;
-        t.absmax2[blk] = max2;
+        for (int j = 0; j < 8; j++) {
+            float pj = __fadd_rn(p[j], __fmul_rn(s.step_size, __fdiv_rn(m[j], __fadd_rn(__fsqrt_rn(v[j]), s.c2_eps))));
+            if (s.has_decay) pj = __fmul_rn(pj, s.decay);
+            if (finite >> j & 1u) p[j] = pj;
+            unsigned c1 = encode_count(e1, __fdiv_rn(m[j], w1));
+            const bool neg_code = (sign1[c1 >> 5] >> (c1 & 31)) & 1u;
+            if (neg_code != (signbit(m[j]) != 0)) c1 = m[j] > 0.0f ? c1 + 1u : c1 - 1u;
+            const unsigned c2 = encode_count(e2, __fdiv_rn(v[j], w2));
+            o1[j >> 2] |= (c1 & 0xffu) << (8 * (j & 3));
+            o2[j >> 2] |= c2 << (8 * (j & 3));
+        }
+        if (kVec && full) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int64_t i = base + 128 * h + 4 * lane;
+                __stcs(reinterpret_cast<float4 *>(t.p + i), make_float4(p[4 * h], p[4 * h + 1], p[4 * h + 2], p[4 * h + 3]));
+                __stcs(reinterpret_cast<unsigned *>(t.q1 + i), o1[h]);
+                __stcs(reinterpret_cast<unsigned *>(t.q2 + i), o2[h]);
+                if (t.copy) {
+                    const __nv_bfloat162 lo = __floats2bfloat162_rn(p[4 * h], p[4 * h + 1]);
+                    const __nv_bfloat162 hi = __floats2bfloat162_rn(p[4 * h + 2], p[4 * h + 3]);
+                    uint2 w;
+                    w.x = *reinterpret_cast<const unsigned *>(&lo);
+                    w.y = *reinterpret_cast<const unsigned *>(&hi);
+                    __stcs(reinterpret_cast<uint2 *>(t.copy + i), w);
+                }
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const int64_t i = base + 128 * (j >> 2) + 4 * lane + (j & 3);
+                if (i < t.n) {
+                    if (finite >> j & 1u) t.p[i] = p[j];
+                    t.q1[i] = (uint8_t)(o1[j >> 2] >> (8 * (j & 3)));
+                    t.q2[i] = (uint8_t)(o2[j >> 2] >> (8 * (j & 3)));
+                    if (t.copy) reinterpret_cast<__nv_bfloat16 *>(t.copy)[i] = __float2bfloat16_rn(p[j]);
+                }
+            }
+        }
+        if (next >= nblocks) break;
+        blk = next;
+#pragma unroll
+        for (int j = 0; j < 8; j++) g[j] = gn[j], p[j] = pn[j];
+        q1w[0] = q1n[0], q1w[1] = q1n[1], q2w[0] = q2n[0], q2w[1] = q2n[1];
+        a1 = a1n, a2 = a2n;
     }
-    if (!valid) return;
-    float p = t.p[i];
-    if (finite) {
-        p = __fadd_rn(p, __fmul_rn(s.step_size, __fdiv_rn(m, __fadd_rn(__fsqrt_rn(v), s.c2_eps))));
-        if (s.has_decay) p = __fmul_rn(p, s.decay);
-        t.p[i] = p;
-    }
-    if (t.copy) reinterpret_cast<__nv_bfloat16 *>(t.copy)[i] = __float2bfloat16_rn(p);
-    uint8_t c1 = encode_cuda(map1, __fdiv_rn(m, max1));
-    if (signbit(map1[c1]) != signbit(m)) c1 = (uint8_t)(m > 0.0f ? c1 + 1 : c1 - 1);
-    t.q1[i] = c1;
-    t.q2[i] = encode_cuda(map2, __fdiv_rn(v, max2));
 }
 
 __global__ void __launch_bounds__(kBlock) adamw32bit_elementwise(gpu_adamw8bit_tensor t, scalars s) {
@@ -148,6 +272,23 @@ __global__ void __launch_bounds__(kBlock) adamw32bit_elementwise(gpu_adamw8bit_t
         if (t.copy) reinterpret_cast<__nv_bfloat16 *>(t.copy)[i] = __float2bfloat16_rn(p);
     }
 }
+
+/* CTAs of the 8-bit kernel that fill the current device once (SMs × resident CTAs per SM). */
+template <bool kVec>
+int full_grid(void) {
+    static int cached[64]; /* per device; a benign race writes the same value */
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    if (dev < 64 && cached[dev] > 0) return cached[dev];
+    int sms = 0, per_sm = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, adamw8bit_warp_step<kVec>, kThreads, 0));
+    const int grid = sms * (per_sm > 0 ? per_sm : 1);
+    if (dev < 64) cached[dev] = grid;
+    return grid;
+}
+
+bool aligned(const void *p, uintptr_t a) { return ((uintptr_t)p & (a - 1)) == 0; }
 
 }  // namespace
 
@@ -176,8 +317,13 @@ extern "C" void gpu_adamw8bit_step(const struct gpu_adamw8bit_tensor *t, const s
     if (t->is_8bit) {
         CHECK(t->q1 && t->q2 && t->absmax1 && t->absmax2 && t->map1 && t->map2, "adamw8bit: 8-bit state missing");
         const int64_t blocks = (t->n + kBlock - 1) / kBlock;
-        CHECK(blocks < INT32_MAX, "adamw8bit: n=%lld too large", (long long)t->n);
-        adamw8bit_block_step<<<(unsigned)blocks, kBlock, 0, stream>>>(*t, s);
+        const int64_t need = (blocks + kWarps - 1) / kWarps;
+        const bool vec = aligned(t->p, 16) && aligned(t->grad, 16) && aligned(t->copy, 8) && aligned(t->q1, 4) &&
+                         aligned(t->q2, 4);
+        const int fill = vec ? full_grid<true>() : full_grid<false>();
+        const unsigned grid = (unsigned)(need < fill ? need : fill);
+        if (vec) adamw8bit_warp_step<true><<<grid, kThreads, 0, stream>>>(*t, s);
+        else adamw8bit_warp_step<false><<<grid, kThreads, 0, stream>>>(*t, s);
     } else {
         CHECK(t->m && t->v, "adamw8bit: 32-bit state missing");
         const int64_t b = (t->n + kBlock - 1) / kBlock;

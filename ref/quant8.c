@@ -71,6 +71,13 @@ static uint8_t encode_cuda(const float *code, float x) {
     return (uint8_t)(x < midpoint ? lower_pivot : pivot);
 }
 
+float quant8_cuda_threshold(const float map[256], int c) {
+    CHECK(c >= 0 && c < 255, "quant8_cuda_threshold: c=%d", c);
+    float mid = (map[c] + map[c + 1]) * 0.5f;
+    if (c & 1) return mid;
+    return nextafterf(mid, INFINITY);
+}
+
 /* torch.bucketize(x, (code[:-1] + code[1:]) / 2, right=False): the number of midpoints < x. */
 static uint8_t encode_nearest(const float *code, float x) {
     int lo = 0, hi = 255; /* answer in [0, 255] */

@@ -37,6 +37,13 @@ void quant8_linspace_f32(float *out, float start, float end, int steps);
 
 uint8_t quant8_encode(const float map[256], float x_norm, enum quant8_round r);
 
+/* The QUANT8_CUDA code as a count (the form gpu/adamw8bit.cu evaluates): for an ascending map,
+ * quant8_encode(map, x, QUANT8_CUDA) = #{c in 0..254 : x ≥ quant8_cuda_threshold(map, c)}, with
+ * mid_c = (map[c] + map[c+1]) · 0.5 (fp32): the threshold is mid_c for odd c (a tie goes to c+1)
+ * and the next float above mid_c for even c (a tie stays at c, the search's last pivot); NaN
+ * passes none (code 0). Checked on every fp32 x for both dynamic maps (tests/unit/quant8_test). */
+float quant8_cuda_threshold(const float map[256], int c);
+
 void quant8_quantize_blockwise(uint8_t *q, float *absmax, const float *x, int64_t n, int blocksize,
                                const float map[256], enum quant8_round r);
 void quant8_dequantize_blockwise(float *out, const uint8_t *q, const float *absmax, int64_t n, int blocksize,

@@ -7,7 +7,10 @@
  * (a 1-element last block: the padding lanes enter the maxima), 2560, 100000 and a LoRA factor of
  * Llama-3.2-1B (16 × 2048) on the 8-bit path; four steps each with fresh gradients (normals of
  * scale 1 or 0.01 from the printed seed), weight decay 0.01 and 0, gnorm_scale 1 and 0.5; a NaN
- * and an Inf planted in one step's gradient (the 8-bit path zeroes those moments and leaves p).
+ * and an Inf planted in one step's gradient, −Inf and NaN (the last element's among them) in the next
+ * (the 8-bit path zeroes those moments and leaves p). The kernel's scalar-load path (a gradient
+ * one element into its buffer: 4097, 5001 = 19·256 + 137, 100000) and its grid stride with the
+ * prefetch of the next block (2^21 + 77: more blocks than warps, a 77-element last block).
  * After every step: p, the codes q1 and q2, absmax1 and absmax2 (8-bit) or m and v (32-bit), and
  * the bf16 copy (= bf16(p), poisoned before each step) are compared; guards on every buffer.
  *
@@ -22,11 +25,15 @@
  * same values, forms the scalars with the same fp32 host expressions (same libm powf/sqrtf), takes
  * the block maxima with fmaxf (order-free) and encodes with the same binary search, so every bit
  * of the state and of p must agree.
+ *
+ * --bench: n = 16M and 256M, each with a constant gradient (every lane of a warp on the same code)
+ * and with normal gradients (codes spread over the maps, as in training); 18 bytes per element.
  */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "gpu/adamw.h"
@@ -154,13 +161,17 @@ static void cmp_snap(const char *shape, uint64_t seed, const char *label, const 
     }
 }
 
-static void run_tensor(int64_t n, double wd, double gnorm_scale, int plant, int id) {
+enum grad_align { GRAD_ALIGNED = 0, GRAD_MISALIGNED = 1 };
+
+/* ga = GRAD_MISALIGNED: the gradient starts one element into its buffer (4-byte aligned, not 16),
+ * which sends every block of the 8-bit kernel down its scalar-load path. */
+static void run_tensor(int64_t n, double wd, double gnorm_scale, int plant, int id, enum grad_align ga = GRAD_ALIGNED) {
     const uint64_t seed = g_seed * 1000003u + (uint64_t)id;
     struct rng r;
     rng_init(&r, seed);
     char shape[128];
-    snprintf(shape, sizeof shape, "n=%lld wd=%g gnorm_scale=%g%s", (long long)n, wd, gnorm_scale,
-             plant ? " nonfinite grads" : "");
+    snprintf(shape, sizeof shape, "n=%lld wd=%g gnorm_scale=%g%s%s", (long long)n, wd, gnorm_scale,
+             plant ? " nonfinite grads" : "", ga == GRAD_MISALIGNED ? " grad misaligned" : "");
     struct adamw8bit_hparams h = adamw8bit_defaults();
     h.hp.weight_decay = wd, h.gnorm_scale = gnorm_scale, h.variant = ADAMW8BIT_BNB_CUDA;
     struct adamw8bit_state s;
@@ -168,19 +179,23 @@ static void run_tensor(int64_t n, double wd, double gnorm_scale, int plant, int 
     std::vector<float> p((size_t)n), g((size_t)n);
     rng_fill_normal(&r, p.data(), n, 0.0, 1.0);
 
+    const int64_t lead = ga == GRAD_MISALIGNED ? 1 : 0;
+    std::vector<float> gbuf((size_t)(n + lead), 0.25f);
     struct dev_buf bg;
-    dev_buf_alloc(&bg, "grad", (size_t)n * 4, POISON_NONE, nullptr);
+    dev_buf_alloc(&bg, "grad", (size_t)(n + lead) * 4, POISON_NONE, nullptr);
     dev_tensor8 d;
-    dev_tensor8_alloc(&d, &s, p.data(), (const float *)bg.data);
+    dev_tensor8_alloc(&d, &s, p.data(), (const float *)bg.data + lead);
     for (int step = 1; step <= 4; step++) {
         rng_fill_normal(&r, g.data(), n, 0.0, id % 2 ? 0.01 : 1.0);
         if (plant && step == 2 && n >= 300) g[5] = NAN, g[290] = INFINITY;
-        dev_buf_reset(&bg, g.data());
+        if (plant && step == 3 && n >= 300) g[n - 1] = -INFINITY, g[n / 2] = NAN; /* the last (short) block too */
+        std::copy(g.begin(), g.end(), gbuf.begin() + lead);
+        dev_buf_reset(&bg, gbuf.data());
         dev_buf_reset(&d.copy, nullptr); /* poisoned: every element of the copy must be written */
         const struct gpu_adamw8bit_args a = {h.hp, h.gnorm_scale, step};
         gpu_adamw8bit_step(&d.t, &a, g_stream);
         adamw8bit_step(&s, p.data(), g.data(), &h);
-        std::vector<float> gg((size_t)n);
+        std::vector<float> gg((size_t)(n + lead));
         dev_buf_download(&bg, gg.data(), 0); /* the gradient's guard regions */
         char label[32];
         snprintf(label, sizeof label, "step %d", step);
@@ -289,6 +304,21 @@ static void bench_call(void *p, cudaStream_t s) {
     gpu_adamw8bit_step(&b->t, &b->a, s);
 }
 
+/* Bench gradients: ~N(0, 0.01²) by Box-Muller from a hash of (seed, i), so that the codes of a
+ * warp spread over the maps as in training (a constant gradient gives every lane the same code). */
+__device__ static uint32_t bench_hash(uint64_t x) {
+    x ^= x >> 33, x *= 0xff51afd7ed558ccdull, x ^= x >> 33, x *= 0xc4ceb9fe1a85ec53ull, x ^= x >> 33;
+    return (uint32_t)x;
+}
+
+__global__ static void bench_fill_normal(float *g, int64_t n, uint64_t seed) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const float u1 = ((float)(bench_hash(seed ^ (2 * (uint64_t)i)) >> 8) + 0.5f) * (1.0f / 16777216.0f);
+        const float u2 = (float)(bench_hash(seed ^ (2 * (uint64_t)i + 1)) >> 8) * (1.0f / 16777216.0f);
+        g[i] = 0.01f * sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);
+    }
+}
+
 static void bench(double ceiling) {
     const int64_t sizes[] = {(int64_t)16 << 20, (int64_t)256 << 20};
     for (int64_t n : sizes) {
@@ -309,20 +339,25 @@ static void bench(double ceiling) {
         CUDA_CHECK(cudaMalloc(&a2, (size_t)nb * 4));
         CUDA_CHECK(cudaMalloc(&m1, 1024));
         CUDA_CHECK(cudaMalloc(&m2, 1024));
-        CUDA_CHECK(cudaMemset(p, 0, (size_t)n * 4));
-        CUDA_CHECK(cudaMemset(g, 0x3C, (size_t)n * 4)); /* fp32 0x3C3C3C3C ≈ 0.0115 */
-        CUDA_CHECK(cudaMemset(q1, 0, (size_t)n));
-        CUDA_CHECK(cudaMemset(q2, 0, (size_t)n));
-        CUDA_CHECK(cudaMemset(a1, 0, (size_t)nb * 4));
-        CUDA_CHECK(cudaMemset(a2, 0, (size_t)nb * 4));
         CUDA_CHECK(cudaMemcpy(m1, s.map1, 1024, cudaMemcpyHostToDevice));
         CUDA_CHECK(cudaMemcpy(m2, s.map2, 1024, cudaMemcpyHostToDevice));
         b.t = {p, copy, g, n, 1, q1, q2, a1, a2, m1, m2, nullptr, nullptr};
         b.a = {1e-3, 0.9, 0.999, 1e-8, 0.01, 1.0, 1};
-        char shape[64];
-        snprintf(shape, sizeof shape, "n=%lld 8-bit", (long long)n);
-        /* p read+write 8, g 4, q1 and q2 read+write 4, bf16 copy 2 (absmax negligible) */
-        bench_json("adamw8bit_step", shape, 18.0 * n, 0, bench_time(bench_call, &b, g_stream, 3, 15, 3), ceiling);
+        for (int data = 0; data < 2; data++) {
+            CUDA_CHECK(cudaMemset(p, 0, (size_t)n * 4));
+            CUDA_CHECK(cudaMemset(q1, 0, (size_t)n));
+            CUDA_CHECK(cudaMemset(q2, 0, (size_t)n));
+            CUDA_CHECK(cudaMemset(a1, 0, (size_t)nb * 4));
+            CUDA_CHECK(cudaMemset(a2, 0, (size_t)nb * 4));
+            if (data == 0) CUDA_CHECK(cudaMemset(g, 0x3C, (size_t)n * 4)); /* fp32 0x3C3C3C3C ≈ 0.0115 */
+            else bench_fill_normal<<<1024, 256, 0, g_stream>>>(g, n, g_seed);
+            CUDA_CHECK(cudaStreamSynchronize(g_stream));
+            char shape[96];
+            snprintf(shape, sizeof shape, "n=%lld 8-bit, %s", (long long)n,
+                     data == 0 ? "constant grad" : "normal grads (codes spread)");
+            /* p read+write 8, g 4, q1 and q2 read+write 4, bf16 copy 2 (absmax negligible) */
+            bench_json("adamw8bit_step", shape, 18.0 * n, 0, bench_time(bench_call, &b, g_stream, 3, 15, 3), ceiling);
+        }
         for (void *q : {(void *)p, (void *)g, (void *)copy, (void *)q1, (void *)q2, (void *)a1, (void *)a2, (void *)m1,
                         (void *)m2})
             CUDA_CHECK(cudaFree(q));
@@ -342,6 +377,15 @@ int main(int argc, char **argv) {
     }
     run_tensor(4097, 0.01, 1.0, 1, id++);
     run_tensor(100000, 0.01, 1.0, 1, id++);
+    /* the 8-bit kernel's scalar-load path on every block (a misaligned gradient), with short last
+     * blocks whose length is not a multiple of 4 (5001 = 19·256 + 137) */
+    run_tensor(4097, 0.01, 1.0, 1, id++, GRAD_MISALIGNED);
+    run_tensor(5001, 0.0, 0.5, 1, id++, GRAD_MISALIGNED);
+    run_tensor(100000, 0.01, 1.0, 0, id++, GRAD_MISALIGNED);
+    /* more blocks than the grid has warps (each warp strides over several blocks, prefetching
+     * the next), and a 77-element last block on the vector path */
+    run_tensor(((int64_t)1 << 21) + 77, 0.01, 1.0, 1, id++);
+    run_tensor(5001, 0.01, 1.0, 1, id++);
     run_scalars(4097, 1.0, id++);      /* 8-bit, clipped */
     run_scalars(4095, 1.0, id++);      /* 32-bit, clipped */
     run_scalars(16 * 2048, 0.0, id++); /* 8-bit, coefficient 1 */

@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "ref/quant8.h"
 #include "tests/common/compare.h"
@@ -118,6 +119,64 @@ static void test_encode(void) {
     EXPECT(quant8_encode(s, NAN, QUANT8_CUDA) == 0, "NaN fails every > test: code 0");
 }
 
+/* quant8_cuda_threshold's count form against the binary search (quant8.h): every 256th fp32 bit
+ * pattern, each threshold and midpoint ± 3 ulp, ±0, ±Inf, NaN. (An exhaustive run over all 2^32
+ * patterns agreed for both maps; it takes minutes, so the test samples.) */
+static unsigned count_form(const float t[255], float x) {
+    unsigned lo = 0, hi = 255; /* the number of t_c ≤ x, t ascending */
+    while (lo < hi) {
+        unsigned mid = (lo + hi) / 2;
+        if (x >= t[mid]) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+static void test_threshold_form(void) {
+    for (int sgn = 0; sgn < 2; sgn++) {
+        float map[256], t[255];
+        quant8_dynamic_map(map, sgn);
+        int bad_order = 0;
+        for (int c = 0; c < 255; c++) {
+            t[c] = quant8_cuda_threshold(map, c);
+            if (c) bad_order += !(t[c] >= t[c - 1]);
+        }
+        EXPECT(bad_order == 0, "thresholds ascending (signed=%d): %d violations", sgn, bad_order);
+        long bad = 0, checked = 0;
+        float first_x = 0;
+        unsigned got0 = 0, want0 = 0;
+        for (uint64_t b = 0; b < ((uint64_t)1 << 32); b += 256) {
+            uint32_t bits = (uint32_t)b ^ (uint32_t)(b >> 13); /* vary the low bits too */
+            float x;
+            memcpy(&x, &bits, 4);
+            unsigned got = count_form(t, x), want = quant8_encode(map, x, QUANT8_CUDA);
+            if (got != want && bad++ == 0) first_x = x, got0 = got, want0 = want;
+            checked++;
+        }
+        for (int c = 0; c < 255; c++) {
+            const float mid = (map[c] + map[c + 1]) * 0.5f;
+            const float centers[3] = {t[c], mid, map[c]};
+            for (int k = 0; k < 3; k++) {
+                float x = centers[k];
+                for (int s = 0; s < 3; s++) x = nextafterf(x, -INFINITY);
+                for (int s = 0; s < 7; s++, x = nextafterf(x, INFINITY)) {
+                    unsigned got = count_form(t, x), want = quant8_encode(map, x, QUANT8_CUDA);
+                    if (got != want && bad++ == 0) first_x = x, got0 = got, want0 = want;
+                    checked++;
+                }
+            }
+        }
+        const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, 1.0f, -1.0f, FLT_MIN, -FLT_MIN};
+        for (size_t k = 0; k < sizeof special / sizeof special[0]; k++) {
+            unsigned got = count_form(t, special[k]), want = quant8_encode(map, special[k], QUANT8_CUDA);
+            if (got != want && bad++ == 0) first_x = special[k], got0 = got, want0 = want;
+            checked++;
+        }
+        EXPECT(bad == 0, "threshold count = QUANT8_CUDA search (signed=%d): %ld of %ld differ, first x=%a count %u search %u",
+               sgn, bad, checked, (double)first_x, got0, want0);
+    }
+}
+
 static void test_blockwise(int64_t n, int bs) {
     struct rng r;
     rng_init(&r, g_seed + (uint64_t)n);
@@ -166,6 +225,7 @@ int main(int argc, char **argv) {
     test_linspace();
     test_maps();
     test_encode();
+    test_threshold_form();
     test_blockwise(256 * 4, 256);
     test_blockwise(256 * 3 + 77, 256);
     test_blockwise(1, 256);
