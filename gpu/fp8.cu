@@ -1,22 +1,36 @@
 /* fp8.cu — FP8 amax, scaling recipes, cast + transpose and block quantization (gpu/fp8.h).
  *
- * Strategy: every cast is one pass over a 128×128 tile of x per thread block (256 threads, 8
- * warps), staged in shared memory as bf16 (128 rows × 136 columns: 8 columns of padding keep the
- * row starts 16-byte aligned and spread the rows over the banks; 34 KB, 6 blocks per SM):
- *   1. load: each thread brings 8 chunks of 8 bf16 (16-byte loads; a half-warp reads one 256-byte
- *      row segment), notes the amax and any non-finite input;
- *   2. rows: each thread converts 16 consecutive elements of a row back out of shared memory (8
- *      threads per row, so a 1×128 block's amax is a 3-step shuffle) and stores their 16 codes
- *      with one 16-byte store (a warp writes four 128-byte row segments);
- *   3. transposed copy (when asked): a thread owns one column and 32 consecutive rows of the tile
- *      (a warp reads 32 adjacent columns of one shared-memory row: no bank conflict), converts
- *      them and writes 32 codes of q_t's row as two 16-byte stores; for 1×128 the column's amax is
- *      first combined from four 32-row partial maxima in shared memory;
- *   4. statistics: one atomicMax (amax, on the float's bits), atomicAdd (saturated) and atomicOr
- *      (flags) per block, each only when there is something to add.
- * The tile is 128×128 because that is the block of 128×128 quantization and the length of a 1×128
- * block, so no block ever spans two thread blocks. Bytes per element: 2 read, 1 written (+1 for
- * q_t): memory-bound; the bench compares with the device's copy rate.
+ * Strategy: every cast is one pass over a tile of TR rows × 128 columns of x per thread block
+ * (2·TR threads; TR = 128, or 64 / 32 for per-tensor casts and 1×128 without the transposed copy
+ * when the grid would give a 132-SM device fewer than 4 tiles per SM — small weights):
+ *   1. load: each thread brings 8 items of 8 bf16 (16-byte loads; 16 lanes read one 256-byte row,
+ *      all 8 loads in flight before any use), notes each item's max|x| and any non-finite input;
+ *   2. rows, from registers: the item's 8 codes, one 8-byte store (16 lanes: a 128-byte row of
+ *      q); the 1×128 block's amax is a 4-step shuffle over the row's 16 lanes, the 128×128 tile's a
+ *      block reduction first. With a transposed copy the codes (per-tensor, 128×128) or the bf16
+ *      values (1×128) also go to shared memory, XOR-swizzled by 16-row group (no bank conflicts);
+ *   3. transposed copy: a thread owns 4 columns × 16 rows; per-tensor and 128×128 read the codes
+ *      back as 16 words and transpose them with byte permutes (each code converted once), 1×128
+ *      reads the values (16 8-byte loads), reduces its columns' amax over the tile's 128 rows by
+ *      shuffles and converts again; each column's 16 codes leave in one 16-byte store, and TR/16
+ *      lanes write one q_t row's TR contiguous bytes;
+ *   4. statistics: saturations are counted only in items (or 1×128 columns) whose max saturates
+ *      (fl(|x|·scale) is monotone in |x|), summed per warp and added with one atomic per warp when
+ *      not zero; flags likewise (OR); the amax with one atomicMax per block (on the float's bits).
+ * The tile is 128 wide because that is the length of a 1×128 block and the side of a 128×128 one,
+ * so no block ever spans two thread blocks. Bytes per element: 2 read, 1 written (+1 for q_t):
+ * memory-bound; the bench compares with the device's copy rate.
+ * Why the previous version (one 128×128 bf16 tile, rows and columns both converted out of shared
+ * memory) reached only 67–77% with the transposed copy: every code was converted twice, the
+ * column pass read shared memory two bytes at a time (and 1×128 walked it twice more for the
+ * column maxima), a warp's transposed store touched 32 rows with 16 bytes each, saturations were
+ * counted element by element in both passes, statistics took three block reductions, and small
+ * shapes left SMs idle (512 × 2048: 64 tiles for 132 SMs).
+ * Predictions for this version (H100, % of the copy rate, fp8_parity --bench; to be replaced by
+ * the measurement): delayed cast 85–90 (q only) and 85–90 (q + q_t), current amax + cast +
+ * transpose 85–88, 1×128 85–90 and 80–86 with q_t (the least certain: two conversions and a
+ * division per column remain), 128×128 with q_t 83–88; worst_cast_pct_of_copy ≥ 80. The small
+ * weights (512 × 2048: a few µs) stay launch-bound.
  * amax alone is a grid-stride reduction (16-byte loads, warp shuffles, one atomic per block); the
  * delayed update is one thread block per tensor (read the window into registers, reduce, write it
  * rotated).
@@ -46,7 +60,6 @@ namespace {
 
 constexpr int kTile = 128;
 constexpr int kThreads = 256;
-constexpr int kPitch = kTile + 8; /* bf16 per shared-memory row */
 
 enum tile_mode { MODE_TENSOR_DELAYED = 0, MODE_TENSOR_CURRENT = 1, MODE_BLOCK_1X128 = 2, MODE_BLOCK_128X128 = 3 };
 
@@ -87,20 +100,14 @@ __device__ __forceinline__ int saturates(float v, __nv_fp8_interpretation_t fmt)
     return fmt == __NV_E4M3 ? a > 464.0f : a >= 61440.0f; /* false for NaN */
 }
 
-/* Two codes (lo = first element) of a·scale, b·scale. */
-__device__ __forceinline__ uint32_t cvt2(float a, float b, float scale, __nv_fp8_interpretation_t fmt, int &sat) {
-    const float va = __fmul_rn(a, scale), vb = __fmul_rn(b, scale);
-    sat += saturates(va, fmt) + saturates(vb, fmt);
-    return (uint32_t)__nv_cvt_float2_to_fp8x2(make_float2(va, vb), __NV_SATFINITE, fmt);
-}
-
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
 
-/* Max over the block of non-negative values; every thread gets it. red: kThreads/32 floats. */
+/* Max over the block (NT threads) of non-negative values; every thread gets it. red: NT/32 floats. */
+template <int NT = kThreads>
 __device__ float block_max(float v, float *red) {
     v = warp_max(v);
     const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -109,21 +116,8 @@ __device__ float block_max(float v, float *red) {
     __syncthreads();
     float m = 0.0f;
 #pragma unroll
-    for (int i = 0; i < kThreads / 32; i++) m = fmaxf(m, red[i]);
+    for (int i = 0; i < NT / 32; i++) m = fmaxf(m, red[i]);
     return m;
-}
-
-__device__ int block_sum(int v, int *red) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
-    __syncthreads();
-    if (lane == 0) red[w] = v;
-    __syncthreads();
-    int s = 0;
-#pragma unroll
-    for (int i = 0; i < kThreads / 32; i++) s += red[i];
-    return s;
 }
 
 /* amax of non-negative floats: the bit patterns order as unsigned integers. */
@@ -131,54 +125,51 @@ __device__ __forceinline__ void atomic_max_nonneg(float *addr, float v) {
     atomicMax(reinterpret_cast<unsigned *>(addr), __float_as_uint(v));
 }
 
-template <int MODE, bool VEC>
-__global__ void __launch_bounds__(kThreads) cast_tile(tile_params p) {
-    __shared__ __align__(16) uint16_t tile[kTile][kPitch];
-    __shared__ float colmax[4][kTile];
-    __shared__ float red_f[kThreads / 32];
-    __shared__ int red_i[kThreads / 32];
-    const int tid = threadIdx.x, lane = tid % 32;
-    const int64_t row0 = (int64_t)blockIdx.y * kTile, col0 = (int64_t)blockIdx.x * kTile;
+/* Two codes (lo = first element) of a·scale, b·scale (saturations are counted separately). */
+__device__ __forceinline__ uint32_t cvt2(float a, float b, float scale, __nv_fp8_interpretation_t fmt) {
+    return (uint32_t)__nv_cvt_float2_to_fp8x2(make_float2(__fmul_rn(a, scale), __fmul_rn(b, scale)), __NV_SATFINITE,
+                                              fmt);
+}
+
+/* Four codes (element 0 in the low byte) of the four bf16 in words w0, w1. */
+__device__ __forceinline__ uint32_t cvt4(uint32_t w0, uint32_t w1, float scale, __nv_fp8_interpretation_t fmt) {
+    return cvt2(bf16_bits_to_float(w0 & 0xFFFFu), bf16_bits_to_float(w0 >> 16), scale, fmt) |
+           cvt2(bf16_bits_to_float(w1 & 0xFFFFu), bf16_bits_to_float(w1 >> 16), scale, fmt) << 16;
+}
+
+/* Element e (0 .. 2·N−1) of bf16 pairs packed in words. */
+__device__ __forceinline__ float elem(const uint32_t *w, int e) {
+    return bf16_bits_to_float(e & 1 ? w[e >> 1] >> 16 : w[e >> 1] & 0xFFFFu);
+}
+
+/* 4×4 byte transpose: a, b, c, d are four rows of four codes; o[j] = (a_j, b_j, c_j, d_j). */
+__device__ __forceinline__ void transpose4(uint32_t a, uint32_t b, uint32_t c, uint32_t d, uint32_t o[4]) {
+    const uint32_t t0 = __byte_perm(a, b, 0x5140), t1 = __byte_perm(a, b, 0x7362); /* a0 b0 a1 b1, a2 b2 a3 b3 */
+    const uint32_t t2 = __byte_perm(c, d, 0x5140), t3 = __byte_perm(c, d, 0x7362);
+    o[0] = __byte_perm(t0, t2, 0x5410), o[1] = __byte_perm(t0, t2, 0x7632);
+    o[2] = __byte_perm(t1, t3, 0x5410), o[3] = __byte_perm(t1, t3, 0x7632);
+}
+
+/* One tile: TR rows × 128 columns of x, 2·TR threads (the file comment has the plan).
+ * TRANS: q_t is written. Per-tensor and 128×128: the transposed pass moves the row pass's codes
+ * through shared memory; 1×128 (TR 128 only): it re-quantizes the bf16 values column-wise. */
+template <int MODE, bool VEC, int TR, bool TRANS>
+__global__ void __launch_bounds__(2 * TR, 512 / TR) cast_tile(tile_params p) {
+    constexpr int NT = 2 * TR, RG = TR / 16, CGW = 32 / RG, ITEMS = 8;
+    constexpr bool VALUES = MODE == MODE_BLOCK_1X128;
+    static_assert(!TRANS || !VALUES || TR == kTile, "the 1x128 transposed copy needs 128-row tiles");
+    static_assert(MODE != MODE_BLOCK_128X128 || TR == kTile, "128x128 blocks need 128-row tiles");
+    static_assert(ITEMS * NT * 8 == TR * kTile, "8 items of 8 elements per thread");
+    constexpr int SM_WORDS = !TRANS ? 4 : VALUES ? TR * kTile / 2 : TR * kTile / 4;
+    __shared__ __align__(16) uint32_t sm[SM_WORDS];
+    __shared__ float red_f[NT / 32];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int64_t row0 = (int64_t)blockIdx.y * TR, col0 = (int64_t)blockIdx.x * kTile;
     const int64_t rows = p.rows, cols = p.cols;
 
-    /* 1. Load the tile (zeros outside x: they raise no maximum and are never stored). */
-    float tmax = 0.0f;
-    bool bad_input = false;
-    if (VEC) {
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            const int id = i * kThreads + tid, r = id >> 4, ch = id & 15;
-            const int64_t gr = row0 + r, gc = col0 + ch * 8;
-            uint4 raw = make_uint4(0, 0, 0, 0);
-            if (gr < rows && gc < cols) raw = *reinterpret_cast<const uint4 *>(p.x + gr * cols + gc);
-            *reinterpret_cast<uint4 *>(&tile[r][ch * 8]) = raw;
-            const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                const float a = bf16_bits_to_float(w[j] & 0xFFFFu), b = bf16_bits_to_float(w[j] >> 16);
-                tmax = fmaxf(tmax, fmaxf(fabsf(a), fabsf(b)));
-                bad_input |= !isfinite(a) || !isfinite(b);
-            }
-        }
-    } else {
-        for (int e = tid; e < kTile * kTile; e += kThreads) {
-            const int r = e / kTile, c = e % kTile;
-            const int64_t gr = row0 + r, gc = col0 + c;
-            const uint16_t h = (gr < rows && gc < cols) ? p.x[gr * cols + gc] : (uint16_t)0;
-            tile[r][c] = h;
-            const float a = bf16_bits_to_float(h);
-            tmax = fmaxf(tmax, fabsf(a));
-            bad_input |= !isfinite(a);
-        }
-    }
-    bool bad_amax = false;
-    const bool need_tile_max = MODE == MODE_TENSOR_DELAYED || MODE == MODE_BLOCK_128X128 ||
-                               ((MODE == MODE_BLOCK_1X128) && p.amax_rec != nullptr);
-    tmax = need_tile_max ? block_max(tmax, red_f) : tmax; /* block_max synchronizes */
-    __syncthreads();
-
-    /* The per-tensor or per-tile scale. */
+    /* The per-tensor scale. */
     float scale = 1.0f;
+    bool bad_amax = false;
     if (MODE == MODE_TENSOR_DELAYED) scale = *p.scale_in;
     if (MODE == MODE_TENSOR_CURRENT) {
         const float am = *p.amax_in;
@@ -189,7 +180,39 @@ __global__ void __launch_bounds__(kThreads) cast_tile(tile_params p) {
             bad_amax = !isfinite(am);
         }
     }
+
+    /* 1. Load: item k of a thread is 8 bf16 (16 bytes) of row r = k·NT/16 + tid/16, columns
+     * 8·seg .. (seg = tid % 16); 16 lanes read one 256-byte row. Zeros outside x: they raise no
+     * maximum, never saturate, are never stored. */
+    constexpr int RSTEP = NT / 16;
+    const int seg = tid & 15, rb = tid >> 4;
+    const int64_t gc = col0 + seg * 8;
+    uint32_t w[ITEMS][4];
+#pragma unroll
+    for (int k = 0; k < ITEMS; k++) {
+        const int64_t gr = row0 + rb + k * RSTEP;
+        if (VEC) {
+            uint4 raw = make_uint4(0, 0, 0, 0);
+            if (gr < rows && gc < cols) raw = *reinterpret_cast<const uint4 *>(p.x + gr * cols + gc);
+            w[k][0] = raw.x, w[k][1] = raw.y, w[k][2] = raw.z, w[k][3] = raw.w;
+        } else {
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                uint32_t lo = 0, hi = 0;
+                if (gr < rows && gc + 2 * j < cols) lo = p.x[gr * cols + gc + 2 * j];
+                if (gr < rows && gc + 2 * j + 1 < cols) hi = p.x[gr * cols + gc + 2 * j + 1];
+                w[k][j] = lo | hi << 16;
+            }
+        }
+    }
+    float tmax = 0.0f;
+    bool bad_input = false;
     if (MODE == MODE_BLOCK_128X128) {
+#pragma unroll
+        for (int k = 0; k < ITEMS; k++)
+#pragma unroll
+            for (int e = 0; e < 8; e++) tmax = fmaxf(tmax, fabsf(elem(w[k], e)));
+        tmax = block_max<NT>(tmax, red_f);
         scale = current_scale(tmax, p.fp8_max, p.amax_eps, p.power_2);
         bad_amax = !isfinite(tmax);
         if (tid == 0) {
@@ -205,126 +228,136 @@ __global__ void __launch_bounds__(kThreads) cast_tile(tile_params p) {
         }
     }
 
-    /* 2. Row-wise codes: thread = 16 consecutive elements of a row (two 16-byte shared-memory
-     * reads, one 16-byte store); 8 threads (a quarter of a warp) cover a 128-element row. */
+    /* 2. Row-wise codes, from registers: one 8-byte store per item (16 lanes: a 128-byte row of q),
+     * and into shared memory for the transposed pass (codes, or the bf16 values for 1×128).
+     * Saturations: none in an item whose max does not saturate (x ↦ fl(|x|·scale) is monotone),
+     * else counted element by element. */
     int sat = 0;
-    if (p.q) {
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int id = i * kThreads + tid, r = id >> 3, seg = id & 7;
-            const int64_t gr = row0 + r, gc = col0 + seg * 16;
-            float v[16];
+    for (int k = 0; k < ITEMS; k++) {
+        const int r = rb + k * RSTEP;
+        const int64_t gr = row0 + r;
+        float m = 0.0f;
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const uint4 raw = *reinterpret_cast<const uint4 *>(&tile[r][seg * 16 + h * 8]);
-                const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-                for (int j = 0; j < 4; j++)
-                    v[8 * h + 2 * j] = bf16_bits_to_float(w[j] & 0xFFFFu), v[8 * h + 2 * j + 1] = bf16_bits_to_float(w[j] >> 16);
-            }
-            float s = scale;
-            if (MODE == MODE_BLOCK_1X128) {
-                float m = 0.0f;
-#pragma unroll
-                for (int j = 0; j < 16; j++) m = fmaxf(m, fabsf(v[j]));
-#pragma unroll
-                for (int o = 4; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o)); /* the row's 8 lanes */
-                s = current_scale(m, p.fp8_max, p.amax_eps, p.power_2);
-                bad_amax |= !isfinite(m);
-                if ((lane & 7) == 0 && gr < rows) p.s_inv[blockIdx.x * rows + gr] = __fdiv_rn(1.0f, s);
-            }
-            int csat = 0;
-            uint32_t codes[4];
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-                codes[j] = cvt2(v[4 * j], v[4 * j + 1], s, p.fmt, csat) | (cvt2(v[4 * j + 2], v[4 * j + 3], s, p.fmt, csat) << 16);
-            if (VEC) {
-                if (gr < rows && gc < cols) {
-                    *reinterpret_cast<uint4 *>(p.q + gr * cols + gc) = make_uint4(codes[0], codes[1], codes[2], codes[3]);
-                    sat += csat;
-                }
-            } else if (gr < rows) {
-                for (int j = 0; j < 16; j++)
-                    if (gc + j < cols) {
-                        p.q[gr * cols + gc + j] = (uint8_t)(codes[j / 4] >> (8 * (j % 4)));
-                        sat += saturates(__fmul_rn(v[j], s), p.fmt);
-                    }
-            }
+        for (int e = 0; e < 8; e++) {
+            const float a = elem(w[k], e);
+            m = fmaxf(m, fabsf(a));
+            bad_input |= !isfinite(a);
         }
-    }
-
-    /* 3. The transposed copy: thread = one column × 32 rows of the tile, per item. */
-    if (p.q_t) {
-        float cscale[2] = {scale, scale};
+        if (MODE != MODE_BLOCK_128X128) tmax = fmaxf(tmax, m);
+        float s = scale;
         if (MODE == MODE_BLOCK_1X128) {
+            float rm = m;
 #pragma unroll
-            for (int it = 0; it < 2; it++) {
-                const int item = it * kThreads + tid, c = item & (kTile - 1), seg = item >> 7;
-                float m = 0.0f;
-#pragma unroll 8
-                for (int i = 0; i < 32; i++) m = fmaxf(m, fabsf(bf16_bits_to_float(tile[seg * 32 + i][c])));
-                colmax[seg][c] = m;
+            for (int o = 8; o > 0; o >>= 1) rm = fmaxf(rm, __shfl_xor_sync(0xffffffffu, rm, o)); /* the row's 16 lanes */
+            s = current_scale(rm, p.fp8_max, p.amax_eps, p.power_2);
+            bad_amax |= !isfinite(rm);
+            if (seg == 0 && gr < rows) p.s_inv[blockIdx.x * rows + gr] = __fdiv_rn(1.0f, s);
+        }
+        if (saturates(__fmul_rn(m, s), p.fmt)) {
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+                if (gr < rows && gc + e < cols) sat += saturates(__fmul_rn(elem(w[k], e), s), p.fmt);
+        }
+        const uint32_t c0 = cvt4(w[k][0], w[k][1], s, p.fmt), c1 = cvt4(w[k][2], w[k][3], s, p.fmt);
+        if (p.q && gr < rows) {
+            if (VEC) {
+                if (gc < cols) *reinterpret_cast<uint2 *>(p.q + gr * cols + gc) = make_uint2(c0, c1);
+            } else {
+#pragma unroll
+                for (int e = 0; e < 8; e++)
+                    if (gc + e < cols) p.q[gr * cols + gc + e] = (uint8_t)((e < 4 ? c0 : c1) >> (8 * (e & 3)));
             }
-            __syncthreads();
+        }
+        if (TRANS) {
+            /* Swizzled by the row's 16-row group so that the transposed pass reads without bank
+             * conflicts: codes by 4-byte words (word ^ group·CGW), values by 8-byte units (unit ^ 2·group). */
+            const int grp = r >> 4;
+            if (VALUES)
+                *reinterpret_cast<uint4 *>(&sm[r * (kTile / 2) + 2 * ((2 * seg) ^ (2 * grp))]) =
+                    make_uint4(w[k][0], w[k][1], w[k][2], w[k][3]);
+            else
+                *reinterpret_cast<uint2 *>(&sm[r * (kTile / 4) + ((2 * seg) ^ (grp * CGW))]) = make_uint2(c0, c1);
+        }
+    }
+
+    /* 3. The transposed copy: thread = 4 columns × 16 rows (lanes: RG row groups × CGW column
+     * groups, so RG lanes write TR contiguous bytes of a q_t row); one 16-byte store per column. */
+    if (TRANS) {
+        __syncthreads();
+        const int rg = lane % RG, cg = warp * CGW + lane / RG;
+        const int64_t gr0 = row0 + rg * 16, gcb = col0 + 4 * cg;
+        uint32_t out[4][4]; /* [column j][row quad] */
+        if (!VALUES) {
+            uint32_t v[16];
 #pragma unroll
-            for (int it = 0; it < 2; it++) {
-                const int item = it * kThreads + tid, c = item & (kTile - 1), seg = item >> 7;
-                const float m = fmaxf(fmaxf(colmax[0][c], colmax[1][c]), fmaxf(colmax[2][c], colmax[3][c]));
-                cscale[it] = current_scale(m, p.fp8_max, p.amax_eps, p.power_2);
-                bad_amax |= !isfinite(m);
-                const int64_t gc = col0 + c;
-                if (seg == 0 && gc < cols) p.s_inv_t[blockIdx.y * cols + gc] = __fdiv_rn(1.0f, cscale[it]);
+            for (int i = 0; i < 16; i++) v[i] = sm[(rg * 16 + i) * (kTile / 4) + (cg ^ (rg * CGW))];
+#pragma unroll
+            for (int g = 0; g < 4; g++) {
+                uint32_t o[4];
+                transpose4(v[4 * g], v[4 * g + 1], v[4 * g + 2], v[4 * g + 3], o);
+#pragma unroll
+                for (int j = 0; j < 4; j++) out[j][g] = o[j];
+            }
+        } else {
+            uint32_t v[16][2];
+#pragma unroll
+            for (int i = 0; i < 16; i++) {
+                const uint2 u = *reinterpret_cast<const uint2 *>(&sm[(rg * 16 + i) * (kTile / 2) + 2 * (cg ^ (2 * rg))]);
+                v[i][0] = u.x, v[i][1] = u.y;
+            }
+            float cm[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int i = 0; i < 16; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) cm[j] = fmaxf(cm[j], fabsf(elem(v[i], j)));
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+#pragma unroll
+                for (int o = 1; o < RG; o <<= 1) cm[j] = fmaxf(cm[j], __shfl_xor_sync(0xffffffffu, cm[j], o)); /* 128 rows */
+                const float cs = current_scale(cm[j], p.fp8_max, p.amax_eps, p.power_2);
+                bad_amax |= !isfinite(cm[j]);
+                if (rg == 0 && gcb + j < cols) p.s_inv_t[blockIdx.y * cols + gcb + j] = __fdiv_rn(1.0f, cs);
+#pragma unroll
+                for (int g = 0; g < 4; g++)
+                    out[j][g] = cvt2(elem(v[4 * g], j), elem(v[4 * g + 1], j), cs, p.fmt) |
+                                cvt2(elem(v[4 * g + 2], j), elem(v[4 * g + 3], j), cs, p.fmt) << 16;
+                /* the 1×128 transposed copy is a second quantization: its saturations count too */
+                if (saturates(__fmul_rn(cm[j], cs), p.fmt)) {
+#pragma unroll
+                    for (int i = 0; i < 16; i++)
+                        if (gr0 + i < rows && gcb + j < cols) sat += saturates(__fmul_rn(elem(v[i], j), cs), p.fmt);
+                }
             }
         }
 #pragma unroll
-        for (int it = 0; it < 2; it++) {
-            const int item = it * kThreads + tid, c = item & (kTile - 1), seg = item >> 7;
-            const int64_t gc = col0 + c, gr0 = row0 + seg * 32;
-            const float s = cscale[it];
-            uint32_t codes[8];
-            int csat = 0;
-#pragma unroll
-            for (int i = 0; i < 8; i++) {
-                const int r = seg * 32 + 4 * i;
-                const uint32_t lo = cvt2(bf16_bits_to_float(tile[r][c]), bf16_bits_to_float(tile[r + 1][c]), s, p.fmt, csat);
-                const uint32_t hi = cvt2(bf16_bits_to_float(tile[r + 2][c]), bf16_bits_to_float(tile[r + 3][c]), s, p.fmt, csat);
-                codes[i] = lo | (hi << 16);
-            }
+        for (int j = 0; j < 4; j++) {
+            const int64_t gc = gcb + j;
             if (gc >= cols) continue;
-            /* the 1×128 transposed copy is a second quantization: its saturations count too */
             if (VEC) {
-                uint8_t *dst = p.q_t + gc * rows + gr0;
-                if (gr0 < rows) *reinterpret_cast<uint4 *>(dst) = make_uint4(codes[0], codes[1], codes[2], codes[3]);
-                if (gr0 + 16 < rows) *reinterpret_cast<uint4 *>(dst + 16) = make_uint4(codes[4], codes[5], codes[6], codes[7]);
-                if (MODE == MODE_BLOCK_1X128) sat += csat; /* zero-padded rows never saturate */
+                if (gr0 < rows) *reinterpret_cast<uint4 *>(p.q_t + gc * rows + gr0) = make_uint4(out[j][0], out[j][1], out[j][2], out[j][3]);
             } else {
-                for (int i = 0; i < 32; i++)
-                    if (gr0 + i < rows) {
-                        p.q_t[gc * rows + gr0 + i] = (uint8_t)(codes[i / 4] >> (8 * (i % 4)));
-                        if (MODE == MODE_BLOCK_1X128)
-                            sat += saturates(__fmul_rn(bf16_bits_to_float(tile[seg * 32 + i][c]), s), p.fmt);
-                    }
-            }
-            /* per-tensor and 128×128: q_t holds q's codes; a q_t-only cast counts them here */
-            if (MODE != MODE_BLOCK_1X128 && p.q == nullptr) {
-                int s2 = 0;
-                for (int i = 0; i < 32; i++)
-                    if (gr0 + i < rows) s2 += saturates(__fmul_rn(bf16_bits_to_float(tile[seg * 32 + i][c]), s), p.fmt);
-                sat += s2;
+#pragma unroll
+                for (int i = 0; i < 16; i++)
+                    if (gr0 + i < rows) p.q_t[gc * rows + gr0 + i] = (uint8_t)(out[j][i >> 2] >> (8 * (i & 3)));
             }
         }
     }
 
-    /* 4. Statistics: one atomic per block and kind, only when there is something to record. */
-    const int sat_total = p.saturated ? block_sum(sat, red_i) : 0;
-    const int any_bad = __syncthreads_or(bad_input ? 1 : 0);
-    const int any_bad_amax = __syncthreads_or(bad_amax ? 1 : 0);
-    if (tid == 0) {
-        if (p.saturated && sat_total > 0) atomicAdd(p.saturated, (unsigned long long)sat_total);
-        const unsigned fl = (any_bad ? FP8_FLAG_INPUT_NONFINITE : 0u) | (any_bad_amax ? FP8_FLAG_AMAX_NONFINITE : 0u);
-        if (p.flags && fl) atomicOr(p.flags, fl);
-        if (p.amax_rec && (MODE == MODE_TENSOR_DELAYED || MODE == MODE_BLOCK_1X128 || MODE == MODE_BLOCK_128X128))
-            atomic_max_nonneg(p.amax_rec, tmax);
+    /* 4. Statistics: per warp, an atomic only when there is something to record; the amax once
+     * per block. Integer sums and ORs are order-independent: deterministic. */
+    if (p.saturated) {
+        const unsigned ws = __reduce_add_sync(0xffffffffu, (unsigned)sat);
+        if (lane == 0 && ws) atomicAdd(p.saturated, (unsigned long long)ws);
+    }
+    if (p.flags) {
+        const unsigned fl = __reduce_or_sync(0xffffffffu, (bad_input ? (unsigned)FP8_FLAG_INPUT_NONFINITE : 0u) |
+                                                              (bad_amax ? (unsigned)FP8_FLAG_AMAX_NONFINITE : 0u));
+        if (lane == 0 && fl) atomicOr(p.flags, fl);
+    }
+    if (MODE != MODE_TENSOR_CURRENT && p.amax_rec) {
+        if (MODE != MODE_BLOCK_128X128) tmax = block_max<NT>(tmax, red_f);
+        if (tid == 0 && tmax > 0.0f) atomic_max_nonneg(p.amax_rec, tmax);
     }
 }
 
@@ -428,16 +461,61 @@ bool aligned16(const void *p) { return ((uintptr_t)p % 16) == 0; }
 
 __nv_fp8_interpretation_t interp(fp8_format f) { return f == FP8_E4M3 ? __NV_E4M3 : __NV_E5M2; }
 
+template <int MODE, bool VEC, int TR, bool TRANS>
+void launch_one(const tile_params &p, cudaStream_t stream) {
+    const dim3 grid((unsigned)((p.cols + kTile - 1) / kTile), (unsigned)((p.rows + TR - 1) / TR));
+    CHECK((p.rows + TR - 1) / TR <= 65535, "fp8 cast: rows=%lld beyond the grid's y limit", (long long)p.rows);
+    cast_tile<MODE, VEC, TR, TRANS><<<grid, 2 * TR, 0, stream>>>(p);
+}
+
+/* The device's SM count (cached per device). */
+int sm_count() {
+    static int cached[64];
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    if (dev >= 64) dev = 63;
+    if (cached[dev] == 0) {
+        int n = 0;
+        CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+        cached[dev] = n > 0 ? n : 1;
+    }
+    return cached[dev];
+}
+
+/* Tile height: 128, halved (to 64, then 32) while the grid would give fewer than 4 tiles per SM —
+ * where the modes allow it (per-tensor, and 1×128 without the transposed copy: their blocks do not
+ * span rows). The codes do not depend on it. */
+int tile_rows(int mode, bool trans, bool vec, int64_t rows, int64_t cols) {
+    if (!vec || mode == MODE_BLOCK_128X128 || (mode == MODE_BLOCK_1X128 && trans)) return kTile;
+    const int64_t col_tiles = (cols + kTile - 1) / kTile, want = 4 * (int64_t)sm_count();
+    int tr = kTile;
+    while (tr > 32 && col_tiles * ((rows + tr - 1) / tr) < want) tr /= 2;
+    return tr;
+}
+
+template <int MODE, bool TRANS>
+void launch_mode(const tile_params &p, cudaStream_t stream) {
+    const bool vec = p.rows % 16 == 0 && p.cols % 16 == 0 && aligned16(p.x) && aligned16(p.q) && aligned16(p.q_t);
+    if (!vec) {
+        launch_one<MODE, false, kTile, TRANS>(p, stream);
+    } else if constexpr (MODE == MODE_BLOCK_128X128 || (MODE == MODE_BLOCK_1X128 && TRANS)) {
+        launch_one<MODE, true, kTile, TRANS>(p, stream);
+    } else {
+        switch (tile_rows(MODE, TRANS, vec, p.rows, p.cols)) {
+        case 32: launch_one<MODE, true, 32, TRANS>(p, stream); break;
+        case 64: launch_one<MODE, true, 64, TRANS>(p, stream); break;
+        default: launch_one<MODE, true, kTile, TRANS>(p, stream);
+        }
+    }
+    KERNEL_CHECK(stream);
+}
+
 template <int MODE>
 void launch_tile(const tile_params &p, cudaStream_t stream) {
-    const bool vec = p.rows % 16 == 0 && p.cols % 16 == 0 && aligned16(p.x) && aligned16(p.q) && aligned16(p.q_t);
-    const dim3 grid((unsigned)((p.cols + kTile - 1) / kTile), (unsigned)((p.rows + kTile - 1) / kTile));
-    CHECK((p.rows + kTile - 1) / kTile <= 65535, "fp8 cast: rows=%lld beyond the grid's y limit", (long long)p.rows);
-    if (vec)
-        cast_tile<MODE, true><<<grid, kThreads, 0, stream>>>(p);
+    if (p.q_t)
+        launch_mode<MODE, true>(p, stream);
     else
-        cast_tile<MODE, false><<<grid, kThreads, 0, stream>>>(p);
-    KERNEL_CHECK(stream);
+        launch_mode<MODE, false>(p, stream);
 }
 
 tile_params base_params(uint8_t *q, uint8_t *q_t, const uint16_t *x, int64_t rows, int64_t cols, fp8_format format,

@@ -14,7 +14,10 @@
  *    kernel, then the scale computed on the device, with amax_eps and power_2); E4M3 and E5M2;
  *    q only, q_t only, both; shapes across the 16-multiple fast path and the element-wise path
  *    (1×1, 3×5, 17×33, 129×257, 1000×48, …), tile edges (128, 256×384) and real ones (512×2048,
- *    2048×576); misaligned pointers; planted NaN/±Inf/saturation.
+ *    2048×576); the kernel's tile heights 128 / 64 / 32 with partial tiles in both dimensions
+ *    (2064×4240, 1040×4112, 16×4096, 4096×16: the heights a 132-SM device picks), one row and one
+ *    column (1×4096, 4096×1); misaligned pointers (also on fast-path shapes); planted
+ *    NaN/±Inf/saturation.
  *  - block quantization 1×128 and 128×128, both formats, power-of-two scales on and off, with and
  *    without the transposed outputs, the same shapes, planted NaN/Inf and an all-zero block;
  *    the scales in cuBLASLt's layouts, padding slots included.
@@ -473,8 +476,11 @@ static void bench_call(void *vp, cudaStream_t st) {
 
 static void bench(double ceiling) {
     /* (rows, cols): activations N = 8192 rows × C (1B 2048, 8B 4096), × F (1B 8192, 8B 14336); the 8B
-     * down_proj weight (4096 × 14336). */
-    const int64_t shapes[][2] = {{8192, 2048}, {8192, 4096}, {8192, 8192}, {8192, 14336}, {4096, 14336}};
+     * down_proj weight (4096 × 14336); Llama-3.2-1B's weights (q/o 2048², k/v 512 × 2048, the MLP's
+     * 2048 × 8192), cast every step in full fine-tuning. worst_cast_pct_of_copy: the casts of at
+     * least 8192 × 4096 elements; worst_small_pct_of_copy: the smaller ones (launch-bound below ~1M). */
+    const int64_t shapes[][2] = {{8192, 2048}, {8192, 4096}, {8192, 8192}, {8192, 14336}, {4096, 14336},
+                                 {2048, 2048}, {512, 2048},  {2048, 8192}};
     const size_t max_n = (size_t)8192 * 14336;
     uint16_t *x;
     uint8_t *q, *qt;
@@ -495,7 +501,7 @@ static void bench(double ceiling) {
     }
     const char *names[] = {"fp8_amax_bf16", "fp8_cast_delayed_q", "fp8_cast_delayed_q_qt", "fp8_current_amax_cast_q_qt",
                            "fp8_block_1x128_q", "fp8_block_1x128_q_qt", "fp8_block_128x128_q_qt"};
-    double worst = 1e9;
+    double worst = 1e9, worst_small = 1e9;
     for (const auto &sh : shapes)
         for (int kind = 0; kind < 7; kind++) {
             const double n = (double)sh[0] * sh[1];
@@ -509,7 +515,9 @@ static void bench(double ceiling) {
             snprintf(shape, sizeof shape, "%lldx%lld E4M3", (long long)sh[0], (long long)sh[1]);
             struct bench_result r = bench_time(bench_call, &b, g_stream, 3, 15, 5);
             bench_json(names[kind], shape, bytes, 0, r, ceiling);
-            if (kind != 0 && n >= 8192.0 * 4096) worst = fmin(worst, 100.0 * bytes / (r.median_ms * 1e-3) / 1e9 / ceiling);
+            const double pct = 100.0 * bytes / (r.median_ms * 1e-3) / 1e9 / ceiling;
+            if (kind != 0 && n >= 8192.0 * 4096) worst = fmin(worst, pct);
+            if (kind != 0 && n < 8192.0 * 4096) worst_small = fmin(worst_small, pct);
         }
     /* the delayed update of every per-tensor scale of Llama-3.2-1B: 16 layers × 7 linears × 3 tensors */
     const int nt = 16 * 7 * 3, len = 1024;
@@ -523,8 +531,9 @@ static void bench(double ceiling) {
     snprintf(shape, sizeof shape, "%d tensors x history %d", nt, len);
     bench_json("fp8_delayed_update", shape, 2.0 * nt * len * 4, 0, bench_time(bench_call, &b, g_stream, 3, 15, 5),
                ceiling);
-    printf("{\"op\":\"fp8_summary\",\"device\":\"%s\",\"copy_GBps\":%.1f,\"worst_cast_pct_of_copy\":%.1f}\n",
-           parity_device_name(), ceiling, worst);
+    printf("{\"op\":\"fp8_summary\",\"device\":\"%s\",\"copy_GBps\":%.1f,\"worst_cast_pct_of_copy\":%.1f,"
+           "\"worst_small_pct_of_copy\":%.1f}\n",
+           parity_device_name(), ceiling, worst, worst_small);
     for (void *p : {(void *)x, (void *)q, (void *)qt, (void *)s, (void *)st, (void *)scal, (void *)hist, (void *)sc2})
         CUDA_CHECK(cudaFree(p));
 }
@@ -559,6 +568,18 @@ int main(int argc, char **argv) {
     run_cast(256, 384, FP8_E4M3, GPU_FP8_CURRENT, OUT_BOTH, 0, 0, 0.0f, 1, id++);
     run_cast(256, 384, FP8_E4M3, GPU_FP8_CURRENT, OUT_Q, 0, 0, 1e6f, 0, id++); /* eps above the amax */
     run_cast(129, 257, FP8_E5M2, GPU_FP8_CURRENT, OUT_QT, 0, 1, 0.0f, 1, id++);
+    /* The tile heights (gpu/fp8.cu: 128 rows, halved to 64 or 32 while a 132-SM device would get
+     * fewer than 4 tiles per SM): 2064x4240 takes 128 (578 tiles), 1040x4112 64 (561), 16x4096 and
+     * 4096x16 32; each with partial tiles in both dimensions, both recipes, every output choice,
+     * planted NaN/Inf; one row, one column (element-wise); misaligned pointers on a fast-path shape. */
+    const int64_t tiles[][2] = {{2064, 4240}, {1040, 4112}, {16, 4096}, {4096, 16}, {1, 4096}, {4096, 1}};
+    for (const auto &sh : tiles)
+        for (int o = 0; o < 3; o++) {
+            run_cast(sh[0], sh[1], FP8_E4M3, GPU_FP8_DELAYED, (enum outputs)o, 0, 1, 0.0f, 0, id++);
+            run_cast(sh[0], sh[1], FP8_E5M2, GPU_FP8_CURRENT, (enum outputs)o, 0, o != 1, 0.0f, o == 2, id++);
+        }
+    run_cast(2064, 4240, FP8_E4M3, GPU_FP8_DELAYED, OUT_BOTH, 1, 1, 0.0f, 0, id++);
+    run_cast(1040, 4112, FP8_E5M2, GPU_FP8_CURRENT, OUT_QT, 1, 0, 0.0f, 1, id++);
 
     id = 0;
     for (const auto &sh : shapes)
@@ -575,6 +596,14 @@ int main(int argc, char **argv) {
     run_block(256, 384, FP8_BLOCK_128X128, FP8_E5M2, 0, 0.0f, 1, 1, 0, id++);
     run_block(256, 384, FP8_BLOCK_1X128, FP8_E4M3, 0, 1e-2f, 1, 0, 1, id++);
     run_block(384, 256, FP8_BLOCK_128X128, FP8_E4M3, 1, 0.5f, 1, 0, 1, id++);
+    /* the tile heights of 1x128 without q_t (128, 64, 32 as above), partial tiles, one row / column,
+     * misaligned pointers on a fast-path shape */
+    for (const auto &sh : tiles)
+        for (int b = 0; b < 2; b++)
+            for (int t = 0; t < 2; t++)
+                run_block(sh[0], sh[1], (enum fp8_block)b, (enum fp8_format)((b + t) % 2), 1 - t, 0.0f, t, 0, 1, id++);
+    run_block(2064, 4240, FP8_BLOCK_1X128, FP8_E4M3, 1, 0.0f, 1, 1, 1, id++);
+    run_block(2064, 4240, FP8_BLOCK_128X128, FP8_E5M2, 0, 0.0f, 1, 1, 0, id++);
 
     id = 0;
     const int lens[] = {1, 3, 16, 1000, 1024, 4096};
