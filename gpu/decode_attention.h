@@ -10,30 +10,48 @@
  * Layout: q rows with stride ld_q elements (q may be the first H·D columns of a fused QKV row:
  * ld_q = (H + 2·KVH)·D); out (N, H·D) contiguous, OVERWRITTEN; k_cache, v_cache
  * (S, T_max, KVH, D) bf16 — one layer's cache; seq, pos (N) int32 device arrays (0 ≤ seq < S,
- * 0 ≤ pos < T_max: a precondition, not checked on the device).
- * Strategy: one CTA of 128 threads per (row, head); the scores of the row live in shared memory
- * (T_max floats: T_max ≤ gpu_decode_attention_max_positions()); threads stride over positions for
- * the scores (one key row each, 16-byte loads), then over (position, dim) pairs for the output
- * with a shared-memory reduction. Memory-bound on the cache reads.
- * Preconditions: D ∈ {16, 32, 64, 128}; q, k_cache, v_cache 16-byte aligned, ld_q % 8 == 0.
+ * 0 ≤ pos < T_max: a precondition, not checked on the device); workspace
+ * gpu_decode_attention_workspace_size(N, H, D, T_max) bytes (0, and NULL allowed, when
+ * T_max ≤ GPU_DECODE_ATTENTION_SPLIT), 16-byte aligned, contents on entry irrelevant.
+ * Strategy (flash-decoding): one CTA of 128 threads per (row, kv head, split of
+ * GPU_DECODE_ATTENTION_SPLIT positions, tile of gpu_decode_attention_heads_per_cta query heads of
+ * the kv head's group): the cache rows are read once per kv head for all the heads of its group
+ * (H/KVH ≤ 8; a larger group takes several tiles), 16-byte loads, D/8 lanes a row; rows with more
+ * than one split get a second kernel that combines the splits' (max, sum, partial output) in split
+ * order. Every sum has a fixed order (the .cu's header gives it): the same bits on every run, and a
+ * row's result depends on its own data only (the split length is a constant). Memory-bound on the
+ * cache reads.
+ * Preconditions: D ∈ {16, 32, 64, 128}; q, k_cache, v_cache 16-byte aligned, ld_q % 8 == 0;
+ * T_max ≤ gpu_decode_attention_max_positions().
  * Aliasing: none.
  */
 #ifndef REFINE_GPU_DECODE_ATTENTION_H
 #define REFINE_GPU_DECODE_ATTENTION_H
 
 #include <cuda_runtime_api.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* The largest T_max whose scores fit in the shared memory of one CTA on this device. */
+/* Positions per split: a row with pos ≥ this many is cut into ceil((pos + 1)/SPLIT) splits. */
+#define GPU_DECODE_ATTENTION_SPLIT 256
+
+/* The largest T_max taken (no shared-memory limit: the splits bound a CTA's scores). */
 int gpu_decode_attention_max_positions(void);
+
+/* Query heads a CTA takes: H/KVH rounded up to 1, 2, 4 or 8, at most 8. */
+int gpu_decode_attention_heads_per_cta(int H, int KVH);
+
+/* Bytes of workspace for N rows: N·H·ceil(T_max/SPLIT)·(D + 2) floats when T_max > SPLIT, else 0. */
+size_t gpu_decode_attention_workspace_size(int N, int H, int D, int T_max);
 
 void gpu_decode_attention_bf16(uint16_t *out, const uint16_t *q, int ld_q, const uint16_t *k_cache,
                                const uint16_t *v_cache, const int32_t *seq, const int32_t *pos, int N, int H, int KVH,
-                               int D, int S, int T_max, float scale, cudaStream_t stream);
+                               int D, int S, int T_max, float scale, void *workspace,
+                               cudaStream_t stream);
 
 #ifdef __cplusplus
 }

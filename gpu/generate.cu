@@ -57,6 +57,7 @@ struct gpu_gen {
     uint16_t *rope_cos, *rope_sin;
     /* scratch */
     uint16_t *x, *n, *qkv, *att, *h, *gu, *mlp, *tmp;
+    void *att_ws; /* gpu_decode_attention_workspace_size(N_max, H, D, T_max) bytes */
     float *rstd, *logits;
     int32_t *d_rows; /* ids, seq, pos: 3 × N_max */
     int32_t *d_next;
@@ -112,6 +113,7 @@ size_t carve(struct gpu_gen *g) {
     g->n = (uint16_t *)take(N * C * 2);
     g->qkv = (uint16_t *)take(N * QKVD * 2);
     g->att = (uint16_t *)take(N * QD * 2);
+    g->att_ws = take(gpu_decode_attention_workspace_size(g->N_max, c.H, c.D, g->T_max));
     g->h = (uint16_t *)take(N * C * 2);
     g->gu = (uint16_t *)take(N * 2 * F * 2);
     g->mlp = (uint16_t *)take(N * F * 2);
@@ -238,7 +240,7 @@ void forward_rows(struct gpu_gen *g, int N) {
                                                          g->QD, g->KD, g->T_max, items);
         KERNEL_CHECK(s);
         gpu_decode_attention_bf16(g->att, g->qkv, g->QKVD, kc, vc, seq, pos, N, c.H, c.KVH, c.D, g->S, g->T_max,
-                                  g->scale, s);
+                                  g->scale, g->att_ws, s);
         linear(g, g->tmp, g->att, w.o, nullptr, N, g->QD, C);
         gpu_rmsnorm_residual_forward_bf16(g->h, g->n, g->rstd, g->x, g->tmp, w.mlp_norm, N, C, c.rms_norm_eps, s);
         linear(g, g->gu, g->n, w.gu, nullptr, N, C, 2 * F);
