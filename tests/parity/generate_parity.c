@@ -2,7 +2,7 @@
  * reference (ref/generate.h, //ref:generate), and the decode speed (--bench).
  *
  *   bazel test --config=gpu //tests/parity:generate_parity
- *   generate_parity [--seed=N] [--bench]         (from the repository root)
+ *   generate_parity [--seed=N] [--bench | --bench-only]   (from the repository root)
  *
  * Models: the tiny Llama-like and Qwen2-like golden models, the tiny Llama with the PEFT LoRA
  * adapter of tests/golden/data/generate (merged, as both programs do), and SmolLM2-135M-Instruct
@@ -30,7 +30,8 @@
  * --bench (after the checks pass): decode tokens/s on random weights of Llama-3.2-1B's shape for
  * batch 1, 8 and 32 (128-token prompts, 126 greedy steps timed after 2 warm-up steps, argmax on
  * the device), with the decode step as a CUDA graph and without, and of SmolLM2-135M's; one JSON
- * line each. The checks run with graphs (the default of //gpu:generate); step 2's
+ * line each. --bench-only times without the checks (random weights: no fixture or GGUF needed),
+ * for a host that lacks SmolLM2's file. The checks run with graphs (the default of //gpu:generate); step 2's
  * free-running tokens (graph replays) must match step 1's teacher-forced ones (first captures),
  * so a graph that computed anything else would show.
  */
@@ -293,6 +294,11 @@ static void bench_model(const char *named) {
 
 int main(int argc, char **argv) {
     g_seed = test_seed(argc, argv, 20261201);
+    if (test_has_flag(argc, argv, "--bench-only")) {
+        bench_model("llama-3.2-1b");
+        bench_model("smollm2-135m");
+        return 0;
+    }
     int n;
     int32_t *p = fixture_ids(GEN "tiny.safetensors", "llama.prompt", &n);
     run_case("tiny-llama", "tests/golden/data/e2e/llama", NULL, p, n);
