@@ -5,12 +5,12 @@
  *   backward  dtable[v, :] += Σ_{n : ids[n] = v} dout[n, :]            fp32, ACCUMULATES
  * The backward adds, for each id, its rows in ascending n one at a time onto dtable's old value in
  * fp32 — the order of the plain loop `for n: dtable[ids[n]] += dout[n]` — so the result is the
- * same bits on every run, independent of the grid (no atomics): the rows are grouped by id with a
- * stable radix sort of (id, n) pairs (CUB), then one block per id sums its run in order.
+ * same bits on every run, independent of the grid (no atomics): each block owns a fixed set of
+ * ids, finds their rows in ascending n and sums each id's rows in that order.
  *
  * Shapes: ids (N) int32, 0 ≤ ids[n] < V (a precondition the data pipeline guarantees; it is not
  * checked on the device); table (V, C) bf16; out, dout (N, C) bf16; dtable (V, C) fp32;
- * workspace gpu_embedding_backward_workspace_size(N) bytes (device, 256-byte aligned).
+ * workspace: unused (gpu_embedding_backward_workspace_size returns 0; may be NULL).
  * Preconditions: N ≥ 1, C ≥ 1, V ≥ 1. The forward moves 16 bytes per thread when C % 8 == 0 and
  * the pointers are 16-byte aligned. Aliasing: none.
  */

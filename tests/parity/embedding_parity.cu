@@ -6,7 +6,11 @@
  * Shapes: C ∈ {1, 7, 8, 33, 576, 2048} × N ∈ {1, 7, 300, 4096} × V ∈ {1, 5, 1000}, then the real
  * vocabularies 49152 and 128256 (narrow rows) and widths 2048, 4096: 16-byte and scalar gathers, runs of one id far longer than others (ids drawn from a
  * skewed distribution: half of the rows from 4 hot ids), every row the same id (V = 1), and the
- * real vocabularies. Ids from the printed seed; dtable starts from random fp32 (it accumulates).
+ * real vocabularies; then the backward's edge cases (C 576, 2048, 4096 and a scalar width): one id
+ * holding 90% of the rows, all ids distinct, all ids owned by one CTA of the backward (ids ≡ 7 mod
+ * 264), N not a multiple of the scan chunk (2048) or the round (512). The contract has no ignored
+ * or padding id (every id is in [0, V)). Ids from the printed seed (the shape line names the id
+ * distribution); dtable starts from random fp32 (it accumulates).
  *
  * Tolerances:
  *  - forward: (a) exact — a copy.
@@ -24,6 +28,7 @@
 
 #include "gpu/cuda_check.h"
 #include "gpu/embedding.h"
+#include "io/check.h"
 #include "ref/bf16.h"
 #include "ref/embedding.h"
 #include "tests/common/compare.h"
@@ -34,12 +39,51 @@
 static uint64_t g_seed;
 static cudaStream_t g_stream;
 
-static void run_case(int N, int C, int V, int id) {
+/* How a case draws its ids. */
+enum id_dist {
+    IDS_SKEWED,    /* half of the rows from ids 0..3, the rest uniform */
+    IDS_ONE_HOT,   /* 90% of the rows one id (V / 2): a run longer than a round of 512 positions */
+    IDS_DISTINCT,  /* every id different (N ≤ V): no run longer than one row */
+    IDS_ONE_OWNER, /* ids ≡ 7 (mod 264): every id owned by one CTA of the backward on a 132-SM GPU
+                      (2 CTAs a SM), many runs a round and runs split across rounds */
+};
+
+static void draw_ids(std::vector<int32_t> &ids, int V, enum id_dist dist, struct rng *r) {
+    const int N = (int)ids.size();
+    if (dist == IDS_DISTINCT) { /* the first N of a random permutation of 0..V−1 */
+        CHECK(N <= V, "distinct ids need N=%d <= V=%d", N, V);
+        std::vector<int32_t> perm(V);
+        for (int v = 0; v < V; v++) perm[v] = v;
+        for (int n = 0; n < N; n++) {
+            const int k = n + rng_int(r, V - n);
+            const int32_t t = perm[n];
+            perm[n] = perm[k], perm[k] = t;
+            ids[n] = perm[n];
+        }
+        return;
+    }
+    for (int n = 0; n < N; n++) {
+        if (dist == IDS_SKEWED)
+            ids[n] = rng_int(r, 2) ? rng_int(r, V < 4 ? V : 4) : rng_int(r, V);
+        else if (dist == IDS_ONE_HOT)
+            ids[n] = rng_int(r, 10) ? V / 2 : rng_int(r, V);
+        else {
+            CHECK(V > 7, "one-owner ids need V=%d > 7", V);
+            ids[n] = 7 + 264 * rng_int(r, (V - 8) / 264 + 1);
+        }
+    }
+}
+
+static const char *dist_name(enum id_dist d) {
+    return d == IDS_SKEWED ? "skewed" : d == IDS_ONE_HOT ? "one-hot" : d == IDS_DISTINCT ? "distinct" : "one-owner";
+}
+
+static void run_case(int N, int C, int V, int id, enum id_dist dist = IDS_SKEWED) {
     const uint64_t seed = g_seed * 1000003u + (uint64_t)id;
     struct rng r;
     rng_init(&r, seed);
     char shape[96];
-    snprintf(shape, sizeof shape, "N=%d C=%d V=%d", N, C, V);
+    snprintf(shape, sizeof shape, "N=%d C=%d V=%d ids=%s", N, C, V, dist_name(dist));
     const size_t nt = (size_t)V * C, nr = (size_t)N * C;
     std::vector<float> table(nt), dout(nr), dt0(nt);
     rng_fill_normal(&r, table.data(), (int64_t)nt, 0.0, 1.0);
@@ -48,7 +92,7 @@ static void run_case(int N, int C, int V, int id) {
     for (float &x : table) x = bf16_round(x);
     for (float &x : dout) x = bf16_round(x);
     std::vector<int32_t> ids(N);
-    for (int n = 0; n < N; n++) ids[n] = rng_int(&r, 2) ? rng_int(&r, V < 4 ? V : 4) : rng_int(&r, V);
+    draw_ids(ids, V, dist, &r);
 
     std::vector<float> out_r(nr), dt_r(dt0);
     ref_embedding_forward(out_r.data(), ids.data(), table.data(), N, V, C);
@@ -64,7 +108,8 @@ static void run_case(int N, int C, int V, int id) {
     dev_buf_alloc(&bdout, "dout", nr * 2, POISON_NONE, db.data());
     dev_buf_alloc(&bdt, "dtable", nt * 4, POISON_NONE, dt0.data());
     const size_t ws = gpu_embedding_backward_workspace_size(N, V);
-    dev_buf_alloc(&bws, "workspace", ws, POISON_NONE, nullptr);
+    memset(&bws, 0, sizeof bws);
+    if (ws > 0) dev_buf_alloc(&bws, "workspace", ws, POISON_NONE, nullptr);
     gpu_embedding_forward_bf16((uint16_t *)bout.data, (const int32_t *)bids.data, (const uint16_t *)btab.data, N, C, V,
                                g_stream);
     gpu_embedding_backward_f32((float *)bdt.data, (const uint16_t *)bdout.data, (const int32_t *)bids.data, N, C, V,
@@ -92,7 +137,8 @@ static void run_case(int N, int C, int V, int id) {
     dev_buf_download(&bdt, dt_again.data(), 0);
     cc.what = "dtable determinism";
     cmp_exact_bytes(&cc, dt_again.data(), dt_g.data(), nt * 4);
-    for (struct dev_buf *b : {&btab, &bids, &bout, &bdout, &bdt, &bws}) dev_buf_free(b);
+    for (struct dev_buf *b : {&btab, &bids, &bout, &bdout, &bdt}) dev_buf_free(b);
+    if (ws > 0) dev_buf_free(&bws);
 }
 
 struct bench_ctx {
@@ -127,7 +173,8 @@ static void bench(double ceiling) {
         CUDA_CHECK(cudaMalloc(&b.out, nr * 2));
         CUDA_CHECK(cudaMalloc(&b.dout, nr * 2));
         CUDA_CHECK(cudaMalloc(&b.ids, (size_t)b.N * 4));
-        CUDA_CHECK(cudaMalloc(&b.ws, gpu_embedding_backward_workspace_size(b.N, b.V)));
+        const size_t ws = gpu_embedding_backward_workspace_size(b.N, b.V);
+        if (ws > 0) CUDA_CHECK(cudaMalloc(&b.ws, ws));
         CUDA_CHECK(cudaMemset(b.table, 0x3F, nt * 2));
         CUDA_CHECK(cudaMemset(b.dout, 0x3F, nr * 2));
         CUDA_CHECK(cudaMemset(b.dtable, 0, nt * 4));
@@ -164,6 +211,20 @@ int main(int argc, char **argv) {
     run_case(300, 8, 128256, id++);
     run_case(64, 2048, 5000, id++);
     run_case(33, 4096, 3000, id++);
+    /* the backward's edge cases: one id holding most rows (runs across rounds of 512 owned
+     * positions), all ids distinct, all ids owned by one CTA; N not a multiple of the 2048-position
+     * scan chunk or the 512-position round; C 576 (72 16-byte vectors a row), 2048, 4096, scalar */
+    run_case(5000, 576, 1000, id++, IDS_ONE_HOT);
+    run_case(2100, 2048, 300, id++, IDS_ONE_HOT);
+    run_case(1500, 4096, 50, id++, IDS_ONE_HOT);
+    run_case(5000, 7, 1000, id++, IDS_ONE_HOT);
+    run_case(4097, 576, 8000, id++, IDS_DISTINCT);
+    run_case(2049, 2048, 3000, id++, IDS_DISTINCT);
+    run_case(1000, 4096, 1200, id++, IDS_DISTINCT);
+    run_case(513, 33, 600, id++, IDS_DISTINCT);
+    run_case(3000, 64, 128256, id++, IDS_ONE_OWNER);
+    run_case(2000, 576, 20000, id++, IDS_ONE_OWNER);
+    run_case(1100, 4096, 6000, id++, IDS_ONE_OWNER);
     const int rc = test_finish("embedding_parity");
     if (rc == 0 && test_has_flag(argc, argv, "--bench")) bench(bench_copy_ceiling(g_stream));
     CUDA_CHECK(cudaStreamDestroy(g_stream));
