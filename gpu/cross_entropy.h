@@ -53,9 +53,38 @@ void gpu_lm_head_cross_entropy_bf16(float *loss, uint16_t *dh, float *dw, const 
 
 /* The softmax/loss part alone, on given bf16 logits z (N, V): nll (N) fp32 per row (0 when
  * ignored) and, when dz is non-NULL, dz (N, V) bf16 — dz may equal z (in place); mult as above.
- * For tests and for callers that hold the logits already. */
+ * For tests and for callers that hold the logits already. Runs the kernel
+ * gpu_cross_entropy_rows_plan(V, CE_ROWS_AUTO) names. */
 void gpu_cross_entropy_rows_bf16(float *nll, uint16_t *dz, const uint16_t *z, const int32_t *labels, int N, int V,
                                  float mult, cudaStream_t stream);
+
+/* The two row kernels (the fused call and gpu_cross_entropy_rows_bf16 take CE_ROWS_AUTO):
+ *  CE_ROWS_ONCHIP  one row per cluster of 1–8 CTAs (sm_90; one CTA elsewhere), the row's slices held
+ *                  in shared memory: z read from DRAM once, dz written once (2 + 2 bytes a logit).
+ *                  Three phases: max → M, Σ exp(z − M) → S, dz; fp32 sums of depth
+ *                  ⌈slice/2048⌉ + 11 + log2(ctas_per_row) (the plan's sum_depth).
+ *  CE_ROWS_STREAM  one 512-thread CTA per row, online (max, Σexp) then a second read of the row
+ *                  (4 + 2 bytes a logit when the row has left L2); sum depth ⌈V/512⌉ + 9 (+ the
+ *                  online rescalings). For rows too long for shared memory (V > 262144, or
+ *                  V > 32768 before sm_90).
+ * AUTO takes ONCHIP whenever the row fits. */
+enum ce_rows_kernel { CE_ROWS_AUTO, CE_ROWS_ONCHIP, CE_ROWS_STREAM };
+
+struct gpu_ce_rows_plan {
+    enum ce_rows_kernel kernel; /* ONCHIP or STREAM, never AUTO */
+    int ctas_per_row;           /* ONCHIP: 1, 2, 4 or 8 (a cluster when > 1); STREAM: 1 */
+    int threads;                /* per CTA */
+    int slice;                  /* ONCHIP: logits per CTA (a multiple of 8); STREAM: V */
+    int sum_depth;              /* fp32 additions on the longest path into Σ exp */
+};
+
+/* The plan for rows of V logits on the current device; `want` ONCHIP when the row does not fit
+ * returns STREAM (callers compare .kernel). */
+struct gpu_ce_rows_plan gpu_cross_entropy_rows_plan(int V, enum ce_rows_kernel want);
+
+/* gpu_cross_entropy_rows_bf16 with the kernel chosen (tests and benchmarks compare the two). */
+void gpu_cross_entropy_rows_bf16_with(float *nll, uint16_t *dz, const uint16_t *z, const int32_t *labels, int N,
+                                      int V, float mult, enum ce_rows_kernel kernel, cudaStream_t stream);
 
 #ifdef __cplusplus
 }
