@@ -15,6 +15,13 @@
  * none), equal to the search on every fp32 x. The count is a branch-free descent of the
  * Eytzinger tree: 8 × (load, compare, select, add); the top levels are broadcasts and the levels
  * of ≤ 32 nodes are conflict-free, where the search's pivots 127 ± 64 ± … share one bank.
+ * Fast encode (gpu/adamw8bit_encode.h, tested on the CPU): each CTA also builds a byte table of
+ * the count at the bottom of 1537 buckets per sign of [−2, 2] (bits of |x| above 2^−23, >> 17) and
+ * the pairs (t_c, t_c+1); the code is then c0 + (x ≥ t_c0) + (x ≥ t_c0+1), and m/absmax1, v/absmax2
+ * become q = m·y, q + (m − absmax·q)·y with y = RN(1/absmax) per block (= the IEEE quotient, or
+ * both below every threshold). A block takes this path when both maxima lie in [2^−70, 2^100] and
+ * the CTA's checks of the maps held (thresholds ascending, ≤ 2 per bucket, none near 0); else
+ * the tree and IEEE division. About 39 instead of 88 instructions per element for the two codes.
  * Vector loads need p and grad 16-byte aligned, copy 8-byte and q1, q2 4-byte aligned; otherwise
  * (and for a short last block) the same lanes take scalar, bounds-checked loads. Every fp32
  * operation is written with __f*_rn so that nvcc cannot contract it, and the scalars (c1, c2,
@@ -31,10 +38,13 @@
 
 #include <cuda_bf16.h>
 
+#include "gpu/adamw8bit_encode.h"
 #include "gpu/cuda_check.h"
 #include "io/check.h"
 
 namespace {
+
+namespace enc = refine::adamw8bit_encode;
 
 constexpr int kBlock = 256; /* = the state block */
 constexpr int kWarps = 8;   /* warps per CTA of the 8-bit kernel */
@@ -141,11 +151,15 @@ template <bool kVec>
 __global__ void __launch_bounds__(kThreads) adamw8bit_warp_step(gpu_adamw8bit_tensor t, scalars s) {
     __shared__ float eyt1[256], eyt2[256], map1[256], map2[256];
     __shared__ unsigned sign1[kWarps];
+    __shared__ enc::pair tp1[256], tp2[256];
+    __shared__ uint8_t tab1[enc::kEntries], tab2[enc::kEntries];
+    __shared__ int table_bad;
     float gs;
     if (!step_applies(s, &gs)) return; /* uniform over the grid */
     const int tid = threadIdx.x, lane = tid & 31;
     map1[tid] = t.map1[tid];
     map2[tid] = t.map2[tid];
+    if (tid == 0) table_bad = 0;
     __syncthreads();
     const unsigned neg = __ballot_sync(0xffffffffu, signbit(map1[tid]) != 0);
     if (lane == 0) sign1[tid >> 5] = neg;
@@ -154,7 +168,28 @@ __global__ void __launch_bounds__(kThreads) adamw8bit_warp_step(gpu_adamw8bit_te
         eyt1[node] = encode_threshold(map1, tid);
         eyt2[node] = encode_threshold(map2, tid);
     }
+    /* the bucket tables (gpu/adamw8bit_encode.h): pairs (T_c, T_c+1), NaN past 254 */
+    tp1[tid] = enc::pair{tid < 255 ? encode_threshold(map1, tid) : NAN, tid < 254 ? encode_threshold(map1, tid + 1) : NAN};
+    tp2[tid] = enc::pair{tid < 255 ? encode_threshold(map2, tid) : NAN, tid < 254 ? encode_threshold(map2, tid + 1) : NAN};
     __syncthreads();
+    for (int e = tid; e < enc::kEntries; e += kThreads) {
+        const float x = enc::entry_lowest((uint32_t)e);
+        tab1[e] = (uint8_t)enc::count_sorted(tp1, x);
+        tab2[e] = (uint8_t)enc::count_sorted(tp2, x);
+    }
+    __syncthreads();
+    /* the table's conditions: thresholds ascending, none in (−2^−29, 2^−29], ≤ 2 per entry */
+    bool bad = false;
+    if (tid < 254) bad = !(tp1[tid].lo <= tp1[tid + 1].lo) || !(tp2[tid].lo <= tp2[tid + 1].lo);
+    if (tid == 0)
+        bad = bad || enc::count_sorted(tp1, -enc::kTiny) != enc::count_sorted(tp1, enc::kTiny) ||
+              enc::count_sorted(tp2, -enc::kTiny) != enc::count_sorted(tp2, enc::kTiny);
+    for (int e = tid; e < enc::kEntries; e += kThreads)
+        bad = bad || enc::count_bound_above(tab1, tp1, (uint32_t)e) - tab1[e] > (unsigned)enc::kMaxPerBucket ||
+              enc::count_bound_above(tab2, tp2, (uint32_t)e) - tab2[e] > (unsigned)enc::kMaxPerBucket;
+    if (bad) table_bad = 1;
+    __syncthreads();
+    const bool use_table = table_bad == 0;
     const unsigned e1 = smem_addr(eyt1), e2 = smem_addr(eyt2);
 
     const int64_t nblocks = (t.n + kBlock - 1) / kBlock, stride = (int64_t)gridDim.x * kWarps;
@@ -213,12 +248,31 @@ __global__ void __launch_bounds__(kThreads) adamw8bit_warp_step(gpu_adamw8bit_te
             float pj = __fadd_rn(p[j], __fmul_rn(s.step_size, __fdiv_rn(m[j], __fadd_rn(__fsqrt_rn(v[j]), s.c2_eps))));
             if (s.has_decay) pj = __fmul_rn(pj, s.decay);
             if (finite >> j & 1u) p[j] = pj;
-            unsigned c1 = encode_count(e1, __fdiv_rn(m[j], w1));
+        }
+        /* the codes: by the bucket table and the short division where they are exact (uniform over
+         * the warp), else by the tree and IEEE division */
+        unsigned c1s[8], c2s[8];
+        if (use_table && w1 >= enc::kDivLo && w1 <= enc::kDivHi && w2 >= enc::kDivLo && w2 <= enc::kDivHi) {
+            const float y1 = __frcp_rn(w1), y2 = __frcp_rn(w2);
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                c1s[j] = enc::count_by_table(tab1, tp1, enc::div_by_recip(m[j], w1, y1));
+                c2s[j] = enc::count_by_table(tab2, tp2, enc::div_by_recip(v[j], w2, y2));
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                c1s[j] = encode_count(e1, __fdiv_rn(m[j], w1));
+                c2s[j] = encode_count(e2, __fdiv_rn(v[j], w2));
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            unsigned c1 = c1s[j];
             const bool neg_code = (sign1[c1 >> 5] >> (c1 & 31)) & 1u;
             if (neg_code != (signbit(m[j]) != 0)) c1 = m[j] > 0.0f ? c1 + 1u : c1 - 1u;
-            const unsigned c2 = encode_count(e2, __fdiv_rn(v[j], w2));
             o1[j >> 2] |= (c1 & 0xffu) << (8 * (j & 3));
-            o2[j >> 2] |= c2 << (8 * (j & 3));
+            o2[j >> 2] |= c2s[j] << (8 * (j & 3));
         }
         if (kVec && full) {
 #pragma unroll

@@ -1,0 +1,130 @@
+/* adamw8bit_encode.h — the 8-bit AdamW kernel's (gpu/adamw8bit.cu) fast encode and division, host
+ * and device, so that every formula here is tested on the CPU (tests/parity/adamw8bit_encode_test.cc,
+ * in every `bazel test //...`).
+ *
+ * C++17, header only; no CUDA types.
+ *
+ * Encode by buckets. The code of x for an ascending map is count(x) = #{c in 0..254 : x ≥ T_c}, T_c =
+ * quant8_cuda_threshold (ref/quant8.h; NaN counts none). x is first clamped to [−2, 2] (NaN → −2,
+ * whose count is 0 as NaN's; beyond ±2 the count is 0 or 255 as at ±2, the thresholds lying in
+ * (−1, 1)). The clamped value's magnitude bits u = bits & 0x7fffffff, raised to
+ * kLo (2^−23), pick a bucket k = (max(u, kLo) − kLo) >> kShift of kBuckets per sign; entry e = k +
+ * sign·kBuckets covers a contiguous range of values (bucket 0 of each sign reaches down to ±0). The
+ * table holds c0[e] = count(lowest value of e), and the pairs (T_c, T_{c+1}) (NaN beyond 254), so
+ *   count(x) = c0 + (x ≥ T_c0) + (x ≥ T_c0+1)
+ * whenever at most kMaxPerBucket = 2 thresholds lie in an entry's range (the count is monotone, the
+ * thresholds after c0 are the next ones up). Both dynamic maps hold at most 2 (shift 17: the
+ * unsigned map's spacing near 1 is 0.007, a bucket there 2^−7 wide); the kernel checks the bound for
+ * the maps it is given and otherwise keeps the tree search.
+ *
+ * Division by a block's maximum. For w in [2^−70, 2^100] and |a| ≤ w (or a NaN), with y = RN(1/w):
+ *   q = RN(a·y), r = RN(a − w·q) (fma), q' = RN(q + r·y) (fma)
+ * is RN(a/w) whenever |a/w| ≥ 2^−30 (Markstein: y correctly rounded and normal, q within one ulp;
+ * a − w·q is a multiple of 2^(e_w + e_q − 46) ≥ 2^−146 below 2^24 of those, so exact), and otherwise |q'| < 2^−29 like RN(a/w); so the two have the same count whenever no
+ * threshold lies in (−2^−29, 2^−29] (the kernel checks this too; the maps' smallest is 1.6·10^−7).
+ */
+#ifndef REFINE_GPU_ADAMW8BIT_ENCODE_H
+#define REFINE_GPU_ADAMW8BIT_ENCODE_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__CUDACC__)
+#define A8E_HD __host__ __device__ __forceinline__
+#else
+#define A8E_HD inline
+#endif
+
+namespace refine {
+namespace adamw8bit_encode {
+
+constexpr int kShift = 17;
+constexpr uint32_t kLo = 0x34000000u;  /* 2^-23 */
+constexpr uint32_t kTop = 0x40000000u; /* 2.0 */
+constexpr int kBuckets = (int)((kTop - kLo) >> kShift) + 1; /* per sign: 1537 */
+constexpr int kEntries = 2 * kBuckets;
+constexpr int kMaxPerBucket = 2;
+constexpr float kDivLo = 0x1p-70f, kDivHi = 0x1p100f; /* the maxima the short division takes */
+constexpr float kTiny = 0x1p-29f;                     /* no threshold may lie in (−kTiny, kTiny] */
+
+struct alignas(8) pair {
+    float lo, hi; /* T_c, T_{c+1} */
+};
+
+A8E_HD uint32_t bits_of(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return u;
+}
+A8E_HD float float_of(uint32_t u) {
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+/* x clamped to [−2, 2], every NaN (quiet or signaling: no fmaxf) to −2. */
+A8E_HD float clamp2(float x) {
+    const float lo = x >= -2.0f ? x : -2.0f;
+    return lo <= 2.0f ? lo : 2.0f;
+}
+
+/* The table entry of a clamped x. */
+A8E_HD uint32_t entry(float xc) {
+    const uint32_t b = bits_of(xc), u = b & 0x7fffffffu;
+    return (((u > kLo ? u : kLo) - kLo) >> kShift) + (b >> 31) * (uint32_t)kBuckets;
+}
+
+/* The smallest and the largest clamped value of entry e (0 ≤ e < kEntries). */
+A8E_HD uint32_t bucket_first_bits(uint32_t k) { return k ? kLo + (k << kShift) : 0u; }
+A8E_HD uint32_t bucket_last_bits(uint32_t k) {
+    const uint32_t u = kLo + ((k + 1u) << kShift) - 1u;
+    return u < kTop ? u : kTop;
+}
+A8E_HD float entry_lowest(uint32_t e) {
+    return e < (uint32_t)kBuckets ? float_of(bucket_first_bits(e)) : -float_of(bucket_last_bits(e - kBuckets));
+}
+A8E_HD float entry_highest(uint32_t e) {
+    return e < (uint32_t)kBuckets ? float_of(bucket_last_bits(e)) : -float_of(bucket_first_bits(e - kBuckets));
+}
+
+/* #{c : t[c] ≤ x} over 255 ascending thresholds t[c] = tp[c].lo, branch-free (the table's build). */
+A8E_HD unsigned count_sorted(const pair *tp, float x) {
+    unsigned lo = 0;
+    for (unsigned step = 128; step; step >>= 1) lo += (x >= tp[lo + step - 1].lo) ? step : 0u;
+    return lo;
+}
+
+/* An upper bound on count(entry_highest(e)) from the table (the value just past the entry is
+ * the lowest of its neighbour; the last positive entry is {2}; negative entry 0 ends at −0, whose
+ * count is that of +0, the lowest of positive entry 0). */
+A8E_HD unsigned count_bound_above(const uint8_t *c0, const pair *tp, uint32_t e) {
+    if (e + 1u < (uint32_t)kBuckets) return c0[e + 1u];
+    if (e + 1u == (uint32_t)kBuckets) return count_sorted(tp, 2.0f);
+    if (e == (uint32_t)kBuckets) return c0[0];
+    return c0[e - 1u];
+}
+
+/* count(x) by the table (c0 per entry, tp the pairs). */
+A8E_HD unsigned count_by_table(const uint8_t *c0, const pair *tp, float x) {
+    const float xc = clamp2(x);
+    const unsigned c = c0[entry(xc)];
+    const pair t = tp[c];
+    return c + (xc >= t.lo ? 1u : 0u) + (xc >= t.hi ? 1u : 0u);
+}
+
+/* RN(a / w) by the reciprocal y = RN(1/w) (header comment for where it holds). */
+A8E_HD float div_by_recip(float a, float w, float y) {
+#if defined(__CUDA_ARCH__)
+    const float q = __fmul_rn(a, y);
+    return __fmaf_rn(__fmaf_rn(-w, q, a), y, q);
+#else
+    const float q = a * y;
+    return fmaf(fmaf(-w, q, a), y, q);
+#endif
+}
+
+}  // namespace adamw8bit_encode
+}  // namespace refine
+
+#endif /* REFINE_GPU_ADAMW8BIT_ENCODE_H */

@@ -1,0 +1,148 @@
+/* adamw8bit_encode_test.cc — the 8-bit AdamW kernel's bucket encode and short division
+ * (gpu/adamw8bit_encode.h) on the CPU, in every `bazel test //...`. For both dynamic maps:
+ *
+ *   1. the table built as the kernel builds it (c0 = count of each entry's lowest value) meets the
+ *      kernel's checks: thresholds ascending, none in (−2^−29, 2^−29], at most 2 thresholds per
+ *      entry by the bound the kernel uses, and that bound is ≥ the exact count at the entry's top;
+ *   2. count_by_table = quant8_encode(QUANT8_CUDA) on every 64th fp32 bit pattern, each threshold
+ *      and midpoint ± 3 ulp, each entry's first and last value ± 2 ulp, ±0, ±Inf, NaNs, ±FLT_MIN;
+ *   3. div_by_recip(a, w, RN(1/w)) = a / w bit for bit when |a/w| ≥ 2^−30, and below that gives
+ *      the same code as a / w, for random w in [2^−70, 2^100] (log-uniform and powers of two) and
+ *      a = ±w·u, u log-uniform in [2^−160, 1] and u = 1, plus ±0 and NaN.
+ *
+ *   bazel test //tests/parity:adamw8bit_encode_test       (replay: --test_arg=--seed=N)
+ */
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <initializer_list>
+
+#include "gpu/adamw8bit_encode.h"
+#include "ref/quant8.h"
+#include "tests/common/harness.h"
+#include "tests/common/rng.h"
+
+using namespace refine::adamw8bit_encode;
+
+struct table {
+    float map[256];
+    pair tp[256];
+    uint8_t c0[kEntries];
+};
+
+static void build(table *t, int is_signed) {
+    quant8_dynamic_map(t->map, is_signed);
+    float th[257];
+    for (int c = 0; c < 255; c++) th[c] = quant8_cuda_threshold(t->map, c);
+    th[255] = th[256] = NAN;
+    for (int c = 0; c < 256; c++) t->tp[c] = pair{th[c], th[c + 1]};
+    for (uint32_t e = 0; e < (uint32_t)kEntries; e++) t->c0[e] = (uint8_t)count_sorted(t->tp, entry_lowest(e));
+}
+
+static void check_table(const table *t, int sgn) {
+    int unsorted = 0;
+    for (int c = 0; c + 1 < 255; c++) unsorted += !(t->tp[c].lo <= t->tp[c + 1].lo);
+    EXPECT(unsorted == 0, "signed=%d: %d thresholds out of order", sgn, unsorted);
+    EXPECT(count_sorted(t->tp, -kTiny) == count_sorted(t->tp, kTiny), "signed=%d: a threshold in (-2^-29, 2^-29]",
+           sgn);
+    int over = 0, loose = 0, worst = 0;
+    for (uint32_t e = 0; e < (uint32_t)kEntries; e++) {
+        const unsigned lo = count_sorted(t->tp, entry_lowest(e)), hi = count_sorted(t->tp, entry_highest(e));
+        const unsigned bound = count_bound_above(t->c0, t->tp, e);
+        if (!(entry_lowest(e) <= entry_highest(e)) || hi < lo) loose++;
+        if (bound < hi) loose++;
+        if ((int)(bound - t->c0[e]) > worst) worst = (int)(bound - t->c0[e]);
+        over += bound - t->c0[e] > (unsigned)kMaxPerBucket;
+    }
+    EXPECT(loose == 0, "signed=%d: %d entries whose range or bound is wrong", sgn, loose);
+    EXPECT(over == 0, "signed=%d: %d entries with more than %d thresholds (worst %d)", sgn, over, kMaxPerBucket,
+           worst);
+    /* the entries tile [-2, 2]: consecutive positive entries meet, negative ones mirror them */
+    int gaps = 0;
+    for (uint32_t k = 0; k + 1 < (uint32_t)kBuckets; k++) {
+        gaps += bits_of(entry_highest(k)) + 1u != bits_of(entry_lowest(k + 1));
+        gaps += entry_lowest(kBuckets + k) != -entry_highest(k) || entry_highest(kBuckets + k) != -entry_lowest(k);
+        gaps += entry(entry_lowest(k)) != k || entry(entry_highest(k)) != k;
+        gaps += entry(entry_lowest(kBuckets + k)) != kBuckets + k || entry(entry_highest(kBuckets + k)) != kBuckets + k;
+    }
+    gaps += entry_highest(kBuckets - 1) != 2.0f || entry_lowest(0) != 0.0f || entry(-0.0f) != (uint32_t)kBuckets;
+    EXPECT(gaps == 0, "signed=%d: %d breaks in the tiling of [-2, 2] by entries", sgn, gaps);
+}
+
+static void check_encode(const table *t, int sgn) {
+    long bad = 0, checked = 0;
+    float first_x = 0;
+    unsigned got0 = 0, want0 = 0;
+    auto one = [&](float x) {
+        const unsigned got = count_by_table(t->c0, t->tp, x), want = quant8_encode(t->map, x, QUANT8_CUDA);
+        if (got != want && bad++ == 0) first_x = x, got0 = got, want0 = want;
+        checked++;
+    };
+    for (uint64_t b = 0; b < ((uint64_t)1 << 32); b += 64) one(float_of((uint32_t)b ^ (uint32_t)(b >> 11)));
+    for (int c = 0; c < 255; c++) {
+        const float centers[3] = {t->tp[c].lo, (t->map[c] + t->map[c + 1]) * 0.5f, t->map[c]};
+        for (float x0 : centers) {
+            float x = x0;
+            for (int s = 0; s < 3; s++) x = nextafterf(x, -INFINITY);
+            for (int s = 0; s < 7; s++, x = nextafterf(x, INFINITY)) one(x);
+        }
+    }
+    for (uint32_t e = 0; e < (uint32_t)kEntries; e++)
+        for (float x0 : {entry_lowest(e), entry_highest(e)}) {
+            float x = nextafterf(nextafterf(x0, -INFINITY), -INFINITY);
+            for (int s = 0; s < 5; s++, x = nextafterf(x, INFINITY)) one(x);
+        }
+    for (float x : {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, 1.0f, -1.0f, FLT_MIN, -FLT_MIN, 2.0f, -2.0f, FLT_MAX,
+                    -FLT_MAX})
+        one(x);
+    one(float_of(0x7fffffffu)), one(float_of(0xffc00001u));
+    EXPECT(bad == 0, "table count = QUANT8_CUDA search (signed=%d): %ld of %ld differ, first x=%a table %u search %u",
+           sgn, bad, checked, (double)first_x, got0, want0);
+}
+
+static void check_division(const table *ts, uint64_t seed) {
+    struct rng r;
+    rng_init(&r, seed);
+    long bad = 0, checked = 0, exact = 0;
+    float fa = 0, fw = 0;
+    auto one = [&](float a, float w) {
+        const float y = 1.0f / w, q = div_by_recip(a, w, y);
+        volatile float ref = a / w;
+        bool ok;
+        if (isnan(ref)) ok = isnan(q);
+        else if (fabsf(ref) >= 0x1p-30f) ok = bits_of(q) == bits_of(ref), exact++;
+        else ok = fabsf(q) < kTiny;
+        for (int s = 0; s < 2; s++)
+            ok = ok && quant8_encode(ts[s].map, q, QUANT8_CUDA) == quant8_encode(ts[s].map, ref, QUANT8_CUDA) &&
+                 count_by_table(ts[s].c0, ts[s].tp, q) == quant8_encode(ts[s].map, ref, QUANT8_CUDA);
+        if (!ok && bad++ == 0) fa = a, fw = w;
+        checked++;
+    };
+    for (long i = 0; i < (1L << 24); i++) {
+        float w = (float)exp2(rng_range(&r, -70, 100));
+        if (i % 16 == 0) w = exp2f((float)(int)rng_range(&r, -70, 100));
+        w = w < kDivLo ? kDivLo : w > kDivHi ? kDivHi : w;
+        const float u = i % 64 == 1 ? 1.0f : (float)exp2(rng_range(&r, -160, 0));
+        float a = w * u;
+        if (fabsf(a) > w) a = w;
+        one(rng_int(&r, 2) ? -a : a, w);
+    }
+    for (float w : {kDivLo, kDivHi, 1.0f, 0x1.fffffep0f, 0x1.000002p-1f})
+        for (float a : {0.0f, -0.0f, NAN, w, -w, w * 0.5f, FLT_MIN, -FLT_MIN, 0x1p-149f}) one(a, w);
+    EXPECT(bad == 0, "div_by_recip: %ld of %ld (%ld exact cases) wrong, first a=%a w=%a", bad, checked, exact,
+           (double)fa, (double)fw);
+}
+
+int main(int argc, char **argv) {
+    const uint64_t seed = test_seed(argc, argv, 20260117);
+    static table ts[2];
+    for (int sgn = 0; sgn < 2; sgn++) {
+        build(&ts[sgn], sgn);
+        check_table(&ts[sgn], sgn);
+        check_encode(&ts[sgn], sgn);
+    }
+    check_division(ts, seed);
+    return test_finish("adamw8bit_encode_test");
+}
