@@ -48,6 +48,9 @@ __device__ __forceinline__ void merge_ms(float &m, float &s, float m2, float s2)
 }
 
 __device__ __forceinline__ void push(float &m, float &s, float z) {
+    /* exp(−inf − m) = 0 adds nothing; skipped, so that a state still empty (m = −inf) does not
+     * form exp(−inf − (−inf)) = NaN from a −inf logit */
+    if (z == -INFINITY) return;
     if (z > m) {
         s = __fadd_rn(__fmul_rn(s, expf(__fsub_rn(m, z))), 1.0f);
         m = z;
