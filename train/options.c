@@ -118,7 +118,7 @@ static const struct opt_def k_opts[] = {
     {"warmup-steps", BENCH, K_INT, OFF(bench_warmup), NULL, 0, 1 << 20, "optimizer steps run before the timed ones"},
     {"profile", BENCH, K_FLAG, OFF(profile), NULL, 0, 0, "also time every op category (a second JSON line)"},
     {"plan-only", BENCH, K_FLAG, OFF(plan_only), NULL, 0, 0,
-     "print the memory plan (with --max-seq: the longest sequence) and stop before allocating"},
+     "print the memory plan (with --max-seq: the longest sequence) and stop before allocating; with --memory-limit, no GPU needed"},
     {"ungrouped", BENCH, K_FLAG, OFF(ungrouped), NULL, 0, 0,
      "run each LoRA adapter alone (no q/k/v and gate/up groups), for comparisons"},
     {"help", BOTH, K_FLAG, OFF(help), NULL, 0, 0, "print this help"},

@@ -115,7 +115,10 @@ int main(int argc, char **argv) {
     int job = 0;
     if (comm_open(&comm, &job, &e) || (job && comm_nccl_join(&comm, &e))) io_exit(&e);
     const int root = comm_is_root(&comm);
-    if (gpu_engine_check(&o, &e)) io_exit(&e);
+    /* a plan for a card of --memory-limit GiB needs no device; everything else does */
+    const int offline = o.plan_only && o.memory_limit > 0 && gpu_device_query(NULL, 0, NULL, NULL, &e) != 0;
+    memset(&e, 0, sizeof e);
+    if (!offline && gpu_engine_check(&o, &e)) io_exit(&e);
     struct model_config c;
     if (model_config(&c, o.model, &e)) io_exit(&e);
     const int max_seq = o.seq == OPT_SEQ_AUTO;
@@ -129,9 +132,15 @@ int main(int argc, char **argv) {
     const char *method = train_method_names[o.method];
     char device[128];
     size_t free0 = 0, total = 0, free1 = 0, budget = 0;
-    if (gpu_device_query(device, sizeof device, NULL, &total, &e)) io_exit(&e);
-    const double peak = gpu_gemm_measure_bf16_rate(8192);
-    if (gpu_memory_budget(&o, device, sizeof device, &budget, &free0, &e)) io_exit(&e);
+    double peak = 0; /* the bf16 GEMM rate, measured before the budget (as the MFU's denominator) */
+    if (offline) { /* no device here: the plan of a card of --memory-limit GiB */
+        snprintf(device, sizeof device, "none (a %g GiB card)", (double)o.memory_limit);
+        budget = gpu_memory_budget_offline(&o);
+    } else {
+        if (gpu_device_query(device, sizeof device, NULL, &total, &e)) io_exit(&e);
+        peak = gpu_gemm_measure_bf16_rate(8192);
+        if (gpu_memory_budget(&o, device, sizeof device, &budget, &free0, &e)) io_exit(&e);
+    }
     if (max_seq) {
         g.T = o.seq = gpu_longest_fitting_seq(g, &c, budget, 1 << 20);
         if (g.T < 2) {

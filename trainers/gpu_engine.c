@@ -230,6 +230,11 @@ int gpu_memory_budget(const struct train_options *o, char *device, size_t cap, s
     return 0;
 }
 
+size_t gpu_memory_budget_offline(const struct train_options *o) {
+    const size_t limit = o->memory_limit > 0 ? (size_t)((double)o->memory_limit * GIB) : 0;
+    return limit > MEMORY_RESERVE ? limit - MEMORY_RESERVE : 0;
+}
+
 int gpu_memory_limit_check(const struct train_options *o, size_t total, size_t *free_now, struct io_err *e) {
     size_t free_b = 0;
     if (gpu_device_query(NULL, 0, &free_b, NULL, e)) return -1;

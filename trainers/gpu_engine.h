@@ -38,6 +38,9 @@ void gpu_model_options(struct gpu_llama_options *g, const struct model_settings 
  * the free bytes it was computed from. */
 int gpu_memory_budget(const struct train_options *o, char *device, size_t cap, size_t *budget, size_t *free_now,
                       struct io_err *e);
+/* The budget of a card of --memory-limit GiB with nothing else on it, less the same reserve: the
+ * plan a user makes on a machine without the GPU (bench --plan-only). 0 when the limit is unset. */
+size_t gpu_memory_budget_offline(const struct train_options *o);
 /* With the model built: the device's free bytes into free_now (NULL: not wanted), and under
  * --memory-limit a failure when the device (of `total` bytes) holds more than the limit. */
 int gpu_memory_limit_check(const struct train_options *o, size_t total, size_t *free_now, struct io_err *e);

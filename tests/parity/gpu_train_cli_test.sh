@@ -4,7 +4,8 @@
 #   - --precision fp32 is refused with one message pointing to //ref:train (exit status 1);
 #   - on a machine without a CUDA device it says so, points to //ref:train, and exits 1 before
 #     reading the model or the data, --precision fp8 included (and //gpu:bench --precision fp8)
-#     (skipped where a device answers nvidia-smi);
+#     (skipped where a device answers nvidia-smi), while `//gpu:bench --plan-only --memory-limit G`
+#     plans a card of G GiB there (the longest sequence, a plan that does not fit: exit 1);
 #   - //gpu:bench reads the same flag table: every flag it lists that the trainers take has the
 #     trainers' default, --micro-batch and its alias --batch are there, the trainers' data and
 #     output flags are refused by name (exit status 1), and its own flags are refused by the
@@ -51,6 +52,23 @@ else
     rc=$?
     check "//gpu:bench --precision fp8, no CUDA device: exit status $rc (1), one message" \
         test $rc -eq 1 -a "$(grep -c '^refine: no CUDA device' "$tmp/bench8.log")" -eq 1
+    # --plan-only with --memory-limit plans a card of that size without one
+    "$bench" --model llama-3.1-8b --method qlora --batch 1 --max-seq --recompute layer --offload --rank 32 \
+        --memory-limit 24 --plan-only >"$tmp/plan24.json" 2>"$tmp/plan24.log"
+    rc=$?
+    seq=$(sed -n 's/.*"seq":\([0-9]*\).*/\1/p' "$tmp/plan24.json")
+    check "bench --plan-only --max-seq --memory-limit 24, no device: exit status $rc (0), a 24 GiB card's longest 8B QLoRA sequence (${seq:-none}) in one JSON line" \
+        test $rc -eq 0 -a "$(grep -c '"system":"refine-plan".*"fits":1.*"device":"none (a 24 GiB card)"' "$tmp/plan24.json")" -eq 1 \
+        -a "${seq:-0}" -ge 32768 -a "${seq:-0}" -lt 262144
+    "$bench" --model llama-3.1-8b --method lora --micro-batch 16 --seq 512 --memory-limit 16 --plan-only \
+        >"$tmp/plan16.json" 2>"$tmp/plan16.log"
+    rc=$?
+    check "bench --plan-only: 8B LoRA 16×512 on a 16 GiB card does not fit: exit status $rc (1), \"fits\":0" \
+        test $rc -eq 1 -a "$(grep -c '"fits":0' "$tmp/plan16.json")" -eq 1
+    "$bench" --model llama-3.2-1b --plan-only >"$tmp/plannolimit.log" 2>&1
+    rc=$?
+    check "bench --plan-only without --memory-limit, no device: exit status $rc (1), says so" \
+        test $rc -eq 1 -a "$(grep -c '^refine: no CUDA device' "$tmp/plannolimit.log")" -eq 1
 fi
 # //gpu:bench: one flag table with the trainers
 "$bench" --help >"$tmp/bench.help"
