@@ -17,10 +17,11 @@
 #                                                       with recompute: --checkpointing unsloth)
 # Every JSON line goes to OUTDIR/bench.jsonl and each program's output to
 # OUTDIR/<workload>.<system>.log. A workload is "model:method:batch:seq[:recompute[:flag]]", flag
-# nopeer (refine alone) or adamw8bit (refine with the 8-bit optimizer, alone); with none given,
-# the default list below runs. A peer runs only where it has the method. Prints one line per
-# workload and peer: both tokens/s, the ratio, both peak memories; a row the peer wins in speed
-# or in memory is marked GAP.
+# nopeer (refine alone), adamw8bit (refine with the 8-bit optimizer, alone) or offload (refine
+# with --offload, beside the peers: the least-memory rows, Unsloth's offloaded checkpointing
+# opposite); with none given, the default list below runs. A peer runs only where it has the
+# method. Prints one line per workload and peer: both tokens/s, the ratio, both peak memories and
+# each side's settings; a row the peer wins in speed or in memory is marked GAP.
 set -u
 bench=${1:?usage: tools/bench_table.sh BENCH PEER.py OUTDIR [WORKLOAD...]}
 peer=${2:?usage: tools/bench_table.sh BENCH PEER.py OUTDIR [WORKLOAD...]}
@@ -32,10 +33,11 @@ if [ ${#workloads[@]} -eq 0 ]; then
     workloads=(
         llama-3.2-1b:lora:16:512 llama-3.2-1b:dora:16:512 llama-3.2-1b:full:16:512
         llama-3.2-1b:full:16:512:none:adamw8bit
-        llama-3.2-1b:lora:16:512:layer llama-3.2-1b:qlora:16:512
+        llama-3.2-1b:lora:16:512:layer llama-3.2-1b:lora:16:512:layer:offload llama-3.2-1b:qlora:16:512
         llama-3.2-3b:lora:16:512 llama-3.2-3b:dora:16:512 llama-3.2-3b:dora:8:512
-        llama-3.2-3b:qlora:19:512:layer
-        llama-3.1-8b:lora:16:512:none:nopeer llama-3.1-8b:lora:4:512:layer
+        llama-3.2-3b:qlora:19:512:layer llama-3.2-3b:qlora:19:512:layer:offload
+        llama-3.1-8b:lora:16:512:none:nopeer llama-3.1-8b:lora:8:512 llama-3.1-8b:lora:4:512:layer
+        llama-3.1-8b:qlora:1:32768:layer:offload
         smollm2-135m:lora:32:512 smollm2-135m:full:32:512
     )
 fi
@@ -44,17 +46,25 @@ for w in "${workloads[@]}"; do
     IFS=: read -r model method batch seq recompute flag <<<"$w"
     recompute=${recompute:-none}
     optimizer=adamw
-    [ "${flag:-}" = adamw8bit ] && optimizer=adamw8bit
+    extra=()
+    case ${flag:-} in
+    "" | nopeer) ;;
+    adamw8bit) optimizer=adamw8bit ;;
+    offload) extra=(--offload) ;;
+    *) echo "bench_table.sh: unknown flag '$flag' in $w (nopeer, adamw8bit, offload)" >&2; exit 1 ;;
+    esac
     name="$model.$method.${batch}x$seq.$recompute${flag:+.$flag}"
+    settings="--recompute $recompute${extra[*]:+ ${extra[*]}}${REFINE_FLAGS:+ $REFINE_FLAGS}"
+    [ "$optimizer" != adamw ] && settings+=" --optimizer $optimizer"
     echo "== $name" >&2
     # shellcheck disable=SC2086 # REFINE_FLAGS: words
     ours=$("$bench" --model "$model" --method "$method" --micro-batch "$batch" --seq "$seq" --recompute "$recompute" \
-        --optimizer "$optimizer" --profile ${REFINE_FLAGS:-} 2>"$out/$name.refine.log" | tee -a "$out/$name.refine.log" | grep '^{' | tee -a "$out/bench.jsonl" |
+        --optimizer "$optimizer" "${extra[@]}" --profile ${REFINE_FLAGS:-} 2>"$out/$name.refine.log" | tee -a "$out/$name.refine.log" | grep '^{' | tee -a "$out/bench.jsonl" |
         grep '"system"')
     t1=$(field "$ours" tokens_per_s)
     m1=$(field "$ours" peak_mem_GiB)
-    if [ "${PEER:-}" = none ] || [ -n "${flag:-}" ]; then
-        printf '%-40s refine %8s tok/s %6s GiB\n' "$name" "${t1:-fail}" "$m1"
+    if [ "${PEER:-}" = none ] || [ "${flag:-}" = nopeer ] || [ "${flag:-}" = adamw8bit ]; then
+        printf '%-40s refine %8s tok/s %6s GiB [%s]\n' "$name" "${t1:-fail}" "$m1" "$settings"
         continue
     fi
     IFS=, read -ra peers <<<"${PEERS:-hf}"
@@ -77,6 +87,7 @@ for w in "${workloads[@]}"; do
         if [ "$recompute" != none ]; then
             if [ "$p" = unsloth ]; then args+=(--checkpointing unsloth); else args+=(--recompute); fi
         fi
+        theirs_settings="${args[*]:8}"
         theirs=$(PYTHONUNBUFFERED=1 python3 "$script" "${args[@]}" 2>"$out/$name.$p.log" | tee -a "$out/$name.$p.log" |
             grep '^{' | sed "s/^{/{\"peer\":\"$p\",/" | tee -a "$out/bench.jsonl")
         [ -z "$theirs" ] && echo "{\"peer\":\"$p\",\"workload\":\"$name\",\"error\":\"$(tail -c 300 "$out/$name.$p.log" | tr '\n"' ' ')\"}" >>"$out/bench.jsonl"
@@ -85,7 +96,7 @@ for w in "${workloads[@]}"; do
         ratio=$(awk -v a="${t1:-0}" -v b="${t2:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a / b; else print "-" }')
         gap=$(awk -v a="${t1:-0}" -v b="${t2:-0}" -v ma="${m1:-0}" -v mb="${m2:-0}" \
             'BEGIN { if (b > 0 && (a < b || (mb > 0 && ma > mb))) print "GAP" }')
-        printf '%-40s refine %8s tok/s %6s GiB | %-7s %8s tok/s %6s GiB | ratio %s %s\n' "$name" "${t1:-fail}" \
-            "$m1" "$p" "${t2:--}" "$m2" "$ratio" "$gap"
+        printf '%-40s refine %8s tok/s %6s GiB | %-7s %8s tok/s %6s GiB | ratio %s%s [refine %s; %s %s]\n' "$name" \
+            "${t1:-fail}" "$m1" "$p" "${t2:--}" "$m2" "$ratio" "${gap:+ $gap}" "$settings" "$p" "${theirs_settings:-defaults}"
     done
 done

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# bench_table_test.sh — tools/bench_table.sh's table logic on the CPU, with a stand-in //gpu:bench
+# and stand-in peers that print fixed figures and record their arguments:
+#   - each side gets the settings its row names (refine --recompute/--offload/--optimizer, HF
+#     --recompute, Unsloth --checkpointing unsloth), and prints them on the row;
+#   - the ratio is refine's tokens/s over the peer's; a row the peer wins in speed or in memory is
+#     marked GAP, a row refine wins in both is not;
+#   - refine-alone rows (adamw8bit, nopeer) run no peer; an unknown flag is refused (exit 1).
+set -uo pipefail
+table=${1:?usage: bench_table_test.sh tools/bench_table.sh}
+tmp=${TEST_TMPDIR:-/tmp}/bench_table_test.$$
+mkdir -p "$tmp/peers"
+pass=0
+fail=0
+check() { # check NAME COMMAND...
+    local name=$1
+    shift
+    if "$@"; then pass=$((pass + 1)); echo "ok   $name"; else fail=$((fail + 1)); echo "FAIL $name"; fi
+}
+# refine: 100 tok/s in 10 GiB, or 50 tok/s in 3 GiB with --offload
+cat >"$tmp/bench" <<'SH'
+#!/usr/bin/env bash
+echo "$*" >>"$(dirname "$0")/bench.args"
+t=100 m=10.00
+case " $* " in *" --offload "*) t=50 m=3.00 ;; esac
+echo "{\"system\":\"refine\",\"tokens_per_s\":$t,\"peak_mem_GiB\":$m}"
+SH
+chmod +x "$tmp/bench"
+# the peers: 80 tok/s in 12 GiB, or in 2 GiB with Unsloth's offloaded checkpointing
+for p in hf_peer unsloth_peer; do
+    cat >"$tmp/peers/$p.py" <<PY
+import json, os, sys
+open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "$p.args"), "a").write(" ".join(sys.argv[1:]) + "\n")
+mem = 2.0 if "unsloth" in sys.argv else 12.0
+print(json.dumps({"system": "$p", "tokens_per_s": 80, "peak_mem_GiB": mem}))
+PY
+done
+PEERS=hf,unsloth bash "$table" "$tmp/bench" "$tmp/peers/hf_peer.py" "$tmp/out" llama-3.2-1b:lora:16:512 \
+    llama-3.2-1b:lora:16:512:layer:offload llama-3.2-1b:full:16:512:none:adamw8bit >"$tmp/table.txt" 2>"$tmp/table.err"
+rc=$?
+cat "$tmp/table.txt"
+row() { grep "^$1 .*| $2 " "$tmp/table.txt"; }
+check "exit status $rc (0), five rows (two peers for each of two workloads, one refine alone)" \
+    test $rc -eq 0 -a "$(wc -l <"$tmp/table.txt")" -eq 5
+check "refine ahead in speed and memory: ratio 1.25, no GAP (HF)" \
+    bash -c "grep -q 'ratio 1.25 \\[' <<<'$(row llama-3.2-1b.lora.16x512.none hf)'"
+check "the same against Unsloth, each side's settings named" \
+    bash -c "grep -q 'ratio 1.25 \\[refine --recompute none; unsloth defaults\\]' <<<'$(row llama-3.2-1b.lora.16x512.none unsloth)'"
+check "the offload row: refine with --recompute layer --offload, Unsloth with its offloaded checkpointing" \
+    test "$(grep -- '--recompute layer' "$tmp/bench.args" | grep -c -- '--offload')" -eq 1 \
+    -a "$(grep -c -- '--offload' "$tmp/bench.args")" -eq 1 \
+    -a "$(grep -c -- '--checkpointing unsloth' "$tmp/peers/unsloth_peer.args")" -eq 1 \
+    -a "$(grep -c -- '--recompute' "$tmp/peers/hf_peer.args")" -eq 1
+check "a row the peer wins (slower, more memory) is a GAP, with its ratio 0.62" \
+    bash -c "grep -q 'ratio 0.62 GAP \\[refine --recompute layer --offload; unsloth --checkpointing unsloth\\]' <<<'$(row llama-3.2-1b.lora.16x512.layer.offload unsloth)'"
+check "speed alone makes a GAP too (HF: 50 against 80 tok/s, though in more memory)" \
+    bash -c "grep -q 'GAP' <<<'$(row llama-3.2-1b.lora.16x512.layer.offload hf)'"
+check "adamw8bit: refine alone with --optimizer adamw8bit, no peer ran for it" \
+    test "$(grep -c -- '--method full .*--optimizer adamw8bit' "$tmp/bench.args")" -eq 1 \
+    -a "$(grep -c -- '--method full' "$tmp/peers/hf_peer.args" "$tmp/peers/unsloth_peer.args" | grep -c ':0$')" -eq 2 \
+    -a "$(grep -c '^llama-3.2-1b.full.16x512.none.adamw8bit .*refine .*\[--recompute none --optimizer adamw8bit\]' "$tmp/table.txt")" -eq 1
+check "every JSON line kept, the peers' tagged" \
+    test "$(grep -c '"peer":"unsloth"' "$tmp/out/bench.jsonl")" -eq 2 -a "$(grep -c '"system":"refine"' "$tmp/out/bench.jsonl")" -eq 3
+bash "$table" "$tmp/bench" "$tmp/peers/hf_peer.py" "$tmp/out2" llama-3.2-1b:lora:16:512:none:offlaod >/dev/null 2>"$tmp/bad.err"
+rc=$?
+check "an unknown flag: exit status $rc (1), named" test $rc -eq 1 -a "$(grep -c "unknown flag 'offlaod'" "$tmp/bad.err")" -eq 1
+rm -rf "$tmp"
+echo "bench_table_test: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
