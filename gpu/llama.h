@@ -146,6 +146,10 @@ int gpu_llama_plan_bytes(struct gpu_llama_plan *p, const struct model_config *c,
                          struct io_err *e);
 /* One line: "plan for B×T: 12.3 GiB = weights 2.3 + parameters 0.1 + ... ". */
 void gpu_llama_plan_describe(char *buf, size_t cap, const struct gpu_llama_plan *p, int B, int T);
+/* The plan's seven categories as JSON members in GiB with `digits` decimals, no braces:
+ * "weights":..,"params":..,"grads":..,"optim":..,"acts":..,"scratch":..,"fixed":.. (callers add
+ * total, host and the enclosing object). */
+void gpu_llama_plan_json_fields(char *buf, size_t cap, const struct gpu_llama_plan *p, int digits);
 
 /* The current CUDA device (a job's rank has chosen its own): 0 and its name and memory, or -1 with e
  * saying there is none usable. */

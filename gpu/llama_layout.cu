@@ -678,6 +678,16 @@ extern "C" void gpu_llama_plan_describe(char *buf, size_t cap, const gpu_llama_p
         snprintf(buf + k, cap - (size_t)k, "; layer inputs offloaded to %.2f GiB of pinned host memory", p->host / G);
 }
 
+extern "C" void gpu_llama_plan_json_fields(char *buf, size_t cap, const gpu_llama_plan *p, int digits) {
+    const double G = 1024.0 * 1024.0 * 1024.0;
+    const int d = digits;
+    snprintf(buf, cap,
+             "\"weights\":%.*f,\"params\":%.*f,\"grads\":%.*f,\"optim\":%.*f,\"acts\":%.*f,\"scratch\":%.*f,"
+             "\"fixed\":%.*f",
+             d, p->weights / G, d, p->params / G, d, p->grads / G, d, p->optim / G, d, p->acts / G, d, p->scratch / G,
+             d, p->fixed / G);
+}
+
 extern "C" int gpu_device_check_fp8(io_err *e) {
     cudaDeviceProp prop;
     int n = 0;

@@ -155,15 +155,15 @@ int main(int argc, char **argv) {
     char line[512];
     gpu_llama_plan_describe(line, sizeof line, &plan, g.B, g.T);
     if (root) fprintf(stderr, "%s%s\n", line, job ? " (per GPU)" : "");
+    char fields[400];
+    gpu_llama_plan_json_fields(fields, sizeof fields, &plan, 3);
     if (o.plan_only) {
         if (root)
             printf("{\"system\":\"refine-plan\",\"model\":\"%s\",\"method\":\"%s\",\"batch\":%d,\"seq\":%d,"
-                   "\"fits\":%d,\"budget_GiB\":%.3f,\"plan_GiB\":{\"total\":%.3f,\"weights\":%.3f,\"params\":%.3f,"
-                   "\"grads\":%.3f,\"optim\":%.3f,\"acts\":%.3f,\"scratch\":%.3f,\"fixed\":%.3f,\"host\":%.3f},"
+                   "\"fits\":%d,\"budget_GiB\":%.3f,\"plan_GiB\":{\"total\":%.3f,%s,\"host\":%.3f},"
                    "\"device\":\"%s\"}\n",
-                   o.model, method, g.B, g.T, plan.total <= budget, budget / GIB, plan.total / GIB, plan.weights / GIB,
-                   plan.params / GIB, plan.grads / GIB, plan.optim / GIB, plan.acts / GIB, plan.scratch / GIB,
-                   plan.fixed / GIB, plan.host / GIB, device);
+                   o.model, method, g.B, g.T, plan.total <= budget, budget / GIB, plan.total / GIB, fields,
+                   plan.host / GIB, device);
         comm.destroy(comm.self);
         return plan.total <= budget ? 0 : 1;
     }
@@ -242,16 +242,13 @@ int main(int argc, char **argv) {
                "\"grad_accum\":%d,\"recompute\":\"%s\",\"optimizer\":\"%s\",\"precision\":\"%s\",\"fp8_recipe\":\"%s\","
                "\"base_dtype\":\"%s\",\"ungrouped\":%d,\"step_s\":%.4f,"
                "\"tokens_per_s\":%.0f,\"model_tflops\":%.1f,\"mfu\":%.3f,\"peak_mem_GiB\":%.2f,\"cuda_mem_GiB\":%.2f,"
-               "\"gemm_tflops\":%.1f,\"loss\":%.4f,\"first_loss\":%.4f,\"plan_GiB\":{\"weights\":%.3f,\"params\":%.3f,"
-               "\"grads\":%.3f,\"optim\":%.3f,\"acts\":%.3f,\"scratch\":%.3f,\"fixed\":%.3f},\"memory_limit_GiB\":%g,"
+               "\"gemm_tflops\":%.1f,\"loss\":%.4f,\"first_loss\":%.4f,\"plan_GiB\":{%s},\"memory_limit_GiB\":%g,"
                "\"offload\":%d,\"host_GiB\":%.3f,\"device\":\"%s\"%s}\n",
                o.model, method, o.rank, g.B, g.T, A, recompute_names[o.recompute], optimizer_names[o.optimizer],
                compute_precision_names[set.precision],
                set.precision == COMPUTE_FP8 ? fp8_recipe_names[set.fp8_recipe] : "none",
                set.base == BASE_FP8 ? "fp8" : set.base == BASE_NF4 ? "nf4" : "bf16", o.ungrouped, step_s, tps, fpt * tps / W / 1e12, peak > 0 ? fpt * tps / W / peak : 0.0, plan.total / GIB,
-               (double)(free0 - free1) / GIB, peak / 1e12, (double)loss, (double)loss0, plan.weights / GIB,
-               plan.params / GIB, plan.grads / GIB, plan.optim / GIB, plan.acts / GIB, plan.scratch / GIB,
-               plan.fixed / GIB, (double)o.memory_limit, o.offload, plan.host / GIB, device, extra);
+               (double)(free0 - free1) / GIB, peak / 1e12, (double)loss, (double)loss0, fields, (double)o.memory_limit, o.offload, plan.host / GIB, device, extra);
         fflush(stdout);
     }
     if (o.profile) {

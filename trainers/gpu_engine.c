@@ -212,6 +212,9 @@ void gpu_model_options(struct gpu_llama_options *g, const struct model_settings 
     g->offload = s->activations == ACTIVATIONS_OFFLOADED ? GPU_OFFLOAD_INPUTS : GPU_OFFLOAD_NONE;
 }
 
+/* What a run may plan of `usable` bytes: the runtime's reserve taken off. */
+static size_t less_reserve(size_t usable) { return usable > MEMORY_RESERVE ? usable - MEMORY_RESERVE : 0; }
+
 int gpu_memory_budget(const struct train_options *o, char *device, size_t cap, size_t *budget, size_t *free_now,
                       struct io_err *e) {
     size_t free_b = 0, total_b = 0;
@@ -226,13 +229,12 @@ int gpu_memory_budget(const struct train_options *o, char *device, size_t cap, s
         usable = limit > in_use ? limit - in_use : 0; /* what a card of that size has left now */
         if (usable > free_b) usable = free_b;
     }
-    *budget = usable > MEMORY_RESERVE ? usable - MEMORY_RESERVE : 0;
+    *budget = less_reserve(usable);
     return 0;
 }
 
 size_t gpu_memory_budget_offline(const struct train_options *o) {
-    const size_t limit = o->memory_limit > 0 ? (size_t)((double)o->memory_limit * GIB) : 0;
-    return limit > MEMORY_RESERVE ? limit - MEMORY_RESERVE : 0;
+    return less_reserve(o->memory_limit > 0 ? (size_t)((double)o->memory_limit * GIB) : 0);
 }
 
 int gpu_memory_limit_check(const struct train_options *o, size_t total, size_t *free_now, struct io_err *e) {
@@ -440,11 +442,9 @@ int gpu_engine_create(struct train_engine *eng, struct train_options *o, const s
         eng_destroy(ge);
         return -1;
     }
-    snprintf(ge->memory_json, sizeof ge->memory_json,
-             "{\"weights\":%.4f,\"params\":%.4f,\"grads\":%.4f,\"optim\":%.4f,\"acts\":%.4f,\"scratch\":%.4f,"
-             "\"fixed\":%.4f,\"total\":%.4f}",
-             plan.weights / GIB, plan.params / GIB, plan.grads / GIB, plan.optim / GIB, plan.acts / GIB,
-             plan.scratch / GIB, plan.fixed / GIB, plan.total / GIB);
+    char fields[400];
+    gpu_llama_plan_json_fields(fields, sizeof fields, &plan, 4);
+    snprintf(ge->memory_json, sizeof ge->memory_json, "{%s,\"total\":%.4f}", fields, plan.total / GIB);
     char jobs[32] = "";
     if (comm->world > 1) snprintf(jobs, sizeof jobs, "%d × ", comm->world);
     snprintf(ge->name, sizeof ge->name, "gpu (%s%s, %s%s%s%s)", jobs, device, compute_precision_names[set.precision],
