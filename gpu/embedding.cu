@@ -225,16 +225,10 @@ extern "C" void gpu_embedding_forward_bf16(uint16_t *out, const int32_t *ids, co
     KERNEL_CHECK(stream);
 }
 
-extern "C" size_t gpu_embedding_backward_workspace_size(int N, int V) {
-    CHECK(N >= 1 && V >= 1, "embedding N=%d V=%d", N, V);
-    return 0;
-}
-
 extern "C" void gpu_embedding_backward_f32(float *dtable, const uint16_t *dout, const int32_t *ids, int N, int C, int V,
-                                           void *workspace, cudaStream_t stream) {
+                                           cudaStream_t stream) {
     CHECK(N >= 1 && C >= 1 && V >= 1, "embedding N=%d C=%d V=%d", N, C, V);
     CHECK(C <= INT_MAX / kT, "embedding C=%d too wide", C);
-    (void)workspace;
     const int want = kBwdPerSm * sm_count();
     const int G = V < want ? V : want;
     const unsigned sentinel = (unsigned)(V - 1) / (unsigned)G + 1u; /* above every v / G */

@@ -10,7 +10,6 @@
  *
  * Shapes: ids (N) int32, 0 ≤ ids[n] < V (a precondition the data pipeline guarantees; it is not
  * checked on the device); table (V, C) bf16; out, dout (N, C) bf16; dtable (V, C) fp32;
- * workspace: unused (gpu_embedding_backward_workspace_size returns 0; may be NULL).
  * Preconditions: N ≥ 1, C ≥ 1, V ≥ 1. The forward moves 16 bytes per thread when C % 8 == 0 and
  * the pointers are 16-byte aligned. Aliasing: none.
  */
@@ -28,10 +27,8 @@ extern "C" {
 void gpu_embedding_forward_bf16(uint16_t *out, const int32_t *ids, const uint16_t *table, int N, int C, int V,
                                 cudaStream_t stream);
 
-size_t gpu_embedding_backward_workspace_size(int N, int V);
-
 void gpu_embedding_backward_f32(float *dtable, const uint16_t *dout, const int32_t *ids, int N, int C, int V,
-                                void *workspace, cudaStream_t stream);
+                                cudaStream_t stream);
 
 #ifdef __cplusplus
 }

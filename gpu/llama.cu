@@ -566,7 +566,7 @@ void backward(gpu_llama *m, uint64_t micro) {
     }
     if (full) {
         PROF(m, PROF_EMBED);
-        gpu_embedding_backward_f32(m->embed_grad, m->G, m->tokens, N, c.C, c.V, m->ws, s);
+        gpu_embedding_backward_f32(m->embed_grad, m->G, m->tokens, N, c.C, c.V, s);
     }
     if (m->grad_hook) m->grad_hook(m->grad_hook_ctx, c.L + 1);
 }

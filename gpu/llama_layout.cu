@@ -23,7 +23,6 @@
 #include "gpu/cross_entropy.h"
 #include "gpu/cuda_check.h"
 #include "gpu/dora.h"
-#include "gpu/embedding.h"
 #include "gpu/lora.h"
 #include "gpu/llama_internal.h"
 #include "gpu/rmsnorm.h"
@@ -406,7 +405,6 @@ size_t workspace_bytes(const gpu_llama *m) {
     size_t ws = gpu_attention_backward_workspace_size(o->B, o->T, c->H);
     ws = max_sz(ws, gpu_rmsnorm_backward_workspace_size(N, c->C));
     ws = max_sz(ws, gpu_lm_head_ce_workspace_size(N, c->V, m->plan.ce_rows));
-    if (full) ws = max_sz(ws, gpu_embedding_backward_workspace_size(N, c->V));
     for (int t = 0; t < LLAMA_N_LINEAR && !full; t++) {
         if (!gl_is_target(m, t)) continue;
         const gl_linear &lin = m->layers[0].lin[t];

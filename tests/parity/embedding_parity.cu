@@ -101,19 +101,16 @@ static void run_case(int N, int C, int V, int id, enum id_dist dist = IDS_SKEWED
     std::vector<uint16_t> tb(nt), db(nr);
     for (size_t i = 0; i < nt; i++) tb[i] = bf16_from_float(table[i]);
     for (size_t i = 0; i < nr; i++) db[i] = bf16_from_float(dout[i]);
-    struct dev_buf btab, bids, bout, bdout, bdt, bws;
+    struct dev_buf btab, bids, bout, bdout, bdt;
     dev_buf_alloc(&btab, "table", nt * 2, POISON_NONE, tb.data());
     dev_buf_alloc(&bids, "ids", (size_t)N * 4, POISON_NONE, ids.data());
     dev_buf_alloc(&bout, "out", nr * 2, POISON_BF16, nullptr);
     dev_buf_alloc(&bdout, "dout", nr * 2, POISON_NONE, db.data());
     dev_buf_alloc(&bdt, "dtable", nt * 4, POISON_NONE, dt0.data());
-    const size_t ws = gpu_embedding_backward_workspace_size(N, V);
-    memset(&bws, 0, sizeof bws);
-    if (ws > 0) dev_buf_alloc(&bws, "workspace", ws, POISON_NONE, nullptr);
     gpu_embedding_forward_bf16((uint16_t *)bout.data, (const int32_t *)bids.data, (const uint16_t *)btab.data, N, C, V,
                                g_stream);
     gpu_embedding_backward_f32((float *)bdt.data, (const uint16_t *)bdout.data, (const int32_t *)bids.data, N, C, V,
-                               bws.data, g_stream);
+                               g_stream);
     std::vector<uint16_t> ob(nr);
     std::vector<float> out_g(nr), dt_g(nt), dt_again(nt);
     dev_buf_download(&bout, ob.data(), 1);
@@ -133,12 +130,11 @@ static void run_case(int N, int C, int V, int id, enum id_dist dist = IDS_SKEWED
 
     dev_buf_reset(&bdt, dt0.data());
     gpu_embedding_backward_f32((float *)bdt.data, (const uint16_t *)bdout.data, (const int32_t *)bids.data, N, C, V,
-                               bws.data, g_stream);
+                               g_stream);
     dev_buf_download(&bdt, dt_again.data(), 0);
     cc.what = "dtable determinism";
     cmp_exact_bytes(&cc, dt_again.data(), dt_g.data(), nt * 4);
     for (struct dev_buf *b : {&btab, &bids, &bout, &bdout, &bdt}) dev_buf_free(b);
-    if (ws > 0) dev_buf_free(&bws);
 }
 
 struct bench_ctx {
@@ -146,7 +142,6 @@ struct bench_ctx {
     uint16_t *table, *out, *dout;
     int32_t *ids;
     float *dtable;
-    void *ws;
 };
 
 static void bench_call(void *p, cudaStream_t s) {
@@ -154,7 +149,7 @@ static void bench_call(void *p, cudaStream_t s) {
     if (b->which == 0)
         gpu_embedding_forward_bf16(b->out, b->ids, b->table, b->N, b->C, b->V, s);
     else
-        gpu_embedding_backward_f32(b->dtable, b->dout, b->ids, b->N, b->C, b->V, b->ws, s);
+        gpu_embedding_backward_f32(b->dtable, b->dout, b->ids, b->N, b->C, b->V, s);
 }
 
 static void bench(double ceiling) {
@@ -173,8 +168,6 @@ static void bench(double ceiling) {
         CUDA_CHECK(cudaMalloc(&b.out, nr * 2));
         CUDA_CHECK(cudaMalloc(&b.dout, nr * 2));
         CUDA_CHECK(cudaMalloc(&b.ids, (size_t)b.N * 4));
-        const size_t ws = gpu_embedding_backward_workspace_size(b.N, b.V);
-        if (ws > 0) CUDA_CHECK(cudaMalloc(&b.ws, ws));
         CUDA_CHECK(cudaMemset(b.table, 0x3F, nt * 2));
         CUDA_CHECK(cudaMemset(b.dout, 0x3F, nr * 2));
         CUDA_CHECK(cudaMemset(b.dtable, 0, nt * 4));
@@ -189,7 +182,7 @@ static void bench(double ceiling) {
         /* scatter-add: read dout (bf16) and, for the touched rows, read+write dtable (fp32) */
         bench_json("embedding_backward", shape, 2.0 * nr + 8.0 * nr + 4.0 * b.N, 0,
                    bench_time(bench_call, &b, g_stream, 5, 25, 10), ceiling);
-        for (void *p : {(void *)b.table, (void *)b.dtable, (void *)b.out, (void *)b.dout, (void *)b.ids, b.ws})
+        for (void *p : {(void *)b.table, (void *)b.dtable, (void *)b.out, (void *)b.dout, (void *)b.ids})
             CUDA_CHECK(cudaFree(p));
     }
 }

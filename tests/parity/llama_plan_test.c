@@ -86,8 +86,7 @@ int main(void) {
     }
     const double slack = 256.0 * 4096; /* 256-byte alignment of at most a few thousand buffers */
 
-    /* full fine-tuning: 6 + 4 + 8 bytes per parameter. Its plan includes the embedding backward's
-     * sort workspace, which CUB sizes from the device, or bounds without one (gpu/embedding.cu). */
+    /* full fine-tuning: 6 + 4 + 8 bytes per parameter. */
     const double np = n_params(&cs);
     struct gpu_llama_options of = opts(LLAMA_FULL, 2, 128);
     struct gpu_llama_plan pf = plan_of(&cs, &of);
