@@ -6,7 +6,8 @@
  * launches: (1) per-chunk Σg² (each thread sums its strided elements in order in fp32, then a fixed
  * shared-memory tree) into `partials`; (2) one block adds the partials in double in a fixed order
  * and writes the norm and the clip coefficient to device memory (no host round trip); (3) the
- * update, memory-bound (reads p, m, v, g, writes p, m, v and the bf16 copy: 30 bytes an element),
+ * update, memory-bound (reads p, m, v, g, writes p, m, v and the bf16 copy: 30 bytes an element;
+ * split masters read and write the copy and the low half instead of p: 28 bytes),
  * 16-byte accesses (4 elements a thread) for tensors whose size is a multiple of 4 and whose
  * buffers are aligned, else coalesced scalar accesses; each op written with __f*_rn so that nvcc
  * cannot contract it, and the two fused multiply-adds of ref/adamw.h with __fmaf_rn. kChunk is a multiple of 4, so a chunk never splits a vector.
@@ -24,7 +25,9 @@
 #include <cuda_bf16.h>
 
 #include "gpu/cuda_check.h"
+#include "gpu/master_pair.cuh"
 #include "io/check.h"
+#include "ref/master_pair.h"
 #include "ref/shard.h"
 
 namespace {
@@ -61,6 +64,7 @@ __device__ __forceinline__ float block_sum_f32(float v, float *sh) {
 struct tensor_desc {
     float *master;
     __nv_bfloat16 *copy;
+    uint16_t *lo; /* split masters: join(copy, lo) is the master (master NULL) */
     float *m, *v;
     const float *grad;
     int64_t n;
@@ -139,6 +143,11 @@ __device__ __forceinline__ void adamw_element(float &w, float &m, float &v, floa
     w = __fadd_rn(w, __fdiv_rn(__fmul_rn(s.neg_step_size, m), denom));
 }
 
+__global__ void pair_split_kernel(uint16_t *hi, uint16_t *lo, const float *x, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        master_pair_split_bits(__float_as_uint(x[i]), &hi[i], &lo[i]);
+}
+
 /* The sharded form's state: this rank's chunks (own, as above) and, per chunk of the whole table,
  * the offset of its first element in the flat arrays master, m, v (state_off; NULL: unsharded,
  * the tensors' own master, m, v). */
@@ -163,6 +172,39 @@ __global__ void __launch_bounds__(kBlock) adamw_chunk_update(const tensor_desc *
     if (sh.state_off) p.master = sh.master, p.m = sh.m, p.v = sh.v, shift = sh.state_off[ci] - c.start;
     const int64_t end = c.start + kChunk < p.n ? c.start + kChunk : p.n;
     const float coef = clip ? norm_coef[1] : 1.0f;
+    if (p.lo) { /* split masters (never sharded): the master is the pair */
+        uint16_t *hi = reinterpret_cast<uint16_t *>(p.copy);
+        if (p.vec4) {
+            for (int64_t i = c.start + 4 * threadIdx.x; i < end; i += 4 * kBlock) {
+                const float4 g = *reinterpret_cast<const float4 *>(p.grad + i);
+                float4 m = *reinterpret_cast<const float4 *>(p.m + i);
+                float4 v = *reinterpret_cast<const float4 *>(p.v + i);
+                const uint2 h4 = *reinterpret_cast<const uint2 *>(hi + i), l4 = *reinterpret_cast<const uint2 *>(p.lo + i);
+                float w[4] = {pair_join(h4.x & 0xFFFFu, l4.x & 0xFFFFu), pair_join(h4.x >> 16, l4.x >> 16),
+                              pair_join(h4.y & 0xFFFFu, l4.y & 0xFFFFu), pair_join(h4.y >> 16, l4.y >> 16)};
+                adamw_element(w[0], m.x, v.x, g.x, coef, p.decay, s);
+                adamw_element(w[1], m.y, v.y, g.y, coef, p.decay, s);
+                adamw_element(w[2], m.z, v.z, g.z, coef, p.decay, s);
+                adamw_element(w[3], m.w, v.w, g.w, coef, p.decay, s);
+                *reinterpret_cast<float4 *>(p.m + i) = m;
+                *reinterpret_cast<float4 *>(p.v + i) = v;
+                uint2 ho, lo;
+                pair_split2(w[0], w[1], &ho.x, &lo.x);
+                pair_split2(w[2], w[3], &ho.y, &lo.y);
+                *reinterpret_cast<uint2 *>(hi + i) = ho;
+                *reinterpret_cast<uint2 *>(p.lo + i) = lo;
+            }
+        } else {
+            for (int64_t i = c.start + threadIdx.x; i < end; i += kBlock) {
+                float w = pair_join(hi[i], p.lo[i]), m = p.m[i], v = p.v[i];
+                adamw_element(w, m, v, p.grad[i], coef, p.decay, s);
+                p.m[i] = m;
+                p.v[i] = v;
+                master_pair_split_bits(__float_as_uint(w), &hi[i], &p.lo[i]);
+            }
+        }
+        return;
+    }
     if (p.vec4) {
         for (int64_t i = c.start + 4 * threadIdx.x; i < end; i += 4 * kBlock) {
             const float4 g = *reinterpret_cast<const float4 *>(p.grad + i);
@@ -215,8 +257,10 @@ extern "C" struct gpu_adamw *build_gpu_adamw(const struct gpu_adamw_param *param
     std::vector<chunk_ref> chunks;
     bool norm_only = false;
     for (int t = 0; t < count; t++) {
-        const bool has_state = params[t].master && params[t].m && params[t].v;
-        const bool no_state = !params[t].master && !params[t].m && !params[t].v && !params[t].copy;
+        const bool split = params[t].lo != nullptr;
+        const bool has_state = (split ? params[t].copy && !params[t].master : params[t].master != nullptr) &&
+                               params[t].m && params[t].v;
+        const bool no_state = !params[t].master && !params[t].m && !params[t].v && !params[t].copy && !split;
         CHECK(params[t].n >= 1 && params[t].grad && (has_state || no_state),
               "adamw tensor %d: n=%lld, or master/m/v partly NULL", t, (long long)params[t].n);
         if (no_state) norm_only = true;
@@ -231,9 +275,9 @@ extern "C" struct gpu_adamw *build_gpu_adamw(const struct gpu_adamw_param *param
     for (int t = 0; t < count; t++) {
         const gpu_adamw_param &q = params[t];
         const bool al = ((uintptr_t)q.master | (uintptr_t)q.m | (uintptr_t)q.v | (uintptr_t)q.grad) % 16 == 0 &&
-                        (uintptr_t)q.copy % 8 == 0;
-        descs[t] = tensor_desc{q.master, reinterpret_cast<__nv_bfloat16 *>(q.copy), q.m, q.v, q.grad, q.n, q.decay,
-                               (q.n % 4 == 0 && al) ? 1 : 0};
+                        ((uintptr_t)q.copy | (uintptr_t)q.lo) % 8 == 0;
+        descs[t] = tensor_desc{q.master, reinterpret_cast<__nv_bfloat16 *>(q.copy), q.lo, q.m, q.v, q.grad, q.n,
+                               q.decay, (q.n % 4 == 0 && al) ? 1 : 0};
     }
     CUDA_CHECK(cudaMalloc(&a->d_params, sizeof(tensor_desc) * count));
     CUDA_CHECK(cudaMalloc(&a->d_chunks, sizeof(chunk_ref) * chunks.size()));
@@ -250,7 +294,10 @@ extern "C" struct gpu_adamw *build_gpu_adamw_sharded(const struct gpu_adamw_para
     CHECK((master && m && v) || (!master && !m && !v), "adamw sharded: master, m, v all or none");
     /* the whole model's chunk table, the tensors without state of their own */
     std::vector<gpu_adamw_param> stateless(params, params + count);
-    for (auto &q : stateless) q.master = q.m = q.v = nullptr, q.copy = nullptr;
+    for (auto &q : stateless) {
+        CHECK(q.lo == nullptr, "adamw sharded: split masters are not sharded");
+        q.master = q.m = q.v = nullptr, q.copy = nullptr;
+    }
     struct gpu_adamw *a = build_gpu_adamw(stateless.data(), count);
     /* the descriptors keep the copies (the update writes this rank's part of them) */
     if (master) {
@@ -364,4 +411,11 @@ extern "C" void gpu_adamw_step(struct gpu_adamw *a, const struct optim_step *st,
     }
     if (grad_norm)
         CUDA_CHECK(cudaMemcpyAsync(grad_norm, a->d_norm_coef, sizeof(float), cudaMemcpyDeviceToDevice, stream));
+}
+
+extern "C" void gpu_master_pair_split(uint16_t *hi, uint16_t *lo, const float *x, int64_t n, cudaStream_t stream) {
+    if (n <= 0) return;
+    const int64_t b = (n + 255) / 256;
+    pair_split_kernel<<<(unsigned)(b < 4096 ? b : 4096), 256, 0, stream>>>(hi, lo, x, n);
+    KERNEL_CHECK(stream);
 }

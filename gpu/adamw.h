@@ -21,6 +21,10 @@
  *
  * Non-finite gradients: when the norm is computed (clipping, or grad_norm requested) and is not
  * finite, the update kernel changes nothing (the caller reads the norm and reports the tensor).
+ * Split masters (--master split): master = NULL, lo and copy given: each element's master is
+ * master_pair_join(copy, lo) and the update writes master_pair_split of the new master back into
+ * both — the same update on the value the pair holds (ref/master_pair.h; the sharded form takes
+ * fp32 masters only).
  * Norm only: a tensor given with master = m = v = copy = NULL carries no state; a context holding
  * one serves gpu_adamw_grad_norm only (e.g. for an optimizer that updates elsewhere).
  * Shapes: per tensor, master, m, v, grad (n) fp32 and copy (n) bf16 or NULL; all device memory.
@@ -55,12 +59,14 @@ extern "C" {
 #endif
 
 struct gpu_adamw_param {
-    float *master;      /* (n) fp32 */
+    float *master;      /* (n) fp32, or NULL with lo (split) */
     uint16_t *copy;     /* (n) bf16 compute copy, or NULL */
     float *m, *v;       /* (n) fp32 moments, zero before the first step */
     const float *grad;  /* (n) fp32 */
     int64_t n;
     int decay;          /* 1: weight decay applies to this tensor */
+    uint16_t *lo;       /* split masters (ref/master_pair.h): (n) the low halves; the master is
+                           join(copy, lo), updated in place as split(master'); NULL: master */
 };
 
 
@@ -83,6 +89,9 @@ struct gpu_adamw *build_gpu_adamw_sharded(const struct gpu_adamw_param *params, 
 /* Sharded form: this rank's chunks' partial sums of squares into the returned device array
  * (*n_chunks floats, the others zero), for the caller to sum over the ranks before the step. */
 float *gpu_adamw_partials(struct gpu_adamw *a, int64_t *n_chunks, cudaStream_t stream);
+
+/* n fp32 masters x (device) into the pair (hi: the bf16 compute copy, lo), ref/master_pair.h. */
+void gpu_master_pair_split(uint16_t *hi, uint16_t *lo, const float *x, int64_t n, cudaStream_t stream);
 
 /* Only the global norm (no update), e.g. for logging: grad_norm (device float). */
 void gpu_adamw_grad_norm(struct gpu_adamw *a, float *grad_norm, cudaStream_t stream);

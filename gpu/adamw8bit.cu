@@ -40,6 +40,7 @@
 
 #include "gpu/adamw8bit_encode.h"
 #include "gpu/cuda_check.h"
+#include "gpu/master_pair.cuh"
 #include "io/check.h"
 
 namespace {
@@ -122,9 +123,16 @@ __device__ __forceinline__ void load_block(const gpu_adamw8bit_tensor &t, int64_
         for (int h = 0; h < 2; h++) {
             const int64_t i = base + 128 * h + 4 * lane;
             const float4 gv = __ldcs(reinterpret_cast<const float4 *>(t.grad + i));
-            const float4 pv = __ldcs(reinterpret_cast<const float4 *>(t.p + i));
             g[4 * h] = gv.x, g[4 * h + 1] = gv.y, g[4 * h + 2] = gv.z, g[4 * h + 3] = gv.w;
-            p[4 * h] = pv.x, p[4 * h + 1] = pv.y, p[4 * h + 2] = pv.z, p[4 * h + 3] = pv.w;
+            if (t.lo) {
+                const uint2 hv = __ldcs(reinterpret_cast<const uint2 *>(t.copy + i));
+                const uint2 lv = __ldcs(reinterpret_cast<const uint2 *>(t.lo + i));
+                p[4 * h] = pair_join(hv.x & 0xFFFFu, lv.x & 0xFFFFu), p[4 * h + 1] = pair_join(hv.x >> 16, lv.x >> 16);
+                p[4 * h + 2] = pair_join(hv.y & 0xFFFFu, lv.y & 0xFFFFu), p[4 * h + 3] = pair_join(hv.y >> 16, lv.y >> 16);
+            } else {
+                const float4 pv = __ldcs(reinterpret_cast<const float4 *>(t.p + i));
+                p[4 * h] = pv.x, p[4 * h + 1] = pv.y, p[4 * h + 2] = pv.z, p[4 * h + 3] = pv.w;
+            }
             q1w[h] = __ldcs(reinterpret_cast<const unsigned *>(t.q1 + i));
             q2w[h] = __ldcs(reinterpret_cast<const unsigned *>(t.q2 + i));
         }
@@ -139,7 +147,7 @@ __device__ __forceinline__ void load_block(const gpu_adamw8bit_tensor &t, int64_
             g[4 * h + k] = p[4 * h + k] = 0.0f;
             if (i < t.n) {
                 g[4 * h + k] = t.grad[i];
-                p[4 * h + k] = t.p[i];
+                p[4 * h + k] = t.lo ? pair_join(t.copy[i], t.lo[i]) : t.p[i];
                 q1w[h] |= (uint32_t)t.q1[i] << (8 * k);
                 q2w[h] |= (uint32_t)t.q2[i] << (8 * k);
             }
@@ -278,9 +286,17 @@ __global__ void __launch_bounds__(kThreads) adamw8bit_warp_step(gpu_adamw8bit_te
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const int64_t i = base + 128 * h + 4 * lane;
-                __stcs(reinterpret_cast<float4 *>(t.p + i), make_float4(p[4 * h], p[4 * h + 1], p[4 * h + 2], p[4 * h + 3]));
                 __stcs(reinterpret_cast<unsigned *>(t.q1 + i), o1[h]);
                 __stcs(reinterpret_cast<unsigned *>(t.q2 + i), o2[h]);
+                if (t.lo) { /* an unchanged (non-finite gradient) master splits into its own pair */
+                    uint2 hw, lw;
+                    pair_split2(p[4 * h], p[4 * h + 1], &hw.x, &lw.x);
+                    pair_split2(p[4 * h + 2], p[4 * h + 3], &hw.y, &lw.y);
+                    __stcs(reinterpret_cast<uint2 *>(t.copy + i), hw);
+                    __stcs(reinterpret_cast<uint2 *>(t.lo + i), lw);
+                    continue;
+                }
+                __stcs(reinterpret_cast<float4 *>(t.p + i), make_float4(p[4 * h], p[4 * h + 1], p[4 * h + 2], p[4 * h + 3]));
                 if (t.copy) {
                     const __nv_bfloat162 lo = __floats2bfloat162_rn(p[4 * h], p[4 * h + 1]);
                     const __nv_bfloat162 hi = __floats2bfloat162_rn(p[4 * h + 2], p[4 * h + 3]);
@@ -295,9 +311,13 @@ __global__ void __launch_bounds__(kThreads) adamw8bit_warp_step(gpu_adamw8bit_te
             for (int j = 0; j < 8; j++) {
                 const int64_t i = base + 128 * (j >> 2) + 4 * lane + (j & 3);
                 if (i < t.n) {
-                    if (finite >> j & 1u) t.p[i] = p[j];
                     t.q1[i] = (uint8_t)(o1[j >> 2] >> (8 * (j & 3)));
                     t.q2[i] = (uint8_t)(o2[j >> 2] >> (8 * (j & 3)));
+                    if (t.lo) {
+                        if (finite >> j & 1u) master_pair_split_bits(__float_as_uint(p[j]), &t.copy[i], &t.lo[i]);
+                        continue;
+                    }
+                    if (finite >> j & 1u) t.p[i] = p[j];
                     if (t.copy) reinterpret_cast<__nv_bfloat16 *>(t.copy)[i] = __float2bfloat16_rn(p[j]);
                 }
             }
@@ -318,10 +338,15 @@ __global__ void __launch_bounds__(kBlock) adamw32bit_elementwise(gpu_adamw8bit_t
         const float g = __fmul_rn(t.grad[i], gs);
         const float m = __fadd_rn(__fmul_rn(t.m[i], s.b1), __fmul_rn(s.one_minus_b1, g));
         const float v = __fadd_rn(__fmul_rn(t.v[i], s.b2), __fmul_rn(s.one_minus_b2, __fmul_rn(g, g)));
-        float p = __fadd_rn(t.p[i], __fmul_rn(s.step_size, __fdiv_rn(m, __fadd_rn(__fsqrt_rn(v), s.eps_c2))));
+        const float p0 = t.lo ? pair_join(t.copy[i], t.lo[i]) : t.p[i];
+        float p = __fadd_rn(p0, __fmul_rn(s.step_size, __fdiv_rn(m, __fadd_rn(__fsqrt_rn(v), s.eps_c2))));
         if (s.has_decay) p = __fmul_rn(p, s.decay);
         t.m[i] = m;
         t.v[i] = v;
+        if (t.lo) {
+            master_pair_split_bits(__float_as_uint(p), &t.copy[i], &t.lo[i]);
+            continue;
+        }
         t.p[i] = p;
         if (t.copy) reinterpret_cast<__nv_bfloat16 *>(t.copy)[i] = __float2bfloat16_rn(p);
     }
@@ -350,6 +375,7 @@ extern "C" void gpu_adamw8bit_step(const struct gpu_adamw8bit_tensor *t, const s
                                    cudaStream_t stream) {
     CHECK(h->step >= 1 && t->n >= 0, "adamw8bit step=%lld n=%lld", (long long)h->step, (long long)t->n);
     if (t->n == 0) return;
+    CHECK(t->lo ? t->copy != nullptr && t->p == nullptr : t->p != nullptr, "adamw8bit: a master (p, or copy and lo)");
     /* fp32 scalars exactly as ref/adamw8bit.c forms them (host fp32 arithmetic, no contraction) */
     scalars s;
     const float b1 = (float)h->hp.beta1, b2 = (float)h->hp.beta2, lr = (float)h->hp.lr, eps = (float)h->hp.eps;
@@ -372,8 +398,8 @@ extern "C" void gpu_adamw8bit_step(const struct gpu_adamw8bit_tensor *t, const s
         CHECK(t->q1 && t->q2 && t->absmax1 && t->absmax2 && t->map1 && t->map2, "adamw8bit: 8-bit state missing");
         const int64_t blocks = (t->n + kBlock - 1) / kBlock;
         const int64_t need = (blocks + kWarps - 1) / kWarps;
-        const bool vec = aligned(t->p, 16) && aligned(t->grad, 16) && aligned(t->copy, 8) && aligned(t->q1, 4) &&
-                         aligned(t->q2, 4);
+        const bool vec = aligned(t->p, 16) && aligned(t->grad, 16) && aligned(t->copy, 8) && aligned(t->lo, 8) &&
+                         aligned(t->q1, 4) && aligned(t->q2, 4);
         const int fill = vec ? full_grid<true>() : full_grid<false>();
         const unsigned grid = (unsigned)(need < fill ? need : fill);
         if (vec) adamw8bit_warp_step<true><<<grid, kThreads, 0, stream>>>(*t, s);

@@ -38,7 +38,7 @@ extern "C" {
 #endif
 
 struct gpu_adamw8bit_tensor {
-    float *p;          /* (n) fp32 master */
+    float *p;          /* (n) fp32 master, or NULL with lo */
     uint16_t *copy;    /* (n) bf16 compute copy, or NULL */
     const float *grad; /* (n) fp32 */
     int64_t n;
@@ -47,6 +47,8 @@ struct gpu_adamw8bit_tensor {
     float *absmax1, *absmax2;
     const float *map1, *map2;
     float *m, *v;      /* 32-bit path */
+    uint16_t *lo;      /* split masters (ref/master_pair.h): the master is join(copy, lo), written
+                          back as split(master'); NULL: p */
 };
 
 struct gpu_adamw8bit_args {

@@ -17,7 +17,9 @@
  *                        --base-dtype fp8: 1 byte a weight; dequantized the same way for bf16
  *                        products, its Wᵀ formed a layer at a time for FP8 products);
  *   trainable tensors    fp32 master + bf16 compute copy (the DoRA magnitude has no copy: it is
- *                        used elementwise in fp32), fp32 gradients (ACCUMULATE over micro-batches),
+ *                        used elementwise in fp32) — or, full fine-tuning with master MASTER_SPLIT,
+ *                        the copy and the master's low 16 bits (ref/master_pair.h: the same fp32
+ *                        values in 4 bytes), fp32 gradients (ACCUMULATE over micro-batches),
  *                        AdamW moments fp32, or bitsandbytes-style 8-bit blockwise states;
  *   activations          bf16 (the normalized layer inputs n1, n2 are recomputed in backward from
  *                        the saved input and h: one RMSNorm pass each instead of two (N, C) a layer),
@@ -71,6 +73,7 @@
 #include "io/error.h"
 #include "io/model_source.h"
 #include "ref/adamw.h" /* enum optimizer_kind, struct optim_step */
+#include "ref/master_pair.h" /* enum master_storage */
 #include "ref/llama.h" /* enum llama_mode, enum recompute_policy; io/family.h: enum llama_linear */
 
 #ifdef __cplusplus
@@ -111,6 +114,8 @@ struct gpu_llama_options {
     uint64_t seed;              /* of the dropout masks */
     enum recompute_policy recompute;
     enum optimizer_kind optimizer;
+    enum master_storage master; /* full fine-tuning: fp32 masters, or split into the bf16 copy and a low
+                                   half (ref/master_pair.h; not with the sharded optimizer) */
     int nested_nf4;             /* NF4 absmax double-quantized (always for weights quantized here) */
     int B, T;
     enum gpu_profiling profile;
@@ -130,7 +135,7 @@ struct gpu_llama_options {
  * cuBLASLt's handle, which the plan cannot see). */
 struct gpu_llama_plan {
     size_t weights;    /* frozen base weights (bf16 or NF4), the NF4 dequantization buffer, tables */
-    size_t params;     /* trainable masters (fp32) and compute copies (bf16) */
+    size_t params;     /* trainable masters (fp32, or the low halves of split ones) and compute copies (bf16) */
     size_t grads;      /* fp32 gradients */
     size_t optim;      /* optimizer state */
     size_t acts;       /* saved activations */

@@ -77,8 +77,9 @@ struct gl_param {
     char name[200];
     int ndim;
     int64_t shape[2], n;
-    float *master, *grad;
+    float *master, *grad; /* split masters: master is the load staging (the gradient row) */
     uint16_t *copy; /* bf16 compute copy, or NULL (DoRA magnitude) */
+    uint16_t *lo;   /* split masters (options.master): the low halves; the master is join(copy, lo) */
     float *m, *v;   /* AdamW moments (and the 8-bit optimizer's 32-bit path) */
     uint8_t *q1, *q2;
     float *absmax1, *absmax2;
@@ -280,6 +281,9 @@ void gl_shard_rows(gpu_llama *m, void *rows, gl_add_row_fn add_row);
 struct gpu_adamw *gl_shard_build_optimizer(gpu_llama *m);
 void gl_adamw8bit_steps(gpu_llama *m, const struct gpu_adamw8bit_args *a, cudaStream_t s);
 void gl_shard_take_masters(gpu_llama *m);
+/* Split masters: the loaded masters (staged in the gradient slab) become (copy, lo); the gradient
+ * slab is zeroed. A no-op for fp32 masters. */
+void gl_split_take_masters(gpu_llama *m);
 void gl_shard_tensor_write(gpu_llama *m, int i, const void *host);
 
 #endif /* REFINE_GPU_LLAMA_INTERNAL_H */

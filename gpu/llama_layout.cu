@@ -19,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <vector>
+
 #include "gpu/attention.h"
 #include "gpu/cross_entropy.h"
 #include "gpu/cuda_check.h"
@@ -135,8 +137,10 @@ int add_param(gpu_llama *m, gl_rows &rs, const char *name, int ndim, int64_t d0,
     p.n = ndim == 2 ? d0 * d1 : d0;
     p.dst_master = master, p.dst_copy = copy, p.dst_grad = grad;
     /* the sharded optimizer keeps masters and state in its own flat rows (gpu/llama_shard.cu) */
-    const int sharded = m->sharded;
-    if (!sharded) add(rs, SLAB_PARAMS, &p.master, p.n);
+    const int sharded = m->sharded, split = m->opt.master == MASTER_SPLIT;
+    if (split) CHECK(storage == PARAM_OWN, "layout: a split master needs its own bf16 copy (%s)", name);
+    if (split) add(rs, SLAB_PARAMS, &p.lo, p.n);
+    else if (!sharded) add(rs, SLAB_PARAMS, &p.master, p.n);
     if (storage == PARAM_OWN) add(rs, SLAB_PARAMS, &p.copy, p.n);
     if (storage != PARAM_IN_GROUP) add(rs, SLAB_GRADS, &p.grad, p.n);
     if (m->opt.optimizer == OPTIMIZER_ADAMW8BIT && p.n >= ADAMW8BIT_MIN_8BIT_SIZE) {
@@ -499,7 +503,8 @@ void point_views(gpu_llama *m) {
         }
     for (int i = 0; i < m->n_params; i++) {
         gl_param &p = m->params[i];
-        if (m->sharded) p.master = p.grad; /* the staging of a load (gl_shard_take_masters) */
+        /* the staging of a load (gl_shard_take_masters, gl_split_take_masters) */
+        if (m->sharded || m->opt.master == MASTER_SPLIT) p.master = p.grad;
         *p.dst_master = p.master;
         if (p.dst_copy) *p.dst_copy = p.copy;
         *p.dst_grad = p.grad;
@@ -612,6 +617,11 @@ static int check_options(const model_config *c, const gpu_llama_options *o, io_e
     }
     if (o->shard_world > 1 && o->mode != LLAMA_FULL)
         return io_fail(e, "the sharded optimizer is for full fine-tuning (adapters' optimizer state is small)");
+    if (o->master == MASTER_SPLIT && o->mode != LLAMA_FULL)
+        return io_fail(e, "split masters are for full fine-tuning (an adapter's fp32 masters are small)");
+    if (o->master == MASTER_SPLIT && o->shard_world > 1)
+        return io_fail(e, "split masters and the sharded optimizer do not go together: the sharded optimizer "
+                          "keeps each rank's fp32 masters (use --master fp32, or --shard-optimizer off)");
     if (o->shard_world > 1 && (o->shard_rank < 0 || o->shard_rank >= o->shard_world))
         return io_fail(e, "shard rank %d of %d", o->shard_rank, o->shard_world);
     return 0;
@@ -833,6 +843,16 @@ static void upload_fixed(gpu_llama *m) {
     free(cs);
 }
 
+void gl_split_take_masters(gpu_llama *m) {
+    if (m->opt.master != MASTER_SPLIT) return;
+    for (int i = 0; i < m->n_params; i++) {
+        const gl_param &p = m->params[i]; /* p.master: the staging in the gradient slab */
+        gpu_master_pair_split(p.copy, p.lo, p.master, p.n, m->stream);
+    }
+    CUDA_CHECK(cudaMemsetAsync(m->slab[SLAB_GRADS], 0, m->plan.grads, m->stream));
+    CUDA_CHECK(cudaStreamSynchronize(m->stream));
+}
+
 static void build_optimizer(gpu_llama *m) {
     if (m->sharded) {
         m->adamw = gl_shard_build_optimizer(m);
@@ -844,8 +864,15 @@ static void build_optimizer(gpu_llama *m) {
         const gl_param &p = m->params[i];
         /* the 8-bit optimizer uses this context for the global norm only: no state to update */
         const int adamw = m->opt.optimizer == OPTIMIZER_ADAMW;
-        ps[i] = gpu_adamw_param{adamw ? p.master : nullptr, adamw ? p.copy : nullptr, adamw ? p.m : nullptr,
-                                adamw ? p.v : nullptr, p.grad, p.n, 1};
+        const int split = m->opt.master == MASTER_SPLIT;
+        ps[i] = gpu_adamw_param{adamw && !split ? p.master : nullptr,
+                                adamw ? p.copy : nullptr,
+                                adamw ? p.m : nullptr,
+                                adamw ? p.v : nullptr,
+                                p.grad,
+                                p.n,
+                                1,
+                                adamw && split ? p.lo : nullptr};
     }
     m->adamw = build_gpu_adamw(ps, m->n_params);
     free(ps);
@@ -954,10 +981,29 @@ extern "C" const gpu_llama_tensor *gpu_llama_tensor_info(const gpu_llama *m, int
 
 static size_t tensor_bytes(const gl_tensor &t) { return (size_t)t.info.numel * (t.info.is_u8 ? 1 : 4); }
 
+/* A split master (role 0 of a model with split masters): its pair, copied to the host. */
+static bool is_split_master(const gpu_llama *m, const gl_tensor &t) {
+    return m->opt.master == MASTER_SPLIT && t.info.role == 0;
+}
+
+static void pair_to_host(const gl_param &p, std::vector<uint16_t> &hi, std::vector<uint16_t> &lo) {
+    hi.resize((size_t)p.n);
+    lo.resize((size_t)p.n);
+    CUDA_CHECK(cudaMemcpy(hi.data(), p.copy, sizeof(uint16_t) * (size_t)p.n, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(lo.data(), p.lo, sizeof(uint16_t) * (size_t)p.n, cudaMemcpyDeviceToHost));
+}
+
 extern "C" void gpu_llama_tensor_read(gpu_llama *m, int i, void *host) {
     CHECK(!m->sharded, "tensor %d: a sharded model's tensors are assembled (gpu_llama_tensor_assemble)", i);
     const gl_tensor &t = m->tensors[i];
     CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    if (is_split_master(m, t)) { /* the fp32 master the pair holds */
+        const gl_param &p = m->params[t.param];
+        std::vector<uint16_t> hi, lo;
+        pair_to_host(p, hi, lo);
+        master_pair_join_array(static_cast<float *>(host), hi.data(), lo.data(), p.n);
+        return;
+    }
     CUDA_CHECK(cudaMemcpy(host, t.dev, tensor_bytes(t), cudaMemcpyDeviceToHost));
 }
 
@@ -968,6 +1014,16 @@ extern "C" void gpu_llama_tensor_write(gpu_llama *m, int i, const void *host) {
     }
     const gl_tensor &t = m->tensors[i];
     CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    if (is_split_master(m, t)) { /* the written fp32 master becomes its pair */
+        const gl_param &p = m->params[t.param];
+        std::vector<uint16_t> hi((size_t)p.n), lo((size_t)p.n);
+        master_pair_split_array(hi.data(), lo.data(), static_cast<const float *>(host), p.n);
+        CUDA_CHECK(cudaMemcpy(p.copy, hi.data(), sizeof(uint16_t) * (size_t)p.n, cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(p.lo, lo.data(), sizeof(uint16_t) * (size_t)p.n, cudaMemcpyHostToDevice));
+        gl_fp8_state_written(m);
+        CUDA_CHECK(cudaStreamSynchronize(m->stream));
+        return;
+    }
     CUDA_CHECK(cudaMemcpy(t.dev, host, tensor_bytes(t), cudaMemcpyHostToDevice));
     if (t.info.role == 0 && m->params[t.param].copy)
         gl_to_bf16(m->params[t.param].copy, m->params[t.param].master, m->params[t.param].n, m->stream);

@@ -172,7 +172,7 @@ struct gpu_adamw *gl_shard_build_optimizer(gpu_llama *m) {
     std::vector<gpu_adamw_param> ps(m->n_params);
     for (int i = 0; i < m->n_params; i++) {
         const gl_param &p = m->params[i];
-        ps[i] = gpu_adamw_param{nullptr, p.copy, nullptr, nullptr, p.grad, p.n, 1};
+        ps[i] = gpu_adamw_param{nullptr, p.copy, nullptr, nullptr, p.grad, p.n, 1, nullptr};
     }
     const int adamw = m->opt.optimizer == OPTIMIZER_ADAMW;
     return build_gpu_adamw_sharded(ps.data(), m->n_params, m->pieces, m->n_pieces, adamw ? m->s_master : nullptr,
@@ -183,8 +183,21 @@ void gl_adamw8bit_steps(gpu_llama *m, const gpu_adamw8bit_args *a, cudaStream_t 
     if (!m->sharded) {
         for (int i = 0; i < m->n_params; i++) {
             const gl_param &p = m->params[i];
-            const gpu_adamw8bit_tensor t = {p.master,  p.copy,    p.grad, p.n,     p.is_8bit, p.q1, p.q2,
-                                            p.absmax1, p.absmax2, m->map1, m->map2, p.m,      p.v};
+            const int split = m->opt.master == MASTER_SPLIT;
+            const gpu_adamw8bit_tensor t = {split ? nullptr : p.master,
+                                            p.copy,
+                                            p.grad,
+                                            p.n,
+                                            p.is_8bit,
+                                            p.q1,
+                                            p.q2,
+                                            p.absmax1,
+                                            p.absmax2,
+                                            m->map1,
+                                            m->map2,
+                                            p.m,
+                                            p.v,
+                                            split ? p.lo : nullptr};
             gpu_adamw8bit_step(&t, a, s);
         }
         return;

@@ -225,6 +225,7 @@ extern "C" int gpu_llama_load(gpu_llama *m, const model_source *src, io_err *e) 
     dora_weight_squares(m);
     CUDA_CHECK(cudaStreamSynchronize(m->stream));
     gl_shard_take_masters(m); /* a sharded optimizer keeps its pieces of the masters */
+    gl_split_take_masters(m); /* split masters keep their pairs */
     return 0;
 }
 
@@ -276,6 +277,7 @@ extern "C" void gpu_llama_random_weights(gpu_llama *m, uint64_t seed) {
     dora_weight_squares(m);
     CUDA_CHECK(cudaStreamSynchronize(s));
     gl_shard_take_masters(m);
+    gl_split_take_masters(m);
 }
 
 extern "C" void gpu_llama_init_adapters(gpu_llama *m, uint64_t seed) {

@@ -75,6 +75,10 @@ static const struct opt_def k_opts[] = {
     {"beta2", BOTH, K_FLOAT, OFF(beta2), NULL, 0, 0.999999999, "AdamW beta2"},
     {"eps", BOTH, K_FLOAT, OFF(eps), NULL, 0, 1, "AdamW epsilon"},
     {"optimizer", BOTH, K_ENUM, OFF(optimizer), optimizer_names, 0, 0, "adamw | adamw8bit (bitsandbytes-style 8-bit blockwise states)"},
+    {"master", BOTH, K_ENUM, OFF(master), master_storage_names, 0, 0,
+     "--method full's fp32 master weights: fp32 (an array beside the bf16 copy: 6 bytes a parameter) | split (the "
+     "bf16 copy and the master's low 16 bits: 4 bytes, the same values but for one ulp at 1 in 2^17 patterns; "
+     "//ref:train keeps its masters at the values the pair holds)"},
     {"precision", BOTH, K_ENUM, OFF(precision), k_precisions, 0, 0,
      "arithmetic: auto (fp32 in //ref:train, bf16 in //gpu:train) | fp32 | bf16 (in //ref:train: bf16 weights and "
      "activations rounded where //gpu:train rounds them) | fp8 (bf16, and the block linears' products in FP8: E4M3 "
@@ -174,6 +178,7 @@ void train_options_defaults(struct train_options *o, const char *cache) {
     o->beta2 = 0.999f;
     o->eps = 1e-8f;
     o->optimizer = OPTIMIZER_ADAMW;
+    o->master = MASTER_FP32;
     o->fp8_recipe = FP8_RECIPE_DELAYED; /* Transformer Engine's default recipe */
     o->base_dtype = BASE_DTYPE_BF16;
     o->recompute = RECOMPUTE_NONE;
@@ -306,6 +311,8 @@ static int check_combination(const struct train_options *o, enum options_program
     if (o->method == METHOD_FULL && o->dropout > 0.0f)
         return io_fail(e, "--dropout applies to adapters; --method full trains the weights themselves");
     if (o->optimizer == OPTIMIZER_ADAMW8BIT && o->weight_decay < 0) return io_fail(e, "--weight-decay must be ≥ 0");
+    if (o->master == MASTER_SPLIT && o->method != METHOD_FULL)
+        return io_fail(e, "--master split is for --method full (an adapter's fp32 masters are a few megabytes)");
     if (o->base_dtype == BASE_DTYPE_FP8 && o->method != METHOD_LORA && o->method != METHOD_DORA)
         return io_fail(e, "--base-dtype fp8 stores the frozen base of lora and dora; --method %s %s",
                        train_method_names[o->method],

@@ -22,6 +22,7 @@
 #include "ref/fp8_linear.h"
 #include "ref/llama.h"
 #include "ref/lora.h"
+#include "ref/master_pair.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -85,6 +86,7 @@ struct train_options {
     float clip; /* 0: no clipping */
     float beta1, beta2, eps;
     enum optimizer_kind optimizer;
+    enum master_storage master; /* full fine-tuning's fp32 masters: an array, or split (ref/master_pair.h) */
     enum precision precision;
     enum fp8_recipe fp8_recipe; /* ref/fp8_linear.h: delayed | current | block */
     enum base_dtype base_dtype;

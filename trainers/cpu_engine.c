@@ -37,6 +37,9 @@
  *       Gradients are taken with respect to the compute copies and applied to the masters; the
  *       copies are refreshed (refresh_compute) after every optimizer step and whenever a
  *       checkpoint writes a parameter (resume), so the next forward sees round(master).
+ *       --master split (full fine-tuning, any precision): each master is kept as the value the
+ *       GPU's pair (bf16 copy + low 16 bits, ref/master_pair.h) holds — master_pair_round after
+ *       every update, at load and at resume — so both trainers update the same masters.
  *     The compute copies cost one more copy of the trainable parameters (bf16 mode only).
  *   fp8         bf16 as above, and the block linears' products in FP8 (ref/llama.h "FP8 block
  *               linears", NUMERICS.md §6.6), the same-precision twin of //gpu:train --precision fp8:
@@ -88,6 +91,7 @@
 #include "ref/llama.h"
 #include "ref/nf4.h"
 #include "ref/lora.h"
+#include "ref/master_pair.h"
 #include "train/engine.h"
 #include "train/metrics.h"
 #include "train/options.h"
@@ -102,6 +106,7 @@ struct param {
     float *data, *grad, *m, *v; /* m, v: AdamW's moments (--optimizer adamw) */
     float *compute;             /* bf16: the rounded copy the model computes with; NULL: uses data */
     struct adamw8bit_state s8; /* --optimizer adamw8bit */
+    int split;                 /* --master split: the master is kept as what its pair holds */
     int64_t numel;
     int ndim;
     int64_t shape[2];
@@ -241,8 +246,11 @@ static int eng_eval(void *self, const int32_t *tokens, const int32_t *labels, in
 }
 
 /* bf16: the compute copy of p becomes its master rounded to bf16 (what the GPU's optimizer writes
- * beside the fp32 master). A no-op for tensors without a copy and in fp32. */
+ * beside the fp32 master). A no-op for tensors without a copy and in fp32. --master split: the
+ * master first becomes the value its pair (bf16 copy, low half) holds (ref/master_pair.h), which
+ * is what the GPU keeps — in fp32 too, where it is the oracle of the split run. */
 static void refresh_compute(const struct param *p) {
+    if (p->split) master_pair_round_array(p->data, p->numel);
     if (p->compute) bf16_round_array(p->compute, p->data, p->numel);
 }
 
@@ -640,6 +648,7 @@ int cpu_engine_create(struct train_engine *eng, struct train_options *o, const s
         p->ndim = r->all[i].ndim;
         p->shape[0] = r->all[i].shape[0];
         p->shape[1] = r->all[i].shape[1];
+        p->split = s.master == MASTER_SPLIT; /* full fine-tuning only (train/options.c) */
         refresh_compute(p);
         if (r->adamw8bit) {
             adamw8bit_init(&p->s8, p->numel, ADAMW8BIT_MIN_8BIT_SIZE);

@@ -127,7 +127,7 @@ int main(int argc, char **argv) {
     model_settings_from_options(&set, &o, COMPUTE_BF16);
     struct gpu_llama_options g;
     gpu_model_options(&g, &set);
-    const int shard = job && comm.world > 1 && g.mode == LLAMA_FULL && o.shard_optimizer != SHARD_OFF;
+    const int shard = job && gpu_shards_optimizer(&o, &g, comm.world);
     if (shard) g.shard_world = comm.world, g.shard_rank = comm.rank; /* ZeRO-1, as //gpu:train */
     const char *method = train_method_names[o.method];
     char device[128];

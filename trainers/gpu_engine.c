@@ -203,6 +203,7 @@ void gpu_model_options(struct gpu_llama_options *g, const struct model_settings 
     g->seed = s->seed;
     g->recompute = s->recompute;
     g->optimizer = s->optimizer;
+    g->master = s->master;
     g->nested_nf4 = 1; /* weights quantized here are double-quantized */
     g->B = s->B;
     g->T = s->T;
@@ -210,6 +211,12 @@ void gpu_model_options(struct gpu_llama_options *g, const struct model_settings 
     g->nvtx = s->trace == TRACE_NVTX ? GPU_NVTX_RANGES : GPU_NVTX_OFF;
     g->grouping = s->grouping == ADAPTERS_UNGROUPED ? GPU_LORA_UNGROUPED : GPU_LORA_GROUPED;
     g->offload = s->activations == ACTIVATIONS_OFFLOADED ? GPU_OFFLOAD_INPUTS : GPU_OFFLOAD_NONE;
+}
+
+int gpu_shards_optimizer(const struct train_options *o, const struct gpu_llama_options *g, int world) {
+    /* auto: split masters keep the optimizer whole (the sharded one keeps fp32 masters) */
+    return world > 1 && g->mode == LLAMA_FULL &&
+           (o->shard_optimizer == SHARD_ON || (o->shard_optimizer == SHARD_AUTO && g->master == MASTER_FP32));
 }
 
 /* What a run may plan of `usable` bytes: the runtime's reserve taken off. */
@@ -355,8 +362,7 @@ int gpu_engine_create(struct train_engine *eng, struct train_options *o, const s
     if (o->shard_optimizer == SHARD_ON && g.mode != LLAMA_FULL)
         return io_fail(e, "--shard-optimizer on: the sharded optimizer is for --method full (an adapter's optimizer "
                           "state is small)");
-    const int shard = comm->world > 1 && comm->slabs == COMM_DEVICE && g.mode == LLAMA_FULL &&
-                      o->shard_optimizer != SHARD_OFF;
+    const int shard = comm->slabs == COMM_DEVICE && gpu_shards_optimizer(o, &g, comm->world);
     if (shard) g.shard_world = comm->world, g.shard_rank = comm->rank;
     /* a bitsandbytes checkpoint brings its own layout */
     if (model_source_is_bnb(src, llama_linears[LLAMA_Q].weight, 0)) g.nested_nf4 = src->config.quant.double_quant;

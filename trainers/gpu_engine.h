@@ -32,6 +32,9 @@ int gpu_engine_create(struct train_engine *eng, struct train_options *o, const s
 /* The GPU model's options for settings s (nested_nf4 = 1: weights quantized at load; a
  * bitsandbytes checkpoint's own layout is the caller's to set). */
 void gpu_model_options(struct gpu_llama_options *g, const struct model_settings *s);
+/* Whether a job of `world` ranks shards the optimizer of g (ZeRO-1): --shard-optimizer on, or auto
+ * for full fine-tuning with fp32 masters (split masters keep it whole). */
+int gpu_shards_optimizer(const struct train_options *o, const struct gpu_llama_options *g, int world);
 /* The bytes a run may plan: the device's free memory, or with --memory-limit what a card of that
  * size would have left now (the limit less what is already in use), less a reserve for the CUDA
  * runtime's and cuBLASLt's own allocations; device names the GPU, free_now (NULL: not wanted) gets

@@ -17,6 +17,7 @@
 #include "ref/fp8_linear.h"
 #include "ref/llama.h"
 #include "ref/lora.h"
+#include "ref/master_pair.h"
 #include "train/options.h"
 
 #ifdef __cplusplus
@@ -56,6 +57,7 @@ struct model_settings {
     uint64_t seed;        /* adapter initialization and dropout masks */
     enum recompute_policy recompute;
     enum optimizer_kind optimizer;
+    enum master_storage master; /* full fine-tuning's fp32 masters (ref/master_pair.h) */
     enum compute_precision precision;
     enum fp8_recipe fp8_recipe; /* the FP8 scaling (COMPUTE_FP8 and an FP8 base) */
     int B, T;             /* micro-batch and sequence length */

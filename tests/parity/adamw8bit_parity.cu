@@ -14,6 +14,10 @@
  * After every step: p, the codes q1 and q2, absmax1 and absmax2 (8-bit) or m and v (32-bit), and
  * the bf16 copy (= bf16(p), poisoned before each step) are compared; guards on every buffer.
  *
+ * Split masters (ref/master_pair.h: t.p NULL, the master is join(copy, t.lo)) on both paths and
+ * both load paths, non-finite gradients included: the reference's p kept as master_pair_round of
+ * itself after every step, the GPU's read back as join(copy, lo), bit for bit.
+ *
  * The device scalars (gpu_adamw8bit_args.norm_coef, .guard), on both paths: a step given norm_coef
  * from gpu_adamw_norm_and_coef (a norm-only gpu/adamw context over the same gradient) and a wrong
  * gnorm_scale (123) equals, bit for bit, the step given no norm_coef and gnorm_scale = the
@@ -41,6 +45,7 @@
 #include "gpu/cuda_check.h"
 #include "ref/adamw8bit.h"
 #include "ref/bf16.h"
+#include "ref/master_pair.h"
 #include "tests/common/compare.h"
 #include "tests/common/harness.h"
 #include "tests/common/rng.h"
@@ -52,17 +57,25 @@ static cudaStream_t g_stream;
 /* One tensor on the device: p and the bf16 copy, the state of the path s selects
  * (zero, the maps from s); the gradient buffer is the caller's (shared). */
 struct dev_tensor8 {
-    struct dev_buf p, copy, q1, q2, a1, a2, map1, map2, m, v;
+    struct dev_buf p, copy, lo, q1, q2, a1, a2, map1, map2, m, v;
     struct gpu_adamw8bit_tensor t;
+    int split;
 };
 
-static void dev_tensor8_alloc(dev_tensor8 *d, const struct adamw8bit_state *s, const float *p, const float *grad) {
+/* split: the master as the pair (copy, lo) of ref/master_pair.h, no p (p must be pair-exact). */
+static void dev_tensor8_alloc(dev_tensor8 *d, const struct adamw8bit_state *s, const float *p, const float *grad,
+                              int split = 0) {
     const int64_t n = s->n, nb = adamw8bit_n_blocks(n);
     const std::vector<unsigned char> zeros((size_t)n * 4, 0);
     memset(&d->t, 0, sizeof d->t);
+    d->split = split;
+    std::vector<uint16_t> hi((size_t)n), lo((size_t)n);
+    master_pair_split_array(hi.data(), lo.data(), p, n);
     dev_buf_alloc(&d->p, "p", (size_t)n * 4, POISON_NONE, p);
-    dev_buf_alloc(&d->copy, "copy", (size_t)n * 2, POISON_BF16, nullptr);
-    d->t.p = (float *)d->p.data, d->t.copy = (uint16_t *)d->copy.data, d->t.grad = grad, d->t.n = n;
+    dev_buf_alloc(&d->copy, "copy", (size_t)n * 2, split ? POISON_NONE : POISON_BF16, split ? hi.data() : nullptr);
+    dev_buf_alloc(&d->lo, "lo", (size_t)n * 2, POISON_NONE, lo.data());
+    d->t.p = split ? nullptr : (float *)d->p.data, d->t.copy = (uint16_t *)d->copy.data, d->t.grad = grad, d->t.n = n;
+    d->t.lo = split ? (uint16_t *)d->lo.data : nullptr;
     d->t.is_8bit = s->is_8bit;
     if (s->is_8bit) {
         dev_buf_alloc(&d->q1, "q1", (size_t)n, POISON_NONE, zeros.data());
@@ -82,7 +95,7 @@ static void dev_tensor8_alloc(dev_tensor8 *d, const struct adamw8bit_state *s, c
 }
 
 static void dev_tensor8_free(dev_tensor8 *d) {
-    for (struct dev_buf *b : {&d->p, &d->copy}) dev_buf_free(b);
+    for (struct dev_buf *b : {&d->p, &d->copy, &d->lo}) dev_buf_free(b);
     if (d->t.is_8bit)
         for (struct dev_buf *b : {&d->q1, &d->q2, &d->a1, &d->a2, &d->map1, &d->map2}) dev_buf_free(b);
     else
@@ -101,8 +114,14 @@ static snap8 snapshot(dev_tensor8 *d) {
     const int64_t n = d->t.n, nb = adamw8bit_n_blocks(n);
     snap8 s;
     s.p.resize((size_t)n), s.copy.resize((size_t)n);
-    dev_buf_download(&d->p, s.p.data(), 0);
-    dev_buf_download(&d->copy, s.copy.data(), 1);
+    dev_buf_download(&d->copy, s.copy.data(), !d->split);
+    if (d->split) { /* the master the pair holds */
+        std::vector<uint16_t> lo((size_t)n);
+        dev_buf_download(&d->lo, lo.data(), 0);
+        master_pair_join_array(s.p.data(), s.copy.data(), lo.data(), n);
+    } else {
+        dev_buf_download(&d->p, s.p.data(), 0);
+    }
     if (d->t.is_8bit) {
         s.q1.resize((size_t)n), s.q2.resize((size_t)n), s.a1.resize((size_t)nb), s.a2.resize((size_t)nb);
         dev_buf_download(&d->q1, s.q1.data(), 0);
@@ -165,36 +184,40 @@ enum grad_align { GRAD_ALIGNED = 0, GRAD_MISALIGNED = 1 };
 
 /* ga = GRAD_MISALIGNED: the gradient starts one element into its buffer (4-byte aligned, not 16),
  * which sends every block of the 8-bit kernel down its scalar-load path. */
-static void run_tensor(int64_t n, double wd, double gnorm_scale, int plant, int id, enum grad_align ga = GRAD_ALIGNED) {
+static void run_tensor(int64_t n, double wd, double gnorm_scale, int plant, int id, enum grad_align ga = GRAD_ALIGNED,
+                       int split = 0) {
     const uint64_t seed = g_seed * 1000003u + (uint64_t)id;
     struct rng r;
     rng_init(&r, seed);
     char shape[128];
-    snprintf(shape, sizeof shape, "n=%lld wd=%g gnorm_scale=%g%s%s", (long long)n, wd, gnorm_scale,
-             plant ? " nonfinite grads" : "", ga == GRAD_MISALIGNED ? " grad misaligned" : "");
+    snprintf(shape, sizeof shape, "n=%lld wd=%g gnorm_scale=%g%s%s%s", (long long)n, wd, gnorm_scale,
+             plant ? " nonfinite grads" : "", ga == GRAD_MISALIGNED ? " grad misaligned" : "",
+             split ? " split masters" : "");
     struct adamw8bit_hparams h = adamw8bit_defaults();
     h.hp.weight_decay = wd, h.gnorm_scale = gnorm_scale, h.variant = ADAMW8BIT_BNB_CUDA;
     struct adamw8bit_state s;
     adamw8bit_init(&s, n, h.min_8bit_size);
     std::vector<float> p((size_t)n), g((size_t)n);
     rng_fill_normal(&r, p.data(), n, 0.0, 1.0);
+    if (split) master_pair_round_array(p.data(), n);
 
     const int64_t lead = ga == GRAD_MISALIGNED ? 1 : 0;
     std::vector<float> gbuf((size_t)(n + lead), 0.25f);
     struct dev_buf bg;
     dev_buf_alloc(&bg, "grad", (size_t)(n + lead) * 4, POISON_NONE, nullptr);
     dev_tensor8 d;
-    dev_tensor8_alloc(&d, &s, p.data(), (const float *)bg.data + lead);
+    dev_tensor8_alloc(&d, &s, p.data(), (const float *)bg.data + lead, split);
     for (int step = 1; step <= 4; step++) {
         rng_fill_normal(&r, g.data(), n, 0.0, id % 2 ? 0.01 : 1.0);
         if (plant && step == 2 && n >= 300) g[5] = NAN, g[290] = INFINITY;
         if (plant && step == 3 && n >= 300) g[n - 1] = -INFINITY, g[n / 2] = NAN; /* the last (short) block too */
         std::copy(g.begin(), g.end(), gbuf.begin() + lead);
         dev_buf_reset(&bg, gbuf.data());
-        dev_buf_reset(&d.copy, nullptr); /* poisoned: every element of the copy must be written */
+        if (!split) dev_buf_reset(&d.copy, nullptr); /* poisoned: every element of the copy must be written */
         const struct gpu_adamw8bit_args a = {h.hp, h.gnorm_scale, step};
         gpu_adamw8bit_step(&d.t, &a, g_stream);
         adamw8bit_step(&s, p.data(), g.data(), &h);
+        if (split) master_pair_round_array(p.data(), n);
         std::vector<float> gg((size_t)(n + lead));
         dev_buf_download(&bg, gg.data(), 0); /* the gradient's guard regions */
         char label[32];
@@ -386,6 +409,11 @@ int main(int argc, char **argv) {
      * the next), and a 77-element last block on the vector path */
     run_tensor(((int64_t)1 << 21) + 77, 0.01, 1.0, 1, id++);
     run_tensor(5001, 0.01, 1.0, 1, id++);
+    /* split masters: the 32-bit path, the 8-bit vector and scalar-load paths, a short last block */
+    run_tensor(4095, 0.01, 1.0, 0, id++, GRAD_ALIGNED, 1);
+    run_tensor(100000, 0.01, 1.0, 1, id++, GRAD_ALIGNED, 1);
+    run_tensor(5001, 0.0, 0.5, 1, id++, GRAD_MISALIGNED, 1);
+    run_tensor(((int64_t)1 << 21) + 77, 0.01, 1.0, 0, id++, GRAD_ALIGNED, 1);
     run_scalars(4097, 1.0, id++);      /* 8-bit, clipped */
     run_scalars(4095, 1.0, id++);      /* 32-bit, clipped */
     run_scalars(16 * 2048, 0.0, id++); /* 8-bit, coefficient 1 */

@@ -11,6 +11,10 @@
  * in place and compared after every step; the bf16 copies are poisoned before each step and must
  * be written entirely; guard regions around every buffer.
  *
+ * Split masters (ref/master_pair.h: the bf16 copy and a low half, no fp32 array): the same runs
+ * with the reference's masters kept as master_pair_round of themselves, the GPU's read back as
+ * join(copy, lo) — the same rule and tiers as fp32 masters (bitwise without clipping).
+ *
  * A non-finite gradient (NaN, Inf) makes the norm non-finite and leaves every master, m and v as
  * they were, bitwise (gpu/adamw.h's guard), with and without clipping; a context without state
  * computes the same norm. The guard scalar (gpu_adamw_step's guard): finite (3.5), the steps
@@ -46,6 +50,7 @@
 #include "gpu/cuda_check.h"
 #include "ref/adamw.h"
 #include "ref/bf16.h"
+#include "ref/master_pair.h"
 #include "ref/shard.h"
 #include "tests/common/compare.h"
 #include "tests/common/harness.h"
@@ -76,24 +81,29 @@ static void oracle_step(host_tensor &t, const struct optim_step &h) {
     ref_adamw_step(t.p.data(), t.m.data(), t.v.data(), t.g.data(), t.n, h.step, &hp);
 }
 
-/* finite_guard: every step is given a guard scalar of 3.5 (finite: no effect on the update). */
-static void run_optimizer(const std::vector<int64_t> &sizes, double max_norm, int id, int finite_guard = 0) {
+/* finite_guard: every step is given a guard scalar of 3.5 (finite: no effect on the update).
+ * split: split masters (ref/master_pair.h) — every tensor has a copy, no fp32 master on the device;
+ * the reference updates master_pair_round of its masters and rounds them so after every step, and
+ * the GPU's masters are join(copy, lo). */
+static void run_optimizer(const std::vector<int64_t> &sizes, double max_norm, int id, int finite_guard = 0,
+                          int split = 0) {
     const uint64_t seed = g_seed * 1000003u + (uint64_t)id;
     struct rng r;
     rng_init(&r, seed);
     char shape[96];
-    snprintf(shape, sizeof shape, "%zu tensors, max_norm=%g%s", sizes.size(), max_norm,
-             finite_guard ? ", guard=3.5" : "");
+    snprintf(shape, sizeof shape, "%zu tensors, max_norm=%g%s%s", sizes.size(), max_norm,
+             finite_guard ? ", guard=3.5" : "", split ? ", split masters" : "");
     const int T = (int)sizes.size();
     std::vector<host_tensor> ts(T);
     for (int i = 0; i < T; i++) {
         host_tensor &t = ts[i];
-        t.n = sizes[i], t.decay = i % 3 != 1, t.has_copy = i % 2 == 0;
+        t.n = sizes[i], t.decay = i % 3 != 1, t.has_copy = split || i % 2 == 0;
         t.p.resize(t.n), t.m.assign(t.n, 0.0f), t.v.assign(t.n, 0.0f), t.g.resize(t.n);
         rng_fill_normal(&r, t.p.data(), t.n, 0.0, 1.0);
+        if (split) master_pair_round_array(t.p.data(), t.n);
     }
     /* Device state. */
-    std::vector<struct dev_buf> bp(T), bm(T), bv(T), bg(T), bc(T);
+    std::vector<struct dev_buf> bp(T), bm(T), bv(T), bg(T), bc(T), bl(T);
     std::vector<struct gpu_adamw_param> params(T);
     for (int i = 0; i < T; i++) {
         host_tensor &t = ts[i];
@@ -103,8 +113,13 @@ static void run_optimizer(const std::vector<int64_t> &sizes, double max_norm, in
         dev_buf_alloc(&bv[i], "v", b4, POISON_NONE, t.v.data());
         dev_buf_alloc(&bg[i], "grad", b4, POISON_NONE, nullptr);
         dev_buf_alloc(&bc[i], "copy", (size_t)t.n * 2, POISON_BF16, nullptr);
-        params[i] = {(float *)bp[i].data, t.has_copy ? (uint16_t *)bc[i].data : nullptr, (float *)bm[i].data,
-                     (float *)bv[i].data, (const float *)bg[i].data, t.n, t.decay};
+        std::vector<uint16_t> hi(t.n), lo(t.n);
+        master_pair_split_array(hi.data(), lo.data(), t.p.data(), t.n);
+        dev_buf_alloc(&bl[i], "lo", (size_t)t.n * 2, POISON_NONE, lo.data());
+        if (split) dev_buf_reset(&bc[i], hi.data());
+        params[i] = {split ? nullptr : (float *)bp[i].data, t.has_copy ? (uint16_t *)bc[i].data : nullptr,
+                     (float *)bm[i].data, (float *)bv[i].data, (const float *)bg[i].data, t.n, t.decay,
+                     split ? (uint16_t *)bl[i].data : nullptr};
     }
     struct gpu_adamw *opt = build_gpu_adamw(params.data(), T);
     struct dev_buf bnorm, bguard;
@@ -121,12 +136,15 @@ static void run_optimizer(const std::vector<int64_t> &sizes, double max_norm, in
             host_tensor &t = ts[i];
             rng_fill_normal(&r, t.g.data(), t.n, 0.0, i % 2 ? 0.01 : 1.0);
             dev_buf_reset(&bg[i], t.g.data());
-            dev_buf_reset(&bc[i], nullptr);
+            if (!split) dev_buf_reset(&bc[i], nullptr); /* split: the copy is half of the state */
         }
         dev_buf_reset(&bnorm, nullptr);
         gpu_adamw_step(opt, &h, guard, (float *)bnorm.data, g_stream);
         const double norm_r = oracle_norm_and_clip(ts, max_norm);
-        for (host_tensor &t : ts) oracle_step(t, h);
+        for (host_tensor &t : ts) {
+            oracle_step(t, h);
+            if (split) master_pair_round_array(t.p.data(), t.n);
+        }
 
         float norm_g = 0, norm_rf = (float)norm_r;
         dev_buf_download(&bnorm, &norm_g, 1);
@@ -138,10 +156,16 @@ static void run_optimizer(const std::vector<int64_t> &sizes, double max_norm, in
             host_tensor &t = ts[i];
             std::vector<float> p(t.n), m(t.n), v(t.n), cf(t.n);
             std::vector<uint16_t> c(t.n);
-            dev_buf_download(&bp[i], p.data(), 0);
             dev_buf_download(&bm[i], m.data(), 0);
             dev_buf_download(&bv[i], v.data(), 0);
-            dev_buf_download(&bc[i], c.data(), t.has_copy);
+            dev_buf_download(&bc[i], c.data(), t.has_copy && !split);
+            if (split) {
+                std::vector<uint16_t> lo(t.n);
+                dev_buf_download(&bl[i], lo.data(), 0);
+                master_pair_join_array(p.data(), c.data(), lo.data(), t.n);
+            } else {
+                dev_buf_download(&bp[i], p.data(), 0);
+            }
             std::vector<float> gtmp(t.n);
             dev_buf_download(&bg[i], gtmp.data(), 0);
             snprintf(what, sizeof what, "tensor %d (n=%lld) step %d master", i, (long long)t.n, step);
@@ -173,7 +197,7 @@ static void run_optimizer(const std::vector<int64_t> &sizes, double max_norm, in
     }
     free_gpu_adamw(opt);
     for (int i = 0; i < T; i++)
-        for (struct dev_buf *b : {&bp[i], &bm[i], &bv[i], &bg[i], &bc[i]}) dev_buf_free(b);
+        for (struct dev_buf *b : {&bp[i], &bm[i], &bv[i], &bg[i], &bc[i], &bl[i]}) dev_buf_free(b);
     dev_buf_free(&bnorm);
     dev_buf_free(&bguard);
 }
@@ -345,29 +369,36 @@ static void bench(double ceiling) {
         int count;
         int64_t n;
     } sets[] = {{"full-ft 64 x 4M", 64, (int64_t)4 << 20}, {"lora r16 1B: 112 x 16x2048..8192", 112, 16 * 4096}};
+    for (int split = 0; split < 2; split++)
     for (const set &st : sets) {
+        if (split && st.count != 64) continue; /* split masters: full fine-tuning */
         std::vector<struct gpu_adamw_param> ps(st.count);
         std::vector<void *> allocs;
         for (int i = 0; i < st.count; i++) {
             float *buf;
             uint16_t *copy;
             CUDA_CHECK(cudaMalloc(&buf, (size_t)st.n * 16));
-            CUDA_CHECK(cudaMalloc(&copy, (size_t)st.n * 2));
+            CUDA_CHECK(cudaMalloc(&copy, (size_t)st.n * 4));
             CUDA_CHECK(cudaMemset(buf, 0, (size_t)st.n * 16));
+            CUDA_CHECK(cudaMemset(copy, 0, (size_t)st.n * 4));
             allocs.push_back(buf), allocs.push_back(copy);
-            ps[i] = {buf, copy, buf + st.n, buf + 2 * st.n, buf + 3 * st.n, st.n, 1};
+            ps[i] = {split ? nullptr : buf, copy, buf + st.n, buf + 2 * st.n, buf + 3 * st.n, st.n, 1,
+                     split ? copy + st.n : nullptr};
         }
         bench_ctx b;
         b.opt = build_gpu_adamw(ps.data(), st.count);
         b.h = {1, {1e-4, 0.9, 0.999, 1e-8, 0.01}, 1.0};
         CUDA_CHECK(cudaMalloc(&b.norm, 4));
-        /* bytes: read p, m, v, g (16) + write p, m, v (12) + bf16 copy (2); the norm pass reads g again */
-        const double total = (double)st.count * st.n;
-        bench_json("adamw_step_clip", st.name, 34.0 * total, 0, bench_time(bench_call, &b, g_stream, 3, 15, 3), ceiling);
+        /* bytes: read p, m, v, g (16) + write p, m, v (12) + bf16 copy (2); the norm pass reads g
+         * again; split masters read and write copy + lo (4 + 4) instead of p and the copy (4 + 6) */
+        const double total = (double)st.count * st.n, per = split ? 28.0 : 30.0;
+        bench_json(split ? "adamw_step_clip_split" : "adamw_step_clip", st.name, (per + 4) * total, 0,
+                   bench_time(bench_call, &b, g_stream, 3, 15, 3), ceiling);
         b.h.clip = 0;
         CUDA_CHECK(cudaFree(b.norm));
         b.norm = nullptr;
-        bench_json("adamw_step_noclip", st.name, 30.0 * total, 0, bench_time(bench_call, &b, g_stream, 3, 15, 3), ceiling);
+        bench_json(split ? "adamw_step_noclip_split" : "adamw_step_noclip", st.name, per * total, 0,
+                   bench_time(bench_call, &b, g_stream, 3, 15, 3), ceiling);
         free_gpu_adamw(b.opt);
         for (void *p : allocs) CUDA_CHECK(cudaFree(p));
     }
@@ -610,6 +641,8 @@ int main(int argc, char **argv) {
     run_optimizer(lora, 0.5, 3);
     run_optimizer(edges, 0.0, 4, 1);
     run_optimizer(lora, 0.5, 5, 1);
+    run_optimizer(edges, 0.0, 6, 0, 1);
+    run_optimizer(lora, 0.5, 7, 0, 1);
     run_nonfinite(0.0, NAN);
     run_nonfinite(1.0, INFINITY);
     run_guard(NAN, 1.0, 1);

@@ -2,7 +2,9 @@
  * host arithmetic (no device is touched), so this runs in CI with the other CPU tests.
  *
  * What must hold, each derived from what the model stores (gpu/llama.h "Storage"):
- *   - trainable state: full fine-tuning holds per parameter an fp32 master and a bf16 copy (6 B),
+ *   - trainable state: full fine-tuning holds per parameter an fp32 master and a bf16 copy (6 B;
+ *     split masters: the copy and a 16-bit low half, 4 B — and Llama-3.1-8B 1×512 with --recompute
+ *     layer and the 8-bit optimizer then plans inside one 80 GB card),
  *     an fp32 gradient (4 B) and two fp32 moments (8 B); the 8-bit optimizer ~2 B per parameter of
  *     the large tensors; LoRA holds R·(C_in + C_out) per adapted linear and layer;
  *   - NF4 bases take ~0.5 B per weight plus the double-quantized absmax (1/64 B) where bf16 takes 2;
@@ -96,6 +98,13 @@ int main(void) {
     of.optimizer = OPTIMIZER_ADAMW8BIT;
     struct gpu_llama_plan pf8 = plan_of(&cs, &of);
     in_range("full, 8-bit AdamW: about 2 bytes per parameter", (double)pf8.optim, 2 * np, 2 * np * 1.05 + slack);
+    /* split masters (ref/master_pair.h): the bf16 copy and a 16-bit low half, 4 bytes a parameter */
+    struct gpu_llama_options osp = opts(LLAMA_FULL, 2, 128);
+    osp.master = MASTER_SPLIT;
+    struct gpu_llama_plan psp = plan_of(&cs, &osp);
+    in_range("full, split masters: params bytes = 4 per parameter", (double)psp.params, 4 * np, 4 * np + slack);
+    expect(psp.grads == pf.grads && psp.optim == pf.optim && psp.acts == pf.acts,
+           "split masters change the parameters only", (double)psp.grads, (double)pf.grads, (double)pf.grads);
 
     /* the sharded optimizer (ZeRO-1, ref/shard.h), per rank: the bf16 copies and the gradients
      * whole, the fp32 masters and the moments of 1/W of the elements (within one 8192-element chunk
@@ -241,9 +250,14 @@ int main(void) {
     one.recompute = RECOMPUTE_LAYER;
     const double g_one = plan_of(&c8, &one).total / GIB;
     in_range("Llama-3.1-8B full on one GPU (unsharded), 1x512 --recompute layer: over 80 GB", g_one, 80.0, 200.0);
+    /* with split masters and the 8-bit optimizer (4 + 4 + ~2 bytes a parameter) it fits one 80 GB card */
+    one.master = MASTER_SPLIT, one.optimizer = OPTIMIZER_ADAMW8BIT;
+    const double g_split = plan_of(&c8, &one).total / GIB;
+    in_range("Llama-3.1-8B full on one GPU, 1x512 --recompute layer, split masters + 8-bit AdamW (GiB)", g_split, 70.0,
+             78.0);
     printf("plans: 8B full sharded over 8 GPUs, per rank: 16x512 --recompute layer %.2f GiB, 4x512 %.2f GiB "
-           "(unsharded, one GPU, 1x512: %.2f GiB)\n",
-           worst16, worst4, g_one);
+           "(unsharded, one GPU, 1x512: %.2f GiB; split masters + 8-bit AdamW: %.2f GiB)\n",
+           worst16, worst4, g_one, g_split);
 
     /* refusals */
     struct gpu_llama_plan p;
@@ -261,13 +275,18 @@ int main(void) {
     f8full.base = GPU_BASE_FP8;
     struct gpu_llama_options osl = opts(LLAMA_LORA, 2, 128);
     osl.shard_world = 2;
+    struct gpu_llama_options osplit = opts(LLAMA_LORA, 2, 128);
+    osplit.master = MASTER_SPLIT;
+    struct gpu_llama_options oss = opts(LLAMA_FULL, 2, 128);
+    oss.master = MASTER_SPLIT, oss.shard_world = 2;
     const struct {
         const struct model_config *c;
         const struct gpu_llama_options *o;
         const char *want;
     } refused[] = {{&bad, &ol, "head_dim"},           {&c1, &od, "dropout"},   {&c1, &onf, "NF4"},
                    {&c1, &none, "targets"},           {&c1, &odd, "multiples of 16"},
-                   {&c1, &f8full, "FP8-stored base"}, {&c1, &osl, "full fine-tuning"}};
+                   {&c1, &f8full, "FP8-stored base"}, {&c1, &osl, "full fine-tuning"},
+                   {&c1, &osplit, "split masters are for full"}, {&c1, &oss, "sharded optimizer"}};
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         memset(&e, 0, sizeof e);
         const int rc = gpu_llama_plan_bytes(&p, refused[i].c, refused[i].o, &e);

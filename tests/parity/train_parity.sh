@@ -9,7 +9,8 @@
 # tiny Qwen2 golden models (tests/golden/data/e2e, byte-level tokenizer; --only tiny) and
 # SmolLM2-135M-Instruct (the GGUF in $REFINE_CACHE or ~/.cache/refine, on the first 3000 lines of
 # its King James Bible; --only smollm2). For each model and each method (lora, dora, qlora,
-# qdora, full), and each precision variant, three runs with identical flags:
+# qdora, full; full-split: --master split, ref/master_pair.h), and each precision variant, three
+# runs with identical flags:
 #   REF_TRAIN --precision fp32   the oracle
 #   REF_TRAIN --precision P      the naive same-precision run
 #   GPU_TRAIN --precision P      the candidate
@@ -21,7 +22,8 @@
 # 2×), and over all runs the geometric mean of their loss ratios must be at most 2 (tier (c)'s
 # 2×, where it is a stable statistic; one suite per family, bf16 and fp8). Besides:
 #   - the oracle trains (its validation loss falls), so that the comparison is of a run that moves;
-#   - determinism (tiny Llama LoRA and DoRA, SmolLM2 LoRA, bf16; tiny Llama LoRA and full fine-tuning
+#   - determinism (tiny Llama LoRA and DoRA, SmolLM2 LoRA, full fine-tuning with split masters and
+#     AdamW or the 8-bit optimizer, bf16; tiny Llama LoRA and full fine-tuning
 #     fp8-delayed, DoRA fp8-block, SmolLM2 LoRA fp8-current): a second identical GPU run is bitwise
 #     the first (`train_compare identical`); kill and resume: a GPU run with --checkpoint-every 5
 #     is killed (-9) once its LATEST names step-10 or later, rerun with --resume to the end, and
@@ -156,7 +158,12 @@ fi
 methods=(lora dora qlora qdora full)
 # The methods run on a model: the five, and on the tiny Llama also full fine-tuning with the 8-bit
 # optimizer (its embedding and MLP weights are large enough for 8-bit states).
-methods_of() { if [ "$1" = tiny-llama ]; then echo "${methods[*]} full-adamw8bit"; else echo "${methods[*]}"; fi; }
+# Full fine-tuning with split masters (--master split: the bf16 copy and the low halves) on every
+# model, with the 8-bit optimizer as well on the tiny Llama.
+methods_of() {
+    if [ "$1" = tiny-llama ]; then echo "${methods[*]} full-adamw8bit full-split full-adamw8bit-split"
+    else echo "${methods[*]} full-split"; fi
+}
 ref_sha=$(sha256sum "$ref" | cut -d' ' -f1)
 # The precision variants of a (model, method): those wanted, bf16-base8 for the methods with a
 # frozen bf16 base (lora, dora) only.
@@ -197,7 +204,11 @@ flags_of() { # model method
     # plain loops: 13 s per step on SmolLM2 with all seven targets on 2 cores, about 1 s with q,v.
     case $1-$2 in smollm2-dora | smollm2-qdora) targets="--targets q,v" ;; esac
     local method="--method $2"
-    [ "$2" = full-adamw8bit ] && method="--method full --optimizer adamw8bit"
+    case $2 in
+    full-adamw8bit) method="--method full --optimizer adamw8bit" ;;
+    full-split) method="--method full --master split" ;;
+    full-adamw8bit-split) method="--method full --optimizer adamw8bit --master split" ;;
+    esac
     echo "${model_flags[$1]} $method $targets --max-steps 20 --warmup 2 --eval-every 10 --eval-batches 2" \
         "--lr $lr --rank 8 --alpha 16 --seed 7"
 }
@@ -357,7 +368,8 @@ if [ $cpu_only -eq 0 ]; then
                 loss_ratios[$fam]="${loss_ratios[$fam]:-} $(sed -n '1s/.* loss_ratio=\([^ ]*\) .*/\1/p' "$logs/$name-compare.log")"
                 case $model-$method-$variant in
                 tiny-llama-lora-bf16 | tiny-llama-dora-bf16 | smollm2-lora-bf16 | tiny-llama-lora-fp8-delayed | \
-                    tiny-llama-full-fp8-delayed | tiny-llama-dora-fp8-block | smollm2-lora-fp8-current)
+                    tiny-llama-full-fp8-delayed | tiny-llama-dora-fp8-block | smollm2-lora-fp8-current | \
+                    tiny-llama-full-split-bf16 | tiny-llama-full-adamw8bit-split-bf16)
                     # shellcheck disable=SC2046
                     run_train "$gpu" "$model" "$method" "$tmp/runs/$name-2" "$logs/$name-2.log" $(variant_flags "$variant")
                     check "$what: a second GPU run exits 0" "$logs/$name-2.log" test $? -eq 0

@@ -101,6 +101,24 @@ check "bf16: 3 + resume 3 == 6: adapter bytes" cmp -s "$tmp/h/adapter/adapter_mo
 check "bf16: 3 + resume 3 == 6: per-step losses" test "$(losses "$tmp/h")" = "$(losses "$tmp/hb")"
 "$bin" "${common[@]}" --precision bf16 --method full --out "$tmp/hf" >"$tmp/hf.log" 2>&1
 check "bf16 full fine-tuning exports the model" test $? -eq 0 -a -s "$tmp/hf/merged/model.safetensors"
+# --master split: full fine-tuning's masters kept as the values a bf16 copy + 16 low bits hold
+# (ref/master_pair.h). The compute copy is the same bf16 of the same master, so each step's loss
+# matches the fp32-master run's; masters differ only by the one-ulp moves at rare ties, within
+# 1e-4 relative over six steps (measured: identical). Stop and resume are bitwise.
+"$bin" "${common[@]}" --precision bf16 --method full --master split --out "$tmp/hs" >"$tmp/hs.log" 2>&1
+check "--master split (bf16 full) exports the model" test $? -eq 0 -a -s "$tmp/hs/merged/model.safetensors"
+check "--master split: every step's loss within 1e-4 of the fp32-master run's" awk 'NR == FNR { f[FNR] = $1; next }
+    { n++; d = $1 - f[FNR]; if (d < 0) d = -d; if (!(d <= 1e-4 * f[FNR])) bad = 1 }
+    END { exit !(n == 6 && !bad) }' <(losses "$tmp/hf") <(losses "$tmp/hs")
+"$bin" "${common[@]}" --precision bf16 --method full --master split --out "$tmp/hs2" --stop-after 3 >/dev/null 2>&1
+"$bin" "${common[@]}" --precision bf16 --method full --master split --out "$tmp/hs2" --resume "$tmp/hs2" \
+    >"$tmp/hs2.log" 2>&1
+check "--master split: 3 + resume 3 == 6 (model bytes)" cmp -s "$tmp/hs/merged/model.safetensors" "$tmp/hs2/merged/model.safetensors"
+"$bin" "${common[@]}" --method full --master split --out "$tmp/hs3" >"$tmp/hs3.log" 2>&1
+check "--master split in fp32 (the oracle of the split runs) runs" test $? -eq 0 -a -s "$tmp/hs3/merged/model.safetensors"
+"$bin" "${common[@]}" --master split --out "$tmp/e_split" >"$tmp/e_split.log" 2>&1
+check "--master split with an adapter method: exit 1 with one message" \
+    test $? -eq 1 -a "$(grep -c '^refine: --master split is for --method full' "$tmp/e_split.log")" -eq 1
 "$bin" "${common[@]}" --precision bf16 --method dora --export merged --out "$tmp/hd" >"$tmp/hd.log" 2>&1
 check "bf16 DoRA with merged export" test $? -eq 0 -a -s "$tmp/hd/merged/model.safetensors"
 "$bin" "${common[@]}" --precision bf16 --method qlora --out "$tmp/hq" >"$tmp/hq.log" 2>&1

@@ -1,0 +1,111 @@
+/* master_pair.h — fp32 master weights held as two 16-bit halves: the bf16 compute copy and the
+ * master's low 16 bits (--master split, NUMERICS.md §5.5).
+ *
+ * A trained tensor needs its fp32 master (4 bytes) and the bf16 copy the GEMMs read (2 bytes).
+ * The copy is bf16_rne(master), which is the master's upper half or that half plus one (RNE
+ * rounds the bit pattern up or down, a carry included), so the master is recovered from the copy
+ * and its own lower half: 4 bytes a parameter instead of 6, with the same fp32 values.
+ *
+ *   split(x) → (hi, lo):  hi = bf16_from_float(x) (the compute copy, bit for bit);
+ *                         lo = the low 16 bits of x'
+ *   join(hi, lo) → x':    the upper half h = hi − 1 when lo ≥ 0x8000 (the rounding went up), else
+ *                         hi; x' = (h << 16) | lo.
+ *
+ * x' = x for every finite x but one pattern: low half exactly 0x8000 with an even upper half (a
+ * tie that RNE rounds down). join cannot tell it from the tie with an odd upper half (rounded up
+ * to the same even hi), so split stores lo = 0x7FFF for it: x' is x moved one fp32 ulp toward zero
+ * (|x' − x| = 2^-24·|x| at most; 1 in 2^17 of uniformly distributed bit patterns), and hi is still
+ * bf16_rne(x) = bf16_rne(x'). master_pair_round(x) = join(split(x)) is that rounding: a trainer
+ * with split masters applies it after every update, so the value it keeps is always exactly what
+ * the pair holds (the CPU engine does so on its fp32 masters, the GPU stores the pair).
+ *
+ * NaN: hi = 0x7FC0 and lo = 0 (a NaN master never survives an update: a non-finite step changes
+ * nothing). ±Inf: hi = ±Inf, lo = 0, exact. Finite values past the largest bf16 round hi to ±Inf
+ * as bf16_from_float does; join still recovers them (h = 0x7F7F or 0xFF7F).
+ *
+ * The functions are bit operations on uint32/uint16 and compile as host and device code (nvcc
+ * defines __CUDACC__), so the GPU optimizer (gpu/adamw.cu, gpu/adamw8bit.cu) uses these same lines.
+ * Test: tests/unit/master_pair_test.c.
+ */
+#ifndef REFINE_REF_MASTER_PAIR_H
+#define REFINE_REF_MASTER_PAIR_H
+
+#include <stdint.h>
+
+#ifdef __CUDACC__
+#define MASTER_PAIR_FN static inline __host__ __device__
+#else
+#define MASTER_PAIR_FN static inline
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Where a trainer keeps the fp32 masters of full fine-tuning: an fp32 array beside the bf16 copy
+ * (MASTER_FP32), or as the copy and a 16-bit low half (MASTER_SPLIT). */
+enum master_storage { MASTER_FP32 = 0, MASTER_SPLIT };
+/* "fp32", "split" (index = enum value), NULL-terminated: --master's names. */
+extern const char *const master_storage_names[];
+
+/* x's bit pattern u → the pair (*hi, *lo). */
+MASTER_PAIR_FN void master_pair_split_bits(uint32_t u, uint16_t *hi, uint16_t *lo) {
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) { /* NaN */
+        *hi = 0x7FC0;
+        *lo = 0;
+        return;
+    }
+    const uint32_t h = u >> 16;
+    uint32_t l = u & 0xFFFFu;
+    if (l == 0x8000u && (h & 1u) == 0) l = 0x7FFFu; /* the tie RNE rounds down: one ulp toward zero */
+    *hi = (uint16_t)(h + (l >= 0x8000u ? 1u : 0u)); /* = bf16 RNE of u */
+    *lo = (uint16_t)l;
+}
+
+/* The pair → the master's bit pattern. */
+MASTER_PAIR_FN uint32_t master_pair_join_bits(uint16_t hi, uint16_t lo) {
+    const uint32_t h = (uint32_t)hi - (lo >= 0x8000u ? 1u : 0u);
+    return ((h & 0xFFFFu) << 16) | (uint32_t)lo;
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+/* Float forms (host code: the device kernels use __float_as_uint / __uint_as_float). */
+#include <string.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+static inline void master_pair_split(float x, uint16_t *hi, uint16_t *lo) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    master_pair_split_bits(u, hi, lo);
+}
+
+static inline float master_pair_join(uint16_t hi, uint16_t lo) {
+    const uint32_t u = master_pair_join_bits(hi, lo);
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* join(split(x)): the value a split master holds for x. */
+static inline float master_pair_round(float x) {
+    uint16_t hi, lo;
+    master_pair_split(x, &hi, &lo);
+    return master_pair_join(hi, lo);
+}
+
+/* Array forms: x[i] ← master_pair_round(x[i]); split n masters into hi, lo; join them into x. */
+void master_pair_round_array(float *x, int64_t n);
+void master_pair_split_array(uint16_t *hi, uint16_t *lo, const float *x, int64_t n);
+void master_pair_join_array(float *x, const uint16_t *hi, const uint16_t *lo, int64_t n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* REFINE_REF_MASTER_PAIR_H */
