@@ -16,7 +16,9 @@
  *             keeps the codes alone and forms Wᵀ a layer at a time (gpu/fp8_weights.h), an NF4 base
  *             casts its per-layer dequantization with the scale computed at load; trained ones
  *             (full) are quantized from their bf16 copies after every optimizer step (and before
- *             the first forward, and after a checkpoint wrote them).
+ *             the first forward, and after a checkpoint wrote them) — or, with --recompute layer,
+ *             a layer at a time into two layer buffers (gl_fp8_trained_per_layer: W in the
+ *             forward, recording as that cast did; Wᵀ and W in the backward, recording nothing).
  *   a step    gl_fp8_guard folds the rows' flags before the optimizer (a flag poisons the step's
  *             loss sum, so both optimizers skip the update on the device, as for a non-finite
  *             loss) and writes the summary the host reads with the loss and the norm; after the
@@ -264,7 +266,25 @@ gl_fp8_pair gl_fp8_operands(const gpu_llama *m, int l, int t, enum gl_fp8_produc
 
 void gl_fp8_layer(gpu_llama *m, int l, int need) {
     gl_fp8 &F = m->fp8;
-    if (!F.on || m->opt.mode == LLAMA_FULL) return;
+    if (!F.on) return;
+    if (m->opt.mode == LLAMA_FULL) { /* trained weights: stored for every layer, or cast here */
+        if (!gl_fp8_trained_per_layer(m)) return;
+        const int block = m->opt.fp8_recipe == FP8_RECIPE_BLOCK;
+        const int want_w = (need & GL_FP8_W) && F.w8_layer != l, want_t = (need & GL_FP8_WT) && F.wt8_layer != l;
+        if (!want_w && !want_t) return;
+        /* the forward's cast records the weight's statistics, as the cast after the step did;
+         * the backward's (and a layer cast again within the step) record nothing */
+        const int rec = !(need & GL_FP8_WT) && F.recording == FP8_RECORD;
+        const fp8_rule rule = rule_of(m, FP8_ROLE_W);
+        for (int t = 0; t < LLAMA_N_LINEAR; t++) {
+            gl_linear &lin = m->layers[l].lin[t];
+            quantize(m, row_of(m, FP8_ROLE_W, l, t), rule, FP8_E4M3, want_w || block ? lin.w8 : nullptr, lin.w8_s,
+                     want_t ? lin.w8_t : nullptr, want_t ? lin.w8_s_t : nullptr, lin.w, lin.c_out, lin.c_in, rec, rec);
+        }
+        if (want_w || block) F.w8_layer = l;
+        if (want_t) F.wt8_layer = l;
+        return;
+    }
     if (m->opt.base == GPU_BASE_FP8) { /* W stored; Wᵀ formed from the codes */
         if (!(need & GL_FP8_WT) || F.wt8_layer == l) return;
         for (int t = 0; t < LLAMA_N_LINEAR; t++) {
@@ -359,7 +379,12 @@ void gl_fp8_begin(gpu_llama *m, int train) {
     gl_fp8 &F = m->fp8;
     if (!F.on) return;
     F.recording = train ? FP8_RECORD : FP8_DISCARD;
-    if (F.stale && m->opt.mode == LLAMA_FULL) quantize_trained(m, 1); /* their flags, as after a step */
+    if (F.stale && gl_fp8_trained_per_layer(m)) { /* cast a layer at a time from now on */
+        F.w8_layer = F.wt8_layer = -1;
+        F.stale = 0;
+    } else if (F.stale && m->opt.mode == LLAMA_FULL) {
+        quantize_trained(m, 1); /* their flags, as after a step */
+    }
 }
 
 void gl_fp8_guard(gpu_llama *m) {
@@ -397,7 +422,7 @@ void gl_fp8_step_end(gpu_llama *m, int updated) {
     CUDA_CHECK(cudaMemsetAsync(F.saturated, 0, sizeof(unsigned long long), s));
     /* the next step's weights, its statistics; under the sharded optimizer, other ranks' pieces
      * arrive after this (trainers/gpu_dp.h), so the quantization waits for the next step's start */
-    if (m->opt.mode == LLAMA_FULL && m->opt.shard_world > 1) F.stale = 1;
+    if (m->opt.mode == LLAMA_FULL && (m->opt.shard_world > 1 || gl_fp8_trained_per_layer(m))) F.stale = 1;
     else if (m->opt.mode == LLAMA_FULL) quantize_trained(m, 1);
 }
 

@@ -240,8 +240,17 @@ struct gl_fp8_pair {
     gemm_accum accum;
 };
 gl_fp8_pair gl_fp8_operands(const gpu_llama *m, int l, int t, enum gl_fp8_product which);
-/* Layer l's codes of the frozen base for the pass (GL_FP8_W forward, GL_FP8_WT backward). */
+/* Layer l's codes for the pass (GL_FP8_W forward, GL_FP8_WT backward): of the frozen base, or of
+ * the trained weights when they are cast a layer at a time (gl_fp8_trained_per_layer). */
 void gl_fp8_layer(gpu_llama *m, int l, int need);
+/* Full fine-tuning under FP8 with --recompute layer (the memory configuration): the trained
+ * weights' codes are not stored for every layer but cast a layer at a time from the bf16 copies
+ * into two layer buffers — W in the forward (which records its statistics, as the cast after the
+ * optimizer step did), Wᵀ (and W again for the recomputation) in the backward — the same codes,
+ * scales and records, 2 bytes a linear weight less. */
+static inline int gl_fp8_trained_per_layer(const gpu_llama *m) {
+    return m->opt.mode == LLAMA_FULL && m->opt.linears == GPU_LINEAR_FP8 && m->opt.recompute == RECOMPUTE_LAYER;
+}
 /* The base's bf16 W_eff of layer l into dq_buf from the FP8 codes (NF4 under FP8, FP8-stored). */
 void gl_fp8_dequantize_layer(gpu_llama *m, int l);
 /* After loading or drawing the weights: the frozen linears' FP8 codes and scales (W_eff into

@@ -304,9 +304,11 @@ void fp8_rows(gpu_llama *m, gl_rows &rs) {
         max_in = lin.c_in > max_in ? lin.c_in : max_in, max_out = lin.c_out > max_out ? lin.c_out : max_out;
     }
     const gl_slab ws = full ? SLAB_PARAMS : SLAB_WEIGHTS; /* trained codes are compute copies */
-    if (fp8 && nf4) add(rs, SLAB_WEIGHTS, &F.w8_buf, per_layer);
-    if (fp8 && (nf4 || fp8_base)) add(rs, SLAB_WEIGHTS, &F.wt8_buf, per_layer);
-    const int store_w = fp8_base || (fp8 && !nf4), store_wt = fp8 && !nf4 && !fp8_base;
+    const int per_layer_trained = gl_fp8_trained_per_layer(m); /* a layer at a time: two layer buffers */
+    if (fp8 && (nf4 || per_layer_trained)) add(rs, full ? SLAB_PARAMS : SLAB_WEIGHTS, &F.w8_buf, per_layer);
+    if (fp8 && (nf4 || fp8_base || per_layer_trained)) add(rs, full ? SLAB_PARAMS : SLAB_WEIGHTS, &F.wt8_buf, per_layer);
+    const int store_w = fp8_base || (fp8 && !nf4 && !per_layer_trained),
+              store_wt = fp8 && !nf4 && !fp8_base && !per_layer_trained;
     for (int l = 0; l < c->L; l++)
         for (int t = 0; t < LLAMA_N_LINEAR; t++) {
             gl_linear *lin = &m->layers[l].lin[t];
@@ -509,7 +511,7 @@ void point_views(gpu_llama *m) {
         if (p.dst_copy) *p.dst_copy = p.copy;
         *p.dst_grad = p.grad;
     }
-    if (m->opt.base == GPU_BASE_NF4 || m->opt.base == GPU_BASE_FP8)
+    if (m->opt.base == GPU_BASE_NF4 || m->opt.base == GPU_BASE_FP8 || gl_fp8_trained_per_layer(m))
         for (int l = 0; l < c->L; l++) {
             int64_t off = 0;
             for (int t = 0; t < LLAMA_N_LINEAR; t++) {

@@ -29,6 +29,8 @@
 #     is killed (-9) once its LATEST names step-10 or later, rerun with --resume to the end, and
 #     must be bitwise the uninterrupted run (if it finished before the kill, that is said, and the
 #     resume of the finished run must still be identical);
+#   - recomputation changes no number (LoRA, QDoRA, full; full fine-tuning under FP8 with --recompute
+#     layer, whose trained weights are then cast a layer at a time, in every recipe);
 #   - --base-dtype fp8 under --precision fp8 changes memory, not numbers: bitwise the run with the
 #     bf16 base (tiny Llama LoRA fp8-delayed, DoRA fp8-block, tiny Qwen2 LoRA fp8-current);
 #   - bad input: GPU_TRAIN with a missing --data file exits 1 with one "refine:" message.
@@ -403,13 +405,22 @@ if [ $cpu_only -eq 0 ]; then
     # ---- the GPU trainer's own features (no CPU counterpart to compare with) ----------------------
     if [ "$only" != smollm2 ]; then
         # Recomputation re-runs the same kernels on the same inputs: bitwise the run without it.
-        for rc_case in "tiny-llama lora layer" "tiny-llama lora attn" "tiny-llama qdora layer" "tiny-qwen2 full attn"; do
-            read -r model method policy <<<"$rc_case"
+        # Full fine-tuning under FP8 with --recompute layer casts the trained weights a layer at a
+        # time instead of storing every layer's codes: the same codes and records, bitwise too.
+        for rc_case in "tiny-llama lora layer" "tiny-llama lora attn" "tiny-llama qdora layer" "tiny-qwen2 full attn" \
+            "tiny-llama full layer fp8-delayed" "tiny-qwen2 full layer fp8-current" "tiny-llama full layer fp8-block" \
+            "tiny-llama full-adamw8bit-split layer fp8-delayed"; do
+            read -r model method policy variant <<<"$rc_case"
+            variant=${variant:-bf16}
+            case " $variants_wanted " in *" $variant "*) ;; *) continue ;; esac
             name=$model-$method-recompute-$policy
-            run_train "$gpu" "$model" "$method" "$tmp/runs/$name" "$logs/$name.log" --precision bf16 --recompute "$policy"
-            check "$model $method --recompute $policy: exits 0" "$logs/$name.log" test $? -eq 0
-            compare "$model $method: --recompute $policy == none, bitwise" "$logs/$name-compare.log" identical \
-                "$tmp/runs/$model-$method-gpu" "$tmp/runs/$name"
+            [ "$variant" != bf16 ] && name=$name-$variant
+            # shellcheck disable=SC2046 # the variant's flags are words
+            run_train "$gpu" "$model" "$method" "$tmp/runs/$name" "$logs/$name.log" $(variant_flags "$variant") \
+                --recompute "$policy"
+            check "$model $method $variant --recompute $policy: exits 0" "$logs/$name.log" test $? -eq 0
+            compare "$model $method $variant: --recompute $policy == none, bitwise" "$logs/$name-compare.log" identical \
+                "$tmp/runs/$(gpu_name "$model" "$method" "$variant")" "$tmp/runs/$name"
         done
         # Offloaded layer inputs: the same bits copied out and back, so bitwise the run without it
         # (with layer recomputation, the offload's use; with attention or no recomputation; full
