@@ -17,8 +17,9 @@
  *             casts its per-layer dequantization with the scale computed at load; trained ones
  *             (full) are quantized from their bf16 copies after every optimizer step (and before
  *             the first forward, and after a checkpoint wrote them) — or, with --recompute layer,
- *             a layer at a time into two layer buffers (gl_fp8_trained_per_layer: W in the
- *             forward, recording as that cast did; Wᵀ and W in the backward, recording nothing).
+ *             a layer at a time into two layer buffers (gl_fp8_trained_per_layer: that pass
+ *             keeps only the records and the last layer's codes; the forward casts W again and the
+ *             backward Wᵀ and W, recording nothing).
  *   a step    gl_fp8_guard folds the rows' flags before the optimizer (a flag poisons the step's
  *             loss sum, so both optimizers skip the update on the device, as for a non-finite
  *             loss) and writes the summary the host reads with the loss and the norm; after the
@@ -181,16 +182,21 @@ void launch_scatter(gpu_llama *m) {
     KERNEL_CHECK(m->stream);
 }
 
-/* Every trained linear's codes from its bf16 copy (full fine-tuning). */
+/* Every trained linear's codes from its bf16 copy (full fine-tuning), with their records. Cast a
+ * layer at a time (gl_fp8_trained_per_layer), this pass keeps the records — the same amax
+ * history, scales and flags as the stored codes' — and the codes of the last layer; the forward
+ * and backward cast each layer again, recording nothing. */
 void quantize_trained(gpu_llama *m, int record_stats) {
     const fp8_rule rule = rule_of(m, FP8_ROLE_W);
+    const int per_layer = gl_fp8_trained_per_layer(m);
     for (int l = 0; l < m->cfg.L; l++)
         for (int t = 0; t < LLAMA_N_LINEAR; t++) {
             gl_linear &lin = m->layers[l].lin[t];
-            quantize(m, row_of(m, FP8_ROLE_W, l, t), rule, FP8_E4M3, lin.w8, lin.w8_s, lin.w8_t, lin.w8_s_t, lin.w,
-                     lin.c_out, lin.c_in, 1, record_stats);
+            quantize(m, row_of(m, FP8_ROLE_W, l, t), rule, FP8_E4M3, lin.w8, lin.w8_s, per_layer ? nullptr : lin.w8_t,
+                     per_layer ? nullptr : lin.w8_s_t, lin.w, lin.c_out, lin.c_in, 1, record_stats);
         }
     m->fp8.stale = 0;
+    if (per_layer) m->fp8.w8_layer = m->cfg.L - 1, m->fp8.wt8_layer = -1; /* the layer buffers now */
 }
 
 /* The frozen rule's codes of linear t of layer l from its bf16 values x into q (and q_t / s_t
@@ -272,14 +278,12 @@ void gl_fp8_layer(gpu_llama *m, int l, int need) {
         const int block = m->opt.fp8_recipe == FP8_RECIPE_BLOCK;
         const int want_w = (need & GL_FP8_W) && F.w8_layer != l, want_t = (need & GL_FP8_WT) && F.wt8_layer != l;
         if (!want_w && !want_t) return;
-        /* the forward's cast records the weight's statistics, as the cast after the step did;
-         * the backward's (and a layer cast again within the step) record nothing */
-        const int rec = !(need & GL_FP8_WT) && F.recording == FP8_RECORD;
+        /* the records were kept by the cast after the step (quantize_trained): none here */
         const fp8_rule rule = rule_of(m, FP8_ROLE_W);
         for (int t = 0; t < LLAMA_N_LINEAR; t++) {
             gl_linear &lin = m->layers[l].lin[t];
             quantize(m, row_of(m, FP8_ROLE_W, l, t), rule, FP8_E4M3, want_w || block ? lin.w8 : nullptr, lin.w8_s,
-                     want_t ? lin.w8_t : nullptr, want_t ? lin.w8_s_t : nullptr, lin.w, lin.c_out, lin.c_in, rec, rec);
+                     want_t ? lin.w8_t : nullptr, want_t ? lin.w8_s_t : nullptr, lin.w, lin.c_out, lin.c_in, 0, 0);
         }
         if (want_w || block) F.w8_layer = l;
         if (want_t) F.wt8_layer = l;
@@ -379,12 +383,7 @@ void gl_fp8_begin(gpu_llama *m, int train) {
     gl_fp8 &F = m->fp8;
     if (!F.on) return;
     F.recording = train ? FP8_RECORD : FP8_DISCARD;
-    if (F.stale && gl_fp8_trained_per_layer(m)) { /* cast a layer at a time from now on */
-        F.w8_layer = F.wt8_layer = -1;
-        F.stale = 0;
-    } else if (F.stale && m->opt.mode == LLAMA_FULL) {
-        quantize_trained(m, 1); /* their flags, as after a step */
-    }
+    if (F.stale && m->opt.mode == LLAMA_FULL) quantize_trained(m, 1); /* their flags, as after a step */
 }
 
 void gl_fp8_guard(gpu_llama *m) {
@@ -422,7 +421,7 @@ void gl_fp8_step_end(gpu_llama *m, int updated) {
     CUDA_CHECK(cudaMemsetAsync(F.saturated, 0, sizeof(unsigned long long), s));
     /* the next step's weights, its statistics; under the sharded optimizer, other ranks' pieces
      * arrive after this (trainers/gpu_dp.h), so the quantization waits for the next step's start */
-    if (m->opt.mode == LLAMA_FULL && (m->opt.shard_world > 1 || gl_fp8_trained_per_layer(m))) F.stale = 1;
+    if (m->opt.mode == LLAMA_FULL && m->opt.shard_world > 1) F.stale = 1;
     else if (m->opt.mode == LLAMA_FULL) quantize_trained(m, 1);
 }
 

@@ -245,9 +245,10 @@ gl_fp8_pair gl_fp8_operands(const gpu_llama *m, int l, int t, enum gl_fp8_produc
 void gl_fp8_layer(gpu_llama *m, int l, int need);
 /* Full fine-tuning under FP8 with --recompute layer (the memory configuration): the trained
  * weights' codes are not stored for every layer but cast a layer at a time from the bf16 copies
- * into two layer buffers — W in the forward (which records its statistics, as the cast after the
- * optimizer step did), Wᵀ (and W again for the recomputation) in the backward — the same codes,
- * scales and records, 2 bytes a linear weight less. */
+ * into two layer buffers — W in the forward, Wᵀ (and W again for the recomputation) in the
+ * backward, recording nothing; the cast after each optimizer step still runs over every layer for
+ * its records (amax history, scales, flags) — the same codes, scales and records, 2 bytes a
+ * linear weight less, one more read of the weights a step. */
 static inline int gl_fp8_trained_per_layer(const gpu_llama *m) {
     return m->opt.mode == LLAMA_FULL && m->opt.linears == GPU_LINEAR_FP8 && m->opt.recompute == RECOMPUTE_LAYER;
 }
