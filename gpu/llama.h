@@ -37,7 +37,8 @@
  * oracle): the block linears' products on E4M3/E5M2 operands under options.fp8_recipe; each
  * linear's weight codes (and the K-major Wᵀ copy) are stored for trained weights and a bf16 base
  * (which then holds W_eff = dequant(quant(W))), formed a layer at a time for NF4 and FP8-stored
- * bases; per-tensor state (delayed histories, scales, amaxes, flags) and the scratch operands are
+ * bases and, with --recompute layer, for trained weights (the same codes and records; the cast
+ * after each step keeps the records); per-tensor state (delayed histories, scales, amaxes, flags) and the scratch operands are
  * rows of the layout; a step's FP8 statistics and its guard ride on the step's one wait.
  * Memory is planned, not discovered: gpu_llama_plan_bytes counts every byte the model will hold
  * from (config, options) with the same layout code that build_gpu_llama then carves its slabs
