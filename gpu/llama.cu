@@ -158,11 +158,7 @@ void gl_nf4_to_bf16(gpu_llama *m, int l) {
     PROF(m, PROF_NF4);
     for (int t = 0; t < LLAMA_N_LINEAR; t++) {
         gl_linear &lin = m->layers[l].lin[t];
-        const gl_nf4 &q = lin.nf4;
-        const gpu_nf4_tensor d = {q.codes,      q.nested ? q.absmax_q : nullptr, q.nested ? nullptr : q.absmax_f32,
-                                  q.absmax2,    q.code2,                         q.offset,
-                                  q.qmap,       q.n,                             q.blocksize,
-                                  q.nested_blocksize};
+        const gpu_nf4_tensor d = gl_nf4_tensor(lin.nf4);
         gpu_nf4_dequantize_bf16(lin.w, &d, m->stream);
     }
 }

@@ -299,6 +299,19 @@ void gl_fp8_layer(gpu_llama *m, int l, int need) {
     } else if (m->opt.base == GPU_BASE_NF4) { /* NF4 → bf16 → codes with the load's scale */
         const int want_w = (need & GL_FP8_W) && F.w8_layer != l, want_t = (need & GL_FP8_WT) && F.wt8_layer != l;
         if (!want_w && !want_t) return;
+        if (m->opt.fp8_recipe != FP8_RECIPE_BLOCK) {
+            /* per-tensor scales: NF4 straight to the codes (gpu_nf4_dequantize_e4m3: the same codes as
+             * the cast of the bf16 values, without them), Wᵀ transposed from the codes */
+            for (int t = 0; t < LLAMA_N_LINEAR; t++) {
+                gl_linear &lin = m->layers[l].lin[t];
+                const gpu_nf4_tensor d = gl_nf4_tensor(lin.nf4);
+                if (F.w8_layer != l) gpu_nf4_dequantize_e4m3(lin.w8, &d, &F.scale[row_of(m, FP8_ROLE_W, l, t)], m->stream);
+                if (want_t) gpu_fp8_transpose_codes(lin.w8_t, lin.w8, lin.c_out, lin.c_in, m->stream);
+            }
+            F.w8_layer = l;
+            if (want_t) F.wt8_layer = l;
+            return;
+        }
         gl_nf4_to_bf16(m, l);
         m->dq_layer = -1; /* dq_buf holds the NF4 values now, not W_eff */
         for (int t = 0; t < LLAMA_N_LINEAR; t++) {

@@ -12,6 +12,7 @@
 #include "gpu/adamw8bit.h"
 #include "gpu/gemm.h"
 #include "gpu/llama.h"
+#include "gpu/nf4.h"
 #include "ref/shard.h"
 
 /* An NF4 base weight (bitsandbytes layout, gpu/nf4.h). */
@@ -26,6 +27,14 @@ struct gl_nf4 {
     int64_t n, n_blocks;
     int blocksize, nested_blocksize, nested;
 };
+
+/* The dequantization kernels' view of q (gpu/nf4.h). */
+static inline gpu_nf4_tensor gl_nf4_tensor(const gl_nf4 &q) {
+    return gpu_nf4_tensor{q.codes,  q.nested ? q.absmax_q : nullptr, q.nested ? nullptr : q.absmax_f32,
+                          q.absmax2, q.code2,                        q.offset,
+                          q.qmap,   q.n,                             q.blocksize,
+                          q.nested_blocksize};
+}
 
 /* Linears that read the same input: q/k/v (the attention's normed input) and gate/up (the MLP's).
  * Without dropout their LoRA adapters run as one group (gpu/lora.h's gpu_lora_group_*): the

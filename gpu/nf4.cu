@@ -36,6 +36,7 @@
 #include "gpu/nf4.h"
 
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 
 #include "gpu/cuda_check.h"
 #include "gpu/nf4_layout.h"
@@ -75,9 +76,26 @@ __device__ __forceinline__ void load_tables(const nf4_params &p, float *s_lut, f
     __syncthreads();
 }
 
-/* The tile of warp blockIdx.x·8 + warp (gpu/nf4_layout.h). out 16-byte and codes 4-byte aligned. */
-template <bool kNested>
-__global__ void __launch_bounds__(kBlock) nf4_dequant_warp_tile(__nv_bfloat16 *__restrict__ out, nf4_params p) {
+/* The E4M3 code of a bf16-rounded value times the per-tensor scale: gpu/fp8.h's cast (one fp32
+ * multiply, RNE, SATFINITE), on the value NF4 dequantization rounds to bf16. */
+__device__ __forceinline__ uint32_t e4m3_pair(float first, float second, float scale) {
+    const float a = __bfloat162float(__float2bfloat16_rn(first)), b = __bfloat162float(__float2bfloat16_rn(second));
+    return (uint32_t)__nv_cvt_float2_to_fp8x2(make_float2(__fmul_rn(a, scale), __fmul_rn(b, scale)), __NV_SATFINITE,
+                                             __NV_E4M3);
+}
+
+__device__ __forceinline__ uint8_t e4m3_one(float x, float scale) {
+    return (uint8_t)__nv_cvt_float_to_fp8(__fmul_rn(__bfloat162float(__float2bfloat16_rn(x)), scale), __NV_SATFINITE,
+                                          __NV_E4M3);
+}
+
+/* The tile of warp blockIdx.x·8 + warp (gpu/nf4_layout.h). out 16-byte (bf16) or 8-byte (E4M3:
+ * scale non-NULL, out the codes) and codes 4-byte aligned. */
+template <bool kNested, bool kE4M3>
+__global__ void __launch_bounds__(kBlock) nf4_dequant_warp_tile(void *__restrict__ out_v, nf4_params p,
+                                                                const float *__restrict__ scale_p) {
+    __nv_bfloat16 *out = static_cast<__nv_bfloat16 *>(out_v);
+    uint8_t *out8 = static_cast<uint8_t *>(out_v);
     __shared__ float s_lut[16];
     __shared__ float s_code2[256];
     const int lane = threadIdx.x % kLanes;
@@ -111,13 +129,24 @@ __global__ void __launch_bounds__(kBlock) nf4_dequant_warp_tile(__nv_bfloat16 *_
     __syncthreads();
     if (!live) return;
     if (kNested) am = __fadd_rn(__fmul_rn(s_code2[q], a2), p.nested_offset);
+    const float scale = kE4M3 ? __ldg(scale_p) : 1.0f;
 
     /* 2. each chunk: its block's absmax from the lane that holds it, 8 products, one store */
 #pragma unroll
     for (int s = 0; s < kSteps; s++) {
         const float a = __shfl_sync(0xFFFFFFFFu, am, absmax_lane(lane, s, shift));
         const int64_t e = chunk_first(tile, lane, s);
-        if (e + kChunk <= p.n) {
+        if (e + kChunk <= p.n && kE4M3) {
+            uint2 o = {0u, 0u};
+#pragma unroll
+            for (int b = 0; b < 4; b++) {
+                const uint32_t byte = (w[s] >> (8 * b)) & 0xFFu;
+                const uint32_t pair = e4m3_pair(__fmul_rn(s_lut[byte >> 4], a), __fmul_rn(s_lut[byte & 15u], a), scale);
+                if (b < 2) o.x |= pair << (16 * b);
+                else o.y |= pair << (16 * (b - 2));
+            }
+            reinterpret_cast<uint2 *>(out8)[e / kChunk] = o;
+        } else if (e + kChunk <= p.n) {
             uint4 o;
             __nv_bfloat162 *h = reinterpret_cast<__nv_bfloat162 *>(&o);
 #pragma unroll
@@ -133,26 +162,32 @@ __global__ void __launch_bounds__(kBlock) nf4_dequant_warp_tile(__nv_bfloat16 *_
             for (int64_t k = e; k < p.n; k++) { /* the ragged end: fewer than 8 elements */
                 const uint32_t byte = p.codes[k >> 1];
                 const uint32_t code = (k & 1) ? (byte & 15u) : (byte >> 4);
-                out[k] = __float2bfloat16_rn(__fmul_rn(s_lut[code], a));
+                if (kE4M3) out8[k] = e4m3_one(__fmul_rn(s_lut[code], a), scale);
+                else out[k] = __float2bfloat16_rn(__fmul_rn(s_lut[code], a));
             }
         }
     }
 }
 
-__global__ void __launch_bounds__(kBlock) nf4_dequant_scalar(__nv_bfloat16 *__restrict__ out, nf4_params p) {
+template <bool kE4M3>
+__global__ void __launch_bounds__(kBlock) nf4_dequant_scalar(void *__restrict__ out_v, nf4_params p,
+                                                             const float *__restrict__ scale_p) {
     __shared__ float s_lut[16];
     __shared__ float s_code2[256];
     load_tables(p, s_lut, s_code2);
+    const float scale = kE4M3 ? __ldg(scale_p) : 1.0f;
     for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < p.n; k += (int64_t)gridDim.x * blockDim.x) {
         const uint32_t byte = p.codes[k >> 1];
         const uint32_t code = (k & 1) ? (byte & 15u) : (byte >> 4);
-        out[k] = __float2bfloat16_rn(__fmul_rn(s_lut[code], block_absmax(p, s_code2, k >> p.block_shift)));
+        const float x = __fmul_rn(s_lut[code], block_absmax(p, s_code2, k >> p.block_shift));
+        if (kE4M3) static_cast<uint8_t *>(out_v)[k] = e4m3_one(x, scale);
+        else static_cast<__nv_bfloat16 *>(out_v)[k] = __float2bfloat16_rn(x);
     }
 }
 
-}  // namespace
 
-extern "C" void gpu_nf4_dequantize_bf16(uint16_t *out, const struct gpu_nf4_tensor *t, cudaStream_t stream) {
+/* Both outputs: bf16 values (scale NULL) or E4M3 codes of those values times *scale. */
+void dequantize(void *out, const struct gpu_nf4_tensor *t, const float *scale, cudaStream_t stream) {
     CHECK(t->n >= 1, "nf4 n=%lld must be >= 1", (long long)t->n);
     CHECK(t->blocksize >= 32 && t->blocksize <= 4096 && (t->blocksize & (t->blocksize - 1)) == 0,
           "nf4 blocksize %d must be a power of two in [32, 4096]", t->blocksize);
@@ -171,16 +206,30 @@ extern "C" void gpu_nf4_dequantize_bf16(uint16_t *out, const struct gpu_nf4_tens
     CHECK(p.n_blocks <= (int64_t)UINT32_MAX && n_tiles(t->n) / kWarps < INT32_MAX, "nf4 n=%lld is too large",
           (long long)t->n);
 
-    __nv_bfloat16 *o = reinterpret_cast<__nv_bfloat16 *>(out);
-    if ((uintptr_t)out % 16 == 0 && (uintptr_t)t->codes % 4 == 0) {
+    const bool e4m3 = scale != nullptr;
+    if ((uintptr_t)out % (e4m3 ? 8 : 16) == 0 && (uintptr_t)t->codes % 4 == 0) {
         const int grid = (int)((n_tiles(t->n) + kWarps - 1) / kWarps);
-        if (nested)
-            nf4_dequant_warp_tile<true><<<grid, kBlock, 0, stream>>>(o, p);
-        else
-            nf4_dequant_warp_tile<false><<<grid, kBlock, 0, stream>>>(o, p);
+        if (nested && e4m3) nf4_dequant_warp_tile<true, true><<<grid, kBlock, 0, stream>>>(out, p, scale);
+        else if (nested) nf4_dequant_warp_tile<true, false><<<grid, kBlock, 0, stream>>>(out, p, scale);
+        else if (e4m3) nf4_dequant_warp_tile<false, true><<<grid, kBlock, 0, stream>>>(out, p, scale);
+        else nf4_dequant_warp_tile<false, false><<<grid, kBlock, 0, stream>>>(out, p, scale);
     } else {
         const int64_t blocks = (t->n + kBlock - 1) / kBlock;
-        nf4_dequant_scalar<<<(int)(blocks < 132 * 16 ? blocks : 132 * 16), kBlock, 0, stream>>>(o, p);
+        const int grid = (int)(blocks < 132 * 16 ? blocks : 132 * 16);
+        if (e4m3) nf4_dequant_scalar<true><<<grid, kBlock, 0, stream>>>(out, p, scale);
+        else nf4_dequant_scalar<false><<<grid, kBlock, 0, stream>>>(out, p, scale);
     }
     KERNEL_CHECK(stream);
+}
+
+}  // namespace
+
+extern "C" void gpu_nf4_dequantize_bf16(uint16_t *out, const struct gpu_nf4_tensor *t, cudaStream_t stream) {
+    dequantize(out, t, nullptr, stream);
+}
+
+extern "C" void gpu_nf4_dequantize_e4m3(uint8_t *out, const struct gpu_nf4_tensor *t, const float *scale,
+                                        cudaStream_t stream) {
+    CHECK(scale != nullptr, "nf4 → E4M3: the per-tensor scale is required");
+    dequantize(out, t, scale, stream);
 }

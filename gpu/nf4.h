@@ -42,6 +42,14 @@ struct gpu_nf4_tensor {
 
 void gpu_nf4_dequantize_bf16(uint16_t *out, const struct gpu_nf4_tensor *t, cudaStream_t stream);
 
+/* NF4 straight to FP8 E4M3 codes under a per-tensor scale (the QLoRA base under --precision fp8):
+ *   q[k] = e4m3_satfinite_rne( float(w[k]) · *scale ),  w[k] the bf16 value above,
+ * i.e. gpu/fp8.h's cast (one fp32 multiply, RNE, SATFINITE) of gpu_nf4_dequantize_bf16's output,
+ * bit for bit, without writing and reading the bf16 values (0.5 + 1 bytes an element instead of
+ * 0.5 + 2 + 2 + 1). scale: one device float. q (n) uint8, OVERWRITTEN; the fast path needs q
+ * 8-byte aligned. */
+void gpu_nf4_dequantize_e4m3(uint8_t *q, const struct gpu_nf4_tensor *t, const float *scale, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

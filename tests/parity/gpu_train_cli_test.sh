@@ -65,6 +65,21 @@ else
     rc=$?
     check "bench --plan-only: 8B LoRA 16×512 on a 16 GiB card does not fit: exit status $rc (1), \"fits\":0" \
         test $rc -eq 1 -a "$(grep -c '"fits":0' "$tmp/plan16.json")" -eq 1
+    # Llama-3.1-8B full fine-tuning on one 80 GB card: with split masters, 8-bit AdamW and layer
+    # recomputation it plans to fit (bf16, and fp8 whose trained codes then go a layer at a time);
+    # with fp32 masters it does not
+    for p in bf16 fp8; do
+        "$bench" --model llama-3.1-8b --method full --micro-batch 4 --seq 512 --recompute layer --optimizer adamw8bit \
+            --master split --precision $p --memory-limit 80 --plan-only >"$tmp/plan8full_$p.json" 2>&1
+        rc=$?
+        check "bench --plan-only: 8B full 4×512 $p, split masters + 8-bit AdamW + layer recompute, on an 80 GiB card: exit status $rc (0), fits" \
+            test $rc -eq 0 -a "$(grep -c '"fits":1' "$tmp/plan8full_$p.json")" -eq 1
+    done
+    "$bench" --model llama-3.1-8b --method full --micro-batch 4 --seq 512 --recompute layer --optimizer adamw8bit \
+        --memory-limit 80 --plan-only >"$tmp/plan8full32.json" 2>&1
+    rc=$?
+    check "bench --plan-only: the same with fp32 masters does not fit: exit status $rc (1)" \
+        test $rc -eq 1 -a "$(grep -c '"fits":0' "$tmp/plan8full32.json")" -eq 1
     "$bench" --model llama-3.2-1b --plan-only >"$tmp/plannolimit.log" 2>&1
     rc=$?
     check "bench --plan-only without --memory-limit, no device: exit status $rc (1), says so" \

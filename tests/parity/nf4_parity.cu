@@ -15,6 +15,10 @@
  * Special values: a zero absmax block (0·code), an Inf absmax (Inf·0 = NaN for code 7) and a NaN
  * offset must give the same bits on both sides.
  *
+ * gpu_nf4_dequantize_e4m3 (straight to FP8 codes) on every case too: each code the reference's
+ * E4M3 (SATFINITE) of the bf16 value times the scale, bit for bit; scales that saturate, that map
+ * the largest value to 448, and a small one; the bytes before an offset output untouched.
+ *
  * Tolerance: (a) exact. Dequantization is two fp32 products, one fp32 add and one RNE to bf16 —
  * deterministic IEEE operations, so every bf16 bit must agree (NaN matches any NaN).
  */
@@ -28,6 +32,7 @@
 #include "gpu/cuda_check.h"
 #include "gpu/nf4.h"
 #include "ref/bf16.h"
+#include "ref/fp8.h"
 #include "ref/nf4.h"
 #include "tests/common/compare.h"
 #include "tests/common/harness.h"
@@ -36,6 +41,12 @@
 #include "tests/parity/parity.h"
 
 static uint64_t g_seed;
+
+/* One fp32 product, rounded once (the cast's __fmul_rn). */
+static float mul_once(float a, float b) {
+    volatile float r = a * b;
+    return r;
+}
 static cudaStream_t g_stream;
 
 struct nf4_host {
@@ -138,6 +149,35 @@ static void run_case(int64_t n, int blocksize, int nested, int nested_bs, int co
     for (int64_t i = 0; i < n; i++) got[i] = bf16_to_float(got_img[i + moff]);
     struct cmp_case cc = {"nf4_dequantize", "out", shape, "bf16", seed};
     cmp_exact_f32(&cc, got.data(), wantf.data(), n);
+
+    /* Straight to E4M3 under a per-tensor scale: the reference's code of each bf16 value times the
+     * scale (ref/fp8.h, SATFINITE); scales that saturate the largest values, that map the largest
+     * to 448 exactly, and a small one. NaN codes match any NaN code (compared as values). */
+    float amax = 0.0f;
+    for (int64_t i = 0; i < n; i++)
+        if (isfinite(wantf[i]) && fabsf(wantf[i]) > amax) amax = fabsf(wantf[i]);
+    const float base = amax > 0.0f ? 448.0f / amax : 1.0f;
+    const float scale = id % 3 == 0 ? 1.5f * base : id % 3 == 1 ? base : 0.25f;
+    struct dev_buf bscale, bout8;
+    dev_buf_alloc(&bscale, "scale", 4, POISON_NONE, &scale);
+    dev_buf_alloc(&bout8, "out8", (size_t)(n + moff), POISON_NONE, nullptr);
+    CUDA_CHECK(cudaMemset(bout8.data, 0xA5, (size_t)(n + moff)));
+    gpu_nf4_dequantize_e4m3((uint8_t *)bout8.data + moff, &t, (const float *)bscale.data, g_stream);
+    std::vector<uint8_t> got8((size_t)(n + moff));
+    dev_buf_download(&bout8, got8.data(), 0);
+    for (size_t i = 0; i < moff; i++) EXPECT(got8[i] == 0xA5, "nf4 → E4M3 %s: wrote before the output", shape);
+    std::vector<float> g8((size_t)n), w8((size_t)n);
+    int64_t bad_codes = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const uint8_t want = fp8_from_float(mul_once(wantf[i], scale), FP8_E4M3, FP8_SATFINITE);
+        g8[i] = fp8_to_float(got8[i + moff], FP8_E4M3);
+        w8[i] = fp8_to_float(want, FP8_E4M3);
+        bad_codes += !fp8_is_nan(want, FP8_E4M3) && got8[i + moff] != want;
+    }
+    struct cmp_case c8 = {"nf4_dequantize_e4m3", "codes", shape, "e4m3", seed};
+    cmp_exact_f32(&c8, g8.data(), w8.data(), n);
+    EXPECT(bad_codes == 0, "nf4 → E4M3 %s: %lld codes differ in their bits", shape, (long long)bad_codes);
+    for (struct dev_buf *b : {&bscale, &bout8}) dev_buf_free(b);
     for (struct dev_buf *b : {&bcodes, &bmap, &bout}) dev_buf_free(b);
     if (nested)
         for (struct dev_buf *b : {&bq, &bna, &bnc}) dev_buf_free(b);
@@ -148,11 +188,13 @@ static void run_case(int64_t n, int blocksize, int nested, int nested_bs, int co
 struct bench_ctx {
     uint16_t *out;
     struct gpu_nf4_tensor t;
+    const float *scale; /* non-NULL: straight to E4M3 */
 };
 
 static void bench_call(void *p, cudaStream_t s) {
     bench_ctx *b = (bench_ctx *)p;
-    gpu_nf4_dequantize_bf16(b->out, &b->t, s);
+    if (b->scale) gpu_nf4_dequantize_e4m3(reinterpret_cast<uint8_t *>(b->out), &b->t, b->scale, s);
+    else gpu_nf4_dequantize_bf16(b->out, &b->t, s);
 }
 
 /* One timed shape; returns its % of the copy ceiling. */
@@ -190,6 +232,16 @@ static double bench_one(int64_t rows, int64_t cols, int nested, double ceiling) 
     const double bytes = (double)n / 2 + (nested ? 1.0 : 4.0) * (double)n / 64 + 2.0 * n;
     const struct bench_result r = bench_time(bench_call, &b, g_stream, 5, 25, 10);
     bench_json("nf4_dequantize", shape, bytes, 0, r, ceiling);
+    { /* straight to E4M3: the same codes and absmax in, one byte out an element */
+        float *sc, one = 0.5f;
+        CUDA_CHECK(cudaMalloc(&sc, 4));
+        CUDA_CHECK(cudaMemcpy(sc, &one, 4, cudaMemcpyHostToDevice));
+        b.scale = sc;
+        const double bytes8 = bytes - (double)n;
+        bench_json("nf4_dequantize_e4m3", shape, bytes8, 0, bench_time(bench_call, &b, g_stream, 5, 25, 10), ceiling);
+        b.scale = nullptr;
+        CUDA_CHECK(cudaFree(sc));
+    }
     for (void *p : {(void *)codes, (void *)aq, (void *)na, (void *)nc, (void *)af, (void *)map, (void *)b.out})
         if (p) CUDA_CHECK(cudaFree(p));
     return 100.0 * bytes / (r.median_ms * 1e-3) / 1e9 / ceiling;

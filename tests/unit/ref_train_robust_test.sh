@@ -193,10 +193,14 @@ if want signals; then
     kill -CONT $pid
     { wait $pid; } 2>/dev/null
     rc=$?
-    # with job control, wait also returns when the job stops (128 + SIGSTOP): wait for its end
-    while [ $rc -gt 128 ] && kill -0 $pid 2>/dev/null; do
+    # with job control, wait also returns when the job stops (128 + SIGSTOP): wait again for its
+    # end — whether or not it is still alive (bash keeps a reaped child's status for wait; asking
+    # kill -0 first raced with the process dying and kept the stop's status)
+    n_waits=0
+    while [ $rc -gt 128 ] && [ "$(kill -l $((rc - 128)) 2>/dev/null)" = STOP ] && [ $n_waits -lt 100 ]; do
         { wait $pid; } 2>/dev/null
         rc=$?
+        n_waits=$((n_waits + 1))
     done
     check "signals: a second signal ends the process at once, killed by it (rc $rc)" "$d.log" \
         test \( $rc -eq 143 -o $rc -eq 130 \) -a "$(grep -c 'second signal: stopping at once' "$d.log")" -eq 1
