@@ -403,6 +403,10 @@ if [ $cpu_only -eq 0 ]; then
             awk -v g="${g% *}" 'BEGIN { exit !(g != "" && g + 0 <= 2) }'
     done
     # ---- the GPU trainer's own features (no CPU counterpart to compare with) ----------------------
+    # (the features below compare with the bf16 runs: without the bf16 variant only the FP8
+    # recomputation rows run)
+    bf16_ran=0
+    case " $variants_wanted " in *" bf16 "*) bf16_ran=1 ;; esac
     if [ "$only" != smollm2 ]; then
         # Recomputation re-runs the same kernels on the same inputs: bitwise the run without it.
         # Full fine-tuning under FP8 with --recompute layer casts the trained weights a layer at a
@@ -427,6 +431,7 @@ if [ $cpu_only -eq 0 ]; then
         # fine-tuning, whose input gradients run down to the embedding).
         for off_case in "tiny-llama lora layer" "tiny-llama lora none" "tiny-llama qdora layer" "tiny-qwen2 full attn" \
             "tiny-llama full none"; do
+            [ $bf16_ran -eq 1 ] || continue
             read -r model method policy <<<"$off_case"
             name=$model-$method-offload-$policy
             run_train "$gpu" "$model" "$method" "$tmp/runs/$name" "$logs/$name.log" --precision bf16 --recompute "$policy" \
@@ -435,6 +440,8 @@ if [ $cpu_only -eq 0 ]; then
             compare "$model $method: --offload --recompute $policy == no offload, bitwise" "$logs/$name-compare.log" \
                 identical "$tmp/runs/$model-$method-gpu" "$tmp/runs/$name"
         done
+    fi
+    if [ "$only" != smollm2 ] && [ $bf16_ran -eq 1 ]; then
         # Adapter dropout (LoRA): trains, changes the run, is deterministic, resumes bit-identically
         # (its masks are keyed by the micro-batch index).
         d=$tmp/runs/tiny-llama-lora-dropout

@@ -117,7 +117,7 @@ check "--master split: 3 + resume 3 == 6 (model bytes)" cmp -s "$tmp/hs/merged/m
 "$bin" "${common[@]}" --precision bf16 --method full --out "$tmp/hs4" --stop-after 3 --master split >/dev/null 2>&1
 "$bin" "${common[@]}" --precision bf16 --method full --out "$tmp/hs4" --resume "$tmp/hs4" >"$tmp/hs4.log" 2>&1
 check "--master split: resuming its checkpoint with fp32 masters is refused naming it" \
-    test $? -eq 1 -a "$(grep -c -- '--master split, this run has fp32' "$tmp/hs4.log")" -eq 1
+    test $? -eq 1 -a "$(grep -c -- '--master "split", this run has "fp32"' "$tmp/hs4.log")" -eq 1
 "$bin" "${common[@]}" --method full --master split --out "$tmp/hs3" >"$tmp/hs3.log" 2>&1
 check "--master split in fp32 (the oracle of the split runs) runs" test $? -eq 0 -a -s "$tmp/hs3/merged/model.safetensors"
 "$bin" "${common[@]}" --master split --out "$tmp/e_split" >"$tmp/e_split.log" 2>&1
