@@ -5,7 +5,8 @@
 #     --recompute, Unsloth --checkpointing unsloth), and prints them on the row;
 #   - the ratio is refine's tokens/s over the peer's; a row the peer wins in speed or in memory is
 #     marked GAP, a row refine wins in both is not;
-#   - refine-alone rows (adamw8bit, nopeer) run no peer; an unknown flag is refused (exit 1).
+#   - refine-alone rows (adamw8bit, nopeer) run no peer; compact rows (split masters, 8-bit AdamW)
+#     run beside the peers; an unknown flag is refused (exit 1).
 set -uo pipefail
 table=${1:?usage: bench_table_test.sh tools/bench_table.sh}
 tmp=${TEST_TMPDIR:-/tmp}/bench_table_test.$$
@@ -36,12 +37,13 @@ print(json.dumps({"system": "$p", "tokens_per_s": 80, "peak_mem_GiB": mem}))
 PY
 done
 PEERS=hf,unsloth bash "$table" "$tmp/bench" "$tmp/peers/hf_peer.py" "$tmp/out" llama-3.2-1b:lora:16:512 \
-    llama-3.2-1b:lora:16:512:layer:offload llama-3.2-1b:full:16:512:none:adamw8bit >"$tmp/table.txt" 2>"$tmp/table.err"
+    llama-3.2-1b:lora:16:512:layer:offload llama-3.2-1b:full:16:512:none:adamw8bit \
+    llama-3.1-8b:full:4:512:layer:compact >"$tmp/table.txt" 2>"$tmp/table.err"
 rc=$?
 cat "$tmp/table.txt"
 row() { grep "^$1 .*| $2 " "$tmp/table.txt"; }
-check "exit status $rc (0), five rows (two peers for each of two workloads, one refine alone)" \
-    test $rc -eq 0 -a "$(wc -l <"$tmp/table.txt")" -eq 5
+check "exit status $rc (0), seven rows (two peers for each of three workloads, one refine alone)" \
+    test $rc -eq 0 -a "$(wc -l <"$tmp/table.txt")" -eq 7
 check "refine ahead in speed and memory: ratio 1.25, no GAP (HF)" \
     bash -c "grep -q 'ratio 1.25 \\[' <<<'$(row llama-3.2-1b.lora.16x512.none hf)'"
 check "the same against Unsloth, each side's settings named" \
@@ -49,18 +51,22 @@ check "the same against Unsloth, each side's settings named" \
 check "the offload row: refine with --recompute layer --offload, Unsloth with its offloaded checkpointing" \
     test "$(grep -- '--recompute layer' "$tmp/bench.args" | grep -c -- '--offload')" -eq 1 \
     -a "$(grep -c -- '--offload' "$tmp/bench.args")" -eq 1 \
-    -a "$(grep -c -- '--checkpointing unsloth' "$tmp/peers/unsloth_peer.args")" -eq 1 \
-    -a "$(grep -c -- '--recompute' "$tmp/peers/hf_peer.args")" -eq 1
+    -a "$(grep -- '--method lora' "$tmp/peers/unsloth_peer.args" | grep -c -- '--checkpointing unsloth')" -eq 1 \
+    -a "$(grep -- '--method lora' "$tmp/peers/hf_peer.args" | grep -c -- '--recompute')" -eq 1
 check "a row the peer wins (slower, more memory) is a GAP, with its ratio 0.62" \
     bash -c "grep -q 'ratio 0.62 GAP \\[refine --recompute layer --offload; unsloth --checkpointing unsloth\\]' <<<'$(row llama-3.2-1b.lora.16x512.layer.offload unsloth)'"
 check "speed alone makes a GAP too (HF: 50 against 80 tok/s, though in more memory)" \
     bash -c "grep -q 'GAP' <<<'$(row llama-3.2-1b.lora.16x512.layer.offload hf)'"
 check "adamw8bit: refine alone with --optimizer adamw8bit, no peer ran for it" \
-    test "$(grep -c -- '--method full .*--optimizer adamw8bit' "$tmp/bench.args")" -eq 1 \
-    -a "$(grep -c -- '--method full' "$tmp/peers/hf_peer.args" "$tmp/peers/unsloth_peer.args" | grep -c ':0$')" -eq 2 \
+    test "$(grep -c -- '--model llama-3.2-1b --method full .*--optimizer adamw8bit' "$tmp/bench.args")" -eq 1 \
+    -a "$(grep -c -- '--model llama-3.2-1b --method full' "$tmp/peers/hf_peer.args" "$tmp/peers/unsloth_peer.args" | grep -c ':0$')" -eq 2 \
     -a "$(grep -c '^llama-3.2-1b.full.16x512.none.adamw8bit .*refine .*\[--recompute none --optimizer adamw8bit\]' "$tmp/table.txt")" -eq 1
+check "compact: refine with split masters and 8-bit AdamW beside the peers (HF with --recompute), settings named" \
+    test "$(grep -- '--method full' "$tmp/bench.args" | grep -- '--master split' | grep -c -- '--optimizer adamw8bit')" -eq 1 \
+    -a "$(grep -c -- '--model llama-3.1-8b --method full .*--recompute' "$tmp/peers/hf_peer.args")" -eq 1 \
+    -a "$(grep -c '^llama-3.1-8b.full.4x512.layer.compact .*| hf .*\[refine --recompute layer --master split --optimizer adamw8bit; hf --recompute\]' "$tmp/table.txt")" -eq 1
 check "every JSON line kept, the peers' tagged" \
-    test "$(grep -c '"peer":"unsloth"' "$tmp/out/bench.jsonl")" -eq 2 -a "$(grep -c '"system":"refine"' "$tmp/out/bench.jsonl")" -eq 3
+    test "$(grep -c '"peer":"unsloth"' "$tmp/out/bench.jsonl")" -eq 3 -a "$(grep -c '"system":"refine"' "$tmp/out/bench.jsonl")" -eq 4
 bash "$table" "$tmp/bench" "$tmp/peers/hf_peer.py" "$tmp/out2" llama-3.2-1b:lora:16:512:none:offlaod >/dev/null 2>"$tmp/bad.err"
 rc=$?
 check "an unknown flag: exit status $rc (1), named" test $rc -eq 1 -a "$(grep -c "unknown flag 'offlaod'" "$tmp/bad.err")" -eq 1
