@@ -169,8 +169,10 @@ int main(int argc, char **argv) {
     }
     if (plan.total > budget) {
         const int b = gpu_largest_fitting_batch(g, &c, budget, 1 << 20);
-        io_fail(&e, "%s %s %d×%d does not fit: %s, %.2f GiB%s on %s; the largest micro-batch that fits is %d", o.model,
-                method, g.B, g.T, line, budget / GIB, o.memory_limit > 0 ? " (--memory-limit)" : " free", device, b);
+        char hint[200];
+        io_fail(&e, "%s %s %d×%d does not fit: %s, %.2f GiB%s on %s; the largest micro-batch that fits is %d%s%s",
+                o.model, method, g.B, g.T, line, budget / GIB, o.memory_limit > 0 ? " (--memory-limit)" : " free", device,
+                b, b == 0 ? "; " : "", b == 0 ? gpu_memory_hint(&g, hint, sizeof hint) : "");
         io_exit(&e);
     }
     struct gpu_llama *m = build_gpu_llama(&c, &g, &e);

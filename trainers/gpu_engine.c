@@ -289,14 +289,33 @@ int gpu_engine_longest_seq(struct train_options *o, const struct model_source *s
     gpu_model_options(&g, &set);
     if (model_source_is_bnb(src, llama_linears[LLAMA_Q].weight, 0)) g.nested_nf4 = src->config.quant.double_quant;
     const int T = gpu_longest_fitting_seq(g, &src->config, budget, 1 << 20);
+    char hint[200];
     if (T < 2)
         return io_fail(e, "--seq auto: not even 2 tokens of micro-batch %d fit in the %.2f GiB %s leaves; lower "
-                          "--micro-batch, or try --recompute layer or --method qlora",
-                       o->micro_batch, budget / GIB, device);
+                          "--micro-batch, or %s",
+                       o->micro_batch, budget / GIB, device, gpu_memory_hint(&g, hint, sizeof hint));
     printf("seq auto: %d tokens (the longest sequence whose plan for micro-batch %d fits in %.2f GiB on %s)\n", T,
            o->micro_batch, budget / GIB, device);
     o->seq = T;
     return 0;
+}
+
+const char *gpu_memory_hint(const struct gpu_llama_options *g, char *buf, size_t cap) {
+    const char *opts[8];
+    int n = 0;
+    if (g->recompute != RECOMPUTE_LAYER) opts[n++] = "--recompute layer";
+    else if (g->offload == GPU_OFFLOAD_NONE) opts[n++] = "--offload";
+    if (g->mode == LLAMA_FULL) {
+        if (g->master == MASTER_FP32 && g->shard_world <= 1) opts[n++] = "--master split";
+        if (g->optimizer != OPTIMIZER_ADAMW8BIT) opts[n++] = "--optimizer adamw8bit";
+    } else if (g->base == GPU_BASE_BF16) {
+        opts[n++] = g->mode == LLAMA_DORA ? "--method qdora" : "--method qlora";
+    }
+    opts[n++] = "a shorter --seq";
+    size_t len = (size_t)snprintf(buf, cap, "try ");
+    for (int i = 0; i < n && len < cap; i++)
+        len += (size_t)snprintf(buf + len, cap - len, "%s%s", opts[i], i + 2 < n ? ", " : i + 1 < n ? " or " : "");
+    return buf;
 }
 
 int gpu_largest_fitting_batch(struct gpu_llama_options g, const struct model_config *c, size_t budget, int most) {
@@ -374,9 +393,9 @@ int gpu_engine_create(struct train_engine *eng, struct train_options *o, const s
         if (b == 0) {
             char line[512];
             gpu_llama_plan_describe(line, sizeof line, &plan, 1, o->seq);
-            return io_fail(e, "--auto-batch: not even micro-batch 1 fits in the %.2f GiB%s on %s (%s); try "
-                              "--recompute layer, --method qlora or a shorter --seq",
-                           budget / GIB, limit_note, device, line);
+            char hint[200];
+            return io_fail(e, "--auto-batch: not even micro-batch 1 fits in the %.2f GiB%s on %s (%s); %s",
+                           budget / GIB, limit_note, device, line, gpu_memory_hint(&g, hint, sizeof hint));
         }
         if (root)
             printf("auto-batch: micro-batch %d (the largest whose plan fits in %.2f GiB%s%s)\n", b, budget / GIB,
@@ -397,9 +416,9 @@ int gpu_engine_create(struct train_engine *eng, struct train_options *o, const s
             return io_fail(e, "the model does not fit: %s, but %s has %.2f GiB%s; the largest micro-batch that "
                               "fits is %d (--micro-batch %d, raising --grad-accum to keep the batch, or --auto-batch)",
                            line, device, budget / GIB, limit_note, b, b);
-        return io_fail(e, "the model does not fit: %s, but %s has %.2f GiB%s, and not even micro-batch 1 fits; "
-                          "try --recompute layer, --method qlora or a shorter --seq",
-                       line, device, budget / GIB, limit_note);
+        char hint[200];
+        return io_fail(e, "the model does not fit: %s, but %s has %.2f GiB%s, and not even micro-batch 1 fits; %s",
+                       line, device, budget / GIB, limit_note, gpu_memory_hint(&g, hint, sizeof hint));
     }
 
     struct gpu_engine *ge = calloc(1, sizeof *ge);

@@ -35,6 +35,10 @@ void gpu_model_options(struct gpu_llama_options *g, const struct model_settings 
 /* Whether a job of `world` ranks shards the optimizer of g (ZeRO-1): --shard-optimizer on, or auto
  * for full fine-tuning with fp32 masters (split masters keep it whole). */
 int gpu_shards_optimizer(const struct train_options *o, const struct gpu_llama_options *g, int world);
+/* What a user can change for g to take less memory, as one phrase into buf ("try --recompute
+ * layer, --master split, --optimizer adamw8bit or a shorter --seq"): the options g does not use
+ * yet, for the messages of a plan that does not fit. Returns buf. */
+const char *gpu_memory_hint(const struct gpu_llama_options *g, char *buf, size_t cap);
 /* The bytes a run may plan: the device's free memory, or with --memory-limit what a card of that
  * size would have left now (the limit less what is already in use), less a reserve for the CUDA
  * runtime's and cuBLASLt's own allocations; device names the GPU, free_now (NULL: not wanted) gets

@@ -259,6 +259,36 @@ int main(void) {
            "(unsharded, one GPU, 1x512: %.2f GiB; split masters + 8-bit AdamW: %.2f GiB)\n",
            worst16, worst4, g_one, g_split);
 
+    /* the hint of a plan that does not fit names what is not in use yet */
+    {
+        char h[200];
+        struct gpu_llama_options full32 = opts(LLAMA_FULL, 4, 512);
+        gpu_memory_hint(&full32, h, sizeof h);
+        checks++;
+        if (!strstr(h, "--recompute layer") || !strstr(h, "--master split") || !strstr(h, "--optimizer adamw8bit") ||
+            strstr(h, "qlora")) {
+            failures++;
+            printf("FAIL hint for full fine-tuning with fp32 masters: '%s'\n", h);
+        }
+        struct gpu_llama_options lean = full32;
+        lean.recompute = RECOMPUTE_LAYER, lean.offload = GPU_OFFLOAD_INPUTS, lean.master = MASTER_SPLIT;
+        lean.optimizer = OPTIMIZER_ADAMW8BIT;
+        gpu_memory_hint(&lean, h, sizeof h);
+        checks++;
+        if (strcmp(h, "try a shorter --seq") != 0) {
+            failures++;
+            printf("FAIL hint with every memory option in use: '%s'\n", h);
+        }
+        struct gpu_llama_options lora = opts(LLAMA_LORA, 4, 512);
+        lora.recompute = RECOMPUTE_LAYER;
+        gpu_memory_hint(&lora, h, sizeof h);
+        checks++;
+        if (strcmp(h, "try --offload, --method qlora or a shorter --seq") != 0) {
+            failures++;
+            printf("FAIL hint for LoRA with layer recomputation: '%s'\n", h);
+        }
+    }
+
     /* refusals */
     struct gpu_llama_plan p;
     struct model_config bad = c1;
