@@ -590,8 +590,61 @@ extern "C" void gpu_llama_set_batch(gpu_llama *m, const int32_t *tokens, const i
     CUDA_CHECK(cudaEventRecord(m->staged[k], m->stream));
 }
 
+/* Whether a micro-step can run as a CUDA graph: every kernel, pointer and scalar of its launches
+ * fixed by the key (n_valid, grad_scale, the NF4 layer cache at its start). Not with what changes
+ * per micro-step or acts on the host in the middle of it: adapter dropout (its masks' offsets),
+ * FP8 (its recording state and weight caches), offloaded inputs (a second stream and host
+ * events), op timing, NVTX ranges, data parallel hooks. */
+static bool graph_eligible(const gpu_llama *m) {
+    return m->use_graphs && !m->fp8.state && !(m->opt.dropout > 0) && m->opt.offload == GPU_OFFLOAD_NONE &&
+           m->opt.profile == GPU_PROFILE_OFF && m->opt.nvtx == GPU_NVTX_OFF && m->grad_hook == nullptr;
+}
+
+/* The micro-step through a CUDA graph: the key's first use runs uncaptured (so that every cuBLASLt
+ * plan and kernel attribute exists), its second is captured and launched, later ones replay it.
+ * Replaying the same kernels on the same buffers gives the same bits as running them; the host
+ * state the micro-step leaves (the NF4 layer cache) is set as the run left it. */
+static void train_micro_graphed(gpu_llama *m, int64_t n_valid, float grad_scale, uint64_t micro) {
+    uint32_t bits;
+    memcpy(&bits, &grad_scale, sizeof bits);
+    gpu_llama::gl_graph *ge = nullptr;
+    for (int i = 0; i < m->n_graphs; i++) {
+        gpu_llama::gl_graph &x = m->graphs[i];
+        if (x.n_valid == n_valid && x.scale_bits == bits && x.dq_start == m->dq_layer) ge = &x;
+    }
+    if (!ge) { /* a new key: a free slot, or the oldest one's */
+        const int cap = (int)(sizeof m->graphs / sizeof m->graphs[0]);
+        const int i = m->n_graphs < cap ? m->n_graphs++ : m->next_graph;
+        m->next_graph = (i + 1) % cap;
+        ge = &m->graphs[i];
+        if (ge->exec) CUDA_CHECK(cudaGraphExecDestroy(ge->exec));
+        *ge = gpu_llama::gl_graph{n_valid, bits, m->dq_layer, -1, 0, nullptr};
+    }
+    if (ge->runs++ == 0) {
+        forward(m, 1, n_valid, grad_scale, micro);
+        backward(m, micro);
+        ge->dq_end = m->dq_layer;
+        return;
+    }
+    if (!ge->exec) {
+        cudaGraph_t graph;
+        CUDA_CHECK(cudaStreamBeginCapture(m->stream, cudaStreamCaptureModeRelaxed));
+        forward(m, 1, n_valid, grad_scale, micro);
+        backward(m, micro);
+        CUDA_CHECK(cudaStreamEndCapture(m->stream, &graph));
+        CUDA_CHECK(cudaGraphInstantiate(&ge->exec, graph, 0));
+        CUDA_CHECK(cudaGraphDestroy(graph));
+    }
+    CUDA_CHECK(cudaGraphLaunch(ge->exec, m->stream));
+    m->dq_layer = ge->dq_end;
+}
+
 extern "C" void gpu_llama_train_micro(gpu_llama *m, int64_t n_valid_total, float grad_scale, uint64_t micro_index) {
     CHECK(n_valid_total >= 1, "train_micro: n_valid_total=%lld", (long long)n_valid_total);
+    if (graph_eligible(m)) {
+        train_micro_graphed(m, n_valid_total, grad_scale, micro_index);
+        return;
+    }
     NVTX(m, "micro-batch %d", (int)micro_index);
     forward(m, 1, n_valid_total, grad_scale, micro_index);
     backward(m, micro_index);

@@ -213,6 +213,17 @@ struct gpu_llama {
     uint8_t *s_q1, *s_q2;
     gpu_llama_grad_hook grad_hook; /* data parallelism (gpu/llama.h): called as buckets finish */
     void *grad_hook_ctx;
+    /* training micro-steps as CUDA graphs (gpu/llama.cu, train_micro_graphed): one per key — the
+     * micro-step's scalars and the NF4 layer cache at its start — captured at the key's second use */
+    int use_graphs;
+    struct gl_graph {
+        int64_t n_valid;
+        uint32_t scale_bits;
+        int dq_start, dq_end; /* the dequantized layer before and after the micro-step */
+        int runs;
+        cudaGraphExec_t exec;
+    } graphs[8];
+    int n_graphs, next_graph;
     cudaEvent_t t_begin, t_end;
     cudaEvent_t *prof_ev; /* pairs */
     int prof_cap, prof_n, prof_on; /* recording between gpu_llama_profile_reset and _print */

@@ -895,6 +895,8 @@ extern "C" gpu_llama *build_gpu_llama(const model_config *c, const gpu_llama_opt
     init_fp8(m);
     register_tensors(m);
     m->dq_layer = -1;
+    const char *graphs = getenv("REFINE_CUDA_GRAPHS"); /* the training micro-steps (gpu/llama.cu) */
+    m->use_graphs = !(graphs && strcmp(graphs, "0") == 0);
     CUDA_CHECK(cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking));
     m->gemm = build_gpu_gemm(GEMM_DEFAULT_WORKSPACE);
     build_optimizer(m);
@@ -941,6 +943,8 @@ extern "C" void free_gpu_llama(gpu_llama *m) {
         if (m->slab[s]) CUDA_CHECK(cudaFree(m->slab[s]));
     if (m->gemm) free_gpu_gemm(m->gemm);
     if (m->adamw) free_gpu_adamw(m->adamw);
+    for (int i = 0; i < m->n_graphs; i++)
+        if (m->graphs[i].exec) CUDA_CHECK(cudaGraphExecDestroy(m->graphs[i].exec));
     if (m->h_tokens) CUDA_CHECK(cudaFreeHost(m->h_tokens));
     if (m->h_labels) CUDA_CHECK(cudaFreeHost(m->h_labels));
     if (m->h_scalars) CUDA_CHECK(cudaFreeHost(m->h_scalars));

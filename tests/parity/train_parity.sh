@@ -29,6 +29,7 @@
 #     is killed (-9) once its LATEST names step-10 or later, rerun with --resume to the end, and
 #     must be bitwise the uninterrupted run (if it finished before the kill, that is said, and the
 #     resume of the finished run must still be identical);
+#   - CUDA graphs change no number (the runs without them, REFINE_CUDA_GRAPHS=0, are bitwise the same);
 #   - recomputation changes no number (LoRA, QDoRA, full; full fine-tuning under FP8 with --recompute
 #     layer, whose trained weights are then cast a layer at a time, in every recipe);
 #   - --base-dtype fp8 under --precision fp8 changes memory, not numbers: bitwise the run with the
@@ -442,6 +443,18 @@ if [ $cpu_only -eq 0 ]; then
         done
     fi
     if [ "$only" != smollm2 ] && [ $bf16_ran -eq 1 ]; then
+        # CUDA graphs (the training micro-steps, on by default where eligible: gpu/llama.cu) replay the
+        # same kernels on the same buffers: bitwise the run without them (REFINE_CUDA_GRAPHS=0); the
+        # NF4 base's layer cache is part of a graph's key (QLoRA, QDoRA, evaluations between steps).
+        for g_case in "tiny-llama lora" "tiny-llama qlora" "tiny-llama qdora" "tiny-llama dora" "tiny-qwen2 full" \
+            "tiny-llama full-adamw8bit-split"; do
+            read -r model method <<<"$g_case"
+            name=$model-$method-nographs
+            REFINE_CUDA_GRAPHS=0 run_train "$gpu" "$model" "$method" "$tmp/runs/$name" "$logs/$name.log" --precision bf16
+            check "$model $method without CUDA graphs: exits 0" "$logs/$name.log" test $? -eq 0
+            compare "$model $method: CUDA graphs == none, bitwise" "$logs/$name-compare.log" identical \
+                "$tmp/runs/$model-$method-gpu" "$tmp/runs/$name"
+        done
         # Adapter dropout (LoRA): trains, changes the run, is deterministic, resumes bit-identically
         # (its masks are keyed by the micro-batch index).
         d=$tmp/runs/tiny-llama-lora-dropout
