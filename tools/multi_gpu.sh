@@ -9,8 +9,9 @@
 # repository root. N: the GPUs to use (default: every GPU nvidia-smi lists).
 #
 # Parity (the tiny Llama and Qwen2 golden models; SmolLM2 too with --models all, when its GGUF is
-# in the cache), every method (lora, dora, qlora, qdora, full, and full with 8-bit AdamW on the tiny
-# Llama), 20 steps (train_parity.sh's settings):
+# in the cache), every method (lora, dora, qlora, qdora, full, and on the tiny Llama full with 8-bit
+# AdamW and full with split masters, whose optimizer stays whole on every rank), 20 steps
+# (train_parity.sh's settings):
 #   N = 1, a host of one GPU: `mpirun -np 1 gpu_train ...` — the NCCL path: bucketed all-reduces,
 #     the loss summed, the host's bounded waits — is bitwise the plain `gpu_train ...`
 #     (train_compare identical), and its log's job line names NCCL;
@@ -89,12 +90,13 @@ if [ "$models_arg" = all ] && [ -s "$gguf" ] && [ -s "$artifacts/corpus/kjv.txt"
     model_path[smollm2]=$gguf model_flags[smollm2]="--seq 32 --micro-batch 2" model_data[smollm2]=$tmp/kjv3000.txt
     models+=(smollm2)
 fi
-methods_of() { if [ "$1" = tiny-llama ]; then echo "lora dora qlora qdora full full-adamw8bit"; else echo "lora dora qlora qdora full"; fi; }
+methods_of() { if [ "$1" = tiny-llama ]; then echo "lora dora qlora qdora full full-adamw8bit full-split"; else echo "lora dora qlora qdora full"; fi; }
 flags_of() { # model method: everything but --model --data --out --grad-accum --precision
     local lr targets="" method="--method $2"
     case $1-$2 in tiny-*-full*) lr=1e-3 ;; tiny-*) lr=1e-2 ;; *-full*) lr=1e-4 ;; *) lr=1e-3 ;; esac
     case $1-$2 in smollm2-dora | smollm2-qdora) targets="--targets q,v" ;; esac
     [ "$2" = full-adamw8bit ] && method="--method full --optimizer adamw8bit"
+    [ "$2" = full-split ] && method="--method full --master split" # the optimizer whole on every rank
     echo "${model_flags[$1]} $method $targets --max-steps 20 --warmup 2 --eval-every 10 --eval-batches 2 --lr $lr" \
         "--rank 8 --alpha 16 --seed 7"
 }
