@@ -3,7 +3,8 @@
 # training (the tiny golden model, as ref_train_test.sh), against one process:
 #   bitwise (train_compare identical: every printed loss, every checkpoint tensor; and the exports):
 #     - 2 ranks × --grad-accum 1 = 1 process × --grad-accum 2, for LoRA, full fine-tuning (merged
-#       export), DoRA in bf16, QLoRA with 8-bit AdamW; 3 ranks × 1 = 1 × 3. The CPU engine computes
+#       export; and bf16 with split masters), DoRA in bf16, QLoRA with 8-bit AdamW; 3 ranks × 1 =
+#       1 × 3. The CPU engine computes
 #       each micro-batch's gradient alone and the job sums in rank order, so one micro-batch per
 #       rank is summed exactly as one process accumulates (trainers/cpu_engine.c);
 #     - a stop and a resume on 2 ranks = the uninterrupted 2-rank run;
@@ -67,6 +68,10 @@ runN 2 full_2x1 --grad-accum 1 --method full --lr 1e-3
 check "full: 2 ranks × 1 = 1 × 2, bitwise" identical full_1x2 full_2x1
 check "full: the merged model written once, the same bytes" \
     cmp -s "$tmp/full_1x2/merged/model.safetensors" "$tmp/full_2x1/merged/model.safetensors"
+
+run1 split_1x2 --grad-accum 2 --method full --lr 1e-3 --precision bf16 --master split
+runN 2 split_2x1 --grad-accum 1 --method full --lr 1e-3 --precision bf16 --master split
+check "full, bf16, split masters: 2 ranks × 1 = 1 × 2, bitwise" identical split_1x2 split_2x1
 
 run1 dora16_1x2 --grad-accum 2 --method dora --precision bf16
 runN 2 dora16_2x1 --grad-accum 1 --method dora --precision bf16
