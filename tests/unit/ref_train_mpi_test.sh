@@ -4,9 +4,9 @@
 #   bitwise (train_compare identical: every printed loss, every checkpoint tensor; and the exports):
 #     - 2 ranks × --grad-accum 1 = 1 process × --grad-accum 2, for LoRA, full fine-tuning (merged
 #       export; and bf16 with split masters), DoRA in bf16, QLoRA with 8-bit AdamW; 3 ranks × 1 =
-#       1 × 3. The CPU engine computes
-#       each micro-batch's gradient alone and the job sums in rank order, so one micro-batch per
-#       rank is summed exactly as one process accumulates (trainers/cpu_engine.c);
+#       1 × 3. The CPU engine computes each micro-batch's gradient alone and the job sums in rank
+#       order, so one micro-batch per rank is summed exactly as one process accumulates
+#       (trainers/cpu_engine.c);
 #     - a stop and a resume on 2 ranks = the uninterrupted 2-rank run;
 #     - a rank killed (kill -9) after a checkpoint: the job ends, the launcher names the rank, and
 #       resuming from the checkpoint continues bitwise as a run that was never interrupted;
