@@ -591,26 +591,38 @@ extern "C" void gpu_llama_set_batch(gpu_llama *m, const int32_t *tokens, const i
 }
 
 /* Whether a micro-step can run as a CUDA graph: every kernel, pointer and scalar of its launches
- * fixed by the key (n_valid, grad_scale, the NF4 layer cache at its start). Not with what changes
- * per micro-step or acts on the host in the middle of it: adapter dropout (its masks' offsets),
- * FP8 (its recording state and weight caches), offloaded inputs (a second stream and host
- * events), op timing, NVTX ranges, data parallel hooks. */
+ * fixed by the key (n_valid, grad_scale, the host's layer caches at its start: graph_state). Not
+ * with what changes per micro-step or acts on the host in the middle of it: adapter dropout (its
+ * masks' offsets), offloaded inputs (a second stream and host events), op timing, NVTX ranges,
+ * data parallel hooks. */
 static bool graph_eligible(const gpu_llama *m) {
-    return m->use_graphs && !m->fp8.state && !(m->opt.dropout > 0) && m->opt.offload == GPU_OFFLOAD_NONE &&
+    return m->use_graphs && !(m->opt.dropout > 0) && m->opt.offload == GPU_OFFLOAD_NONE &&
            m->opt.profile == GPU_PROFILE_OFF && m->opt.nvtx == GPU_NVTX_OFF && m->grad_hook == nullptr;
+}
+
+/* The host state that decides which launches a micro-step makes, and that it leaves behind: the
+ * dequantized layer (NF4, FP8 W_eff), the FP8 layer codes held (W, Wᵀ), stale trained codes. */
+static void graph_state(const gpu_llama *m, int s[4]) {
+    s[0] = m->dq_layer, s[1] = m->fp8.w8_layer, s[2] = m->fp8.wt8_layer, s[3] = m->fp8.stale;
+}
+
+static void set_graph_state(gpu_llama *m, const int s[4]) {
+    m->dq_layer = s[0], m->fp8.w8_layer = s[1], m->fp8.wt8_layer = s[2], m->fp8.stale = s[3];
 }
 
 /* The micro-step through a CUDA graph: the key's first use runs uncaptured (so that every cuBLASLt
  * plan and kernel attribute exists), its second is captured and launched, later ones replay it.
  * Replaying the same kernels on the same buffers gives the same bits as running them; the host
- * state the micro-step leaves (the NF4 layer cache) is set as the run left it. */
+ * state the micro-step leaves (graph_state, FP8's recording) is set as the run left it. */
 static void train_micro_graphed(gpu_llama *m, int64_t n_valid, float grad_scale, uint64_t micro) {
     uint32_t bits;
     memcpy(&bits, &grad_scale, sizeof bits);
+    int state[4];
+    graph_state(m, state);
     gpu_llama::gl_graph *ge = nullptr;
     for (int i = 0; i < m->n_graphs; i++) {
         gpu_llama::gl_graph &x = m->graphs[i];
-        if (x.n_valid == n_valid && x.scale_bits == bits && x.dq_start == m->dq_layer) ge = &x;
+        if (x.n_valid == n_valid && x.scale_bits == bits && memcmp(x.start, state, sizeof state) == 0) ge = &x;
     }
     if (!ge) { /* a new key: a free slot, or the oldest one's */
         const int cap = (int)(sizeof m->graphs / sizeof m->graphs[0]);
@@ -618,12 +630,12 @@ static void train_micro_graphed(gpu_llama *m, int64_t n_valid, float grad_scale,
         m->next_graph = (i + 1) % cap;
         ge = &m->graphs[i];
         if (ge->exec) CUDA_CHECK(cudaGraphExecDestroy(ge->exec));
-        *ge = gpu_llama::gl_graph{n_valid, bits, m->dq_layer, -1, 0, nullptr};
+        *ge = gpu_llama::gl_graph{n_valid, bits, {state[0], state[1], state[2], state[3]}, {0, 0, 0, 0}, 0, nullptr};
     }
     if (ge->runs++ == 0) {
         forward(m, 1, n_valid, grad_scale, micro);
         backward(m, micro);
-        ge->dq_end = m->dq_layer;
+        graph_state(m, ge->end);
         return;
     }
     if (!ge->exec) {
@@ -636,7 +648,8 @@ static void train_micro_graphed(gpu_llama *m, int64_t n_valid, float grad_scale,
         CUDA_CHECK(cudaGraphDestroy(graph));
     }
     CUDA_CHECK(cudaGraphLaunch(ge->exec, m->stream));
-    m->dq_layer = ge->dq_end;
+    set_graph_state(m, ge->end);
+    if (m->fp8.on) m->fp8.recording = FP8_RECORD; /* as the micro-step leaves it */
 }
 
 extern "C" void gpu_llama_train_micro(gpu_llama *m, int64_t n_valid_total, float grad_scale, uint64_t micro_index) {

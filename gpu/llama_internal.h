@@ -214,12 +214,13 @@ struct gpu_llama {
     gpu_llama_grad_hook grad_hook; /* data parallelism (gpu/llama.h): called as buckets finish */
     void *grad_hook_ctx;
     /* training micro-steps as CUDA graphs (gpu/llama.cu, train_micro_graphed): one per key — the
-     * micro-step's scalars and the NF4 layer cache at its start — captured at the key's second use */
+     * micro-step's scalars and the host's layer caches at its start (the dequantized layer, the FP8
+     * layer codes, stale trained codes) — captured at the key's second use */
     int use_graphs;
     struct gl_graph {
         int64_t n_valid;
         uint32_t scale_bits;
-        int dq_start, dq_end; /* the dequantized layer before and after the micro-step */
+        int start[4], end[4]; /* the host caches before and after the micro-step (gl_graph_state) */
         int runs;
         cudaGraphExec_t exec;
     } graphs[8];

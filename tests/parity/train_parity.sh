@@ -442,19 +442,26 @@ if [ $cpu_only -eq 0 ]; then
                 identical "$tmp/runs/$model-$method-gpu" "$tmp/runs/$name"
         done
     fi
-    if [ "$only" != smollm2 ] && [ $bf16_ran -eq 1 ]; then
+    if [ "$only" != smollm2 ]; then
         # CUDA graphs (the training micro-steps, on by default where eligible: gpu/llama.cu) replay the
         # same kernels on the same buffers: bitwise the run without them (REFINE_CUDA_GRAPHS=0); the
-        # NF4 base's layer cache is part of a graph's key (QLoRA, QDoRA, evaluations between steps).
-        for g_case in "tiny-llama lora" "tiny-llama qlora" "tiny-llama qdora" "tiny-llama dora" "tiny-qwen2 full" \
-            "tiny-llama full-adamw8bit-split"; do
-            read -r model method <<<"$g_case"
-            name=$model-$method-nographs
-            REFINE_CUDA_GRAPHS=0 run_train "$gpu" "$model" "$method" "$tmp/runs/$name" "$logs/$name.log" --precision bf16
-            check "$model $method without CUDA graphs: exits 0" "$logs/$name.log" test $? -eq 0
-            compare "$model $method: CUDA graphs == none, bitwise" "$logs/$name-compare.log" identical \
-                "$tmp/runs/$model-$method-gpu" "$tmp/runs/$name"
+        # host's layer caches (NF4, FP8 codes) are part of a graph's key.
+        for g_case in "tiny-llama lora bf16" "tiny-llama qlora bf16" "tiny-llama qdora bf16" "tiny-llama dora bf16" \
+            "tiny-qwen2 full bf16" "tiny-llama full-adamw8bit-split bf16" "tiny-llama lora fp8-delayed" \
+            "tiny-llama qlora fp8-current" "tiny-llama full fp8-delayed" "tiny-llama dora fp8-block" \
+            "tiny-llama lora bf16-base8"; do
+            read -r model method variant <<<"$g_case"
+            case " $variants_wanted " in *" $variant "*) ;; *) continue ;; esac
+            name=$model-$method-nographs-$variant
+            # shellcheck disable=SC2046 # the variant's flags are words
+            REFINE_CUDA_GRAPHS=0 run_train "$gpu" "$model" "$method" "$tmp/runs/$name" "$logs/$name.log" \
+                $(variant_flags "$variant")
+            check "$model $method $variant without CUDA graphs: exits 0" "$logs/$name.log" test $? -eq 0
+            compare "$model $method $variant: CUDA graphs == none, bitwise" "$logs/$name-compare.log" identical \
+                "$tmp/runs/$(gpu_name "$model" "$method" "$variant")" "$tmp/runs/$name"
         done
+    fi
+    if [ "$only" != smollm2 ] && [ $bf16_ran -eq 1 ]; then
         # Adapter dropout (LoRA): trains, changes the run, is deterministic, resumes bit-identically
         # (its masks are keyed by the micro-batch index).
         d=$tmp/runs/tiny-llama-lora-dropout
