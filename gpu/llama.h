@@ -41,8 +41,9 @@
  * after each step keeps the records); per-tensor state (delayed histories, scales, amaxes, flags) and the scratch operands are
  * rows of the layout; a step's FP8 statistics and its guard ride on the step's one wait.
  * Training micro-steps run as CUDA graphs where every launch is fixed by the step's scalars and
- * the NF4 layer cache (captured at a key's second use; not with dropout, FP8, offload, timing,
- * NVTX or data-parallel hooks; REFINE_CUDA_GRAPHS=0 turns them off): the same kernels, the same bits.
+ * the host's layer caches (NF4, FP8 codes; captured at a key's second use; not with dropout,
+ * offload, timing, NVTX or data-parallel hooks; REFINE_CUDA_GRAPHS=0 turns them off): the same
+ * kernels, the same bits.
  * Memory is planned, not discovered: gpu_llama_plan_bytes counts every byte the model will hold
  * from (config, options) with the same layout code that build_gpu_llama then carves its slabs
  * with (weights, parameters, gradients, optimizer state, activations, scratch), so the plan and
