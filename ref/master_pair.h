@@ -32,6 +32,8 @@
 
 #include <stdint.h>
 
+#include "ref/bf16.h" /* ref_f32_bits, ref_f32_from_bits */
+
 #ifdef __CUDACC__
 #define MASTER_PAIR_FN static inline __host__ __device__
 #else
@@ -68,28 +70,13 @@ MASTER_PAIR_FN uint32_t master_pair_join_bits(uint16_t hi, uint16_t lo) {
     return ((h & 0xFFFFu) << 16) | (uint32_t)lo;
 }
 
-#ifdef __cplusplus
-}
-#endif
-
 /* Float forms (host code: the device kernels use __float_as_uint / __uint_as_float). */
-#include <string.h>
-
-#ifdef __cplusplus
-extern "C" {
-#endif
-
 static inline void master_pair_split(float x, uint16_t *hi, uint16_t *lo) {
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    master_pair_split_bits(u, hi, lo);
+    master_pair_split_bits(ref_f32_bits(x), hi, lo);
 }
 
 static inline float master_pair_join(uint16_t hi, uint16_t lo) {
-    const uint32_t u = master_pair_join_bits(hi, lo);
-    float x;
-    memcpy(&x, &u, sizeof x);
-    return x;
+    return ref_f32_from_bits(master_pair_join_bits(hi, lo));
 }
 
 /* join(split(x)): the value a split master holds for x. */
