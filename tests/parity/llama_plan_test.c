@@ -69,6 +69,17 @@ static struct gpu_llama_plan plan_of(const struct model_config *c, const struct 
     return p;
 }
 
+/* gpu_memory_hint of o is exactly want. */
+static void expect_hint(const char *what, const struct gpu_llama_options *o, const char *want) {
+    char h[200];
+    gpu_memory_hint(o, h, sizeof h);
+    checks++;
+    if (strcmp(h, want) != 0) {
+        failures++;
+        printf("FAIL hint for %s: '%s', expected '%s'\n", what, h, want);
+    }
+}
+
 static double n_linear_params(const struct model_config *c) {
     return (double)c->L * ((double)c->C * c->H * c->D + 2.0 * c->C * c->KVH * c->D + (double)c->H * c->D * c->C +
                            3.0 * c->C * c->F);
@@ -260,34 +271,16 @@ int main(void) {
            worst16, worst4, g_one, g_split);
 
     /* the hint of a plan that does not fit names what is not in use yet */
-    {
-        char h[200];
-        struct gpu_llama_options full32 = opts(LLAMA_FULL, 4, 512);
-        gpu_memory_hint(&full32, h, sizeof h);
-        checks++;
-        if (!strstr(h, "--recompute layer") || !strstr(h, "--master split") || !strstr(h, "--optimizer adamw8bit") ||
-            strstr(h, "qlora")) {
-            failures++;
-            printf("FAIL hint for full fine-tuning with fp32 masters: '%s'\n", h);
-        }
-        struct gpu_llama_options lean = full32;
-        lean.recompute = RECOMPUTE_LAYER, lean.offload = GPU_OFFLOAD_INPUTS, lean.master = MASTER_SPLIT;
-        lean.optimizer = OPTIMIZER_ADAMW8BIT;
-        gpu_memory_hint(&lean, h, sizeof h);
-        checks++;
-        if (strcmp(h, "try a shorter --seq") != 0) {
-            failures++;
-            printf("FAIL hint with every memory option in use: '%s'\n", h);
-        }
-        struct gpu_llama_options lora = opts(LLAMA_LORA, 4, 512);
-        lora.recompute = RECOMPUTE_LAYER;
-        gpu_memory_hint(&lora, h, sizeof h);
-        checks++;
-        if (strcmp(h, "try --offload, --method qlora or a shorter --seq") != 0) {
-            failures++;
-            printf("FAIL hint for LoRA with layer recomputation: '%s'\n", h);
-        }
-    }
+    struct gpu_llama_options full32 = opts(LLAMA_FULL, 4, 512);
+    expect_hint("full fine-tuning with fp32 masters", &full32,
+                "try --recompute layer, --master split, --optimizer adamw8bit or a shorter --seq");
+    struct gpu_llama_options lean = full32;
+    lean.recompute = RECOMPUTE_LAYER, lean.offload = GPU_OFFLOAD_INPUTS, lean.master = MASTER_SPLIT;
+    lean.optimizer = OPTIMIZER_ADAMW8BIT;
+    expect_hint("every memory option in use", &lean, "try a shorter --seq");
+    struct gpu_llama_options lora = opts(LLAMA_LORA, 4, 512);
+    lora.recompute = RECOMPUTE_LAYER;
+    expect_hint("LoRA with layer recomputation", &lora, "try --offload, --method qlora or a shorter --seq");
 
     /* refusals */
     struct gpu_llama_plan p;
