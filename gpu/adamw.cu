@@ -179,9 +179,8 @@ __global__ void __launch_bounds__(kBlock) adamw_chunk_update(const tensor_desc *
                 const float4 g = *reinterpret_cast<const float4 *>(p.grad + i);
                 float4 m = *reinterpret_cast<const float4 *>(p.m + i);
                 float4 v = *reinterpret_cast<const float4 *>(p.v + i);
-                const uint2 h4 = *reinterpret_cast<const uint2 *>(hi + i), l4 = *reinterpret_cast<const uint2 *>(p.lo + i);
-                float w[4] = {pair_join(h4.x & 0xFFFFu, l4.x & 0xFFFFu), pair_join(h4.x >> 16, l4.x >> 16),
-                              pair_join(h4.y & 0xFFFFu, l4.y & 0xFFFFu), pair_join(h4.y >> 16, l4.y >> 16)};
+                float w[4];
+                pair_join4(*reinterpret_cast<const uint2 *>(hi + i), *reinterpret_cast<const uint2 *>(p.lo + i), w);
                 adamw_element(w[0], m.x, v.x, g.x, coef, p.decay, s);
                 adamw_element(w[1], m.y, v.y, g.y, coef, p.decay, s);
                 adamw_element(w[2], m.z, v.z, g.z, coef, p.decay, s);
@@ -189,8 +188,7 @@ __global__ void __launch_bounds__(kBlock) adamw_chunk_update(const tensor_desc *
                 *reinterpret_cast<float4 *>(p.m + i) = m;
                 *reinterpret_cast<float4 *>(p.v + i) = v;
                 uint2 ho, lo;
-                pair_split2(w[0], w[1], &ho.x, &lo.x);
-                pair_split2(w[2], w[3], &ho.y, &lo.y);
+                pair_split4(w, &ho, &lo);
                 *reinterpret_cast<uint2 *>(hi + i) = ho;
                 *reinterpret_cast<uint2 *>(p.lo + i) = lo;
             }

@@ -125,10 +125,10 @@ __device__ __forceinline__ void load_block(const gpu_adamw8bit_tensor &t, int64_
             const float4 gv = __ldcs(reinterpret_cast<const float4 *>(t.grad + i));
             g[4 * h] = gv.x, g[4 * h + 1] = gv.y, g[4 * h + 2] = gv.z, g[4 * h + 3] = gv.w;
             if (t.lo) {
-                const uint2 hv = __ldcs(reinterpret_cast<const uint2 *>(t.copy + i));
-                const uint2 lv = __ldcs(reinterpret_cast<const uint2 *>(t.lo + i));
-                p[4 * h] = pair_join(hv.x & 0xFFFFu, lv.x & 0xFFFFu), p[4 * h + 1] = pair_join(hv.x >> 16, lv.x >> 16);
-                p[4 * h + 2] = pair_join(hv.y & 0xFFFFu, lv.y & 0xFFFFu), p[4 * h + 3] = pair_join(hv.y >> 16, lv.y >> 16);
+                float w[4];
+                pair_join4(__ldcs(reinterpret_cast<const uint2 *>(t.copy + i)), __ldcs(reinterpret_cast<const uint2 *>(t.lo + i)),
+                           w);
+                p[4 * h] = w[0], p[4 * h + 1] = w[1], p[4 * h + 2] = w[2], p[4 * h + 3] = w[3];
             } else {
                 const float4 pv = __ldcs(reinterpret_cast<const float4 *>(t.p + i));
                 p[4 * h] = pv.x, p[4 * h + 1] = pv.y, p[4 * h + 2] = pv.z, p[4 * h + 3] = pv.w;
@@ -290,8 +290,7 @@ __global__ void __launch_bounds__(kThreads) adamw8bit_warp_step(gpu_adamw8bit_te
                 __stcs(reinterpret_cast<unsigned *>(t.q2 + i), o2[h]);
                 if (t.lo) { /* an unchanged (non-finite gradient) master splits into its own pair */
                     uint2 hw, lw;
-                    pair_split2(p[4 * h], p[4 * h + 1], &hw.x, &lw.x);
-                    pair_split2(p[4 * h + 2], p[4 * h + 3], &hw.y, &lw.y);
+                    pair_split4({p[4 * h], p[4 * h + 1], p[4 * h + 2], p[4 * h + 3]}, &hw, &lw);
                     __stcs(reinterpret_cast<uint2 *>(t.copy + i), hw);
                     __stcs(reinterpret_cast<uint2 *>(t.lo + i), lw);
                     continue;
@@ -359,8 +358,8 @@ int full_grid(void) {
     int dev = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     if (dev < 64 && cached[dev] > 0) return cached[dev];
-    int sms = 0, per_sm = 0;
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    const int sms = refine_sm_count();
+    int per_sm = 0;
     CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, adamw8bit_warp_step<kVec>, kThreads, 0));
     const int grid = sms * (per_sm > 0 ? per_sm : 1);
     if (dev < 64) cached[dev] = grid;

@@ -281,9 +281,7 @@ static void forward_launch(uint16_t *out, float *lse, const uint16_t *q, const u
     p.num_tiles = p.num_m * B * H;
     p.scale_log2 = scale * 1.44269504088896341f;
     p.dbg = dbg;
-    int dev = 0, sms = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    const int sms = refine_sm_count();
     const size_t smem = FwdSmem<D>::BYTES;
     CUDA_CHECK(cudaFuncSetAttribute(attn90::attn_fwd_sm90<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const int grid = p.num_tiles < sms ? p.num_tiles : sms;

@@ -7,6 +7,9 @@
  * the stream (unless the stream is being captured into a graph) so that an asynchronous fault is
  * reported at the launch that caused it.
  *
+ * refine_sm_count() is the current device's multiprocessor count, asked once per device (the
+ * launch sizing of several kernels).
+ *
  * C++ only (overloads on the status type); included by .cu files, never by the C-callable
  * C-callable op headers of gpu/.
  */
@@ -55,5 +58,18 @@ inline void refine_kernel_check(cudaStream_t stream, const char *file, int line)
 }
 
 #define KERNEL_CHECK(stream) refine_kernel_check((stream), __FILE__, __LINE__)
+
+inline int refine_sm_count() {
+    static int cached[64]; /* per device; a benign race writes the same value */
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    if (dev >= 64) dev = 63;
+    if (cached[dev] == 0) {
+        int n = 0;
+        CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+        cached[dev] = n > 0 ? n : 1;
+    }
+    return cached[dev];
+}
 
 #endif /* REFINE_GPU_CUDA_CHECK_H */

@@ -51,20 +51,6 @@ int bits_for(unsigned x) {
     return bits;
 }
 
-/* The device's SM count (cached per device). */
-int sm_count() {
-    static int cached[64];
-    int dev = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    if (dev >= 64) dev = 63;
-    if (cached[dev] == 0) {
-        int n = 0;
-        CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-        cached[dev] = n > 0 ? n : 1;
-    }
-    return cached[dev];
-}
-
 template <int VW>
 __global__ void __launch_bounds__(kBlock) embedding_gather_rows(bf16 *__restrict__ out, const int32_t *__restrict__ ids,
                                                                 const bf16 *__restrict__ table, int C, int64_t items) {
@@ -229,7 +215,7 @@ extern "C" void gpu_embedding_backward_f32(float *dtable, const uint16_t *dout, 
                                            cudaStream_t stream) {
     CHECK(N >= 1 && C >= 1 && V >= 1, "embedding N=%d C=%d V=%d", N, C, V);
     CHECK(C <= INT_MAX / kT, "embedding C=%d too wide", C);
-    const int want = kBwdPerSm * sm_count();
+    const int want = kBwdPerSm * refine_sm_count();
     const int G = V < want ? V : want;
     const unsigned sentinel = (unsigned)(V - 1) / (unsigned)G + 1u; /* above every v / G */
     const int end_bit = bits_for(sentinel);

@@ -54,6 +54,7 @@
 #include <cuda_fp8.h>
 
 #include "gpu/cuda_check.h"
+#include "gpu/fp8_codes.cuh"
 #include "io/check.h"
 
 namespace {
@@ -125,16 +126,10 @@ __device__ __forceinline__ void atomic_max_nonneg(float *addr, float v) {
     atomicMax(reinterpret_cast<unsigned *>(addr), __float_as_uint(v));
 }
 
-/* Two codes (lo = first element) of a·scale, b·scale (saturations are counted separately). */
-__device__ __forceinline__ uint32_t cvt2(float a, float b, float scale, __nv_fp8_interpretation_t fmt) {
-    return (uint32_t)__nv_cvt_float2_to_fp8x2(make_float2(__fmul_rn(a, scale), __fmul_rn(b, scale)), __NV_SATFINITE,
-                                              fmt);
-}
-
 /* Four codes (element 0 in the low byte) of the four bf16 in words w0, w1. */
 __device__ __forceinline__ uint32_t cvt4(uint32_t w0, uint32_t w1, float scale, __nv_fp8_interpretation_t fmt) {
-    return cvt2(bf16_bits_to_float(w0 & 0xFFFFu), bf16_bits_to_float(w0 >> 16), scale, fmt) |
-           cvt2(bf16_bits_to_float(w1 & 0xFFFFu), bf16_bits_to_float(w1 >> 16), scale, fmt) << 16;
+    return fp8_cvt2(bf16_bits_to_float(w0 & 0xFFFFu), bf16_bits_to_float(w0 >> 16), scale, fmt) |
+           fp8_cvt2(bf16_bits_to_float(w1 & 0xFFFFu), bf16_bits_to_float(w1 >> 16), scale, fmt) << 16;
 }
 
 /* Element e (0 .. 2·N−1) of bf16 pairs packed in words. */
@@ -320,8 +315,8 @@ __global__ void __launch_bounds__(2 * TR, 512 / TR) cast_tile(tile_params p) {
                 if (rg == 0 && gcb + j < cols) p.s_inv_t[blockIdx.y * cols + gcb + j] = __fdiv_rn(1.0f, cs);
 #pragma unroll
                 for (int g = 0; g < 4; g++)
-                    out[j][g] = cvt2(elem(v[4 * g], j), elem(v[4 * g + 1], j), cs, p.fmt) |
-                                cvt2(elem(v[4 * g + 2], j), elem(v[4 * g + 3], j), cs, p.fmt) << 16;
+                    out[j][g] = fp8_cvt2(elem(v[4 * g], j), elem(v[4 * g + 1], j), cs, p.fmt) |
+                                fp8_cvt2(elem(v[4 * g + 2], j), elem(v[4 * g + 3], j), cs, p.fmt) << 16;
                 /* the 1×128 transposed copy is a second quantization: its saturations count too */
                 if (saturates(__fmul_rn(cm[j], cs), p.fmt)) {
 #pragma unroll
@@ -468,26 +463,12 @@ void launch_one(const tile_params &p, cudaStream_t stream) {
     cast_tile<MODE, VEC, TR, TRANS><<<grid, 2 * TR, 0, stream>>>(p);
 }
 
-/* The device's SM count (cached per device). */
-int sm_count() {
-    static int cached[64];
-    int dev = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    if (dev >= 64) dev = 63;
-    if (cached[dev] == 0) {
-        int n = 0;
-        CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-        cached[dev] = n > 0 ? n : 1;
-    }
-    return cached[dev];
-}
-
 /* Tile height: 128, halved (to 64, then 32) while the grid would give fewer than 4 tiles per SM —
  * where the modes allow it (per-tensor, and 1×128 without the transposed copy: their blocks do not
  * span rows). The codes do not depend on it. */
 int tile_rows(int mode, bool trans, bool vec, int64_t rows, int64_t cols) {
     if (!vec || mode == MODE_BLOCK_128X128 || (mode == MODE_BLOCK_1X128 && trans)) return kTile;
-    const int64_t col_tiles = (cols + kTile - 1) / kTile, want = 4 * (int64_t)sm_count();
+    const int64_t col_tiles = (cols + kTile - 1) / kTile, want = 4 * (int64_t)refine_sm_count();
     int tr = kTile;
     while (tr > 32 && col_tiles * ((rows + tr - 1) / tr) < want) tr /= 2;
     return tr;

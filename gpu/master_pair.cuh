@@ -1,7 +1,8 @@
 /* master_pair.cuh — ref/master_pair.h's pair on the device (the optimizers' split masters):
  * pair_join(hi, lo) → the fp32 master; pair_split2(a, b, &hi, &lo) splits two masters into two
- * packed words (element 0 in the low half, as two consecutive uint16 in memory). The same bit
- * operations as the reference: master_pair_split_bits / master_pair_join_bits. */
+ * packed words (element 0 in the low half, as two consecutive uint16 in memory); pair_join4 /
+ * pair_split4 do four from / into the 8-byte words of a vector access. The same bit operations as
+ * the reference: master_pair_split_bits / master_pair_join_bits. */
 #ifndef REFINE_GPU_MASTER_PAIR_CUH
 #define REFINE_GPU_MASTER_PAIR_CUH
 
@@ -19,6 +20,16 @@ __device__ __forceinline__ void pair_split2(float a, float b, unsigned *hi, unsi
     master_pair_split_bits(__float_as_uint(b), &hb, &lb);
     *hi = (unsigned)ha | ((unsigned)hb << 16);
     *lo = (unsigned)la | ((unsigned)lb << 16);
+}
+
+__device__ __forceinline__ void pair_join4(uint2 hi, uint2 lo, float (&w)[4]) {
+    w[0] = pair_join(hi.x & 0xFFFFu, lo.x & 0xFFFFu), w[1] = pair_join(hi.x >> 16, lo.x >> 16);
+    w[2] = pair_join(hi.y & 0xFFFFu, lo.y & 0xFFFFu), w[3] = pair_join(hi.y >> 16, lo.y >> 16);
+}
+
+__device__ __forceinline__ void pair_split4(const float (&w)[4], uint2 *hi, uint2 *lo) {
+    pair_split2(w[0], w[1], &hi->x, &lo->x);
+    pair_split2(w[2], w[3], &hi->y, &lo->y);
 }
 
 #endif /* REFINE_GPU_MASTER_PAIR_CUH */

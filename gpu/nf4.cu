@@ -36,10 +36,11 @@
 #include "gpu/nf4.h"
 
 #include <cuda_bf16.h>
-#include <cuda_fp8.h>
 
 #include "gpu/cuda_check.h"
+#include "gpu/fp8_codes.cuh"
 #include "gpu/nf4_layout.h"
+#include "gpu/vec.cuh"
 #include "io/check.h"
 
 namespace {
@@ -76,17 +77,9 @@ __device__ __forceinline__ void load_tables(const nf4_params &p, float *s_lut, f
     __syncthreads();
 }
 
-/* The E4M3 code of a bf16-rounded value times the per-tensor scale: gpu/fp8.h's cast (one fp32
- * multiply, RNE, SATFINITE), on the value NF4 dequantization rounds to bf16. */
+/* The E4M3 codes of two dequantized values as gpu/fp8.h casts their bf16 roundings (fp8_cvt2). */
 __device__ __forceinline__ uint32_t e4m3_pair(float first, float second, float scale) {
-    const float a = __bfloat162float(__float2bfloat16_rn(first)), b = __bfloat162float(__float2bfloat16_rn(second));
-    return (uint32_t)__nv_cvt_float2_to_fp8x2(make_float2(__fmul_rn(a, scale), __fmul_rn(b, scale)), __NV_SATFINITE,
-                                             __NV_E4M3);
-}
-
-__device__ __forceinline__ uint8_t e4m3_one(float x, float scale) {
-    return (uint8_t)__nv_cvt_float_to_fp8(__fmul_rn(__bfloat162float(__float2bfloat16_rn(x)), scale), __NV_SATFINITE,
-                                          __NV_E4M3);
+    return fp8_cvt2(refine::bf16_round_dev(first), refine::bf16_round_dev(second), scale, __NV_E4M3);
 }
 
 /* The tile of warp blockIdx.x·8 + warp (gpu/nf4_layout.h). out 16-byte (bf16) or 8-byte (E4M3:
@@ -162,7 +155,7 @@ __global__ void __launch_bounds__(kBlock) nf4_dequant_warp_tile(void *__restrict
             for (int64_t k = e; k < p.n; k++) { /* the ragged end: fewer than 8 elements */
                 const uint32_t byte = p.codes[k >> 1];
                 const uint32_t code = (k & 1) ? (byte & 15u) : (byte >> 4);
-                if (kE4M3) out8[k] = e4m3_one(__fmul_rn(s_lut[code], a), scale);
+                if (kE4M3) out8[k] = (uint8_t)e4m3_pair(__fmul_rn(s_lut[code], a), 0.0f, scale);
                 else out[k] = __float2bfloat16_rn(__fmul_rn(s_lut[code], a));
             }
         }
@@ -180,11 +173,10 @@ __global__ void __launch_bounds__(kBlock) nf4_dequant_scalar(void *__restrict__ 
         const uint32_t byte = p.codes[k >> 1];
         const uint32_t code = (k & 1) ? (byte & 15u) : (byte >> 4);
         const float x = __fmul_rn(s_lut[code], block_absmax(p, s_code2, k >> p.block_shift));
-        if (kE4M3) static_cast<uint8_t *>(out_v)[k] = e4m3_one(x, scale);
+        if (kE4M3) static_cast<uint8_t *>(out_v)[k] = (uint8_t)e4m3_pair(x, 0.0f, scale);
         else static_cast<__nv_bfloat16 *>(out_v)[k] = __float2bfloat16_rn(x);
     }
 }
-
 
 /* Both outputs: bf16 values (scale NULL) or E4M3 codes of those values times *scale. */
 void dequantize(void *out, const struct gpu_nf4_tensor *t, const float *scale, cudaStream_t stream) {
