@@ -590,6 +590,12 @@ extern "C" void gpu_llama_set_batch(gpu_llama *m, const int32_t *tokens, const i
     CUDA_CHECK(cudaEventRecord(m->staged[k], m->stream));
 }
 
+/* A training micro-step's launches: forward with the loss, backward. */
+static void micro_step(gpu_llama *m, int64_t n_valid, float grad_scale, uint64_t micro) {
+    forward(m, 1, n_valid, grad_scale, micro);
+    backward(m, micro);
+}
+
 /* Whether a micro-step can run as a CUDA graph: every kernel, pointer and scalar of its launches
  * fixed by the key (n_valid, grad_scale, the host's layer caches at its start: graph_state). Not
  * with what changes per micro-step or acts on the host in the middle of it: adapter dropout (its
@@ -630,19 +636,18 @@ static void train_micro_graphed(gpu_llama *m, int64_t n_valid, float grad_scale,
         m->next_graph = (i + 1) % cap;
         ge = &m->graphs[i];
         if (ge->exec) CUDA_CHECK(cudaGraphExecDestroy(ge->exec));
-        *ge = gpu_llama::gl_graph{n_valid, bits, {state[0], state[1], state[2], state[3]}, {0, 0, 0, 0}, 0, nullptr};
+        *ge = gpu_llama::gl_graph{n_valid, bits, {0, 0, 0, 0}, {0, 0, 0, 0}, 0, nullptr};
+        memcpy(ge->start, state, sizeof state);
     }
     if (ge->runs++ == 0) {
-        forward(m, 1, n_valid, grad_scale, micro);
-        backward(m, micro);
+        micro_step(m, n_valid, grad_scale, micro);
         graph_state(m, ge->end);
         return;
     }
     if (!ge->exec) {
         cudaGraph_t graph;
         CUDA_CHECK(cudaStreamBeginCapture(m->stream, cudaStreamCaptureModeRelaxed));
-        forward(m, 1, n_valid, grad_scale, micro);
-        backward(m, micro);
+        micro_step(m, n_valid, grad_scale, micro);
         CUDA_CHECK(cudaStreamEndCapture(m->stream, &graph));
         CUDA_CHECK(cudaGraphInstantiate(&ge->exec, graph, 0));
         CUDA_CHECK(cudaGraphDestroy(graph));
@@ -659,8 +664,7 @@ extern "C" void gpu_llama_train_micro(gpu_llama *m, int64_t n_valid_total, float
         return;
     }
     NVTX(m, "micro-batch %d", (int)micro_index);
-    forward(m, 1, n_valid_total, grad_scale, micro_index);
-    backward(m, micro_index);
+    micro_step(m, n_valid_total, grad_scale, micro_index);
 }
 
 extern "C" void gpu_llama_eval(gpu_llama *m, int64_t n_valid_total) {

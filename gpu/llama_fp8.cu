@@ -273,11 +273,10 @@ gl_fp8_pair gl_fp8_operands(const gpu_llama *m, int l, int t, enum gl_fp8_produc
 void gl_fp8_layer(gpu_llama *m, int l, int need) {
     gl_fp8 &F = m->fp8;
     if (!F.on) return;
+    const int block = m->opt.fp8_recipe == FP8_RECIPE_BLOCK;
+    const int want_w = (need & GL_FP8_W) && F.w8_layer != l, want_t = (need & GL_FP8_WT) && F.wt8_layer != l;
     if (m->opt.mode == LLAMA_FULL) { /* trained weights: stored for every layer, or cast here */
-        if (!gl_fp8_trained_per_layer(m)) return;
-        const int block = m->opt.fp8_recipe == FP8_RECIPE_BLOCK;
-        const int want_w = (need & GL_FP8_W) && F.w8_layer != l, want_t = (need & GL_FP8_WT) && F.wt8_layer != l;
-        if (!want_w && !want_t) return;
+        if (!gl_fp8_trained_per_layer(m) || (!want_w && !want_t)) return;
         /* the records were kept by the cast after the step (quantize_trained): none here */
         const fp8_rule rule = rule_of(m, FP8_ROLE_W);
         for (int t = 0; t < LLAMA_N_LINEAR; t++) {
@@ -286,20 +285,15 @@ void gl_fp8_layer(gpu_llama *m, int l, int need) {
                      want_t ? lin.w8_t : nullptr, want_t ? lin.w8_s_t : nullptr, lin.w, lin.c_out, lin.c_in, 0, 0);
         }
         if (want_w || block) F.w8_layer = l;
-        if (want_t) F.wt8_layer = l;
-        return;
-    }
-    if (m->opt.base == GPU_BASE_FP8) { /* W stored; Wᵀ formed from the codes */
-        if (!(need & GL_FP8_WT) || F.wt8_layer == l) return;
+    } else if (m->opt.base == GPU_BASE_FP8) { /* W stored; Wᵀ formed from the codes */
+        if (!want_t) return;
         for (int t = 0; t < LLAMA_N_LINEAR; t++) {
             gl_linear &lin = m->layers[l].lin[t];
             gpu_fp8_transpose_codes(lin.w8_t, lin.w8, lin.c_out, lin.c_in, m->stream);
         }
-        F.wt8_layer = l;
-    } else if (m->opt.base == GPU_BASE_NF4) { /* NF4 → bf16 → codes with the load's scale */
-        const int want_w = (need & GL_FP8_W) && F.w8_layer != l, want_t = (need & GL_FP8_WT) && F.wt8_layer != l;
+    } else if (m->opt.base == GPU_BASE_NF4) { /* codes with the load's scale */
         if (!want_w && !want_t) return;
-        if (m->opt.fp8_recipe != FP8_RECIPE_BLOCK) {
+        if (!block) {
             /* per-tensor scales: NF4 straight to the codes (gpu_nf4_dequantize_e4m3: the same codes as
              * the cast of the bf16 values, without them), Wᵀ transposed from the codes */
             for (int t = 0; t < LLAMA_N_LINEAR; t++) {
@@ -308,20 +302,19 @@ void gl_fp8_layer(gpu_llama *m, int l, int need) {
                 if (F.w8_layer != l) gpu_nf4_dequantize_e4m3(lin.w8, &d, &F.scale[row_of(m, FP8_ROLE_W, l, t)], m->stream);
                 if (want_t) gpu_fp8_transpose_codes(lin.w8_t, lin.w8, lin.c_out, lin.c_in, m->stream);
             }
-            F.w8_layer = l;
-            if (want_t) F.wt8_layer = l;
-            return;
+        } else { /* 128×128 blocks: NF4 → bf16 → the block codes of both */
+            gl_nf4_to_bf16(m, l);
+            m->dq_layer = -1; /* dq_buf holds the NF4 values now, not W_eff */
+            for (int t = 0; t < LLAMA_N_LINEAR; t++) {
+                gl_linear &lin = m->layers[l].lin[t]; /* lin.w: its slice of dq_buf */
+                quantize_frozen(m, l, t, lin.w, lin.w8, want_t ? lin.w8_t : nullptr, 0);
+            }
         }
-        gl_nf4_to_bf16(m, l);
-        m->dq_layer = -1; /* dq_buf holds the NF4 values now, not W_eff */
-        for (int t = 0; t < LLAMA_N_LINEAR; t++) {
-            gl_linear &lin = m->layers[l].lin[t];
-            const int block = m->opt.fp8_recipe == FP8_RECIPE_BLOCK; /* lin.w: its slice of dq_buf */
-            quantize_frozen(m, l, t, lin.w, want_w || block ? lin.w8 : nullptr, want_t ? lin.w8_t : nullptr, 0);
-        }
-        if (want_w || m->opt.fp8_recipe == FP8_RECIPE_BLOCK) F.w8_layer = l;
-        if (want_t) F.wt8_layer = l;
+        F.w8_layer = l;
+    } else {
+        return; /* a bf16 base: its codes are stored for every layer */
     }
+    if (want_t) F.wt8_layer = l;
 }
 
 void gl_fp8_dequantize_layer(gpu_llama *m, int l) {

@@ -305,16 +305,19 @@ void gl_to_bf16(uint16_t *dst, const float *src, int64_t n, cudaStream_t s);
 
 /* llama_shard.cu: the sharded optimizer's part of the layout (this rank's pieces and their flat
  * rows: add_row(rows, slab, ptr, count, elem) adds count elements of elem bytes to slab, the address
- * written to *ptr), its optimizer, its 8-bit steps (every tensor's, or every piece's), the masters
- * taken from the staging in the gradient slab after a load, and its checkpoint tensors. */
+ * written to *ptr), its optimizer, its 8-bit steps (every tensor's, or every piece's), this rank's
+ * pieces of the masters taken from the staging in the gradient slab after a load, and its
+ * checkpoint tensors. */
 typedef void (*gl_add_row_fn)(void *rows, enum gl_slab slab, void **ptr, int64_t count, size_t elem);
 void gl_shard_rows(gpu_llama *m, void *rows, gl_add_row_fn add_row);
 struct gpu_adamw *gl_shard_build_optimizer(gpu_llama *m);
 void gl_adamw8bit_steps(gpu_llama *m, const struct gpu_adamw8bit_args *a, cudaStream_t s);
-void gl_shard_take_masters(gpu_llama *m);
-/* Split masters: the loaded masters (staged in the gradient slab) become (copy, lo); the gradient
- * slab is zeroed. A no-op for fp32 masters. */
-void gl_split_take_masters(gpu_llama *m);
+void gl_shard_keep_pieces(gpu_llama *m);
+/* llama_layout.cu: after a load, the masters staged in the gradient slab (a sharded optimizer's,
+ * or split masters) become what the model keeps — this rank's pieces (gl_shard_keep_pieces), or
+ * the pairs (copy, lo) — and the gradient slab is zeroed. Nothing to do for fp32 masters, which
+ * the load wrote in place. */
+void gl_take_masters(gpu_llama *m);
 void gl_shard_tensor_write(gpu_llama *m, int i, const void *host);
 
 #endif /* REFINE_GPU_LLAMA_INTERNAL_H */

@@ -305,8 +305,8 @@ void fp8_rows(gpu_llama *m, gl_rows &rs) {
     }
     const gl_slab ws = full ? SLAB_PARAMS : SLAB_WEIGHTS; /* trained codes are compute copies */
     const int per_layer_trained = gl_fp8_trained_per_layer(m); /* a layer at a time: two layer buffers */
-    if (fp8 && (nf4 || per_layer_trained)) add(rs, full ? SLAB_PARAMS : SLAB_WEIGHTS, &F.w8_buf, per_layer);
-    if (fp8 && (nf4 || fp8_base || per_layer_trained)) add(rs, full ? SLAB_PARAMS : SLAB_WEIGHTS, &F.wt8_buf, per_layer);
+    if (fp8 && (nf4 || per_layer_trained)) add(rs, ws, &F.w8_buf, per_layer);
+    if (fp8 && (nf4 || fp8_base || per_layer_trained)) add(rs, ws, &F.wt8_buf, per_layer);
     const int store_w = fp8_base || (fp8 && !nf4 && !per_layer_trained),
               store_wt = fp8 && !nf4 && !fp8_base && !per_layer_trained;
     for (int l = 0; l < c->L; l++)
@@ -505,7 +505,7 @@ void point_views(gpu_llama *m) {
         }
     for (int i = 0; i < m->n_params; i++) {
         gl_param &p = m->params[i];
-        /* the staging of a load (gl_shard_take_masters, gl_split_take_masters) */
+        /* the staging of a load (gl_take_masters) */
         if (m->sharded || m->opt.master == MASTER_SPLIT) p.master = p.grad;
         *p.dst_master = p.master;
         if (p.dst_copy) *p.dst_copy = p.copy;
@@ -845,11 +845,15 @@ static void upload_fixed(gpu_llama *m) {
     free(cs);
 }
 
-void gl_split_take_masters(gpu_llama *m) {
-    if (m->opt.master != MASTER_SPLIT) return;
-    for (int i = 0; i < m->n_params; i++) {
-        const gl_param &p = m->params[i]; /* p.master: the staging in the gradient slab */
-        gpu_master_pair_split(p.copy, p.lo, p.master, p.n, m->stream);
+void gl_take_masters(gpu_llama *m) {
+    if (!m->sharded && m->opt.master != MASTER_SPLIT) return;
+    if (m->sharded) {
+        gl_shard_keep_pieces(m);
+    } else {
+        for (int i = 0; i < m->n_params; i++) {
+            const gl_param &p = m->params[i]; /* p.master: the staging in the gradient slab */
+            gpu_master_pair_split(p.copy, p.lo, p.master, p.n, m->stream);
+        }
     }
     CUDA_CHECK(cudaMemsetAsync(m->slab[SLAB_GRADS], 0, m->plan.grads, m->stream));
     CUDA_CHECK(cudaStreamSynchronize(m->stream));
@@ -862,11 +866,10 @@ static void build_optimizer(gpu_llama *m) {
     }
     gpu_adamw_param *ps = static_cast<gpu_adamw_param *>(calloc((size_t)m->n_params, sizeof(gpu_adamw_param)));
     CHECK(ps != nullptr, "out of host memory");
+    /* the 8-bit optimizer uses this context for the global norm only: no state to update */
+    const int adamw = m->opt.optimizer == OPTIMIZER_ADAMW, split = m->opt.master == MASTER_SPLIT;
     for (int i = 0; i < m->n_params; i++) {
         const gl_param &p = m->params[i];
-        /* the 8-bit optimizer uses this context for the global norm only: no state to update */
-        const int adamw = m->opt.optimizer == OPTIMIZER_ADAMW;
-        const int split = m->opt.master == MASTER_SPLIT;
         ps[i] = gpu_adamw_param{adamw && !split ? p.master : nullptr,
                                 adamw ? p.copy : nullptr,
                                 adamw ? p.m : nullptr,

@@ -8,7 +8,7 @@
  * others' — in the optimizer slab. The bf16 compute copies and the gradients stay whole on every
  * rank. Masters and state the layout does not give a tensor are absent: a tensor's master pointer
  * is its gradient's, the staging through which a load writes the whole master before
- * gl_shard_take_masters keeps this rank's pieces and zeroes the gradient slab.
+ * gl_take_masters keeps this rank's pieces (gl_shard_keep_pieces) and zeroes the gradient slab.
  *
  * The optimizer (gpu/adamw.h's sharded form) takes its chunks from the same pieces; the 8-bit
  * optimizer runs one launch per piece, 8-bit exactly when the whole tensor is (a piece of whole
@@ -181,9 +181,9 @@ struct gpu_adamw *gl_shard_build_optimizer(gpu_llama *m) {
 
 void gl_adamw8bit_steps(gpu_llama *m, const gpu_adamw8bit_args *a, cudaStream_t s) {
     if (!m->sharded) {
+        const int split = m->opt.master == MASTER_SPLIT;
         for (int i = 0; i < m->n_params; i++) {
             const gl_param &p = m->params[i];
-            const int split = m->opt.master == MASTER_SPLIT;
             const gpu_adamw8bit_tensor t = {split ? nullptr : p.master,
                                             p.copy,
                                             p.grad,
@@ -223,16 +223,13 @@ void gl_adamw8bit_steps(gpu_llama *m, const gpu_adamw8bit_args *a, cudaStream_t 
     }
 }
 
-void gl_shard_take_masters(gpu_llama *m) {
-    if (!m->sharded) return;
+void gl_shard_keep_pieces(gpu_llama *m) {
     for (int k = 0; k < m->n_pieces; k++) {
         const shard_piece &pc = m->pieces[k];
         const gl_param &p = m->params[pc.tensor]; /* p.master: the staging in the gradient slab */
         CUDA_CHECK(cudaMemcpyAsync(m->s_master + pc.off, p.master + pc.lo, sizeof(float) * (size_t)(pc.hi - pc.lo),
                                    cudaMemcpyDeviceToDevice, m->stream));
     }
-    CUDA_CHECK(cudaMemsetAsync(m->slab[SLAB_GRADS], 0, m->plan.grads, m->stream));
-    CUDA_CHECK(cudaStreamSynchronize(m->stream));
 }
 
 void gl_shard_tensor_write(gpu_llama *m, int i, const void *host) {

@@ -224,8 +224,7 @@ extern "C" int gpu_llama_load(gpu_llama *m, const model_source *src, io_err *e) 
     if (gl_fp8_freeze(m, e)) return -1; /* FP8: the frozen codes (W_eff into a bf16 base) */
     dora_weight_squares(m);
     CUDA_CHECK(cudaStreamSynchronize(m->stream));
-    gl_shard_take_masters(m); /* a sharded optimizer keeps its pieces of the masters */
-    gl_split_take_masters(m); /* split masters keep their pairs */
+    gl_take_masters(m); /* a sharded optimizer's pieces, or split masters' pairs */
     return 0;
 }
 
@@ -276,8 +275,7 @@ extern "C" void gpu_llama_random_weights(gpu_llama *m, uint64_t seed) {
     CHECK(gl_fp8_freeze(m, &e) == 0, "random weights: %s", e.msg);
     dora_weight_squares(m);
     CUDA_CHECK(cudaStreamSynchronize(s));
-    gl_shard_take_masters(m);
-    gl_split_take_masters(m);
+    gl_take_masters(m);
 }
 
 extern "C" void gpu_llama_init_adapters(gpu_llama *m, uint64_t seed) {
