@@ -53,6 +53,13 @@ static int single_bcast(void *self, void *buf, int64_t n, enum comm_dtype t, int
     return root == 0 ? 0 : io_fail(e, "comm bcast of %s from rank %d: the job has one rank", what, root);
 }
 
+static int single_reduce(void *self, void *buf, int64_t n, enum comm_dtype t, int root, void *stream, const char *what,
+                         struct io_err *e) {
+    (void)self, (void)buf, (void)t, (void)stream;
+    if (n < 0) return io_fail(e, "comm reduce of %s: %lld values", what, (long long)n);
+    return root == 0 ? 0 : io_fail(e, "comm reduce of %s to rank %d: the job has one rank", what, root);
+}
+
 static int single_group(void *self, int begin, struct io_err *e) {
     (void)self, (void)begin, (void)e;
     return 0;
@@ -97,6 +104,7 @@ void comm_single(struct train_comm *c) {
     c->reduce_scatter = single_reduce_scatter;
     c->all_gather = single_all_gather;
     c->bcast = single_bcast;
+    c->reduce = single_reduce;
     c->group = single_group;
     c->wait = single_wait;
     c->send = single_send;

@@ -51,7 +51,7 @@ enum comm_dtype { COMM_I64 = 0, COMM_F64, COMM_F32, COMM_BF16, COMM_U8 };
 enum comm_memory { COMM_HOST = 0, COMM_DEVICE };
 
 /* The version of this table: a plugin built against another layout is refused (comm_open.h). */
-#define COMM_ABI_VERSION 3
+#define COMM_ABI_VERSION 4
 
 struct train_comm {
     int rank;       /* 0 .. world − 1 */
@@ -59,7 +59,7 @@ struct train_comm {
     int local_rank; /* this process's index on its host: the GPU it drives */
     const char *name; /* "single process", ... (printed at start) */
     double timeout_s; /* how long a collective waits for its peers before the job ends */
-    enum comm_memory slabs; /* where all_reduce, reduce_scatter, all_gather and bcast work */
+    enum comm_memory slabs; /* where all_reduce, reduce_scatter, all_gather, bcast and reduce work */
     void *self;
 
     /* Host values, blocking. sum: buf (n values of type t) becomes the element-wise sum over the
@@ -82,6 +82,9 @@ struct train_comm {
                       const char *what, struct io_err *e);
     /*   bcast           buf (n values) on every rank becomes rank root's (the sharded optimizer's
      *                   pieces of unequal size: each owner broadcasts its own);
+     *   reduce          on rank root, buf (n values) becomes the sum over the ranks, in place; on the
+     *                   other ranks buf is left unspecified (they only send) — a gradient bucket
+     *                   summed into the rank that owns its part (ZeRO-2);
      *   group           begin = 1 … begin = 0 around several slab operations makes them one (NCCL's
      *                   group: the broadcasts of every owner run together); a no-op on the host;
      *   wait            blocks until the slab operations enqueued on stream have completed (NULL
@@ -89,6 +92,8 @@ struct train_comm {
      *                   or the timeout passes: what names the step's work for the message. */
     int (*bcast)(void *self, void *buf, int64_t n, enum comm_dtype t, int root, void *stream, const char *what,
                  struct io_err *e);
+    int (*reduce)(void *self, void *buf, int64_t n, enum comm_dtype t, int root, void *stream, const char *what,
+                  struct io_err *e);
     int (*group)(void *self, int begin, struct io_err *e);
     int (*wait)(void *self, void *stream, const char *what, struct io_err *e);
 
@@ -109,10 +114,12 @@ struct train_comm {
     void (*destroy)(void *self);
 };
 
-/* One process: rank 0 of a world of 1. sum, broadcast, barrier, all_reduce, bcast, group, wait and
- * serve change nothing (roll_call reports that there is no peer); reduce_scatter and all_gather of a world of 1 are the identity and take
- * recv == send (in place), since this implementation moves no memory (a different recv is refused
- * with a message); send and recv are refused (there is no peer). */
+/* One process: rank 0 of a world of 1. sum, broadcast, barrier, all_reduce, bcast, reduce, group,
+ * wait and serve change nothing (roll_call reports that there is no peer; a broadcast, bcast or
+ * reduce whose root is not rank 0 is refused with a message); reduce_scatter and all_gather of a
+ * world of 1 are the identity and take recv == send (in place), since this implementation moves no
+ * memory (a different recv is refused with a message); send and recv are refused (there is no
+ * peer). */
 void comm_single(struct train_comm *c);
 
 /* 1 on the rank that logs, writes metrics, checkpoints and exports (rank 0). */

@@ -17,6 +17,9 @@
  *                order (reduce-scatter) and sends the result to every rank (all-gather); the
  *                segments go in pieces of at most 64 MiB (REFINE_COMM_PIECE_BYTES changes it, for
  *                tests), so the extra memory is world pieces;
+ *   reduce       the same reduce-scatter with one segment, the whole slab, on rank root: every
+ *                other rank sends its buffer there piece by piece and root sums in rank order,
+ *                in place (the other ranks' buffers are left as they were);
  *   reduce_scatter, all_gather, bcast, broadcast, barrier, send, recv: the plain exchanges.
  * Host memory only (the GPU engine's slabs go through NCCL, trainers/comm_nccl.h); COMM_BF16 and
  * COMM_U8 move but are never summed.
@@ -65,7 +68,7 @@ struct mpi_job {
     MPI_Request *req;
     int *req_peer; /* the peer of each request */
     int n_req, cap_req;
-    void *scratch; /* (world − 1) pieces for all_reduce / reduce_scatter */
+    void *scratch; /* world pieces for all_reduce / reduce_scatter / reduce */
     size_t scratch_bytes;
 };
 
@@ -466,6 +469,25 @@ static int job_bcast(void *self, void *buf, int64_t n, enum comm_dtype t, int ro
     return job_broadcast(self, buf, (size_t)n * dtype_bytes(t), root, what, e);
 }
 
+/* reduce_pieces with root's segment the whole slab and every other segment empty: root receives
+ * every rank's buf, piece by piece, and sums them in rank order (all_reduce's order, so the same
+ * bits) in place; the others only send, and write nothing. */
+static int job_reduce(void *self, void *buf, int64_t n, enum comm_dtype t, int root, void *stream, const char *what,
+                      struct io_err *e) {
+    struct mpi_job *m = self;
+    if (stream != NULL) return fail(e, "comm reduce of %s: the MPI job reduces host memory (no stream)", what);
+    if (n < 0 || !summable(t))
+        return fail(e, "comm reduce of %s: %lld values of type %s", what, (long long)n, dtype_name(t));
+    if (root < 0 || root >= m->world) return fail(e, "comm reduce of %s to rank %d of %d", what, root, m->world);
+    int64_t *lo = calloc((size_t)m->world, sizeof *lo), *len = calloc((size_t)m->world, sizeof *len);
+    if (!lo || !len) return free(lo), free(len), fail(e, "out of memory");
+    len[root] = n; /* lo all 0: root's segment starts at every rank's buf */
+    const int rc = reduce_pieces(m, buf, buf, lo, len, t, "reduce", what, e);
+    free(lo);
+    free(len);
+    return rc;
+}
+
 static int job_group(void *self, int begin, struct io_err *e) {
     (void)self, (void)begin, (void)e;
     return 0;
@@ -578,6 +600,7 @@ int refine_comm_mpi_open(struct train_comm *c, int abi_version, size_t table_byt
     c->reduce_scatter = job_reduce_scatter;
     c->all_gather = job_all_gather;
     c->bcast = job_bcast;
+    c->reduce = job_reduce;
     c->group = job_group;
     c->wait = job_wait;
     c->send = job_send;

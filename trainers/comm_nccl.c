@@ -24,6 +24,7 @@ struct nccl_api {
                                    cudaStream_t);
     ncclResult_t (*all_gather)(const void *, void *, size_t, ncclDataType_t, ncclComm_t, cudaStream_t);
     ncclResult_t (*broadcast)(const void *, void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
+    ncclResult_t (*reduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, int, ncclComm_t, cudaStream_t);
     ncclResult_t (*group_start)(void);
     ncclResult_t (*group_end)(void);
 };
@@ -81,6 +82,7 @@ static int load_api(struct nccl_api *a, void **lib, char *where, size_t cap, str
         {(void **)&a->all_reduce, "ncclAllReduce"},         {(void **)&a->reduce_scatter, "ncclReduceScatter"},
         {(void **)&a->all_gather, "ncclAllGather"},         {(void **)&a->broadcast, "ncclBroadcast"},
         {(void **)&a->group_start, "ncclGroupStart"},       {(void **)&a->group_end, "ncclGroupEnd"},
+        {(void **)&a->reduce, "ncclReduce"},
     };
     for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
         *syms[i].slot = dlsym(*lib, syms[i].sym);
@@ -146,6 +148,16 @@ static int nj_bcast(void *self, void *buf, int64_t n, enum comm_dtype t, int roo
     if (enqueue_check(j, n, "bcast", what, e)) return -1;
     return nccl_ok(j, j->api.broadcast(buf, buf, (size_t)n, nccl_type(t), root, j->comm, (cudaStream_t)stream),
                    "bcast", what, e);
+}
+
+/* In place (sendbuff == recvbuff, NCCL's in-place form): root's buf becomes the sum; NCCL uses
+ * recvbuff on root only, and train/comm.h leaves the other ranks' buf unspecified. */
+static int nj_reduce(void *self, void *buf, int64_t n, enum comm_dtype t, int root, void *stream, const char *what,
+                     struct io_err *e) {
+    struct nccl_job *j = self;
+    if (enqueue_check(j, n, "reduce", what, e)) return -1;
+    return nccl_ok(j, j->api.reduce(buf, buf, (size_t)n, nccl_type(t), ncclSum, root, j->comm, (cudaStream_t)stream),
+                   "reduce", what, e);
 }
 
 static int nj_group(void *self, int begin, struct io_err *e) {
@@ -285,6 +297,7 @@ int comm_nccl_join(struct train_comm *c, struct io_err *e) {
     c->reduce_scatter = nj_reduce_scatter;
     c->all_gather = nj_all_gather;
     c->bcast = nj_bcast;
+    c->reduce = nj_reduce;
     c->group = nj_group;
     c->wait = nj_wait;
     c->send = nj_send;

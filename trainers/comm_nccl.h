@@ -9,8 +9,8 @@
  *      single-GPU run needs no NCCL either;
  *   3. creates the communicator: rank 0's ncclGetUniqueId broadcast over c, ncclCommInitRank;
  *   4. rewires c in place: sum, broadcast, barrier, send, recv, serve and roll_call stay the MPI
- *      job's; all_reduce, reduce_scatter, all_gather and bcast enqueue NCCL collectives on the
- *      given CUDA stream (COMM_F32 ncclFloat32, COMM_F64 ncclFloat64, COMM_BF16 ncclBfloat16,
+ *      job's; all_reduce, reduce_scatter, all_gather, bcast and reduce enqueue NCCL collectives
+ *      on the given CUDA stream (COMM_F32 ncclFloat32, COMM_F64 ncclFloat64, COMM_BF16 ncclBfloat16,
  *      COMM_U8 ncclUint8, COMM_I64 ncclInt64; sums with ncclSum), group is ncclGroupStart/End;
  *      wait polls the stream (an event) and the communicator's asynchronous error while answering
  *      peers' roll calls: an NCCL error, or no completion within the job's timeout, aborts the

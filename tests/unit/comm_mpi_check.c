@@ -13,6 +13,8 @@
  *   - all_reduce (f32, f64, i64) of n values, n prime and larger than several pieces
  *     (comm_mpi_test.sh sets REFINE_COMM_PIECE_BYTES small): each value the rank-order sum,
  *     computed here from every rank's seeded inputs; in place;
+ *   - reduce to rank 0 and to the last rank (f32 of one and of several pieces, f64): on root
+ *     each value the rank-order sum, bit for bit; in place; a root that is not a rank refused;
  *   - reduce_scatter, all_gather, bcast, broadcast, barrier, send/recv around the ring;
  *   - a slab collective with a stream and a sum of a device type are refused with a message.
  * Inputs are drawn from (seed, rank) so every rank can recompute every other rank's; outputs are
@@ -56,6 +58,25 @@ static int check_all_reduce_f32(const struct train_comm *c, uint64_t seed, int64
         if (memcmp(&x[i], &(float){expected_f32(seed, c->world, i)}, sizeof(float)) != 0) bad = i;
     EXPECT(bad < 0, "all_reduce f32 n=%" PRId64 " (seed %" PRIu64 "): index %" PRId64 " is %.9g, the rank-order sum %.9g",
            n, seed, bad, bad >= 0 ? (double)x[bad] : 0.0, bad >= 0 ? (double)expected_f32(seed, c->world, bad) : 0.0);
+    free(x);
+    return bad < 0;
+}
+
+/* reduce of n values to root: on root, each value the rank-order sum (the other ranks' buffers are
+ * unspecified and not looked at). */
+static int check_reduce_f32(const struct train_comm *c, uint64_t seed, int64_t n, int root) {
+    struct io_err e = {{0}};
+    float *x = malloc((size_t)n * sizeof *x);
+    for (int64_t i = 0; i < n; i++) x[i] = value_f32(seed, c->rank, i);
+    EXPECT(c->reduce(c->self, x, n, COMM_F32, root, NULL, "test bucket", &e) == 0, "reduce f32 to rank %d: %s", root,
+           e.msg);
+    int64_t bad = -1;
+    for (int64_t i = 0; i < n && bad < 0 && c->rank == root; i++)
+        if (memcmp(&x[i], &(float){expected_f32(seed, c->world, i)}, sizeof(float)) != 0) bad = i;
+    EXPECT(bad < 0,
+           "reduce f32 n=%" PRId64 " to rank %d (seed %" PRIu64 "): index %" PRId64 " is %.9g, the rank-order sum %.9g",
+           n, root, seed, bad, bad >= 0 ? (double)x[bad] : 0.0,
+           bad >= 0 ? (double)expected_f32(seed, c->world, bad) : 0.0);
     free(x);
     return bad < 0;
 }
@@ -115,6 +136,21 @@ int main(int argc, char **argv) {
            "all_reduce f64: %g %g %g (%s)", d[0], d[1], d[3], e.msg);
     EXPECT(c.all_reduce(c.self, d, 5, COMM_F32, &c, "on a stream", &e) == -1 && strstr(e.msg, "on a stream") != NULL,
            "a slab on a stream refused: %s", e.msg);
+
+    /* reduce: to rank 0 and to the last rank, one value, within a piece, and many pieces long */
+    const int roots[2] = {0, W - 1};
+    for (int ri = 0; ri < 2; ri++)
+        for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+            check_reduce_f32(&c, seed + 50 + s, sizes[s], roots[ri]);
+    double dr[3] = {R == 0 ? 1.0 : R == 1 ? ldexp(1.0, -60) : R == 2 ? -1.0 : (double)R, (double)R, -0.5};
+    EXPECT(c.reduce(c.self, dr, 3, COMM_F64, W - 1, NULL, "test doubles", &e) == 0 &&
+               (R != W - 1 || (memcmp(&dr[0], &want[0], sizeof(double)) == 0 && dr[1] == want[1] && dr[2] == -0.5 * W)),
+           "reduce f64 to rank %d in rank order: %.17g %.17g %.17g, want %.17g %.17g %.17g (%s)", W - 1, dr[0], dr[1],
+           dr[2], want[0], want[1], -0.5 * W, e.msg);
+    EXPECT(c.reduce(c.self, dr, 3, COMM_F64, W, NULL, "a bucket", &e) == -1 && strstr(e.msg, "a bucket") != NULL,
+           "reduce to rank %d of %d refused: %s", W, W, e.msg);
+    EXPECT(c.reduce(c.self, dr, 3, COMM_F32, 0, &c, "on a stream", &e) == -1 && strstr(e.msg, "on a stream") != NULL,
+           "a reduce on a stream refused: %s", e.msg);
 
     /* reduce_scatter: send W·n, recv n = Σ_r send_r[R·n ..] in rank order */
     const int64_t n = 333;

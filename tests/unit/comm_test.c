@@ -1,7 +1,7 @@
 /* comm_test.c — the single-process job of train/comm.h: rank 0 of a world of 1, whose collectives
  * leave every value as it is; in-place reduce_scatter / all_gather, a different recv refused with a
- * message that names the operation and what it reduces; a broadcast from a rank that does not
- * exist refused; send and recv refused (no peer). The MPI job's collectives are tested under
+ * message that names the operation and what it reduces; a broadcast from, or a reduce to, a rank
+ * that does not exist refused; send and recv refused (no peer). The MPI job's collectives are tested under
  * mpirun by comm_mpi_test (tests/unit/comm_mpi_test.sh). */
 #include <string.h>
 
@@ -48,6 +48,12 @@ int main(void) {
            "bcast from rank 0 is the identity: %s", e.msg);
     EXPECT(c.bcast(c.self, slab, 5, COMM_F32, 1, NULL, "weights", &e) == -1 && strstr(e.msg, "rank 1") != NULL,
            "bcast from rank 1 refused: %s", e.msg);
+    EXPECT(c.reduce(c.self, slab, 5, COMM_F32, 0, NULL, "gradient bucket", &e) == 0 && slab[0] == 1.0f &&
+               slab[4] == 5.0f,
+           "reduce to rank 0 is the identity: %s", e.msg);
+    EXPECT(c.reduce(c.self, slab, 5, COMM_F32, 1, NULL, "gradient bucket", &e) == -1 &&
+               strstr(e.msg, "reduce of gradient bucket to rank 1") != NULL && slab[0] == 1.0f && slab[3] == 4.0f,
+           "reduce to rank 1 refused, nothing written: %s", e.msg);
     EXPECT(c.group(c.self, 1, &e) == 0 && c.group(c.self, 0, &e) == 0 && c.wait(c.self, NULL, "step", &e) == 0,
            "group and wait: %s", e.msg);
     EXPECT(c.send(c.self, bytes, 1, 0, "state", &e) == -1 && strstr(e.msg, "send of state") != NULL,
