@@ -72,19 +72,36 @@ struct tensor_desc {
     int vec4; /* n % 4 == 0 and every pointer aligned for 4-element accesses */
 };
 
+/* Sharded gradients (ZeRO-2): the gradients of this rank's chunks in one flat array, element i of
+ * chunk ci at flat[i + off[ci] − start] (the chunk's state offset); flat NULL: the tensors' own. */
+struct grad_source {
+    const float *flat;
+    const int64_t *off;
+};
+
+/* Where element i of chunk ci (starting at start) of tensor p reads its gradient: base[i + shift]. */
+__device__ __forceinline__ const float *grad_base(const tensor_desc &p, const grad_source &gs, int ci, int64_t start,
+                                                  int64_t *shift) {
+    *shift = gs.flat ? gs.off[ci] - start : 0;
+    return gs.flat ? gs.flat : p.grad;
+}
+
 /* own: the sharded form's list of this rank's chunks (block b takes chunk own[b]); NULL: block b
  * takes chunk b. */
 __global__ void __launch_bounds__(kBlock) adamw_chunk_sumsq(float *partials, const tensor_desc *params,
-                                                            const chunk_ref *chunks, const int32_t *own) {
+                                                            const chunk_ref *chunks, const int32_t *own,
+                                                            grad_source gs) {
     __shared__ float sh[kBlock];
     const int ci = own ? own[blockIdx.x] : (int)blockIdx.x;
     const chunk_ref c = chunks[ci];
     const tensor_desc p = params[c.tensor];
     const int64_t end = c.start + kChunk < p.n ? c.start + kChunk : p.n;
+    int64_t gsh;
+    const float *gb = grad_base(p, gs, ci, c.start, &gsh);
     float s = 0.0f;
     if (p.vec4) {
         for (int64_t i = c.start + 4 * threadIdx.x; i < end; i += 4 * kBlock) {
-            const float4 g = *reinterpret_cast<const float4 *>(p.grad + i);
+            const float4 g = *reinterpret_cast<const float4 *>(gb + (i + gsh));
             s = __fadd_rn(s, __fmul_rn(g.x, g.x));
             s = __fadd_rn(s, __fmul_rn(g.y, g.y));
             s = __fadd_rn(s, __fmul_rn(g.z, g.z));
@@ -92,7 +109,7 @@ __global__ void __launch_bounds__(kBlock) adamw_chunk_sumsq(float *partials, con
         }
     } else {
         for (int64_t i = c.start + threadIdx.x; i < end; i += kBlock) {
-            const float g = p.grad[i];
+            const float g = gb[i + gsh];
             s = __fadd_rn(s, __fmul_rn(g, g));
         }
     }
@@ -155,6 +172,7 @@ struct shard_state {
     const int32_t *own;
     const int64_t *state_off;
     float *master, *m, *v;
+    const float *grad; /* sharded gradients: flat, at the state offsets (grad_source); or NULL */
 };
 
 __global__ void __launch_bounds__(kBlock) adamw_chunk_update(const tensor_desc *params, const chunk_ref *chunks,
@@ -170,6 +188,8 @@ __global__ void __launch_bounds__(kBlock) adamw_chunk_update(const tensor_desc *
     /* element i of the tensor is at [i + shift] of the arrays the state lives in */
     int64_t shift = 0;
     if (sh.state_off) p.master = sh.master, p.m = sh.m, p.v = sh.v, shift = sh.state_off[ci] - c.start;
+    int64_t gsh;
+    const float *gb = grad_base(p, grad_source{sh.grad, sh.state_off}, ci, c.start, &gsh);
     const int64_t end = c.start + kChunk < p.n ? c.start + kChunk : p.n;
     const float coef = clip ? norm_coef[1] : 1.0f;
     if (p.lo) { /* split masters (never sharded): the master is the pair */
@@ -205,7 +225,7 @@ __global__ void __launch_bounds__(kBlock) adamw_chunk_update(const tensor_desc *
     }
     if (p.vec4) {
         for (int64_t i = c.start + 4 * threadIdx.x; i < end; i += 4 * kBlock) {
-            const float4 g = *reinterpret_cast<const float4 *>(p.grad + i);
+            const float4 g = *reinterpret_cast<const float4 *>(gb + (i + gsh));
             float4 w = *reinterpret_cast<const float4 *>(p.master + i + shift);
             float4 m = *reinterpret_cast<const float4 *>(p.m + i + shift);
             float4 v = *reinterpret_cast<const float4 *>(p.v + i + shift);
@@ -224,7 +244,7 @@ __global__ void __launch_bounds__(kBlock) adamw_chunk_update(const tensor_desc *
     } else {
         for (int64_t i = c.start + threadIdx.x; i < end; i += kBlock) {
             float w = p.master[i + shift], m = p.m[i + shift], v = p.v[i + shift];
-            adamw_element(w, m, v, p.grad[i], coef, p.decay, s);
+            adamw_element(w, m, v, gb[i + gsh], coef, p.decay, s);
             p.master[i + shift] = w;
             p.m[i + shift] = m;
             p.v[i + shift] = v;
@@ -248,6 +268,7 @@ struct gpu_adamw {
     int32_t *d_own;
     int64_t *d_state_off;
     float *master, *m, *v;
+    const float *grad; /* sharded gradients (flat), or NULL */
 };
 
 extern "C" struct gpu_adamw *build_gpu_adamw(const struct gpu_adamw_param *params, int count) {
@@ -288,7 +309,7 @@ extern "C" struct gpu_adamw *build_gpu_adamw(const struct gpu_adamw_param *param
 
 extern "C" struct gpu_adamw *build_gpu_adamw_sharded(const struct gpu_adamw_param *params, int count,
                                                      const struct shard_piece *pieces, int n_pieces, float *master,
-                                                     float *m, float *v) {
+                                                     float *m, float *v, const float *grad) {
     CHECK((master && m && v) || (!master && !m && !v), "adamw sharded: master, m, v all or none");
     /* the whole model's chunk table, the tensors without state of their own */
     std::vector<gpu_adamw_param> stateless(params, params + count);
@@ -326,13 +347,13 @@ extern "C" struct gpu_adamw *build_gpu_adamw_sharded(const struct gpu_adamw_para
     a->sharded = true;
     a->norm_only = master == nullptr;
     a->n_own = (int)own.size();
-    a->master = master, a->m = m, a->v = v;
+    a->master = master, a->m = m, a->v = v, a->grad = grad;
     CUDA_CHECK(cudaMalloc(&a->d_own, sizeof(int32_t) * (own.size() + 1)));
     CUDA_CHECK(cudaMalloc(&a->d_state_off, sizeof(int64_t) * state.size()));
     if (!own.empty())
         CUDA_CHECK(cudaMemcpy(a->d_own, own.data(), sizeof(int32_t) * own.size(), cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(a->d_state_off, state.data(), sizeof(int64_t) * state.size(), cudaMemcpyHostToDevice));
-    if (!master) { /* the norm alone: no state offsets are read */
+    if (!master && !grad) { /* the norm alone, of the tensors' gradients: no state offsets are read */
         CUDA_CHECK(cudaFree(a->d_state_off));
         a->d_state_off = nullptr;
     }
@@ -353,7 +374,8 @@ extern "C" void free_gpu_adamw(struct gpu_adamw *a) {
 /* The norm and clip coefficient; in the sharded form from the partials as the caller completed them. */
 static void norm_and_coef(struct gpu_adamw *a, float max_norm, cudaStream_t stream) {
     if (!a->sharded) {
-        adamw_chunk_sumsq<<<a->n_chunks, kBlock, 0, stream>>>(a->d_partials, a->d_params, a->d_chunks, nullptr);
+        adamw_chunk_sumsq<<<a->n_chunks, kBlock, 0, stream>>>(a->d_partials, a->d_params, a->d_chunks, nullptr,
+                                                              grad_source{nullptr, nullptr});
         KERNEL_CHECK(stream);
     }
     adamw_finish_norm<<<1, kBlock, 0, stream>>>(a->d_norm_coef, a->d_partials, a->n_chunks, max_norm);
@@ -364,7 +386,8 @@ extern "C" float *gpu_adamw_partials(struct gpu_adamw *a, int64_t *n_chunks, cud
     CHECK(a->sharded, "adamw: partial sums are the sharded form's");
     CUDA_CHECK(cudaMemsetAsync(a->d_partials, 0, sizeof(float) * (size_t)a->n_chunks, stream));
     if (a->n_own > 0) {
-        adamw_chunk_sumsq<<<a->n_own, kBlock, 0, stream>>>(a->d_partials, a->d_params, a->d_chunks, a->d_own);
+        adamw_chunk_sumsq<<<a->n_own, kBlock, 0, stream>>>(a->d_partials, a->d_params, a->d_chunks, a->d_own,
+                                                           grad_source{a->grad, a->d_state_off});
         KERNEL_CHECK(stream);
     }
     *n_chunks = a->n_chunks;
@@ -400,7 +423,7 @@ extern "C" void gpu_adamw_step(struct gpu_adamw *a, const struct optim_step *st,
     s.neg_step_size = (float)(-(h->lr / bc1));
     s.bc2_sqrt = (float)pow(bc2, 0.5); /* as ref/adamw.c, to the last bit */
     s.eps = (float)h->eps;
-    const shard_state sh = {a->d_own, a->d_state_off, a->master, a->m, a->v};
+    const shard_state sh = {a->d_own, a->d_state_off, a->master, a->m, a->v, a->grad};
     const int blocks = a->sharded ? a->n_own : a->n_chunks;
     if (blocks > 0) {
         adamw_chunk_update<<<blocks, kBlock, 0, stream>>>(a->d_params, a->d_chunks, a->d_norm_coef, clip ? 1 : 0,

@@ -81,11 +81,14 @@ void free_gpu_adamw(struct gpu_adamw *a);
 void gpu_adamw_step(struct gpu_adamw *a, const struct optim_step *s, const double *guard, float *grad_norm,
                     cudaStream_t stream);
 
-/* The sharded form (above): pieces of this rank, flat master, m, v (or all NULL). */
+/* The sharded form (above): pieces of this rank, flat master, m, v (or all NULL); grad NULL, or
+ * the gradients sharded too (ZeRO-2): this rank's pieces' gradients in one flat array laid out as
+ * master (piece k at its off), which the partial sums and the update read instead of the tensors'
+ * grad (then only the tensors' n, decay and copy are used). */
 struct shard_piece;
 struct gpu_adamw *build_gpu_adamw_sharded(const struct gpu_adamw_param *params, int count,
                                           const struct shard_piece *pieces, int n_pieces, float *master, float *m,
-                                          float *v);
+                                          float *v, const float *grad);
 /* Sharded form: this rank's chunks' partial sums of squares into the returned device array
  * (*n_chunks floats, the others zero), for the caller to sum over the ranks before the step. */
 float *gpu_adamw_partials(struct gpu_adamw *a, int64_t *n_chunks, cudaStream_t stream);

@@ -525,6 +525,10 @@ void forward(gpu_llama *m, int train, int64_t n_valid, float grad_scale, uint64_
         PROF(m, PROF_NORM);
         gpu_rmsnorm_forward_bf16(m->nf, m->rstd_f, m->x[c.L], m->final_norm, N, c.C, c.rms_norm_eps, s);
     }
+    if (train && m->grad_gate) { /* the head's backward writes the head's and (tied) the embedding's */
+        m->grad_gate(m->grad_gate_ctx, 0);
+        m->grad_gate(m->grad_gate_ctx, c.L + 1);
+    }
     PROF(m, PROF_LM_HEAD);
     gpu_lm_head_cross_entropy_bf16(m->loss_dev, train ? m->dn : nullptr, train && full ? m->lm_head_grad : nullptr,
                                    m->nf, m->lm_head, m->labels, N, c.C, c.V, n_valid, grad_scale, m->plan.ce_rows,
@@ -557,6 +561,7 @@ void backward(gpu_llama *m, uint64_t micro) {
             layer_forward(m, l, 1, micro, 1);
         m->fp8.recording = FP8_RECORD;
         if (offloaded(m) && l >= 1) offload_in(m, l - 1);
+        if (m->grad_gate) m->grad_gate(m->grad_gate_ctx, c.L - l);
         layer_backward(m, l, micro);
         if (m->grad_hook) m->grad_hook(m->grad_hook_ctx, c.L - l);
     }
@@ -603,7 +608,8 @@ static void micro_step(gpu_llama *m, int64_t n_valid, float grad_scale, uint64_t
  * data parallel hooks. */
 static bool graph_eligible(const gpu_llama *m) {
     return m->use_graphs && !(m->opt.dropout > 0) && m->opt.offload == GPU_OFFLOAD_NONE &&
-           m->opt.profile == GPU_PROFILE_OFF && m->opt.nvtx == GPU_NVTX_OFF && m->grad_hook == nullptr;
+           m->opt.profile == GPU_PROFILE_OFF && m->opt.nvtx == GPU_NVTX_OFF && m->grad_hook == nullptr &&
+           m->grad_gate == nullptr;
 }
 
 /* The host state that decides which launches a micro-step makes, and that it leaves behind: the
@@ -679,19 +685,29 @@ extern "C" float gpu_llama_loss(gpu_llama *m) {
     return m->h_scalars[0];
 }
 
-/* Index of the first parameter whose gradient holds a NaN or an Inf (host scan; the failure path). */
+/* Whether n gradients at dev hold a NaN or an Inf (host scan). */
+static int any_nonfinite(const float *dev, int64_t n) {
+    float *h = static_cast<float *>(malloc((size_t)(n > 0 ? n : 1) * sizeof(float)));
+    CHECK(h != nullptr, "out of host memory");
+    CUDA_CHECK(cudaMemcpy(h, dev, (size_t)n * sizeof(float), cudaMemcpyDeviceToHost));
+    int bad = 0;
+    for (int64_t j = 0; j < n && !bad; j++) bad = !isfinite(h[j]);
+    free(h);
+    return bad;
+}
+
+/* Index of the first parameter whose gradient holds a NaN or an Inf (host scan; the failure path).
+ * Sharded gradients: of this rank's pieces (−1 when they are all finite: another rank's hold it). */
 static int first_nonfinite(gpu_llama *m) {
     CUDA_CHECK(cudaStreamSynchronize(m->stream));
-    for (int i = 0; i < m->n_params; i++) {
-        const gl_param &p = m->params[i];
-        float *h = static_cast<float *>(malloc((size_t)p.n * sizeof(float)));
-        CHECK(h != nullptr, "out of host memory");
-        CUDA_CHECK(cudaMemcpy(h, p.grad, (size_t)p.n * sizeof(float), cudaMemcpyDeviceToHost));
-        int bad = 0;
-        for (int64_t j = 0; j < p.n && !bad; j++) bad = !isfinite(h[j]);
-        free(h);
-        if (bad) return i;
+    if (m->shard_grads) {
+        for (int k = 0; k < m->n_pieces; k++)
+            if (any_nonfinite(m->s_grad + m->pieces[k].off, m->pieces[k].hi - m->pieces[k].lo))
+                return m->pieces[k].tensor;
+        return -1;
     }
+    for (int i = 0; i < m->n_params; i++)
+        if (any_nonfinite(m->params[i].grad, m->params[i].n)) return i;
     return -1;
 }
 

@@ -134,6 +134,10 @@ struct gpu_llama_options {
      * shard_world > 1, keeps the fp32 masters and optimizer state of its pieces only (ref/shard.h);
      * 0 or 1: of every tensor. The plan is then this rank's. */
     int shard_world, shard_rank;
+    /* ZeRO-2, with the sharded optimizer: the gradients sharded too (gpu/llama.h, "sharded
+     * gradients" below): this rank accumulates only its pieces' gradients, in fp32; the layers'
+     * gradients pass through two layer-sized buffers. */
+    int shard_grads;
 };
 
 /* Bytes of each slab; total is what build_gpu_llama allocates (plus the CUDA context and
@@ -268,6 +272,11 @@ typedef void (*gpu_llama_grad_hook)(void *ctx, int bucket);
 void gpu_llama_set_grad_hook(struct gpu_llama *m, gpu_llama_grad_hook hook, void *ctx);
 int gpu_llama_n_buckets(const struct gpu_llama *m);
 void gpu_llama_bucket(const struct gpu_llama *m, int bucket, float **first, int64_t *n);
+/* The gate, when set, is called on the host before a training micro-step first enqueues a write
+ * into bucket b's gradients (buckets 0 and L + 1 before the head's backward, L − l before layer l's):
+ * with sharded gradients the caller makes the model's stream wait there until the buffer that the
+ * bucket's gradients use is free again (reduced and cleared). NULL (the default): no call. */
+void gpu_llama_set_grad_gate(struct gpu_llama *m, gpu_llama_grad_hook gate, void *ctx);
 /* The stream every op of the model runs on. */
 cudaStream_t gpu_llama_stream(const struct gpu_llama *m);
 /* The device double that holds the step's Σ NLL until gpu_llama_optimizer_step reads it (and skips
@@ -297,6 +306,23 @@ void gpu_llama_shard_copies(const struct gpu_llama *m, int rank, uint16_t **firs
 void *gpu_llama_shard_array(struct gpu_llama *m, int k, size_t *bytes);
 size_t gpu_llama_shard_array_bytes(const struct gpu_llama *m, int rank, int k);
 void gpu_llama_tensor_assemble(const struct gpu_llama *m, int i, void *host, const void *const *const *arrays);
+
+/* ---- sharded gradients (ZeRO-2: options.shard_grads with the sharded optimizer) ------------------
+ * The gradient slab no longer holds every tensor's gradient: the embedding's and the head's buckets
+ * keep theirs, layer l's tensors write theirs into one of two layer-sized buffers (l mod 2, so
+ * layer l's bucket is the same range as layer l ± 2's), and this rank keeps an fp32 accumulator of
+ * its pieces only (the layout of its masters), which the optimizer and the norm's partial sums
+ * read. Every micro-batch (not only the step's last) hands each bucket over as backward finishes
+ * it: the caller sums each owner's part of the bucket into that owner (rank r's part is the range
+ * gpu_llama_bucket_part(m, b, r); n = 0: r owns none of it), then gpu_llama_bucket_take adds this
+ * rank's pieces of the summed bucket into the accumulator and clears the bucket's range for its
+ * next use, on the given stream; the gate (above) makes the model wait for that before it writes
+ * the buffer again. Per rank, 4 bytes a parameter × (1 − 1/W) fewer, less the two layer buffers.
+ * The sums' order differs from the whole slab's (each micro-batch's bucket summed over the ranks,
+ * then over the micro-batches, in fp32): bitwise the unsharded gradients with one micro-batch per
+ * rank on two ranks, within fp32 rounding otherwise. */
+void gpu_llama_bucket_part(const struct gpu_llama *m, int bucket, int rank, float **first, int64_t *n);
+void gpu_llama_bucket_take(struct gpu_llama *m, int bucket, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

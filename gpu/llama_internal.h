@@ -211,8 +211,15 @@ struct gpu_llama {
     int64_t *piece_boff, *piece_soff;
     float *s_master, *s_m, *s_v, *s_absmax1, *s_absmax2;
     uint8_t *s_q1, *s_q2;
+    /* sharded gradients (ZeRO-2, gpu/llama.h): this rank's pieces' accumulated gradients (at off);
+     * layer l ≥ 2's gradients are views of layer l − 2's rows (layer_params tensors a layer) */
+    int shard_grads;
+    float *s_grad;
+    int layer_params;
     gpu_llama_grad_hook grad_hook; /* data parallelism (gpu/llama.h): called as buckets finish */
     void *grad_hook_ctx;
+    gpu_llama_grad_hook grad_gate; /* and before a bucket's gradients are first written */
+    void *grad_gate_ctx;
     /* training micro-steps as CUDA graphs (gpu/llama.cu, train_micro_graphed): one per key — the
      * micro-step's scalars and the host's layer caches at its start (the dequantized layer, the FP8
      * layer codes, stale trained codes) — captured at the key's second use */
@@ -312,12 +319,18 @@ typedef void (*gl_add_row_fn)(void *rows, enum gl_slab slab, void **ptr, int64_t
 void gl_shard_rows(gpu_llama *m, void *rows, gl_add_row_fn add_row);
 struct gpu_adamw *gl_shard_build_optimizer(gpu_llama *m);
 void gl_adamw8bit_steps(gpu_llama *m, const struct gpu_adamw8bit_args *a, cudaStream_t s);
-void gl_shard_keep_pieces(gpu_llama *m);
+/* which: a layer (its tensors' pieces), or every tensor's, or those outside the layers' */
+enum { GL_KEEP_ALL = -2, GL_KEEP_OUTSIDE_LAYERS = -1 };
+void gl_shard_keep_pieces(gpu_llama *m, int which);
 /* llama_layout.cu: after a load, the masters staged in the gradient slab (a sharded optimizer's,
  * or split masters) become what the model keeps — this rank's pieces (gl_shard_keep_pieces), or
  * the pairs (copy, lo) — and the gradient slab is zeroed. Nothing to do for fp32 masters, which
- * the load wrote in place. */
+ * the load wrote in place. With sharded gradients layer l + 2 stages in layer l's rows, so a load
+ * calls gl_take_layer_masters after each layer (it waits for the copies), gl_take_masters the rest. */
 void gl_take_masters(gpu_llama *m);
+void gl_take_layer_masters(gpu_llama *m, int l);
+/* llama_shard.cu: sharded gradients' accumulator, a bucket's tensors (gl_bucket_of) */
+int gl_bucket_of(const gpu_llama *m, int param);
 void gl_shard_tensor_write(gpu_llama *m, int i, const void *host);
 
 #endif /* REFINE_GPU_LLAMA_INTERNAL_H */

@@ -142,7 +142,10 @@ int add_param(gpu_llama *m, gl_rows &rs, const char *name, int ndim, int64_t d0,
     if (split) add(rs, SLAB_PARAMS, &p.lo, p.n);
     else if (!sharded) add(rs, SLAB_PARAMS, &p.master, p.n);
     if (storage == PARAM_OWN) add(rs, SLAB_PARAMS, &p.copy, p.n);
-    if (storage != PARAM_IN_GROUP) add(rs, SLAB_GRADS, &p.grad, p.n);
+    /* sharded gradients: layer l ≥ 2 writes into layer l − 2's rows (point_views) */
+    int layer = -1;
+    const int shared_grad = m->shard_grads && sscanf(name, "model.layers.%d.", &layer) == 1 && layer >= 2;
+    if (storage != PARAM_IN_GROUP && !shared_grad) add(rs, SLAB_GRADS, &p.grad, p.n);
     if (m->opt.optimizer == OPTIMIZER_ADAMW8BIT && p.n >= ADAMW8BIT_MIN_8BIT_SIZE) {
         p.is_8bit = 1;
         if (!sharded) {
@@ -503,6 +506,23 @@ void point_views(gpu_llama *m) {
             a.copy = m->layers[l].group_a[g] + at;
             a.grad = m->layers[l].group_da[g] + at;
         }
+    if (m->shard_grads) { /* layer l ≥ 2's gradients: views of layer l − 2's rows */
+        int first[2] = {-1, -1};
+        for (int i = 0; i < m->n_params; i++) {
+            int l = -1;
+            if (sscanf(m->params[i].name, "model.layers.%d.", &l) == 1 && l < 2 && first[l] < 0) first[l] = i;
+        }
+        CHECK(c->L < 2 || (first[0] >= 0 && first[1] > first[0]), "layout: layers 0 and 1 have no tensors");
+        m->layer_params = c->L >= 2 ? first[1] - first[0] : 0;
+        for (int i = 0; i < m->n_params; i++) {
+            int l = -1;
+            if (sscanf(m->params[i].name, "model.layers.%d.", &l) != 1 || l < 2) continue;
+            const gl_param &twin = m->params[i - 2 * m->layer_params];
+            CHECK(twin.n == m->params[i].n && strcmp(strchr(twin.name + 13, '.'), strchr(m->params[i].name + 13, '.')) == 0,
+                  "layout: %s is not the twin of %s", twin.name, m->params[i].name);
+            m->params[i].grad = twin.grad;
+        }
+    }
     for (int i = 0; i < m->n_params; i++) {
         gl_param &p = m->params[i];
         /* the staging of a load (gl_take_masters) */
@@ -626,6 +646,8 @@ static int check_options(const model_config *c, const gpu_llama_options *o, io_e
                           "keeps each rank's fp32 masters (use --master fp32, or --shard-optimizer off)");
     if (o->shard_world > 1 && (o->shard_rank < 0 || o->shard_rank >= o->shard_world))
         return io_fail(e, "shard rank %d of %d", o->shard_rank, o->shard_world);
+    if (o->shard_grads && o->shard_world <= 1)
+        return io_fail(e, "sharded gradients (ZeRO-2) need the optimizer sharded over two or more ranks");
     return 0;
 }
 
@@ -636,6 +658,7 @@ static void init_shape(gpu_llama *m, const model_config *c, const gpu_llama_opti
     m->QD = c->H * c->D;
     m->KD = c->KVH * c->D;
     m->sharded = o->shard_world > 1;
+    m->shard_grads = m->sharded && o->shard_grads;
     for (int g = 0; g < GL_N_GROUPS; g++) {
         int all = o->mode == LLAMA_LORA && !(o->dropout > 0) && o->grouping == GPU_LORA_GROUPED;
         for (int i = 0; i < gl_group_n[g]; i++) all = all && gl_is_target(m, gl_group_first[g] + i);
@@ -848,7 +871,7 @@ static void upload_fixed(gpu_llama *m) {
 void gl_take_masters(gpu_llama *m) {
     if (!m->sharded && m->opt.master != MASTER_SPLIT) return;
     if (m->sharded) {
-        gl_shard_keep_pieces(m);
+        gl_shard_keep_pieces(m, m->shard_grads ? GL_KEEP_OUTSIDE_LAYERS : GL_KEEP_ALL);
     } else {
         for (int i = 0; i < m->n_params; i++) {
             const gl_param &p = m->params[i]; /* p.master: the staging in the gradient slab */
@@ -857,6 +880,12 @@ void gl_take_masters(gpu_llama *m) {
     }
     CUDA_CHECK(cudaMemsetAsync(m->slab[SLAB_GRADS], 0, m->plan.grads, m->stream));
     CUDA_CHECK(cudaStreamSynchronize(m->stream));
+}
+
+void gl_take_layer_masters(gpu_llama *m, int l) {
+    if (!m->shard_grads) return;
+    gl_shard_keep_pieces(m, l);
+    CUDA_CHECK(cudaStreamSynchronize(m->stream)); /* before the next load writes the staging */
 }
 
 static void build_optimizer(gpu_llama *m) {

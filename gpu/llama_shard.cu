@@ -19,6 +19,7 @@
  * Test: tests/parity/llama_shard_parity.c, in the llama_dp_parity binary (the sharded model against
  * the unsharded one, W ranks in one process); the plan: tests/parity/llama_plan_test.c.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -166,6 +167,7 @@ void gl_shard_rows(gpu_llama *m, void *rows, gl_add_row_fn add_row) {
     add_row(rows, SLAB_OPTIM, (void **)&m->s_q2, eight ? L.elems : 0, 1);
     add_row(rows, SLAB_OPTIM, (void **)&m->s_absmax1, eight ? L.blocks : 0, 4);
     add_row(rows, SLAB_OPTIM, (void **)&m->s_absmax2, eight ? L.blocks : 0, 4);
+    add_row(rows, SLAB_GRADS, (void **)&m->s_grad, m->shard_grads ? L.elems : 0, 4);
 }
 
 struct gpu_adamw *gl_shard_build_optimizer(gpu_llama *m) {
@@ -176,7 +178,8 @@ struct gpu_adamw *gl_shard_build_optimizer(gpu_llama *m) {
     }
     const int adamw = m->opt.optimizer == OPTIMIZER_ADAMW;
     return build_gpu_adamw_sharded(ps.data(), m->n_params, m->pieces, m->n_pieces, adamw ? m->s_master : nullptr,
-                                   adamw ? m->s_m : nullptr, adamw ? m->s_v : nullptr);
+                                   adamw ? m->s_m : nullptr, adamw ? m->s_v : nullptr,
+                                   m->shard_grads ? m->s_grad : nullptr);
 }
 
 void gl_adamw8bit_steps(gpu_llama *m, const gpu_adamw8bit_args *a, cudaStream_t s) {
@@ -208,7 +211,7 @@ void gl_adamw8bit_steps(gpu_llama *m, const gpu_adamw8bit_args *a, cudaStream_t 
         const int eight = is_8bit_tensor(m, pc.tensor);
         const gpu_adamw8bit_tensor t = {m->s_master + pc.off,
                                         p.copy + pc.lo,
-                                        p.grad + pc.lo,
+                                        m->shard_grads ? m->s_grad + pc.off : p.grad + pc.lo,
                                         pc.hi - pc.lo,
                                         eight,
                                         eight ? m->s_q1 + pc.off : nullptr,
@@ -223,9 +226,14 @@ void gl_adamw8bit_steps(gpu_llama *m, const gpu_adamw8bit_args *a, cudaStream_t 
     }
 }
 
-void gl_shard_keep_pieces(gpu_llama *m) {
+void gl_shard_keep_pieces(gpu_llama *m, int which) {
     for (int k = 0; k < m->n_pieces; k++) {
         const shard_piece &pc = m->pieces[k];
+        if (which != GL_KEEP_ALL) {
+            int l = -1;
+            sscanf(m->params[pc.tensor].name, "model.layers.%d.", &l);
+            if (l != which) continue; /* which = −1: the tensors outside the layers (l stays −1) */
+        }
         const gl_param &p = m->params[pc.tensor]; /* p.master: the staging in the gradient slab */
         CUDA_CHECK(cudaMemcpyAsync(m->s_master + pc.off, p.master + pc.lo, sizeof(float) * (size_t)(pc.hi - pc.lo),
                                    cudaMemcpyDeviceToDevice, m->stream));

@@ -216,6 +216,7 @@ extern "C" int gpu_llama_load(gpu_llama *m, const model_source *src, io_err *e) 
             if (!rc && lin.bias)
                 rc = load_weight(ld, llama_linears[t].bias, l, lin.c_out, lin.bias, full ? lin.bias_master : nullptr);
         }
+        if (!rc) gl_take_layer_masters(m, l); /* sharded gradients: layer l + 2 stages in these rows */
     }
     free(ld.buf);
     free(ld.b16);
@@ -269,6 +270,7 @@ extern "C" void gpu_llama_random_weights(gpu_llama *m, uint64_t seed) {
             }
             if (lin.bias) const_fill(lin.bias_master, lin.bias, lin.c_out, 0.0f, s);
         }
+        gl_take_layer_masters(m, l);
     }
     m->dq_layer = -1;
     io_err e;

@@ -92,6 +92,8 @@ struct train_options {
     enum base_dtype base_dtype;
     enum recompute_policy recompute;
     enum shard_optimizer shard_optimizer;
+    enum shard_optimizer shard_gradients; /* with the sharded optimizer: the gradients too (ZeRO-2);
+                                             AUTO where the per-rank plan is smaller */
     int auto_batch;
     int eval_every; /* steps; 0: only at the end */
     int eval_batches;

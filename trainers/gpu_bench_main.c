@@ -34,9 +34,9 @@
  * then --steps steps of the job; rank 0 prints the JSON line with, besides the fields above (for
  * the job's steps; tokens_per_s is the job's), world, tokens_per_s_per_gpu, one_gpu_tokens_per_s,
  * scaling_efficiency (the job's per-GPU rate over the one-GPU rate), exposed_comm_ms (per step,
- * the reductions left after backward: CUDA events), sharded_optimizer and comm (NCCL's version,
- * over MPI). Full fine-tuning shards the optimizer (as //gpu:train; --shard-optimizer off does
- * not): a sharded model cannot step alone, so its one-GPU figures are null and the one-GPU rate is
+ * the reductions left after backward: CUDA events), sharded_optimizer, sharded_gradients and comm
+ * (NCCL's version, over MPI). Full fine-tuning shards the optimizer (as //gpu:train; --shard-optimizer
+ * off does not), and the gradients where that saves memory (--shard-gradients): a sharded model cannot step alone, so its one-GPU figures are null and the one-GPU rate is
  * a run of `mpirun -np 1` (tools/multi_gpu.sh runs it first).
  */
 #include <math.h>
@@ -129,6 +129,7 @@ int main(int argc, char **argv) {
     gpu_model_options(&g, &set);
     const int shard = job && gpu_shards_optimizer(&o, &g, comm.world);
     if (shard) g.shard_world = comm.world, g.shard_rank = comm.rank; /* ZeRO-1, as //gpu:train */
+    if (gpu_shards_gradients(&o, &g, &c, &e)) io_exit(&e);             /* and ZeRO-2 where it saves memory */
     const char *method = train_method_names[o.method];
     char device[128];
     size_t free0 = 0, total = 0, free1 = 0, budget = 0;
@@ -201,7 +202,9 @@ int main(int argc, char **argv) {
         }
 
     struct gpu_dp *dp = NULL;
-    if (job && (dp = gpu_dp_create(m, &comm, shard, &e)) == NULL) io_exit(&e);
+    const enum gpu_dp_shard dp_shard =
+        g.shard_grads ? GPU_DP_SHARD_GRADIENTS : shard ? GPU_DP_SHARD_OPTIMIZER : GPU_DP_WHOLE;
+    if (job && (dp = gpu_dp_create(m, &comm, dp_shard, &e)) == NULL) io_exit(&e);
     const int W = comm.world;
     int64_t step = 0;
     const float loss0 = train_step(m, dp, W, tok, lab, valid, A, &o, step++);
@@ -236,8 +239,8 @@ int main(int argc, char **argv) {
     } else if (job) { /* a sharded model cannot step alone: the one-GPU rate is a run of one rank's */
         snprintf(extra, sizeof extra,
                  ",\"world\":%d,\"tokens_per_s_per_gpu\":%.0f,\"one_gpu_tokens_per_s\":null,\"scaling_efficiency\":null,"
-                 "\"exposed_comm_ms\":%.2f,\"sharded_optimizer\":1,\"comm\":\"%.200s\"",
-                 W, tps / W, exposed, comm.name);
+                 "\"exposed_comm_ms\":%.2f,\"sharded_optimizer\":1,\"sharded_gradients\":%d,\"comm\":\"%.200s\"",
+                 W, tps / W, exposed, g.shard_grads, comm.name);
     }
     if (root) {
         printf("{\"system\":\"refine\",\"model\":\"%s\",\"method\":\"%s\",\"rank\":%d,\"batch\":%d,\"seq\":%d,"

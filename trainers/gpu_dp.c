@@ -22,7 +22,22 @@ struct gpu_dp {
     struct io_err err;
     int sharded;
     void *(*gathered)[GPU_SHARD_ARRAYS]; /* rank 0 after gpu_dp_gather: every rank's flat arrays */
+    /* sharded gradients (ZeRO-2) */
+    int grads;
+    float **part_first;      /* [bucket · world + rank]: rank's part of the bucket */
+    int64_t *part_n;
+    cudaEvent_t freed[4];    /* per gradient buffer (the head's, the embedding's, layers' even, odd):
+                                its last bucket reduced, taken and cleared */
+    int pending;             /* a micro-batch began whose buckets are not all reduced yet */
 };
+
+/* The buffer bucket b's gradients use (sharded gradients): the head's, the embedding's, or the
+ * layer rows of its parity. */
+static int buffer_of(const struct gpu_dp *d, int b) {
+    if (b == 0) return 0;
+    if (b == d->n_buckets - 1) return 1;
+    return 2 + b % 2;
+}
 
 static int cuda_ok(cudaError_t r, const char *what, struct io_err *e) {
     return r == cudaSuccess ? 0 : io_fail(e, "%s: %s", what, cudaGetErrorString(r));
@@ -43,7 +58,30 @@ static int reduce_bucket(struct gpu_dp *d, int b, struct io_err *e) {
     if (cuda_ok(cudaEventRecord(d->ready, ms), "cudaEventRecord", e) ||
         cuda_ok(cudaStreamWaitEvent(d->comm_stream, d->ready, 0), "cudaStreamWaitEvent", e))
         return -1;
-    return d->comm->all_reduce(d->comm->self, d->first[b], d->n[b], COMM_F32, d->comm_stream, what, e);
+    if (!d->grads) return d->comm->all_reduce(d->comm->self, d->first[b], d->n[b], COMM_F32, d->comm_stream, what, e);
+    /* each owner's part summed into it (one group), its pieces added into its accumulator, the
+     * bucket cleared; then the buffer is free for the next bucket that uses it */
+    const int W = d->comm->world;
+    if (d->comm->group(d->comm->self, 1, e)) return -1;
+    int rc = 0;
+    for (int r = 0; r < W && rc == 0; r++)
+        if (d->part_n[b * W + r] > 0)
+            rc = d->comm->reduce(d->comm->self, d->part_first[b * W + r], d->part_n[b * W + r], COMM_F32, r,
+                                 d->comm_stream, what, e);
+    if (d->comm->group(d->comm->self, 0, rc == 0 ? e : NULL) != 0 || rc != 0) return -1;
+    gpu_llama_bucket_take(d->m, b, d->comm_stream);
+    return cuda_ok(cudaEventRecord(d->freed[buffer_of(d, b)], d->comm_stream), "cudaEventRecord", e);
+}
+
+/* Sharded gradients: the buckets of the micro-batch before that backward did not reduce (it ran
+ * none: no valid label here), so that every rank issues the same collectives in the same order. */
+static int flush_buckets(struct gpu_dp *d, struct io_err *e) {
+    int rc = 0;
+    for (int b = 0; b < d->n_buckets && rc == 0; b++)
+        if (!d->done[b]) rc = reduce_bucket(d, b, e);
+    for (int b = 0; b < d->n_buckets; b++) d->done[b] = 0;
+    d->pending = 0;
+    return rc;
 }
 
 static void on_bucket(void *ctx, int b) {
@@ -52,12 +90,23 @@ static void on_bucket(void *ctx, int b) {
     if (reduce_bucket(d, b, &d->err) != 0) d->failed = 1;
 }
 
-struct gpu_dp *gpu_dp_create(struct gpu_llama *m, const struct train_comm *comm, int sharded, struct io_err *e) {
+/* Sharded gradients: before backward writes bucket b's buffer, the model waits until it is free. */
+static void on_gate(void *ctx, int b) {
+    struct gpu_dp *d = ctx;
+    if (d->failed) return;
+    if (cuda_ok(cudaStreamWaitEvent(gpu_llama_stream(d->m), d->freed[buffer_of(d, b)], 0), "cudaStreamWaitEvent",
+                &d->err))
+        d->failed = 1;
+}
+
+struct gpu_dp *gpu_dp_create(struct gpu_llama *m, const struct train_comm *comm, enum gpu_dp_shard shard,
+                             struct io_err *e) {
     struct gpu_dp *d = calloc(1, sizeof *d);
     if (d == NULL) return io_fail(e, "out of host memory"), NULL;
     d->m = m;
     d->comm = comm;
-    d->sharded = sharded;
+    d->sharded = shard != GPU_DP_WHOLE;
+    d->grads = shard == GPU_DP_SHARD_GRADIENTS;
     d->step = 1;
     d->n_buckets = gpu_llama_n_buckets(m);
     d->first = calloc((size_t)d->n_buckets, sizeof *d->first);
@@ -68,6 +117,23 @@ struct gpu_dp *gpu_dp_create(struct gpu_llama *m, const struct train_comm *comm,
         return io_fail(e, "out of host memory"), NULL;
     }
     for (int b = 0; b < d->n_buckets; b++) gpu_llama_bucket(m, b, &d->first[b], &d->n[b]);
+    if (d->grads) {
+        const size_t parts = (size_t)d->n_buckets * (size_t)comm->world;
+        d->part_first = calloc(parts, sizeof *d->part_first);
+        d->part_n = calloc(parts, sizeof *d->part_n);
+        if (!d->part_first || !d->part_n) {
+            gpu_dp_free(d);
+            return io_fail(e, "out of host memory"), NULL;
+        }
+        for (int b = 0; b < d->n_buckets; b++)
+            for (int r = 0; r < comm->world; r++)
+                gpu_llama_bucket_part(m, b, r, &d->part_first[b * comm->world + r], &d->part_n[b * comm->world + r]);
+        for (int k = 0; k < 4; k++)
+            if (cuda_ok(cudaEventCreateWithFlags(&d->freed[k], cudaEventDisableTiming), "cudaEventCreate", e)) {
+                gpu_dp_free(d);
+                return NULL;
+            }
+    }
     if (cuda_ok(cudaStreamCreateWithFlags(&d->comm_stream, cudaStreamNonBlocking), "cudaStreamCreate", e) ||
         cuda_ok(cudaEventCreateWithFlags(&d->ready, cudaEventDisableTiming), "cudaEventCreate", e) ||
         cuda_ok(cudaEventCreateWithFlags(&d->reduced, cudaEventDisableTiming), "cudaEventCreate", e) ||
@@ -82,7 +148,11 @@ struct gpu_dp *gpu_dp_create(struct gpu_llama *m, const struct train_comm *comm,
 void gpu_dp_free(struct gpu_dp *d) {
     if (d == NULL) return;
     gpu_dp_release(d);
-    if (d->m != NULL) gpu_llama_set_grad_hook(d->m, NULL, NULL);
+    if (d->m != NULL) gpu_llama_set_grad_hook(d->m, NULL, NULL), gpu_llama_set_grad_gate(d->m, NULL, NULL);
+    for (int k = 0; k < 4; k++)
+        if (d->freed[k]) cudaEventDestroy(d->freed[k]);
+    free(d->part_first);
+    free(d->part_n);
     if (d->comm_stream) cudaStreamDestroy(d->comm_stream);
     if (d->ready) cudaEventDestroy(d->ready);
     if (d->reduced) cudaEventDestroy(d->reduced);
@@ -95,13 +165,22 @@ void gpu_dp_free(struct gpu_dp *d) {
 }
 
 void gpu_dp_micro(struct gpu_dp *d, int last) {
+    if (d->grads) { /* every micro-batch hands its buckets over */
+        if (d->pending && !d->failed && flush_buckets(d, &d->err) != 0) d->failed = 1;
+        d->pending = 1;
+        gpu_llama_set_grad_hook(d->m, on_bucket, d);
+        gpu_llama_set_grad_gate(d->m, on_gate, d);
+        return;
+    }
     if (last) gpu_llama_set_grad_hook(d->m, on_bucket, d);
     else gpu_llama_set_grad_hook(d->m, NULL, NULL);
 }
 
 int gpu_dp_reduce(struct gpu_dp *d, int step, struct io_err *e) {
     gpu_llama_set_grad_hook(d->m, NULL, NULL);
+    gpu_llama_set_grad_gate(d->m, NULL, NULL);
     d->step = step;
+    d->pending = 0;
     if (d->failed) {
         d->failed = 0;
         *e = d->err;

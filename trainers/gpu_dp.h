@@ -27,6 +27,13 @@
  * rank 0 needs host memory for the whole fp32 state, 12 bytes a parameter with AdamW), from which
  * gpu_dp_tensor_read assembles each tensor; gpu_dp_release frees it.
  *
+ * Sharded gradients (ZeRO-2, gpu/llama.h): every micro-batch runs with the hook, and each bucket is
+ * summed into its owners (one reduce per owner's part, one NCCL group), added into the owner's
+ * accumulator and cleared, on the communication stream; a gate makes the model's stream wait, before
+ * backward writes a bucket's buffer, until the buffer's last bucket is through. A micro-batch that
+ * ran no backward reduces its (zero) buckets at the next gpu_dp_micro or gpu_dp_reduce, so that the
+ * ranks' collectives match.
+ *
  * Timing: the communication that backward did not hide, per step: from the end of the model's work
  * before the optimizer to the end of the reductions (CUDA events; gpu_dp_exposed_ms).
  */
@@ -43,9 +50,13 @@ extern "C" {
 
 struct gpu_dp;
 
-/* For model m on this rank of comm (its slab collectives on device memory: NCCL); sharded: m was
- * built with the optimizer sharded over comm's ranks. */
-struct gpu_dp *gpu_dp_create(struct gpu_llama *m, const struct train_comm *comm, int sharded, struct io_err *e);
+/* What m was built to shard over comm's ranks: nothing, the optimizer (options.shard_world), or
+ * the gradients too (options.shard_grads). */
+enum gpu_dp_shard { GPU_DP_WHOLE = 0, GPU_DP_SHARD_OPTIMIZER, GPU_DP_SHARD_GRADIENTS };
+
+/* For model m on this rank of comm (its slab collectives on device memory: NCCL). */
+struct gpu_dp *gpu_dp_create(struct gpu_llama *m, const struct train_comm *comm, enum gpu_dp_shard shard,
+                             struct io_err *e);
 void gpu_dp_free(struct gpu_dp *d);
 
 void gpu_dp_micro(struct gpu_dp *d, int last);

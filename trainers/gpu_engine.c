@@ -36,6 +36,8 @@
  * Full fine-tuning shards the fp32 masters and optimizer state over the ranks (ZeRO-1,
  * --shard-optimizer): each rank updates its pieces and broadcasts its part of the bf16 copies; the
  * update is bitwise the unsharded one; checkpoints and exports gather the state to rank 0 first.
+ * Where it makes the per-rank plan smaller, the fp32 gradients are sharded too (ZeRO-2,
+ * --shard-gradients): every micro-batch hands its buckets to their owners (trainers/gpu_dp.h).
  */
 #include "trainers/gpu_engine.h"
 
@@ -219,6 +221,25 @@ int gpu_shards_optimizer(const struct train_options *o, const struct gpu_llama_o
            (o->shard_optimizer == SHARD_ON || (o->shard_optimizer == SHARD_AUTO && g->master == MASTER_FP32));
 }
 
+int gpu_shards_gradients(const struct train_options *o, struct gpu_llama_options *g, const struct model_config *c,
+                         struct io_err *e) {
+    g->shard_grads = 0;
+    if (o->shard_gradients == SHARD_OFF) return 0;
+    if (g->shard_world <= 1) {
+        if (o->shard_gradients == SHARD_ON)
+            return io_fail(e, "--shard-gradients on: the gradients are sharded with the sharded optimizer (full "
+                              "fine-tuning on two or more GPUs, --shard-optimizer auto or on)");
+        return 0;
+    }
+    if (o->shard_gradients == SHARD_ON) return g->shard_grads = 1, 0;
+    struct gpu_llama_plan whole, sharded;
+    if (gpu_llama_plan_bytes(&whole, c, g, e)) return -1;
+    g->shard_grads = 1;
+    if (gpu_llama_plan_bytes(&sharded, c, g, e)) return -1;
+    g->shard_grads = sharded.total < whole.total;
+    return 0;
+}
+
 /* What a run may plan of `usable` bytes: the runtime's reserve taken off. */
 static size_t less_reserve(size_t usable) { return usable > MEMORY_RESERVE ? usable - MEMORY_RESERVE : 0; }
 
@@ -385,6 +406,7 @@ int gpu_engine_create(struct train_engine *eng, struct train_options *o, const s
     if (shard) g.shard_world = comm->world, g.shard_rank = comm->rank;
     /* a bitsandbytes checkpoint brings its own layout */
     if (model_source_is_bnb(src, llama_linears[LLAMA_Q].weight, 0)) g.nested_nf4 = src->config.quant.double_quant;
+    if (gpu_shards_gradients(o, &g, &src->config, e)) return -1;
     struct gpu_llama_plan plan;
     if (gpu_llama_plan_bytes(&plan, &src->config, &g, e)) return -1;
     if (o->auto_batch) {
@@ -408,7 +430,8 @@ int gpu_engine_create(struct train_engine *eng, struct train_options *o, const s
     gpu_llama_plan_describe(line, sizeof line, &plan, g.B, g.T);
     if (root)
         printf("%s%s\n", line,
-               shard ? " (per rank: fp32 masters and optimizer state sharded over the ranks)"
+               g.shard_grads ? " (per rank: fp32 masters, optimizer state and gradients sharded over the ranks)"
+               : shard ? " (per rank: fp32 masters and optimizer state sharded over the ranks)"
                      : comm->world > 1 ? " (per rank)" : "");
     if (plan.total > budget) {
         const int b = gpu_largest_fitting_batch(g, &src->config, budget, 1 << 20);
@@ -458,7 +481,9 @@ int gpu_engine_create(struct train_engine *eng, struct train_options *o, const s
     gpu_llama_drop_grads(ge->m);
     ge->A = o->grad_accum;
     ge->sharded = shard;
-    if (comm->slabs == COMM_DEVICE && (ge->dp = gpu_dp_create(ge->m, comm, shard, e)) == NULL) {
+    const enum gpu_dp_shard dp_shard =
+        g.shard_grads ? GPU_DP_SHARD_GRADIENTS : shard ? GPU_DP_SHARD_OPTIMIZER : GPU_DP_WHOLE;
+    if (comm->slabs == COMM_DEVICE && (ge->dp = gpu_dp_create(ge->m, comm, dp_shard, e)) == NULL) {
         eng_destroy(ge);
         return -1;
     }

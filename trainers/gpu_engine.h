@@ -35,6 +35,11 @@ void gpu_model_options(struct gpu_llama_options *g, const struct model_settings 
 /* Whether a job of `world` ranks shards the optimizer of g (ZeRO-1): --shard-optimizer on, or auto
  * for full fine-tuning with fp32 masters (split masters keep it whole). */
 int gpu_shards_optimizer(const struct train_options *o, const struct gpu_llama_options *g, int world);
+/* Sets g->shard_grads (ZeRO-2) for a model g whose optimizer is sharded (g->shard_world > 1):
+ * --shard-gradients on, or auto where it makes the per-rank plan of config c smaller; 0 or −1 with
+ * e (on without the sharded optimizer, or a plan that cannot be made). */
+int gpu_shards_gradients(const struct train_options *o, struct gpu_llama_options *g, const struct model_config *c,
+                         struct io_err *e);
 /* What a user can change for g to take less memory, as one phrase into buf ("try --recompute
  * layer, --master split, --optimizer adamw8bit or a shorter --seq"): the options g does not use
  * yet, for the messages of a plan that does not fit. Returns buf. */

@@ -214,7 +214,10 @@ static void read_norm_coef(const float *d, float out[2]);
  * pieces (ref/shard.h) of the same gradients; the ranks' partial sums are summed on the host (in
  * rank order) and written back into every context, as the job's all-reduce does. After every step:
  * the norm, and every rank's masters, moments and bf16 copies of its pieces, bitwise the unsharded
- * context's; with master = NULL (norm only) gpu_adamw_norm_and_coef bitwise the unsharded one's. */
+ * context's; with master = NULL (norm only) gpu_adamw_norm_and_coef bitwise the unsharded one's.
+ * Sharded gradients (ZeRO-2): the odd ranks' update contexts and the even ranks' norm-only ones read
+ * their pieces' gradients from a flat array (copied from the tensors' gradients each step), the
+ * others the tensors' own: both bitwise the unsharded context. */
 static void run_sharded(const std::vector<int64_t> &sizes, double max_norm, int W, int id) {
     const uint64_t seed = g_seed * 1000003u + (uint64_t)id;
     struct rng r;
@@ -242,7 +245,7 @@ static void run_sharded(const std::vector<int64_t> &sizes, double max_norm, int 
     struct gpu_adamw *whole = build_gpu_adamw(params.data(), T);
     /* the ranks: their pieces, flat state, their own full-size copies */
     std::vector<std::vector<shard_piece>> pieces(W);
-    std::vector<struct dev_buf> fm(W), fmo(W), fv(W);
+    std::vector<struct dev_buf> fm(W), fmo(W), fv(W), fg(W);
     std::vector<std::vector<struct dev_buf>> rc(W, std::vector<struct dev_buf>(T));
     std::vector<struct gpu_adamw *> ranks(W), norms(W);
     std::vector<int64_t> ns(sizes.begin(), sizes.end());
@@ -257,15 +260,17 @@ static void run_sharded(const std::vector<int64_t> &sizes, double max_norm, int 
         dev_buf_alloc(&fm[k], "flat master", (size_t)(el + 1) * 4, POISON_NONE, flat.data());
         dev_buf_alloc(&fmo[k], "flat m", (size_t)(el + 1) * 4, POISON_NONE, zero.data());
         dev_buf_alloc(&fv[k], "flat v", (size_t)(el + 1) * 4, POISON_NONE, zero.data());
+        dev_buf_alloc(&fg[k], "flat grad", (size_t)(el + 1) * 4, POISON_F32, nullptr);
         std::vector<struct gpu_adamw_param> mine = params;
         for (int i = 0; i < T; i++) {
             dev_buf_alloc(&rc[k][i], "rank copy", (size_t)ts[i].n * 2, POISON_BF16, nullptr);
             mine[i].copy = (uint16_t *)rc[k][i].data;
         }
         ranks[k] = build_gpu_adamw_sharded(mine.data(), T, pieces[k].data(), (int)pieces[k].size(), (float *)fm[k].data,
-                                           (float *)fmo[k].data, (float *)fv[k].data);
+                                           (float *)fmo[k].data, (float *)fv[k].data,
+                                           k % 2 ? (const float *)fg[k].data : nullptr);
         norms[k] = build_gpu_adamw_sharded(mine.data(), T, pieces[k].data(), (int)pieces[k].size(), nullptr, nullptr,
-                                           nullptr);
+                                           nullptr, k % 2 ? nullptr : (const float *)fg[k].data);
     }
     struct dev_buf bnorm;
     dev_buf_alloc(&bnorm, "grad_norm", 4, POISON_F32, nullptr);
@@ -276,6 +281,10 @@ static void run_sharded(const std::vector<int64_t> &sizes, double max_norm, int 
             rng_fill_normal(&r, ts[i].g.data(), ts[i].n, 0.0, i % 2 ? 0.01 : 1.0);
             dev_buf_reset(&bg[i], ts[i].g.data());
         }
+        for (int k = 0; k < W; k++) /* the flat gradients: each piece at its off */
+            for (const shard_piece &q : pieces[k])
+                CUDA_CHECK(cudaMemcpy((float *)fg[k].data + q.off, ts[q.tensor].g.data() + q.lo,
+                                      sizeof(float) * (size_t)(q.hi - q.lo), cudaMemcpyHostToDevice));
         const float *coef_whole = gpu_adamw_norm_and_coef(whole, max_norm, g_stream);
         float want_nc[2];
         read_norm_coef(coef_whole, want_nc);
@@ -348,7 +357,7 @@ static void run_sharded(const std::vector<int64_t> &sizes, double max_norm, int 
     for (int k = 0; k < W; k++) {
         free_gpu_adamw(ranks[k]);
         free_gpu_adamw(norms[k]);
-        dev_buf_free(&fm[k]), dev_buf_free(&fmo[k]), dev_buf_free(&fv[k]);
+        dev_buf_free(&fm[k]), dev_buf_free(&fmo[k]), dev_buf_free(&fv[k]), dev_buf_free(&fg[k]);
         for (int i = 0; i < T; i++) dev_buf_free(&rc[k][i]);
     }
     for (int i = 0; i < T; i++)

@@ -140,6 +140,25 @@ int main(void) {
         snprintf(what, sizeof what, "sharded over %d: the ranks' masters add up to 4 per parameter", W);
         in_range(what, masters, 4 * np - W * slack, 4 * np + W * (16.0 * 300 + slack));
     }
+    /* sharded gradients (ZeRO-2), per rank: the embedding's, the head's and two layers' gradient
+     * rows, and an accumulator of 1/W of the elements; nothing else changes */
+    const double per_layer = (n_linear_params(&cs) + 2.0 * cs.L * cs.C) / cs.L, outside = np - cs.L * per_layer;
+    for (int W = 2; W <= 8; W *= 2)
+        for (int r = 0; r < W; r += W - 1) {
+            struct gpu_llama_options o1 = opts(LLAMA_FULL, 2, 128), o2;
+            o1.shard_world = W, o1.shard_rank = r;
+            o2 = o1;
+            o2.shard_grads = 1;
+            const struct gpu_llama_plan z1 = plan_of(&cs, &o1), z2 = plan_of(&cs, &o2);
+            char what[160];
+            snprintf(what, sizeof what, "gradients sharded over %d, rank %d: grads = 4 × (outside the layers + 2 layers "
+                                        "+ 1/W of all) per parameter", W, r);
+            const double want = 4 * (outside + 2 * per_layer) + 4 * np / W;
+            in_range(what, (double)z2.grads, want - chunk / 3, want + chunk / 3 + slack);
+            expect(z2.params == z1.params && z2.optim == z1.optim && z2.acts == z1.acts,
+                   "sharded gradients change the gradients only", (double)z2.params, (double)z1.params,
+                   (double)z1.params);
+        }
 
     /* LoRA: R·(C_in + C_out) per adapted linear and layer, fp32 gradient */
     struct gpu_llama_options ol = opts(LLAMA_LORA, 2, 128);
@@ -257,6 +276,23 @@ int main(void) {
     in_range("Llama-3.1-8B full 16x512 --recompute layer, sharded over 8 GPUs: the largest rank's plan (GiB)", worst16,
              50.0, 73.0);
     in_range("Llama-3.1-8B full 4x512, sharded over 8 GPUs: the largest rank's plan (GiB)", worst4, 50.0, 73.0);
+    /* and with the gradients sharded too (ZeRO-2): 4 bytes a parameter × 7/8 fewer, less two
+     * layers' rows */
+    double worst16g = 0;
+    for (int r = 0; r < 8; r++) {
+        struct gpu_llama_options a = opts(LLAMA_FULL, 16, 512);
+        a.recompute = RECOMPUTE_LAYER;
+        a.shard_world = 8, a.shard_rank = r, a.shard_grads = 1;
+        const double ga = plan_of(&c8, &a).total / GIB;
+        worst16g = ga > worst16g ? ga : worst16g;
+    }
+    const double np8 = n_params(&c8), layer8 = (n_linear_params(&c8) + 2.0 * c8.L * c8.C) / c8.L;
+    const double saved = (4 * np8 * 7 / 8 - 4 * 2 * layer8 - 4 * ((double)c8.V * c8.C * 2 + c8.C)) / GIB;
+    in_range("Llama-3.1-8B full 16x512 --recompute layer, gradients sharded over 8 GPUs too: the plan saves "
+             "4 bytes a parameter x 7/8 of the layers' less two layers (GiB)",
+             worst16 - worst16g, saved - 0.1, saved + 0.1);
+    printf("plans: 8B full 16x512 --recompute layer over 8 GPUs: ZeRO-1 %.2f GiB, ZeRO-2 %.2f GiB per rank\n",
+           worst16, worst16g);
     struct gpu_llama_options one = opts(LLAMA_FULL, 1, 512);
     one.recompute = RECOMPUTE_LAYER;
     const double g_one = plan_of(&c8, &one).total / GIB;
@@ -302,6 +338,8 @@ int main(void) {
     osplit.master = MASTER_SPLIT;
     struct gpu_llama_options oss = opts(LLAMA_FULL, 2, 128);
     oss.master = MASTER_SPLIT, oss.shard_world = 2;
+    struct gpu_llama_options ogr = opts(LLAMA_FULL, 2, 128);
+    ogr.shard_grads = 1;
     const struct {
         const struct model_config *c;
         const struct gpu_llama_options *o;
@@ -309,7 +347,8 @@ int main(void) {
     } refused[] = {{&bad, &ol, "head_dim"},           {&c1, &od, "dropout"},   {&c1, &onf, "NF4"},
                    {&c1, &none, "targets"},           {&c1, &odd, "multiples of 16"},
                    {&c1, &f8full, "FP8-stored base"}, {&c1, &osl, "full fine-tuning"},
-                   {&c1, &osplit, "split masters are for full"}, {&c1, &oss, "sharded optimizer"}};
+                   {&c1, &osplit, "split masters are for full"}, {&c1, &oss, "sharded optimizer"},
+                   {&c1, &ogr, "sharded gradients"}};
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         memset(&e, 0, sizeof e);
         const int rc = gpu_llama_plan_bytes(&p, refused[i].c, refused[i].o, &e);

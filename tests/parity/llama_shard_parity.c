@@ -16,6 +16,12 @@
  *   - a resume: fresh sharded ranks written from the unsharded model's tensors
  *     (gpu_llama_tensor_write) take one more step in step with it, bit for bit;
  *   - the plans: every rank's masters and moments about 1/W of the unsharded ones.
+ * With the gradients sharded too (ZeRO-2, options.shard_grads): each rank's hook takes every bucket
+ * as backward finishes it (gpu_llama_bucket_take on the model's stream: this rank's pieces into its
+ * accumulator, the bucket cleared — no sum is needed, every rank computes the same gradients), the
+ * layers sharing two buffers; checked as above, bit for bit, with one micro-batch a step; with two
+ * (the accumulation the trainer runs), the losses and norms within 1e-5 of the unsharded model's
+ * (the embedding's rows are summed per micro-batch, then across: another order of fp32 sums).
  *
  *   bazel test --config=gpu //tests/parity:llama_dp_parity
  */
@@ -45,11 +51,12 @@ static void small_config(struct model_config *c, int tied) {
     c->max_position_embeddings = 1024;
 }
 
-static struct gpu_llama *build(const struct model_config *c, enum optimizer_kind opt, int W, int r, uint64_t seed) {
+static struct gpu_llama *build(const struct model_config *c, enum optimizer_kind opt, int W, int r, int grads,
+                               uint64_t seed) {
     struct gpu_llama_options o;
     memset(&o, 0, sizeof o);
     o.mode = LLAMA_FULL, o.optimizer = opt, o.B = 2, o.T = 32, o.seed = seed;
-    o.shard_world = W, o.shard_rank = r;
+    o.shard_world = W, o.shard_rank = r, o.shard_grads = grads;
     struct io_err e = {{0}};
     struct gpu_llama *m = build_gpu_llama(c, &o, &e);
     if (m == NULL) {
@@ -69,17 +76,29 @@ static void batch(int32_t *tok, int32_t *lab, int N, int T, int V, uint64_t seed
     for (int i = 0; i < N; i++) lab[i] = (i + 1) % T ? tok[i + 1] : -100;
 }
 
-/* One step on the unsharded model and the W ranks; the job's parts by hand. */
-static void step_all(struct gpu_llama *ref, struct gpu_llama **rk, int W, int step, const char *name,
-                     uint64_t seed) {
+/* Sharded gradients: a rank takes each bucket as backward finishes it (the sum over the ranks is
+ * the identity here), on the model's stream. */
+static void take_bucket(void *ctx, int b) {
+    struct gpu_llama *m = ctx;
+    gpu_llama_bucket_take(m, b, gpu_llama_stream(m));
+}
+
+/* One step of A micro-batches on the unsharded model and the W ranks; the job's parts by hand.
+ * tol = 0: the loss sum and norm bit for bit the unsharded model's; else within tol (relative). */
+static void step_all(struct gpu_llama *ref, struct gpu_llama **rk, int W, int step, const char *name, uint64_t seed,
+                     int grads, int A, double tol) {
     const int N = 64, T = 32;
     int32_t tok[64], lab[64];
-    batch(tok, lab, N, T, 256, seed + (uint64_t)step);
     struct gpu_llama *all[MAXW + 1] = {ref};
     for (int r = 0; r < W; r++) all[r + 1] = rk[r];
-    for (int k = 0; k <= W; k++) {
-        gpu_llama_set_batch(all[k], tok, lab);
-        gpu_llama_train_micro(all[k], N - 2, 1.0f / (float)(N - 2), (uint64_t)step);
+    for (int a = 0; a < A; a++) {
+        batch(tok, lab, N, T, 256, seed + (uint64_t)step + 1000u * (uint64_t)a);
+        for (int k = 0; k <= W; k++) {
+            gpu_llama_set_grad_hook(all[k], k > 0 && grads ? take_bucket : NULL, all[k]);
+            gpu_llama_set_batch(all[k], tok, lab);
+            gpu_llama_train_micro(all[k], N - 2, 1.0f / (float)(A * (N - 2)), (uint64_t)(step * A + a));
+            gpu_llama_set_grad_hook(all[k], NULL, NULL);
+        }
     }
     /* the norm's partial sums: summed in rank order, written into every rank */
     int64_t n = 0;
@@ -100,6 +119,12 @@ static void step_all(struct gpu_llama *ref, struct gpu_llama **rk, int W, int st
     for (int r = 0; r < W; r++) {
         double nll, norm;
         gpu_llama_optimizer_step(rk[r], &h, &nll, &norm);
+        if (tol > 0) {
+            EXPECT(fabs(nll - nll0) <= tol * fabs(nll0) && fabs(norm - norm0) <= tol * fabs(norm0),
+                   "%s step %d rank %d: loss sum %.17g norm %.9g, unsharded %.17g %.9g (within %g)", name, step, r, nll,
+                   norm, nll0, norm0, tol);
+            continue;
+        }
         EXPECT(memcmp(&nll, &nll0, sizeof nll) == 0 && memcmp(&norm, &norm0, sizeof norm) == 0,
                "%s step %d rank %d: loss sum %.17g norm %.9g, unsharded %.17g %.9g", name, step, r, nll, norm, nll0,
                norm0);
@@ -182,29 +207,30 @@ static void compare_tensors(struct gpu_llama *ref, struct gpu_llama **rk, int W,
         for (int k = 0; k < GPU_SHARD_ARRAYS; k++) free(host[r][k]);
 }
 
-static void run_case(int tied, enum optimizer_kind opt, int W, uint64_t seed) {
-    char name[96];
-    snprintf(name, sizeof name, "%s head, %s, %d ranks (seed %" PRIu64 ")", tied ? "tied" : "untied",
-             opt == OPTIMIZER_ADAMW ? "AdamW" : "8-bit AdamW", W, seed);
+static void run_case(int tied, enum optimizer_kind opt, int W, int grads, uint64_t seed) {
+    char name[128];
+    snprintf(name, sizeof name, "%s head, %s, %d ranks%s (seed %" PRIu64 ")", tied ? "tied" : "untied",
+             opt == OPTIMIZER_ADAMW ? "AdamW" : "8-bit AdamW", W, grads ? ", gradients sharded" : "", seed);
     struct model_config c;
     small_config(&c, tied);
-    struct gpu_llama *ref = build(&c, opt, 1, 0, seed), *rk[MAXW];
-    for (int r = 0; r < W; r++) rk[r] = build(&c, opt, W, r, seed);
+    struct gpu_llama *ref = build(&c, opt, 1, 0, 0, seed), *rk[MAXW];
+    for (int r = 0; r < W; r++) rk[r] = build(&c, opt, W, r, grads, seed);
     const struct gpu_llama_plan *p1 = gpu_llama_get_plan(ref);
     for (int r = 0; r < W; r++) {
         const struct gpu_llama_plan *pr = gpu_llama_get_plan(rk[r]);
-        EXPECT(pr->optim < p1->optim / W + 96 * 1024 && pr->grads == p1->grads, /* within a chunk of 1 / W */
+        /* within a chunk of 1 / W; sharded gradients: one layer's rows fewer (3 layers), 1/W more */
+        EXPECT(pr->optim < p1->optim / W + 96 * 1024 && (grads ? pr->grads != p1->grads : pr->grads == p1->grads),
                "%s rank %d: optimizer %zu bytes (unsharded %zu), gradients %zu (%zu)", name, r, pr->optim, p1->optim,
                pr->grads, p1->grads);
     }
-    for (int step = 1; step <= 3; step++) step_all(ref, rk, W, step, name, seed);
+    for (int step = 1; step <= 3; step++) step_all(ref, rk, W, step, name, seed, grads, 1, 0.0);
     compare_weights(ref, rk, W, &c, name);
     compare_tensors(ref, rk, W, name);
     /* resume: fresh ranks from the unsharded tensors, one more step */
     struct gpu_llama *fresh[MAXW];
     const int nt = gpu_llama_n_tensors(ref);
     for (int r = 0; r < W; r++) {
-        fresh[r] = build(&c, opt, W, r, seed + 999); /* other weights: the writes must replace them */
+        fresh[r] = build(&c, opt, W, r, grads, seed + 999); /* other weights: the writes must replace them */
         for (int i = 0; i < nt; i++) {
             const struct gpu_llama_tensor *t = gpu_llama_tensor_info(ref, i);
             void *a = malloc((size_t)t->numel * (t->is_u8 ? 1 : 4));
@@ -213,18 +239,26 @@ static void run_case(int tied, enum optimizer_kind opt, int W, uint64_t seed) {
             free(a);
         }
     }
-    char rname[128];
+    char rname[192];
     snprintf(rname, sizeof rname, "%s, resumed", name);
-    step_all(ref, fresh, W, 4, rname, seed);
+    step_all(ref, fresh, W, 4, rname, seed, grads, 1, 0.0);
     compare_weights(ref, fresh, W, &c, rname);
     compare_tensors(ref, fresh, W, rname);
+    if (grads) { /* two micro-batches a step: the same training within fp32 summation order */
+        snprintf(rname, sizeof rname, "%s, 2 micro-batches a step", name);
+        for (int step = 5; step <= 7; step++) step_all(ref, fresh, W, step, rname, seed, grads, 2, 1e-5);
+    }
     for (int r = 0; r < W; r++) free_gpu_llama(rk[r]), free_gpu_llama(fresh[r]);
     free_gpu_llama(ref);
 }
 
 void llama_shard_parity(uint64_t seed) {
-    run_case(1, OPTIMIZER_ADAMW, 2, seed);
-    run_case(0, OPTIMIZER_ADAMW, 3, seed + 1);
-    run_case(1, OPTIMIZER_ADAMW8BIT, 3, seed + 2);
-    run_case(0, OPTIMIZER_ADAMW8BIT, 2, seed + 3);
+    run_case(1, OPTIMIZER_ADAMW, 2, 0, seed);
+    run_case(0, OPTIMIZER_ADAMW, 3, 0, seed + 1);
+    run_case(1, OPTIMIZER_ADAMW8BIT, 3, 0, seed + 2);
+    run_case(0, OPTIMIZER_ADAMW8BIT, 2, 0, seed + 3);
+    run_case(1, OPTIMIZER_ADAMW, 2, 1, seed + 4);
+    run_case(0, OPTIMIZER_ADAMW, 3, 1, seed + 5);
+    run_case(1, OPTIMIZER_ADAMW8BIT, 3, 1, seed + 6);
+    run_case(0, OPTIMIZER_ADAMW8BIT, 2, 1, seed + 7);
 }
