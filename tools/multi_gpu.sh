@@ -2,8 +2,8 @@
 # tools/multi_gpu.sh — refine on the GPUs of one host (README, "Several GPUs and hosts"): the data
 # parallel trainer's parity and faults, and the scaling benchmark beside HF + PEFT under torch DDP.
 #
-#   tools/multi_gpu.sh BUNDLE [--gpus N] [--peer DDP_PEER_PY] [--only parity|sharded|bench] [--models tiny|all]
-#                      [--workloads REGEX]
+#   tools/multi_gpu.sh BUNDLE [--gpus N] [--peer DDP_PEER_PY] [--only parity|sharded|bench]
+#                      [--models tiny|all|smollm2] [--workloads REGEX]
 #
 # BUNDLE is what `tools/gpu_bundle.sh BUNDLE --with-openmpi //gpu:train //gpu:bench //ref:train
 # //tests/parity:train_compare` made; its mpi_env.sh provides mpirun and NCCL. Run from the
@@ -36,6 +36,7 @@
 # the job's tokens/s, per GPU, the speed-up over one GPU at the same micro-batch, the exposed
 # communication per step, and PERFORMANCE.md's targets (adapters ≥ 1.97× on 2 GPUs and ≥ 7.8× on 8;
 # full fine-tuning ≥ 1.9× / ≥ 7.5×).
+# --models smollm2: the parity of SmolLM2 alone (every method, no job-level checks).
 # --only sharded: of the parity, only the sharded optimizer's and gradients' bitwise checks (N > 1);
 # --workloads: only the scaling workloads whose line ("llama-3.2-1b full --shard-gradients off")
 # matches the extended regular expression.
@@ -44,7 +45,7 @@
 set -uo pipefail
 usage() {
     echo "usage: tools/multi_gpu.sh BUNDLE [--gpus N] [--peer DDP_PEER_PY] [--only parity|sharded|bench]" \
-        "[--models tiny|all] [--workloads REGEX]" >&2
+        "[--models tiny|all|smollm2] [--workloads REGEX]" >&2
     exit 1
 }
 [ $# -ge 1 ] || usage
@@ -95,7 +96,8 @@ for m in llama qwen2; do
 done
 models=(tiny-llama tiny-qwen2)
 gguf=$artifacts/models/SmolLM2-135M-Instruct.Q4_1.gguf
-if [ "$models_arg" = all ] && [ -s "$gguf" ] && [ -s "$artifacts/corpus/kjv.txt" ]; then
+[ "$models_arg" = smollm2 ] && models=()
+if [ "$models_arg" != tiny ] && [ -s "$gguf" ] && [ -s "$artifacts/corpus/kjv.txt" ]; then
     head -n 3000 "$artifacts/corpus/kjv.txt" >"$tmp/kjv3000.txt"
     model_path[smollm2]=$gguf model_flags[smollm2]="--seq 32 --micro-batch 2" model_data[smollm2]=$tmp/kjv3000.txt
     models+=(smollm2)
@@ -158,7 +160,8 @@ if [ "$only" != bench ]; then
             done
         done
     done
-    if [ "$N" -gt 1 ]; then
+    [ "$models_arg" = smollm2 ] && [ ${#models[@]} -eq 0 ] && check "SmolLM2's GGUF and corpus in $artifacts" false
+    if [ "$N" -gt 1 ] && [ "$models_arg" != smollm2 ]; then
         m=tiny-llama
         run twice-a "$N" "$bin/gpu_train" $m lora --grad-accum 1
         run twice-b "$N" "$bin/gpu_train" $m lora --grad-accum 1
@@ -197,7 +200,7 @@ if [ "$only" != bench ]; then
                 >"$tmp/logs/$1.log" 2>&1 </dev/null
         }
     fi
-    if [ "$N" -gt 1 ] && [ "$only" != sharded ]; then
+    if [ "$N" -gt 1 ] && [ "$only" != sharded ] && [ "$models_arg" != smollm2 ]; then
         start=$(date +%s)
         fault killed KILL
         rc=$?

@@ -95,7 +95,8 @@ static const struct opt_def k_opts[] = {
      "--method full) | on | off"},
     {"shard-gradients", BOTH, K_ENUM, OFF(shard_gradients), shard_optimizer_names, 0, 0,
      "several GPUs, with the sharded optimizer: shard the fp32 gradients too (ZeRO-2: each rank accumulates its "
-     "part only; the same update up to fp32 summation order): auto (where the plan is smaller) | on | off"},
+     "part only; the same update up to fp32 summation order): auto (where the plan is smaller, with one micro-batch "
+     "a rank or when whole gradients do not fit) | on | off"},
     {"eval-every", TRAIN, K_INT, OFF(eval_every), NULL, 0, 1 << 30, "evaluate every N steps (0: only at the end)"},
     {"eval-batches", TRAIN, K_INT, OFF(eval_batches), NULL, 1, 1 << 30, "validation micro-batches per evaluation"},
     {"val-fraction", TRAIN, K_FLOAT, OFF(val_fraction), NULL, 0, 0.9, "fraction of the packed sequences held out for validation"},

@@ -93,7 +93,7 @@ struct train_options {
     enum recompute_policy recompute;
     enum shard_optimizer shard_optimizer;
     enum shard_optimizer shard_gradients; /* with the sharded optimizer: the gradients too (ZeRO-2);
-                                             AUTO where the per-rank plan is smaller */
+                                             AUTO: trainers/gpu_engine.h's gpu_shards_gradients */
     int auto_batch;
     int eval_every; /* steps; 0: only at the end */
     int eval_batches;

@@ -129,7 +129,6 @@ int main(int argc, char **argv) {
     gpu_model_options(&g, &set);
     const int shard = job && gpu_shards_optimizer(&o, &g, comm.world);
     if (shard) g.shard_world = comm.world, g.shard_rank = comm.rank; /* ZeRO-1, as //gpu:train */
-    if (gpu_shards_gradients(&o, &g, &c, &e)) io_exit(&e);             /* and ZeRO-2 where it saves memory */
     const char *method = train_method_names[o.method];
     char device[128];
     size_t free0 = 0, total = 0, free1 = 0, budget = 0;
@@ -142,6 +141,7 @@ int main(int argc, char **argv) {
         peak = gpu_gemm_measure_bf16_rate(8192);
         if (gpu_memory_budget(&o, device, sizeof device, &budget, &free0, &e)) io_exit(&e);
     }
+    if (gpu_shards_gradients(&o, &g, &c, budget, &e)) io_exit(&e); /* and ZeRO-2, as //gpu:train */
     if (max_seq) {
         g.T = o.seq = gpu_longest_fitting_seq(g, &c, budget, 1 << 20);
         if (g.T < 2) {

@@ -222,7 +222,7 @@ int gpu_shards_optimizer(const struct train_options *o, const struct gpu_llama_o
 }
 
 int gpu_shards_gradients(const struct train_options *o, struct gpu_llama_options *g, const struct model_config *c,
-                         struct io_err *e) {
+                         size_t budget, struct io_err *e) {
     g->shard_grads = 0;
     if (o->shard_gradients == SHARD_OFF) return 0;
     if (g->shard_world <= 1) {
@@ -236,7 +236,7 @@ int gpu_shards_gradients(const struct train_options *o, struct gpu_llama_options
     if (gpu_llama_plan_bytes(&whole, c, g, e)) return -1;
     g->shard_grads = 1;
     if (gpu_llama_plan_bytes(&sharded, c, g, e)) return -1;
-    g->shard_grads = sharded.total < whole.total;
+    g->shard_grads = sharded.total < whole.total && (o->grad_accum <= 1 || whole.total > budget);
     return 0;
 }
 
@@ -406,7 +406,7 @@ int gpu_engine_create(struct train_engine *eng, struct train_options *o, const s
     if (shard) g.shard_world = comm->world, g.shard_rank = comm->rank;
     /* a bitsandbytes checkpoint brings its own layout */
     if (model_source_is_bnb(src, llama_linears[LLAMA_Q].weight, 0)) g.nested_nf4 = src->config.quant.double_quant;
-    if (gpu_shards_gradients(o, &g, &src->config, e)) return -1;
+    if (gpu_shards_gradients(o, &g, &src->config, budget, e)) return -1;
     struct gpu_llama_plan plan;
     if (gpu_llama_plan_bytes(&plan, &src->config, &g, e)) return -1;
     if (o->auto_batch) {

@@ -21,6 +21,10 @@
  *   - the sharded optimizer (ZeRO-1) plans per rank: whole copies and gradients, 1/W of the masters
  *     and moments (adding up to the whole over the ranks); Llama-3.1-8B full fine-tuning fits 80 GB
  *     per GPU on 8 GPUs (16×512 with --recompute layer, 4×512 without), and not on one;
+ *   - sharded gradients (ZeRO-2) per rank: the embedding's, the head's and two layers' gradients and
+ *     1/W of the rest; Llama-3.1-8B full on 8 GPUs ~20 GiB less; --shard-gradients auto takes them
+ *     where the plan is smaller and the step has one micro-batch a rank or the whole gradients do
+ *     not fit (gpu_shards_gradients), on refuses without the sharded optimizer;
  *   - options the kernels cannot run are refused with a message, not a crash.
  * Alignment (256 B per buffer) is the only slack: bounds allow it explicitly.
  */
@@ -30,6 +34,7 @@
 
 #include "gpu/llama.h"
 #include "io/config.h"
+#include "train/options.h"
 #include "trainers/gpu_engine.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
@@ -293,6 +298,43 @@ int main(void) {
              worst16 - worst16g, saved - 0.1, saved + 0.1);
     printf("plans: 8B full 16x512 --recompute layer over 8 GPUs: ZeRO-1 %.2f GiB, ZeRO-2 %.2f GiB per rank\n",
            worst16, worst16g);
+    /* --shard-gradients: auto's rule (gpu_shards_gradients) */
+    {
+        struct train_options to;
+        train_options_defaults(&to, "/nonexistent");
+        struct gpu_llama_options a = opts(LLAMA_FULL, 16, 512);
+        a.recompute = RECOMPUTE_LAYER, a.shard_world = 8, a.shard_rank = 7;
+        const size_t big = (size_t)1 << 50, small = (size_t)(45.0 * GIB); /* 8B: ZeRO-2 39.5, ZeRO-1 60.1 */
+        struct { int accum; enum shard_optimizer opt; size_t budget; int want; const char *what; } rule[] = {
+            {1, SHARD_AUTO, big, 1, "auto, one micro-batch a rank: sharded"},
+            {2, SHARD_AUTO, big, 0, "auto, accumulation 2, whole gradients fit: not sharded"},
+            {2, SHARD_AUTO, small, 1, "auto, accumulation 2, whole gradients do not fit: sharded"},
+            {1, SHARD_OFF, big, 0, "off: not sharded"},
+            {2, SHARD_ON, big, 1, "on: sharded"}};
+        for (size_t i = 0; i < sizeof rule / sizeof rule[0]; i++) {
+            to.grad_accum = rule[i].accum, to.shard_gradients = rule[i].opt;
+            struct io_err ge = {{0}};
+            const int rc = gpu_shards_gradients(&to, &a, &c8, rule[i].budget, &ge);
+            expect(rc == 0 && a.shard_grads == rule[i].want, rule[i].what, a.shard_grads, rule[i].want, rule[i].want);
+        }
+        /* a model of two layers: two layers' rows are all of them, so the plan is not smaller */
+        struct model_config c2 = c1;
+        c2.L = 2;
+        struct gpu_llama_options t2 = opts(LLAMA_FULL, 2, 128);
+        t2.shard_world = 2;
+        to.grad_accum = 1, to.shard_gradients = SHARD_AUTO;
+        struct io_err ge = {{0}};
+        expect(gpu_shards_gradients(&to, &t2, &c2, big, &ge) == 0 && t2.shard_grads == 0,
+               "auto, two layers: not sharded (no smaller)", t2.shard_grads, 0, 0);
+        struct gpu_llama_options whole = opts(LLAMA_FULL, 2, 128);
+        to.shard_gradients = SHARD_ON;
+        const int rc = gpu_shards_gradients(&to, &whole, &c1, big, &ge);
+        checks++;
+        if (rc != -1 || strstr(ge.msg, "--shard-gradients on") == NULL) {
+            failures++;
+            printf("FAIL --shard-gradients on without the sharded optimizer: rc=%d '%s'\n", rc, ge.msg);
+        }
+    }
     struct gpu_llama_options one = opts(LLAMA_FULL, 1, 512);
     one.recompute = RECOMPUTE_LAYER;
     const double g_one = plan_of(&c8, &one).total / GIB;
