@@ -72,12 +72,7 @@ artifacts=${REFINE_CACHE:-$HOME/.cache/refine}
 tmp=$(mktemp -d /tmp/multi_gpu.XXXXXX)
 export REFINE_CACHE=$tmp/cache
 echo "multi_gpu: $gpus GPU(s), mpirun $(command -v mpirun || echo MISSING), NCCL ${REFINE_NCCL_LIBRARY:-from the library path}; runs and logs in $tmp"
-pass=0 fail=0
-check() { # check NAME COMMAND...
-    local name=$1
-    shift
-    if "$@"; then pass=$((pass + 1)); echo "ok   $name"; else fail=$((fail + 1)); echo "FAIL $name"; fi
-}
+source tests/common/checks.sh || exit 1 # check NAME COMMAND...; pass=0 fail=0
 skip() { echo "skip $*"; }
 identical() { "$bin/parity_train_compare" identical "$tmp/runs/$1" "$tmp/runs/$2" >"$tmp/logs/cmp.$1.$2" 2>&1 ||
     { tail -3 "$tmp/logs/cmp.$1.$2"; return 1; }; }

@@ -14,13 +14,7 @@ ref=${1:?usage: generate_cli_test.sh REF_GENERATE GPU_GENERATE}
 gpu=${2:?usage: generate_cli_test.sh REF_GENERATE GPU_GENERATE}
 tmp=${TEST_TMPDIR:-/tmp}/generate_cli_test.$$
 mkdir -p "$tmp"
-pass=0
-fail=0
-check() { # check NAME COMMAND...
-    local name=$1
-    shift
-    if "$@"; then pass=$((pass + 1)); echo "ok   $name"; else fail=$((fail + 1)); echo "FAIL $name"; fi
-}
+source tests/common/checks.sh || exit 1 # check NAME COMMAND...; pass=0 fail=0
 one_error() { # one_error LOG RC: exit status 1 and exactly one line, a refine: message
     [ "$2" -eq 1 ] && [ "$(wc -l <"$1")" -eq 1 ] && grep -q '^refine: ' "$1"
 }

@@ -17,13 +17,7 @@ ref=${2:?$usage}
 bench=${3:?$usage}
 tmp=${TEST_TMPDIR:-/tmp}/gpu_train_cli_test.$$
 mkdir -p "$tmp"
-pass=0
-fail=0
-check() { # check NAME COMMAND...
-    local name=$1
-    shift
-    if "$@"; then pass=$((pass + 1)); echo "ok   $name"; else fail=$((fail + 1)); echo "FAIL $name"; fi
-}
+source tests/common/checks.sh || exit 1 # check NAME COMMAND...; pass=0 fail=0
 flags() { "$1" --help | sed -n 's/^  \(--[a-z0-9-]*\) .*/\1/p'; }
 flags "$gpu" >"$tmp/gpu.flags"
 flags "$ref" >"$tmp/ref.flags"

@@ -15,7 +15,7 @@
 #   tests/parity/robust_gpu.sh GPU_TRAIN [--all]        from the repository root
 #
 # GPU_TRAIN: bazel-bin/gpu/train, or DIR/bin/gpu_train of tools/gpu_bundle.sh DIR //gpu:train
-# (DIR/lib is put on LD_LIBRARY_PATH). Prints one line per failed check and, last,
+# (DIR/lib is put on LD_LIBRARY_PATH). Prints one line per check and, last,
 # "ref_train_robust_test: N passed, M failed"; exit status 1 on any failure. About 20 runs of a
 # few seconds each.
 set -uo pipefail

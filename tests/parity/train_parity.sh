@@ -108,21 +108,7 @@ mkdir -p "$logs" "$tmp/runs"
 export REFINE_CACHE=$tmp/cache # the token caches of these runs stay with them
 echo "train_parity: runs in $tmp, logs in $logs"
 
-pass=0
-fail=0
-failed_logs=()
-check() { # check NAME LOG COMMAND...: one line per check
-    local name=$1 log=$2
-    shift 2
-    if "$@"; then
-        pass=$((pass + 1))
-        echo "ok   $name"
-    else
-        fail=$((fail + 1))
-        echo "FAIL $name"
-        [ -n "$log" ] && failed_logs+=("$log")
-    fi
-}
+source tests/common/checks.sh || exit 1 # check_log NAME LOG COMMAND..., check; pass=0 fail=0 failed_logs=()
 now() { date +%s.%N; }
 seconds_since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 val_losses() { grep '"kind":"eval"' "$1/metrics.jsonl" | sed 's/.*"val_loss":\([^,]*\).*/\1/'; }
@@ -147,7 +133,7 @@ setup_tiny tiny-llama llama # always: the bad-input check uses it
 [ "$only" != smollm2 ] && setup_tiny tiny-qwen2 qwen2 && models+=(tiny-llama tiny-qwen2)
 if [ "$only" != tiny ]; then
     gguf=$artifacts/models/SmolLM2-135M-Instruct.Q4_1.gguf
-    check "SmolLM2 GGUF and corpus in $artifacts (tools/setup.sh fetches them)" "" \
+    check "SmolLM2 GGUF and corpus in $artifacts (tools/setup.sh fetches them)" \
         test -s "$gguf" -a -s "$artifacts/corpus/kjv.txt"
     if [ -s "$gguf" ] && [ -s "$artifacts/corpus/kjv.txt" ]; then
         head -n 3000 "$artifacts/corpus/kjv.txt" >"$tmp/kjv3000.txt"
@@ -294,10 +280,10 @@ for model in "${models[@]}"; do
             *) dir=${same[$model-$method-$prec]} what="the $prec same-precision run" ;;
             esac
             if [ "$rc" -eq 0 ] && [ -n "$ref_cache" ] && [ "$how" != reused ]; then echo "${ref_key[$name]}" >"$dir/parity_key"; fi
-            check "$model $method: $what ($how)" "$logs/$name.log" test "$rc" -eq 0
+            check_log "$model $method: $what ($how)" "$logs/$name.log" test "$rc" -eq 0
         done
         v=$(val_losses "${oracle[$model-$method-fp32]}" 2>/dev/null | paste -sd' ')
-        check "$model $method: the oracle trains (validation loss: $v)" "" \
+        check "$model $method: the oracle trains (validation loss: $v)" \
             awk -v v="$v" 'BEGIN { n = split(v, a, " "); exit !(n >= 2 && a[n] + 0 < a[1] + 0) }'
     done
 done
@@ -309,7 +295,7 @@ compare() { # name log mode args...: train_compare's lines, its verdict as the c
     shift 2
     "$cmp" "$@" >"$log" 2>&1
     local rc=$?
-    check "$name: $(head -n 1 "$log")" "$log" test $rc -eq 0
+    check_log "$name: $(head -n 1 "$log")" "$log" test $rc -eq 0
     [ $rc -eq 0 ] || tail -n +2 "$log" | sed 's/^/     /'
 }
 
@@ -345,10 +331,10 @@ kill_and_resume() { # model method uninterrupted-run [variant]
     0) how="finished before the kill (LATEST step-${n:-none})" ;;
     *) how="exited with status $rc before the kill" ;;
     esac
-    check "$what: kill -9 once LATEST >= step-10: $how" "$log" \
+    check_log "$what: kill -9 once LATEST >= step-10: $how" "$log" \
         test "${n:-0}" -ge 10 -a \( "$rc" -eq 137 -o "$rc" -eq 0 \)
     run_train "$gpu" "$model" "$method" "$dir" "$logs/$name-2.log" "${vf[@]}" --checkpoint-every 5 --resume "$dir"
-    check "$what: the resumed run exits 0" "$logs/$name-2.log" test $? -eq 0
+    check_log "$what: the resumed run exits 0" "$logs/$name-2.log" test $? -eq 0
     compare "$what: kill and resume == uninterrupted" "$logs/$name-compare.log" identical "$base" "$dir"
 }
 
@@ -363,7 +349,7 @@ if [ $cpu_only -eq 0 ]; then
                 t0=$(now)
                 # shellcheck disable=SC2046 # the variant's flags are words
                 run_train "$gpu" "$model" "$method" "$tmp/runs/$name" "$logs/$name.log" $(variant_flags "$variant")
-                check "$what: the GPU run exits 0 ($(seconds_since "$t0") s)" "$logs/$name.log" test $? -eq 0
+                check_log "$what: the GPU run exits 0 ($(seconds_since "$t0") s)" "$logs/$name.log" test $? -eq 0
                 compare "$what: tolerance" "$logs/$name-compare.log" tolerance --name "$cname" \
                     --oracle "${oracle[$model-$method-$(oracle_of "$variant")]}" \
                     --same "${same[$model-$method-$variant]}" --candidate "$tmp/runs/$name"
@@ -375,7 +361,7 @@ if [ $cpu_only -eq 0 ]; then
                     tiny-llama-full-split-bf16 | tiny-llama-full-adamw8bit-split-bf16)
                     # shellcheck disable=SC2046
                     run_train "$gpu" "$model" "$method" "$tmp/runs/$name-2" "$logs/$name-2.log" $(variant_flags "$variant")
-                    check "$what: a second GPU run exits 0" "$logs/$name-2.log" test $? -eq 0
+                    check_log "$what: a second GPU run exits 0" "$logs/$name-2.log" test $? -eq 0
                     compare "$what: two GPU runs are identical" "$logs/$name-2-compare.log" identical \
                         "$tmp/runs/$name" "$tmp/runs/$name-2"
                     kill_and_resume "$model" "$method" "$tmp/runs/$name" "$variant"
@@ -386,7 +372,7 @@ if [ $cpu_only -eq 0 ]; then
                     # shellcheck disable=SC2046
                     run_train "$gpu" "$model" "$method" "$tmp/runs/$name-b8" "$logs/$name-b8.log" \
                         $(variant_flags "$variant") --base-dtype fp8
-                    check "$what --base-dtype fp8: exits 0" "$logs/$name-b8.log" test $? -eq 0
+                    check_log "$what --base-dtype fp8: exits 0" "$logs/$name-b8.log" test $? -eq 0
                     compare "$what: --base-dtype fp8 == bf16 base, bitwise" "$logs/$name-b8-compare.log" identical \
                         "$tmp/runs/$name" "$tmp/runs/$name-b8"
                     ;;
@@ -400,7 +386,7 @@ if [ $cpu_only -eq 0 ]; then
         [ -n "${loss_ratios[$fam]:-}" ] || continue
         # shellcheck disable=SC2086 # the ratios are words
         g=$(printf '%s\n' ${loss_ratios[$fam]} | awk '$1 + 0 > 0 { s += log($1); n++ } END { if (n) printf "%.3f %d", exp(s / n), n }')
-        check "suite $fam: the geometric mean of the runs' loss ratios, ${g% *} over ${g#* } runs, is at most 2" "" \
+        check "suite $fam: the geometric mean of the runs' loss ratios, ${g% *} over ${g#* } runs, is at most 2" \
             awk -v g="${g% *}" 'BEGIN { exit !(g != "" && g + 0 <= 2) }'
     done
     # ---- the GPU trainer's own features (no CPU counterpart to compare with) ----------------------
@@ -423,7 +409,7 @@ if [ $cpu_only -eq 0 ]; then
             # shellcheck disable=SC2046 # the variant's flags are words
             run_train "$gpu" "$model" "$method" "$tmp/runs/$name" "$logs/$name.log" $(variant_flags "$variant") \
                 --recompute "$policy"
-            check "$model $method $variant --recompute $policy: exits 0" "$logs/$name.log" test $? -eq 0
+            check_log "$model $method $variant --recompute $policy: exits 0" "$logs/$name.log" test $? -eq 0
             compare "$model $method $variant: --recompute $policy == none, bitwise" "$logs/$name-compare.log" identical \
                 "$tmp/runs/$(gpu_name "$model" "$method" "$variant")" "$tmp/runs/$name"
         done
@@ -437,7 +423,7 @@ if [ $cpu_only -eq 0 ]; then
             name=$model-$method-offload-$policy
             run_train "$gpu" "$model" "$method" "$tmp/runs/$name" "$logs/$name.log" --precision bf16 --recompute "$policy" \
                 --offload
-            check "$model $method --offload --recompute $policy: exits 0" "$logs/$name.log" test $? -eq 0
+            check_log "$model $method --offload --recompute $policy: exits 0" "$logs/$name.log" test $? -eq 0
             compare "$model $method: --offload --recompute $policy == no offload, bitwise" "$logs/$name-compare.log" \
                 identical "$tmp/runs/$model-$method-gpu" "$tmp/runs/$name"
         done
@@ -456,7 +442,7 @@ if [ $cpu_only -eq 0 ]; then
             # shellcheck disable=SC2046 # the variant's flags are words
             REFINE_CUDA_GRAPHS=0 run_train "$gpu" "$model" "$method" "$tmp/runs/$name" "$logs/$name.log" \
                 $(variant_flags "$variant")
-            check "$model $method $variant without CUDA graphs: exits 0" "$logs/$name.log" test $? -eq 0
+            check_log "$model $method $variant without CUDA graphs: exits 0" "$logs/$name.log" test $? -eq 0
             compare "$model $method $variant: CUDA graphs == none, bitwise" "$logs/$name-compare.log" identical \
                 "$tmp/runs/$(gpu_name "$model" "$method" "$variant")" "$tmp/runs/$name"
         done
@@ -466,11 +452,11 @@ if [ $cpu_only -eq 0 ]; then
         # (its masks are keyed by the micro-batch index).
         d=$tmp/runs/tiny-llama-lora-dropout
         run_train "$gpu" tiny-llama lora "$d" "$logs/dropout.log" --dropout 0.1
-        check "tiny-llama lora --dropout 0.1: exits 0" "$logs/dropout.log" test $? -eq 0
+        check_log "tiny-llama lora --dropout 0.1: exits 0" "$logs/dropout.log" test $? -eq 0
         v=$(val_losses "$d" 2>/dev/null | paste -sd' ')
-        check "tiny-llama lora --dropout 0.1: trains (validation loss: $v)" "" \
+        check "tiny-llama lora --dropout 0.1: trains (validation loss: $v)" \
             awk -v v="$v" 'BEGIN { n = split(v, a, " "); exit !(n >= 2 && a[n] + 0 < a[1] + 0) }'
-        check "tiny-llama lora --dropout 0.1: the losses differ from the run without dropout" "" \
+        check "tiny-llama lora --dropout 0.1: the losses differ from the run without dropout" \
             test "$(val_losses "$d" | tail -n 1)" != "$(val_losses "$tmp/runs/tiny-llama-lora-gpu" | tail -n 1)"
         run_train "$gpu" tiny-llama lora "$d-2" "$logs/dropout-2.log" --dropout 0.1
         compare "tiny-llama lora --dropout 0.1: two runs identical" "$logs/dropout-2-compare.log" identical "$d" "$d-2"
@@ -480,19 +466,19 @@ if [ $cpu_only -eq 0 ]; then
             identical "$d" "$d-r"
         # --auto-batch: the largest micro-batch the plan fits and the data fills, confirmed by a step.
         run_train "$gpu" tiny-llama lora "$tmp/runs/auto" "$logs/auto-batch.log" --auto-batch --max-steps 2 --warmup 1
-        check "tiny-llama lora --auto-batch: exits 0, $(grep -o 'auto-batch: micro-batch [0-9]*' "$logs/auto-batch.log")" \
+        check_log "tiny-llama lora --auto-batch: exits 0, $(grep -o 'auto-batch: micro-batch [0-9]*' "$logs/auto-batch.log")" \
             "$logs/auto-batch.log" test $? -eq 0 -a "$(grep -c '^auto-batch: micro-batch [0-9]' "$logs/auto-batch.log")" -eq 1
     fi
     if [ "$only" != tiny ] && [ -n "${model_path[smollm2]:-}" ]; then
         # A plan larger than the GPU is refused before anything is allocated, naming what fits.
         run_train "$gpu" smollm2 lora "$tmp/runs/oom" "$logs/oom.log" --seq 512 --micro-batch 16384
         rc=$?
-        check "smollm2 lora 16384x512: refused (exit status $rc, 1 expected) with the largest micro-batch that fits" \
+        check_log "smollm2 lora 16384x512: refused (exit status $rc, 1 expected) with the largest micro-batch that fits" \
             "$logs/oom.log" test $rc -eq 1 -a "$(grep -c '^refine: the model does not fit.*largest micro-batch that fits is [0-9]' "$logs/oom.log")" -eq 1
     fi
     run_train "$gpu" tiny-llama lora "$tmp/runs/bad" "$logs/bad-input.log" --data "$tmp/missing.txt"
     rc=$?
-    check "GPU trainer, missing --data: exit status $rc (1 expected) and one refine: message naming the file" \
+    check_log "GPU trainer, missing --data: exit status $rc (1 expected) and one refine: message naming the file" \
         "$logs/bad-input.log" test $rc -eq 1 -a "$(grep -c '^refine:' "$logs/bad-input.log")" -eq 1 \
         -a "$(grep -c '^refine: .*missing.txt' "$logs/bad-input.log")" -eq 1
 fi

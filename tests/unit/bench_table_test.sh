@@ -11,13 +11,7 @@ set -uo pipefail
 table=${1:?usage: bench_table_test.sh tools/bench_table.sh}
 tmp=${TEST_TMPDIR:-/tmp}/bench_table_test.$$
 mkdir -p "$tmp/peers"
-pass=0
-fail=0
-check() { # check NAME COMMAND...
-    local name=$1
-    shift
-    if "$@"; then pass=$((pass + 1)); echo "ok   $name"; else fail=$((fail + 1)); echo "FAIL $name"; fi
-}
+source tests/common/checks.sh || exit 1 # check NAME COMMAND...; pass=0 fail=0
 # refine: 100 tok/s in 10 GiB, or 50 tok/s in 3 GiB with --offload
 cat >"$tmp/bench" <<'SH'
 #!/usr/bin/env bash

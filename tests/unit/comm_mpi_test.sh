@@ -18,13 +18,7 @@ fi
 export REFINE_MPI_PLUGIN=$PWD/$plugin REFINE_COMM_PIECE_BYTES=4096
 tmp=${TEST_TMPDIR:-/tmp}/comm_mpi_test.$$
 mkdir -p "$tmp"
-pass=0
-fail=0
-check() { # check NAME COMMAND...
-    local name=$1
-    shift
-    if "$@"; then pass=$((pass + 1)); echo "ok   $name"; else fail=$((fail + 1)); echo "FAIL $name"; fi
-}
+source tests/common/checks.sh || exit 1 # check NAME COMMAND...; pass=0 fail=0
 
 for n in 2 3; do
     timeout 120 mpirun -np $n "$check_bin" >"$tmp/np$n.log" 2>&1 </dev/null

@@ -19,13 +19,7 @@ recorded=${2:?usage: follow_test.sh FOLLOW.py RECORDED_METRICS.jsonl}
 tmp=${TEST_TMPDIR:-/tmp}/follow_test.$$
 mkdir -p "$tmp"
 export HOME=${HOME:-$tmp} WANDB_SILENT=true WANDB_DISABLE_GIT=true
-pass=0
-fail=0
-check() { # check NAME COMMAND...
-    local name=$1
-    shift
-    if "$@"; then pass=$((pass + 1)); echo "ok   $name"; else fail=$((fail + 1)); echo "FAIL $name"; fi
-}
+source tests/common/checks.sh || exit 1 # check NAME COMMAND...; pass=0 fail=0
 # The first Python with tensorboard: $REFINE_PYTHON, python3 on the PATH (Bazel's fixed one), the
 # user's pyenv or /usr/local one.
 py=""

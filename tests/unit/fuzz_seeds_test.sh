@@ -5,18 +5,7 @@
 # files of the target before them), and no target gets another format's fixtures.
 set -uo pipefail
 fuzz=${1:?usage: fuzz_seeds_test.sh PATH_TO_FUZZ_SH}
-pass=0
-fail=0
-check() { # check NAME COMMAND...
-    local name=$1
-    shift
-    if "$@"; then
-        pass=$((pass + 1))
-    else
-        fail=$((fail + 1))
-        echo "FAIL: $name"
-    fi
-}
+source tests/common/checks.sh || exit 1 # check NAME COMMAND...; pass=0 fail=0
 seeds() { "$fuzz" --list-seeds "$1" 2>/dev/null | sed 's|.*/||' | sort -u | tr '\n' ' '; }
 for t in safetensors config gguf peft_config tokenizer tokenize; do
     s=$(seeds $t)

@@ -19,18 +19,7 @@ bin=${1:?usage: ref_train_fp8_test.sh PATH_TO_REF_TRAIN}
 source tests/unit/tiny_run.sh || exit 1
 tiny_run_setup ref_train_fp8_test
 
-pass=0
-fail=0
-check() { # check NAME COMMAND...
-    local name=$1
-    shift
-    if "$@"; then
-        pass=$((pass + 1))
-    else
-        fail=$((fail + 1))
-        echo "FAIL: $name"
-    fi
-}
+source tests/common/checks.sh || exit 1 # check NAME COMMAND...; pass=0 fail=0
 losses() { grep '"kind":"train"' "$1/metrics.jsonl" | sed 's/.*"loss":\([^,]*\).*/\1/'; }
 # the train records without their timing fields (what a resumed run must reproduce)
 records() { grep '"kind":"train"' "$1/metrics.jsonl" | sed 's/"tokens_per_s":[^,]*,"mfu":[^,]*,"mem_GiB":[^,]*,"elapsed_s":[^,}]*//'; }

@@ -32,13 +32,7 @@ compare=$PWD/$compare
 source tests/unit/tiny_run.sh || exit 1
 tiny_run_setup ref_train_mpi_test
 
-pass=0
-fail=0
-check() { # check NAME COMMAND...
-    local name=$1
-    shift
-    if "$@"; then pass=$((pass + 1)); echo "ok   $name"; else fail=$((fail + 1)); echo "FAIL $name"; fi
-}
+source tests/common/checks.sh || exit 1 # check NAME COMMAND...; pass=0 fail=0
 common=(--model "$tmp/model" --data "$tmp/data.txt" --seq 16 --micro-batch 2 --max-steps 6 --warmup 1 --eval-every 3
     --eval-batches 2 --lr 1e-2 --rank 4 --alpha 8 --seed 7)
 run1() { # run1 OUT FLAGS...: one process

@@ -20,18 +20,7 @@ tiny_run_setup ref_train_test
 printf '%s\n' '{"prompt": "Q: two plus two?", "response": " A: four."}' >"$tmp/qa.jsonl"
 printf '%s\n' '{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}' >"$tmp/chat.jsonl"
 
-pass=0
-fail=0
-check() { # check NAME COMMAND...
-    local name=$1
-    shift
-    if "$@"; then
-        pass=$((pass + 1))
-    else
-        fail=$((fail + 1))
-        echo "FAIL: $name"
-    fi
-}
+source tests/common/checks.sh || exit 1 # check NAME COMMAND...; pass=0 fail=0
 losses() { grep '"kind":"train"' "$1/metrics.jsonl" | sed 's/.*"loss":\([^,]*\).*/\1/'; }
 val_loss() { # val_loss LOG first|last
     grep 'validation loss' "$1" | { if [ "$2" = first ]; then head -1; else tail -1; fi; } |
