@@ -335,7 +335,10 @@ kill_and_resume() { # model method uninterrupted-run [variant]
         test "${n:-0}" -ge 10 -a \( "$rc" -eq 137 -o "$rc" -eq 0 \)
     run_train "$gpu" "$model" "$method" "$dir" "$logs/$name-2.log" "${vf[@]}" --checkpoint-every 5 --resume "$dir"
     check_log "$what: the resumed run exits 0" "$logs/$name-2.log" test $? -eq 0
+    local before=$fail
     compare "$what: kill and resume == uninterrupted" "$logs/$name-compare.log" identical "$base" "$dir"
+    # a resume that differs: both halves' logs too (where each stopped and started)
+    [ $fail -eq $before ] || failed_logs+=("$log" "$logs/$name-2.log")
 }
 
 declare -A loss_ratios # per family, bf16 and fp8: the runs' loss ratios
