@@ -285,7 +285,7 @@ double *gpu_llama_nll_sum_device(struct gpu_llama *m);
 
 /* ---- the sharded optimizer (options.shard_world > 1; gpu/llama_shard.cu) -----------------------
  * Every rank holds the whole model's bf16 compute copies and gradients (the buckets are reduced as
- * above), and the fp32 masters and optimizer state of its pieces (ref/shard.h: whole optimizer
+ * above; with sharded gradients, below, only its pieces' gradients), and the fp32 masters and optimizer state of its pieces (ref/shard.h: whole optimizer
  * chunks, every rank within a chunk of 1/shard_world of the elements). A step:
  *   1. gpu_llama_shard_partials enqueues this rank's chunks' partial sums of squares of the
  *      (reduced) gradients into the device array it returns (*n floats, the other chunks' zero);

@@ -5,10 +5,13 @@
  * plan counts them): s_master (the pieces at their off) in the parameter slab; AdamW's moments
  * s_m, s_v (at off) — or, for the 8-bit optimizer, the codes s_q1, s_q2 (at off) and block maxima
  * s_absmax1, s_absmax2 (at boff) of the pieces of 8-bit tensors, and s_m, s_v (at soff) of the
- * others' — in the optimizer slab. The bf16 compute copies and the gradients stay whole on every
- * rank. Masters and state the layout does not give a tensor are absent: a tensor's master pointer
- * is its gradient's, the staging through which a load writes the whole master before
- * gl_take_masters keeps this rank's pieces (gl_shard_keep_pieces) and zeroes the gradient slab.
+ * others' — in the optimizer slab. The bf16 compute copies stay whole on every rank, and the
+ * gradients too unless they are sharded (options.shard_grads: s_grad, the pieces' accumulated
+ * gradients at off, in the gradient slab; layer l ≥ 2's gradient rows are layer l − 2's). Masters
+ * and state the layout does not give a tensor are absent: a tensor's master pointer is its
+ * gradient's, the staging through which a load writes the whole master before gl_take_masters
+ * keeps this rank's pieces (gl_shard_keep_pieces) and zeroes the gradient slab — with sharded
+ * gradients a layer at a time (gl_take_layer_masters), since layers share those rows.
  *
  * The optimizer (gpu/adamw.h's sharded form) takes its chunks from the same pieces; the 8-bit
  * optimizer runs one launch per piece, 8-bit exactly when the whole tensor is (a piece of whole
