@@ -30,6 +30,7 @@ static const char *const k_precisions[] = {"auto", "fp32", "bf16", "fp8", NULL};
 static const char *const k_base_dtypes[] = {"bf16", "fp8", NULL};
 static const char *const k_data_formats[] = {"auto", "text", "jsonl", NULL};
 const char *const shard_optimizer_names[] = {"auto", "on", "off", NULL};
+const char *const grad_storage_names[] = {"fp32", "bf16", NULL};
 
 #define OFF(field) offsetof(struct train_options, field)
 /* which programs take a flag */
@@ -79,6 +80,10 @@ static const struct opt_def k_opts[] = {
      "--method full's fp32 master weights: fp32 (an array beside the bf16 copy: 6 bytes a parameter) | split (the "
      "bf16 copy and the master's low 16 bits: 4 bytes, the same values but for one ulp at 1 in 2^17 patterns; "
      "//ref:train keeps its masters at the values the pair holds)"},
+    {"grad-dtype", BOTH, K_ENUM, OFF(grad_dtype), grad_storage_names, 0, 0,
+     "--method full's accumulated gradients: fp32 | bf16 (each micro-batch's gradient added and the sum rounded "
+     "to bf16, as the peers' bf16 gradients accumulate: 2 bytes a parameter instead of 4; //ref:train, one "
+     "process, for now: the GPU trainer refuses it)"},
     {"precision", BOTH, K_ENUM, OFF(precision), k_precisions, 0, 0,
      "arithmetic: auto (fp32 in //ref:train, bf16 in //gpu:train) | fp32 | bf16 (in //ref:train: bf16 weights and "
      "activations rounded where //gpu:train rounds them) | fp8 (bf16, and the block linears' products in FP8: E4M3 "
@@ -183,6 +188,7 @@ void train_options_defaults(struct train_options *o, const char *cache) {
     o->eps = 1e-8f;
     o->optimizer = OPTIMIZER_ADAMW;
     o->master = MASTER_FP32;
+    o->grad_dtype = GRAD_FP32;
     o->fp8_recipe = FP8_RECIPE_DELAYED; /* Transformer Engine's default recipe */
     o->base_dtype = BASE_DTYPE_BF16;
     o->recompute = RECOMPUTE_NONE;
@@ -317,6 +323,8 @@ static int check_combination(const struct train_options *o, enum options_program
     if (o->optimizer == OPTIMIZER_ADAMW8BIT && o->weight_decay < 0) return io_fail(e, "--weight-decay must be ≥ 0");
     if (o->master == MASTER_SPLIT && o->method != METHOD_FULL)
         return io_fail(e, "--master split is for --method full (an adapter's fp32 masters are a few megabytes)");
+    if (o->grad_dtype == GRAD_BF16 && o->method != METHOD_FULL)
+        return io_fail(e, "--grad-dtype bf16 is for --method full (an adapter's gradients are a few megabytes)");
     if (o->base_dtype == BASE_DTYPE_FP8 && o->method != METHOD_LORA && o->method != METHOD_DORA)
         return io_fail(e, "--base-dtype fp8 stores the frozen base of lora and dora; --method %s %s",
                        train_method_names[o->method],

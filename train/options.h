@@ -46,6 +46,11 @@ enum data_format { DATA_FORMAT_AUTO = 0, DATA_FORMAT_TEXT, DATA_FORMAT_JSONL };
  * is the same bits either way: only memory and communication differ. */
 enum shard_optimizer { SHARD_AUTO = 0, SHARD_ON, SHARD_OFF };
 extern const char *const shard_optimizer_names[];
+/* Full fine-tuning's accumulated gradients: fp32, or bf16 — each micro-batch's gradient added to the
+ * accumulator and the sum rounded to bf16 once (what a bf16 GEMM output accumulating with beta = 1
+ * gives: the peers' bf16 .grad, 2 bytes a parameter instead of 4). */
+enum grad_storage { GRAD_FP32 = 0, GRAD_BF16 };
+extern const char *const grad_storage_names[];
 
 
 /* The programs that read this flag table: the trainers (//ref:train, //gpu:train) and the
@@ -87,6 +92,7 @@ struct train_options {
     float beta1, beta2, eps;
     enum optimizer_kind optimizer;
     enum master_storage master; /* full fine-tuning's fp32 masters: an array, or split (ref/master_pair.h) */
+    enum grad_storage grad_dtype; /* full fine-tuning's accumulated gradients */
     enum precision precision;
     enum fp8_recipe fp8_recipe; /* ref/fp8_linear.h: delayed | current | block */
     enum base_dtype base_dtype;

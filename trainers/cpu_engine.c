@@ -70,6 +70,10 @@
  * ((g_0 + g_1) + …) exactly as one process with accumulation W — the same bits. With A > 1 per
  * rank the sums are ((g_0 + g_1) + (g_2 + g_3)) instead of (((g_0 + g_1) + g_2) + g_3): equal up
  * to rounding.
+ * --grad-dtype bf16 (full fine-tuning, one process): after each micro-batch the accumulator is
+ * rounded to bf16, g = bf16(bf16(g_0) + g_1) + …, where each g_k is the micro-batch's fp32 gradient:
+ * one rounding per micro-batch per element, as a bf16 GEMM output accumulating with beta = 1 rounds
+ * (acc + C); the norm, the clip and the optimizer then read those values.
  */
 #include "trainers/cpu_engine.h"
 
@@ -141,6 +145,7 @@ struct ref_engine {
     float **grads;    /* params[i].grad, the list the norm and the clip take */
     int64_t *numels;  /* params[i].numel */
     int adamw8bit;
+    int grads_bf16; /* --grad-dtype bf16: the accumulator rounded to bf16 after every micro-batch */
     double nll_sum; /* Σ NLL of the micro-batches since the last optimizer step */
     int micro_in_step; /* micro-batches of the current step so far */
     /* the second gradient set (micro-batches after a step's first), allocated at first use */
@@ -227,6 +232,8 @@ static int eng_micro_step(void *self, const int32_t *tokens, const int32_t *labe
             const float *h = r->grads2[i];
             for (int64_t j = 0; j < r->numels[i]; j++) g[j] = g[j] + h[j];
         }
+    if (r->grads_bf16)
+        for (int i = 0; i < r->n_params; i++) bf16_round_array(r->grads[i], r->grads[i], r->numels[i]);
     return 0;
 }
 
@@ -591,6 +598,12 @@ int cpu_engine_create(struct train_engine *eng, struct train_options *o, const s
     r->lopt.recompute = s.recompute;
     r->lopt.linear = LINEAR_BLAS;
     r->adamw8bit = s.optimizer == OPTIMIZER_ADAMW8BIT;
+    r->grads_bf16 = s.grads == GRAD_BF16; /* --method full only (train/options.c) */
+    if (r->grads_bf16 && comm->world > 1) {
+        free(r);
+        return io_fail(e, "--grad-dtype bf16 runs in one process for now (the ranks' sum of bf16 gradients is not "
+                          "specified yet); use --grad-dtype fp32 under mpirun");
+    }
     ref_llama_init(&r->model, &r->cfg, &r->lopt, r->B, r->T, r->T);
     ref_llama_weights_alloc(&r->w, &r->cfg);
     if (load_base_weights(r, src, s.base == BASE_NF4, e)) {

@@ -186,6 +186,10 @@ int gpu_engine_check(const struct train_options *o, struct io_err *e) {
     if (o->precision == PRECISION_FP32)
         return io_fail(e, "--precision fp32: //gpu:train computes in bf16 (fp32 masters); the fp32 trainer is "
                           "//ref:train");
+    if (o->grad_dtype == GRAD_BF16)
+        return io_fail(e, "--grad-dtype bf16: the GPU trainer keeps fp32 gradients for now (//ref:train runs bf16 "
+                          "gradients: the numerics the GPU path is to match); use --grad-dtype fp32, or --master "
+                          "split and --optimizer adamw8bit for less memory");
     if (gpu_device_query(NULL, 0, NULL, NULL, e)) return -1;
     return o->precision == PRECISION_FP8 ? gpu_device_check_fp8(e) : 0;
 }

@@ -23,6 +23,7 @@ void model_settings_from_options(struct model_settings *s, const struct train_op
     s->recompute = o->recompute;
     s->optimizer = o->optimizer;
     s->master = o->master;
+    s->grads = o->grad_dtype;
     s->precision = o->precision == PRECISION_FP32   ? COMPUTE_FP32
                    : o->precision == PRECISION_BF16 ? COMPUTE_BF16
                    : o->precision == PRECISION_FP8  ? COMPUTE_FP8

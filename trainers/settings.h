@@ -58,6 +58,7 @@ struct model_settings {
     enum recompute_policy recompute;
     enum optimizer_kind optimizer;
     enum master_storage master; /* full fine-tuning's fp32 masters (ref/master_pair.h) */
+    enum grad_storage grads;    /* full fine-tuning's accumulated gradients (train/options.h) */
     enum compute_precision precision;
     enum fp8_recipe fp8_recipe; /* the FP8 scaling (COMPUTE_FP8 and an FP8 base) */
     int B, T;             /* micro-batch and sequence length */

@@ -7,6 +7,8 @@
 #     DoRA and full export merged models;
 #   - --precision bf16 trains, its losses differ from the fp32 run's yet stay close, its stop and
 #     resume is bitwise the uninterrupted run, and its DoRA, QLoRA, QDoRA and full runs succeed;
+#   - full fine-tuning with bf16 gradients (--grad-dtype bf16) trains the same first step, then
+#     differs from fp32 gradients yet stays close, resumes bitwise, and is refused for adapters;
 #   - bad input (missing data, a malformed JSONL line, chat data for a tokenizer without a template, an
 #     unknown flag) ends with exit status 1
 #     and one message, leaves an earlier run's outputs alone and no empty --out folder behind.
@@ -107,6 +109,26 @@ check "--master split: 3 + resume 3 == 6 (model bytes)" cmp -s "$tmp/hs/merged/m
 "$bin" "${common[@]}" --precision bf16 --method full --out "$tmp/hs4" --resume "$tmp/hs4" >"$tmp/hs4.log" 2>&1
 check "--master split: resuming its checkpoint with fp32 masters is refused naming it" \
     test $? -eq 1 -a "$(grep -c -- '--master "split", this run has "fp32"' "$tmp/hs4.log")" -eq 1
+# --grad-dtype bf16: the accumulator rounded to bf16 after each micro-batch (--grad-accum 2 here).
+# Step 1's loss is computed before any gradient: equal to the fp32-gradient run's. The gradients'
+# relative rounding is u = 2^-9, which AdamW's m/sqrt(v) carries into each update at about that
+# size — the same order as bf16 compute copies, so the same 2% bound as above (measured: 0.05%).
+"$bin" "${common[@]}" --precision bf16 --method full --grad-dtype bf16 --out "$tmp/hg" >"$tmp/hg.log" 2>&1
+check "--grad-dtype bf16 (bf16 full) exports the model" test $? -eq 0 -a -s "$tmp/hg/merged/model.safetensors"
+check "--grad-dtype bf16: step 1's loss is the fp32-gradient run's" \
+    test "$(losses "$tmp/hg" | head -1)" = "$(losses "$tmp/hf" | head -1)"
+check "--grad-dtype bf16: the rounding is real (losses differ from fp32 gradients')" \
+    test "$(losses "$tmp/hg")" != "$(losses "$tmp/hf")"
+check "--grad-dtype bf16: every step's loss within 2% of the fp32-gradient run's" awk 'NR == FNR { f[FNR] = $1; next }
+    { n++; d = $1 - f[FNR]; if (d < 0) d = -d; if (!(d <= 0.02 * f[FNR])) bad = 1 }
+    END { exit !(n == 6 && !bad) }' <(losses "$tmp/hf") <(losses "$tmp/hg")
+"$bin" "${common[@]}" --precision bf16 --method full --grad-dtype bf16 --out "$tmp/hg2" --stop-after 3 >/dev/null 2>&1
+"$bin" "${common[@]}" --precision bf16 --method full --grad-dtype bf16 --out "$tmp/hg2" --resume "$tmp/hg2" \
+    >"$tmp/hg2.log" 2>&1
+check "--grad-dtype bf16: 3 + resume 3 == 6 (model bytes)" cmp -s "$tmp/hg/merged/model.safetensors" "$tmp/hg2/merged/model.safetensors"
+"$bin" "${common[@]}" --grad-dtype bf16 --out "$tmp/e_g16" >"$tmp/e_g16.log" 2>&1
+check "--grad-dtype bf16 with an adapter method: exit 1 with one message" \
+    test $? -eq 1 -a "$(grep -c '^refine: --grad-dtype bf16 is for --method full' "$tmp/e_g16.log")" -eq 1
 "$bin" "${common[@]}" --method full --master split --out "$tmp/hs3" >"$tmp/hs3.log" 2>&1
 check "--master split in fp32 (the oracle of the split runs) runs" test $? -eq 0 -a -s "$tmp/hs3/merged/model.safetensors"
 "$bin" "${common[@]}" --master split --out "$tmp/e_split" >"$tmp/e_split.log" 2>&1
