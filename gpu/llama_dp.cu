@@ -51,8 +51,6 @@ __global__ void add_into(float *acc, const float *x, int64_t n) {
 
 }  // namespace
 
-int gl_bucket_of(const gpu_llama *m, int param) { return bucket_of(m, m->params[param]); }
-
 extern "C" void gpu_llama_set_grad_gate(gpu_llama *m, gpu_llama_grad_hook gate, void *ctx) {
     m->grad_gate = gate;
     m->grad_gate_ctx = ctx;

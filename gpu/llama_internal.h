@@ -212,10 +212,9 @@ struct gpu_llama {
     float *s_master, *s_m, *s_v, *s_absmax1, *s_absmax2;
     uint8_t *s_q1, *s_q2;
     /* sharded gradients (ZeRO-2, gpu/llama.h): this rank's pieces' accumulated gradients (at off);
-     * layer l ≥ 2's gradients are views of layer l − 2's rows (layer_params tensors a layer) */
+     * layer l ≥ 2's gradients are views of layer l − 2's rows */
     int shard_grads;
     float *s_grad;
-    int layer_params;
     gpu_llama_grad_hook grad_hook; /* data parallelism (gpu/llama.h): called as buckets finish */
     void *grad_hook_ctx;
     gpu_llama_grad_hook grad_gate; /* and before a bucket's gradients are first written */
@@ -329,8 +328,6 @@ void gl_shard_keep_pieces(gpu_llama *m, int which);
  * calls gl_take_layer_masters after each layer (it waits for the copies), gl_take_masters the rest. */
 void gl_take_masters(gpu_llama *m);
 void gl_take_layer_masters(gpu_llama *m, int l);
-/* llama_shard.cu: sharded gradients' accumulator, a bucket's tensors (gl_bucket_of) */
-int gl_bucket_of(const gpu_llama *m, int param);
 void gl_shard_tensor_write(gpu_llama *m, int i, const void *host);
 
 #endif /* REFINE_GPU_LLAMA_INTERNAL_H */

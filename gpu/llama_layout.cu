@@ -513,11 +513,11 @@ void point_views(gpu_llama *m) {
             if (sscanf(m->params[i].name, "model.layers.%d.", &l) == 1 && l < 2 && first[l] < 0) first[l] = i;
         }
         CHECK(c->L < 2 || (first[0] >= 0 && first[1] > first[0]), "layout: layers 0 and 1 have no tensors");
-        m->layer_params = c->L >= 2 ? first[1] - first[0] : 0;
+        const int per_layer = c->L >= 2 ? first[1] - first[0] : 0; /* tensors a layer */
         for (int i = 0; i < m->n_params; i++) {
             int l = -1;
             if (sscanf(m->params[i].name, "model.layers.%d.", &l) != 1 || l < 2) continue;
-            const gl_param &twin = m->params[i - 2 * m->layer_params];
+            const gl_param &twin = m->params[i - 2 * per_layer];
             CHECK(twin.n == m->params[i].n && strcmp(strchr(twin.name + 13, '.'), strchr(m->params[i].name + 13, '.')) == 0,
                   "layout: %s is not the twin of %s", twin.name, m->params[i].name);
             m->params[i].grad = twin.grad;
