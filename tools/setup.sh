@@ -12,6 +12,9 @@
 #        tokenizers/llama3.tiktoken               Meta's Llama 3 tokenizer.model (PyPI llama-models==0.3.0)
 #        corpus/kjv.txt                           the King James Bible, one verse per line
 #      each fetched once, verified by sha256, written atomically.
+#   4. A Python venv for tools/follow.py and its test, $REFINE_CACHE/venv: tensorboard and wandb at
+#      the pins of tools/follow_requirements.txt (Debian's Python refuses system-wide pip, PEP 668);
+#      installed again only when that file changes.
 set -euo pipefail
 
 cache=${REFINE_CACHE:-$HOME/.cache/refine}
@@ -19,7 +22,7 @@ say() { printf 'setup: %s\n' "$*"; }
 die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
 
 # --- 1. Debian packages -------------------------------------------------------------------------
-packages=(bazel-bootstrap libopenblas-dev libcjson-dev libpcre2-dev libopenmpi-dev openmpi-bin bible-kjv unzip)
+packages=(bazel-bootstrap libopenblas-dev libcjson-dev libpcre2-dev libopenmpi-dev openmpi-bin bible-kjv unzip python3-venv)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
@@ -76,5 +79,19 @@ if [ ! -s "$cache/corpus/kjv.txt" ]; then
     bible -f "Gen1:1-Rev22:21" | sed -E -n 's/^[1-3]?[A-Za-z]{1,5}[0-9]{1,3}:[0-9]{1,3} //p' >"$cache/corpus/kjv.txt.tmp"
     [ "$(wc -l <"$cache/corpus/kjv.txt.tmp")" -eq 31102 ] || die "bible-kjv produced an unexpected verse count"
     mv "$cache/corpus/kjv.txt.tmp" "$cache/corpus/kjv.txt"
+fi
+# --- 4. Python venv for tools/follow.py ----------------------------------------------------------
+# The copy of the requirements in the venv marks a complete install of exactly those pins.
+venv=$cache/venv
+requirements=$(dirname "$0")/follow_requirements.txt
+if ! cmp -s "$requirements" "$venv/follow_requirements.txt"; then
+    say "installing tensorboard and wandb for tools/follow.py into $venv"
+    python=/usr/bin/python3
+    [ -x "$python" ] || python=$(command -v python3) || die "python3 is needed for the venv of tools/follow.py"
+    [ -x "$venv/bin/python3" ] || "$python" -m venv "$venv" || die "python3 -m venv $venv failed"
+    rm -f "$venv/follow_requirements.txt"
+    "$venv/bin/python3" -m pip install --quiet --disable-pip-version-check -r "$requirements" ||
+        die "pip install -r $requirements into $venv failed"
+    cp "$requirements" "$venv/follow_requirements.txt"
 fi
 say "ready (cache: $cache)"

@@ -10,9 +10,11 @@
 #      the samples arrive as text;
 #   3. Weights & Biases offline: a run folder that `wandb sync` uploads, holding every training
 #      loss.
-# Needs a python3 with tensorboard (and torch for the samples' text, wandb for 3): a part whose
-# library is missing is reported as skipped ("pip install tensorboard wandb" enables it).
-# REFINE_PYTHON names the interpreter (bazel test --test_env=REFINE_PYTHON=...).
+# Needs a python3 with tensorboard and wandb (torch adds the samples' text): tools/setup.sh makes
+# one, the venv $REFINE_CACHE/venv (tools/follow_requirements.txt). REFINE_PYTHON names the
+# interpreter instead (bazel test --test_env=REFINE_PYTHON=...); when it is set, as .ci/run sets it,
+# a missing tensorboard or wandb fails the test. Without REFINE_PYTHON the first python3 with
+# tensorboard is used, and a missing library skips its part, saying so (torch's part always).
 set -uo pipefail
 follow=${1:?usage: follow_test.sh FOLLOW.py RECORDED_METRICS.jsonl}
 recorded=${2:?usage: follow_test.sh FOLLOW.py RECORDED_METRICS.jsonl}
@@ -20,14 +22,20 @@ tmp=${TEST_TMPDIR:-/tmp}/follow_test.$$
 mkdir -p "$tmp"
 export HOME=${HOME:-$tmp} WANDB_SILENT=true WANDB_DISABLE_GIT=true
 source tests/common/checks.sh || exit 1 # check NAME COMMAND...; pass=0 fail=0
-# The first Python with tensorboard: $REFINE_PYTHON, python3 on the PATH (Bazel's fixed one), the
-# user's pyenv or /usr/local one.
+if [ -n "${REFINE_PYTHON:-}" ]; then
+    check "REFINE_PYTHON=$REFINE_PYTHON imports tensorboard and wandb (tools/setup.sh: \$REFINE_CACHE/venv)" \
+        "$REFINE_PYTHON" -c "import tensorboard, wandb"
+    [ $fail -eq 0 ] || { echo "follow_test: $pass passed, $fail failed"; exit 1; }
+fi
+# The first Python with tensorboard: $REFINE_PYTHON, the venv of tools/setup.sh, python3 on the PATH
+# (Bazel's fixed one), the user's pyenv or /usr/local one.
 py=""
-for cand in "${REFINE_PYTHON:-}" python3 "$HOME/.pyenv/shims/python3" /usr/local/bin/python3; do
+for cand in "${REFINE_PYTHON:-}" "${REFINE_CACHE:-$HOME/.cache/refine}/venv/bin/python3" python3 \
+    "$HOME/.pyenv/shims/python3" /usr/local/bin/python3; do
     [ -n "$cand" ] && "$cand" -c "import tensorboard" 2>/dev/null && { py=$(command -v "$cand"); break; }
 done
 if [ -z "$py" ]; then
-    echo "skip no python3 with the tensorboard package (pip install tensorboard): tools/follow.py is not exercised"
+    echo "skip no python3 with the tensorboard package (tools/setup.sh makes one): tools/follow.py is not exercised"
     echo "follow_test: 0 passed, 0 failed"
     exit 0
 fi
@@ -36,18 +44,25 @@ echo "python: $py"
 has_torch=$(python3 -c 'import torch.utils.tensorboard' 2>/dev/null && echo 1 || echo 0)
 
 # The TensorBoard events of LOGDIR/RUN as "tag step value" lines, and the text entries' tags.
+# A scalar comes in either of the two forms TensorBoard reads: the legacy simple_value (torch's
+# SummaryWriter) or a float32 tensor under the "scalars" plugin (tensorboard.summary.Writer).
 events() {
     python3 - "$1" <<'PY'
 import sys
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.util import tensor_util
 ea = EventAccumulator(sys.argv[1], size_guidance={"scalars": 0, "tensors": 0})
 ea.Reload()
 for tag in sorted(ea.Tags()["scalars"]):
     for ev in ea.Scalars(tag):
         print(tag, ev.step, repr(ev.value))
 for tag in sorted(ea.Tags()["tensors"]):
+    scalar = ea.SummaryMetadata(tag).plugin_data.plugin_name == "scalars"
     for ev in ea.Tensors(tag):
-        print("text", tag, ev.step)
+        if scalar:
+            print(tag, ev.step, repr(float(tensor_util.make_ndarray(ev.tensor_proto).item())))
+        else:
+            print("text", tag, ev.step)
 PY
 }
 # What the recorded file says: "tag step value" for each train and eval number (float32).
@@ -123,7 +138,7 @@ if python3 -c 'import wandb' 2>/dev/null; then
     done
     check "W&B offline: the run holds every training loss ($missing missing)" test $missing -eq 0
 else
-    echo "skip python3 has no wandb package (pip install wandb): the W&B part is not exercised"
+    echo "skip python3 has no wandb package (tools/setup.sh's venv has it): the W&B part is not exercised"
 fi
 echo "follow_test: $pass passed, $fail failed"
 [ $fail -eq 0 ]

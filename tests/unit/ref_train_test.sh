@@ -5,6 +5,8 @@
 #   - 3 steps, a stop, and a resume give the same adapter bytes and per-step losses as 6 steps;
 #   - two identical runs give identical bytes; DoRA, QLoRA, QDoRA and full fine-tuning run, and
 #     DoRA and full export merged models;
+#   - --export gguf (f16, bf16, q8_0) writes a GGUF that //ref:generate loads with the tokenizer it
+#     carries; F16 and BF16 generate the merged folder's greedy tokens, Q8_0 generates;
 #   - --precision bf16 trains, its losses differ from the fp32 run's yet stay close, its stop and
 #     resume is bitwise the uninterrupted run, and its DoRA, QLoRA, QDoRA and full runs succeed;
 #   - full fine-tuning with bf16 gradients (--grad-dtype bf16) trains the same first step, then
@@ -16,7 +18,8 @@
 # against model, data formats, resume with changes) are ref_train_robust_test.sh's; kill -9 at
 # random moments is ref_train_kill_test.sh's.
 set -uo pipefail
-bin=${1:?usage: ref_train_test.sh PATH_TO_REF_TRAIN}
+bin=${1:?usage: ref_train_test.sh PATH_TO_REF_TRAIN PATH_TO_REF_GENERATE}
+gen=${2:?usage: ref_train_test.sh PATH_TO_REF_TRAIN PATH_TO_REF_GENERATE}
 source tests/unit/tiny_run.sh || exit 1
 tiny_run_setup ref_train_test
 printf '%s\n' '{"prompt": "Q: two plus two?", "response": " A: four."}' >"$tmp/qa.jsonl"
@@ -55,6 +58,40 @@ check "3 + resume 3 == 6: per-step losses" test "$(losses "$tmp/a")" = "$(losses
 check "DoRA with prompt/response data and merged export" test $? -eq 0 -a -s "$tmp/d/merged/model.safetensors" -a -s "$tmp/d/merged/config.json"
 "$bin" "${common[@]}" --method full --out "$tmp/f" >"$tmp/f.log" 2>&1
 check "full fine-tuning exports the model" test $? -eq 0 -a -s "$tmp/f/merged/model.safetensors"
+
+# --export gguf: the merged model as one GGUF, read back by //ref:generate with the tokenizer the
+# file carries (no --tokenizer: the byte-level tokenizer's GPT-2 pre-tokenizer is written as "gpt2")
+# and decoded greedily from three prompts. --lr 1e-3 keeps the trained model's continuations varied
+# (at 1e-2 it answers only spaces) and unlike the base model's, so a GGUF of the base, or with q/k
+# rows left permuted, generates other tokens.
+#   BF16: merged/'s bf16 weights bit for bit (norms F32, exact): merged/'s tokens exactly.
+#   F16: every bf16 value of magnitude >= 2^-17 exactly (8 significant bits within f16's 11,
+#     subnormals included), smaller ones moved by <= 2^-25: merged/'s tokens unless two logits
+#     tie within ~1e-7.
+#   Q8_0: each weight moved by up to 1/254 of its block's largest, enough to flip the near-ties of
+#     this random tiny model (measured: 2 of 3 prompts leave merged/'s tokens after 5 and 8), so it
+#     must load and generate every token; Q8_0's error through the reader is gguf_write_test's.
+printf '%s\n' '{"prompt": "In the beginning 7"}' '{"prompt": "and so on."}' '{"prompt": "line 3"}' >"$tmp/gguf_prompts.jsonl"
+greedy() { # greedy OUT GENERATE_FLAGS...: 24 greedy tokens for each prompt, as JSON lines
+    local out=$1
+    shift
+    "$gen" "$@" --prompts "$tmp/gguf_prompts.jsonl" --max-new-tokens 24 --out "$out" >/dev/null 2>&1
+}
+greedy "$tmp/gguf_base.jsonl" --model "$tmp/model"
+for t in f16 bf16 q8_0; do
+    "$bin" "${common[@]}" --lr 1e-3 --export gguf --gguf-type $t --out "$tmp/g_$t" >"$tmp/g_$t.log" 2>&1
+    check "--export gguf --gguf-type $t: exit 0, model-$t.gguf and merged/ written" \
+        test $? -eq 0 -a -s "$tmp/g_$t/model-$t.gguf" -a -s "$tmp/g_$t/merged/model.safetensors"
+    greedy "$tmp/g_$t.jsonl" --model "$tmp/g_$t/model-$t.gguf"
+    check "--gguf-type $t: //ref:generate loads the GGUF and its tokenizer, 24 tokens for each prompt" \
+        test $? -eq 0 -a "$(grep -c '"tokens":24,"finish":"length"' "$tmp/g_$t.jsonl" 2>/dev/null)" -eq 3
+    [ $t = q8_0 ] && continue
+    greedy "$tmp/g_${t}_merged.jsonl" --model "$tmp/g_$t/merged" --tokenizer "$tmp/model/tokenizer.json"
+    check "--gguf-type $t: merged/ generates other tokens than the base model" \
+        test -s "$tmp/g_${t}_merged.jsonl" -a "$(cat "$tmp/g_${t}_merged.jsonl")" != "$(cat "$tmp/gguf_base.jsonl")"
+    check "--gguf-type $t: the GGUF generates merged/'s greedy tokens" \
+        cmp -s "$tmp/g_$t.jsonl" "$tmp/g_${t}_merged.jsonl"
+done
 
 "$bin" "${common[@]}" --method qlora --out "$tmp/q" >"$tmp/q.log" 2>&1
 check "QLoRA (NF4 base) runs and writes its adapter" test $? -eq 0 -a -s "$tmp/q/adapter/adapter_model.safetensors"
