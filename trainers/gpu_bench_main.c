@@ -202,9 +202,7 @@ int main(int argc, char **argv) {
         }
 
     struct gpu_dp *dp = NULL;
-    const enum gpu_dp_shard dp_shard =
-        g.shard_grads ? GPU_DP_SHARD_GRADIENTS : shard ? GPU_DP_SHARD_OPTIMIZER : GPU_DP_WHOLE;
-    if (job && (dp = gpu_dp_create(m, &comm, dp_shard, &e)) == NULL) io_exit(&e);
+    if (job && (dp = gpu_dp_create(m, &comm, gpu_dp_shard_of(&g), &e)) == NULL) io_exit(&e);
     const int W = comm.world;
     int64_t step = 0;
     const float loss0 = train_step(m, dp, W, tok, lab, valid, A, &o, step++);

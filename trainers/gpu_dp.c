@@ -73,8 +73,8 @@ static int reduce_bucket(struct gpu_dp *d, int b, struct io_err *e) {
     return cuda_ok(cudaEventRecord(d->freed[buffer_of(d, b)], d->comm_stream), "cudaEventRecord", e);
 }
 
-/* Sharded gradients: the buckets of the micro-batch before that backward did not reduce (it ran
- * none: no valid label here), so that every rank issues the same collectives in the same order. */
+/* The buckets backward did not reduce (a micro-batch that ran none: no valid label here; or, at the
+ * step's end, any left), so that every rank issues the same collectives in the same order. */
 static int flush_buckets(struct gpu_dp *d, struct io_err *e) {
     int rc = 0;
     for (int b = 0; b < d->n_buckets && rc == 0; b++)
@@ -97,6 +97,10 @@ static void on_gate(void *ctx, int b) {
     if (cuda_ok(cudaStreamWaitEvent(gpu_llama_stream(d->m), d->freed[buffer_of(d, b)], 0), "cudaStreamWaitEvent",
                 &d->err))
         d->failed = 1;
+}
+
+enum gpu_dp_shard gpu_dp_shard_of(const struct gpu_llama_options *g) {
+    return g->shard_grads ? GPU_DP_SHARD_GRADIENTS : g->shard_world > 1 ? GPU_DP_SHARD_OPTIMIZER : GPU_DP_WHOLE;
 }
 
 struct gpu_dp *gpu_dp_create(struct gpu_llama *m, const struct train_comm *comm, enum gpu_dp_shard shard,
@@ -186,11 +190,7 @@ int gpu_dp_reduce(struct gpu_dp *d, int step, struct io_err *e) {
         *e = d->err;
         return -1;
     }
-    int rc = 0;
-    for (int b = 0; b < d->n_buckets && rc == 0; b++)
-        if (!d->done[b]) rc = reduce_bucket(d, b, e);
-    for (int b = 0; b < d->n_buckets; b++) d->done[b] = 0;
-    if (rc != 0) return -1;
+    if (flush_buckets(d, e) != 0) return -1;
     cudaStream_t ms = gpu_llama_stream(d->m);
     char what[64];
     snprintf(what, sizeof what, "the loss of step %d", step);

@@ -53,6 +53,8 @@ struct gpu_dp;
 /* What m was built to shard over comm's ranks: nothing, the optimizer (options.shard_world), or
  * the gradients too (options.shard_grads). */
 enum gpu_dp_shard { GPU_DP_WHOLE = 0, GPU_DP_SHARD_OPTIMIZER, GPU_DP_SHARD_GRADIENTS };
+/* The sharding of a model built with options g (shard_world, shard_grads). */
+enum gpu_dp_shard gpu_dp_shard_of(const struct gpu_llama_options *g);
 
 /* For model m on this rank of comm (its slab collectives on device memory: NCCL). */
 struct gpu_dp *gpu_dp_create(struct gpu_llama *m, const struct train_comm *comm, enum gpu_dp_shard shard,
