@@ -11,6 +11,12 @@
  * 16-byte accesses (4 elements a thread) for tensors whose size is a multiple of 4 and whose
  * buffers are aligned, else coalesced scalar accesses; each op written with __f*_rn so that nvcc
  * cannot contract it, and the two fused multiply-adds of ref/adamw.h with __fmaf_rn. kChunk is a multiple of 4, so a chunk never splits a vector.
+ * bf16 gradients (grad_bf16; 2 bytes an element less to read): kernels (1) and (3) are templates
+ * on the gradient's element type G, the float instantiation the fp32 kernel as it was, the uint16_t
+ * one reading the bits and widening them (grad_at / grad_at4: exact; 8-byte loads of 4 elements).
+ * At build time the chunks are listed by their tensor's gradient dtype, and each kernel is launched
+ * once per dtype present, over its list (all tensors of one dtype: one launch over the whole table,
+ * as before), so that no block branches on the dtype and the fp32 code is unchanged.
  *
  * Test and benchmark: bazel test --config=gpu //tests/parity:adamw_parity
  *                     (binary) adamw_parity --bench
@@ -20,6 +26,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include <type_traits>
 #include <vector>
 
 #include <cuda_bf16.h>
@@ -67,10 +74,30 @@ struct tensor_desc {
     uint16_t *lo; /* split masters: join(copy, lo) is the master (master NULL) */
     float *m, *v;
     const float *grad;
+    const uint16_t *grad_bf16; /* instead of grad (the launch's G says which) */
     int64_t n;
     int decay;
     int vec4; /* n % 4 == 0 and every pointer aligned for 4-element accesses */
 };
+
+/* The gradient of element type G (float: grad, uint16_t: grad_bf16), and element i of it, and
+ * elements i..i+3 (i a multiple of 4, the buffer aligned: the vector path), as fp32: a bf16 gradient
+ * widened (its bits shifted up, ref/bf16.h's bf16_to_float: exact). */
+template <typename G>
+__device__ __forceinline__ const G *tensor_grad(const tensor_desc &p) {
+    if constexpr (std::is_same_v<G, uint16_t>) return p.grad_bf16;
+    else return p.grad;
+}
+__device__ __forceinline__ float grad_at(const float *g, int64_t i) { return g[i]; }
+__device__ __forceinline__ float grad_at(const uint16_t *g, int64_t i) {
+    return __uint_as_float((uint32_t)g[i] << 16);
+}
+__device__ __forceinline__ float4 grad_at4(const float *g, int64_t i) { return *reinterpret_cast<const float4 *>(g + i); }
+__device__ __forceinline__ float4 grad_at4(const uint16_t *g, int64_t i) {
+    const uint2 u = *reinterpret_cast<const uint2 *>(g + i); /* element i in the low half of u.x */
+    return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xFFFF0000u), __uint_as_float(u.y << 16),
+                       __uint_as_float(u.y & 0xFFFF0000u));
+}
 
 /* Sharded gradients (ZeRO-2): the gradients of this rank's chunks in one flat array, element i of
  * chunk ci at flat[i + off[ci] − start] (the chunk's state offset); flat NULL: the tensors' own. */
@@ -79,15 +106,23 @@ struct grad_source {
     const int64_t *off;
 };
 
-/* Where element i of chunk ci (starting at start) of tensor p reads its gradient: base[i + shift]. */
-__device__ __forceinline__ const float *grad_base(const tensor_desc &p, const grad_source &gs, int ci, int64_t start,
-                                                  int64_t *shift) {
-    *shift = gs.flat ? gs.off[ci] - start : 0;
-    return gs.flat ? gs.flat : p.grad;
+/* Where element i of chunk ci (starting at start) of tensor p reads its gradient: base[i + shift]
+ * (a bf16 gradient is always the tensor's own: build_gpu_adamw_sharded refuses it with a flat one). */
+template <typename G>
+__device__ __forceinline__ const G *grad_base(const tensor_desc &p, const grad_source &gs, int ci, int64_t start,
+                                              int64_t *shift) {
+    if constexpr (std::is_same_v<G, uint16_t>) {
+        *shift = 0;
+        return p.grad_bf16;
+    } else {
+        *shift = gs.flat ? gs.off[ci] - start : 0;
+        return gs.flat ? gs.flat : p.grad;
+    }
 }
 
-/* own: the sharded form's list of this rank's chunks (block b takes chunk own[b]); NULL: block b
- * takes chunk b. */
+/* own: the list of chunks of this launch (block b takes chunk own[b]: the sharded form's chunks of
+ * this rank, or the chunks whose gradient is of type G); NULL: block b takes chunk b. */
+template <typename G>
 __global__ void __launch_bounds__(kBlock) adamw_chunk_sumsq(float *partials, const tensor_desc *params,
                                                             const chunk_ref *chunks, const int32_t *own,
                                                             grad_source gs) {
@@ -97,11 +132,11 @@ __global__ void __launch_bounds__(kBlock) adamw_chunk_sumsq(float *partials, con
     const tensor_desc p = params[c.tensor];
     const int64_t end = c.start + kChunk < p.n ? c.start + kChunk : p.n;
     int64_t gsh;
-    const float *gb = grad_base(p, gs, ci, c.start, &gsh);
+    const G *gb = grad_base<G>(p, gs, ci, c.start, &gsh);
     float s = 0.0f;
     if (p.vec4) {
         for (int64_t i = c.start + 4 * threadIdx.x; i < end; i += 4 * kBlock) {
-            const float4 g = *reinterpret_cast<const float4 *>(gb + (i + gsh));
+            const float4 g = grad_at4(gb, i + gsh);
             s = __fadd_rn(s, __fmul_rn(g.x, g.x));
             s = __fadd_rn(s, __fmul_rn(g.y, g.y));
             s = __fadd_rn(s, __fmul_rn(g.z, g.z));
@@ -109,7 +144,7 @@ __global__ void __launch_bounds__(kBlock) adamw_chunk_sumsq(float *partials, con
         }
     } else {
         for (int64_t i = c.start + threadIdx.x; i < end; i += kBlock) {
-            const float g = gb[i + gsh];
+            const float g = grad_at(gb, i + gsh);
             s = __fadd_rn(s, __fmul_rn(g, g));
         }
     }
@@ -165,9 +200,9 @@ __global__ void pair_split_kernel(uint16_t *hi, uint16_t *lo, const float *x, in
         master_pair_split_bits(__float_as_uint(x[i]), &hi[i], &lo[i]);
 }
 
-/* The sharded form's state: this rank's chunks (own, as above) and, per chunk of the whole table,
- * the offset of its first element in the flat arrays master, m, v (state_off; NULL: unsharded,
- * the tensors' own master, m, v). */
+/* The chunks of this launch (own, as above) and the sharded form's state: per chunk of the whole
+ * table, the offset of its first element in the flat arrays master, m, v (state_off; NULL:
+ * unsharded, the tensors' own master, m, v). */
 struct shard_state {
     const int32_t *own;
     const int64_t *state_off;
@@ -175,6 +210,7 @@ struct shard_state {
     const float *grad; /* sharded gradients: flat, at the state offsets (grad_source); or NULL */
 };
 
+template <typename G>
 __global__ void __launch_bounds__(kBlock) adamw_chunk_update(const tensor_desc *params, const chunk_ref *chunks,
                                                              const float *norm_coef, int clip, int guard,
                                                              const double *guard_scalar, step_scalars s,
@@ -189,14 +225,14 @@ __global__ void __launch_bounds__(kBlock) adamw_chunk_update(const tensor_desc *
     int64_t shift = 0;
     if (sh.state_off) p.master = sh.master, p.m = sh.m, p.v = sh.v, shift = sh.state_off[ci] - c.start;
     int64_t gsh;
-    const float *gb = grad_base(p, grad_source{sh.grad, sh.state_off}, ci, c.start, &gsh);
+    const G *gb = grad_base<G>(p, grad_source{sh.grad, sh.state_off}, ci, c.start, &gsh);
     const int64_t end = c.start + kChunk < p.n ? c.start + kChunk : p.n;
     const float coef = clip ? norm_coef[1] : 1.0f;
     if (p.lo) { /* split masters (never sharded): the master is the pair */
         uint16_t *hi = reinterpret_cast<uint16_t *>(p.copy);
         if (p.vec4) {
             for (int64_t i = c.start + 4 * threadIdx.x; i < end; i += 4 * kBlock) {
-                const float4 g = *reinterpret_cast<const float4 *>(p.grad + i);
+                const float4 g = grad_at4(tensor_grad<G>(p), i);
                 float4 m = *reinterpret_cast<const float4 *>(p.m + i);
                 float4 v = *reinterpret_cast<const float4 *>(p.v + i);
                 float w[4];
@@ -215,7 +251,7 @@ __global__ void __launch_bounds__(kBlock) adamw_chunk_update(const tensor_desc *
         } else {
             for (int64_t i = c.start + threadIdx.x; i < end; i += kBlock) {
                 float w = pair_join(hi[i], p.lo[i]), m = p.m[i], v = p.v[i];
-                adamw_element(w, m, v, p.grad[i], coef, p.decay, s);
+                adamw_element(w, m, v, grad_at(tensor_grad<G>(p), i), coef, p.decay, s);
                 p.m[i] = m;
                 p.v[i] = v;
                 master_pair_split_bits(__float_as_uint(w), &hi[i], &p.lo[i]);
@@ -225,7 +261,7 @@ __global__ void __launch_bounds__(kBlock) adamw_chunk_update(const tensor_desc *
     }
     if (p.vec4) {
         for (int64_t i = c.start + 4 * threadIdx.x; i < end; i += 4 * kBlock) {
-            const float4 g = *reinterpret_cast<const float4 *>(gb + (i + gsh));
+            const float4 g = grad_at4(gb, i + gsh);
             float4 w = *reinterpret_cast<const float4 *>(p.master + i + shift);
             float4 m = *reinterpret_cast<const float4 *>(p.m + i + shift);
             float4 v = *reinterpret_cast<const float4 *>(p.v + i + shift);
@@ -244,7 +280,7 @@ __global__ void __launch_bounds__(kBlock) adamw_chunk_update(const tensor_desc *
     } else {
         for (int64_t i = c.start + threadIdx.x; i < end; i += kBlock) {
             float w = p.master[i + shift], m = p.m[i + shift], v = p.v[i + shift];
-            adamw_element(w, m, v, gb[i + gsh], coef, p.decay, s);
+            adamw_element(w, m, v, grad_at(gb, i + gsh), coef, p.decay, s);
             p.master[i + shift] = w;
             p.m[i + shift] = m;
             p.v[i + shift] = v;
@@ -252,6 +288,14 @@ __global__ void __launch_bounds__(kBlock) adamw_chunk_update(const tensor_desc *
         }
     }
 }
+
+/* The chunks one launch takes (block b: chunk own[b]; own NULL: chunk b, the whole table), n blocks. */
+struct chunk_list {
+    int32_t *own;
+    int n;
+};
+
+constexpr int kGradFp32 = 0, kGradBf16 = 1; /* gpu_adamw.lists: the chunks by gradient dtype */
 
 }  // namespace
 
@@ -262,14 +306,30 @@ struct gpu_adamw {
     float *d_norm_coef;
     int n_chunks;
     bool norm_only; /* some tensor has no state: only gpu_adamw_grad_norm may be called */
+    /* The chunks each kernel takes, by their gradient's dtype ([kGradFp32], [kGradBf16]): one launch
+     * per non-empty list. Unsharded and of one dtype, that dtype's list is the whole table (own NULL);
+     * sharded, this rank's chunks only. */
+    chunk_list lists[2];
     /* the sharded form */
     bool sharded;
-    int n_own;
-    int32_t *d_own;
     int64_t *d_state_off;
     float *master, *m, *v;
     const float *grad; /* sharded gradients (flat), or NULL */
 };
+
+/* A list of chunk indices on the device (own NULL when empty: never launched). */
+static chunk_list upload_list(const std::vector<int32_t> &own) {
+    chunk_list l = {nullptr, (int)own.size()};
+    if (own.empty()) return l;
+    CUDA_CHECK(cudaMalloc(&l.own, sizeof(int32_t) * own.size()));
+    CUDA_CHECK(cudaMemcpy(l.own, own.data(), sizeof(int32_t) * own.size(), cudaMemcpyHostToDevice));
+    return l;
+}
+
+static void free_list(chunk_list *l) {
+    if (l->own) CUDA_CHECK(cudaFree(l->own));
+    *l = chunk_list{nullptr, 0};
+}
 
 extern "C" struct gpu_adamw *build_gpu_adamw(const struct gpu_adamw_param *params, int count) {
     CHECK(count >= 1, "adamw: %d tensors", count);
@@ -280,23 +340,31 @@ extern "C" struct gpu_adamw *build_gpu_adamw(const struct gpu_adamw_param *param
         const bool has_state = (split ? params[t].copy && !params[t].master : params[t].master != nullptr) &&
                                params[t].m && params[t].v;
         const bool no_state = !params[t].master && !params[t].m && !params[t].v && !params[t].copy && !split;
-        CHECK(params[t].n >= 1 && params[t].grad && (has_state || no_state),
-              "adamw tensor %d: n=%lld, or master/m/v partly NULL", t, (long long)params[t].n);
+        CHECK(params[t].n >= 1 && (has_state || no_state), "adamw tensor %d: n=%lld, or master/m/v partly NULL", t,
+              (long long)params[t].n);
+        CHECK((params[t].grad != nullptr) != (params[t].grad_bf16 != nullptr),
+              "adamw tensor %d: exactly one of grad (fp32) and grad_bf16 must be given (grad %p, grad_bf16 %p)", t,
+              (const void *)params[t].grad, (const void *)params[t].grad_bf16);
         if (no_state) norm_only = true;
         for (int64_t s = 0; s < params[t].n; s += kChunk) chunks.push_back(chunk_ref{t, 0, s});
     }
     CHECK(chunks.size() < (size_t)INT32_MAX, "adamw: too many chunks");
+    std::vector<int32_t> by_grad[2];
+    for (size_t ci = 0; ci < chunks.size(); ci++)
+        by_grad[params[chunks[ci].tensor].grad_bf16 ? kGradBf16 : kGradFp32].push_back((int32_t)ci);
     struct gpu_adamw *a = static_cast<struct gpu_adamw *>(calloc(1, sizeof(struct gpu_adamw)));
     CHECK(a != nullptr, "out of host memory");
     a->n_chunks = (int)chunks.size();
     a->norm_only = norm_only;
+    for (int k = 0; k < 2; k++) /* one dtype: its list is the whole table, one launch as with fp32 alone */
+        a->lists[k] = by_grad[1 - k].empty() ? chunk_list{nullptr, a->n_chunks} : upload_list(by_grad[k]);
     std::vector<tensor_desc> descs(count);
     for (int t = 0; t < count; t++) {
         const gpu_adamw_param &q = params[t];
         const bool al = ((uintptr_t)q.master | (uintptr_t)q.m | (uintptr_t)q.v | (uintptr_t)q.grad) % 16 == 0 &&
-                        ((uintptr_t)q.copy | (uintptr_t)q.lo) % 8 == 0;
-        descs[t] = tensor_desc{q.master, reinterpret_cast<__nv_bfloat16 *>(q.copy), q.lo, q.m, q.v, q.grad, q.n,
-                               q.decay, (q.n % 4 == 0 && al) ? 1 : 0};
+                        ((uintptr_t)q.copy | (uintptr_t)q.lo | (uintptr_t)q.grad_bf16) % 8 == 0;
+        descs[t] = tensor_desc{q.master, reinterpret_cast<__nv_bfloat16 *>(q.copy), q.lo, q.m, q.v, q.grad,
+                               q.grad_bf16, q.n, q.decay, (q.n % 4 == 0 && al) ? 1 : 0};
     }
     CUDA_CHECK(cudaMalloc(&a->d_params, sizeof(tensor_desc) * count));
     CUDA_CHECK(cudaMalloc(&a->d_chunks, sizeof(chunk_ref) * chunks.size()));
@@ -315,6 +383,10 @@ extern "C" struct gpu_adamw *build_gpu_adamw_sharded(const struct gpu_adamw_para
     std::vector<gpu_adamw_param> stateless(params, params + count);
     for (auto &q : stateless) {
         CHECK(q.lo == nullptr, "adamw sharded: split masters are not sharded");
+        CHECK(!(grad && q.grad_bf16),
+              "adamw sharded: tensor %d has a bf16 gradient (grad_bf16), which is not combined with a flat sharded "
+              "fp32 gradient (grad): give the tensors fp32 gradients, or grad = NULL",
+              (int)(&q - stateless.data()));
         q.master = q.m = q.v = nullptr, q.copy = nullptr;
     }
     struct gpu_adamw *a = build_gpu_adamw(stateless.data(), count);
@@ -330,7 +402,7 @@ extern "C" struct gpu_adamw *build_gpu_adamw_sharded(const struct gpu_adamw_para
     }
     std::vector<int64_t> first(count + 1, 0); /* the first chunk of each tensor */
     for (int t = 0; t < count; t++) first[t + 1] = first[t] + (params[t].n + kChunk - 1) / kChunk;
-    std::vector<int32_t> own;
+    std::vector<int32_t> own[2]; /* by gradient dtype, as gpu_adamw.lists */
     std::vector<int64_t> state(a->n_chunks, -1);
     for (int k = 0; k < n_pieces; k++) {
         const shard_piece &p = pieces[k];
@@ -340,18 +412,18 @@ extern "C" struct gpu_adamw *build_gpu_adamw_sharded(const struct gpu_adamw_para
               (long long)p.hi, (long long)p.off);
         for (int64_t s = p.lo; s < p.hi; s += kChunk) {
             const int64_t ci = first[p.tensor] + s / kChunk;
-            own.push_back((int32_t)ci);
+            own[params[p.tensor].grad_bf16 ? kGradBf16 : kGradFp32].push_back((int32_t)ci);
             state[ci] = p.off + (s - p.lo);
         }
     }
     a->sharded = true;
     a->norm_only = master == nullptr;
-    a->n_own = (int)own.size();
+    for (int k = 0; k < 2; k++) {
+        free_list(&a->lists[k]);
+        a->lists[k] = upload_list(own[k]);
+    }
     a->master = master, a->m = m, a->v = v, a->grad = grad;
-    CUDA_CHECK(cudaMalloc(&a->d_own, sizeof(int32_t) * (own.size() + 1)));
     CUDA_CHECK(cudaMalloc(&a->d_state_off, sizeof(int64_t) * state.size()));
-    if (!own.empty())
-        CUDA_CHECK(cudaMemcpy(a->d_own, own.data(), sizeof(int32_t) * own.size(), cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(a->d_state_off, state.data(), sizeof(int64_t) * state.size(), cudaMemcpyHostToDevice));
     if (!master && !grad) { /* the norm alone, of the tensors' gradients: no state offsets are read */
         CUDA_CHECK(cudaFree(a->d_state_off));
@@ -362,7 +434,7 @@ extern "C" struct gpu_adamw *build_gpu_adamw_sharded(const struct gpu_adamw_para
 
 extern "C" void free_gpu_adamw(struct gpu_adamw *a) {
     if (!a) return;
-    if (a->d_own) CUDA_CHECK(cudaFree(a->d_own));
+    for (chunk_list &l : a->lists) free_list(&l);
     if (a->d_state_off) CUDA_CHECK(cudaFree(a->d_state_off));
     CUDA_CHECK(cudaFree(a->d_params));
     CUDA_CHECK(cudaFree(a->d_chunks));
@@ -371,13 +443,22 @@ extern "C" void free_gpu_adamw(struct gpu_adamw *a) {
     free(a);
 }
 
-/* The norm and clip coefficient; in the sharded form from the partials as the caller completed them. */
-static void norm_and_coef(struct gpu_adamw *a, float max_norm, cudaStream_t stream) {
-    if (!a->sharded) {
-        adamw_chunk_sumsq<<<a->n_chunks, kBlock, 0, stream>>>(a->d_partials, a->d_params, a->d_chunks, nullptr,
-                                                              grad_source{nullptr, nullptr});
+/* The partial sums of squares of the chunks of a->lists (gs: where the fp32 gradients are read). */
+static void chunk_sumsq(struct gpu_adamw *a, grad_source gs, cudaStream_t stream) {
+    const chunk_list &f = a->lists[kGradFp32], &b = a->lists[kGradBf16];
+    if (f.n > 0) {
+        adamw_chunk_sumsq<float><<<f.n, kBlock, 0, stream>>>(a->d_partials, a->d_params, a->d_chunks, f.own, gs);
         KERNEL_CHECK(stream);
     }
+    if (b.n > 0) {
+        adamw_chunk_sumsq<uint16_t><<<b.n, kBlock, 0, stream>>>(a->d_partials, a->d_params, a->d_chunks, b.own, gs);
+        KERNEL_CHECK(stream);
+    }
+}
+
+/* The norm and clip coefficient; in the sharded form from the partials as the caller completed them. */
+static void norm_and_coef(struct gpu_adamw *a, float max_norm, cudaStream_t stream) {
+    if (!a->sharded) chunk_sumsq(a, grad_source{nullptr, nullptr}, stream);
     adamw_finish_norm<<<1, kBlock, 0, stream>>>(a->d_norm_coef, a->d_partials, a->n_chunks, max_norm);
     KERNEL_CHECK(stream);
 }
@@ -385,11 +466,7 @@ static void norm_and_coef(struct gpu_adamw *a, float max_norm, cudaStream_t stre
 extern "C" float *gpu_adamw_partials(struct gpu_adamw *a, int64_t *n_chunks, cudaStream_t stream) {
     CHECK(a->sharded, "adamw: partial sums are the sharded form's");
     CUDA_CHECK(cudaMemsetAsync(a->d_partials, 0, sizeof(float) * (size_t)a->n_chunks, stream));
-    if (a->n_own > 0) {
-        adamw_chunk_sumsq<<<a->n_own, kBlock, 0, stream>>>(a->d_partials, a->d_params, a->d_chunks, a->d_own,
-                                                           grad_source{a->grad, a->d_state_off});
-        KERNEL_CHECK(stream);
-    }
+    chunk_sumsq(a, grad_source{a->grad, a->d_state_off}, stream);
     *n_chunks = a->n_chunks;
     return a->d_partials;
 }
@@ -423,11 +500,18 @@ extern "C" void gpu_adamw_step(struct gpu_adamw *a, const struct optim_step *st,
     s.neg_step_size = (float)(-(h->lr / bc1));
     s.bc2_sqrt = (float)pow(bc2, 0.5); /* as ref/adamw.c, to the last bit */
     s.eps = (float)h->eps;
-    const shard_state sh = {a->d_own, a->d_state_off, a->master, a->m, a->v, a->grad};
-    const int blocks = a->sharded ? a->n_own : a->n_chunks;
-    if (blocks > 0) {
-        adamw_chunk_update<<<blocks, kBlock, 0, stream>>>(a->d_params, a->d_chunks, a->d_norm_coef, clip ? 1 : 0,
-                                                          (clip || grad_norm) ? 1 : 0, guard, s, sh);
+    const chunk_list &f = a->lists[kGradFp32], &b = a->lists[kGradBf16];
+    if (f.n > 0) {
+        const shard_state sh = {f.own, a->d_state_off, a->master, a->m, a->v, a->grad};
+        adamw_chunk_update<float><<<f.n, kBlock, 0, stream>>>(a->d_params, a->d_chunks, a->d_norm_coef, clip ? 1 : 0,
+                                                              (clip || grad_norm) ? 1 : 0, guard, s, sh);
+        KERNEL_CHECK(stream);
+    }
+    if (b.n > 0) {
+        const shard_state sh = {b.own, a->d_state_off, a->master, a->m, a->v, a->grad};
+        adamw_chunk_update<uint16_t><<<b.n, kBlock, 0, stream>>>(a->d_params, a->d_chunks, a->d_norm_coef,
+                                                                 clip ? 1 : 0, (clip || grad_norm) ? 1 : 0, guard, s,
+                                                                 sh);
         KERNEL_CHECK(stream);
     }
     if (grad_norm)

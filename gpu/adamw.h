@@ -27,9 +27,12 @@
  * fp32 masters only).
  * Norm only: a tensor given with master = m = v = copy = NULL carries no state; a context holding
  * one serves gpu_adamw_grad_norm only (e.g. for an optimizer that updates elsewhere).
- * Shapes: per tensor, master, m, v, grad (n) fp32 and copy (n) bf16 or NULL; all device memory.
- * master, m, v, copy are UPDATED IN PLACE; grad is read only. grad_norm (device, one float)
- * receives the pre-clipping total norm when non-NULL.
+ * Shapes: per tensor, master, m, v (n) fp32, the gradient either grad (n) fp32 or grad_bf16 (n) bf16
+ * (exactly one of the two non-NULL), and copy (n) bf16 or NULL; all device memory. A bf16 gradient
+ * is read widened (exact bf16 → fp32) and used as above, in the norm and in the update: the same
+ * bits as the fp32 form given the widened values. master, m, v, copy are UPDATED IN PLACE; the
+ * gradient is read only. grad_norm (device, one float) receives the pre-clipping total norm when
+ * non-NULL.
  * Aliasing: no buffer may be shared between two tensors or between two roles.
  * build_gpu_adamw allocates the descriptor and chunk tables once (setup); gpu_adamw_step allocates
  * nothing and does not synchronize.
@@ -63,6 +66,8 @@ struct gpu_adamw_param {
     uint16_t *copy;     /* (n) bf16 compute copy, or NULL */
     float *m, *v;       /* (n) fp32 moments, zero before the first step */
     const float *grad;  /* (n) fp32 */
+    const uint16_t *grad_bf16; /* (n) bf16 gradient, read widened; set instead of grad (exactly one
+                                  of grad, grad_bf16 non-NULL) */
     int64_t n;
     int decay;          /* 1: weight decay applies to this tensor */
     uint16_t *lo;       /* split masters (ref/master_pair.h): (n) the low halves; the master is
@@ -84,7 +89,8 @@ void gpu_adamw_step(struct gpu_adamw *a, const struct optim_step *s, const doubl
 /* The sharded form (above): pieces of this rank, flat master, m, v (or all NULL); grad NULL, or
  * the gradients sharded too (ZeRO-2): this rank's pieces' gradients in one flat array laid out as
  * master (piece k at its off), which the partial sums and the update read instead of the tensors'
- * grad (then only the tensors' n, decay and copy are used). */
+ * grad (then only the tensors' n, decay and copy are used; fp32 only: no tensor may then have
+ * grad_bf16). With grad NULL the tensors' own gradients are read, grad or grad_bf16 alike. */
 struct shard_piece;
 struct gpu_adamw *build_gpu_adamw_sharded(const struct gpu_adamw_param *params, int count,
                                           const struct shard_piece *pieces, int n_pieces, float *master, float *m,

@@ -22,11 +22,15 @@
  * both below every threshold). A block takes this path when both maxima lie in [2^−70, 2^100] and
  * the CTA's checks of the maps held (thresholds ascending, ≤ 2 per bucket, none near 0); else
  * the tree and IEEE division. About 39 instead of 88 instructions per element for the two codes.
- * Vector loads need p and grad 16-byte aligned, copy 8-byte and q1, q2 4-byte aligned; otherwise
- * (and for a short last block) the same lanes take scalar, bounds-checked loads. Every fp32
- * operation is written with __f*_rn so that nvcc cannot contract it, and the scalars (c1, c2,
- * step_size, c2·eps, 1 − lr·wd, 1 − β) are formed on the host in fp32 exactly as
+ * Vector loads need p and grad 16-byte aligned (grad_bf16 8-byte), copy 8-byte and q1, q2 4-byte
+ * aligned; otherwise (and for a short last block) the same lanes take scalar, bounds-checked
+ * loads. Every fp32 operation is written with __f*_rn so that nvcc cannot contract it, and the
+ * scalars (c1, c2, step_size, c2·eps, 1 − lr·wd, 1 − β) are formed on the host in fp32 exactly as
  * ref/adamw8bit.c forms them. The 32-bit path is a grid-stride elementwise kernel.
+ * A bf16 gradient (grad_bf16): both kernels are instantiated for it (kBf16), which changes only the
+ * gradient's loads (8 bytes for 4 elements on the vector path) and widens each value by its bits,
+ * so the arithmetic sees exactly the fp32 values the widened gradient would give, and the fp32
+ * instantiation is the kernel as it was.
  *
  * Test and benchmark: bazel test --config=gpu //tests/parity:adamw8bit_parity
  *                     (binary) adamw8bit_parity --bench
@@ -111,7 +115,30 @@ __device__ __forceinline__ unsigned encode_count(unsigned e, float x) {
     return ((a - e) >> 2) - 256u;
 }
 
-template <bool kVec>
+/* A bf16 gradient is loaded as its bits (load_block) and widened when its block's turn comes
+ * (widen_grads), not at the load: an operation on the prefetched registers there would wait for the
+ * load and undo the prefetch. As loaded, slot 4h + k holds the bits of element 128h + 4·lane + k;
+ * after a vector load, slots 4h and 4h + 1 hold the two words of elements 128h + 4·lane + 0..3
+ * (k = 0, 1 in slot 4h, k = 2, 3 in slot 4h + 1, the lower k in the low half). Widening is
+ * ref/bf16.h's bf16_to_float (the bits shifted up): exact. */
+template <bool kBf16>
+__device__ __forceinline__ void widen_grads(float (&g)[8], bool vector_loaded) {
+    if constexpr (kBf16) {
+        if (vector_loaded) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const uint32_t x = __float_as_uint(g[4 * h]), y = __float_as_uint(g[4 * h + 1]);
+                g[4 * h] = __uint_as_float(x << 16), g[4 * h + 1] = __uint_as_float(x & 0xFFFF0000u);
+                g[4 * h + 2] = __uint_as_float(y << 16), g[4 * h + 3] = __uint_as_float(y & 0xFFFF0000u);
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < 8; j++) g[j] = __uint_as_float(__float_as_uint(g[j]) << 16);
+        }
+    }
+}
+
+template <bool kVec, bool kBf16>
 __device__ __forceinline__ void load_block(const gpu_adamw8bit_tensor &t, int64_t blk, int lane, float (&g)[8],
                                            float (&p)[8], uint32_t (&q1w)[2], uint32_t (&q2w)[2], float *a1,
                                            float *a2) {
@@ -122,8 +149,13 @@ __device__ __forceinline__ void load_block(const gpu_adamw8bit_tensor &t, int64_
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const int64_t i = base + 128 * h + 4 * lane;
-            const float4 gv = __ldcs(reinterpret_cast<const float4 *>(t.grad + i));
-            g[4 * h] = gv.x, g[4 * h + 1] = gv.y, g[4 * h + 2] = gv.z, g[4 * h + 3] = gv.w;
+            if constexpr (kBf16) { /* the bits, widened by widen_grads */
+                const uint2 u = __ldcs(reinterpret_cast<const uint2 *>(t.grad_bf16 + i));
+                g[4 * h] = __uint_as_float(u.x), g[4 * h + 1] = __uint_as_float(u.y), g[4 * h + 2] = g[4 * h + 3] = 0.0f;
+            } else {
+                const float4 gv = __ldcs(reinterpret_cast<const float4 *>(t.grad + i));
+                g[4 * h] = gv.x, g[4 * h + 1] = gv.y, g[4 * h + 2] = gv.z, g[4 * h + 3] = gv.w;
+            }
             if (t.lo) {
                 float w[4];
                 pair_join4(__ldcs(reinterpret_cast<const uint2 *>(t.copy + i)), __ldcs(reinterpret_cast<const uint2 *>(t.lo + i)),
@@ -146,7 +178,8 @@ __device__ __forceinline__ void load_block(const gpu_adamw8bit_tensor &t, int64_
             const int64_t i = base + 128 * h + 4 * lane + k;
             g[4 * h + k] = p[4 * h + k] = 0.0f;
             if (i < t.n) {
-                g[4 * h + k] = t.grad[i];
+                if constexpr (kBf16) g[4 * h + k] = __uint_as_float((uint32_t)t.grad_bf16[i]); /* widen_grads */
+                else g[4 * h + k] = t.grad[i];
                 p[4 * h + k] = t.lo ? pair_join(t.copy[i], t.lo[i]) : t.p[i];
                 q1w[h] |= (uint32_t)t.q1[i] << (8 * k);
                 q2w[h] |= (uint32_t)t.q2[i] << (8 * k);
@@ -155,7 +188,7 @@ __device__ __forceinline__ void load_block(const gpu_adamw8bit_tensor &t, int64_
     }
 }
 
-template <bool kVec>
+template <bool kVec, bool kBf16>
 __global__ void __launch_bounds__(kThreads) adamw8bit_warp_step(gpu_adamw8bit_tensor t, scalars s) {
     __shared__ float eyt1[256], eyt2[256], map1[256], map2[256];
     __shared__ unsigned sign1[kWarps];
@@ -208,14 +241,15 @@ __global__ void __launch_bounds__(kThreads) adamw8bit_warp_step(gpu_adamw8bit_te
     float g[8], p[8];
     uint32_t q1w[2], q2w[2];
     float a1, a2;
-    load_block<kVec>(t, blk, lane, g, p, q1w, q2w, &a1, &a2);
+    load_block<kVec, kBf16>(t, blk, lane, g, p, q1w, q2w, &a1, &a2);
     for (;;) {
         const int64_t base = blk * kBlock, next = blk + stride;
         const bool full = base + kBlock <= t.n;
+        widen_grads<kBf16>(g, kVec && full); /* load_block took the vector path iff kVec && full */
         float gn[8], pn[8];
         uint32_t q1n[2], q2n[2];
         float a1n = 0.0f, a2n = 0.0f;
-        if (next < nblocks) load_block<kVec>(t, next, lane, gn, pn, q1n, q2n, &a1n, &a2n);
+        if (next < nblocks) load_block<kVec, kBf16>(t, next, lane, gn, pn, q1n, q2n, &a1n, &a2n);
         float m[8], v[8];
         unsigned finite = 0u; /* bit j: slot j valid with a finite gradient */
         float w1 = -FLT_MAX, w2 = -FLT_MAX; /* the reference's starting value */
@@ -330,11 +364,19 @@ __global__ void __launch_bounds__(kThreads) adamw8bit_warp_step(gpu_adamw8bit_te
     }
 }
 
+/* Gradient element i as fp32: a bf16 gradient widened at once (the 32-bit kernel does not prefetch). */
+template <bool kBf16>
+__device__ __forceinline__ float load_grad(const gpu_adamw8bit_tensor &t, int64_t i) {
+    if constexpr (kBf16) return __uint_as_float((uint32_t)t.grad_bf16[i] << 16);
+    else return t.grad[i];
+}
+
+template <bool kBf16>
 __global__ void __launch_bounds__(kBlock) adamw32bit_elementwise(gpu_adamw8bit_tensor t, scalars s) {
     float gs;
     if (!step_applies(s, &gs)) return;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < t.n; i += (int64_t)gridDim.x * blockDim.x) {
-        const float g = __fmul_rn(t.grad[i], gs);
+        const float g = __fmul_rn(load_grad<kBf16>(t, i), gs);
         const float m = __fadd_rn(__fmul_rn(t.m[i], s.b1), __fmul_rn(s.one_minus_b1, g));
         const float v = __fadd_rn(__fmul_rn(t.v[i], s.b2), __fmul_rn(s.one_minus_b2, __fmul_rn(g, g)));
         const float p0 = t.lo ? pair_join(t.copy[i], t.lo[i]) : t.p[i];
@@ -352,7 +394,7 @@ __global__ void __launch_bounds__(kBlock) adamw32bit_elementwise(gpu_adamw8bit_t
 }
 
 /* CTAs of the 8-bit kernel that fill the current device once (SMs × resident CTAs per SM). */
-template <bool kVec>
+template <bool kVec, bool kBf16>
 int full_grid(void) {
     static int cached[64]; /* per device; a benign race writes the same value */
     int dev = 0;
@@ -360,7 +402,7 @@ int full_grid(void) {
     if (dev < 64 && cached[dev] > 0) return cached[dev];
     const int sms = refine_sm_count();
     int per_sm = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, adamw8bit_warp_step<kVec>, kThreads, 0));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, adamw8bit_warp_step<kVec, kBf16>, kThreads, 0));
     const int grid = sms * (per_sm > 0 ? per_sm : 1);
     if (dev < 64) cached[dev] = grid;
     return grid;
@@ -375,6 +417,10 @@ extern "C" void gpu_adamw8bit_step(const struct gpu_adamw8bit_tensor *t, const s
     CHECK(h->step >= 1 && t->n >= 0, "adamw8bit step=%lld n=%lld", (long long)h->step, (long long)t->n);
     if (t->n == 0) return;
     CHECK(t->lo ? t->copy != nullptr && t->p == nullptr : t->p != nullptr, "adamw8bit: a master (p, or copy and lo)");
+    CHECK((t->grad != nullptr) != (t->grad_bf16 != nullptr),
+          "adamw8bit: exactly one of grad (fp32) and grad_bf16 must be given (grad %p, grad_bf16 %p)",
+          (const void *)t->grad, (const void *)t->grad_bf16);
+    const bool bf16 = t->grad_bf16 != nullptr;
     /* fp32 scalars exactly as ref/adamw8bit.c forms them (host fp32 arithmetic, no contraction) */
     scalars s;
     const float b1 = (float)h->hp.beta1, b2 = (float)h->hp.beta2, lr = (float)h->hp.lr, eps = (float)h->hp.eps;
@@ -397,16 +443,21 @@ extern "C" void gpu_adamw8bit_step(const struct gpu_adamw8bit_tensor *t, const s
         CHECK(t->q1 && t->q2 && t->absmax1 && t->absmax2 && t->map1 && t->map2, "adamw8bit: 8-bit state missing");
         const int64_t blocks = (t->n + kBlock - 1) / kBlock;
         const int64_t need = (blocks + kWarps - 1) / kWarps;
-        const bool vec = aligned(t->p, 16) && aligned(t->grad, 16) && aligned(t->copy, 8) && aligned(t->lo, 8) &&
-                         aligned(t->q1, 4) && aligned(t->q2, 4);
-        const int fill = vec ? full_grid<true>() : full_grid<false>();
+        const bool vec = aligned(t->p, 16) && aligned(t->grad, 16) && aligned(t->grad_bf16, 8) && aligned(t->copy, 8) &&
+                         aligned(t->lo, 8) && aligned(t->q1, 4) && aligned(t->q2, 4);
+        const int fill = vec ? (bf16 ? full_grid<true, true>() : full_grid<true, false>())
+                             : (bf16 ? full_grid<false, true>() : full_grid<false, false>());
         const unsigned grid = (unsigned)(need < fill ? need : fill);
-        if (vec) adamw8bit_warp_step<true><<<grid, kThreads, 0, stream>>>(*t, s);
-        else adamw8bit_warp_step<false><<<grid, kThreads, 0, stream>>>(*t, s);
+        if (vec && bf16) adamw8bit_warp_step<true, true><<<grid, kThreads, 0, stream>>>(*t, s);
+        else if (vec) adamw8bit_warp_step<true, false><<<grid, kThreads, 0, stream>>>(*t, s);
+        else if (bf16) adamw8bit_warp_step<false, true><<<grid, kThreads, 0, stream>>>(*t, s);
+        else adamw8bit_warp_step<false, false><<<grid, kThreads, 0, stream>>>(*t, s);
     } else {
         CHECK(t->m && t->v, "adamw8bit: 32-bit state missing");
         const int64_t b = (t->n + kBlock - 1) / kBlock;
-        adamw32bit_elementwise<<<(int)(b < 1024 ? b : 1024), kBlock, 0, stream>>>(*t, s);
+        const int grid = (int)(b < 1024 ? b : 1024);
+        if (bf16) adamw32bit_elementwise<true><<<grid, kBlock, 0, stream>>>(*t, s);
+        else adamw32bit_elementwise<false><<<grid, kBlock, 0, stream>>>(*t, s);
     }
     KERNEL_CHECK(stream);
 }

@@ -23,7 +23,10 @@
  * State (device): the 8-bit path uses q1, q2 (n) uint8, absmax1, absmax2 (ceil(n/256)) fp32 and
  * the two maps (256 fp32 each: map1 signed, map2 unsigned, as quant8_dynamic_map builds them);
  * the 32-bit path uses m, v (n) fp32. All zero before the first step. p, the state and copy are
- * UPDATED IN PLACE; grad is read. Aliasing: none. One launch, no allocation, no synchronization.
+ * UPDATED IN PLACE; the gradient is read: grad (n) fp32 or grad_bf16 (n) bf16 (exactly one of the
+ * two non-NULL), a bf16 gradient read widened (exact bf16 → fp32) and used as above on both paths,
+ * the same bits as given grad = the widened values. Aliasing: none. One launch, no allocation, no
+ * synchronization.
  */
 #ifndef REFINE_GPU_ADAMW8BIT_H
 #define REFINE_GPU_ADAMW8BIT_H
@@ -41,6 +44,8 @@ struct gpu_adamw8bit_tensor {
     float *p;          /* (n) fp32 master, or NULL with lo */
     uint16_t *copy;    /* (n) bf16 compute copy, or NULL */
     const float *grad; /* (n) fp32 */
+    const uint16_t *grad_bf16; /* (n) bf16 gradient, read widened; set instead of grad (exactly one
+                                  of grad, grad_bf16 non-NULL) */
     int64_t n;
     int is_8bit;       /* n ≥ min_8bit_size */
     uint8_t *q1, *q2;

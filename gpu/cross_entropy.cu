@@ -450,8 +450,8 @@ extern "C" void gpu_cross_entropy_rows_bf16_with(float *nll, uint16_t *dz, const
     softmax_rows(nll, dz, z, labels, N, V, mult, kernel, stream);
 }
 
-extern "C" void gpu_lm_head_cross_entropy_bf16(float *loss, uint16_t *dh, float *dw, const uint16_t *h,
-                                               const uint16_t *w, const int32_t *labels, int N, int C, int V,
+extern "C" void gpu_lm_head_cross_entropy_bf16(float *loss, uint16_t *dh, void *dw, enum gemm_out dw_type,
+                                               const uint16_t *h, const uint16_t *w, const int32_t *labels, int N, int C, int V,
                                                int64_t n_valid_total, float grad_scale, int rows_per_chunk,
                                                struct gpu_gemm *gemm, void *workspace, cudaStream_t stream) {
     CHECK(N >= 1 && C >= 1 && V >= 1 && rows_per_chunk >= 1, "ce N=%d C=%d V=%d rows_per_chunk=%d", N, C, V,
@@ -471,7 +471,7 @@ extern "C" void gpu_lm_head_cross_entropy_bf16(float *loss, uint16_t *dh, float 
         gpu_linear_forward_bf16(gemm, zbuf, hc, w, nullptr, rows, C, V, stream);
         softmax_rows(nll + r0, backward ? zbuf : nullptr, zbuf, labels + r0, rows, V, mult, CE_ROWS_AUTO, stream);
         if (dh) gpu_linear_backward_dx_bf16(gemm, dh + (int64_t)r0 * C, zbuf, w, rows, C, V, GEMM_OVERWRITE, stream);
-        if (dw) gpu_linear_backward_dw_f32(gemm, dw, zbuf, hc, rows, C, V, stream);
+        if (dw) gpu_linear_backward_dw(gemm, dw, dw_type, zbuf, hc, rows, C, V, stream);
     }
     ce_finish_loss<<<1, 256, 0, stream>>>(loss, nll, N, 1.0 / (double)n_valid_total);
     KERNEL_CHECK(stream);

@@ -11,7 +11,7 @@
  *   mult    = fp32(grad_scale / n_valid_total)                  (from double)
  *   dz[n,j] = bf16((softmax(z[n])_j − [j = y_n]) · mult), 0 on ignored rows
  *   dh      = bf16(dz W)                                          (N, C) OVERWRITTEN
- *   dW     += dzᵀ h                                               (V, C) fp32 ACCUMULATES
+ *   dW     += dzᵀ h                                               (V, C) ACCUMULATES, per chunk
  * n_valid_total is the number of valid labels of the whole optimizer batch (HF's
  * num_items_in_batch; the count of this call's labels when one micro-batch is the batch), so that
  * the losses and gradients of the micro-batches add up to the batch mean; grad_scale is the
@@ -21,7 +21,8 @@
  *
  * Shapes: h (N, C) bf16; W (V, C) bf16 (the lm_head, or the embedding table when tied); labels (N)
  * int32 in [0, V) or −100; loss (1) fp32 device; dh (N, C) bf16 or NULL (no backward); dw (V, C)
- * fp32 or NULL (frozen lm_head); workspace gpu_lm_head_ce_workspace_size(N, V, rows_per_chunk)
+ * fp32, or bf16 per dw_type (a bf16 accumulator: each chunk's product added and rounded once, as
+ * gpu_linear_backward_dw), or NULL (frozen lm_head); workspace gpu_lm_head_ce_workspace_size(N, V, rows_per_chunk)
  * bytes (device, 256-byte aligned). All pointers device pointers.
  * Preconditions: N, C, V ≥ 1; 1 ≤ rows_per_chunk; n_valid_total ≥ 1 (CHECKed: HF's loss is NaN when
  * every label is ignored, and the caller skips such a batch); labels valid (not checked on the
@@ -46,9 +47,9 @@ extern "C" {
 
 size_t gpu_lm_head_ce_workspace_size(int N, int V, int rows_per_chunk);
 
-void gpu_lm_head_cross_entropy_bf16(float *loss, uint16_t *dh, float *dw, const uint16_t *h, const uint16_t *w,
-                                    const int32_t *labels, int N, int C, int V, int64_t n_valid_total,
-                                    float grad_scale, int rows_per_chunk, struct gpu_gemm *gemm, void *workspace,
+void gpu_lm_head_cross_entropy_bf16(float *loss, uint16_t *dh, void *dw, enum gemm_out dw_type, const uint16_t *h,
+                                    const uint16_t *w, const int32_t *labels, int N, int C, int V,
+                                    int64_t n_valid_total, float grad_scale, int rows_per_chunk, struct gpu_gemm *gemm, void *workspace,
                                     cudaStream_t stream);
 
 /* The softmax/loss part alone, on given bf16 logits z (N, V): nll (N) fp32 per row (0 when

@@ -445,11 +445,11 @@ void gpu_linear_backward_dx_bf16(struct gpu_gemm *g, uint16_t *dx, const uint16_
     gpu_gemm(g, &p, stream);
 }
 
-void gpu_linear_backward_dw_f32(struct gpu_gemm *g, float *dw, const uint16_t *dy, const uint16_t *x, int N,
-                                int C_in, int C_out, cudaStream_t stream) {
+void gpu_linear_backward_dw(struct gpu_gemm *g, void *dw, enum gemm_out dw_type, const uint16_t *dy, const uint16_t *x,
+                            int N, int C_in, int C_out, cudaStream_t stream) {
     gemm_args p;
     memset(&p, 0, sizeof p);
-    p.d = dw, p.d_type = GEMM_OUT_F32, p.ldd = C_in;
+    p.d = dw, p.d_type = dw_type, p.ldd = C_in;
     p.a = dy, p.op_a = GEMM_TRANS, p.lda = C_out;
     p.b = x, p.op_b = GEMM_NO_TRANS, p.ldb = C_in;
     p.m = C_out, p.n = C_in, p.k = N, p.batch = 1;

@@ -14,7 +14,7 @@
  * (N, C_in), W (C_out, C_in):
  *   gpu_linear_forward_bf16      y  = x Wᵀ (+ b)   A = x  NO_TRANS, B = W  TRANS      (bf16 y)
  *   gpu_linear_backward_dx_bf16  dx = dy W         A = dy NO_TRANS, B = W  NO_TRANS   (bf16 dx)
- *   gpu_linear_backward_dw_f32   dW += dyᵀ x       A = dy TRANS,    B = x  NO_TRANS   (fp32 dW)
+ *   gpu_linear_backward_dw       dW += dyᵀ x       A = dy TRANS,    B = x  NO_TRANS   (fp32 or bf16 dW)
  * Fused QKV or gate/up weights are one W with C_out = the sum of the parts (rows stacked), so one
  * product computes all parts; a part is then a column range of y (ldd = the fused width).
  *
@@ -150,9 +150,10 @@ void gpu_linear_forward_bf16(struct gpu_gemm *g, uint16_t *y, const uint16_t *x,
 /* beta = GEMM_ACCUMULATE adds into dx (dx += dy W, e.g. a LoRA path joining the base path). */
 void gpu_linear_backward_dx_bf16(struct gpu_gemm *g, uint16_t *dx, const uint16_t *dy, const uint16_t *w, int N,
                                  int C_in, int C_out, enum gemm_beta beta, cudaStream_t stream);
-/* dW ACCUMULATES (fp32), as every parameter gradient. */
-void gpu_linear_backward_dw_f32(struct gpu_gemm *g, float *dw, const uint16_t *dy, const uint16_t *x, int N,
-                                int C_in, int C_out, cudaStream_t stream);
+/* dW ACCUMULATES, as every parameter gradient: fp32, or a bf16 accumulator (dw_type GEMM_OUT_BF16:
+ * dW = bf16(dyᵀx + dW), the sum formed in fp32 — NUMERICS.md §5.6). */
+void gpu_linear_backward_dw(struct gpu_gemm *g, void *dw, enum gemm_out dw_type, const uint16_t *dy, const uint16_t *x,
+                            int N, int C_in, int C_out, cudaStream_t stream);
 
 /* The three products of a linear layer in FP8 (Transformer Engine's HYBRID recipe: E4M3 forward
  * tensors, E5M2 gradients), each a TN product of K-major operands. An operand is FP8 codes

@@ -42,6 +42,7 @@
 #include "gpu/swiglu.h"
 #include "gpu/vec.cuh"
 #include "io/check.h"
+#include "ref/bf16.h"
 
 #include <nvtx3/nvToolsExt.h>
 
@@ -208,7 +209,7 @@ void base_backward(gpu_llama *m, int l, int t, uint16_t *dx, enum gemm_beta beta
     if (m->opt.mode == LLAMA_FULL) {
         PROF(m, PROF_LINEAR_DW);
         const gl_fp8_pair p = gl_fp8_operands(m, l, t, GL_FP8_DW);
-        gpu_linear_backward_dw_fp8(m->gemm, lin.w_grad, GEMM_OUT_F32, GEMM_ACCUMULATE, &p.a, &p.b, m->N, lin.c_in,
+        gpu_linear_backward_dw_fp8(m->gemm, lin.w_grad, gl_grad_type(m), GEMM_ACCUMULATE, &p.a, &p.b, m->N, lin.c_in,
                                    lin.c_out, p.accum, m->stream);
     }
     if (dx) {
@@ -268,12 +269,13 @@ void proj_backward(gpu_llama *m, int l, int t, uint16_t *dx, enum gemm_beta beta
     const int N = m->N;
     if (m->opt.mode == LLAMA_FULL) {
         PROF(m, PROF_LINEAR_DW);
-        if (!m->fp8.on) gpu_linear_backward_dw_f32(m->gemm, lin.w_grad, dy, x, N, lin.c_in, lin.c_out, m->stream);
+        if (!m->fp8.on)
+            gpu_linear_backward_dw(m->gemm, lin.w_grad, gl_grad_type(m), dy, x, N, lin.c_in, lin.c_out, m->stream);
         if (lin.bias_grad) {
             /* db (1, C_out) += 1ᵀ (1, N) · dy (N, C_out) */
             gemm_args p;
             memset(&p, 0, sizeof p);
-            p.d = lin.bias_grad, p.d_type = GEMM_OUT_F32, p.ldd = lin.c_out;
+            p.d = lin.bias_grad, p.d_type = gl_grad_type(m), p.ldd = lin.c_out;
             p.a = m->ones, p.op_a = GEMM_NO_TRANS, p.lda = N;
             p.b = dy, p.op_b = GEMM_NO_TRANS, p.ldb = lin.c_out;
             p.m = 1, p.n = lin.c_out, p.k = N, p.batch = 1;
@@ -430,7 +432,7 @@ void layer_backward(gpu_llama *m, int l, uint64_t micro) {
     group_backward(m, l, GL_GROUP_GATE_UP, m->dn, d_gate_up, m->n2, micro);
     {
         PROF(m, PROF_NORM);
-        gpu_rmsnorm_backward_bf16(m->G, full ? ly.mlp_norm_grad : nullptr, m->dn, m->G, a.h, ly.mlp_norm, a.rstd2, N,
+        gpu_rmsnorm_backward_bf16(m->G, full ? ly.mlp_norm_grad : nullptr, gl_grad_type(m), m->dn, m->G, a.h, ly.mlp_norm, a.rstd2, N,
                                   c.C, m->ws, s);
     }
     /* attention */
@@ -453,7 +455,7 @@ void layer_backward(gpu_llama *m, int l, uint64_t micro) {
     group_backward(m, l, GL_GROUP_QKV, dx, d_qkv, m->n1, micro);
     if (need_dx) {
         PROF(m, PROF_NORM);
-        gpu_rmsnorm_backward_bf16(m->G, full ? ly.attn_norm_grad : nullptr, m->dn, m->G, m->x[l], ly.attn_norm,
+        gpu_rmsnorm_backward_bf16(m->G, full ? ly.attn_norm_grad : nullptr, gl_grad_type(m), m->dn, m->G, m->x[l], ly.attn_norm,
                                   a.rstd1, N, c.C, m->ws, s);
     }
 }
@@ -530,7 +532,7 @@ void forward(gpu_llama *m, int train, int64_t n_valid, float grad_scale, uint64_
         m->grad_gate(m->grad_gate_ctx, c.L + 1);
     }
     PROF(m, PROF_LM_HEAD);
-    gpu_lm_head_cross_entropy_bf16(m->loss_dev, train ? m->dn : nullptr, train && full ? m->lm_head_grad : nullptr,
+    gpu_lm_head_cross_entropy_bf16(m->loss_dev, train ? m->dn : nullptr, train && full ? m->lm_head_grad : nullptr, gl_grad_type(m),
                                    m->nf, m->lm_head, m->labels, N, c.C, c.V, n_valid, grad_scale, m->plan.ce_rows,
                                    m->gemm, m->ws, s);
     if (train) {
@@ -545,7 +547,7 @@ void backward(gpu_llama *m, uint64_t micro) {
     cudaStream_t s = m->stream;
     {
         PROF(m, PROF_NORM);
-        gpu_rmsnorm_backward_bf16(m->G, full ? m->final_norm_grad : nullptr, m->dn, nullptr, m->x[c.L], m->final_norm,
+        gpu_rmsnorm_backward_bf16(m->G, full ? m->final_norm_grad : nullptr, gl_grad_type(m), m->dn, nullptr, m->x[c.L], m->final_norm,
                                   m->rstd_f, N, c.C, m->ws, s);
     }
     if (m->grad_hook) m->grad_hook(m->grad_hook_ctx, 0); /* the head's bucket (gpu/llama.h) */
@@ -567,7 +569,7 @@ void backward(gpu_llama *m, uint64_t micro) {
     }
     if (full) {
         PROF(m, PROF_EMBED);
-        gpu_embedding_backward_f32(m->embed_grad, m->G, m->tokens, N, c.C, c.V, s);
+        gpu_embedding_backward(m->embed_grad, gl_grad_type(m), m->G, m->tokens, N, c.C, c.V, s);
     }
     if (m->grad_hook) m->grad_hook(m->grad_hook_ctx, c.L + 1);
 }
@@ -686,12 +688,20 @@ extern "C" float gpu_llama_loss(gpu_llama *m) {
 }
 
 /* Whether n gradients at dev hold a NaN or an Inf (host scan). */
-static int any_nonfinite(const float *dev, int64_t n) {
-    float *h = static_cast<float *>(malloc((size_t)(n > 0 ? n : 1) * sizeof(float)));
+/* n values at dev, fp32 or bf16 (type). */
+static int any_nonfinite(const void *dev, int64_t n, enum gemm_out type) {
+    const size_t elem = type == GEMM_OUT_BF16 ? sizeof(uint16_t) : sizeof(float);
+    unsigned char *h = static_cast<unsigned char *>(malloc((size_t)(n > 0 ? n : 1) * elem));
     CHECK(h != nullptr, "out of host memory");
-    CUDA_CHECK(cudaMemcpy(h, dev, (size_t)n * sizeof(float), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(h, dev, (size_t)n * elem, cudaMemcpyDeviceToHost));
     int bad = 0;
-    for (int64_t j = 0; j < n && !bad; j++) bad = !isfinite(h[j]);
+    for (int64_t j = 0; j < n && !bad; j++) {
+        uint16_t b;
+        float f;
+        if (type == GEMM_OUT_BF16) memcpy(&b, h + 2 * j, 2), f = bf16_to_float(b);
+        else memcpy(&f, h + 4 * j, 4);
+        bad = !isfinite(f);
+    }
     free(h);
     return bad;
 }
@@ -702,12 +712,12 @@ static int first_nonfinite(gpu_llama *m) {
     CUDA_CHECK(cudaStreamSynchronize(m->stream));
     if (m->shard_grads) {
         for (int k = 0; k < m->n_pieces; k++)
-            if (any_nonfinite(m->s_grad + m->pieces[k].off, m->pieces[k].hi - m->pieces[k].lo))
+            if (any_nonfinite(m->s_grad + m->pieces[k].off, m->pieces[k].hi - m->pieces[k].lo, GEMM_OUT_F32))
                 return m->pieces[k].tensor;
         return -1;
     }
     for (int i = 0; i < m->n_params; i++)
-        if (any_nonfinite(m->params[i].grad, m->params[i].n)) return i;
+        if (any_nonfinite(m->params[i].grad, m->params[i].n, gl_grad_type(m))) return i;
     return -1;
 }
 

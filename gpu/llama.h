@@ -138,6 +138,11 @@ struct gpu_llama_options {
      * gradients" below): this rank accumulates only its pieces' gradients, in fp32; the layers'
      * gradients pass through two layer-sized buffers. */
     int shard_grads;
+    /* Full fine-tuning's gradient accumulators: fp32, or bf16 (ref/master_pair.h; NUMERICS.md §5.6:
+     * every kernel that accumulates into one forms the sum in fp32 and rounds it to bf16 once).
+     * Full fine-tuning only, not with the sharded optimizer; split masters are then staged a tensor
+     * at a time at load (gpu/llama_internal.h, gl_stage_shared). */
+    enum grad_storage grads;
 };
 
 /* Bytes of each slab; total is what build_gpu_llama allocates (plus the CUDA context and
@@ -145,7 +150,7 @@ struct gpu_llama_options {
 struct gpu_llama_plan {
     size_t weights;    /* frozen base weights (bf16 or NF4), the NF4 dequantization buffer, tables */
     size_t params;     /* trainable masters (fp32, or the low halves of split ones) and compute copies (bf16) */
-    size_t grads;      /* fp32 gradients */
+    size_t grads;      /* gradients (fp32, or bf16 for full fine-tuning's with grads GRAD_BF16) */
     size_t optim;      /* optimizer state */
     size_t acts;       /* saved activations */
     size_t scratch;    /* backward buffers and the op workspaces (one, sized for the largest) */

@@ -29,8 +29,8 @@ namespace {
 
 /* The bucket of trainable tensor p (gpu/llama.h's numbering). */
 int bucket_of(const gpu_llama *m, const gl_param &p) {
-    int l = -1;
-    if (sscanf(p.name, "model.layers.%d.", &l) == 1) {
+    const int l = gl_layer_of(p.name);
+    if (l >= 0) {
         CHECK(l >= 0 && l < m->cfg.L, "tensor %s: layer %d of %d", p.name, l, m->cfg.L);
         return m->cfg.L - l;
     }
@@ -69,14 +69,16 @@ extern "C" void gpu_llama_bucket(const gpu_llama *m, int bucket, float **first, 
     for (int i = 0; i < m->n_params; i++) {
         const gl_param &p = m->params[i];
         if (bucket_of(m, p) != bucket) continue;
-        if (lo == nullptr || p.grad < lo) lo = p.grad;
-        if (hi == nullptr || p.grad + p.n > hi) hi = p.grad + p.n;
+        const float *g = gl_grad_f32(m, p);
+        if (lo == nullptr || g < lo) lo = g;
+        if (hi == nullptr || g + p.n > hi) hi = g + p.n;
     }
     /* no other bucket's gradient lies inside this range */
     for (int i = 0; i < m->n_params && lo != nullptr; i++) {
         const gl_param &p = m->params[i];
         if (bucket_of(m, p) == bucket || shared_rows(m, bucket, bucket_of(m, p))) continue;
-        CHECK(p.grad + p.n <= lo || p.grad >= hi, "bucket %d [%p, %p) overlaps the gradient of %s", bucket,
+        const float *g = gl_grad_f32(m, p);
+        CHECK(g + p.n <= lo || g >= hi, "bucket %d [%p, %p) overlaps the gradient of %s", bucket,
               (const void *)lo, (const void *)hi, p.name);
     }
     *first = const_cast<float *>(lo);
@@ -99,8 +101,9 @@ extern "C" void gpu_llama_bucket_part(const gpu_llama *m, int bucket, int rank, 
     for (const shard_piece &pc : pieces) {
         const gl_param &p = m->params[pc.tensor];
         if (bucket_of(m, p) != bucket) continue;
-        if (lo == nullptr || p.grad + pc.lo < lo) lo = p.grad + pc.lo;
-        if (hi == nullptr || p.grad + pc.hi > hi) hi = p.grad + pc.hi;
+        const float *g = gl_grad_f32(m, p);
+        if (lo == nullptr || g + pc.lo < lo) lo = g + pc.lo;
+        if (hi == nullptr || g + pc.hi > hi) hi = g + pc.hi;
     }
     float *b_first;
     int64_t b_n;
@@ -118,7 +121,7 @@ extern "C" void gpu_llama_bucket_take(gpu_llama *m, int bucket, cudaStream_t str
         const gl_param &p = m->params[pc.tensor];
         if (bucket_of(m, p) != bucket) continue;
         const int64_t n = pc.hi - pc.lo, blocks = (n + 255) / 256;
-        add_into<<<(unsigned)(blocks < 2048 ? blocks : 2048), 256, 0, stream>>>(m->s_grad + pc.off, p.grad + pc.lo, n);
+        add_into<<<(unsigned)(blocks < 2048 ? blocks : 2048), 256, 0, stream>>>(m->s_grad + pc.off, gl_grad_f32(m, p) + pc.lo, n);
         KERNEL_CHECK(stream);
     }
     float *first;

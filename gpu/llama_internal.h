@@ -49,7 +49,8 @@ struct gl_linear {
     int c_in, c_out, target;
     uint16_t *w, *bias;
     gl_nf4 nf4;
-    float *w_master, *w_grad, *bias_master, *bias_grad; /* full fine-tuning */
+    float *w_master, *bias_master; /* full fine-tuning */
+    void *w_grad, *bias_grad;      /* full: fp32, or bf16 (gl_grads_bf16) */
     uint16_t *a, *b;                              /* adapter compute copies */
     float *a_master, *b_master, *a_grad, *b_grad;
     int a_param;           /* A's index in gpu_llama.params */
@@ -63,7 +64,8 @@ struct gl_linear {
 
 struct gl_layer {
     uint16_t *attn_norm, *mlp_norm;
-    float *attn_norm_master, *attn_norm_grad, *mlp_norm_master, *mlp_norm_grad; /* full */
+    float *attn_norm_master, *mlp_norm_master; /* full */
+    void *attn_norm_grad, *mlp_norm_grad;      /* full: fp32, or bf16 (gl_grads_bf16) */
     gl_linear lin[LLAMA_N_LINEAR];
     uint16_t *group_a[GL_N_GROUPS]; /* grouped LoRA: the members' stacked A copies (n·R, C_in) */
     float *group_da[GL_N_GROUPS];   /* and their stacked A gradients */
@@ -86,7 +88,8 @@ struct gl_param {
     char name[200];
     int ndim;
     int64_t shape[2], n;
-    float *master, *grad; /* split masters: master is the load staging (the gradient row) */
+    float *master; /* split masters: the load staging (the gradient row) */
+    void *grad;    /* fp32, or bf16 for full fine-tuning when gl_grads_bf16 */
     uint16_t *copy; /* bf16 compute copy, or NULL (DoRA magnitude) */
     uint16_t *lo;   /* split masters (options.master): the low halves; the master is join(copy, lo) */
     float *m, *v;   /* AdamW moments (and the 8-bit optimizer's 32-bit path) */
@@ -95,7 +98,7 @@ struct gl_param {
     int is_8bit;
     float **dst_master; /* the model's own pointers to this tensor (gl_linear's, gl_layer's, ...) */
     uint16_t **dst_copy;
-    float **dst_grad;
+    void **dst_grad;
 };
 
 /* An engine tensor: a parameter's master or a piece of its optimizer state. */
@@ -161,7 +164,8 @@ struct gpu_llama {
 
     /* weights (compute copies; lm_head == embed when tied) */
     uint16_t *embed, *lm_head, *final_norm;
-    float *embed_master, *embed_grad, *lm_head_master, *lm_head_grad, *final_norm_master, *final_norm_grad;
+    float *embed_master, *lm_head_master, *final_norm_master;
+    void *embed_grad, *lm_head_grad, *final_norm_grad; /* fp32, or bf16 (gl_grads_bf16) */
     gl_layer *layers;
     uint16_t *dq_buf; /* NF4, FP8-stored: one layer's dequantized linears (W_eff under FP8) */
     int dq_layer;     /* the layer dq_buf holds, −1 none */
@@ -215,6 +219,7 @@ struct gpu_llama {
      * layer l ≥ 2's gradients are views of layer l − 2's rows */
     int shard_grads;
     float *s_grad;
+    unsigned char *stage_pad; /* gl_stage_shared: pads the gradient slab to the largest fp32 master */
     gpu_llama_grad_hook grad_hook; /* data parallelism (gpu/llama.h): called as buckets finish */
     void *grad_hook_ctx;
     gpu_llama_grad_hook grad_gate; /* and before a bucket's gradients are first written */
@@ -237,6 +242,26 @@ struct gpu_llama {
     int *prof_cat;
     double prof_ms[N_PROF];
 };
+
+/* Full fine-tuning's gradients are bf16 accumulators (options.grads; NUMERICS.md §5.6); adapter
+ * gradients are always fp32. */
+static inline bool gl_grads_bf16(const gpu_llama *m) {
+    return m->opt.mode == LLAMA_FULL && m->opt.grads == GRAD_BF16;
+}
+/* The output type of a product or kernel that accumulates into full fine-tuning's gradients. */
+static inline enum gemm_out gl_grad_type(const gpu_llama *m) { return gl_grads_bf16(m) ? GEMM_OUT_BF16 : GEMM_OUT_F32; }
+/* p's gradient as fp32, for the paths that read only fp32 gradients (data parallelism's buckets,
+ * the sharded optimizer; the build refuses bf16 gradients with them). */
+float *gl_grad_f32(const gpu_llama *m, const gl_param &p);
+/* Split masters with bf16 gradients: a gradient row cannot hold its tensor's fp32 master, so every
+ * master is staged at the gradient slab's start (sized to hold the largest) and split into its pair
+ * as soon as it is written (gl_take_staged, llama_layout.cu). */
+static inline bool gl_stage_shared(const gpu_llama *m) {
+    return !m->sharded && m->opt.master == MASTER_SPLIT && gl_grads_bf16(m);
+}
+
+/* The layer of a tensor named "model.layers.<l>.…", or −1 (llama_layout.cu). */
+int gl_layer_of(const char *name);
 
 /* llama_layout.cu: the layout table of m's (config, options) — the plan into m->plan and the
  * trainable tensors into m->params (the host tables must exist); GL_ALLOCATE also allocates every
@@ -328,6 +353,8 @@ void gl_shard_keep_pieces(gpu_llama *m, int which);
  * calls gl_take_layer_masters after each layer (it waits for the copies), gl_take_masters the rest. */
 void gl_take_masters(gpu_llama *m);
 void gl_take_layer_masters(gpu_llama *m, int l);
+/* gl_stage_shared: the staged master of the tensor whose compute copy is `copy` into its pair. */
+void gl_take_staged(gpu_llama *m, const uint16_t *copy);
 void gl_shard_tensor_write(gpu_llama *m, int i, const void *host);
 
 #endif /* REFINE_GPU_LLAMA_INTERNAL_H */

@@ -124,8 +124,9 @@ enum param_storage {
 /* A trainable tensor: its registry entry (name, shape) and the rows of its master, copy, gradient
  * and optimizer state; *master, *copy, *grad (the model's own pointers to it) are set from the
  * registry after pointing (point_views). Returns the registry index. */
+template <class G>
 int add_param(gpu_llama *m, gl_rows &rs, const char *name, int ndim, int64_t d0, int64_t d1, float **master,
-              uint16_t **copy, float **grad, param_storage storage = PARAM_OWN) {
+              uint16_t **copy, G **grad, param_storage storage = PARAM_OWN) {
     CHECK(m->n_params < m->cap_params, "layout: more trainable tensors than the %d counted", m->cap_params);
     const int i = m->n_params++;
     gl_param &p = m->params[i];
@@ -135,7 +136,7 @@ int add_param(gpu_llama *m, gl_rows &rs, const char *name, int ndim, int64_t d0,
     p.shape[0] = d0;
     p.shape[1] = ndim == 2 ? d1 : 0;
     p.n = ndim == 2 ? d0 * d1 : d0;
-    p.dst_master = master, p.dst_copy = copy, p.dst_grad = grad;
+    p.dst_master = master, p.dst_copy = copy, p.dst_grad = reinterpret_cast<void **>(grad);
     /* the sharded optimizer keeps masters and state in its own flat rows (gpu/llama_shard.cu) */
     const int sharded = m->sharded, split = m->opt.master == MASTER_SPLIT;
     if (split) CHECK(storage == PARAM_OWN, "layout: a split master needs its own bf16 copy (%s)", name);
@@ -143,9 +144,9 @@ int add_param(gpu_llama *m, gl_rows &rs, const char *name, int ndim, int64_t d0,
     else if (!sharded) add(rs, SLAB_PARAMS, &p.master, p.n);
     if (storage == PARAM_OWN) add(rs, SLAB_PARAMS, &p.copy, p.n);
     /* sharded gradients: layer l ≥ 2 writes into layer l − 2's rows (point_views) */
-    int layer = -1;
-    const int shared_grad = m->shard_grads && sscanf(name, "model.layers.%d.", &layer) == 1 && layer >= 2;
-    if (storage != PARAM_IN_GROUP && !shared_grad) add(rs, SLAB_GRADS, &p.grad, p.n);
+    const int shared_grad = m->shard_grads && gl_layer_of(name) >= 2;
+    if (storage != PARAM_IN_GROUP && !shared_grad)
+        add_row(rs, SLAB_GRADS, &p.grad, p.n, gl_grads_bf16(m) ? sizeof(uint16_t) : sizeof(float));
     if (m->opt.optimizer == OPTIMIZER_ADAMW8BIT && p.n >= ADAMW8BIT_MIN_8BIT_SIZE) {
         p.is_8bit = 1;
         if (!sharded) {
@@ -482,6 +483,12 @@ gl_rows make_rows(gpu_llama *m) {
     adapter_rows(m, rs);
     CHECK(m->n_params == m->cap_params, "layout: %d trainable tensors registered, %d counted", m->n_params,
           m->cap_params);
+    if (gl_stage_shared(m)) { /* the slab must hold the largest master in fp32 (gl_take_staged) */
+        int64_t total = 0, largest = 0;
+        for (int i = 0; i < m->n_params; i++)
+            total += m->params[i].n, largest = m->params[i].n > largest ? m->params[i].n : largest;
+        if (4 * largest > 2 * total) add(rs, SLAB_GRADS, &m->stage_pad, 4 * largest - 2 * total);
+    }
     fp8_rows(m, rs);
     gl_shard_rows(m, &rs, add_row_cb);
     activation_rows(m, rs);
@@ -509,14 +516,13 @@ void point_views(gpu_llama *m) {
     if (m->shard_grads) { /* layer l ≥ 2's gradients: views of layer l − 2's rows */
         int first[2] = {-1, -1};
         for (int i = 0; i < m->n_params; i++) {
-            int l = -1;
-            if (sscanf(m->params[i].name, "model.layers.%d.", &l) == 1 && l < 2 && first[l] < 0) first[l] = i;
+            const int l = gl_layer_of(m->params[i].name);
+            if (l >= 0 && l < 2 && first[l] < 0) first[l] = i;
         }
         CHECK(c->L < 2 || (first[0] >= 0 && first[1] > first[0]), "layout: layers 0 and 1 have no tensors");
         const int per_layer = c->L >= 2 ? first[1] - first[0] : 0; /* tensors a layer */
         for (int i = 0; i < m->n_params; i++) {
-            int l = -1;
-            if (sscanf(m->params[i].name, "model.layers.%d.", &l) != 1 || l < 2) continue;
+            if (gl_layer_of(m->params[i].name) < 2) continue;
             const gl_param &twin = m->params[i - 2 * per_layer];
             CHECK(twin.n == m->params[i].n && strcmp(strchr(twin.name + 13, '.'), strchr(m->params[i].name + 13, '.')) == 0,
                   "layout: %s is not the twin of %s", twin.name, m->params[i].name);
@@ -526,7 +532,9 @@ void point_views(gpu_llama *m) {
     for (int i = 0; i < m->n_params; i++) {
         gl_param &p = m->params[i];
         /* the staging of a load (gl_take_masters) */
-        if (m->sharded || m->opt.master == MASTER_SPLIT) p.master = p.grad;
+        if (m->sharded) p.master = gl_grad_f32(m, p);
+        else if (m->opt.master == MASTER_SPLIT)
+            p.master = gl_stage_shared(m) ? reinterpret_cast<float *>(m->slab[SLAB_GRADS]) : gl_grad_f32(m, p);
         *p.dst_master = p.master;
         if (p.dst_copy) *p.dst_copy = p.copy;
         *p.dst_grad = p.grad;
@@ -573,6 +581,17 @@ void point_views(gpu_llama *m) {
 }  // namespace
 
 const int gl_group_first[GL_N_GROUPS] = {LLAMA_Q, LLAMA_GATE}, gl_group_n[GL_N_GROUPS] = {3, 2};
+
+int gl_layer_of(const char *name) {
+    int l = -1;
+    return sscanf(name, "model.layers.%d.", &l) == 1 ? l : -1;
+}
+
+float *gl_grad_f32(const gpu_llama *m, const gl_param &p) {
+    CHECK(!gl_grads_bf16(m), "%s: bf16 gradients where only fp32 ones are read (a combination the build refuses)",
+          p.name);
+    return static_cast<float *>(p.grad);
+}
 
 int gl_is_target(const gpu_llama *m, int t) { return m->opt.mode != LLAMA_FULL && ((m->opt.targets >> t) & 1u); }
 
@@ -648,6 +667,11 @@ static int check_options(const model_config *c, const gpu_llama_options *o, io_e
         return io_fail(e, "shard rank %d of %d", o->shard_rank, o->shard_world);
     if (o->shard_grads && o->shard_world <= 1)
         return io_fail(e, "sharded gradients (ZeRO-2) need the optimizer sharded over two or more ranks");
+    if (o->grads == GRAD_BF16 && o->mode != LLAMA_FULL)
+        return io_fail(e, "bf16 gradients are for full fine-tuning (an adapter's gradients are small)");
+    if (o->grads == GRAD_BF16 && o->shard_world > 1)
+        return io_fail(e, "bf16 gradients and the sharded optimizer do not go together yet (it reduces and reads "
+                          "fp32 gradients): use --grad-dtype fp32 with several GPUs");
     return 0;
 }
 
@@ -872,7 +896,7 @@ void gl_take_masters(gpu_llama *m) {
     if (!m->sharded && m->opt.master != MASTER_SPLIT) return;
     if (m->sharded) {
         gl_shard_keep_pieces(m, m->shard_grads ? GL_KEEP_OUTSIDE_LAYERS : GL_KEEP_ALL);
-    } else {
+    } else if (!gl_stage_shared(m)) { /* shared staging: each tensor was taken as it was written */
         for (int i = 0; i < m->n_params; i++) {
             const gl_param &p = m->params[i]; /* p.master: the staging in the gradient slab */
             gpu_master_pair_split(p.copy, p.lo, p.master, p.n, m->stream);
@@ -880,6 +904,18 @@ void gl_take_masters(gpu_llama *m) {
     }
     CUDA_CHECK(cudaMemsetAsync(m->slab[SLAB_GRADS], 0, m->plan.grads, m->stream));
     CUDA_CHECK(cudaStreamSynchronize(m->stream));
+}
+
+void gl_take_staged(gpu_llama *m, const uint16_t *copy) {
+    if (!gl_stage_shared(m)) return;
+    for (int i = 0; i < m->n_params; i++) {
+        const gl_param &p = m->params[i];
+        if (p.copy != copy) continue;
+        gpu_master_pair_split(p.copy, p.lo, p.master, p.n, m->stream);
+        CUDA_CHECK(cudaStreamSynchronize(m->stream)); /* before the next tensor overwrites the staging */
+        return;
+    }
+    CHECK(false, "layout: the staged master's copy belongs to no trainable tensor");
 }
 
 void gl_take_layer_masters(gpu_llama *m, int l) {
@@ -899,14 +935,16 @@ static void build_optimizer(gpu_llama *m) {
     const int adamw = m->opt.optimizer == OPTIMIZER_ADAMW, split = m->opt.master == MASTER_SPLIT;
     for (int i = 0; i < m->n_params; i++) {
         const gl_param &p = m->params[i];
-        ps[i] = gpu_adamw_param{adamw && !split ? p.master : nullptr,
-                                adamw ? p.copy : nullptr,
-                                adamw ? p.m : nullptr,
-                                adamw ? p.v : nullptr,
-                                p.grad,
-                                p.n,
-                                1,
-                                adamw && split ? p.lo : nullptr};
+        gpu_adamw_param &q = ps[i]; /* zeroed by calloc */
+        q.master = adamw && !split ? p.master : nullptr;
+        q.copy = adamw ? p.copy : nullptr;
+        q.m = adamw ? p.m : nullptr;
+        q.v = adamw ? p.v : nullptr;
+        if (gl_grads_bf16(m)) q.grad_bf16 = static_cast<const uint16_t *>(p.grad);
+        else q.grad = static_cast<const float *>(p.grad);
+        q.n = p.n;
+        q.decay = 1;
+        q.lo = adamw && split ? p.lo : nullptr;
     }
     m->adamw = build_gpu_adamw(ps, m->n_params);
     free(ps);

@@ -177,7 +177,11 @@ struct gpu_adamw *gl_shard_build_optimizer(gpu_llama *m) {
     std::vector<gpu_adamw_param> ps(m->n_params);
     for (int i = 0; i < m->n_params; i++) {
         const gl_param &p = m->params[i];
-        ps[i] = gpu_adamw_param{nullptr, p.copy, nullptr, nullptr, p.grad, p.n, 1, nullptr};
+        ps[i] = gpu_adamw_param{}; /* filled by field */
+        ps[i].copy = p.copy;
+        ps[i].grad = gl_grad_f32(m, p);
+        ps[i].n = p.n;
+        ps[i].decay = 1;
     }
     const int adamw = m->opt.optimizer == OPTIMIZER_ADAMW;
     return build_gpu_adamw_sharded(ps.data(), m->n_params, m->pieces, m->n_pieces, adamw ? m->s_master : nullptr,
@@ -190,20 +194,18 @@ void gl_adamw8bit_steps(gpu_llama *m, const gpu_adamw8bit_args *a, cudaStream_t 
         const int split = m->opt.master == MASTER_SPLIT;
         for (int i = 0; i < m->n_params; i++) {
             const gl_param &p = m->params[i];
-            const gpu_adamw8bit_tensor t = {split ? nullptr : p.master,
-                                            p.copy,
-                                            p.grad,
-                                            p.n,
-                                            p.is_8bit,
-                                            p.q1,
-                                            p.q2,
-                                            p.absmax1,
-                                            p.absmax2,
-                                            m->map1,
-                                            m->map2,
-                                            p.m,
-                                            p.v,
-                                            split ? p.lo : nullptr};
+            gpu_adamw8bit_tensor t = {};
+            t.p = split ? nullptr : p.master;
+            t.copy = p.copy;
+            if (gl_grads_bf16(m)) t.grad_bf16 = static_cast<const uint16_t *>(p.grad);
+            else t.grad = static_cast<const float *>(p.grad);
+            t.n = p.n;
+            t.is_8bit = p.is_8bit;
+            t.q1 = p.q1, t.q2 = p.q2;
+            t.absmax1 = p.absmax1, t.absmax2 = p.absmax2;
+            t.map1 = m->map1, t.map2 = m->map2;
+            t.m = p.m, t.v = p.v;
+            t.lo = split ? p.lo : nullptr;
             gpu_adamw8bit_step(&t, a, s);
         }
         return;
@@ -212,19 +214,19 @@ void gl_adamw8bit_steps(gpu_llama *m, const gpu_adamw8bit_args *a, cudaStream_t 
         const shard_piece &pc = m->pieces[k];
         const gl_param &p = m->params[pc.tensor];
         const int eight = is_8bit_tensor(m, pc.tensor);
-        const gpu_adamw8bit_tensor t = {m->s_master + pc.off,
-                                        p.copy + pc.lo,
-                                        m->shard_grads ? m->s_grad + pc.off : p.grad + pc.lo,
-                                        pc.hi - pc.lo,
-                                        eight,
-                                        eight ? m->s_q1 + pc.off : nullptr,
-                                        eight ? m->s_q2 + pc.off : nullptr,
-                                        eight ? m->s_absmax1 + m->piece_boff[k] : nullptr,
-                                        eight ? m->s_absmax2 + m->piece_boff[k] : nullptr,
-                                        m->map1,
-                                        m->map2,
-                                        eight ? nullptr : m->s_m + m->piece_soff[k],
-                                        eight ? nullptr : m->s_v + m->piece_soff[k]};
+        gpu_adamw8bit_tensor t = {}; /* by field, as above */
+        t.p = m->s_master + pc.off;
+        t.copy = p.copy + pc.lo;
+        t.grad = m->shard_grads ? m->s_grad + pc.off : gl_grad_f32(m, p) + pc.lo;
+        t.n = pc.hi - pc.lo;
+        t.is_8bit = eight;
+        t.q1 = eight ? m->s_q1 + pc.off : nullptr;
+        t.q2 = eight ? m->s_q2 + pc.off : nullptr;
+        t.absmax1 = eight ? m->s_absmax1 + m->piece_boff[k] : nullptr;
+        t.absmax2 = eight ? m->s_absmax2 + m->piece_boff[k] : nullptr;
+        t.map1 = m->map1, t.map2 = m->map2;
+        t.m = eight ? nullptr : m->s_m + m->piece_soff[k];
+        t.v = eight ? nullptr : m->s_v + m->piece_soff[k];
         gpu_adamw8bit_step(&t, a, s);
     }
 }
@@ -232,11 +234,8 @@ void gl_adamw8bit_steps(gpu_llama *m, const gpu_adamw8bit_args *a, cudaStream_t 
 void gl_shard_keep_pieces(gpu_llama *m, int which) {
     for (int k = 0; k < m->n_pieces; k++) {
         const shard_piece &pc = m->pieces[k];
-        if (which != GL_KEEP_ALL) {
-            int l = -1;
-            sscanf(m->params[pc.tensor].name, "model.layers.%d.", &l);
-            if (l != which) continue; /* which = −1: the tensors outside the layers (l stays −1) */
-        }
+        /* which = −1: the tensors outside the layers */
+        if (which != GL_KEEP_ALL && gl_layer_of(m->params[pc.tensor].name) != which) continue;
         const gl_param &p = m->params[pc.tensor]; /* p.master: the staging in the gradient slab */
         CUDA_CHECK(cudaMemcpyAsync(m->s_master + pc.off, p.master + pc.lo, sizeof(float) * (size_t)(pc.hi - pc.lo),
                                    cudaMemcpyDeviceToDevice, m->stream));

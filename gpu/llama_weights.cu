@@ -105,6 +105,7 @@ int load_weight(loader &ld, enum model_weight kind, int layer, int64_t n, uint16
     if (read_f32(ld, kind, layer, n)) return -1;
     if (master) CUDA_CHECK(cudaMemcpy(master, ld.buf, (size_t)n * sizeof(float), cudaMemcpyHostToDevice));
     upload_bf16(ld, dev, n);
+    if (master) gl_take_staged(ld.m, dev);
     return 0;
 }
 
@@ -235,12 +236,19 @@ extern "C" void gpu_llama_random_weights(gpu_llama *m, uint64_t seed) {
     const float amp = 0.02f * sqrtf(3.0f); /* uniform with HF's std 0.02 */
     uint64_t k = seed * 1000003ull;
     rand_fill(m->embed_master, m->embed, (int64_t)c->V * c->C, ++k, amp, s);
-    if (!c->tie_word_embeddings) rand_fill(m->lm_head_master, m->lm_head, (int64_t)c->V * c->C, ++k, amp, s);
+    gl_take_staged(m, m->embed);
+    if (!c->tie_word_embeddings) {
+        rand_fill(m->lm_head_master, m->lm_head, (int64_t)c->V * c->C, ++k, amp, s);
+        gl_take_staged(m, m->lm_head);
+    }
     const_fill(m->final_norm_master, m->final_norm, c->C, 1.0f, s);
+    gl_take_staged(m, m->final_norm);
     for (int l = 0; l < c->L; l++) {
         gl_layer &ly = m->layers[l];
         const_fill(ly.attn_norm_master, ly.attn_norm, c->C, 1.0f, s);
+        gl_take_staged(m, ly.attn_norm);
         const_fill(ly.mlp_norm_master, ly.mlp_norm, c->C, 1.0f, s);
+        gl_take_staged(m, ly.mlp_norm);
         for (int t = 0; t < LLAMA_N_LINEAR; t++) {
             gl_linear &lin = ly.lin[t];
             const int64_t n = (int64_t)lin.c_out * lin.c_in;
@@ -267,8 +275,12 @@ extern "C" void gpu_llama_random_weights(gpu_llama *m, uint64_t seed) {
                 gl_fp8_store(m, l, t, gl_fp8_staging(m));
             } else {
                 rand_fill(lin.w_master, lin.w, n, ++k, amp, s);
+                gl_take_staged(m, lin.w);
             }
-            if (lin.bias) const_fill(lin.bias_master, lin.bias, lin.c_out, 0.0f, s);
+            if (lin.bias) {
+                const_fill(lin.bias_master, lin.bias, lin.c_out, 0.0f, s);
+                gl_take_staged(m, lin.bias);
+            }
         }
         gl_take_layer_masters(m, l);
     }

@@ -12,8 +12,9 @@
  * so it accumulates dy·bf16(n̂) for those columns in registers across the rows of its row slot;
  * the row slots of a block are combined in slot order in shared memory and written as the
  * block's partial row of `workspace`; a second kernel adds the blocks' partials in block order
- * into dw. The grid of the backward is min(ceil(N / rows per block), kMaxBackwardBlocks), a
- * function of N and C only, so dw has the same bits on every run and every GPU.
+ * into dw (fp32, or a bf16 accumulator: widened, the same add, one RNE rounding). The grid of
+ * the backward is min(ceil(N / rows per block), kMaxBackwardBlocks), a function of N and C only,
+ * so dw has the same bits on every run and every GPU.
  *
  * Rounding matches ref/rmsnorm.c step for step (__fmul_rn/__fadd_rn keep nvcc from contracting
  * into FMAs); only the order of the fp32 row sums differs from the reference's double sums.
@@ -22,6 +23,8 @@
  *                     (binary) rmsnorm_parity --bench
  */
 #include "gpu/rmsnorm.h"
+
+#include <type_traits>
 
 #include "gpu/cuda_check.h"
 #include "gpu/vec.cuh"
@@ -185,13 +188,18 @@ __global__ void __launch_bounds__(kBlock) rmsnorm_backward_rows_in_registers(
     }
 }
 
-/* dw[c] += Σ_b partial[b, c], blocks in order. */
-__global__ void rmsnorm_dw_ordered_sum(float *__restrict__ dw, const float *__restrict__ partial, int blocks, int C) {
+/* dw[c] += Σ_b partial[b, c], blocks in order. T = float: the fp32 accumulator; T = bf16: the
+ * same sum added to the widened old value in fp32 and rounded to bf16 once (RNE). */
+template <typename T>
+__global__ void rmsnorm_dw_ordered_sum(T *__restrict__ dw, const float *__restrict__ partial, int blocks, int C) {
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     float s = 0.0f;
     for (int b = 0; b < blocks; b++) s = __fadd_rn(s, partial[(int64_t)b * C + c]);
-    dw[c] = __fadd_rn(dw[c], s);
+    if constexpr (std::is_same_v<T, bf16>)
+        dw[c] = __float2bfloat16_rn(__fadd_rn(__bfloat162float(dw[c]), s));
+    else
+        dw[c] = __fadd_rn(dw[c], s);
 }
 
 /* The launch shape for a row of C elements. */
@@ -309,12 +317,14 @@ extern "C" size_t gpu_rmsnorm_backward_workspace_size(int N, int C) {
     return (bytes + 255) & ~(size_t)255;
 }
 
-extern "C" void gpu_rmsnorm_backward_bf16(uint16_t *dx, float *dw, const uint16_t *dy, const uint16_t *dres,
-                                          const uint16_t *x, const uint16_t *w, const float *rstd, int N, int C,
-                                          void *workspace, cudaStream_t stream) {
+extern "C" void gpu_rmsnorm_backward_bf16(uint16_t *dx, void *dw, enum gemm_out dw_type, const uint16_t *dy,
+                                          const uint16_t *dres, const uint16_t *x, const uint16_t *w,
+                                          const float *rstd, int N, int C, void *workspace, cudaStream_t stream) {
     using namespace refine;
     CHECK(N >= 1 && C >= 1, "rmsnorm backward: N=%d C=%d must be positive", N, C);
     CHECK(dw == nullptr || workspace != nullptr, "rmsnorm backward: dw needs a workspace");
+    CHECK(dw == nullptr || dw_type == GEMM_OUT_F32 || dw_type == GEMM_OUT_BF16,
+          "rmsnorm backward: dw_type=%d is neither GEMM_OUT_F32 nor GEMM_OUT_BF16", (int)dw_type);
     const void *ptrs[] = {dx, dy, dres, x, w};
     const row_shape s = pick_shape(C, ptrs, 5);
     const int blocks = backward_blocks(N, s.tpr);
@@ -333,7 +343,10 @@ extern "C" void gpu_rmsnorm_backward_bf16(uint16_t *dx, float *dw, const uint16_
         dispatch_shape<backward_launch<false, false>::L>(s, blocks, smem, stream, dx_, partial, dy_, dres_, x_, w_, rstd, N, C);
     KERNEL_CHECK(stream);
     if (dw != nullptr) {
-        rmsnorm_dw_ordered_sum<<<(C + 255) / 256, 256, 0, stream>>>(dw, partial, blocks, C);
+        if (dw_type == GEMM_OUT_F32)
+            rmsnorm_dw_ordered_sum<<<(C + 255) / 256, 256, 0, stream>>>(static_cast<float *>(dw), partial, blocks, C);
+        else
+            rmsnorm_dw_ordered_sum<<<(C + 255) / 256, 256, 0, stream>>>(static_cast<bf16 *>(dw), partial, blocks, C);
         KERNEL_CHECK(stream);
     }
 }

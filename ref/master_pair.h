@@ -49,6 +49,10 @@ extern "C" {
 enum master_storage { MASTER_FP32 = 0, MASTER_SPLIT };
 /* "fp32", "split" (index = enum value), NULL-terminated: --master's names. */
 extern const char *const master_storage_names[];
+/* Full fine-tuning's accumulated gradients: fp32, or bf16 — each micro-batch's gradient added to the
+ * accumulator and the sum rounded to bf16 (NUMERICS.md §5.6: what a bf16 GEMM output accumulating
+ * with beta = 1 gives; the peers' bf16 .grad, 2 bytes a parameter instead of 4). */
+enum grad_storage { GRAD_FP32 = 0, GRAD_BF16 };
 
 /* x's bit pattern u → the pair (*hi, *lo). */
 MASTER_PAIR_FN void master_pair_split_bits(uint32_t u, uint16_t *hi, uint16_t *lo) {

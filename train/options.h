@@ -46,10 +46,7 @@ enum data_format { DATA_FORMAT_AUTO = 0, DATA_FORMAT_TEXT, DATA_FORMAT_JSONL };
  * is the same bits either way: only memory and communication differ. */
 enum shard_optimizer { SHARD_AUTO = 0, SHARD_ON, SHARD_OFF };
 extern const char *const shard_optimizer_names[];
-/* Full fine-tuning's accumulated gradients: fp32, or bf16 — each micro-batch's gradient added to the
- * accumulator and the sum rounded to bf16 once (what a bf16 GEMM output accumulating with beta = 1
- * gives: the peers' bf16 .grad, 2 bytes a parameter instead of 4). */
-enum grad_storage { GRAD_FP32 = 0, GRAD_BF16 };
+/* --grad-dtype: enum grad_storage (ref/master_pair.h). */
 extern const char *const grad_storage_names[];
 
 

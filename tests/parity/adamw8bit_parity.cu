@@ -18,6 +18,11 @@
  * both load paths, non-finite gradients included: the reference's p kept as master_pair_round of
  * itself after every step, the GPU's read back as join(copy, lo), bit for bit.
  *
+ * bf16 gradients (grad_bf16): the cases above on bf16-rounded gradients (both paths, both load
+ * paths, non-finite gradients, the grid stride, split masters), one device tensor reading the
+ * widened fp32 values (against the reference, as above) and a second the bf16 bits: p, the copy
+ * (or lo), q1, q2, absmax1, absmax2 or m, v of the second bit for bit the first's after every step.
+ *
  * The device scalars (gpu_adamw8bit_args.norm_coef, .guard), on both paths: a step given norm_coef
  * from gpu_adamw_norm_and_coef (a norm-only gpu/adamw context over the same gradient) and a wrong
  * gnorm_scale (123) equals, bit for bit, the step given no norm_coef and gnorm_scale = the
@@ -31,7 +36,8 @@
  * of the state and of p must agree.
  *
  * --bench: n = 16M and 256M, each with a constant gradient (every lane of a warp on the same code)
- * and with normal gradients (codes spread over the maps, as in training); 18 bytes per element.
+ * and with normal gradients (codes spread over the maps, as in training); 18 bytes per element;
+ * and the normal gradients as bf16 (grad_bf16), 16 bytes per element.
  */
 #include <math.h>
 #include <stdio.h>
@@ -39,6 +45,8 @@
 
 #include <algorithm>
 #include <vector>
+
+#include <cuda_bf16.h>
 
 #include "gpu/adamw.h"
 #include "gpu/adamw8bit.h"
@@ -183,16 +191,19 @@ static void cmp_snap(const char *shape, uint64_t seed, const char *label, const 
 enum grad_align { GRAD_ALIGNED = 0, GRAD_MISALIGNED = 1 };
 
 /* ga = GRAD_MISALIGNED: the gradient starts one element into its buffer (4-byte aligned, not 16),
- * which sends every block of the 8-bit kernel down its scalar-load path. */
+ * which sends every block of the 8-bit kernel down its scalar-load path.
+ * bf16: the gradients rounded to bf16 on the host (the reference and the fp32 tensor d see the
+ * widened values), and a second device tensor d16 with the same start reads their bits
+ * (grad_bf16, one element in too when misaligned: 2-byte aligned): bitwise d after every step. */
 static void run_tensor(int64_t n, double wd, double gnorm_scale, int plant, int id, enum grad_align ga = GRAD_ALIGNED,
-                       int split = 0) {
+                       int split = 0, int bf16 = 0) {
     const uint64_t seed = g_seed * 1000003u + (uint64_t)id;
     struct rng r;
     rng_init(&r, seed);
     char shape[128];
-    snprintf(shape, sizeof shape, "n=%lld wd=%g gnorm_scale=%g%s%s%s", (long long)n, wd, gnorm_scale,
+    snprintf(shape, sizeof shape, "n=%lld wd=%g gnorm_scale=%g%s%s%s%s", (long long)n, wd, gnorm_scale,
              plant ? " nonfinite grads" : "", ga == GRAD_MISALIGNED ? " grad misaligned" : "",
-             split ? " split masters" : "");
+             split ? " split masters" : "", bf16 ? " bf16 grads" : "");
     struct adamw8bit_hparams h = adamw8bit_defaults();
     h.hp.weight_decay = wd, h.gnorm_scale = gnorm_scale, h.variant = ADAMW8BIT_BNB_CUDA;
     struct adamw8bit_state s;
@@ -203,29 +214,47 @@ static void run_tensor(int64_t n, double wd, double gnorm_scale, int plant, int 
 
     const int64_t lead = ga == GRAD_MISALIGNED ? 1 : 0;
     std::vector<float> gbuf((size_t)(n + lead), 0.25f);
-    struct dev_buf bg;
+    struct dev_buf bg, bg16;
     dev_buf_alloc(&bg, "grad", (size_t)(n + lead) * 4, POISON_NONE, nullptr);
-    dev_tensor8 d;
+    dev_buf_alloc(&bg16, "grad_bf16", (size_t)(n + lead) * 2, POISON_NONE, nullptr);
+    dev_tensor8 d, d16;
     dev_tensor8_alloc(&d, &s, p.data(), (const float *)bg.data + lead, split);
+    if (bf16) {
+        dev_tensor8_alloc(&d16, &s, p.data(), nullptr, split);
+        d16.t.grad_bf16 = (const uint16_t *)bg16.data + lead;
+    }
     for (int step = 1; step <= 4; step++) {
         rng_fill_normal(&r, g.data(), n, 0.0, id % 2 ? 0.01 : 1.0);
         if (plant && step == 2 && n >= 300) g[5] = NAN, g[290] = INFINITY;
         if (plant && step == 3 && n >= 300) g[n - 1] = -INFINITY, g[n / 2] = NAN; /* the last (short) block too */
+        if (bf16) bf16_round_array(g.data(), g.data(), n);
         std::copy(g.begin(), g.end(), gbuf.begin() + lead);
         dev_buf_reset(&bg, gbuf.data());
         if (!split) dev_buf_reset(&d.copy, nullptr); /* poisoned: every element of the copy must be written */
         const struct gpu_adamw8bit_args a = {h.hp, h.gnorm_scale, step};
         gpu_adamw8bit_step(&d.t, &a, g_stream);
+        if (bf16) {
+            dev_buf_reset(&bg16, bits_of(gbuf).data());
+            if (!split) dev_buf_reset(&d16.copy, nullptr);
+            gpu_adamw8bit_step(&d16.t, &a, g_stream);
+        }
         adamw8bit_step(&s, p.data(), g.data(), &h);
         if (split) master_pair_round_array(p.data(), n);
         std::vector<float> gg((size_t)(n + lead));
         dev_buf_download(&bg, gg.data(), 0); /* the gradient's guard regions */
-        char label[32];
+        char label[48];
         snprintf(label, sizeof label, "step %d", step);
-        cmp_snap(shape, seed, label, snapshot(&d), snapshot_ref(&s, p));
+        const snap8 got = snapshot(&d);
+        cmp_snap(shape, seed, label, got, snapshot_ref(&s, p));
+        if (bf16) {
+            snprintf(label, sizeof label, "step %d, grad_bf16 = grad (widened)", step);
+            cmp_snap(shape, seed, label, snapshot(&d16), got);
+        }
     }
     dev_tensor8_free(&d);
+    if (bf16) dev_tensor8_free(&d16);
     dev_buf_free(&bg);
+    dev_buf_free(&bg16);
     adamw8bit_free(&s);
 }
 
@@ -261,7 +290,7 @@ static void run_scalars(int64_t n, double max_norm, int id) {
     dev_tensor8 A, B;
     dev_tensor8_alloc(&A, &s, p.data(), (const float *)bg.data);
     dev_tensor8_alloc(&B, &s, p.data(), (const float *)bg.data);
-    const struct gpu_adamw_param np = {nullptr, nullptr, nullptr, nullptr, (const float *)bg.data, n, 0};
+    const struct gpu_adamw_param np = {nullptr, nullptr, nullptr, nullptr, (const float *)bg.data, nullptr, n, 0};
     struct gpu_adamw *nrm = build_gpu_adamw(&np, 1);
 
     for (int step = 1; step <= 4; step++) {
@@ -342,6 +371,12 @@ __global__ static void bench_fill_normal(float *g, int64_t n, uint64_t seed) {
     }
 }
 
+/* out = the bf16 bits of g (RNE), the bench's bf16 gradients. */
+__global__ static void bench_round_bf16(uint16_t *out, const float *g, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = __bfloat16_as_ushort(__float2bfloat16_rn(g[i]));
+}
+
 static void bench(double ceiling) {
     const int64_t sizes[] = {(int64_t)16 << 20, (int64_t)256 << 20};
     for (int64_t n : sizes) {
@@ -352,8 +387,9 @@ static void bench(double ceiling) {
         const int64_t nb = adamw8bit_n_blocks(n);
         float *p, *g, *a1, *a2, *m1, *m2;
         uint8_t *q1, *q2;
-        uint16_t *copy;
+        uint16_t *copy, *g16;
         CUDA_CHECK(cudaMalloc(&p, (size_t)n * 4));
+        CUDA_CHECK(cudaMalloc(&g16, (size_t)n * 2));
         CUDA_CHECK(cudaMalloc(&g, (size_t)n * 4));
         CUDA_CHECK(cudaMalloc(&copy, (size_t)n * 2));
         CUDA_CHECK(cudaMalloc(&q1, (size_t)n));
@@ -364,7 +400,7 @@ static void bench(double ceiling) {
         CUDA_CHECK(cudaMalloc(&m2, 1024));
         CUDA_CHECK(cudaMemcpy(m1, s.map1, 1024, cudaMemcpyHostToDevice));
         CUDA_CHECK(cudaMemcpy(m2, s.map2, 1024, cudaMemcpyHostToDevice));
-        b.t = {p, copy, g, n, 1, q1, q2, a1, a2, m1, m2, nullptr, nullptr};
+        b.t = {p, copy, g, nullptr, n, 1, q1, q2, a1, a2, m1, m2, nullptr, nullptr};
         b.a = {1e-3, 0.9, 0.999, 1e-8, 0.01, 1.0, 1};
         for (int data = 0; data < 2; data++) {
             CUDA_CHECK(cudaMemset(p, 0, (size_t)n * 4));
@@ -380,9 +416,17 @@ static void bench(double ceiling) {
                      data == 0 ? "constant grad" : "normal grads (codes spread)");
             /* p read+write 8, g 4, q1 and q2 read+write 4, bf16 copy 2 (absmax negligible) */
             bench_json("adamw8bit_step", shape, 18.0 * n, 0, bench_time(bench_call, &b, g_stream, 3, 15, 3), ceiling);
+            if (data == 0) continue;
+            /* the same gradients as bf16 (grad_bf16): 16 bytes per element */
+            bench_round_bf16<<<1024, 256, 0, g_stream>>>(g16, g, n);
+            CUDA_CHECK(cudaStreamSynchronize(g_stream));
+            b.t.grad = nullptr, b.t.grad_bf16 = g16;
+            snprintf(shape, sizeof shape, "n=%lld 8-bit, normal grads (codes spread), bf16 grads", (long long)n);
+            bench_json("adamw8bit_step", shape, 16.0 * n, 0, bench_time(bench_call, &b, g_stream, 3, 15, 3), ceiling);
+            b.t.grad = g, b.t.grad_bf16 = nullptr;
         }
-        for (void *q : {(void *)p, (void *)g, (void *)copy, (void *)q1, (void *)q2, (void *)a1, (void *)a2, (void *)m1,
-                        (void *)m2})
+        for (void *q : {(void *)p, (void *)g, (void *)g16, (void *)copy, (void *)q1, (void *)q2, (void *)a1, (void *)a2,
+                        (void *)m1, (void *)m2})
             CUDA_CHECK(cudaFree(q));
         adamw8bit_free(&s);
     }
@@ -418,6 +462,18 @@ int main(int argc, char **argv) {
     run_scalars(4095, 1.0, id++);      /* 32-bit, clipped */
     run_scalars(16 * 2048, 0.0, id++); /* 8-bit, coefficient 1 */
     run_scalars(7, 0.0, id++);         /* 32-bit, coefficient 1 */
+    /* bf16 gradients (grad_bf16), bitwise the fp32 gradient of the widened values: the 32-bit path,
+     * the 8-bit vector and scalar-load paths, non-finite gradients, short last blocks, the grid
+     * stride, split masters */
+    run_tensor(7, 0.0, 0.5, 0, id++, GRAD_ALIGNED, 0, 1);
+    run_tensor(4095, 0.01, 1.0, 0, id++, GRAD_ALIGNED, 0, 1);
+    run_tensor(4097, 0.01, 1.0, 1, id++, GRAD_ALIGNED, 0, 1);
+    run_tensor(100000, 0.0, 0.5, 1, id++, GRAD_ALIGNED, 0, 1);
+    run_tensor(5001, 0.01, 1.0, 1, id++, GRAD_MISALIGNED, 0, 1);
+    run_tensor(((int64_t)1 << 21) + 77, 0.01, 1.0, 1, id++, GRAD_ALIGNED, 0, 1);
+    run_tensor(4095, 0.01, 1.0, 0, id++, GRAD_MISALIGNED, 1, 1);
+    run_tensor(100000, 0.01, 1.0, 1, id++, GRAD_ALIGNED, 1, 1);
+    run_tensor(5001, 0.0, 0.5, 1, id++, GRAD_MISALIGNED, 1, 1);
     const int rc = test_finish("adamw8bit_parity");
     if (rc == 0 && test_has_flag(argc, argv, "--bench")) bench(bench_copy_ceiling(g_stream));
     CUDA_CHECK(cudaStreamDestroy(g_stream));

@@ -26,6 +26,12 @@
  * The sharded form (ZeRO-1, ref/shard.h): 2, 3 and 5 ranks simulated in one process, the ranks'
  * partial sums summed on the host; the norm, and every rank's masters, moments and bf16 copies of
  * its pieces, are the unsharded form's bit for bit over 3 steps (with and without clipping).
+ * bf16 gradients (grad_bf16): the gradients rounded to bf16 on the host and given to one optimizer
+ * as fp32 (the widened values) and to another as the bf16 bits: the norm and coefficient, and every
+ * master (split: lo), bf16 copy, m and v, bit for bit the same over 3 steps (tensors of odd sizes
+ * across the chunk edges and the LoRA shapes; plain, clipped, split masters; bf16 and fp32
+ * gradients mixed in one optimizer); and the sharded contexts that read the tensors' own
+ * gradients, given them as bf16, bitwise the unsharded one.
  *
  * Tolerances (tier b, derived):
  *  - grad norm: the GPU sums squares in fp32 over ≤ 32 elements per thread then an 8-level tree
@@ -120,7 +126,7 @@ static void run_optimizer(const std::vector<int64_t> &sizes, double max_norm, in
         dev_buf_alloc(&bl[i], "lo", (size_t)t.n * 2, POISON_NONE, lo.data());
         if (split) dev_buf_reset(&bc[i], hi.data());
         params[i] = {split ? nullptr : (float *)bp[i].data, t.has_copy ? (uint16_t *)bc[i].data : nullptr,
-                     (float *)bm[i].data, (float *)bv[i].data, (const float *)bg[i].data, t.n, t.decay,
+                     (float *)bm[i].data, (float *)bv[i].data, (const float *)bg[i].data, nullptr, t.n, t.decay,
                      split ? (uint16_t *)bl[i].data : nullptr};
     }
     struct gpu_adamw *opt = build_gpu_adamw(params.data(), T);
@@ -217,16 +223,19 @@ static void read_norm_coef(const float *d, float out[2]);
  * context's; with master = NULL (norm only) gpu_adamw_norm_and_coef bitwise the unsharded one's.
  * Sharded gradients (ZeRO-2): the odd ranks' update contexts and the even ranks' norm-only ones read
  * their pieces' gradients from a flat array (copied from the tensors' gradients each step), the
- * others the tensors' own: both bitwise the unsharded context. */
-static void run_sharded(const std::vector<int64_t> &sizes, double max_norm, int W, int id) {
+ * others the tensors' own: both bitwise the unsharded context. bf16: the gradients rounded to bf16,
+ * and the contexts that read the tensors' own gradients read them as bf16 (grad_bf16), the others
+ * (and the unsharded context) as fp32, the widened values: still bitwise. */
+static void run_sharded(const std::vector<int64_t> &sizes, double max_norm, int W, int id, int bf16 = 0) {
     const uint64_t seed = g_seed * 1000003u + (uint64_t)id;
     struct rng r;
     rng_init(&r, seed);
     char shape[96];
-    snprintf(shape, sizeof shape, "%zu tensors, max_norm=%g, %d ranks", sizes.size(), max_norm, W);
+    snprintf(shape, sizeof shape, "%zu tensors, max_norm=%g, %d ranks%s", sizes.size(), max_norm, W,
+             bf16 ? ", bf16 gradients" : "");
     const int T = (int)sizes.size();
     std::vector<host_tensor> ts(T);
-    std::vector<struct dev_buf> bp(T), bm(T), bv(T), bg(T), bc(T);
+    std::vector<struct dev_buf> bp(T), bm(T), bv(T), bg(T), bc(T), bb(T);
     std::vector<struct gpu_adamw_param> params(T);
     for (int i = 0; i < T; i++) {
         host_tensor &t = ts[i];
@@ -238,9 +247,10 @@ static void run_sharded(const std::vector<int64_t> &sizes, double max_norm, int 
         dev_buf_alloc(&bm[i], "m", b4, POISON_NONE, t.m.data());
         dev_buf_alloc(&bv[i], "v", b4, POISON_NONE, t.v.data());
         dev_buf_alloc(&bg[i], "grad", b4, POISON_NONE, nullptr);
+        dev_buf_alloc(&bb[i], "grad_bf16", (size_t)t.n * 2, POISON_NONE, nullptr);
         dev_buf_alloc(&bc[i], "copy", (size_t)t.n * 2, POISON_BF16, nullptr);
         params[i] = {(float *)bp[i].data, (uint16_t *)bc[i].data, (float *)bm[i].data, (float *)bv[i].data,
-                     (const float *)bg[i].data, t.n, t.decay};
+                     (const float *)bg[i].data, nullptr, t.n, t.decay};
     }
     struct gpu_adamw *whole = build_gpu_adamw(params.data(), T);
     /* the ranks: their pieces, flat state, their own full-size copies */
@@ -266,11 +276,13 @@ static void run_sharded(const std::vector<int64_t> &sizes, double max_norm, int 
             dev_buf_alloc(&rc[k][i], "rank copy", (size_t)ts[i].n * 2, POISON_BF16, nullptr);
             mine[i].copy = (uint16_t *)rc[k][i].data;
         }
-        ranks[k] = build_gpu_adamw_sharded(mine.data(), T, pieces[k].data(), (int)pieces[k].size(), (float *)fm[k].data,
-                                           (float *)fmo[k].data, (float *)fv[k].data,
+        std::vector<struct gpu_adamw_param> own = mine; /* for the contexts without flat gradients */
+        for (int i = 0; i < T && bf16; i++) own[i].grad = nullptr, own[i].grad_bf16 = (const uint16_t *)bb[i].data;
+        ranks[k] = build_gpu_adamw_sharded(k % 2 ? mine.data() : own.data(), T, pieces[k].data(), (int)pieces[k].size(),
+                                           (float *)fm[k].data, (float *)fmo[k].data, (float *)fv[k].data,
                                            k % 2 ? (const float *)fg[k].data : nullptr);
-        norms[k] = build_gpu_adamw_sharded(mine.data(), T, pieces[k].data(), (int)pieces[k].size(), nullptr, nullptr,
-                                           nullptr, k % 2 ? nullptr : (const float *)fg[k].data);
+        norms[k] = build_gpu_adamw_sharded(k % 2 ? own.data() : mine.data(), T, pieces[k].data(), (int)pieces[k].size(),
+                                           nullptr, nullptr, nullptr, k % 2 ? nullptr : (const float *)fg[k].data);
     }
     struct dev_buf bnorm;
     dev_buf_alloc(&bnorm, "grad_norm", 4, POISON_F32, nullptr);
@@ -279,7 +291,9 @@ static void run_sharded(const std::vector<int64_t> &sizes, double max_norm, int 
         h.step = step;
         for (int i = 0; i < T; i++) {
             rng_fill_normal(&r, ts[i].g.data(), ts[i].n, 0.0, i % 2 ? 0.01 : 1.0);
+            if (bf16) bf16_round_array(ts[i].g.data(), ts[i].g.data(), ts[i].n);
             dev_buf_reset(&bg[i], ts[i].g.data());
+            dev_buf_reset(&bb[i], bits_of(ts[i].g).data());
         }
         for (int k = 0; k < W; k++) /* the flat gradients: each piece at its off */
             for (const shard_piece &q : pieces[k])
@@ -361,8 +375,115 @@ static void run_sharded(const std::vector<int64_t> &sizes, double max_norm, int 
         for (int i = 0; i < T; i++) dev_buf_free(&rc[k][i]);
     }
     for (int i = 0; i < T; i++)
-        for (struct dev_buf *b : {&bp[i], &bm[i], &bv[i], &bg[i], &bc[i]}) dev_buf_free(b);
+        for (struct dev_buf *b : {&bp[i], &bm[i], &bv[i], &bg[i], &bc[i], &bb[i]}) dev_buf_free(b);
     dev_buf_free(&bnorm);
+}
+
+/* bf16 gradients (gpu_adamw_param.grad_bf16): the same tensors, state and gradients (normals rounded
+ * to bf16 on the host) given to two optimizers, form 0 reading the widened values as fp32 (grad),
+ * form 1 the bf16 bits (grad_bf16; mixed: the even tensors only, the odd ones fp32 as in form 0),
+ * each with a norm-only context beside it. After every step the norm and coefficient
+ * (gpu_adamw_norm_and_coef of the norm-only contexts), gpu_adamw_step's norm, and every master
+ * (split: lo), bf16 copy, m and v of form 1 are form 0's, bit for bit. (Form 0 against the
+ * reference is run_optimizer's case.) Tensors and copies as in run_optimizer. */
+static void run_bf16_grads(const std::vector<int64_t> &sizes, double max_norm, int split, int id, int mixed = 0) {
+    const uint64_t seed = g_seed * 1000003u + (uint64_t)id;
+    struct rng r;
+    rng_init(&r, seed);
+    char shape[96], what[96];
+    snprintf(shape, sizeof shape, "%zu tensors, max_norm=%g%s, bf16 gradients%s", sizes.size(), max_norm,
+             split ? ", split masters" : "", mixed ? " (even tensors; odd fp32)" : "");
+    struct cmp_case cc = {"adamw", what, shape, "f32", seed};
+    const int T = (int)sizes.size();
+    struct form_bufs {
+        struct dev_buf p, m, v, c, lo, g;
+    };
+    std::vector<form_bufs> d(2 * (size_t)T); /* tensor i's form f at [2i + f] */
+    std::vector<struct gpu_adamw_param> params[2], norm_only[2];
+    for (int i = 0; i < T; i++) {
+        const int64_t n = sizes[i];
+        std::vector<float> p(n);
+        const std::vector<float> zero(n, 0.0f);
+        rng_fill_normal(&r, p.data(), n, 0.0, 1.0);
+        if (split) master_pair_round_array(p.data(), n);
+        std::vector<uint16_t> hi(n), lo(n);
+        master_pair_split_array(hi.data(), lo.data(), p.data(), n);
+        for (int f = 0; f < 2; f++) {
+            form_bufs &b = d[2 * i + f];
+            const int b16 = f == 1 && (!mixed || i % 2 == 0);
+            dev_buf_alloc(&b.p, "master", (size_t)n * 4, POISON_NONE, p.data());
+            dev_buf_alloc(&b.m, "m", (size_t)n * 4, POISON_NONE, zero.data());
+            dev_buf_alloc(&b.v, "v", (size_t)n * 4, POISON_NONE, zero.data());
+            dev_buf_alloc(&b.c, "copy", (size_t)n * 2, split ? POISON_NONE : POISON_BF16, split ? hi.data() : nullptr);
+            dev_buf_alloc(&b.lo, "lo", (size_t)n * 2, POISON_NONE, lo.data());
+            dev_buf_alloc(&b.g, b16 ? "grad_bf16" : "grad", (size_t)n * (b16 ? 2 : 4), POISON_NONE, nullptr);
+            const float *g32 = b16 ? nullptr : (const float *)b.g.data;
+            const uint16_t *g16 = b16 ? (const uint16_t *)b.g.data : nullptr;
+            params[f].push_back({split ? nullptr : (float *)b.p.data, split || i % 2 == 0 ? (uint16_t *)b.c.data : nullptr,
+                                 (float *)b.m.data, (float *)b.v.data, g32, g16, n, i % 3 != 1,
+                                 split ? (uint16_t *)b.lo.data : nullptr});
+            norm_only[f].push_back({nullptr, nullptr, nullptr, nullptr, g32, g16, n, 1, nullptr});
+        }
+    }
+    struct gpu_adamw *opt[2], *nrm[2];
+    struct dev_buf bnorm[2];
+    for (int f = 0; f < 2; f++) {
+        opt[f] = build_gpu_adamw(params[f].data(), T);
+        nrm[f] = build_gpu_adamw(norm_only[f].data(), T);
+        dev_buf_alloc(&bnorm[f], "grad_norm", 4, POISON_F32, nullptr);
+    }
+    struct optim_step h = {0, {1e-3, 0.9, 0.999, 1e-8, 0.01}, max_norm};
+    for (int step = 1; step <= 3; step++) {
+        h.step = step;
+        for (int i = 0; i < T; i++) {
+            std::vector<float> g(sizes[i]);
+            rng_fill_normal(&r, g.data(), sizes[i], 0.0, i % 2 ? 0.01 : 1.0);
+            const std::vector<uint16_t> bits = bits_of(g);
+            const std::vector<float> widened = floats_of(bits);
+            dev_buf_reset(&d[2 * i].g, widened.data());
+            dev_buf_reset(&d[2 * i + 1].g, !mixed || i % 2 == 0 ? (const void *)bits.data() : widened.data());
+            for (int f = 0; f < 2 && !split; f++) dev_buf_reset(&d[2 * i + f].c, nullptr);
+        }
+        float nc[2][2], norm[2];
+        for (int f = 0; f < 2; f++) {
+            read_norm_coef(gpu_adamw_norm_and_coef(nrm[f], max_norm, g_stream), nc[f]);
+            dev_buf_reset(&bnorm[f], nullptr);
+            gpu_adamw_step(opt[f], &h, nullptr, (float *)bnorm[f].data, g_stream);
+            dev_buf_download(&bnorm[f], &norm[f], 1);
+        }
+        snprintf(what, sizeof what, "step %d: norm-only {norm, coef}, bf16 = fp32", step);
+        cmp_exact_f32(&cc, nc[1], nc[0], 2);
+        snprintf(what, sizeof what, "step %d: grad norm, bf16 = fp32", step);
+        cmp_exact_f32(&cc, &norm[1], &norm[0], 1);
+        for (int i = 0; i < T; i++) {
+            const int64_t n = sizes[i];
+            /* form 1's array bitwise form 0's (written: poisoned before the step, must be written) */
+            auto same = [&](struct dev_buf &want_b, struct dev_buf &got_b, const char *name, const char *dtype,
+                            int written) {
+                const size_t bytes = (size_t)n * (strcmp(dtype, "f32") == 0 ? 4 : 2);
+                std::vector<unsigned char> got(bytes), want(bytes);
+                dev_buf_download(&want_b, want.data(), written);
+                dev_buf_download(&got_b, got.data(), written);
+                snprintf(what, sizeof what, "tensor %d (n=%lld) step %d %s, bf16 = fp32", i, (long long)n, step, name);
+                cc.dtype = dtype;
+                cmp_exact_bytes(&cc, got.data(), want.data(), bytes);
+            };
+            form_bufs &fp = d[2 * i], &bf = d[2 * i + 1];
+            if (split) same(fp.lo, bf.lo, "lo", "u16", 0);
+            else same(fp.p, bf.p, "master", "f32", 0);
+            if (split || i % 2 == 0) same(fp.c, bf.c, "bf16 copy", "bf16", !split);
+            same(fp.m, bf.m, "m", "f32", 0);
+            same(fp.v, bf.v, "v", "f32", 0);
+            cc.dtype = "f32";
+        }
+    }
+    for (int f = 0; f < 2; f++) {
+        free_gpu_adamw(opt[f]);
+        free_gpu_adamw(nrm[f]);
+        dev_buf_free(&bnorm[f]);
+    }
+    for (form_bufs &b : d)
+        for (struct dev_buf *x : {&b.p, &b.m, &b.v, &b.c, &b.lo, &b.g}) dev_buf_free(x);
 }
 
 struct bench_ctx {
@@ -384,9 +505,10 @@ static void bench(double ceiling) {
         int count;
         int64_t n;
     } sets[] = {{"full-ft 64 x 4M", 64, (int64_t)4 << 20}, {"lora r16 1B: 112 x 16x2048..8192", 112, 16 * 4096}};
+    for (int g16 = 0; g16 < 2; g16++)
     for (int split = 0; split < 2; split++)
     for (const set &st : sets) {
-        if (split && st.count != 64) continue; /* split masters: full fine-tuning */
+        if ((split || g16) && st.count != 64) continue; /* split masters, bf16 gradients: full fine-tuning */
         std::vector<struct gpu_adamw_param> ps(st.count);
         std::vector<void *> allocs;
         for (int i = 0; i < st.count; i++) {
@@ -397,23 +519,25 @@ static void bench(double ceiling) {
             CUDA_CHECK(cudaMemset(buf, 0, (size_t)st.n * 16));
             CUDA_CHECK(cudaMemset(copy, 0, (size_t)st.n * 4));
             allocs.push_back(buf), allocs.push_back(copy);
-            ps[i] = {split ? nullptr : buf, copy, buf + st.n, buf + 2 * st.n, buf + 3 * st.n, st.n, 1,
-                     split ? copy + st.n : nullptr};
+            ps[i] = {split ? nullptr : buf, copy, buf + st.n, buf + 2 * st.n, g16 ? nullptr : buf + 3 * st.n,
+                     g16 ? (const uint16_t *)(buf + 3 * st.n) : nullptr, st.n, 1, split ? copy + st.n : nullptr};
         }
         bench_ctx b;
         b.opt = build_gpu_adamw(ps.data(), st.count);
         b.h = {1, {1e-4, 0.9, 0.999, 1e-8, 0.01}, 1.0};
         CUDA_CHECK(cudaMalloc(&b.norm, 4));
         /* bytes: read p, m, v, g (16) + write p, m, v (12) + bf16 copy (2); the norm pass reads g
-         * again; split masters read and write copy + lo (4 + 4) instead of p and the copy (4 + 6) */
-        const double total = (double)st.count * st.n, per = split ? 28.0 : 30.0;
-        bench_json(split ? "adamw_step_clip_split" : "adamw_step_clip", st.name, (per + 4) * total, 0,
-                   bench_time(bench_call, &b, g_stream, 3, 15, 3), ceiling);
+         * again; split masters read and write copy + lo (4 + 4) instead of p and the copy (4 + 6);
+         * bf16 gradients read 2 bytes instead of 4, in both passes */
+        const double total = (double)st.count * st.n, gb = g16 ? 2.0 : 4.0, per = (split ? 24.0 : 26.0) + gb;
+        char op[48];
+        snprintf(op, sizeof op, "adamw_step_clip%s%s", split ? "_split" : "", g16 ? "_bf16grad" : "");
+        bench_json(op, st.name, (per + gb) * total, 0, bench_time(bench_call, &b, g_stream, 3, 15, 3), ceiling);
         b.h.clip = 0;
         CUDA_CHECK(cudaFree(b.norm));
         b.norm = nullptr;
-        bench_json(split ? "adamw_step_noclip_split" : "adamw_step_noclip", st.name, per * total, 0,
-                   bench_time(bench_call, &b, g_stream, 3, 15, 3), ceiling);
+        snprintf(op, sizeof op, "adamw_step_noclip%s%s", split ? "_split" : "", g16 ? "_bf16grad" : "");
+        bench_json(op, st.name, per * total, 0, bench_time(bench_call, &b, g_stream, 3, 15, 3), ceiling);
         free_gpu_adamw(b.opt);
         for (void *p : allocs) CUDA_CHECK(cudaFree(p));
     }
@@ -455,8 +579,8 @@ static void guard_set_build(guard_set &gs, uint64_t seed, int bad_at_1, float ba
         dev_buf_alloc(&gs.bc[i], "copy", (size_t)t.n * 2, copy_master ? POISON_NONE : POISON_BF16,
                       copy_master ? gs.copies[i].data() : nullptr);
         gs.params[i] = {(float *)gs.bp[i].data, (uint16_t *)gs.bc[i].data, (float *)gs.bm[i].data,
-                        (float *)gs.bv[i].data, (const float *)gs.bg[i].data, t.n, 1};
-        gs.norm_only[i] = {nullptr, nullptr, nullptr, nullptr, (const float *)gs.bg[i].data, t.n, 1};
+                        (float *)gs.bv[i].data, (const float *)gs.bg[i].data, nullptr, t.n, 1};
+        gs.norm_only[i] = {nullptr, nullptr, nullptr, nullptr, (const float *)gs.bg[i].data, nullptr, t.n, 1};
     }
 }
 
@@ -604,8 +728,8 @@ static void run_norm_and_coef(void) {
         dev_buf_alloc(&bv[i], "v", b4, POISON_NONE, t.v.data());
         dev_buf_alloc(&bg[i], "grad", b4, POISON_NONE, t.g.data());
         params[i] = {(float *)bp[i].data, nullptr, (float *)bm[i].data, (float *)bv[i].data, (const float *)bg[i].data,
-                     t.n, 1};
-        norm_only[i] = {nullptr, nullptr, nullptr, nullptr, (const float *)bg[i].data, t.n, 1};
+                     nullptr, t.n, 1};
+        norm_only[i] = {nullptr, nullptr, nullptr, nullptr, (const float *)bg[i].data, nullptr, t.n, 1};
     }
     struct gpu_adamw *opt = build_gpu_adamw(params.data(), T), *nrm = build_gpu_adamw(norm_only.data(), T);
     struct dev_buf bnorm;
@@ -669,6 +793,16 @@ int main(int argc, char **argv) {
     run_sharded(pieces, 0.0, 2, 6);
     run_sharded(pieces, 1.0, 3, 7);
     run_sharded(lora, 0.5, 5, 8);
+    /* bf16 gradients: bitwise the fp32 form on the widened values (plain, clipped, split masters) */
+    run_bf16_grads(pieces, 0.0, 0, 9);
+    run_bf16_grads(pieces, 1.0, 0, 10);
+    run_bf16_grads(lora, 0.5, 0, 11);
+    run_bf16_grads(pieces, 0.0, 1, 12);
+    run_bf16_grads(pieces, 1.0, 1, 13);
+    run_sharded(pieces, 1.0, 3, 14, 1);
+    run_sharded(lora, 0.0, 2, 15, 1);
+    run_bf16_grads(pieces, 1.0, 0, 16, 1); /* bf16 and fp32 gradients in one optimizer */
+    run_bf16_grads(pieces, 0.0, 1, 17, 1);
     const int rc = test_finish("adamw_parity");
     if (rc == 0 && test_has_flag(argc, argv, "--bench")) bench(bench_copy_ceiling(g_stream));
     CUDA_CHECK(cudaStreamDestroy(g_stream));

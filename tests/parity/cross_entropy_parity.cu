@@ -238,7 +238,7 @@ static void run_case(int N, int C, int V, int rows_per_chunk, int extra_valid, f
     /* (1) the softmax/loss rows on the exact logits, each row kernel */
     const double e = check_rows(shape, seed, z, labels, N, V, mult, nll_r, dz_r);
     /* (2) the fused lm_head + loss + backward (the AUTO row kernel) */
-    gpu_lm_head_cross_entropy_bf16((float *)bloss.data, (uint16_t *)bdh.data, (float *)bdw.data,
+    gpu_lm_head_cross_entropy_bf16((float *)bloss.data, (uint16_t *)bdh.data, bdw.data, GEMM_OUT_F32,
                                    (const uint16_t *)bh.data, (const uint16_t *)bw.data, (const int32_t *)blab.data, N,
                                    C, V, n_valid_total, grad_scale, rows_per_chunk, g_gemm, bws.data, g_stream);
     std::vector<float> loss_g(1), dw_g(dw0.size()), dz_g(z.size()), dh_g(h.size());
@@ -296,6 +296,39 @@ static void run_case(int N, int C, int V, int rows_per_chunk, int extra_valid, f
     cc.dtype = "f32";
     cmp_vs_naive(&cc, dw_g.data(), dw_naive.data(), dw_r.data(), (int64_t)dw0.size(), 2.0,
                  FLT_EPSILON * cmp_rms(dw_r.data(), (int64_t)dw0.size()), nullptr);
+
+    /* dW into a bf16 accumulator (NUMERICS.md §5.6): each chunk's product added and rounded once.
+     * The same-precision naive version rounds at the same places: acc = bf16(acc + s_chunk). */
+    {
+        std::vector<uint16_t> dw0b(dw0.size()), dwb(dw0.size());
+        std::vector<float> start(dw0.size()), dw16_r(dw0.size()), dw16_naive(dw0.size()), dw16_g(dw0.size());
+        for (size_t i = 0; i < dw0.size(); i++) dw0b[i] = bf16_from_float(dw0[i]), start[i] = bf16_to_float(dw0b[i]);
+        dw16_r = start;
+        ref_linear_backward_naive(nullptr, dw16_r.data(), nullptr, dz_g.data(), h.data(), w.data(), N, C, V, ACT_F32);
+        for (int v = 0; v < V; v++)
+            for (int c = 0; c < C; c++) {
+                float acc = start[(size_t)v * C + c];
+                for (int r0 = 0; r0 < N; r0 += rows_per_chunk) {
+                    float s = 0.0f;
+                    for (int n = r0; n < N && n < r0 + rows_per_chunk; n++)
+                        s += dz_g[(size_t)n * V + v] * h[(size_t)n * C + c];
+                    acc = bf16_round(acc + s);
+                }
+                dw16_naive[(size_t)v * C + c] = acc;
+            }
+        struct dev_buf bdw16;
+        dev_buf_alloc(&bdw16, "dw bf16", dw0b.size() * 2, POISON_NONE, dw0b.data());
+        gpu_lm_head_cross_entropy_bf16((float *)bloss.data, (uint16_t *)bdh.data, bdw16.data, GEMM_OUT_BF16,
+                                       (const uint16_t *)bh.data, (const uint16_t *)bw.data, (const int32_t *)blab.data,
+                                       N, C, V, n_valid_total, grad_scale, rows_per_chunk, g_gemm, bws.data, g_stream);
+        dev_buf_download(&bdw16, dwb.data(), 0);
+        for (size_t i = 0; i < dwb.size(); i++) dw16_g[i] = bf16_to_float(dwb[i]);
+        cc.what = "dw (bf16 accumulator)";
+        cc.dtype = "bf16";
+        cmp_vs_naive(&cc, dw16_g.data(), dw16_naive.data(), dw16_r.data(), (int64_t)dw0.size(), 2.0,
+                     BF16_EPS * cmp_rms(dw16_r.data(), (int64_t)dw0.size()), nullptr);
+        dev_buf_free(&bdw16);
+    }
     for (struct dev_buf *b : {&bh, &bw, &blab, &bz, &bnll, &bdz, &bloss, &bdh, &bdw, &bws}) dev_buf_free(b);
 }
 
@@ -314,7 +347,7 @@ static void bench_call(void *p, cudaStream_t s) {
     else if (b->which == 3)
         gpu_cross_entropy_rows_bf16_with(b->nll, b->z, b->z, b->labels, b->R, b->V, 1.0f / b->N, CE_ROWS_STREAM, s);
     else
-        gpu_lm_head_cross_entropy_bf16(b->loss, b->dh, b->which == 2 ? b->dw : nullptr, b->h, b->w, b->labels, b->N,
+        gpu_lm_head_cross_entropy_bf16(b->loss, b->dh, b->which == 2 ? b->dw : nullptr, GEMM_OUT_F32, b->h, b->w, b->labels, b->N,
                                        b->C, b->V, b->N, 1.0f, b->R, g_gemm, b->ws, s);
 }
 

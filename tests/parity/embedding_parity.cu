@@ -18,6 +18,12 @@
  *    one add per token; gpu/embedding sums each id's rows in increasing n onto the old value in
  *    fp32 — the same additions in the same order for every element.
  *  - determinism: a second backward from the same start gives the same bits.
+ *  - backward into a bf16 accumulator (GEMM_OUT_BF16) from bf16(dt0): (a) exact — bf16 of the fp32
+ *    form's result from the widened bf16(dt0) (run on the GPU), and bf16 of ref_embedding_backward
+ *    from the same widened start; rows of ids absent from ids bitwise unchanged; deterministic.
+ *    The shapes reach every path of its kernel: one round (most CTAs), groups of whole ids (one
+ *    owner, skewed), ids of more than 256 rows alone (one-hot, skewed, V ≤ 5), and in column
+ *    blocks (C 1023 scalar, C 8192), and V beyond 1024 keys a CTA (V 600000: more CTAs).
  */
 #include <float.h>
 #include <math.h>
@@ -109,8 +115,8 @@ static void run_case(int N, int C, int V, int id, enum id_dist dist = IDS_SKEWED
     dev_buf_alloc(&bdt, "dtable", nt * 4, POISON_NONE, dt0.data());
     gpu_embedding_forward_bf16((uint16_t *)bout.data, (const int32_t *)bids.data, (const uint16_t *)btab.data, N, C, V,
                                g_stream);
-    gpu_embedding_backward_f32((float *)bdt.data, (const uint16_t *)bdout.data, (const int32_t *)bids.data, N, C, V,
-                               g_stream);
+    gpu_embedding_backward(bdt.data, GEMM_OUT_F32, (const uint16_t *)bdout.data, (const int32_t *)bids.data, N, C, V,
+                           g_stream);
     std::vector<uint16_t> ob(nr);
     std::vector<float> out_g(nr), dt_g(nt), dt_again(nt);
     dev_buf_download(&bout, ob.data(), 1);
@@ -129,12 +135,49 @@ static void run_case(int N, int C, int V, int id, enum id_dist dist = IDS_SKEWED
     cmp_exact_f32(&cc, dt_g.data(), dt_r.data(), (int64_t)nt);
 
     dev_buf_reset(&bdt, dt0.data());
-    gpu_embedding_backward_f32((float *)bdt.data, (const uint16_t *)bdout.data, (const int32_t *)bids.data, N, C, V,
-                               g_stream);
+    gpu_embedding_backward(bdt.data, GEMM_OUT_F32, (const uint16_t *)bdout.data, (const int32_t *)bids.data, N, C, V,
+                           g_stream);
     dev_buf_download(&bdt, dt_again.data(), 0);
     cc.what = "dtable determinism";
     cmp_exact_bytes(&cc, dt_again.data(), dt_g.data(), nt * 4);
-    for (struct dev_buf *b : {&btab, &bids, &bout, &bdout, &bdt}) dev_buf_free(b);
+
+    /* bf16 accumulator from bf16(dt0): the fp32 form from the widened start, rounded once. */
+    const std::vector<uint16_t> dt0b = bits_of(dt0);
+    const std::vector<float> dt0w = floats_of(dt0b);
+    std::vector<float> dt_widened(nt), dt_rw(dt0w);
+    dev_buf_reset(&bdt, dt0w.data());
+    gpu_embedding_backward(bdt.data, GEMM_OUT_F32, (const uint16_t *)bdout.data, (const int32_t *)bids.data, N, C, V,
+                           g_stream);
+    dev_buf_download(&bdt, dt_widened.data(), 0);
+    ref_embedding_backward(dt_rw.data(), dout.data(), ids.data(), N, V, C);
+    struct dev_buf bdtb; /* accumulates: starts from bf16(dt0), not poison; guarded */
+    dev_buf_alloc(&bdtb, "dtable(bf16)", nt * 2, POISON_NONE, dt0b.data());
+    gpu_embedding_backward(bdtb.data, GEMM_OUT_BF16, (const uint16_t *)bdout.data, (const int32_t *)bids.data, N, C,
+                           V, g_stream);
+    std::vector<uint16_t> dtb_g(nt), dtb_again(nt);
+    dev_buf_download(&bdtb, dtb_g.data(), 0);
+    cc.what = "dtable (bf16 accumulator) vs bf16(gpu fp32 form)";
+    cc.dtype = "bf16";
+    cmp_exact_bytes(&cc, dtb_g.data(), bits_of(dt_widened).data(), nt * 2);
+    cc.what = "dtable (bf16 accumulator) vs bf16(ref)";
+    cmp_exact_bytes(&cc, dtb_g.data(), bits_of(dt_rw).data(), nt * 2);
+    std::vector<char> present(V, 0);
+    for (int32_t v : ids) present[v] = 1;
+    std::vector<uint16_t> untouched_g, untouched_0;
+    for (int v = 0; v < V; v++)
+        if (!present[v]) {
+            untouched_g.insert(untouched_g.end(), dtb_g.begin() + (size_t)v * C, dtb_g.begin() + (size_t)(v + 1) * C);
+            untouched_0.insert(untouched_0.end(), dt0b.begin() + (size_t)v * C, dt0b.begin() + (size_t)(v + 1) * C);
+        }
+    cc.what = "dtable (bf16 accumulator) rows of absent ids";
+    cmp_exact_bytes(&cc, untouched_g.data(), untouched_0.data(), untouched_g.size() * 2);
+    dev_buf_reset(&bdtb, dt0b.data());
+    gpu_embedding_backward(bdtb.data, GEMM_OUT_BF16, (const uint16_t *)bdout.data, (const int32_t *)bids.data, N, C,
+                           V, g_stream);
+    dev_buf_download(&bdtb, dtb_again.data(), 0);
+    cc.what = "dtable (bf16 accumulator) determinism";
+    cmp_exact_bytes(&cc, dtb_again.data(), dtb_g.data(), nt * 2);
+    for (struct dev_buf *b : {&btab, &bids, &bout, &bdout, &bdt, &bdtb}) dev_buf_free(b);
 }
 
 struct bench_ctx {
@@ -142,14 +185,17 @@ struct bench_ctx {
     uint16_t *table, *out, *dout;
     int32_t *ids;
     float *dtable;
+    uint16_t *dtable_b; /* the bf16 accumulator */
 };
 
 static void bench_call(void *p, cudaStream_t s) {
     bench_ctx *b = (bench_ctx *)p;
     if (b->which == 0)
         gpu_embedding_forward_bf16(b->out, b->ids, b->table, b->N, b->C, b->V, s);
+    else if (b->which == 1)
+        gpu_embedding_backward(b->dtable, GEMM_OUT_F32, b->dout, b->ids, b->N, b->C, b->V, s);
     else
-        gpu_embedding_backward_f32(b->dtable, b->dout, b->ids, b->N, b->C, b->V, s);
+        gpu_embedding_backward(b->dtable_b, GEMM_OUT_BF16, b->dout, b->ids, b->N, b->C, b->V, s);
 }
 
 static void bench(double ceiling) {
@@ -165,12 +211,14 @@ static void bench(double ceiling) {
         for (int32_t &x : ids) x = rng_int(&r, b.V);
         CUDA_CHECK(cudaMalloc(&b.table, nt * 2));
         CUDA_CHECK(cudaMalloc(&b.dtable, nt * 4));
+        CUDA_CHECK(cudaMalloc(&b.dtable_b, nt * 2));
         CUDA_CHECK(cudaMalloc(&b.out, nr * 2));
         CUDA_CHECK(cudaMalloc(&b.dout, nr * 2));
         CUDA_CHECK(cudaMalloc(&b.ids, (size_t)b.N * 4));
         CUDA_CHECK(cudaMemset(b.table, 0x3F, nt * 2));
         CUDA_CHECK(cudaMemset(b.dout, 0x3F, nr * 2));
         CUDA_CHECK(cudaMemset(b.dtable, 0, nt * 4));
+        CUDA_CHECK(cudaMemset(b.dtable_b, 0, nt * 2));
         CUDA_CHECK(cudaMemcpy(b.ids, ids.data(), (size_t)b.N * 4, cudaMemcpyHostToDevice));
         char shape[64];
         snprintf(shape, sizeof shape, "N=%d C=%d V=%d", b.N, b.C, b.V);
@@ -182,7 +230,12 @@ static void bench(double ceiling) {
         /* scatter-add: read dout (bf16) and, for the touched rows, read+write dtable (fp32) */
         bench_json("embedding_backward", shape, 2.0 * nr + 8.0 * nr + 4.0 * b.N, 0,
                    bench_time(bench_call, &b, g_stream, 5, 25, 10), ceiling);
-        for (void *p : {(void *)b.table, (void *)b.dtable, (void *)b.out, (void *)b.dout, (void *)b.ids})
+        b.which = 2;
+        /* the same with a bf16 dtable: 4 bytes per touched element instead of 8 */
+        bench_json("embedding_backward_bf16", shape, 2.0 * nr + 4.0 * nr + 4.0 * b.N, 0,
+                   bench_time(bench_call, &b, g_stream, 5, 25, 10), ceiling);
+        for (void *p : {(void *)b.table, (void *)b.dtable, (void *)b.dtable_b, (void *)b.out, (void *)b.dout,
+                        (void *)b.ids})
             CUDA_CHECK(cudaFree(p));
     }
 }
@@ -218,6 +271,11 @@ int main(int argc, char **argv) {
     run_case(3000, 64, 128256, id++, IDS_ONE_OWNER);
     run_case(2000, 576, 20000, id++, IDS_ONE_OWNER);
     run_case(1100, 4096, 6000, id++, IDS_ONE_OWNER);
+    /* the bf16 accumulator's id-alone path over several blocks of 512 column vectors (scalar C 1023,
+     * 16-byte C 8192), and a vocabulary of more than 1024 keys a CTA at 2 CTAs a SM */
+    run_case(600, 1023, 50, id++, IDS_ONE_HOT);
+    run_case(700, 8192, 20, id++, IDS_ONE_HOT);
+    run_case(3000, 1, 600000, id++);
     const int rc = test_finish("embedding_parity");
     if (rc == 0 && test_has_flag(argc, argv, "--bench")) bench(bench_copy_ceiling(g_stream));
     CUDA_CHECK(cudaStreamDestroy(g_stream));

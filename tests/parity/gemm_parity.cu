@@ -298,8 +298,8 @@ static void run_linear_case(int N, int C_in, int C_out, int with_bias, int plant
     gpu_linear_backward_dx_bf16(g_gemm, (uint16_t *)bdx.data, (const uint16_t *)bdy.data, (const uint16_t *)bw.data, N,
                                 C_in, C_out, GEMM_OVERWRITE, g_stream);
     if (!plant_inf)
-        gpu_linear_backward_dw_f32(g_gemm, (float *)bdw.data, (const uint16_t *)bdy.data, (const uint16_t *)bx.data, N,
-                                   C_in, C_out, g_stream);
+        gpu_linear_backward_dw(g_gemm, bdw.data, GEMM_OUT_F32, (const uint16_t *)bdy.data, (const uint16_t *)bx.data, N,
+                               C_in, C_out, g_stream);
     std::vector<uint16_t> yb(y_r.size()), dxb(dx_r.size());
     std::vector<float> y_g, dx_g, dw_g(dw0.size());
     dev_buf_download(&by, yb.data(), 1);
@@ -346,6 +346,28 @@ static void run_linear_case(int N, int C_in, int C_out, int with_bias, int plant
         cc.what = "dx (accumulate)";
         cc.dtype = "bf16";
         cmp_exact_f32(&cc, dx_g.data(), want.data(), (int64_t)want.size());
+    }
+
+    /* dW into a bf16 accumulator (NUMERICS.md §5.6): bf16(dw_old + dyᵀx), rounded once or with dyᵀx
+     * rounded to bf16 first (epilogue_bf16_candidate), as the dx accumulate mode above. */
+    if (!plant_inf) {
+        std::vector<float> dw_old((size_t)C_out * C_in), dw_f32(dw_old.size(), 0.0f), dw_got(dw_old.size()),
+            want(dw_old.size());
+        rng_fill_int(&r, dw_old.data(), (int64_t)dw_old.size(), -100, 100);
+        std::vector<uint16_t> dw_oldb = bits_of(dw_old), dwb(dw_old.size());
+        ref_linear_backward_naive(nullptr, dw_f32.data(), nullptr, dy.data(), x.data(), w.data(), N, C_in, C_out,
+                                  ACT_F32);
+        struct dev_buf bdw16;
+        dev_buf_alloc(&bdw16, "dw bf16", dw_oldb.size() * 2, POISON_NONE, dw_oldb.data());
+        gpu_linear_backward_dw(g_gemm, bdw16.data, GEMM_OUT_BF16, (const uint16_t *)bdy.data, (const uint16_t *)bx.data,
+                               N, C_in, C_out, g_stream);
+        dev_buf_download(&bdw16, dwb.data(), 0);
+        for (size_t i = 0; i < dwb.size(); i++) dw_got[i] = bf16_to_float(dwb[i]);
+        for (size_t i = 0; i < want.size(); i++) want[i] = epilogue_bf16_candidate(dw_got[i], dw_f32[i], dw_old[i], 0.0f);
+        cc.what = "dw (bf16 accumulator)";
+        cc.dtype = "bf16";
+        cmp_exact_f32(&cc, dw_got.data(), want.data(), (int64_t)want.size());
+        dev_buf_free(&bdw16);
     }
     for (struct dev_buf *bf : {&bx, &bw, &bbias, &bdy, &by, &bdx, &bdw}) dev_buf_free(bf);
 }

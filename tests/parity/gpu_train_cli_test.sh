@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # gpu_train_cli_test.sh — //gpu:train's command line, on any machine (no GPU needed):
 #   - it takes exactly //ref:train's flags (one table, train/options.c) — same --help flag list;
-#   - --precision fp32 is refused with one message pointing to //ref:train (exit status 1), and so is
-#     --grad-dtype bf16 (full fine-tuning's bf16 gradients: //ref:train only for now);
+#   - --precision fp32 is refused with one message pointing to //ref:train (exit status 1);
+#     --grad-dtype bf16 with an adapter method is refused with one message (exit status 1);
 #   - on a machine without a CUDA device it says so, points to //ref:train, and exits 1 before
 #     reading the model or the data, --precision fp8 included (and //gpu:bench --precision fp8)
 #     (skipped where a device answers nvidia-smi), while `//gpu:bench --plan-only --memory-limit G`
@@ -30,10 +30,10 @@ check "--help names the GPU trainer" grep -q 'bazel run //gpu:train' <("$gpu" --
 rc=$?
 check "--precision fp32: exit status $rc (1), one message pointing to //ref:train" \
     test $rc -eq 1 -a "$(grep -c '^refine: .*//ref:train' "$tmp/fp32.log")" -eq 1 -a "$(wc -l <"$tmp/fp32.log")" -eq 1
-"$gpu" --method full --grad-dtype bf16 --model "$tmp/none" >"$tmp/g16.log" 2>&1
+"$gpu" --method lora --grad-dtype bf16 --model "$tmp/none" >"$tmp/g16.log" 2>&1
 rc=$?
-check "--grad-dtype bf16: exit status $rc (1), one message pointing to //ref:train" \
-    test $rc -eq 1 -a "$(grep -c '^refine: --grad-dtype bf16: .*//ref:train' "$tmp/g16.log")" -eq 1 \
+check "--grad-dtype bf16 with lora: exit status $rc (1), one message" \
+    test $rc -eq 1 -a "$(grep -c '^refine: --grad-dtype bf16 is for --method full' "$tmp/g16.log")" -eq 1 \
     -a "$(wc -l <"$tmp/g16.log")" -eq 1
 
 if nvidia-smi -L >/dev/null 2>&1; then

@@ -25,6 +25,8 @@
  *     1/W of the rest; Llama-3.1-8B full on 8 GPUs ~20 GiB less; --shard-gradients auto takes them
  *     where the plan is smaller and the step has one micro-batch a rank or the whole gradients do
  *     not fit (gpu_shards_gradients), on refuses without the sharded optimizer;
+ *   - bf16 gradients (NUMERICS.md §5.6) take 2 bytes a parameter: with split masters and the 8-bit
+ *     optimizer, trainable state is 8 bytes a parameter; refused for adapters and the sharded optimizer;
  *   - options the kernels cannot run are refused with a message, not a crash.
  * Alignment (256 B per buffer) is the only slack: bounds allow it explicitly.
  */
@@ -121,6 +123,30 @@ int main(void) {
     in_range("full, split masters: params bytes = 4 per parameter", (double)psp.params, 4 * np, 4 * np + slack);
     expect(psp.grads == pf.grads && psp.optim == pf.optim && psp.acts == pf.acts,
            "split masters change the parameters only", (double)psp.grads, (double)pf.grads, (double)pf.grads);
+    /* bf16 gradients (NUMERICS.md §5.6): 2 bytes a parameter, nothing else changes; with split masters
+     * and the 8-bit optimizer, 8 bytes a parameter in all (the peers' bf16 weights, .grad and states) */
+    struct gpu_llama_options og = opts(LLAMA_FULL, 2, 128);
+    og.grads = GRAD_BF16;
+    struct gpu_llama_plan pg = plan_of(&cs, &og);
+    in_range("full, bf16 gradients: grads bytes = 2 per parameter", (double)pg.grads, 2 * np, 2 * np + slack);
+    expect(pg.params == pf.params && pg.optim == pf.optim && pg.acts == pf.acts,
+           "bf16 gradients change the gradients only", (double)pg.params, (double)pf.params, (double)pf.params);
+    og.master = MASTER_SPLIT, og.optimizer = OPTIMIZER_ADAMW8BIT;
+    struct gpu_llama_plan pg8 = plan_of(&cs, &og);
+    in_range("full, bf16 gradients + split masters + 8-bit AdamW: about 8 bytes per parameter",
+             (double)(pg8.params + pg8.grads + pg8.optim), 8 * np, 8 * np * 1.02 + slack);
+    {
+        struct gpu_llama_options bad = opts(LLAMA_LORA, 2, 128);
+        bad.grads = GRAD_BF16;
+        struct gpu_llama_plan pb;
+        struct io_err eb = {{0}};
+        expect(gpu_llama_plan_bytes(&pb, &cs, &bad, &eb) != 0 && strstr(eb.msg, "full fine-tuning") != NULL,
+               "bf16 gradients with an adapter: refused", 0, 1, 1);
+        bad = opts(LLAMA_FULL, 2, 128);
+        bad.grads = GRAD_BF16, bad.shard_world = 2, bad.shard_rank = 0;
+        expect(gpu_llama_plan_bytes(&pb, &cs, &bad, &eb) != 0 && strstr(eb.msg, "sharded optimizer") != NULL,
+               "bf16 gradients with the sharded optimizer: refused", 0, 1, 1);
+    }
 
     /* the sharded optimizer (ZeRO-1, ref/shard.h), per rank: the bf16 copies and the gradients
      * whole, the fp32 masters and the moments of 1/W of the elements (within one 8192-element chunk

@@ -24,6 +24,9 @@
  *  - dw (fp32, accumulated onto random values): long reduction over N rows → vs-naive tier: at
  *    most 2× the error of the sequential fp32 sum against the double reference, plus one fp32
  *    rounding of the result.
+ *  - dw as a bf16 accumulator (GEMM_OUT_BF16) from bf16(dw0): exact — bf16 of the fp32 form's dw
+ *    started from the widened bf16(dw0) (run on the GPU), since the bf16 form is that computation
+ *    rounded once; dx of that call bitwise equal to the fp32 call's dx.
  *  - NaN/Inf: a NaN and an Inf planted in x must poison the same rows on both sides.
  */
 #include <float.h>
@@ -143,9 +146,9 @@ static void run_case(int N, int C, int plant) {
     gpu_rmsnorm_residual_forward_bf16((uint16_t *)bres.data, (uint16_t *)bout2.data, (float *)brstd2.data,
                                       (const uint16_t *)bres_in.data, (const uint16_t *)bdelta.data, dwp, N, C, h.eps,
                                       g_stream);
-    gpu_rmsnorm_backward_bf16((uint16_t *)bdx.data, (float *)bdw.data, (const uint16_t *)bdy.data, nullptr, dxp, dwp,
-                              (const float *)brstd_in.data, N, C, bws.data, g_stream);
-    gpu_rmsnorm_backward_bf16((uint16_t *)bdx2.data, nullptr, (const uint16_t *)bdy.data,
+    gpu_rmsnorm_backward_bf16((uint16_t *)bdx.data, bdw.data, GEMM_OUT_F32, (const uint16_t *)bdy.data, nullptr, dxp,
+                              dwp, (const float *)brstd_in.data, N, C, bws.data, g_stream);
+    gpu_rmsnorm_backward_bf16((uint16_t *)bdx2.data, nullptr, GEMM_OUT_F32, (const uint16_t *)bdy.data,
                               (const uint16_t *)bdres.data, dxp, dwp, (const float *)brstd_in.data, N, C, bws.data,
                               g_stream);
     CUDA_CHECK(cudaStreamSynchronize(g_stream));
@@ -202,8 +205,8 @@ static void run_case(int N, int C, int plant) {
     std::vector<float> dw_again(C);
     dev_buf_reset(&bdw, h.dw0.data());
     dev_buf_reset(&bdx, nullptr);
-    gpu_rmsnorm_backward_bf16((uint16_t *)bdx.data, (float *)bdw.data, (const uint16_t *)bdy.data, nullptr, dxp, dwp,
-                              (const float *)brstd_in.data, N, C, bws.data, g_stream);
+    gpu_rmsnorm_backward_bf16((uint16_t *)bdx.data, bdw.data, GEMM_OUT_F32, (const uint16_t *)bdy.data, nullptr, dxp,
+                              dwp, (const float *)brstd_in.data, N, C, bws.data, g_stream);
     std::vector<uint16_t> dxb_again(n);
     dev_buf_download(&bdx, dxb_again.data(), 1);
     dev_buf_download(&bdw, dw_again.data(), 0);
@@ -213,8 +216,34 @@ static void run_case(int N, int C, int plant) {
     c.what = "dw determinism";
     cmp_exact_bytes(&c, dw_again.data(), dw_g.data(), (size_t)C * 4);
 
+    /* bf16 accumulator: the expectation is the fp32 form from the widened bf16(dw0), rounded. */
+    const std::vector<uint16_t> dw0b = bits_of(h.dw0);
+    const std::vector<float> dw0w = floats_of(dw0b);
+    std::vector<float> dw_widened(C);
+    dev_buf_reset(&bdw, dw0w.data());
+    dev_buf_reset(&bdx, nullptr);
+    gpu_rmsnorm_backward_bf16((uint16_t *)bdx.data, bdw.data, GEMM_OUT_F32, (const uint16_t *)bdy.data, nullptr, dxp,
+                              dwp, (const float *)brstd_in.data, N, C, bws.data, g_stream);
+    dev_buf_download(&bdw, dw_widened.data(), 0);
+    struct dev_buf bdwb; /* accumulates: starts from bf16(dw0), not poison; guarded */
+    dev_buf_alloc(&bdwb, "dw(bf16)", (size_t)C * 2, POISON_NONE, dw0b.data());
+    dev_buf_reset(&bdx, nullptr);
+    gpu_rmsnorm_backward_bf16((uint16_t *)bdx.data, bdwb.data, GEMM_OUT_BF16, (const uint16_t *)bdy.data, nullptr, dxp,
+                              dwp, (const float *)brstd_in.data, N, C, bws.data, g_stream);
+    std::vector<uint16_t> dwb_g(C), dxb_bf(n);
+    dev_buf_download(&bdx, dxb_bf.data(), 1);
+    dev_buf_download(&bdwb, dwb_g.data(), 0);
+    /* Compared as floats: bitwise, except that any NaN matches any NaN (the planted NaN reaches dw;
+     * the device's NaN bits need not be bf16_from_float's). */
+    const std::vector<float> dwb_got = floats_of(dwb_g), dwb_want = floats_of(bits_of(dw_widened));
+    c.what = "dw (bf16 accumulator)";
+    c.dtype = "bf16";
+    cmp_exact_f32(&c, dwb_got.data(), dwb_want.data(), C);
+    c.what = "dx (bf16 dw call)";
+    cmp_exact_bytes(&c, dxb_bf.data(), dxb.data(), n * 2);
+
     for (struct dev_buf *b : {&bx, &bw, &bout, &brstd, &bres_in, &bdelta, &bres, &bout2, &brstd2, &bdy, &bdres, &bdx,
-                              &bdx2, &bdw, &bws, &brstd_in})
+                              &bdx2, &bdw, &bdwb, &bws, &brstd_in})
         dev_buf_free(b);
 }
 
@@ -222,6 +251,7 @@ struct bench_ctx {
     int N, C, which;
     uint16_t *x, *w, *out, *res_in, *res_out, *dy, *dres, *dx;
     float *rstd, *dw;
+    uint16_t *dwb; /* the bf16 accumulator */
     void *ws;
 };
 
@@ -232,8 +262,18 @@ static void bench_call(void *p, cudaStream_t s) {
         case 1:
             gpu_rmsnorm_residual_forward_bf16(b->res_out, b->out, b->rstd, b->res_in, b->x, b->w, b->N, b->C, 1e-5f, s);
             break;
-        case 2: gpu_rmsnorm_backward_bf16(b->dx, nullptr, b->dy, b->dres, b->x, b->w, b->rstd, b->N, b->C, b->ws, s); break;
-        default: gpu_rmsnorm_backward_bf16(b->dx, b->dw, b->dy, nullptr, b->x, b->w, b->rstd, b->N, b->C, b->ws, s); break;
+        case 2:
+            gpu_rmsnorm_backward_bf16(b->dx, nullptr, GEMM_OUT_F32, b->dy, b->dres, b->x, b->w, b->rstd, b->N, b->C,
+                                      b->ws, s);
+            break;
+        case 3:
+            gpu_rmsnorm_backward_bf16(b->dx, b->dw, GEMM_OUT_F32, b->dy, nullptr, b->x, b->w, b->rstd, b->N, b->C,
+                                      b->ws, s);
+            break;
+        default:
+            gpu_rmsnorm_backward_bf16(b->dx, b->dwb, GEMM_OUT_BF16, b->dy, nullptr, b->x, b->w, b->rstd, b->N, b->C,
+                                      b->ws, s);
+            break;
     }
 }
 
@@ -250,6 +290,7 @@ static void bench(double ceiling) {
         CUDA_CHECK(cudaMalloc(&b.w, (size_t)C * 2));
         CUDA_CHECK(cudaMalloc(&b.rstd, (size_t)N * 4));
         CUDA_CHECK(cudaMalloc(&b.dw, (size_t)C * 4));
+        CUDA_CHECK(cudaMalloc(&b.dwb, (size_t)C * 2));
         CUDA_CHECK(cudaMalloc(&b.ws, gpu_rmsnorm_backward_workspace_size(N, C)));
         CUDA_CHECK(cudaMemcpy(b.x, h.xb.data(), n * 2, cudaMemcpyHostToDevice));
         CUDA_CHECK(cudaMemcpy(b.res_in, h.res_inb.data(), n * 2, cudaMemcpyHostToDevice));
@@ -257,6 +298,7 @@ static void bench(double ceiling) {
         CUDA_CHECK(cudaMemcpy(b.dres, h.dresb.data(), n * 2, cudaMemcpyHostToDevice));
         CUDA_CHECK(cudaMemcpy(b.w, h.wb.data(), (size_t)C * 2, cudaMemcpyHostToDevice));
         CUDA_CHECK(cudaMemset(b.dw, 0, (size_t)C * 4));
+        CUDA_CHECK(cudaMemset(b.dwb, 0, (size_t)C * 2));
         gpu_rmsnorm_forward_bf16(b.out, b.rstd, b.x, b.w, N, C, 1e-5f, g_stream);
         char shape[64];
         snprintf(shape, sizeof shape, "N=%d C=%d", N, C);
@@ -265,10 +307,11 @@ static void bench(double ceiling) {
         const double res = 4.0 * n * 2 + 2.0 * C + 4.0 * N;
         const double bwd_dres = 4.0 * n * 2 + 2.0 * C + 4.0 * N;
         const double bwd_dw = 3.0 * n * 2 + 2.0 * C + 4.0 * N + 8.0 * C;
+        const double bwd_dw_bf16 = 3.0 * n * 2 + 2.0 * C + 4.0 * N + 4.0 * C;
         const char *names[] = {"rmsnorm_forward", "rmsnorm_residual_forward", "rmsnorm_residual_backward",
-                               "rmsnorm_backward_dw"};
-        const double bytes[] = {fwd, res, bwd_dres, bwd_dw};
-        for (int which = 0; which < 4; which++) {
+                               "rmsnorm_backward_dw", "rmsnorm_backward_dw_bf16"};
+        const double bytes[] = {fwd, res, bwd_dres, bwd_dw, bwd_dw_bf16};
+        for (int which = 0; which < 5; which++) {
             b.which = which;
             struct bench_result r = bench_time(bench_call, &b, g_stream, 5, 25, 10);
             bench_json(names[which], shape, bytes[which], 0, r, ceiling);
@@ -277,6 +320,7 @@ static void bench(double ceiling) {
         CUDA_CHECK(cudaFree(b.w));
         CUDA_CHECK(cudaFree(b.rstd));
         CUDA_CHECK(cudaFree(b.dw));
+        CUDA_CHECK(cudaFree(b.dwb));
         CUDA_CHECK(cudaFree(b.ws));
     }
 }

@@ -9,7 +9,8 @@
 # tiny Qwen2 golden models (tests/golden/data/e2e, byte-level tokenizer; --only tiny) and
 # SmolLM2-135M-Instruct (the GGUF in $REFINE_CACHE or ~/.cache/refine, on the first 3000 lines of
 # its King James Bible; --only smollm2). For each model and each method (lora, dora, qlora,
-# qdora, full; full-split: --master split, ref/master_pair.h), and each precision variant, three
+# qdora, full; full-split: --master split, ref/master_pair.h; full-g16: --grad-dtype bf16, NUMERICS.md
+# §5.6), and each precision variant, three
 # runs with identical flags:
 #   REF_TRAIN --precision fp32   the oracle
 #   REF_TRAIN --precision P      the naive same-precision run
@@ -23,7 +24,7 @@
 # 2×, where it is a stable statistic; one suite per family, bf16 and fp8). Besides:
 #   - the oracle trains (its validation loss falls), so that the comparison is of a run that moves;
 #   - determinism (tiny Llama LoRA and DoRA, SmolLM2 LoRA, full fine-tuning with split masters and
-#     AdamW or the 8-bit optimizer, bf16; tiny Llama LoRA and full fine-tuning
+#     AdamW or the 8-bit optimizer, the latter with bf16 gradients too, bf16; tiny Llama LoRA and full fine-tuning
 #     fp8-delayed, DoRA fp8-block, SmolLM2 LoRA fp8-current): a second identical GPU run is bitwise
 #     the first (`train_compare identical`); kill and resume: a GPU run with --checkpoint-every 5
 #     is killed (-9) once its LATEST names step-10 or later, rerun with --resume to the end, and
@@ -149,9 +150,14 @@ methods=(lora dora qlora qdora full)
 # optimizer (its embedding and MLP weights are large enough for 8-bit states).
 # Full fine-tuning with split masters (--master split: the bf16 copy and the low halves) on every
 # model, with the 8-bit optimizer as well on the tiny Llama.
+# bf16 gradients (--grad-dtype bf16) on every model: with AdamW and fp32 masters (the tiny models),
+# with split masters and the 8-bit optimizer (the peers' 8 bytes a parameter; tiny Llama, SmolLM2).
 methods_of() {
-    if [ "$1" = tiny-llama ]; then echo "${methods[*]} full-adamw8bit full-split full-adamw8bit-split"
-    else echo "${methods[*]} full-split"; fi
+    case $1 in
+    tiny-llama) echo "${methods[*]} full-adamw8bit full-split full-adamw8bit-split full-g16 full-adamw8bit-split-g16" ;;
+    tiny-qwen2) echo "${methods[*]} full-split full-g16" ;;
+    *) echo "${methods[*]} full-split full-adamw8bit-split-g16" ;;
+    esac
 }
 ref_sha=$(sha256sum "$ref" | cut -d' ' -f1)
 # The precision variants of a (model, method): those wanted, bf16-base8 for the methods with a
@@ -197,6 +203,8 @@ flags_of() { # model method
     full-adamw8bit) method="--method full --optimizer adamw8bit" ;;
     full-split) method="--method full --master split" ;;
     full-adamw8bit-split) method="--method full --optimizer adamw8bit --master split" ;;
+    full-g16) method="--method full --grad-dtype bf16" ;;
+    full-adamw8bit-split-g16) method="--method full --optimizer adamw8bit --master split --grad-dtype bf16" ;;
     esac
     echo "${model_flags[$1]} $method $targets --max-steps 20 --warmup 2 --eval-every 10 --eval-batches 2" \
         "--lr $lr --rank 8 --alpha 16 --seed 7"
@@ -361,7 +369,8 @@ if [ $cpu_only -eq 0 ]; then
                 case $model-$method-$variant in
                 tiny-llama-lora-bf16 | tiny-llama-dora-bf16 | smollm2-lora-bf16 | tiny-llama-lora-fp8-delayed | \
                     tiny-llama-full-fp8-delayed | tiny-llama-dora-fp8-block | smollm2-lora-fp8-current | \
-                    tiny-llama-full-split-bf16 | tiny-llama-full-adamw8bit-split-bf16)
+                    tiny-llama-full-split-bf16 | tiny-llama-full-adamw8bit-split-bf16 | \
+                    tiny-llama-full-adamw8bit-split-g16-bf16)
                     # shellcheck disable=SC2046
                     run_train "$gpu" "$model" "$method" "$tmp/runs/$name-2" "$logs/$name-2.log" $(variant_flags "$variant")
                     check_log "$what: a second GPU run exits 0" "$logs/$name-2.log" test $? -eq 0
@@ -403,7 +412,7 @@ if [ $cpu_only -eq 0 ]; then
         # time instead of storing every layer's codes: the same codes and records, bitwise too.
         for rc_case in "tiny-llama lora layer" "tiny-llama lora attn" "tiny-llama qdora layer" "tiny-qwen2 full attn" \
             "tiny-llama full layer fp8-delayed" "tiny-qwen2 full layer fp8-current" "tiny-llama full layer fp8-block" \
-            "tiny-llama full-adamw8bit-split layer fp8-delayed"; do
+            "tiny-llama full-adamw8bit-split layer fp8-delayed" "tiny-llama full-g16 layer"; do
             read -r model method policy variant <<<"$rc_case"
             variant=${variant:-bf16}
             case " $variants_wanted " in *" $variant "*) ;; *) continue ;; esac
@@ -438,7 +447,7 @@ if [ $cpu_only -eq 0 ]; then
         for g_case in "tiny-llama lora bf16" "tiny-llama qlora bf16" "tiny-llama qdora bf16" "tiny-llama dora bf16" \
             "tiny-qwen2 full bf16" "tiny-llama full-adamw8bit-split bf16" "tiny-llama lora fp8-delayed" \
             "tiny-llama qlora fp8-current" "tiny-llama full fp8-delayed" "tiny-llama dora fp8-block" \
-            "tiny-llama lora bf16-base8"; do
+            "tiny-llama lora bf16-base8" "tiny-llama full-adamw8bit-split-g16 bf16"; do
             read -r model method variant <<<"$g_case"
             case " $variants_wanted " in *" $variant "*) ;; *) continue ;; esac
             name=$model-$method-nographs-$variant
