@@ -19,7 +19,8 @@
  *   trainable tensors    fp32 master + bf16 compute copy (the DoRA magnitude has no copy: it is
  *                        used elementwise in fp32) — or, full fine-tuning with master MASTER_SPLIT,
  *                        the copy and the master's low 16 bits (ref/master_pair.h: the same fp32
- *                        values in 4 bytes), fp32 gradients (ACCUMULATE over micro-batches),
+ *                        values in 4 bytes), fp32 gradients (ACCUMULATE over micro-batches; full
+ *                        fine-tuning's bf16 with grads GRAD_BF16, NUMERICS.md §5.6),
  *                        AdamW moments fp32, or bitsandbytes-style 8-bit blockwise states;
  *   activations          bf16 (the normalized layer inputs n1, n2 are recomputed in backward from
  *                        the saved input and h: one RMSNorm pass each instead of two (N, C) a layer),
@@ -150,7 +151,7 @@ struct gpu_llama_options {
 struct gpu_llama_plan {
     size_t weights;    /* frozen base weights (bf16 or NF4), the NF4 dequantization buffer, tables */
     size_t params;     /* trainable masters (fp32, or the low halves of split ones) and compute copies (bf16) */
-    size_t grads;      /* gradients (fp32, or bf16 for full fine-tuning's with grads GRAD_BF16) */
+    size_t grads;      /* gradients (fp32; full fine-tuning's bf16 with grads GRAD_BF16) */
     size_t optim;      /* optimizer state */
     size_t acts;       /* saved activations */
     size_t scratch;    /* backward buffers and the op workspaces (one, sized for the largest) */
