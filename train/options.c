@@ -124,6 +124,9 @@ static const struct opt_def k_opts[] = {
     {"offload", BOTH, K_FLAG, OFF(offload), NULL, 0, 0,
      "keep the saved layer inputs in pinned host memory, copied out and back one layer ahead on a second "
      "stream (GPU; the same results; with --recompute layer the device holds three layers' inputs)"},
+    {"recompute-mlp", BOTH, K_FLAG, OFF(recompute_mlp), NULL, 0, 0,
+     "recompute the MLP input, swiglu(gate, up), before the down projection's backward instead of keeping it: "
+     "B·T·F·2 bytes a layer less for one more SwiGLU pass a layer (GPU; the same results)"},
     {"nvtx", BOTH, K_FLAG, OFF(nvtx), NULL, 0, 0,
      "name the step's parts (per op category, layer, micro-batch) as NVTX ranges for Nsight Systems (GPU)"},
     {"batch", BENCH, K_INT, OFF(micro_batch), NULL, 1, 1 << 16, "the same as --micro-batch"},

@@ -711,9 +711,12 @@ int cpu_engine_create(struct train_engine *eng, struct train_options *o, const s
 }
 
 int cpu_engine_check(const struct train_options *o, struct io_err *e) {
-    if (o->offload || o->memory_limit > 0 || o->nvtx)
+    if (o->offload || o->recompute_mlp || o->memory_limit > 0 || o->nvtx)
         return io_fail(e, "--%s places or traces GPU memory; //ref:train computes on the CPU (use //gpu:train)",
-                       o->offload ? "offload" : o->memory_limit > 0 ? "memory-limit" : "nvtx");
+                       o->offload         ? "offload"
+                       : o->recompute_mlp ? "recompute-mlp"
+                       : o->memory_limit > 0 ? "memory-limit"
+                                             : "nvtx");
     if (o->dropout > 0.0f)
         return io_fail(e, "--dropout %g: the CPU reference trainer has no adapter dropout (use --dropout 0, or "
                           "//gpu:train)",

@@ -196,8 +196,9 @@ void gpu_model_options(struct gpu_llama_options *g, const struct model_settings 
     g->base = s->base == BASE_NF4 ? GPU_BASE_NF4 : s->base == BASE_FP8 ? GPU_BASE_FP8 : GPU_BASE_BF16;
     g->linears = s->precision == COMPUTE_FP8 ? GPU_LINEAR_FP8 : GPU_LINEAR_BF16;
     g->fp8_recipe = s->fp8_recipe;
-    /* the FP8-stored base is the memory configuration: the MLP input is recomputed too */
-    g->mlp_input = s->base == BASE_FP8 ? GPU_MLP_INPUT_RECOMPUTED : GPU_MLP_INPUT_SAVED;
+    /* --recompute-mlp; the FP8-stored base is the memory configuration: the MLP input is recomputed too */
+    g->mlp_input = s->mlp_input == MLP_INPUT_RECOMPUTED || s->base == BASE_FP8 ? GPU_MLP_INPUT_RECOMPUTED
+                                                                               : GPU_MLP_INPUT_SAVED;
     g->targets = s->targets;
     g->R = s->R;
     g->lora_scale = s->lora_scale;

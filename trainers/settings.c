@@ -35,4 +35,5 @@ void model_settings_from_options(struct model_settings *s, const struct train_op
     s->trace = o->nvtx ? TRACE_NVTX : TRACE_OFF;
     s->grouping = o->ungrouped ? ADAPTERS_UNGROUPED : ADAPTERS_GROUPED;
     s->activations = o->offload ? ACTIVATIONS_OFFLOADED : ACTIVATIONS_ON_DEVICE;
+    s->mlp_input = o->recompute_mlp ? MLP_INPUT_RECOMPUTED : MLP_INPUT_KEPT;
 }

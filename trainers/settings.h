@@ -43,6 +43,9 @@ enum trace_ranges { TRACE_OFF = 0, TRACE_NVTX };
 enum adapter_grouping { ADAPTERS_GROUPED = 0, ADAPTERS_UNGROUPED };
 /* Where the saved layer inputs live: on the device, or in pinned host memory (--offload). */
 enum activation_home { ACTIVATIONS_ON_DEVICE = 0, ACTIVATIONS_OFFLOADED };
+/* The MLP input, swiglu(gate, up): kept per layer, or recomputed before the down projection's
+ * backward (--recompute-mlp). */
+enum mlp_input_policy { MLP_INPUT_KEPT = 0, MLP_INPUT_RECOMPUTED };
 
 struct model_settings {
     enum train_method method;
@@ -66,6 +69,7 @@ struct model_settings {
     enum trace_ranges trace;
     enum adapter_grouping grouping;
     enum activation_home activations;
+    enum mlp_input_policy mlp_input;
 };
 
 /* s from o; --precision auto becomes auto_precision (the trainer's own arithmetic). */

@@ -36,6 +36,12 @@ check "--grad-dtype bf16 with lora: exit status $rc (1), one message" \
     test $rc -eq 1 -a "$(grep -c '^refine: --grad-dtype bf16 is for --method full' "$tmp/g16.log")" -eq 1 \
     -a "$(wc -l <"$tmp/g16.log")" -eq 1
 
+"$ref" --recompute-mlp --model "$tmp/none" >"$tmp/rmlp.log" 2>&1
+rc=$?
+check "//ref:train --recompute-mlp: exit status $rc (1), one message pointing to //gpu:train" \
+    test $rc -eq 1 -a "$(grep -c '^refine: --recompute-mlp .*//gpu:train' "$tmp/rmlp.log")" -eq 1 \
+    -a "$(wc -l <"$tmp/rmlp.log")" -eq 1
+
 if nvidia-smi -L >/dev/null 2>&1; then
     echo "skip a CUDA device answers here: the no-device message is not checked"
 else

@@ -233,6 +233,24 @@ int main(void) {
     in_range("Llama-3.1-8B LoRA 16x512 plan (GiB): inside an 80 GB card", g8, 20.0, 74.0);
     printf("plans: 1B LoRA 16x512 %.2f GiB, 8B LoRA 16x512 %.2f GiB\n", g1, g8);
 
+    /* --recompute-mlp: the layers' MLP inputs (L·N·F·2 bytes) leave the activations; one N·F buffer
+     * joins the scratch (1B full 16×512 with split masters, 8-bit states and bf16 gradients: under
+     * Liger's 16.9 GiB) */
+    {
+        struct gpu_llama_options om = opts(LLAMA_FULL, 16, 512), om2;
+        om.master = MASTER_SPLIT, om.optimizer = OPTIMIZER_ADAMW8BIT, om.grads = GRAD_BF16;
+        om2 = om;
+        om2.mlp_input = GPU_MLP_INPUT_RECOMPUTED;
+        const struct gpu_llama_plan a = plan_of(&c1, &om), b = plan_of(&c1, &om2);
+        const double mlp = 2.0 * 16 * 512 * c1.F;
+        in_range("1B full --recompute-mlp: activations lose L·N·F·2 bytes", (double)a.acts - (double)b.acts,
+                 c1.L * mlp - slack, c1.L * mlp + slack);
+        in_range("1B full --recompute-mlp: scratch gains one N·F buffer", (double)b.scratch - (double)a.scratch,
+                 mlp - slack, mlp + slack);
+        in_range("1B full 16x512, 8 bytes a parameter, --recompute-mlp: plan (GiB) under Liger's 16.9",
+                 (double)b.total / GIB, 10.0, 16.9);
+    }
+
     /* FP8: the base's storage, the MLP input, the 8B LoRA target */
     struct gpu_llama_options o8 = opts(LLAMA_LORA, 16, 512), ob8 = o8, of8 = o8;
     o8.linears = ob8.linears = of8.linears = GPU_LINEAR_FP8;

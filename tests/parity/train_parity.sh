@@ -31,7 +31,7 @@
 #     must be bitwise the uninterrupted run (if it finished before the kill, that is said, and the
 #     resume of the finished run must still be identical);
 #   - CUDA graphs change no number (the runs without them, REFINE_CUDA_GRAPHS=0, are bitwise the same);
-#   - recomputation changes no number (LoRA, QDoRA, full; full fine-tuning under FP8 with --recompute
+#   - recomputation changes no number (--recompute-mlp too; LoRA, QDoRA, full; full fine-tuning under FP8 with --recompute
 #     layer, whose trained weights are then cast a layer at a time, in every recipe);
 #   - --base-dtype fp8 under --precision fp8 changes memory, not numbers: bitwise the run with the
 #     bf16 base (tiny Llama LoRA fp8-delayed, DoRA fp8-block, tiny Qwen2 LoRA fp8-current);
@@ -424,6 +424,20 @@ if [ $cpu_only -eq 0 ]; then
             check_log "$model $method $variant --recompute $policy: exits 0" "$logs/$name.log" test $? -eq 0
             compare "$model $method $variant: --recompute $policy == none, bitwise" "$logs/$name-compare.log" identical \
                 "$tmp/runs/$(gpu_name "$model" "$method" "$variant")" "$tmp/runs/$name"
+        done
+        # --recompute-mlp: the MLP input recomputed by the same kernel from the same gate and up, so
+        # bitwise the run that keeps it (adapters; full fine-tuning with its Qwen2 biases; the 8-byte
+        # arrangement; with attention recomputation, itself bitwise none).
+        for mlp_case in "tiny-llama lora none" "tiny-qwen2 full none" "tiny-llama full-adamw8bit-split-g16 none" \
+            "tiny-llama qdora attn"; do
+            [ $bf16_ran -eq 1 ] || continue
+            read -r model method policy <<<"$mlp_case"
+            name=$model-$method-mlp-$policy
+            run_train "$gpu" "$model" "$method" "$tmp/runs/$name" "$logs/$name.log" --precision bf16 --recompute "$policy" \
+                --recompute-mlp
+            check_log "$model $method --recompute-mlp --recompute $policy: exits 0" "$logs/$name.log" test $? -eq 0
+            compare "$model $method: --recompute-mlp --recompute $policy == neither, bitwise" \
+                "$logs/$name-compare.log" identical "$tmp/runs/$model-$method-gpu" "$tmp/runs/$name"
         done
         # Offloaded layer inputs: the same bits copied out and back, so bitwise the run without it
         # (with layer recomputation, the offload's use; with attention or no recomputation; full
