@@ -183,58 +183,10 @@ __device__ void bwd_round(BwdSmem &sm, T *__restrict__ dtable, const bf16 *__res
     __syncthreads(); /* this round's stores seen by the next round; key/row/start free again */
 }
 
-template <int VW>
-__global__ void __launch_bounds__(kT, kBwdPerSm)
-    embedding_backward_owned(float *__restrict__ dtable, const bf16 *__restrict__ dout,
-                             const int32_t *__restrict__ ids, int N, int C, int G, unsigned sentinel, int end_bit) {
-    __shared__ BwdSmem sm;
-    const unsigned b = blockIdx.x;
-    int head = 0, tail = 0; /* ring positions, the same in every thread */
-    int cur[kK];
-    auto load_chunk = [&](int base) {
-#pragma unroll
-        for (int q = 0; q < kK; q++) {
-            const int n = base + (int)threadIdx.x * kK + q;
-            cur[q] = n < N ? ids[n] : -1;
-        }
-    };
-    load_chunk(0);
-    for (int base = 0; base < N; base += kT * kK) {
-        int mine[kK];
-        int count = 0;
-#pragma unroll
-        for (int q = 0; q < kK; q++) {
-            mine[q] = cur[q] >= 0 && (unsigned)cur[q] % (unsigned)G == b;
-            count += mine[q];
-        }
-        if (base + kT * kK < N) load_chunk(base + kT * kK); /* the next chunk's loads in flight */
-        int off, total;
-        BwdScan(sm.tmp.scan).ExclusiveSum(count, off, total);
-#pragma unroll
-        for (int q = 0; q < kK; q++)
-            if (mine[q]) sm.ring[(tail + off++) & (kRing - 1)] = base + (int)threadIdx.x * kK + q;
-        tail += total;
-        __syncthreads(); /* ring written; the scan's storage free */
-        while (tail - head >= kT) {
-            bwd_round<float, VW>(sm, dtable, dout, ids, C, G, sentinel, end_bit, head, kT);
-            head += kT;
-        }
-    }
-    if (tail > head) bwd_round<float, VW>(sm, dtable, dout, ids, C, G, sentinel, end_bit, head, tail - head);
-}
-
-/* The bf16 accumulator's kernel (file comment): every id's rows summed in one round, or alone. */
-constexpr int kHist = 1024;   /* ids v / G a CTA can count (the host makes G ≥ V / kHist) */
-constexpr int kHot = kT / 2;  /* an id with more rows is summed alone (bwd_hot_id) */
-constexpr int kSpan = kT / 2; /* a group: the ids whose exclusive row prefix falls in one span */
-static_assert(kSpan - 1 + kHot <= kT, "a group of ids must fit one round");
-static_assert(kHist % kT == 0, "the histogram is scanned kHist / kT keys a thread");
-static_assert(sizeof(BwdSmem) + sizeof(int) * kHist <= 48 * 1024, "static shared memory");
-
 /* Scans all of ids in chunks of kT·kK positions (the next chunk's loads in flight, as
- * embedding_backward_owned), appends the positions n with keep(ids[n]) to sm.ring[tail ...] in
- * ascending n (no wrap: callers keep tail + kT·kK ≤ kRing), then after a __syncthreads calls more(),
- * which may read the ring and change tail; false stops the scan. tail is the same in every thread. */
+ * the fp32 kernel's), appends the positions n with keep(ids[n]) to the ring at tail ... (modulo
+ * kRing) in ascending n, then after a __syncthreads calls more(), which may read the ring and change
+ * tail; false stops the scan. tail is the same in every thread. */
 template <typename Keep, typename More>
 __device__ void scan_ids(BwdSmem &sm, const int32_t *__restrict__ ids, int N, int &tail, Keep keep, More more) {
     int cur[kK];
@@ -259,12 +211,39 @@ __device__ void scan_ids(BwdSmem &sm, const int32_t *__restrict__ ids, int N, in
         BwdScan(sm.tmp.scan).ExclusiveSum(count, off, total);
 #pragma unroll
         for (int q = 0; q < kK; q++)
-            if (mine[q]) sm.ring[tail + off++] = base + (int)threadIdx.x * kK + q;
+            if (mine[q]) sm.ring[(tail + off++) & (kRing - 1)] = base + (int)threadIdx.x * kK + q;
         tail += total;
         __syncthreads(); /* ring written; the scan's storage free */
         if (!more()) return;
     }
 }
+
+template <int VW>
+__global__ void __launch_bounds__(kT, kBwdPerSm)
+    embedding_backward_owned(float *__restrict__ dtable, const bf16 *__restrict__ dout,
+                             const int32_t *__restrict__ ids, int N, int C, int G, unsigned sentinel, int end_bit) {
+    __shared__ BwdSmem sm;
+    const unsigned b = blockIdx.x;
+    int head = 0, tail = 0; /* ring positions, the same in every thread */
+    scan_ids(
+        sm, ids, N, tail, [&](int id) { return (unsigned)id % (unsigned)G == b; },
+        [&]() {
+            while (tail - head >= kT) {
+                bwd_round<float, VW>(sm, dtable, dout, ids, C, G, sentinel, end_bit, head, kT);
+                head += kT;
+            }
+            return true;
+        });
+    if (tail > head) bwd_round<float, VW>(sm, dtable, dout, ids, C, G, sentinel, end_bit, head, tail - head);
+}
+
+/* The bf16 accumulator's kernel (file comment): every id's rows summed in one round, or alone. */
+constexpr int kHist = 1024;   /* ids v / G a CTA can count (the host makes G ≥ V / kHist) */
+constexpr int kHot = kT / 2;  /* an id with more rows is summed alone (bwd_hot_id) */
+constexpr int kSpan = kT / 2; /* a group: the ids whose exclusive row prefix falls in one span */
+static_assert(kSpan - 1 + kHot <= kT, "a group of ids must fit one round");
+static_assert(kHist % kT == 0, "the histogram is scanned kHist / kT keys a thread");
+static_assert(sizeof(BwdSmem) + sizeof(int) * kHist <= 48 * 1024, "static shared memory");
 
 /* dtable[v, :] = bf16(f32(dtable[v, :]) + Σ rows of v in ascending n), kT column vectors at a time:
  * thread t keeps the fp32 sums of column vector cv0 + t in registers across one scan of ids. */
