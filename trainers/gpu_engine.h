@@ -44,8 +44,9 @@ int gpu_shards_optimizer(const struct train_options *o, const struct gpu_llama_o
 int gpu_shards_gradients(const struct train_options *o, struct gpu_llama_options *g, const struct model_config *c,
                          size_t budget, struct io_err *e);
 /* What a user can change for g to take less memory, as one phrase into buf ("try --recompute
- * layer, --master split, --optimizer adamw8bit or a shorter --seq"): the options g does not use
- * yet, for the messages of a plan that does not fit. Returns buf. */
+ * layer, --master split, --optimizer adamw8bit, --grad-dtype bf16 or a shorter --seq"): the options
+ * g does not use yet (bf16 gradients only where the optimizer is not sharded), for the messages of a
+ * plan that does not fit. Returns buf. */
 const char *gpu_memory_hint(const struct gpu_llama_options *g, char *buf, size_t cap);
 /* The bytes a run may plan: the device's free memory, or with --memory-limit what a card of that
  * size would have left now (the limit less what is already in use), less a reserve for the CUDA

@@ -383,10 +383,10 @@ int main(void) {
     /* the hint of a plan that does not fit names what is not in use yet */
     struct gpu_llama_options full32 = opts(LLAMA_FULL, 4, 512);
     expect_hint("full fine-tuning with fp32 masters", &full32,
-                "try --recompute layer, --master split, --optimizer adamw8bit or a shorter --seq");
+                "try --recompute layer, --master split, --optimizer adamw8bit, --grad-dtype bf16 or a shorter --seq");
     struct gpu_llama_options lean = full32;
     lean.recompute = RECOMPUTE_LAYER, lean.offload = GPU_OFFLOAD_INPUTS, lean.master = MASTER_SPLIT;
-    lean.optimizer = OPTIMIZER_ADAMW8BIT;
+    lean.optimizer = OPTIMIZER_ADAMW8BIT, lean.grads = GRAD_BF16;
     expect_hint("every memory option in use", &lean, "try a shorter --seq");
     struct gpu_llama_options lora = opts(LLAMA_LORA, 4, 512);
     lora.recompute = RECOMPUTE_LAYER;
