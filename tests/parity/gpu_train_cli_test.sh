@@ -2,7 +2,8 @@
 # gpu_train_cli_test.sh — //gpu:train's command line, on any machine (no GPU needed):
 #   - it takes exactly //ref:train's flags (one table, train/options.c) — same --help flag list;
 #   - --precision fp32 is refused with one message pointing to //ref:train (exit status 1);
-#     --grad-dtype bf16 with an adapter method is refused with one message (exit status 1);
+#     --grad-dtype bf16 with an adapter method is refused with one message (exit status 1), and so is
+#     --grad-dtype bf16 under mpirun, by every rank (where mpirun is installed);
 #   - on a machine without a CUDA device it says so, points to //ref:train, and exits 1 before
 #     reading the model or the data, --precision fp8 included (and //gpu:bench --precision fp8)
 #     (skipped where a device answers nvidia-smi), while `//gpu:bench --plan-only --memory-limit G`
@@ -41,6 +42,20 @@ rc=$?
 check "//ref:train --recompute-mlp: exit status $rc (1), one message pointing to //gpu:train" \
     test $rc -eq 1 -a "$(grep -c '^refine: --recompute-mlp .*//gpu:train' "$tmp/rmlp.log")" -eq 1 \
     -a "$(wc -l <"$tmp/rmlp.log")" -eq 1
+
+# Under a launcher, --grad-dtype bf16 is refused by every rank before any device work (the ranks'
+# sum of bf16 gradients is not specified yet): on any machine with mpirun.
+source tests/unit/mpi_env.sh || exit 1
+if mpirun_missing; then
+    echo "skip mpirun is not installed: the launcher refusal of --grad-dtype bf16 is not checked"
+else
+    mpi 2 "$bench" --model llama-3.2-1b --method full --grad-dtype bf16 --plan-only --memory-limit 80 \
+        >"$tmp/g16mpi.log" 2>&1
+    rc=$?
+    # (the first rank to fail aborts the job: the other may not get to print)
+    check "mpirun -np 2 //gpu:bench --grad-dtype bf16: exit status $rc (non-zero), a rank says one process" \
+        test $rc -ne 0 -a "$(grep -c '^refine: rank [01]: --grad-dtype bf16 runs in one process' "$tmp/g16mpi.log")" -ge 1
+fi
 
 if nvidia-smi -L >/dev/null 2>&1; then
     echo "skip a CUDA device answers here: the no-device message is not checked"
