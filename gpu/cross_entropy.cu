@@ -451,8 +451,8 @@ extern "C" void gpu_cross_entropy_rows_bf16_with(float *nll, uint16_t *dz, const
 }
 
 extern "C" void gpu_lm_head_cross_entropy_bf16(float *loss, uint16_t *dh, void *dw, enum gemm_out dw_type,
-                                               const uint16_t *h, const uint16_t *w, const int32_t *labels, int N, int C, int V,
-                                               int64_t n_valid_total, float grad_scale, int rows_per_chunk,
+                                               const uint16_t *h, const uint16_t *w, const int32_t *labels, int N,
+                                               int C, int V, int64_t n_valid_total, float grad_scale, int rows_per_chunk,
                                                struct gpu_gemm *gemm, void *workspace, cudaStream_t stream) {
     CHECK(N >= 1 && C >= 1 && V >= 1 && rows_per_chunk >= 1, "ce N=%d C=%d V=%d rows_per_chunk=%d", N, C, V,
           rows_per_chunk);

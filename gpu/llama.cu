@@ -432,8 +432,8 @@ void layer_backward(gpu_llama *m, int l, uint64_t micro) {
     group_backward(m, l, GL_GROUP_GATE_UP, m->dn, d_gate_up, m->n2, micro);
     {
         PROF(m, PROF_NORM);
-        gpu_rmsnorm_backward_bf16(m->G, full ? ly.mlp_norm_grad : nullptr, gl_grad_type(m), m->dn, m->G, a.h, ly.mlp_norm, a.rstd2, N,
-                                  c.C, m->ws, s);
+        gpu_rmsnorm_backward_bf16(m->G, full ? ly.mlp_norm_grad : nullptr, gl_grad_type(m), m->dn, m->G, a.h,
+                                  ly.mlp_norm, a.rstd2, N, c.C, m->ws, s);
     }
     /* attention */
     fp8_input_t(m, l, LLAMA_O, a.att, m->QD);
@@ -455,8 +455,8 @@ void layer_backward(gpu_llama *m, int l, uint64_t micro) {
     group_backward(m, l, GL_GROUP_QKV, dx, d_qkv, m->n1, micro);
     if (need_dx) {
         PROF(m, PROF_NORM);
-        gpu_rmsnorm_backward_bf16(m->G, full ? ly.attn_norm_grad : nullptr, gl_grad_type(m), m->dn, m->G, m->x[l], ly.attn_norm,
-                                  a.rstd1, N, c.C, m->ws, s);
+        gpu_rmsnorm_backward_bf16(m->G, full ? ly.attn_norm_grad : nullptr, gl_grad_type(m), m->dn, m->G, m->x[l],
+                                  ly.attn_norm, a.rstd1, N, c.C, m->ws, s);
     }
 }
 
@@ -532,9 +532,9 @@ void forward(gpu_llama *m, int train, int64_t n_valid, float grad_scale, uint64_
         m->grad_gate(m->grad_gate_ctx, c.L + 1);
     }
     PROF(m, PROF_LM_HEAD);
-    gpu_lm_head_cross_entropy_bf16(m->loss_dev, train ? m->dn : nullptr, train && full ? m->lm_head_grad : nullptr, gl_grad_type(m),
-                                   m->nf, m->lm_head, m->labels, N, c.C, c.V, n_valid, grad_scale, m->plan.ce_rows,
-                                   m->gemm, m->ws, s);
+    gpu_lm_head_cross_entropy_bf16(m->loss_dev, train ? m->dn : nullptr, train && full ? m->lm_head_grad : nullptr,
+                                   gl_grad_type(m), m->nf, m->lm_head, m->labels, N, c.C, c.V, n_valid, grad_scale,
+                                   m->plan.ce_rows, m->gemm, m->ws, s);
     if (train) {
         accumulate_nll<<<1, 1, 0, s>>>(m->nll_acc, m->loss_dev, (double)n_valid);
         KERNEL_CHECK(s);
@@ -547,8 +547,8 @@ void backward(gpu_llama *m, uint64_t micro) {
     cudaStream_t s = m->stream;
     {
         PROF(m, PROF_NORM);
-        gpu_rmsnorm_backward_bf16(m->G, full ? m->final_norm_grad : nullptr, gl_grad_type(m), m->dn, nullptr, m->x[c.L], m->final_norm,
-                                  m->rstd_f, N, c.C, m->ws, s);
+        gpu_rmsnorm_backward_bf16(m->G, full ? m->final_norm_grad : nullptr, gl_grad_type(m), m->dn, nullptr,
+                                  m->x[c.L], m->final_norm, m->rstd_f, N, c.C, m->ws, s);
     }
     if (m->grad_hook) m->grad_hook(m->grad_hook_ctx, 0); /* the head's bucket (gpu/llama.h) */
     for (int l = c.L - 1; l >= 0; l--) {
@@ -687,8 +687,7 @@ extern "C" float gpu_llama_loss(gpu_llama *m) {
     return m->h_scalars[0];
 }
 
-/* Whether n gradients at dev hold a NaN or an Inf (host scan). */
-/* n values at dev, fp32 or bf16 (type). */
+/* Whether n gradients at dev, fp32 or bf16 (type), hold a NaN or an Inf (host scan). */
 static int any_nonfinite(const void *dev, int64_t n, enum gemm_out type) {
     const size_t elem = type == GEMM_OUT_BF16 ? sizeof(uint16_t) : sizeof(float);
     unsigned char *h = static_cast<unsigned char *>(malloc((size_t)(n > 0 ? n : 1) * elem));

@@ -31,7 +31,7 @@ namespace {
 int bucket_of(const gpu_llama *m, const gl_param &p) {
     const int l = gl_layer_of(p.name);
     if (l >= 0) {
-        CHECK(l >= 0 && l < m->cfg.L, "tensor %s: layer %d of %d", p.name, l, m->cfg.L);
+        CHECK(l < m->cfg.L, "tensor %s: layer %d of %d", p.name, l, m->cfg.L);
         return m->cfg.L - l;
     }
     if (strncmp(p.name, "model.embed_tokens.", 19) == 0) return m->cfg.L + 1;
@@ -121,7 +121,8 @@ extern "C" void gpu_llama_bucket_take(gpu_llama *m, int bucket, cudaStream_t str
         const gl_param &p = m->params[pc.tensor];
         if (bucket_of(m, p) != bucket) continue;
         const int64_t n = pc.hi - pc.lo, blocks = (n + 255) / 256;
-        add_into<<<(unsigned)(blocks < 2048 ? blocks : 2048), 256, 0, stream>>>(m->s_grad + pc.off, gl_grad_f32(m, p) + pc.lo, n);
+        const float *g = gl_grad_f32(m, p) + pc.lo;
+        add_into<<<(unsigned)(blocks < 2048 ? blocks : 2048), 256, 0, stream>>>(m->s_grad + pc.off, g, n);
         KERNEL_CHECK(stream);
     }
     float *first;

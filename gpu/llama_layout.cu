@@ -101,14 +101,17 @@ int group_of(int t) {
 
 /* ---- trainable tensors ------------------------------------------------------------------------ */
 
+/* Full fine-tuning's trainable tensors a layer: two norms, each linear's weight and bias. */
+int full_params_per_layer(const model_config *c) {
+    int n = 2;
+    for (int t = 0; t < LLAMA_N_LINEAR; t++) n += 1 + has_bias(c, t);
+    return n;
+}
+
 /* Trainable tensors of (config, options), in the order the rows register them. */
 int count_params(const gpu_llama *m) {
     const model_config *c = &m->cfg;
-    if (m->opt.mode == LLAMA_FULL) {
-        int per_layer = 2;
-        for (int t = 0; t < LLAMA_N_LINEAR; t++) per_layer += 1 + has_bias(c, t);
-        return 1 + c->L * per_layer + 1 + (c->tie_word_embeddings ? 0 : 1);
-    }
+    if (m->opt.mode == LLAMA_FULL) return 1 + c->L * full_params_per_layer(c) + 1 + (c->tie_word_embeddings ? 0 : 1);
     int targets = 0;
     for (int t = 0; t < LLAMA_N_LINEAR; t++) targets += gl_is_target(m, t);
     return c->L * targets * (m->opt.mode == LLAMA_DORA ? 3 : 2);
@@ -513,18 +516,13 @@ void point_views(gpu_llama *m) {
             a.copy = m->layers[l].group_a[g] + at;
             a.grad = m->layers[l].group_da[g] + at;
         }
-    if (m->shard_grads) { /* layer l ≥ 2's gradients: views of layer l − 2's rows */
-        int first[2] = {-1, -1};
-        for (int i = 0; i < m->n_params; i++) {
-            const int l = gl_layer_of(m->params[i].name);
-            if (l >= 0 && l < 2 && first[l] < 0) first[l] = i;
-        }
-        CHECK(c->L < 2 || (first[0] >= 0 && first[1] > first[0]), "layout: layers 0 and 1 have no tensors");
-        const int per_layer = c->L >= 2 ? first[1] - first[0] : 0; /* tensors a layer */
+    if (m->shard_grads) { /* layer l ≥ 2's gradients: views of layer l − 2's rows (full fine-tuning) */
+        const int per_layer = full_params_per_layer(c); /* the registry's tensors a layer */
         for (int i = 0; i < m->n_params; i++) {
             if (gl_layer_of(m->params[i].name) < 2) continue;
             const gl_param &twin = m->params[i - 2 * per_layer];
-            CHECK(twin.n == m->params[i].n && strcmp(strchr(twin.name + 13, '.'), strchr(m->params[i].name + 13, '.')) == 0,
+            CHECK(twin.n == m->params[i].n &&
+                      strcmp(strchr(twin.name + 13, '.'), strchr(m->params[i].name + 13, '.')) == 0,
                   "layout: %s is not the twin of %s", twin.name, m->params[i].name);
             m->params[i].grad = twin.grad;
         }
