@@ -599,10 +599,9 @@ int cpu_engine_create(struct train_engine *eng, struct train_options *o, const s
     r->lopt.linear = LINEAR_BLAS;
     r->adamw8bit = s.optimizer == OPTIMIZER_ADAMW8BIT;
     r->grads_bf16 = s.grads == GRAD_BF16; /* --method full only (train/options.c) */
-    if (r->grads_bf16 && comm->world > 1) {
+    if (settings_check_ranks(o, comm->world > 1, e)) {
         free(r);
-        return io_fail(e, "--grad-dtype bf16 runs in one process for now (the ranks' sum of bf16 gradients is not "
-                          "specified yet); use --grad-dtype fp32 under mpirun");
+        return -1;
     }
     ref_llama_init(&r->model, &r->cfg, &r->lopt, r->B, r->T, r->T);
     ref_llama_weights_alloc(&r->w, &r->cfg);

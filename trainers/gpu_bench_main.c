@@ -113,7 +113,7 @@ int main(int argc, char **argv) {
     if (program_options(&o, argc, argv, PROGRAM_BENCH, "bazel run //gpu:bench --")) return 0;
     struct train_comm comm;
     int job = 0;
-    if (comm_open(&comm, &job, &e) || gpu_engine_check_job(&o, job, &e) || (job && comm_nccl_join(&comm, &e)))
+    if (comm_open(&comm, &job, &e) || settings_check_ranks(&o, job, &e) || (job && comm_nccl_join(&comm, &e)))
         io_exit(&e);
     const int root = comm_is_root(&comm);
     /* a plan for a card of --memory-limit GiB needs no device; everything else does */

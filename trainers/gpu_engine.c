@@ -190,13 +190,6 @@ int gpu_engine_check(const struct train_options *o, struct io_err *e) {
     return o->precision == PRECISION_FP8 ? gpu_device_check_fp8(e) : 0;
 }
 
-int gpu_engine_check_job(const struct train_options *o, int job, struct io_err *e) {
-    if (job && o->grad_dtype == GRAD_BF16)
-        return io_fail(e, "--grad-dtype bf16 runs in one process for now (the ranks' sum of bf16 gradients is not "
-                          "specified yet); use --grad-dtype fp32 under mpirun");
-    return 0;
-}
-
 void gpu_model_options(struct gpu_llama_options *g, const struct model_settings *s) {
     memset(g, 0, sizeof *g);
     g->mode = s->mode;
@@ -395,7 +388,7 @@ int gpu_engine_create(struct train_engine *eng, struct train_options *o, const s
         return io_fail(e, "the GPU engine reduces its gradients on the device: a job of %d ranks needs NCCL "
                           "(trainers/comm_nccl.h)",
                        comm->world);
-    if (gpu_engine_check_job(o, comm->slabs == COMM_DEVICE, e)) return -1;
+    if (settings_check_ranks(o, comm->slabs == COMM_DEVICE, e)) return -1; /* any launcher: NCCL buckets */
     const int root = comm_is_root(comm);
     char device[128];
     size_t total_b = 0, budget = 0;

@@ -23,9 +23,6 @@ extern "C" {
 /* Options the GPU engine cannot run (--precision fp32), or no usable CUDA device: 0, or -1 with
  * one message. */
 int gpu_engine_check(const struct train_options *o, struct io_err *e);
-/* What a job of several processes (under a launcher: job non-zero) refuses before any device work:
- * bf16 gradients (one process only for now). */
-int gpu_engine_check_job(const struct train_options *o, int job, struct io_err *e);
 /* Plans (refusing a plan larger than the free memory, or taking the largest micro-batch with
  * --auto-batch, at most max_micro_batch), builds and loads the model, confirms the plan with one
  * micro-batch. */

@@ -37,3 +37,10 @@ void model_settings_from_options(struct model_settings *s, const struct train_op
     s->activations = o->offload ? ACTIVATIONS_OFFLOADED : ACTIVATIONS_ON_DEVICE;
     s->mlp_input = o->recompute_mlp ? MLP_INPUT_RECOMPUTED : MLP_INPUT_KEPT;
 }
+
+int settings_check_ranks(const struct train_options *o, int ranks, struct io_err *e) {
+    if (ranks && o->grad_dtype == GRAD_BF16)
+        return io_fail(e, "--grad-dtype bf16 runs in one process for now (the ranks' sum of bf16 gradients is not "
+                          "specified yet); use --grad-dtype fp32 under mpirun");
+    return 0;
+}

@@ -76,6 +76,11 @@ struct model_settings {
 void model_settings_from_options(struct model_settings *s, const struct train_options *o,
                                  enum compute_precision auto_precision);
 
+/* What a run of several ranks (ranks non-zero) refuses, in either engine, before any work: bf16
+ * gradients (one process only for now: the ranks' sum of bf16 gradients is not specified). 0, or -1
+ * with one message. */
+int settings_check_ranks(const struct train_options *o, int ranks, struct io_err *e);
+
 #ifdef __cplusplus
 }
 #endif

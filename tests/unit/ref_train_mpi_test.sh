@@ -15,8 +15,8 @@
 #     - a 2 × 2 checkpoint resumed on 1 rank × 4, which says that it is not bitwise; 1 × 2 (another
 #       step size) is refused;
 #   faults: a rank that stops (SIGSTOP) is named by the other within REFINE_COMM_TIMEOUT and the job
-#   ends; ranks that disagree on options, data or model files are named at start; no MPI library
-#   in a plain run (ldd).
+#   ends; ranks that disagree on options, data or model files are named at start; --grad-dtype bf16
+#   is refused under several ranks (one process only for now); no MPI library in a plain run (ldd).
 # Skipped, with a message, where mpirun is not installed.
 set -uo pipefail
 usage="usage: ref_train_mpi_test.sh REF_TRAIN TRAIN_COMPARE"
@@ -164,6 +164,10 @@ timeout 120 "$mpirun_bin" -np 2 bash -c 'exec "$@" --lr $((OMPI_COMM_WORLD_RANK 
     --model "$tmp/model" --data "$tmp/data.txt" --seq 16 --max-steps 6 --out "$tmp/mismatch_opts" \
     >"$tmp/mismatch_opts.log" 2>&1 </dev/null
 check "different options on rank 1: named at start" grep -q "rank 1's options differ" "$tmp/mismatch_opts.log"
+runN 2 g16_2x1 --method full --lr 1e-3 --grad-dtype bf16
+rc=$?
+check "--grad-dtype bf16 under 2 ranks: exit $rc (non-zero), refused as one-process only" \
+    test $rc -ne 0 -a "$(grep -c "^refine: rank [01]: --grad-dtype bf16 runs in one process" "$tmp/g16_2x1.log")" -ge 1
 check "a plain //ref:train links no MPI library" test "$(ldd "$bin" | grep -c libmpi)" -eq 0
 
 if [ $fail -ne 0 ]; then
