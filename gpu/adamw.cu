@@ -72,6 +72,7 @@ struct tensor_desc {
     float *master;
     __nv_bfloat16 *copy;
     uint16_t *lo; /* split masters: join(copy, lo) is the master (master NULL) */
+    int in_copy;  /* the master is the pair (copy, lo): split masters, or bf16 weights with lo NULL */
     float *m, *v;
     const float *grad;
     const uint16_t *grad_bf16; /* instead of grad (the launch's G says which) */
@@ -197,7 +198,7 @@ __device__ __forceinline__ void adamw_element(float &w, float &m, float &v, floa
 
 __global__ void pair_split_kernel(uint16_t *hi, uint16_t *lo, const float *x, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        master_pair_split_bits(__float_as_uint(x[i]), &hi[i], &lo[i]);
+        pair_store(hi, lo, i, x[i]);
 }
 
 /* The chunks of this launch (own, as above) and the sharded form's state: per chunk of the whole
@@ -228,7 +229,7 @@ __global__ void __launch_bounds__(kBlock) adamw_chunk_update(const tensor_desc *
     const G *gb = grad_base<G>(p, grad_source{sh.grad, sh.state_off}, ci, c.start, &gsh);
     const int64_t end = c.start + kChunk < p.n ? c.start + kChunk : p.n;
     const float coef = clip ? norm_coef[1] : 1.0f;
-    if (p.lo) { /* split masters (never sharded): the master is the pair */
+    if (p.in_copy) { /* split masters or bf16 weights (never sharded): the master is the pair */
         uint16_t *hi = reinterpret_cast<uint16_t *>(p.copy);
         if (p.vec4) {
             for (int64_t i = c.start + 4 * threadIdx.x; i < end; i += 4 * kBlock) {
@@ -236,7 +237,7 @@ __global__ void __launch_bounds__(kBlock) adamw_chunk_update(const tensor_desc *
                 float4 m = *reinterpret_cast<const float4 *>(p.m + i);
                 float4 v = *reinterpret_cast<const float4 *>(p.v + i);
                 float w[4];
-                pair_join4(*reinterpret_cast<const uint2 *>(hi + i), *reinterpret_cast<const uint2 *>(p.lo + i), w);
+                pair_join4(*reinterpret_cast<const uint2 *>(hi + i), pair_lo4(p.lo, i), w);
                 adamw_element(w[0], m.x, v.x, g.x, coef, p.decay, s);
                 adamw_element(w[1], m.y, v.y, g.y, coef, p.decay, s);
                 adamw_element(w[2], m.z, v.z, g.z, coef, p.decay, s);
@@ -246,15 +247,15 @@ __global__ void __launch_bounds__(kBlock) adamw_chunk_update(const tensor_desc *
                 uint2 ho, lo;
                 pair_split4(w, &ho, &lo);
                 *reinterpret_cast<uint2 *>(hi + i) = ho;
-                *reinterpret_cast<uint2 *>(p.lo + i) = lo;
+                if (p.lo) *reinterpret_cast<uint2 *>(p.lo + i) = lo;
             }
         } else {
             for (int64_t i = c.start + threadIdx.x; i < end; i += kBlock) {
-                float w = pair_join(hi[i], p.lo[i]), m = p.m[i], v = p.v[i];
+                float w = pair_join(hi[i], pair_lo(p.lo, i)), m = p.m[i], v = p.v[i];
                 adamw_element(w, m, v, grad_at(tensor_grad<G>(p), i), coef, p.decay, s);
                 p.m[i] = m;
                 p.v[i] = v;
-                master_pair_split_bits(__float_as_uint(w), &hi[i], &p.lo[i]);
+                pair_store(hi, p.lo, i, w);
             }
         }
         return;
@@ -336,7 +337,9 @@ extern "C" struct gpu_adamw *build_gpu_adamw(const struct gpu_adamw_param *param
     std::vector<chunk_ref> chunks;
     bool norm_only = false;
     for (int t = 0; t < count; t++) {
-        const bool split = params[t].lo != nullptr;
+        const bool split = params[t].lo != nullptr || params[t].master_bf16;
+        CHECK(!params[t].master_bf16 || (!params[t].lo && !params[t].master),
+              "adamw tensor %d: bf16 weights have neither an fp32 master nor low halves", t);
         const bool has_state = (split ? params[t].copy && !params[t].master : params[t].master != nullptr) &&
                                params[t].m && params[t].v;
         const bool no_state = !params[t].master && !params[t].m && !params[t].v && !params[t].copy && !split;
@@ -363,8 +366,9 @@ extern "C" struct gpu_adamw *build_gpu_adamw(const struct gpu_adamw_param *param
         const gpu_adamw_param &q = params[t];
         const bool al = ((uintptr_t)q.master | (uintptr_t)q.m | (uintptr_t)q.v | (uintptr_t)q.grad) % 16 == 0 &&
                         ((uintptr_t)q.copy | (uintptr_t)q.lo | (uintptr_t)q.grad_bf16) % 8 == 0;
-        descs[t] = tensor_desc{q.master, reinterpret_cast<__nv_bfloat16 *>(q.copy), q.lo, q.m, q.v, q.grad,
-                               q.grad_bf16, q.n, q.decay, (q.n % 4 == 0 && al) ? 1 : 0};
+        descs[t] = tensor_desc{q.master, reinterpret_cast<__nv_bfloat16 *>(q.copy), q.lo,
+                               (q.lo || q.master_bf16) ? 1 : 0, q.m, q.v, q.grad, q.grad_bf16, q.n, q.decay,
+                               (q.n % 4 == 0 && al) ? 1 : 0};
     }
     CUDA_CHECK(cudaMalloc(&a->d_params, sizeof(tensor_desc) * count));
     CUDA_CHECK(cudaMalloc(&a->d_chunks, sizeof(chunk_ref) * chunks.size()));
@@ -382,7 +386,7 @@ extern "C" struct gpu_adamw *build_gpu_adamw_sharded(const struct gpu_adamw_para
     /* the whole model's chunk table, the tensors without state of their own */
     std::vector<gpu_adamw_param> stateless(params, params + count);
     for (auto &q : stateless) {
-        CHECK(q.lo == nullptr, "adamw sharded: split masters are not sharded");
+        CHECK(q.lo == nullptr && !q.master_bf16, "adamw sharded: split masters and bf16 weights are not sharded");
         CHECK(!(grad && q.grad_bf16),
               "adamw sharded: tensor %d has a bf16 gradient (grad_bf16), which is not combined with a flat sharded "
               "fp32 gradient (grad): give the tensors fp32 gradients, or grad = NULL",

@@ -24,7 +24,8 @@
  * Split masters (--master split): master = NULL, lo and copy given: each element's master is
  * master_pair_join(copy, lo) and the update writes master_pair_split of the new master back into
  * both — the same update on the value the pair holds (ref/master_pair.h; the sharded form takes
- * fp32 masters only).
+ * fp32 masters only). bf16 weights (--master bf16): master = lo = NULL, copy given, master_bf16 = 1:
+ * the pair with its low half 0 and dropped — the widened copy updated, bf16_rne written back.
  * Norm only: a tensor given with master = m = v = copy = NULL carries no state; a context holding
  * one serves gpu_adamw_grad_norm only (e.g. for an optimizer that updates elsewhere).
  * Shapes: per tensor, master, m, v (n) fp32, the gradient either grad (n) fp32 or grad_bf16 (n) bf16
@@ -72,6 +73,7 @@ struct gpu_adamw_param {
     int decay;          /* 1: weight decay applies to this tensor */
     uint16_t *lo;       /* split masters (ref/master_pair.h): (n) the low halves; the master is
                            join(copy, lo), updated in place as split(master'); NULL: master */
+    int master_bf16;    /* 1: no master (master, lo NULL): the bf16 copy is the weight (--master bf16) */
 };
 
 
@@ -99,7 +101,8 @@ struct gpu_adamw *build_gpu_adamw_sharded(const struct gpu_adamw_param *params, 
  * (*n_chunks floats, the others zero), for the caller to sum over the ranks before the step. */
 float *gpu_adamw_partials(struct gpu_adamw *a, int64_t *n_chunks, cudaStream_t stream);
 
-/* n fp32 masters x (device) into the pair (hi: the bf16 compute copy, lo), ref/master_pair.h. */
+/* n fp32 masters x (device) into the pair (hi: the bf16 compute copy, lo), ref/master_pair.h; lo
+ * NULL: hi alone (bf16 weights). */
 void gpu_master_pair_split(uint16_t *hi, uint16_t *lo, const float *x, int64_t n, cudaStream_t stream);
 
 /* Only the global norm (no update), e.g. for logging: grad_norm (device float). */

@@ -156,10 +156,10 @@ __device__ __forceinline__ void load_block(const gpu_adamw8bit_tensor &t, int64_
                 const float4 gv = __ldcs(reinterpret_cast<const float4 *>(t.grad + i));
                 g[4 * h] = gv.x, g[4 * h + 1] = gv.y, g[4 * h + 2] = gv.z, g[4 * h + 3] = gv.w;
             }
-            if (t.lo) {
+            if (!t.p) { /* the pair: split masters, or bf16 weights (no low halves) */
                 float w[4];
-                pair_join4(__ldcs(reinterpret_cast<const uint2 *>(t.copy + i)), __ldcs(reinterpret_cast<const uint2 *>(t.lo + i)),
-                           w);
+                pair_join4(__ldcs(reinterpret_cast<const uint2 *>(t.copy + i)),
+                           t.lo ? __ldcs(reinterpret_cast<const uint2 *>(t.lo + i)) : make_uint2(0u, 0u), w);
                 p[4 * h] = w[0], p[4 * h + 1] = w[1], p[4 * h + 2] = w[2], p[4 * h + 3] = w[3];
             } else {
                 const float4 pv = __ldcs(reinterpret_cast<const float4 *>(t.p + i));
@@ -180,7 +180,7 @@ __device__ __forceinline__ void load_block(const gpu_adamw8bit_tensor &t, int64_
             if (i < t.n) {
                 if constexpr (kBf16) g[4 * h + k] = __uint_as_float((uint32_t)t.grad_bf16[i]); /* widen_grads */
                 else g[4 * h + k] = t.grad[i];
-                p[4 * h + k] = t.lo ? pair_join(t.copy[i], t.lo[i]) : t.p[i];
+                p[4 * h + k] = t.p ? t.p[i] : pair_join(t.copy[i], pair_lo(t.lo, i));
                 q1w[h] |= (uint32_t)t.q1[i] << (8 * k);
                 q2w[h] |= (uint32_t)t.q2[i] << (8 * k);
             }
@@ -322,11 +322,11 @@ __global__ void __launch_bounds__(kThreads) adamw8bit_warp_step(gpu_adamw8bit_te
                 const int64_t i = base + 128 * h + 4 * lane;
                 __stcs(reinterpret_cast<unsigned *>(t.q1 + i), o1[h]);
                 __stcs(reinterpret_cast<unsigned *>(t.q2 + i), o2[h]);
-                if (t.lo) { /* an unchanged (non-finite gradient) master splits into its own pair */
+                if (!t.p) { /* an unchanged (non-finite gradient) master splits into its own pair */
                     uint2 hw, lw;
                     pair_split4({p[4 * h], p[4 * h + 1], p[4 * h + 2], p[4 * h + 3]}, &hw, &lw);
                     __stcs(reinterpret_cast<uint2 *>(t.copy + i), hw);
-                    __stcs(reinterpret_cast<uint2 *>(t.lo + i), lw);
+                    if (t.lo) __stcs(reinterpret_cast<uint2 *>(t.lo + i), lw);
                     continue;
                 }
                 __stcs(reinterpret_cast<float4 *>(t.p + i), make_float4(p[4 * h], p[4 * h + 1], p[4 * h + 2], p[4 * h + 3]));
@@ -346,8 +346,8 @@ __global__ void __launch_bounds__(kThreads) adamw8bit_warp_step(gpu_adamw8bit_te
                 if (i < t.n) {
                     t.q1[i] = (uint8_t)(o1[j >> 2] >> (8 * (j & 3)));
                     t.q2[i] = (uint8_t)(o2[j >> 2] >> (8 * (j & 3)));
-                    if (t.lo) {
-                        if (finite >> j & 1u) master_pair_split_bits(__float_as_uint(p[j]), &t.copy[i], &t.lo[i]);
+                    if (!t.p) {
+                        if (finite >> j & 1u) pair_store(t.copy, t.lo, i, p[j]);
                         continue;
                     }
                     if (finite >> j & 1u) t.p[i] = p[j];
@@ -379,13 +379,13 @@ __global__ void __launch_bounds__(kBlock) adamw32bit_elementwise(gpu_adamw8bit_t
         const float g = __fmul_rn(load_grad<kBf16>(t, i), gs);
         const float m = __fadd_rn(__fmul_rn(t.m[i], s.b1), __fmul_rn(s.one_minus_b1, g));
         const float v = __fadd_rn(__fmul_rn(t.v[i], s.b2), __fmul_rn(s.one_minus_b2, __fmul_rn(g, g)));
-        const float p0 = t.lo ? pair_join(t.copy[i], t.lo[i]) : t.p[i];
+        const float p0 = t.p ? t.p[i] : pair_join(t.copy[i], pair_lo(t.lo, i));
         float p = __fadd_rn(p0, __fmul_rn(s.step_size, __fdiv_rn(m, __fadd_rn(__fsqrt_rn(v), s.eps_c2))));
         if (s.has_decay) p = __fmul_rn(p, s.decay);
         t.m[i] = m;
         t.v[i] = v;
-        if (t.lo) {
-            master_pair_split_bits(__float_as_uint(p), &t.copy[i], &t.lo[i]);
+        if (!t.p) {
+            pair_store(t.copy, t.lo, i, p);
             continue;
         }
         t.p[i] = p;
@@ -416,7 +416,9 @@ extern "C" void gpu_adamw8bit_step(const struct gpu_adamw8bit_tensor *t, const s
                                    cudaStream_t stream) {
     CHECK(h->step >= 1 && t->n >= 0, "adamw8bit step=%lld n=%lld", (long long)h->step, (long long)t->n);
     if (t->n == 0) return;
-    CHECK(t->lo ? t->copy != nullptr && t->p == nullptr : t->p != nullptr, "adamw8bit: a master (p, or copy and lo)");
+    CHECK(t->lo || t->master_bf16 ? t->copy != nullptr && t->p == nullptr && !(t->lo && t->master_bf16)
+                                  : t->p != nullptr,
+          "adamw8bit: a master (p, or copy and lo, or copy alone with master_bf16)");
     CHECK((t->grad != nullptr) != (t->grad_bf16 != nullptr),
           "adamw8bit: exactly one of grad (fp32) and grad_bf16 must be given (grad %p, grad_bf16 %p)",
           (const void *)t->grad, (const void *)t->grad_bf16);

@@ -54,6 +54,8 @@ struct gpu_adamw8bit_tensor {
     float *m, *v;      /* 32-bit path */
     uint16_t *lo;      /* split masters (ref/master_pair.h): the master is join(copy, lo), written
                           back as split(master'); NULL: p */
+    int master_bf16;   /* 1: no master (p, lo NULL): the bf16 copy is the weight, widened and written
+                          back bf16_rne (--master bf16: the pair with its low half 0, dropped) */
 };
 
 struct gpu_adamw8bit_args {

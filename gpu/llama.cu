@@ -462,18 +462,21 @@ void layer_backward(gpu_llama *m, int l, uint64_t micro) {
 
 /* Layer l's frozen base as the pass reads it: an NF4 or FP8-stored base dequantized to bf16
  * (bf16 products), or the FP8 codes formed a layer at a time (FP8 products: forward W, backward
- * Wᵀ and, with recomputation, W; DoRA's row norm also reads W_eff in bf16). */
+ * Wᵀ and, with recomputation, W of what is recomputed; DoRA's row norm also reads W_eff in bf16). */
 void prepare_layer(gpu_llama *m, int l, int backward) {
     if (!m->fp8.on) {
         gl_dequantize_layer(m, l);
         return;
     }
-    const int need = backward ? GL_FP8_WT | (m->opt.recompute != RECOMPUTE_NONE ? GL_FP8_W : 0) : GL_FP8_W;
+    const int recomputed = m->opt.recompute == RECOMPUTE_LAYER  ? GL_FP8_W
+                           : m->opt.recompute == RECOMPUTE_ATTN ? GL_FP8_W_QKV
+                                                                : 0;
+    const int need = backward ? GL_FP8_WT | recomputed : GL_FP8_W;
     {
         PROF(m, PROF_FP8);
         gl_fp8_layer(m, l, need);
     }
-    if (m->opt.mode == LLAMA_DORA && (need & GL_FP8_W)) gl_dequantize_layer(m, l);
+    if (m->opt.mode == LLAMA_DORA && (need & (GL_FP8_W | GL_FP8_W_QKV))) gl_dequantize_layer(m, l);
 }
 
 /* ---- offloaded layer inputs (GPU_OFFLOAD_INPUTS): x[l] lives in x_ping[l % 2] on the device and in

@@ -19,7 +19,7 @@
  *   trainable tensors    fp32 master + bf16 compute copy (the DoRA magnitude has no copy: it is
  *                        used elementwise in fp32) — or, full fine-tuning with master MASTER_SPLIT,
  *                        the copy and the master's low 16 bits (ref/master_pair.h: the same fp32
- *                        values in 4 bytes), fp32 gradients (ACCUMULATE over micro-batches; full
+ *                        values in 4 bytes), with MASTER_BF16 the copy alone, fp32 gradients (ACCUMULATE over micro-batches; full
  *                        fine-tuning's bf16 with grads GRAD_BF16, NUMERICS.md §5.6),
  *                        AdamW moments fp32, or bitsandbytes-style 8-bit blockwise states;
  *   activations          bf16 (the normalized layer inputs n1, n2 are recomputed in backward from
@@ -121,8 +121,9 @@ struct gpu_llama_options {
     uint64_t seed;              /* of the dropout masks */
     enum recompute_policy recompute;
     enum optimizer_kind optimizer;
-    enum master_storage master; /* full fine-tuning: fp32 masters, or split into the bf16 copy and a low
-                                   half (ref/master_pair.h; not with the sharded optimizer) */
+    enum master_storage master; /* full fine-tuning: fp32 masters, split into the bf16 copy and a low
+                                   half, or the bf16 copy alone (ref/master_pair.h; not with the
+                                   sharded optimizer) */
     int nested_nf4;             /* NF4 absmax double-quantized (always for weights quantized here) */
     int B, T;
     enum gpu_profiling profile;
@@ -151,7 +152,8 @@ struct gpu_llama_options {
  * cuBLASLt's handle, which the plan cannot see). */
 struct gpu_llama_plan {
     size_t weights;    /* frozen base weights (bf16 or NF4), the NF4 dequantization buffer, tables */
-    size_t params;     /* trainable masters (fp32, or the low halves of split ones) and compute copies (bf16) */
+    size_t params;     /* trainable masters (fp32, the low halves of split ones, none for bf16 weights) and
+                          compute copies (bf16) */
     size_t grads;      /* gradients (fp32; full fine-tuning's bf16 with grads GRAD_BF16) */
     size_t optim;      /* optimizer state */
     size_t acts;       /* saved activations */

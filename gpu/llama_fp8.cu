@@ -274,18 +274,33 @@ void gl_fp8_layer(gpu_llama *m, int l, int need) {
     gl_fp8 &F = m->fp8;
     if (!F.on) return;
     const int block = m->opt.fp8_recipe == FP8_RECIPE_BLOCK;
-    const int want_w = (need & GL_FP8_W) && F.w8_layer != l, want_t = (need & GL_FP8_WT) && F.wt8_layer != l;
     if (m->opt.mode == LLAMA_FULL) { /* trained weights: stored for every layer, or cast here */
+        const int all_w = need & GL_FP8_W;
+        const int want_w = (need & (GL_FP8_W | GL_FP8_W_QKV)) && F.w8_layer != l,
+                  want_t = (need & GL_FP8_WT) && F.wt8_layer != l;
         if (!gl_fp8_trained_per_layer(m) || (!want_w && !want_t)) return;
-        /* the records were kept by the cast after the step (quantize_trained): none here */
+        /* the records were kept by the cast after the step (quantize_trained): none here. A block
+         * cast writes W's codes with Wᵀ's; W of q, k and v alone leaves the W buffer partial. */
         const fp8_rule rule = rule_of(m, FP8_ROLE_W);
+        int whole = 1;
         for (int t = 0; t < LLAMA_N_LINEAR; t++) {
             gl_linear &lin = m->layers[l].lin[t];
-            quantize(m, row_of(m, FP8_ROLE_W, l, t), rule, FP8_E4M3, want_w || block ? lin.w8 : nullptr, lin.w8_s,
+            const int w = (want_w && (all_w || t <= LLAMA_V)) || (block && want_t);
+            if (!w && !want_t) {
+                whole = 0;
+                continue;
+            }
+            if (!w) whole = 0;
+            quantize(m, row_of(m, FP8_ROLE_W, l, t), rule, FP8_E4M3, w ? lin.w8 : nullptr, lin.w8_s,
                      want_t ? lin.w8_t : nullptr, want_t ? lin.w8_s_t : nullptr, lin.w, lin.c_out, lin.c_in, 0, 0);
         }
-        if (want_w || block) F.w8_layer = l;
-    } else if (m->opt.base == GPU_BASE_FP8) { /* W stored; Wᵀ formed from the codes */
+        if (want_w || (block && want_t)) F.w8_layer = whole ? l : -1;
+        if (want_t) F.wt8_layer = l;
+        return;
+    }
+    if (need & GL_FP8_W_QKV) need |= GL_FP8_W; /* the frozen bases form whole layers */
+    const int want_w = (need & GL_FP8_W) && F.w8_layer != l, want_t = (need & GL_FP8_WT) && F.wt8_layer != l;
+    if (m->opt.base == GPU_BASE_FP8) { /* W stored; Wᵀ formed from the codes */
         if (!want_t) return;
         for (int t = 0; t < LLAMA_N_LINEAR; t++) {
             gl_linear &lin = m->layers[l].lin[t];

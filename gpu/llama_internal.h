@@ -253,11 +253,17 @@ static inline enum gemm_out gl_grad_type(const gpu_llama *m) { return gl_grads_b
 /* p's gradient as fp32, for the paths that read only fp32 gradients (data parallelism's buckets,
  * the sharded optimizer; the build refuses bf16 gradients with them). */
 float *gl_grad_f32(const gpu_llama *m, const gl_param &p);
-/* Split masters with bf16 gradients: a gradient row cannot hold its tensor's fp32 master, so every
- * master is staged at the gradient slab's start (sized to hold the largest) and split into its pair
- * as soon as it is written (gl_take_staged, llama_layout.cu). */
+/* The master is the pair (bf16 copy, low halves): split masters, or bf16 weights (--master bf16:
+ * the copy alone, no low halves, p.lo NULL). No fp32 master row; a load stages the fp32 values and
+ * splits them into the pair (gl_take_masters, gl_take_staged). */
+static inline bool gl_master_in_copy(const gpu_llama *m) {
+    return m->opt.master == MASTER_SPLIT || m->opt.master == MASTER_BF16;
+}
+/* Masters in the copy with bf16 gradients: a gradient row cannot hold its tensor's fp32 master, so
+ * every master is staged at the gradient slab's start (sized to hold the largest) and split into its
+ * pair as soon as it is written (gl_take_staged, llama_layout.cu). */
 static inline bool gl_stage_shared(const gpu_llama *m) {
-    return !m->sharded && m->opt.master == MASTER_SPLIT && gl_grads_bf16(m);
+    return !m->sharded && gl_master_in_copy(m) && gl_grads_bf16(m);
 }
 
 /* The layer of a tensor named "model.layers.<l>.…", or −1 (llama_layout.cu). */
@@ -276,7 +282,9 @@ int gl_is_target(const gpu_llama *m, int t);
 void gl_dequantize_layer(gpu_llama *m, int l);
 
 /* llama_fp8.cu: the FP8 linears (ref/llama.h "FP8 block linears", the same points and rules). */
-enum gl_fp8_need { GL_FP8_W = 1, GL_FP8_WT = 2 };
+/* What a pass needs of a layer's FP8 codes: W (forward), Wᵀ (backward), or W of q, k and v alone
+ * (the attention recomputation of RECOMPUTE_ATTN; the frozen bases read it as GL_FP8_W). */
+enum gl_fp8_need { GL_FP8_W = 1, GL_FP8_WT = 2, GL_FP8_W_QKV = 4 };
 /* The forward quantization of x (N, ci), the input of linear `first` and of those sharing it. */
 void gl_fp8_input(gpu_llama *m, int l, int first, const uint16_t *x, int ci);
 /* The weight gradient's x̂ᵀ of the same input (full fine-tuning, before the group's backward). */
@@ -295,14 +303,15 @@ gl_fp8_pair gl_fp8_operands(const gpu_llama *m, int l, int t, enum gl_fp8_produc
 /* Layer l's codes for the pass (GL_FP8_W forward, GL_FP8_WT backward): of the frozen base, or of
  * the trained weights when they are cast a layer at a time (gl_fp8_trained_per_layer). */
 void gl_fp8_layer(gpu_llama *m, int l, int need);
-/* Full fine-tuning under FP8 with --recompute layer (the memory configuration): the trained
- * weights' codes are not stored for every layer but cast a layer at a time from the bf16 copies
- * into two layer buffers — W in the forward, Wᵀ (and W again for the recomputation) in the
- * backward, recording nothing; the cast after each optimizer step still runs over every layer for
- * its records (amax history, scales, flags) — the same codes, scales and records, 2 bytes a
- * linear weight less, one more read of the weights a step. */
+/* Full fine-tuning under FP8 with recomputation (--recompute attn or layer: the memory
+ * configurations): the trained weights' codes are not stored for every layer but cast a layer at a
+ * time from the bf16 copies into two layer buffers — W in the forward, Wᵀ in the backward and W again
+ * for what the backward recomputes (q, k, v under attn; every linear under layer), recording
+ * nothing; the cast after each optimizer step still runs over every layer for its records (amax
+ * history, scales, flags) — the same codes, scales and records, 2 bytes a linear weight less, one
+ * more read of the weights a step. */
 static inline int gl_fp8_trained_per_layer(const gpu_llama *m) {
-    return m->opt.mode == LLAMA_FULL && m->opt.linears == GPU_LINEAR_FP8 && m->opt.recompute == RECOMPUTE_LAYER;
+    return m->opt.mode == LLAMA_FULL && m->opt.linears == GPU_LINEAR_FP8 && m->opt.recompute != RECOMPUTE_NONE;
 }
 /* The base's bf16 W_eff of layer l into dq_buf from the FP8 codes (NF4 under FP8, FP8-stored). */
 void gl_fp8_dequantize_layer(gpu_llama *m, int l);

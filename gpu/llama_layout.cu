@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "gpu/attention.h"
@@ -141,10 +142,10 @@ int add_param(gpu_llama *m, gl_rows &rs, const char *name, int ndim, int64_t d0,
     p.n = ndim == 2 ? d0 * d1 : d0;
     p.dst_master = master, p.dst_copy = copy, p.dst_grad = reinterpret_cast<void **>(grad);
     /* the sharded optimizer keeps masters and state in its own flat rows (gpu/llama_shard.cu) */
-    const int sharded = m->sharded, split = m->opt.master == MASTER_SPLIT;
-    if (split) CHECK(storage == PARAM_OWN, "layout: a split master needs its own bf16 copy (%s)", name);
-    if (split) add(rs, SLAB_PARAMS, &p.lo, p.n);
-    else if (!sharded) add(rs, SLAB_PARAMS, &p.master, p.n);
+    const int sharded = m->sharded, in_copy = gl_master_in_copy(m);
+    if (in_copy) CHECK(storage == PARAM_OWN, "layout: a master kept in the copy needs its own bf16 copy (%s)", name);
+    if (m->opt.master == MASTER_SPLIT) add(rs, SLAB_PARAMS, &p.lo, p.n);
+    else if (!sharded && !in_copy) add(rs, SLAB_PARAMS, &p.master, p.n); /* bf16 weights: the copy is all */
     if (storage == PARAM_OWN) add(rs, SLAB_PARAMS, &p.copy, p.n);
     /* sharded gradients: layer l ≥ 2 writes into layer l − 2's rows (point_views) */
     const int shared_grad = m->shard_grads && gl_layer_of(name) >= 2;
@@ -531,7 +532,7 @@ void point_views(gpu_llama *m) {
         gl_param &p = m->params[i];
         /* the staging of a load (gl_take_masters) */
         if (m->sharded) p.master = gl_grad_f32(m, p);
-        else if (m->opt.master == MASTER_SPLIT)
+        else if (gl_master_in_copy(m))
             p.master = gl_stage_shared(m) ? reinterpret_cast<float *>(m->slab[SLAB_GRADS]) : gl_grad_f32(m, p);
         *p.dst_master = p.master;
         if (p.dst_copy) *p.dst_copy = p.copy;
@@ -656,11 +657,13 @@ static int check_options(const model_config *c, const gpu_llama_options *o, io_e
     }
     if (o->shard_world > 1 && o->mode != LLAMA_FULL)
         return io_fail(e, "the sharded optimizer is for full fine-tuning (adapters' optimizer state is small)");
-    if (o->master == MASTER_SPLIT && o->mode != LLAMA_FULL)
-        return io_fail(e, "split masters are for full fine-tuning (an adapter's fp32 masters are small)");
-    if (o->master == MASTER_SPLIT && o->shard_world > 1)
-        return io_fail(e, "split masters and the sharded optimizer do not go together: the sharded optimizer "
-                          "keeps each rank's fp32 masters (use --master fp32, or --shard-optimizer off)");
+    if (o->master != MASTER_FP32 && o->mode != LLAMA_FULL)
+        return io_fail(e, "%s masters are for full fine-tuning (an adapter's fp32 masters are small)",
+                       master_storage_names[o->master]);
+    if (o->master != MASTER_FP32 && o->shard_world > 1)
+        return io_fail(e, "--master %s and the sharded optimizer do not go together: the sharded optimizer "
+                          "keeps each rank's fp32 masters (use --master fp32, or --shard-optimizer off)",
+                       master_storage_names[o->master]);
     if (o->shard_world > 1 && (o->shard_rank < 0 || o->shard_rank >= o->shard_world))
         return io_fail(e, "shard rank %d of %d", o->shard_rank, o->shard_world);
     if (o->shard_grads && o->shard_world <= 1)
@@ -891,7 +894,7 @@ static void upload_fixed(gpu_llama *m) {
 }
 
 void gl_take_masters(gpu_llama *m) {
-    if (!m->sharded && m->opt.master != MASTER_SPLIT) return;
+    if (!m->sharded && !gl_master_in_copy(m)) return;
     if (m->sharded) {
         gl_shard_keep_pieces(m, m->shard_grads ? GL_KEEP_OUTSIDE_LAYERS : GL_KEEP_ALL);
     } else if (!gl_stage_shared(m)) { /* shared staging: each tensor was taken as it was written */
@@ -930,11 +933,11 @@ static void build_optimizer(gpu_llama *m) {
     gpu_adamw_param *ps = static_cast<gpu_adamw_param *>(calloc((size_t)m->n_params, sizeof(gpu_adamw_param)));
     CHECK(ps != nullptr, "out of host memory");
     /* the 8-bit optimizer uses this context for the global norm only: no state to update */
-    const int adamw = m->opt.optimizer == OPTIMIZER_ADAMW, split = m->opt.master == MASTER_SPLIT;
+    const int adamw = m->opt.optimizer == OPTIMIZER_ADAMW, in_copy = gl_master_in_copy(m);
     for (int i = 0; i < m->n_params; i++) {
         const gl_param &p = m->params[i];
         gpu_adamw_param &q = ps[i]; /* zeroed by calloc */
-        q.master = adamw && !split ? p.master : nullptr;
+        q.master = adamw && !in_copy ? p.master : nullptr;
         q.copy = adamw ? p.copy : nullptr;
         q.m = adamw ? p.m : nullptr;
         q.v = adamw ? p.v : nullptr;
@@ -942,7 +945,8 @@ static void build_optimizer(gpu_llama *m) {
         else q.grad = static_cast<const float *>(p.grad);
         q.n = p.n;
         q.decay = 1;
-        q.lo = adamw && split ? p.lo : nullptr;
+        q.lo = adamw ? p.lo : nullptr; /* split masters' (NULL otherwise) */
+        q.master_bf16 = adamw && m->opt.master == MASTER_BF16;
     }
     m->adamw = build_gpu_adamw(ps, m->n_params);
     free(ps);
@@ -1055,16 +1059,18 @@ extern "C" const gpu_llama_tensor *gpu_llama_tensor_info(const gpu_llama *m, int
 
 static size_t tensor_bytes(const gl_tensor &t) { return (size_t)t.info.numel * (t.info.is_u8 ? 1 : 4); }
 
-/* A split master (role 0 of a model with split masters): its pair, copied to the host. */
+/* A master kept in the copy (role 0 of a model with split masters or bf16 weights): its pair,
+ * copied to the host (no low halves: zeros, so that join widens the copy). */
 static bool is_split_master(const gpu_llama *m, const gl_tensor &t) {
-    return m->opt.master == MASTER_SPLIT && t.info.role == 0;
+    return gl_master_in_copy(m) && t.info.role == 0;
 }
 
 static void pair_to_host(const gl_param &p, std::vector<uint16_t> &hi, std::vector<uint16_t> &lo) {
     hi.resize((size_t)p.n);
     lo.resize((size_t)p.n);
     CUDA_CHECK(cudaMemcpy(hi.data(), p.copy, sizeof(uint16_t) * (size_t)p.n, cudaMemcpyDeviceToHost));
-    CUDA_CHECK(cudaMemcpy(lo.data(), p.lo, sizeof(uint16_t) * (size_t)p.n, cudaMemcpyDeviceToHost));
+    if (p.lo) CUDA_CHECK(cudaMemcpy(lo.data(), p.lo, sizeof(uint16_t) * (size_t)p.n, cudaMemcpyDeviceToHost));
+    else std::fill(lo.begin(), lo.end(), (uint16_t)0);
 }
 
 extern "C" void gpu_llama_tensor_read(gpu_llama *m, int i, void *host) {
@@ -1093,7 +1099,7 @@ extern "C" void gpu_llama_tensor_write(gpu_llama *m, int i, const void *host) {
         std::vector<uint16_t> hi((size_t)p.n), lo((size_t)p.n);
         master_pair_split_array(hi.data(), lo.data(), static_cast<const float *>(host), p.n);
         CUDA_CHECK(cudaMemcpy(p.copy, hi.data(), sizeof(uint16_t) * (size_t)p.n, cudaMemcpyHostToDevice));
-        CUDA_CHECK(cudaMemcpy(p.lo, lo.data(), sizeof(uint16_t) * (size_t)p.n, cudaMemcpyHostToDevice));
+        if (p.lo) CUDA_CHECK(cudaMemcpy(p.lo, lo.data(), sizeof(uint16_t) * (size_t)p.n, cudaMemcpyHostToDevice));
         gl_fp8_state_written(m);
         CUDA_CHECK(cudaStreamSynchronize(m->stream));
         return;

@@ -191,11 +191,11 @@ struct gpu_adamw *gl_shard_build_optimizer(gpu_llama *m) {
 
 void gl_adamw8bit_steps(gpu_llama *m, const gpu_adamw8bit_args *a, cudaStream_t s) {
     if (!m->sharded) {
-        const int split = m->opt.master == MASTER_SPLIT;
+        const int in_copy = gl_master_in_copy(m);
         for (int i = 0; i < m->n_params; i++) {
             const gl_param &p = m->params[i];
             gpu_adamw8bit_tensor t = {};
-            t.p = split ? nullptr : p.master;
+            t.p = in_copy ? nullptr : p.master;
             t.copy = p.copy;
             if (gl_grads_bf16(m)) t.grad_bf16 = static_cast<const uint16_t *>(p.grad);
             else t.grad = static_cast<const float *>(p.grad);
@@ -205,7 +205,8 @@ void gl_adamw8bit_steps(gpu_llama *m, const gpu_adamw8bit_args *a, cudaStream_t 
             t.absmax1 = p.absmax1, t.absmax2 = p.absmax2;
             t.map1 = m->map1, t.map2 = m->map2;
             t.m = p.m, t.v = p.v;
-            t.lo = split ? p.lo : nullptr;
+            t.lo = p.lo; /* split masters' (NULL otherwise) */
+            t.master_bf16 = m->opt.master == MASTER_BF16;
             gpu_adamw8bit_step(&t, a, s);
         }
         return;

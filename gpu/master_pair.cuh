@@ -2,7 +2,8 @@
  * pair_join(hi, lo) → the fp32 master; pair_split2(a, b, &hi, &lo) splits two masters into two
  * packed words (element 0 in the low half, as two consecutive uint16 in memory); pair_join4 /
  * pair_split4 do four from / into the 8-byte words of a vector access. The same bit operations as
- * the reference: master_pair_split_bits / master_pair_join_bits. */
+ * the reference: master_pair_split_bits / master_pair_join_bits. A NULL low-half array is the
+ * pair of bf16 weights (--master bf16): read as zeros, not written (pair_lo4, pair_lo, pair_store). */
 #ifndef REFINE_GPU_MASTER_PAIR_CUH
 #define REFINE_GPU_MASTER_PAIR_CUH
 
@@ -30,6 +31,19 @@ __device__ __forceinline__ void pair_join4(uint2 hi, uint2 lo, float (&w)[4]) {
 __device__ __forceinline__ void pair_split4(const float (&w)[4], uint2 *hi, uint2 *lo) {
     pair_split2(w[0], w[1], &hi->x, &lo->x);
     pair_split2(w[2], w[3], &hi->y, &lo->y);
+}
+
+/* The low halves of elements i..i+3 (8-byte aligned), or zeros where there are none (bf16 weights:
+ * join(hi, 0) widens hi exactly); the store drops them then. */
+__device__ __forceinline__ uint2 pair_lo4(const uint16_t *lo, int64_t i) {
+    return lo ? *reinterpret_cast<const uint2 *>(lo + i) : make_uint2(0u, 0u);
+}
+__device__ __forceinline__ unsigned pair_lo(const uint16_t *lo, int64_t i) { return lo ? lo[i] : 0u; }
+/* Element i's pair from the master x: hi always, lo where it is kept. */
+__device__ __forceinline__ void pair_store(uint16_t *hi, uint16_t *lo, int64_t i, float x) {
+    uint16_t l;
+    master_pair_split_bits(__float_as_uint(x), &hi[i], &l);
+    if (lo) lo[i] = l;
 }
 
 #endif /* REFINE_GPU_MASTER_PAIR_CUH */

@@ -44,10 +44,14 @@
 extern "C" {
 #endif
 
-/* Where a trainer keeps the fp32 masters of full fine-tuning: an fp32 array beside the bf16 copy
- * (MASTER_FP32), or as the copy and a 16-bit low half (MASTER_SPLIT). */
-enum master_storage { MASTER_FP32 = 0, MASTER_SPLIT };
-/* "fp32", "split" (index = enum value), NULL-terminated: --master's names. */
+/* Where a trainer keeps the masters of full fine-tuning: an fp32 array beside the bf16 copy
+ * (MASTER_FP32), as the copy and a 16-bit low half (MASTER_SPLIT), or nowhere but the bf16 copy
+ * (MASTER_BF16: the peers' pure bf16 weights — each update computed in fp32 on the widened weight
+ * and rounded to bf16 by RNE, so an update under half a bf16 ulp is lost; 2 bytes a parameter).
+ * MASTER_BF16 is the pair with its low half taken as 0 and dropped: join(hi, 0) widens hi exactly,
+ * split(x)'s hi is bf16_rne(x), so the same code paths serve both (lo absent). */
+enum master_storage { MASTER_FP32 = 0, MASTER_SPLIT, MASTER_BF16 };
+/* "fp32", "split", "bf16" (index = enum value), NULL-terminated: --master's names. */
 extern const char *const master_storage_names[];
 /* Full fine-tuning's accumulated gradients: fp32, or bf16 — each micro-batch's gradient added to the
  * accumulator and the sum rounded to bf16 (NUMERICS.md §5.6: what a bf16 GEMM output accumulating
@@ -90,7 +94,8 @@ static inline float master_pair_round(float x) {
     return master_pair_join(hi, lo);
 }
 
-/* Array forms: x[i] ← master_pair_round(x[i]); split n masters into hi, lo; join them into x. */
+/* Array forms: x[i] ← master_pair_round(x[i]); split n masters into hi, lo; join them into x. lo
+ * NULL (MASTER_BF16): split writes hi alone (bf16_rne), join widens hi. */
 void master_pair_round_array(float *x, int64_t n);
 void master_pair_split_array(uint16_t *hi, uint16_t *lo, const float *x, int64_t n);
 void master_pair_join_array(float *x, const uint16_t *hi, const uint16_t *lo, int64_t n);

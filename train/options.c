@@ -77,13 +77,13 @@ static const struct opt_def k_opts[] = {
     {"eps", BOTH, K_FLOAT, OFF(eps), NULL, 0, 1, "AdamW epsilon"},
     {"optimizer", BOTH, K_ENUM, OFF(optimizer), optimizer_names, 0, 0, "adamw | adamw8bit (bitsandbytes-style 8-bit blockwise states)"},
     {"master", BOTH, K_ENUM, OFF(master), master_storage_names, 0, 0,
-     "--method full's fp32 master weights: fp32 (an array beside the bf16 copy: 6 bytes a parameter) | split (the "
+     "--method full's master weights: fp32 (an array beside the bf16 copy: 6 bytes a parameter) | split (the "
      "bf16 copy and the master's low 16 bits: 4 bytes, the same values but for one ulp at 1 in 2^17 patterns; "
-     "//ref:train keeps its masters at the values the pair holds)"},
+     "//ref:train keeps its masters at the values the pair holds) | bf16 (none: the bf16 weights themselves, "
+     "updated in fp32 and rounded to bf16, as the peers train: 2 bytes, updates under half an ulp are lost)"},
     {"grad-dtype", BOTH, K_ENUM, OFF(grad_dtype), grad_storage_names, 0, 0,
      "--method full's accumulated gradients: fp32 | bf16 (each micro-batch's gradient added and the sum rounded "
-     "to bf16, as the peers' bf16 gradients accumulate: 2 bytes a parameter instead of 4; //ref:train, one "
-     "process, for now: the GPU trainer refuses it)"},
+     "to bf16, as the peers' bf16 gradients accumulate: 2 bytes a parameter instead of 4; one process for now)"},
     {"precision", BOTH, K_ENUM, OFF(precision), k_precisions, 0, 0,
      "arithmetic: auto (fp32 in //ref:train, bf16 in //gpu:train) | fp32 | bf16 (in //ref:train: bf16 weights and "
      "activations rounded where //gpu:train rounds them) | fp8 (bf16, and the block linears' products in FP8: E4M3 "
@@ -324,8 +324,9 @@ static int check_combination(const struct train_options *o, enum options_program
     if (o->method == METHOD_FULL && o->dropout > 0.0f)
         return io_fail(e, "--dropout applies to adapters; --method full trains the weights themselves");
     if (o->optimizer == OPTIMIZER_ADAMW8BIT && o->weight_decay < 0) return io_fail(e, "--weight-decay must be ≥ 0");
-    if (o->master == MASTER_SPLIT && o->method != METHOD_FULL)
-        return io_fail(e, "--master split is for --method full (an adapter's fp32 masters are a few megabytes)");
+    if (o->master != MASTER_FP32 && o->method != METHOD_FULL)
+        return io_fail(e, "--master %s is for --method full (an adapter's fp32 masters are a few megabytes)",
+                       master_storage_names[o->master]);
     if (o->grad_dtype == GRAD_BF16 && o->method != METHOD_FULL)
         return io_fail(e, "--grad-dtype bf16 is for --method full (an adapter's gradients are a few megabytes)");
     if (o->base_dtype == BASE_DTYPE_FP8 && o->method != METHOD_LORA && o->method != METHOD_DORA)

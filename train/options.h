@@ -88,7 +88,7 @@ struct train_options {
     float clip; /* 0: no clipping */
     float beta1, beta2, eps;
     enum optimizer_kind optimizer;
-    enum master_storage master; /* full fine-tuning's fp32 masters: an array, or split (ref/master_pair.h) */
+    enum master_storage master; /* full fine-tuning's masters: fp32, split or bf16 (ref/master_pair.h) */
     enum grad_storage grad_dtype; /* full fine-tuning's accumulated gradients */
     enum precision precision;
     enum fp8_recipe fp8_recipe; /* ref/fp8_linear.h: delayed | current | block */

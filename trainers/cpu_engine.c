@@ -40,6 +40,8 @@
  *       --master split (full fine-tuning, any precision): each master is kept as the value the
  *       GPU's pair (bf16 copy + low 16 bits, ref/master_pair.h) holds — master_pair_round after
  *       every update, at load and at resume — so both trainers update the same masters.
+ *       --master bf16: each master is kept at its bf16 rounding the same way (the GPU keeps the
+ *       bf16 weight alone: the update computed in fp32 on it, rounded back).
  *     The compute copies cost one more copy of the trainable parameters (bf16 mode only).
  *   fp8         bf16 as above, and the block linears' products in FP8 (ref/llama.h "FP8 block
  *               linears", NUMERICS.md §6.6), the same-precision twin of //gpu:train --precision fp8:
@@ -110,7 +112,8 @@ struct param {
     float *data, *grad, *m, *v; /* m, v: AdamW's moments (--optimizer adamw) */
     float *compute;             /* bf16: the rounded copy the model computes with; NULL: uses data */
     struct adamw8bit_state s8; /* --optimizer adamw8bit */
-    int split;                 /* --master split: the master is kept as what its pair holds */
+    enum master_storage master; /* --master split: the master is kept as what its pair holds; bf16:
+                                   as its bf16 rounding (the weight is bf16) */
     int64_t numel;
     int ndim;
     int64_t shape[2];
@@ -255,9 +258,11 @@ static int eng_eval(void *self, const int32_t *tokens, const int32_t *labels, in
 /* bf16: the compute copy of p becomes its master rounded to bf16 (what the GPU's optimizer writes
  * beside the fp32 master). A no-op for tensors without a copy and in fp32. --master split: the
  * master first becomes the value its pair (bf16 copy, low half) holds (ref/master_pair.h), which
- * is what the GPU keeps — in fp32 too, where it is the oracle of the split run. */
+ * is what the GPU keeps — in fp32 too, where it is the oracle of the split run; --master bf16: the
+ * master becomes its bf16 rounding (the GPU keeps the bf16 weight alone). */
 static void refresh_compute(const struct param *p) {
-    if (p->split) master_pair_round_array(p->data, p->numel);
+    if (p->master == MASTER_SPLIT) master_pair_round_array(p->data, p->numel);
+    if (p->master == MASTER_BF16) bf16_round_array(p->data, p->data, p->numel);
     if (p->compute) bf16_round_array(p->compute, p->data, p->numel);
 }
 
@@ -660,7 +665,7 @@ int cpu_engine_create(struct train_engine *eng, struct train_options *o, const s
         p->ndim = r->all[i].ndim;
         p->shape[0] = r->all[i].shape[0];
         p->shape[1] = r->all[i].shape[1];
-        p->split = s.master == MASTER_SPLIT; /* full fine-tuning only (train/options.c) */
+        p->master = s.master; /* not fp32: full fine-tuning only (train/options.c) */
         refresh_compute(p);
         if (r->adamw8bit) {
             adamw8bit_init(&p->s8, p->numel, ADAMW8BIT_MIN_8BIT_SIZE);

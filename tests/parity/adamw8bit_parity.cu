@@ -18,6 +18,11 @@
  * both load paths, non-finite gradients included: the reference's p kept as master_pair_round of
  * itself after every step, the GPU's read back as join(copy, lo), bit for bit.
  *
+ * bf16 weights (master_bf16: t.p and t.lo NULL, the copy is the weight) on both paths, both load
+ * paths, the grid stride, non-finite gradients (the copy stays), bf16 gradients and the device
+ * scalars: the reference's p bf16 values, rounded to bf16 (bf16_from_float) after every step, the
+ * GPU's read back as the widened copy, bit for bit; the state as for fp32 masters.
+ *
  * bf16 gradients (grad_bf16): the cases above on bf16-rounded gradients (both paths, both load
  * paths, non-finite gradients, the grid stride, split masters), one device tensor reading the
  * widened fp32 values (against the reference, as above) and a second the bf16 bits: p, the copy
@@ -67,23 +72,38 @@ static cudaStream_t g_stream;
 struct dev_tensor8 {
     struct dev_buf p, copy, lo, q1, q2, a1, a2, map1, map2, m, v;
     struct gpu_adamw8bit_tensor t;
-    int split;
+    enum master_storage ms;
 };
 
-/* split: the master as the pair (copy, lo) of ref/master_pair.h, no p (p must be pair-exact). */
+/* The masters as form ms holds them: master_pair_round (split masters), bf16_round (bf16 weights),
+ * unchanged (fp32). */
+static void master_round_array(float *x, int64_t n, enum master_storage ms) {
+    if (ms == MASTER_SPLIT) master_pair_round_array(x, n);
+    else if (ms == MASTER_BF16) bf16_round_array(x, x, n);
+}
+
+static const char *master_label(enum master_storage ms) {
+    return ms == MASTER_SPLIT ? " split masters" : ms == MASTER_BF16 ? " bf16 weights" : "";
+}
+
+/* ms = MASTER_SPLIT: the master as the pair (copy, lo) of ref/master_pair.h, no p (p must be
+ * pair-exact); MASTER_BF16: the copy alone (master_bf16), no p, no lo (p must be bf16 values). */
 static void dev_tensor8_alloc(dev_tensor8 *d, const struct adamw8bit_state *s, const float *p, const float *grad,
-                              int split = 0) {
+                              enum master_storage ms = MASTER_FP32) {
     const int64_t n = s->n, nb = adamw8bit_n_blocks(n);
     const std::vector<unsigned char> zeros((size_t)n * 4, 0);
     memset(&d->t, 0, sizeof d->t);
-    d->split = split;
+    d->ms = ms;
+    const int in_copy = ms != MASTER_FP32;
     std::vector<uint16_t> hi((size_t)n), lo((size_t)n);
     master_pair_split_array(hi.data(), lo.data(), p, n);
     dev_buf_alloc(&d->p, "p", (size_t)n * 4, POISON_NONE, p);
-    dev_buf_alloc(&d->copy, "copy", (size_t)n * 2, split ? POISON_NONE : POISON_BF16, split ? hi.data() : nullptr);
+    dev_buf_alloc(&d->copy, "copy", (size_t)n * 2, in_copy ? POISON_NONE : POISON_BF16, in_copy ? hi.data() : nullptr);
     dev_buf_alloc(&d->lo, "lo", (size_t)n * 2, POISON_NONE, lo.data());
-    d->t.p = split ? nullptr : (float *)d->p.data, d->t.copy = (uint16_t *)d->copy.data, d->t.grad = grad, d->t.n = n;
-    d->t.lo = split ? (uint16_t *)d->lo.data : nullptr;
+    d->t.p = in_copy ? nullptr : (float *)d->p.data, d->t.copy = (uint16_t *)d->copy.data, d->t.grad = grad;
+    d->t.n = n;
+    d->t.lo = ms == MASTER_SPLIT ? (uint16_t *)d->lo.data : nullptr;
+    d->t.master_bf16 = ms == MASTER_BF16;
     d->t.is_8bit = s->is_8bit;
     if (s->is_8bit) {
         dev_buf_alloc(&d->q1, "q1", (size_t)n, POISON_NONE, zeros.data());
@@ -122,11 +142,13 @@ static snap8 snapshot(dev_tensor8 *d) {
     const int64_t n = d->t.n, nb = adamw8bit_n_blocks(n);
     snap8 s;
     s.p.resize((size_t)n), s.copy.resize((size_t)n);
-    dev_buf_download(&d->copy, s.copy.data(), !d->split);
-    if (d->split) { /* the master the pair holds */
+    dev_buf_download(&d->copy, s.copy.data(), d->ms == MASTER_FP32);
+    if (d->ms == MASTER_SPLIT) { /* the master the pair holds */
         std::vector<uint16_t> lo((size_t)n);
         dev_buf_download(&d->lo, lo.data(), 0);
         master_pair_join_array(s.p.data(), s.copy.data(), lo.data(), n);
+    } else if (d->ms == MASTER_BF16) { /* the widened weight */
+        master_pair_join_array(s.p.data(), s.copy.data(), nullptr, n);
     } else {
         dev_buf_download(&d->p, s.p.data(), 0);
     }
@@ -194,23 +216,25 @@ enum grad_align { GRAD_ALIGNED = 0, GRAD_MISALIGNED = 1 };
  * which sends every block of the 8-bit kernel down its scalar-load path.
  * bf16: the gradients rounded to bf16 on the host (the reference and the fp32 tensor d see the
  * widened values), and a second device tensor d16 with the same start reads their bits
- * (grad_bf16, one element in too when misaligned: 2-byte aligned): bitwise d after every step. */
+ * (grad_bf16, one element in too when misaligned: 2-byte aligned): bitwise d after every step.
+ * ms: the masters' form (dev_tensor8_alloc), the reference's p held as that form holds it
+ * (master_round_array) from the start and after every step. */
 static void run_tensor(int64_t n, double wd, double gnorm_scale, int plant, int id, enum grad_align ga = GRAD_ALIGNED,
-                       int split = 0, int bf16 = 0) {
+                       enum master_storage ms = MASTER_FP32, int bf16 = 0) {
     const uint64_t seed = g_seed * 1000003u + (uint64_t)id;
     struct rng r;
     rng_init(&r, seed);
     char shape[128];
     snprintf(shape, sizeof shape, "n=%lld wd=%g gnorm_scale=%g%s%s%s%s", (long long)n, wd, gnorm_scale,
              plant ? " nonfinite grads" : "", ga == GRAD_MISALIGNED ? " grad misaligned" : "",
-             split ? " split masters" : "", bf16 ? " bf16 grads" : "");
+             master_label(ms), bf16 ? " bf16 grads" : "");
     struct adamw8bit_hparams h = adamw8bit_defaults();
     h.hp.weight_decay = wd, h.gnorm_scale = gnorm_scale, h.variant = ADAMW8BIT_BNB_CUDA;
     struct adamw8bit_state s;
     adamw8bit_init(&s, n, h.min_8bit_size);
     std::vector<float> p((size_t)n), g((size_t)n);
     rng_fill_normal(&r, p.data(), n, 0.0, 1.0);
-    if (split) master_pair_round_array(p.data(), n);
+    master_round_array(p.data(), n, ms);
 
     const int64_t lead = ga == GRAD_MISALIGNED ? 1 : 0;
     std::vector<float> gbuf((size_t)(n + lead), 0.25f);
@@ -218,9 +242,9 @@ static void run_tensor(int64_t n, double wd, double gnorm_scale, int plant, int 
     dev_buf_alloc(&bg, "grad", (size_t)(n + lead) * 4, POISON_NONE, nullptr);
     dev_buf_alloc(&bg16, "grad_bf16", (size_t)(n + lead) * 2, POISON_NONE, nullptr);
     dev_tensor8 d, d16;
-    dev_tensor8_alloc(&d, &s, p.data(), (const float *)bg.data + lead, split);
+    dev_tensor8_alloc(&d, &s, p.data(), (const float *)bg.data + lead, ms);
     if (bf16) {
-        dev_tensor8_alloc(&d16, &s, p.data(), nullptr, split);
+        dev_tensor8_alloc(&d16, &s, p.data(), nullptr, ms);
         d16.t.grad_bf16 = (const uint16_t *)bg16.data + lead;
     }
     for (int step = 1; step <= 4; step++) {
@@ -230,16 +254,16 @@ static void run_tensor(int64_t n, double wd, double gnorm_scale, int plant, int 
         if (bf16) bf16_round_array(g.data(), g.data(), n);
         std::copy(g.begin(), g.end(), gbuf.begin() + lead);
         dev_buf_reset(&bg, gbuf.data());
-        if (!split) dev_buf_reset(&d.copy, nullptr); /* poisoned: every element of the copy must be written */
+        if (ms == MASTER_FP32) dev_buf_reset(&d.copy, nullptr); /* poisoned: every element must be written */
         const struct gpu_adamw8bit_args a = {h.hp, h.gnorm_scale, step};
         gpu_adamw8bit_step(&d.t, &a, g_stream);
         if (bf16) {
             dev_buf_reset(&bg16, bits_of(gbuf).data());
-            if (!split) dev_buf_reset(&d16.copy, nullptr);
+            if (ms == MASTER_FP32) dev_buf_reset(&d16.copy, nullptr);
             gpu_adamw8bit_step(&d16.t, &a, g_stream);
         }
         adamw8bit_step(&s, p.data(), g.data(), &h);
-        if (split) master_pair_round_array(p.data(), n);
+        master_round_array(p.data(), n, ms);
         std::vector<float> gg((size_t)(n + lead));
         dev_buf_download(&bg, gg.data(), 0); /* the gradient's guard regions */
         char label[48];
@@ -265,19 +289,22 @@ static void run_tensor(int64_t n, double wd, double gnorm_scale, int plant, int 
  * step 3 with the guard only and gnorm_scale = the coefficient read back; B with neither scalar and
  * gnorm_scale = that coefficient. A = B and B = the reference, bit for bit. Step 4: A is refused
  * the step by norm_coef {NaN, 1}, by a NaN guard and by a +Inf guard (each with the other scalar
- * valid or absent): p, the copy and the state stay bit for bit; then A and B take step 4 as step 2. */
-static void run_scalars(int64_t n, double max_norm, int id) {
+ * valid or absent): p, the copy and the state stay bit for bit; then A and B take step 4 as step 2.
+ * ms: A's and B's masters' form, the reference's p held as that form holds it (run_tensor). */
+static void run_scalars(int64_t n, double max_norm, int id, enum master_storage ms = MASTER_FP32) {
     const uint64_t seed = g_seed * 1000003u + (uint64_t)id;
     struct rng r;
     rng_init(&r, seed);
     char shape[128];
-    snprintf(shape, sizeof shape, "n=%lld wd=0.01 device norm_coef (max_norm=%g) and guard", (long long)n, max_norm);
+    snprintf(shape, sizeof shape, "n=%lld wd=0.01 device norm_coef (max_norm=%g) and guard%s", (long long)n, max_norm,
+             master_label(ms));
     struct adamw8bit_hparams h = adamw8bit_defaults();
     h.hp.weight_decay = 0.01, h.variant = ADAMW8BIT_BNB_CUDA;
     struct adamw8bit_state s;
     adamw8bit_init(&s, n, h.min_8bit_size);
     std::vector<float> p((size_t)n), g((size_t)n);
     rng_fill_normal(&r, p.data(), n, 0.0, 1.0);
+    master_round_array(p.data(), n, ms);
 
     struct dev_buf bg, bbad, bfin, bnan, binf;
     dev_buf_alloc(&bg, "grad", (size_t)n * 4, POISON_NONE, nullptr);
@@ -288,8 +315,8 @@ static void run_scalars(int64_t n, double max_norm, int id) {
     dev_buf_alloc(&bnan, "guard NaN", sizeof(double), POISON_NONE, &nan_v);
     dev_buf_alloc(&binf, "guard +Inf", sizeof(double), POISON_NONE, &inf_v);
     dev_tensor8 A, B;
-    dev_tensor8_alloc(&A, &s, p.data(), (const float *)bg.data);
-    dev_tensor8_alloc(&B, &s, p.data(), (const float *)bg.data);
+    dev_tensor8_alloc(&A, &s, p.data(), (const float *)bg.data, ms);
+    dev_tensor8_alloc(&B, &s, p.data(), (const float *)bg.data, ms);
     const struct gpu_adamw_param np = {nullptr, nullptr, nullptr, nullptr, (const float *)bg.data, nullptr, n, 0};
     struct gpu_adamw *nrm = build_gpu_adamw(&np, 1);
 
@@ -331,6 +358,7 @@ static void run_scalars(int64_t n, double max_norm, int id) {
         gpu_adamw8bit_step(&B.t, &b, g_stream);
         h.gnorm_scale = (double)hnc[1];
         adamw8bit_step(&s, p.data(), g.data(), &h);
+        master_round_array(p.data(), n, ms);
         const snap8 sa = snapshot(&A), sb = snapshot(&B);
         snprintf(label, sizeof label, "step %d, %s%s = gnorm_scale %.9g", step,
                  step == 3 ? "gnorm_scale" : "norm_coef, gnorm_scale 123", step >= 2 ? ", guard 3.5" : "",
@@ -454,10 +482,10 @@ int main(int argc, char **argv) {
     run_tensor(((int64_t)1 << 21) + 77, 0.01, 1.0, 1, id++);
     run_tensor(5001, 0.01, 1.0, 1, id++);
     /* split masters: the 32-bit path, the 8-bit vector and scalar-load paths, a short last block */
-    run_tensor(4095, 0.01, 1.0, 0, id++, GRAD_ALIGNED, 1);
-    run_tensor(100000, 0.01, 1.0, 1, id++, GRAD_ALIGNED, 1);
-    run_tensor(5001, 0.0, 0.5, 1, id++, GRAD_MISALIGNED, 1);
-    run_tensor(((int64_t)1 << 21) + 77, 0.01, 1.0, 0, id++, GRAD_ALIGNED, 1);
+    run_tensor(4095, 0.01, 1.0, 0, id++, GRAD_ALIGNED, MASTER_SPLIT);
+    run_tensor(100000, 0.01, 1.0, 1, id++, GRAD_ALIGNED, MASTER_SPLIT);
+    run_tensor(5001, 0.0, 0.5, 1, id++, GRAD_MISALIGNED, MASTER_SPLIT);
+    run_tensor(((int64_t)1 << 21) + 77, 0.01, 1.0, 0, id++, GRAD_ALIGNED, MASTER_SPLIT);
     run_scalars(4097, 1.0, id++);      /* 8-bit, clipped */
     run_scalars(4095, 1.0, id++);      /* 32-bit, clipped */
     run_scalars(16 * 2048, 0.0, id++); /* 8-bit, coefficient 1 */
@@ -465,15 +493,31 @@ int main(int argc, char **argv) {
     /* bf16 gradients (grad_bf16), bitwise the fp32 gradient of the widened values: the 32-bit path,
      * the 8-bit vector and scalar-load paths, non-finite gradients, short last blocks, the grid
      * stride, split masters */
-    run_tensor(7, 0.0, 0.5, 0, id++, GRAD_ALIGNED, 0, 1);
-    run_tensor(4095, 0.01, 1.0, 0, id++, GRAD_ALIGNED, 0, 1);
-    run_tensor(4097, 0.01, 1.0, 1, id++, GRAD_ALIGNED, 0, 1);
-    run_tensor(100000, 0.0, 0.5, 1, id++, GRAD_ALIGNED, 0, 1);
-    run_tensor(5001, 0.01, 1.0, 1, id++, GRAD_MISALIGNED, 0, 1);
-    run_tensor(((int64_t)1 << 21) + 77, 0.01, 1.0, 1, id++, GRAD_ALIGNED, 0, 1);
-    run_tensor(4095, 0.01, 1.0, 0, id++, GRAD_MISALIGNED, 1, 1);
-    run_tensor(100000, 0.01, 1.0, 1, id++, GRAD_ALIGNED, 1, 1);
-    run_tensor(5001, 0.0, 0.5, 1, id++, GRAD_MISALIGNED, 1, 1);
+    run_tensor(7, 0.0, 0.5, 0, id++, GRAD_ALIGNED, MASTER_FP32, 1);
+    run_tensor(4095, 0.01, 1.0, 0, id++, GRAD_ALIGNED, MASTER_FP32, 1);
+    run_tensor(4097, 0.01, 1.0, 1, id++, GRAD_ALIGNED, MASTER_FP32, 1);
+    run_tensor(100000, 0.0, 0.5, 1, id++, GRAD_ALIGNED, MASTER_FP32, 1);
+    run_tensor(5001, 0.01, 1.0, 1, id++, GRAD_MISALIGNED, MASTER_FP32, 1);
+    run_tensor(((int64_t)1 << 21) + 77, 0.01, 1.0, 1, id++, GRAD_ALIGNED, MASTER_FP32, 1);
+    run_tensor(4095, 0.01, 1.0, 0, id++, GRAD_MISALIGNED, MASTER_SPLIT, 1);
+    run_tensor(100000, 0.01, 1.0, 1, id++, GRAD_ALIGNED, MASTER_SPLIT, 1);
+    run_tensor(5001, 0.0, 0.5, 1, id++, GRAD_MISALIGNED, MASTER_SPLIT, 1);
+    /* bf16 weights (no master: the copy is the weight): the 32-bit path (weight decay on and off),
+     * the 8-bit vector and scalar-load paths with non-finite gradients, a 1-element last block and
+     * a short one, the grid stride, bf16 gradients, the device scalars on both paths */
+    run_tensor(7, 0.0, 0.5, 0, id++, GRAD_ALIGNED, MASTER_BF16);
+    run_tensor(4095, 0.01, 1.0, 0, id++, GRAD_ALIGNED, MASTER_BF16);
+    run_tensor(4097, 0.01, 1.0, 1, id++, GRAD_ALIGNED, MASTER_BF16);
+    run_tensor(100000, 0.0, 0.5, 1, id++, GRAD_ALIGNED, MASTER_BF16);
+    run_tensor(100000, 0.01, 1.0, 1, id++, GRAD_MISALIGNED, MASTER_BF16);
+    run_tensor(5001, 0.0, 0.5, 1, id++, GRAD_MISALIGNED, MASTER_BF16);
+    run_tensor(((int64_t)1 << 21) + 77, 0.01, 1.0, 1, id++, GRAD_ALIGNED, MASTER_BF16);
+    run_tensor(16 * 2048, 0.01, 1.0, 0, id++, GRAD_ALIGNED, MASTER_BF16);
+    run_tensor(4095, 0.01, 1.0, 0, id++, GRAD_MISALIGNED, MASTER_BF16, 1);
+    run_tensor(100000, 0.01, 1.0, 1, id++, GRAD_ALIGNED, MASTER_BF16, 1);
+    run_tensor(5001, 0.0, 0.5, 1, id++, GRAD_MISALIGNED, MASTER_BF16, 1);
+    run_scalars(4097, 1.0, id++, MASTER_BF16);
+    run_scalars(4095, 1.0, id++, MASTER_BF16);
     const int rc = test_finish("adamw8bit_parity");
     if (rc == 0 && test_has_flag(argc, argv, "--bench")) bench(bench_copy_ceiling(g_stream));
     CUDA_CHECK(cudaStreamDestroy(g_stream));

@@ -14,6 +14,13 @@
  * Split masters (ref/master_pair.h: the bf16 copy and a low half, no fp32 array): the same runs
  * with the reference's masters kept as master_pair_round of themselves, the GPU's read back as
  * join(copy, lo) — the same rule and tiers as fp32 masters (bitwise without clipping).
+ * bf16 weights (master_bf16: the copy alone, no master, no low half): the same runs with the
+ * reference's masters bf16 values (the widened weights) rounded to bf16 (bf16_from_float) after
+ * every step, the GPU's read back as the widened copies — m, v bitwise and the weights bitwise
+ * without clipping; with clipping m and v as above, the weights in the bf16 copy's tier. The
+ * non-finite gradient and guard cases below on bf16 weights too: the copies stay as they were.
+ * gpu_master_pair_split: hi and lo master_pair_split's, and with lo = NULL hi alone, bf16_from_float
+ * of each input, bit for bit (random bit patterns, ties, ±0, ±Inf, NaN, the largest finite values).
  *
  * A non-finite gradient (NaN, Inf) makes the norm non-finite and leaves every master, m and v as
  * they were, bitwise (gpu/adamw.h's guard), with and without clipping; a context without state
@@ -45,7 +52,8 @@
  *    is not relative to m where β1·m_prev cancels the new term — 1-2% of elements by step 3)
  *    and v (k = 28, squared); master moves by at most ~3.2·lr per step, so its absolute error
  *    ≤ 12·eps·3.2·lr, i.e. floor = 38·lr/k ≈ 10·lr with k = 4. The bf16 copy of a master value
- *    off by that much flips at most one bf16 rounding: k = 2, eps = BF16_EPS, no floor.
+ *    off by that much flips at most one bf16 rounding: k = 2, eps = BF16_EPS, no floor. bf16
+ *    weights are that copy (the widened copy is the master): the same k = 2, eps = BF16_EPS.
  */
 #include <float.h>
 #include <math.h>
@@ -89,26 +97,40 @@ static void oracle_step(host_tensor &t, const struct optim_step &h) {
     ref_adamw_step(t.p.data(), t.m.data(), t.v.data(), t.g.data(), t.n, h.step, &hp);
 }
 
+/* The masters as form ms holds them: master_pair_round (split masters), bf16_round (bf16 weights),
+ * unchanged (fp32). */
+static void master_round_array(float *x, int64_t n, enum master_storage ms) {
+    if (ms == MASTER_SPLIT) master_pair_round_array(x, n);
+    else if (ms == MASTER_BF16) bf16_round_array(x, x, n);
+}
+
+static const char *master_label(enum master_storage ms) {
+    return ms == MASTER_SPLIT ? ", split masters" : ms == MASTER_BF16 ? ", bf16 weights" : "";
+}
+
 /* finite_guard: every step is given a guard scalar of 3.5 (finite: no effect on the update).
- * split: split masters (ref/master_pair.h) — every tensor has a copy, no fp32 master on the device;
- * the reference updates master_pair_round of its masters and rounds them so after every step, and
- * the GPU's masters are join(copy, lo). */
+ * ms = MASTER_SPLIT: split masters (ref/master_pair.h) — every tensor has a copy, no fp32 master on
+ * the device; the reference updates master_pair_round of its masters and rounds them so after every
+ * step, and the GPU's masters are join(copy, lo). ms = MASTER_BF16: bf16 weights — every tensor has
+ * a copy and nothing else (master_bf16); the reference's masters are bf16 values, rounded to bf16
+ * after every step, and the GPU's masters are the widened copies. */
 static void run_optimizer(const std::vector<int64_t> &sizes, double max_norm, int id, int finite_guard = 0,
-                          int split = 0) {
+                          enum master_storage ms = MASTER_FP32) {
     const uint64_t seed = g_seed * 1000003u + (uint64_t)id;
     struct rng r;
     rng_init(&r, seed);
     char shape[96];
     snprintf(shape, sizeof shape, "%zu tensors, max_norm=%g%s%s", sizes.size(), max_norm,
-             finite_guard ? ", guard=3.5" : "", split ? ", split masters" : "");
+             finite_guard ? ", guard=3.5" : "", master_label(ms));
+    const int split = ms == MASTER_SPLIT, in_copy = ms != MASTER_FP32; /* in_copy: the copy holds the master */
     const int T = (int)sizes.size();
     std::vector<host_tensor> ts(T);
     for (int i = 0; i < T; i++) {
         host_tensor &t = ts[i];
-        t.n = sizes[i], t.decay = i % 3 != 1, t.has_copy = split || i % 2 == 0;
+        t.n = sizes[i], t.decay = i % 3 != 1, t.has_copy = in_copy || i % 2 == 0;
         t.p.resize(t.n), t.m.assign(t.n, 0.0f), t.v.assign(t.n, 0.0f), t.g.resize(t.n);
         rng_fill_normal(&r, t.p.data(), t.n, 0.0, 1.0);
-        if (split) master_pair_round_array(t.p.data(), t.n);
+        master_round_array(t.p.data(), t.n, ms);
     }
     /* Device state. */
     std::vector<struct dev_buf> bp(T), bm(T), bv(T), bg(T), bc(T), bl(T);
@@ -124,10 +146,10 @@ static void run_optimizer(const std::vector<int64_t> &sizes, double max_norm, in
         std::vector<uint16_t> hi(t.n), lo(t.n);
         master_pair_split_array(hi.data(), lo.data(), t.p.data(), t.n);
         dev_buf_alloc(&bl[i], "lo", (size_t)t.n * 2, POISON_NONE, lo.data());
-        if (split) dev_buf_reset(&bc[i], hi.data());
-        params[i] = {split ? nullptr : (float *)bp[i].data, t.has_copy ? (uint16_t *)bc[i].data : nullptr,
+        if (in_copy) dev_buf_reset(&bc[i], hi.data());
+        params[i] = {in_copy ? nullptr : (float *)bp[i].data, t.has_copy ? (uint16_t *)bc[i].data : nullptr,
                      (float *)bm[i].data, (float *)bv[i].data, (const float *)bg[i].data, nullptr, t.n, t.decay,
-                     split ? (uint16_t *)bl[i].data : nullptr};
+                     split ? (uint16_t *)bl[i].data : nullptr, ms == MASTER_BF16};
     }
     struct gpu_adamw *opt = build_gpu_adamw(params.data(), T);
     struct dev_buf bnorm, bguard;
@@ -144,14 +166,14 @@ static void run_optimizer(const std::vector<int64_t> &sizes, double max_norm, in
             host_tensor &t = ts[i];
             rng_fill_normal(&r, t.g.data(), t.n, 0.0, i % 2 ? 0.01 : 1.0);
             dev_buf_reset(&bg[i], t.g.data());
-            if (!split) dev_buf_reset(&bc[i], nullptr); /* split: the copy is half of the state */
+            if (!in_copy) dev_buf_reset(&bc[i], nullptr); /* split, bf16 weights: the copy is state */
         }
         dev_buf_reset(&bnorm, nullptr);
         gpu_adamw_step(opt, &h, guard, (float *)bnorm.data, g_stream);
         const double norm_r = oracle_norm_and_clip(ts, max_norm);
         for (host_tensor &t : ts) {
             oracle_step(t, h);
-            if (split) master_pair_round_array(t.p.data(), t.n);
+            master_round_array(t.p.data(), t.n, ms);
         }
 
         float norm_g = 0, norm_rf = (float)norm_r;
@@ -166,11 +188,11 @@ static void run_optimizer(const std::vector<int64_t> &sizes, double max_norm, in
             std::vector<uint16_t> c(t.n);
             dev_buf_download(&bm[i], m.data(), 0);
             dev_buf_download(&bv[i], v.data(), 0);
-            dev_buf_download(&bc[i], c.data(), t.has_copy && !split);
-            if (split) {
-                std::vector<uint16_t> lo(t.n);
-                dev_buf_download(&bl[i], lo.data(), 0);
-                master_pair_join_array(p.data(), c.data(), lo.data(), t.n);
+            dev_buf_download(&bc[i], c.data(), t.has_copy && !in_copy);
+            if (in_copy) { /* join(copy, lo); bf16 weights: no lo, the widened copy */
+                std::vector<uint16_t> lo(split ? t.n : 0);
+                if (split) dev_buf_download(&bl[i], lo.data(), 0);
+                master_pair_join_array(p.data(), c.data(), split ? lo.data() : nullptr, t.n);
             } else {
                 dev_buf_download(&bp[i], p.data(), 0);
             }
@@ -179,6 +201,8 @@ static void run_optimizer(const std::vector<int64_t> &sizes, double max_norm, in
             snprintf(what, sizeof what, "tensor %d (n=%lld) step %d master", i, (long long)t.n, step);
             cc.what = what;
             if (!clip) cmp_exact_f32(&cc, p.data(), t.p.data(), t.n);
+            else if (ms == MASTER_BF16) /* the weight is the bf16 copy: the copy's tier */
+                cmp_elementwise(&cc, p.data(), t.p.data(), t.n, BF16_EPS, 2.0, 0.0, nullptr);
             else cmp_elementwise(&cc, p.data(), t.p.data(), t.n, FLT_EPSILON, 4.0, 10.0 * h.hp.lr, nullptr);
             snprintf(what, sizeof what, "tensor %d (n=%lld) step %d m", i, (long long)t.n, step);
             /* the coefficient's error enters m as (1 − β1)·g·coef·δ, absolute: where β1·m_prev
@@ -384,15 +408,18 @@ static void run_sharded(const std::vector<int64_t> &sizes, double max_norm, int 
  * form 1 the bf16 bits (grad_bf16; mixed: the even tensors only, the odd ones fp32 as in form 0),
  * each with a norm-only context beside it. After every step the norm and coefficient
  * (gpu_adamw_norm_and_coef of the norm-only contexts), gpu_adamw_step's norm, and every master
- * (split: lo), bf16 copy, m and v of form 1 are form 0's, bit for bit. (Form 0 against the
- * reference is run_optimizer's case.) Tensors and copies as in run_optimizer. */
-static void run_bf16_grads(const std::vector<int64_t> &sizes, double max_norm, int split, int id, int mixed = 0) {
+ * (split: lo; bf16 weights: none), bf16 copy, m and v of form 1 are form 0's, bit for bit. (Form 0
+ * against the reference is run_optimizer's case.) Tensors, copies and masters (ms) as in
+ * run_optimizer. */
+static void run_bf16_grads(const std::vector<int64_t> &sizes, double max_norm, enum master_storage ms, int id,
+                           int mixed = 0) {
     const uint64_t seed = g_seed * 1000003u + (uint64_t)id;
     struct rng r;
     rng_init(&r, seed);
     char shape[96], what[96];
     snprintf(shape, sizeof shape, "%zu tensors, max_norm=%g%s, bf16 gradients%s", sizes.size(), max_norm,
-             split ? ", split masters" : "", mixed ? " (even tensors; odd fp32)" : "");
+             master_label(ms), mixed ? " (even tensors; odd fp32)" : "");
+    const int split = ms == MASTER_SPLIT, in_copy = ms != MASTER_FP32;
     struct cmp_case cc = {"adamw", what, shape, "f32", seed};
     const int T = (int)sizes.size();
     struct form_bufs {
@@ -405,7 +432,7 @@ static void run_bf16_grads(const std::vector<int64_t> &sizes, double max_norm, i
         std::vector<float> p(n);
         const std::vector<float> zero(n, 0.0f);
         rng_fill_normal(&r, p.data(), n, 0.0, 1.0);
-        if (split) master_pair_round_array(p.data(), n);
+        master_round_array(p.data(), n, ms);
         std::vector<uint16_t> hi(n), lo(n);
         master_pair_split_array(hi.data(), lo.data(), p.data(), n);
         for (int f = 0; f < 2; f++) {
@@ -414,14 +441,16 @@ static void run_bf16_grads(const std::vector<int64_t> &sizes, double max_norm, i
             dev_buf_alloc(&b.p, "master", (size_t)n * 4, POISON_NONE, p.data());
             dev_buf_alloc(&b.m, "m", (size_t)n * 4, POISON_NONE, zero.data());
             dev_buf_alloc(&b.v, "v", (size_t)n * 4, POISON_NONE, zero.data());
-            dev_buf_alloc(&b.c, "copy", (size_t)n * 2, split ? POISON_NONE : POISON_BF16, split ? hi.data() : nullptr);
+            dev_buf_alloc(&b.c, "copy", (size_t)n * 2, in_copy ? POISON_NONE : POISON_BF16,
+                          in_copy ? hi.data() : nullptr);
             dev_buf_alloc(&b.lo, "lo", (size_t)n * 2, POISON_NONE, lo.data());
             dev_buf_alloc(&b.g, b16 ? "grad_bf16" : "grad", (size_t)n * (b16 ? 2 : 4), POISON_NONE, nullptr);
             const float *g32 = b16 ? nullptr : (const float *)b.g.data;
             const uint16_t *g16 = b16 ? (const uint16_t *)b.g.data : nullptr;
-            params[f].push_back({split ? nullptr : (float *)b.p.data, split || i % 2 == 0 ? (uint16_t *)b.c.data : nullptr,
-                                 (float *)b.m.data, (float *)b.v.data, g32, g16, n, i % 3 != 1,
-                                 split ? (uint16_t *)b.lo.data : nullptr});
+            params[f].push_back({in_copy ? nullptr : (float *)b.p.data,
+                                 in_copy || i % 2 == 0 ? (uint16_t *)b.c.data : nullptr, (float *)b.m.data,
+                                 (float *)b.v.data, g32, g16, n, i % 3 != 1, split ? (uint16_t *)b.lo.data : nullptr,
+                                 ms == MASTER_BF16});
             norm_only[f].push_back({nullptr, nullptr, nullptr, nullptr, g32, g16, n, 1, nullptr});
         }
     }
@@ -442,7 +471,7 @@ static void run_bf16_grads(const std::vector<int64_t> &sizes, double max_norm, i
             const std::vector<float> widened = floats_of(bits);
             dev_buf_reset(&d[2 * i].g, widened.data());
             dev_buf_reset(&d[2 * i + 1].g, !mixed || i % 2 == 0 ? (const void *)bits.data() : widened.data());
-            for (int f = 0; f < 2 && !split; f++) dev_buf_reset(&d[2 * i + f].c, nullptr);
+            for (int f = 0; f < 2 && !in_copy; f++) dev_buf_reset(&d[2 * i + f].c, nullptr);
         }
         float nc[2][2], norm[2];
         for (int f = 0; f < 2; f++) {
@@ -470,8 +499,9 @@ static void run_bf16_grads(const std::vector<int64_t> &sizes, double max_norm, i
             };
             form_bufs &fp = d[2 * i], &bf = d[2 * i + 1];
             if (split) same(fp.lo, bf.lo, "lo", "u16", 0);
-            else same(fp.p, bf.p, "master", "f32", 0);
-            if (split || i % 2 == 0) same(fp.c, bf.c, "bf16 copy", "bf16", !split);
+            else if (!in_copy) same(fp.p, bf.p, "master", "f32", 0);
+            if (in_copy || i % 2 == 0)
+                same(fp.c, bf.c, ms == MASTER_BF16 ? "bf16 weights" : "bf16 copy", "bf16", !in_copy);
             same(fp.m, bf.m, "m", "f32", 0);
             same(fp.v, bf.v, "v", "f32", 0);
             cc.dtype = "f32";
@@ -545,20 +575,25 @@ static void bench(double ceiling) {
 
 /* The three tensors of the guard cases: host state (master N(0, 1), m N(0, 0.1), v 0.01·(j % 7 + 1),
  * gradient N(0, 1), value bad planted in the middle of tensor 1's gradient when bad_at_1) and its
- * device copies; the bf16 copies hold bf16(master) when copy_master, else poison. params is the
- * optimizer's view, norm_only a view with the gradients alone. */
+ * device copies; the bf16 copies hold bf16(master) when copy_master, else poison. bf16_weights: the
+ * masters rounded to bf16 and the optimizer given the copies alone (master_bf16; copy_master
+ * implied). params is the optimizer's view, norm_only a view with the gradients alone. */
 struct guard_set {
     std::vector<host_tensor> ts;
     std::vector<std::vector<uint16_t>> copies;
     std::vector<struct dev_buf> bp, bm, bv, bg, bc;
     std::vector<struct gpu_adamw_param> params, norm_only;
+    int bf16_weights;
 };
 
-static void guard_set_build(guard_set &gs, uint64_t seed, int bad_at_1, float bad, int copy_master) {
+static void guard_set_build(guard_set &gs, uint64_t seed, int bad_at_1, float bad, int copy_master,
+                            int bf16_weights = 0) {
     const std::vector<int64_t> sizes = {8193, 100, 3};
     const int T = (int)sizes.size();
     struct rng r;
     rng_init(&r, seed);
+    copy_master = copy_master || bf16_weights;
+    gs.bf16_weights = bf16_weights;
     gs.ts.resize(T), gs.copies.resize(T), gs.params.resize(T), gs.norm_only.resize(T);
     gs.bp.resize(T), gs.bm.resize(T), gs.bv.resize(T), gs.bg.resize(T), gs.bc.resize(T);
     for (int i = 0; i < T; i++) {
@@ -566,6 +601,7 @@ static void guard_set_build(guard_set &gs, uint64_t seed, int bad_at_1, float ba
         t.n = sizes[i];
         t.p.resize(t.n), t.m.resize(t.n), t.v.resize(t.n), t.g.resize(t.n);
         rng_fill_normal(&r, t.p.data(), t.n, 0.0, 1.0);
+        if (bf16_weights) bf16_round_array(t.p.data(), t.p.data(), t.n);
         rng_fill_normal(&r, t.m.data(), t.n, 0.0, 0.1);
         for (int64_t j = 0; j < t.n; j++) t.v[j] = 0.01f * (float)(j % 7 + 1);
         rng_fill_normal(&r, t.g.data(), t.n, 0.0, 1.0);
@@ -578,14 +614,16 @@ static void guard_set_build(guard_set &gs, uint64_t seed, int bad_at_1, float ba
         dev_buf_alloc(&gs.bg[i], "grad", b4, POISON_NONE, t.g.data());
         dev_buf_alloc(&gs.bc[i], "copy", (size_t)t.n * 2, copy_master ? POISON_NONE : POISON_BF16,
                       copy_master ? gs.copies[i].data() : nullptr);
-        gs.params[i] = {(float *)gs.bp[i].data, (uint16_t *)gs.bc[i].data, (float *)gs.bm[i].data,
-                        (float *)gs.bv[i].data, (const float *)gs.bg[i].data, nullptr, t.n, 1};
+        gs.params[i] = {bf16_weights ? nullptr : (float *)gs.bp[i].data, (uint16_t *)gs.bc[i].data,
+                        (float *)gs.bm[i].data, (float *)gs.bv[i].data, (const float *)gs.bg[i].data, nullptr, t.n, 1,
+                        nullptr, bf16_weights};
         gs.norm_only[i] = {nullptr, nullptr, nullptr, nullptr, (const float *)gs.bg[i].data, nullptr, t.n, 1};
     }
 }
 
-/* Every master, m and v (and, with check_copy, bf16 copy) still as built, bit for bit. */
+/* Every master, m and v (and, with check_copy or bf16 weights, bf16 copy) still as built, bit for bit. */
 static void guard_set_expect_unchanged(guard_set &gs, struct cmp_case &cc, int check_copy) {
+    check_copy = check_copy || gs.bf16_weights;
     char what[96];
     cc.what = what;
     for (size_t i = 0; i < gs.ts.size(); i++) {
@@ -608,8 +646,13 @@ static void guard_set_expect_unchanged(guard_set &gs, struct cmp_case &cc, int c
     }
 }
 
-/* Tensor 0's master moved: a step that should go through did. */
+/* Tensor 0's master (bf16 weights: its copy) moved: a step that should go through did. */
 static int guard_set_master0_changed(guard_set &gs) {
+    if (gs.bf16_weights) {
+        std::vector<uint16_t> c(gs.ts[0].n);
+        dev_buf_download(&gs.bc[0], c.data(), 0);
+        return memcmp(c.data(), gs.copies[0].data(), (size_t)gs.ts[0].n * 2) != 0;
+    }
     std::vector<float> p(gs.ts[0].n);
     dev_buf_download(&gs.bp[0], p.data(), 0);
     return memcmp(p.data(), gs.ts[0].p.data(), (size_t)gs.ts[0].n * 4) != 0;
@@ -622,12 +665,14 @@ static void guard_set_free(guard_set &gs) {
 
 /* A non-finite gradient anywhere: the norm comes out non-finite and no tensor changes (with and
  * without clipping: the guard is the norm, computed whenever it is asked for). And a context built
- * without optimizer state computes the same norm (gpu_adamw_grad_norm only). */
-static void run_nonfinite(double max_norm, float bad) {
+ * without optimizer state computes the same norm (gpu_adamw_grad_norm only). bf16_weights: the
+ * tensors as bf16 weights (guard_set), whose copies stay as they were. */
+static void run_nonfinite(double max_norm, float bad, int bf16_weights = 0) {
     char shape[96];
-    snprintf(shape, sizeof shape, "3 tensors, gradient %g in tensor 1, max_norm=%g", (double)bad, max_norm);
+    snprintf(shape, sizeof shape, "3 tensors, gradient %g in tensor 1, max_norm=%g%s", (double)bad, max_norm,
+             bf16_weights ? ", bf16 weights" : "");
     guard_set gs;
-    guard_set_build(gs, g_seed * 7u + 11u, 1, bad, 0);
+    guard_set_build(gs, g_seed * 7u + 11u, 1, bad, 0, bf16_weights);
     const int T = (int)gs.ts.size();
     struct gpu_adamw *opt = build_gpu_adamw(gs.params.data(), T), *nrm = build_gpu_adamw(gs.norm_only.data(), T);
     struct dev_buf bnorm, bnorm2;
@@ -659,13 +704,14 @@ static void run_nonfinite(double max_norm, float bad) {
 /* The guard scalar non-finite (bad: NaN or +Inf), the gradients finite: no master, m, v or bf16 copy
  * changes, bit for bit (the copies are set to bf16(master) beforehand, so that a write would show),
  * with clipping and grad_norm asked for or neither; the grad_norm asked for is still written, the
- * norm of the gradients. Then the same step with a finite guard goes through. */
-static void run_guard(double bad, double max_norm, int want_norm) {
+ * norm of the gradients. Then the same step with a finite guard goes through. bf16_weights: the
+ * tensors as bf16 weights (guard_set). */
+static void run_guard(double bad, double max_norm, int want_norm, int bf16_weights = 0) {
     char shape[128];
-    snprintf(shape, sizeof shape, "3 tensors, guard %g, max_norm=%g, grad_norm %s", bad, max_norm,
-             want_norm ? "asked" : "not asked");
+    snprintf(shape, sizeof shape, "3 tensors, guard %g, max_norm=%g, grad_norm %s%s", bad, max_norm,
+             want_norm ? "asked" : "not asked", bf16_weights ? ", bf16 weights" : "");
     guard_set gs;
-    guard_set_build(gs, g_seed * 7u + 13u, 0, 0.0f, 1);
+    guard_set_build(gs, g_seed * 7u + 13u, 0, 0.0f, 1, bf16_weights);
     const int T = (int)gs.ts.size();
     struct gpu_adamw *opt = build_gpu_adamw(gs.params.data(), T);
     struct dev_buf bnorm, bguard;
@@ -768,6 +814,67 @@ static void run_norm_and_coef(void) {
     dev_buf_free(&bnorm);
 }
 
+/* gpu_master_pair_split against ref/master_pair.h over n inputs (past 4096·256: the kernel's grid
+ * stride): hi and lo master_pair_split_array's, bit for bit; with lo = NULL (bf16 weights) hi alone,
+ * bf16_from_float of every input, bit for bit. Inputs in turn: random bit patterns (every exponent:
+ * zeros, subnormals, NaNs, ±Inf, values past the largest bf16), ties (low half 0x8000, upper half
+ * random: even and odd), normals, and a cycle of edge patterns (±0, ±Inf, NaNs, the largest finite
+ * values and the ties next to them, ties at 1 and −1, subnormal ties). hi is poisoned and must be
+ * written entirely (the poison 0x7FE5 is no bf16_from_float result); lo, whose values include the
+ * poison pattern, is compared only. */
+static void run_pair_split(int64_t n, int id) {
+    const uint64_t seed = g_seed * 1000003u + (uint64_t)id;
+    struct rng r;
+    rng_init(&r, seed);
+    char shape[64], what[96];
+    snprintf(shape, sizeof shape, "n=%lld", (long long)n);
+    struct cmp_case cc = {"master_pair_split", what, shape, "bf16", seed};
+    static const uint32_t edge[] = {0x00000000u, 0x80000000u, 0x7F800000u, 0xFF800000u, 0x7FC00000u, 0xFFC00001u,
+                                    0x7F800001u, 0x7F7FFFFFu, 0xFF7FFFFFu, 0x7F7F8000u, 0x7F7E8000u, 0x7F7F7FFFu,
+                                    0x3F808000u, 0x3F818000u, 0xBF808000u, 0xBF818000u, 0x00008000u, 0x00018000u,
+                                    0x807F8000u, 0x00000001u};
+    const int n_edge = (int)(sizeof edge / sizeof edge[0]);
+    std::vector<uint32_t> u((size_t)n);
+    for (int64_t j = 0; j < n; j++) {
+        if (j % 4 == 0) u[j] = (uint32_t)rng_u64(&r);
+        else if (j % 4 == 1) u[j] = ((uint32_t)rng_u64(&r) & 0xFFFF0000u) | 0x8000u;
+        else if (j % 4 == 2) u[j] = ref_f32_bits((float)rng_normal(&r));
+        else u[j] = edge[(j / 4) % n_edge];
+    }
+    std::vector<uint16_t> hi_r((size_t)n), lo_r((size_t)n), bf_r((size_t)n), hi((size_t)n), lo((size_t)n),
+        hi1((size_t)n);
+    for (int64_t j = 0; j < n; j++) {
+        master_pair_split_bits(u[j], &hi_r[j], &lo_r[j]);
+        bf_r[j] = bf16_from_float(ref_f32_from_bits(u[j]));
+    }
+    struct dev_buf bx, bhi, blo, bhi1;
+    dev_buf_alloc(&bx, "x", (size_t)n * 4, POISON_NONE, u.data());
+    dev_buf_alloc(&bhi, "hi", (size_t)n * 2, POISON_BF16, nullptr);
+    dev_buf_alloc(&blo, "lo", (size_t)n * 2, POISON_BF16, nullptr);
+    dev_buf_alloc(&bhi1, "hi (lo NULL)", (size_t)n * 2, POISON_BF16, nullptr);
+    gpu_master_pair_split((uint16_t *)bhi.data, (uint16_t *)blo.data, (const float *)bx.data, n, g_stream);
+    gpu_master_pair_split((uint16_t *)bhi1.data, nullptr, (const float *)bx.data, n, g_stream);
+    dev_buf_download(&bhi, hi.data(), 1);
+    dev_buf_download(&blo, lo.data(), 0);
+    dev_buf_download(&bhi1, hi1.data(), 1);
+    std::vector<uint32_t> x_after((size_t)n);
+    dev_buf_download(&bx, x_after.data(), 0);
+    snprintf(what, sizeof what, "hi = master_pair_split's");
+    cmp_exact_bytes(&cc, hi.data(), hi_r.data(), (size_t)n * 2);
+    snprintf(what, sizeof what, "lo = master_pair_split's");
+    cc.dtype = "u16";
+    cmp_exact_bytes(&cc, lo.data(), lo_r.data(), (size_t)n * 2);
+    cc.dtype = "bf16";
+    snprintf(what, sizeof what, "lo = NULL: hi = bf16_from_float(x)");
+    cmp_exact_bytes(&cc, hi1.data(), bf_r.data(), (size_t)n * 2);
+    snprintf(what, sizeof what, "lo = NULL: hi = the hi of the pair");
+    cmp_exact_bytes(&cc, hi1.data(), hi.data(), (size_t)n * 2);
+    snprintf(what, sizeof what, "x unchanged");
+    cc.dtype = "f32";
+    cmp_exact_bytes(&cc, x_after.data(), u.data(), (size_t)n * 4);
+    for (struct dev_buf *b : {&bx, &bhi, &blo, &bhi1}) dev_buf_free(b);
+}
+
 int main(int argc, char **argv) {
     g_seed = test_seed(argc, argv, 20261128);
     parity_init();
@@ -780,8 +887,8 @@ int main(int argc, char **argv) {
     run_optimizer(lora, 0.5, 3);
     run_optimizer(edges, 0.0, 4, 1);
     run_optimizer(lora, 0.5, 5, 1);
-    run_optimizer(edges, 0.0, 6, 0, 1);
-    run_optimizer(lora, 0.5, 7, 0, 1);
+    run_optimizer(edges, 0.0, 6, 0, MASTER_SPLIT);
+    run_optimizer(lora, 0.5, 7, 0, MASTER_SPLIT);
     run_nonfinite(0.0, NAN);
     run_nonfinite(1.0, INFINITY);
     run_guard(NAN, 1.0, 1);
@@ -794,15 +901,31 @@ int main(int argc, char **argv) {
     run_sharded(pieces, 1.0, 3, 7);
     run_sharded(lora, 0.5, 5, 8);
     /* bf16 gradients: bitwise the fp32 form on the widened values (plain, clipped, split masters) */
-    run_bf16_grads(pieces, 0.0, 0, 9);
-    run_bf16_grads(pieces, 1.0, 0, 10);
-    run_bf16_grads(lora, 0.5, 0, 11);
-    run_bf16_grads(pieces, 0.0, 1, 12);
-    run_bf16_grads(pieces, 1.0, 1, 13);
+    run_bf16_grads(pieces, 0.0, MASTER_FP32, 9);
+    run_bf16_grads(pieces, 1.0, MASTER_FP32, 10);
+    run_bf16_grads(lora, 0.5, MASTER_FP32, 11);
+    run_bf16_grads(pieces, 0.0, MASTER_SPLIT, 12);
+    run_bf16_grads(pieces, 1.0, MASTER_SPLIT, 13);
     run_sharded(pieces, 1.0, 3, 14, 1);
     run_sharded(lora, 0.0, 2, 15, 1);
-    run_bf16_grads(pieces, 1.0, 0, 16, 1); /* bf16 and fp32 gradients in one optimizer */
-    run_bf16_grads(pieces, 0.0, 1, 17, 1);
+    run_bf16_grads(pieces, 1.0, MASTER_FP32, 16, 1); /* bf16 and fp32 gradients in one optimizer */
+    run_bf16_grads(pieces, 0.0, MASTER_SPLIT, 17, 1);
+    /* bf16 weights (no master: the copy is the weight): against the reference rounded to bf16
+     * (unclipped bitwise; clipped, with the finite guard), bf16 gradients bitwise fp32 ones, the
+     * non-finite gradient and guard cases */
+    run_optimizer(edges, 0.0, 18, 0, MASTER_BF16);
+    run_optimizer(edges, 1.0, 19, 1, MASTER_BF16);
+    run_optimizer(lora, 0.0, 20, 0, MASTER_BF16);
+    run_optimizer(lora, 0.5, 21, 0, MASTER_BF16);
+    run_bf16_grads(pieces, 0.0, MASTER_BF16, 22);
+    run_bf16_grads(pieces, 1.0, MASTER_BF16, 23);
+    run_bf16_grads(pieces, 0.0, MASTER_BF16, 24, 1);
+    run_nonfinite(0.0, NAN, 1);
+    run_nonfinite(1.0, INFINITY, 1);
+    run_guard(NAN, 1.0, 1, 1);
+    run_guard(INFINITY, 0.0, 0, 1);
+    run_pair_split(5003, 25);
+    run_pair_split((int64_t)4096 * 256 + 4099, 26);
     const int rc = test_finish("adamw_parity");
     if (rc == 0 && test_has_flag(argc, argv, "--bench")) bench(bench_copy_ceiling(g_stream));
     CUDA_CHECK(cudaStreamDestroy(g_stream));

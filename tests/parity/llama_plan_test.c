@@ -27,6 +27,9 @@
  *     not fit (gpu_shards_gradients), on refuses without the sharded optimizer;
  *   - bf16 gradients (NUMERICS.md §5.6) take 2 bytes a parameter: with split masters and the 8-bit
  *     optimizer, trainable state is 8 bytes a parameter; refused for adapters and the sharded optimizer;
+ *   - bf16 weights (--master bf16) take 2 bytes a parameter (6 in all with bf16 gradients and 8-bit
+ *     states: 1B full 16×512 with --recompute layer plans under 10 GiB, FP8 too); refused for
+ *     adapters and the sharded optimizer; FP8 full fine-tuning with --recompute attn stores no codes;
  *   - options the kernels cannot run are refused with a message, not a crash.
  * Alignment (256 B per buffer) is the only slack: bounds allow it explicitly.
  */
@@ -135,6 +138,18 @@ int main(void) {
     struct gpu_llama_plan pg8 = plan_of(&cs, &og);
     in_range("full, bf16 gradients + split masters + 8-bit AdamW: about 8 bytes per parameter",
              (double)(pg8.params + pg8.grads + pg8.optim), 8 * np, 8 * np * 1.02 + slack);
+    /* bf16 weights (--master bf16): the copy alone, 2 bytes a parameter; with bf16 gradients and the
+     * 8-bit optimizer about 6 in all */
+    struct gpu_llama_options ow = opts(LLAMA_FULL, 2, 128);
+    ow.master = MASTER_BF16;
+    struct gpu_llama_plan pw = plan_of(&cs, &ow);
+    in_range("full, bf16 weights: params bytes = 2 per parameter", (double)pw.params, 2 * np, 2 * np + slack);
+    expect(pw.grads == pf.grads && pw.optim == pf.optim && pw.acts == pf.acts, "bf16 weights change the parameters only",
+           (double)pw.grads, (double)pf.grads, (double)pf.grads);
+    ow.grads = GRAD_BF16, ow.optimizer = OPTIMIZER_ADAMW8BIT;
+    struct gpu_llama_plan pw8 = plan_of(&cs, &ow);
+    in_range("full, bf16 weights + bf16 gradients + 8-bit AdamW: about 6 bytes per parameter",
+             (double)(pw8.params + pw8.grads + pw8.optim), 6 * np, 6 * np * 1.03 + slack);
 
     /* the sharded optimizer (ZeRO-1, ref/shard.h), per rank: the bf16 copies and the gradients
      * whole, the fp32 masters and the moments of 1/W of the elements (within one 8192-element chunk
@@ -237,6 +252,29 @@ int main(void) {
                  mlp - slack, mlp + slack);
         in_range("1B full 16x512, 8 bytes a parameter, --recompute-mlp: plan (GiB) under Liger's 16.9",
                  (double)b.total / GIB, 10.0, 16.9);
+        /* bf16 weights with --recompute layer: under Unsloth's 9.99 GiB (its offloaded checkpointing) */
+        struct gpu_llama_options ol16 = om;
+        ol16.master = MASTER_BF16, ol16.recompute = RECOMPUTE_LAYER;
+        const double gl16 = plan_of(&c1, &ol16).total / GIB;
+        in_range("1B full 16x512, 6 bytes a parameter, --recompute layer: plan (GiB) under 10", gl16, 7.0, 10.0);
+        ol16.linears = GPU_LINEAR_FP8;
+        const double gl16f = plan_of(&c1, &ol16).total / GIB;
+        in_range("the same under FP8 (the trained weights' codes a layer at a time): plan (GiB) under 10", gl16f, 7.0,
+                 10.0);
+    }
+    /* FP8 full fine-tuning with --recompute attn casts the trained weights a layer at a time too: the
+     * stored W and Wᵀ codes (2 bytes a linear weight) leave the plan */
+    {
+        struct gpu_llama_options fa = opts(LLAMA_FULL, 16, 512), fn;
+        fa.master = MASTER_SPLIT, fa.optimizer = OPTIMIZER_ADAMW8BIT, fa.grads = GRAD_BF16;
+        fa.mlp_input = GPU_MLP_INPUT_RECOMPUTED, fa.linears = GPU_LINEAR_FP8;
+        fn = fa;
+        fa.recompute = RECOMPUTE_ATTN;
+        const struct gpu_llama_plan pa = plan_of(&c1, &fa), pn = plan_of(&c1, &fn);
+        const double lin = n_linear_params(&c1);
+        in_range("1B full FP8 --recompute attn: the parameters lose the stored codes (2 bytes a linear weight, "
+                 "two layer buffers stay)",
+                 (double)pn.params - (double)pa.params, 2 * lin - 2 * lin / c1.L - slack, 2 * lin);
     }
 
     /* FP8: the base's storage, the MLP input, the 8B LoRA target */
@@ -387,6 +425,9 @@ int main(void) {
     struct gpu_llama_options lean = full32;
     lean.recompute = RECOMPUTE_LAYER, lean.offload = GPU_OFFLOAD_INPUTS, lean.master = MASTER_SPLIT;
     lean.optimizer = OPTIMIZER_ADAMW8BIT, lean.grads = GRAD_BF16;
+    expect_hint("every memory option but bf16 weights in use", &lean,
+                "try --master bf16 (the peers' bf16 weights) or a shorter --seq");
+    lean.master = MASTER_BF16;
     expect_hint("every memory option in use", &lean, "try a shorter --seq");
     struct gpu_llama_options lora = opts(LLAMA_LORA, 4, 512);
     lora.recompute = RECOMPUTE_LAYER;
@@ -412,6 +453,9 @@ int main(void) {
     osplit.master = MASTER_SPLIT;
     struct gpu_llama_options oss = opts(LLAMA_FULL, 2, 128);
     oss.master = MASTER_SPLIT, oss.shard_world = 2;
+    struct gpu_llama_options ow16 = opts(LLAMA_DORA, 2, 128), ow16s = opts(LLAMA_FULL, 2, 128);
+    ow16.master = ow16s.master = MASTER_BF16;
+    ow16s.shard_world = 2;
     struct gpu_llama_options ogr = opts(LLAMA_FULL, 2, 128);
     ogr.shard_grads = 1;
     struct gpu_llama_options og16 = opts(LLAMA_LORA, 2, 128), og16s = opts(LLAMA_FULL, 2, 128);
@@ -426,7 +470,8 @@ int main(void) {
                    {&c1, &f8full, "FP8-stored base"}, {&c1, &osl, "full fine-tuning"},
                    {&c1, &osplit, "split masters are for full"}, {&c1, &oss, "sharded optimizer"},
                    {&c1, &ogr, "sharded gradients"},  {&c1, &og16, "bf16 gradients are for full"},
-                   {&c1, &og16s, "bf16 gradients and the sharded optimizer"}};
+                   {&c1, &og16s, "bf16 gradients and the sharded optimizer"},
+                   {&c1, &ow16, "bf16 masters are for full"}, {&c1, &ow16s, "--master bf16 and the sharded optimizer"}};
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         memset(&e, 0, sizeof e);
         const int rc = gpu_llama_plan_bytes(&p, refused[i].c, refused[i].o, &e);

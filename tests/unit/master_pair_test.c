@@ -85,8 +85,29 @@ static void test_values(void) {
     EXPECT(bad == 0, "array forms: %d of 5 differ from the scalar ones", bad);
 }
 
+/* MASTER_BF16: the pair without its low half. join(hi, 0) must widen every bf16 pattern exactly
+ * (the bf16 weight is the master), and the array forms with lo NULL write bf16_rne alone. */
+static void test_without_low_half(void) {
+    int64_t bad = 0;
+    for (uint32_t h = 0; h <= 0xFFFFu; h++) bad += master_pair_join_bits((uint16_t)h, 0) != h << 16;
+    EXPECT(bad == 0, "join(hi, 0) differs from hi << 16 for %lld of 65536 patterns", (long long)bad);
+    const float xs[6] = {1.0f, ref_f32_from_bits(0x3F808000u), ref_f32_from_bits(0x3F818000u), -3.25e-20f,
+                         ref_f32_from_bits(0x7F7FFFFFu), -INFINITY};
+    uint16_t his[6];
+    float zs[6];
+    master_pair_split_array(his, NULL, xs, 6);
+    master_pair_join_array(zs, his, NULL, 6);
+    int wrong = 0;
+    for (int i = 0; i < 6; i++) {
+        const float w = bf16_to_float(bf16_from_float(xs[i]));
+        wrong += his[i] != bf16_from_float(xs[i]) || !(zs[i] == w);
+    }
+    EXPECT(wrong == 0, "lo NULL: %d of 6 are not bf16_rne and its widening", wrong);
+}
+
 int main(void) {
     test_every_pattern();
     test_values();
+    test_without_low_half();
     return test_finish("master_pair_test");
 }

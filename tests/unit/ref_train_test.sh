@@ -146,6 +146,26 @@ check "--master split: 3 + resume 3 == 6 (model bytes)" cmp -s "$tmp/hs/merged/m
 "$bin" "${common[@]}" --precision bf16 --method full --out "$tmp/hs4" --resume "$tmp/hs4" >"$tmp/hs4.log" 2>&1
 check "--master split: resuming its checkpoint with fp32 masters is refused naming it" \
     test $? -eq 1 -a "$(grep -c -- '--master "split", this run has "fp32"' "$tmp/hs4.log")" -eq 1
+# --master bf16: no fp32 master, the weight is its bf16 value (each update computed in fp32 and
+# rounded to bf16, as the peers' bf16 parameters). Step 1 precedes any update: the fp32-master run's
+# loss; later steps differ (updates under half an ulp are lost) by about the bf16 rounding of the
+# weights, the 2% bound of the compute copies above. Stop and resume are bitwise.
+"$bin" "${common[@]}" --precision bf16 --method full --master bf16 --out "$tmp/hw" >"$tmp/hw.log" 2>&1
+check "--master bf16 (bf16 full) exports the model" test $? -eq 0 -a -s "$tmp/hw/merged/model.safetensors"
+check "--master bf16: step 1's loss is the fp32-master run's" \
+    test "$(losses "$tmp/hw" | head -1)" = "$(losses "$tmp/hf" | head -1)"
+check "--master bf16: the rounding is real (losses differ from fp32 masters')" \
+    test "$(losses "$tmp/hw")" != "$(losses "$tmp/hf")"
+check "--master bf16: every step's loss within 2% of the fp32-master run's" awk 'NR == FNR { f[FNR] = $1; next }
+    { n++; d = $1 - f[FNR]; if (d < 0) d = -d; if (!(d <= 0.02 * f[FNR])) bad = 1 }
+    END { exit !(n == 6 && !bad) }' <(losses "$tmp/hf") <(losses "$tmp/hw")
+"$bin" "${common[@]}" --precision bf16 --method full --master bf16 --out "$tmp/hw2" --stop-after 3 >/dev/null 2>&1
+"$bin" "${common[@]}" --precision bf16 --method full --master bf16 --out "$tmp/hw2" --resume "$tmp/hw2" \
+    >"$tmp/hw2.log" 2>&1
+check "--master bf16: 3 + resume 3 == 6 (model bytes)" cmp -s "$tmp/hw/merged/model.safetensors" "$tmp/hw2/merged/model.safetensors"
+"$bin" "${common[@]}" --master bf16 --out "$tmp/e_w16" >"$tmp/e_w16.log" 2>&1
+check "--master bf16 with an adapter method: exit 1 with one message" \
+    test $? -eq 1 -a "$(grep -c '^refine: --master bf16 is for --method full' "$tmp/e_w16.log")" -eq 1
 # --grad-dtype bf16: the accumulator rounded to bf16 after each micro-batch (--grad-accum 2 here).
 # Step 1's loss is computed before any gradient: equal to the fp32-gradient run's. The gradients'
 # relative rounding is u = 2^-9, which AdamW's m/sqrt(v) carries into each update at about that
