@@ -55,6 +55,7 @@ struct step_scalars {
     float neg_step_size; /* −lr/bc1 */
     float bc2_sqrt;
     float eps;
+    int64_t step; /* t: stochastic rounding's stream */
 };
 
 __device__ __forceinline__ float block_sum_f32(float v, float *sh) {
@@ -73,6 +74,9 @@ struct tensor_desc {
     __nv_bfloat16 *copy;
     uint16_t *lo; /* split masters: join(copy, lo) is the master (master NULL) */
     int in_copy;  /* the master is the pair (copy, lo): split masters, or bf16 weights with lo NULL */
+    int sr;       /* bf16 weights rounded stochastically: the stream (sr_seed, step, sr_tensor) */
+    uint64_t sr_seed;
+    uint32_t sr_tensor;
     float *m, *v;
     const float *grad;
     const uint16_t *grad_bf16; /* instead of grad (the launch's G says which) */
@@ -246,6 +250,7 @@ __global__ void __launch_bounds__(kBlock) adamw_chunk_update(const tensor_desc *
                 *reinterpret_cast<float4 *>(p.v + i) = v;
                 uint2 ho, lo;
                 pair_split4(w, &ho, &lo);
+                if (p.sr) ho = sr_pack4(w, sr_stream{p.sr_seed, s.step, p.sr_tensor}, i);
                 *reinterpret_cast<uint2 *>(hi + i) = ho;
                 if (p.lo) *reinterpret_cast<uint2 *>(p.lo + i) = lo;
             }
@@ -255,7 +260,8 @@ __global__ void __launch_bounds__(kBlock) adamw_chunk_update(const tensor_desc *
                 adamw_element(w, m, v, grad_at(tensor_grad<G>(p), i), coef, p.decay, s);
                 p.m[i] = m;
                 p.v[i] = v;
-                pair_store(hi, p.lo, i, w);
+                if (p.sr) hi[i] = sr_one(w, sr_stream{p.sr_seed, s.step, p.sr_tensor}, i);
+                else pair_store(hi, p.lo, i, w);
             }
         }
         return;
@@ -366,9 +372,10 @@ extern "C" struct gpu_adamw *build_gpu_adamw(const struct gpu_adamw_param *param
         const gpu_adamw_param &q = params[t];
         const bool al = ((uintptr_t)q.master | (uintptr_t)q.m | (uintptr_t)q.v | (uintptr_t)q.grad) % 16 == 0 &&
                         ((uintptr_t)q.copy | (uintptr_t)q.lo | (uintptr_t)q.grad_bf16) % 8 == 0;
+        CHECK(q.master_bf16 >= 0 && q.master_bf16 <= 2, "adamw tensor %d: master_bf16 %d", t, q.master_bf16);
         descs[t] = tensor_desc{q.master, reinterpret_cast<__nv_bfloat16 *>(q.copy), q.lo,
-                               (q.lo || q.master_bf16) ? 1 : 0, q.m, q.v, q.grad, q.grad_bf16, q.n, q.decay,
-                               (q.n % 4 == 0 && al) ? 1 : 0};
+                               (q.lo || q.master_bf16) ? 1 : 0, q.master_bf16 == 2 ? 1 : 0, q.sr_seed, q.sr_tensor,
+                               q.m, q.v, q.grad, q.grad_bf16, q.n, q.decay, (q.n % 4 == 0 && al) ? 1 : 0};
     }
     CUDA_CHECK(cudaMalloc(&a->d_params, sizeof(tensor_desc) * count));
     CUDA_CHECK(cudaMalloc(&a->d_chunks, sizeof(chunk_ref) * chunks.size()));
@@ -504,6 +511,7 @@ extern "C" void gpu_adamw_step(struct gpu_adamw *a, const struct optim_step *st,
     s.neg_step_size = (float)(-(h->lr / bc1));
     s.bc2_sqrt = (float)pow(bc2, 0.5); /* as ref/adamw.c, to the last bit */
     s.eps = (float)h->eps;
+    s.step = st->step;
     const chunk_list &f = a->lists[kGradFp32], &b = a->lists[kGradBf16];
     if (f.n > 0) {
         const shard_state sh = {f.own, a->d_state_off, a->master, a->m, a->v, a->grad};

@@ -73,7 +73,12 @@ struct gpu_adamw_param {
     int decay;          /* 1: weight decay applies to this tensor */
     uint16_t *lo;       /* split masters (ref/master_pair.h): (n) the low halves; the master is
                            join(copy, lo), updated in place as split(master'); NULL: master */
-    int master_bf16;    /* 1: no master (master, lo NULL): the bf16 copy is the weight (--master bf16) */
+    int master_bf16;    /* 1: no master (master, lo NULL): the bf16 copy is the weight (--master bf16);
+                           2: the same, each result rounded stochastically (--master bf16-sr,
+                           ref/master_pair.h bf16_sr_bits) with the stream (sr_seed, the step,
+                           sr_tensor, element) */
+    uint64_t sr_seed;
+    uint32_t sr_tensor; /* bf16_sr_tensor_hash of the tensor's name */
 };
 
 

@@ -60,6 +60,7 @@ struct scalars {
     int has_decay;
     const float *norm_coef;
     const double *guard;
+    int64_t step; /* t: stochastic rounding's stream */
 };
 
 /* Whether the step applies (the device scalars are finite), and its gradient scale. */
@@ -324,7 +325,9 @@ __global__ void __launch_bounds__(kThreads) adamw8bit_warp_step(gpu_adamw8bit_te
                 __stcs(reinterpret_cast<unsigned *>(t.q2 + i), o2[h]);
                 if (!t.p) { /* an unchanged (non-finite gradient) master splits into its own pair */
                     uint2 hw, lw;
-                    pair_split4({p[4 * h], p[4 * h + 1], p[4 * h + 2], p[4 * h + 3]}, &hw, &lw);
+                    const float pw[4] = {p[4 * h], p[4 * h + 1], p[4 * h + 2], p[4 * h + 3]};
+                    pair_split4(pw, &hw, &lw);
+                    if (t.master_bf16 == 2) hw = sr_pack4(pw, sr_stream{t.sr_seed, s.step, t.sr_tensor}, i);
                     __stcs(reinterpret_cast<uint2 *>(t.copy + i), hw);
                     if (t.lo) __stcs(reinterpret_cast<uint2 *>(t.lo + i), lw);
                     continue;
@@ -347,7 +350,9 @@ __global__ void __launch_bounds__(kThreads) adamw8bit_warp_step(gpu_adamw8bit_te
                     t.q1[i] = (uint8_t)(o1[j >> 2] >> (8 * (j & 3)));
                     t.q2[i] = (uint8_t)(o2[j >> 2] >> (8 * (j & 3)));
                     if (!t.p) {
-                        if (finite >> j & 1u) pair_store(t.copy, t.lo, i, p[j]);
+                        if (!(finite >> j & 1u)) continue;
+                        if (t.master_bf16 == 2) t.copy[i] = sr_one(p[j], sr_stream{t.sr_seed, s.step, t.sr_tensor}, i);
+                        else pair_store(t.copy, t.lo, i, p[j]);
                         continue;
                     }
                     if (finite >> j & 1u) t.p[i] = p[j];
@@ -385,7 +390,8 @@ __global__ void __launch_bounds__(kBlock) adamw32bit_elementwise(gpu_adamw8bit_t
         t.m[i] = m;
         t.v[i] = v;
         if (!t.p) {
-            pair_store(t.copy, t.lo, i, p);
+            if (t.master_bf16 == 2) t.copy[i] = sr_one(p, sr_stream{t.sr_seed, s.step, t.sr_tensor}, i);
+            else pair_store(t.copy, t.lo, i, p);
             continue;
         }
         t.p[i] = p;
@@ -419,6 +425,7 @@ extern "C" void gpu_adamw8bit_step(const struct gpu_adamw8bit_tensor *t, const s
     CHECK(t->lo || t->master_bf16 ? t->copy != nullptr && t->p == nullptr && !(t->lo && t->master_bf16)
                                   : t->p != nullptr,
           "adamw8bit: a master (p, or copy and lo, or copy alone with master_bf16)");
+    CHECK(t->master_bf16 >= 0 && t->master_bf16 <= 2, "adamw8bit: master_bf16 %d", t->master_bf16);
     CHECK((t->grad != nullptr) != (t->grad_bf16 != nullptr),
           "adamw8bit: exactly one of grad (fp32) and grad_bf16 must be given (grad %p, grad_bf16 %p)",
           (const void *)t->grad, (const void *)t->grad_bf16);
@@ -441,6 +448,7 @@ extern "C" void gpu_adamw8bit_step(const struct gpu_adamw8bit_tensor *t, const s
     s.has_decay = wd > 0.0f;
     s.norm_coef = h->norm_coef;
     s.guard = h->guard;
+    s.step = h->step;
     if (t->is_8bit) {
         CHECK(t->q1 && t->q2 && t->absmax1 && t->absmax2 && t->map1 && t->map2, "adamw8bit: 8-bit state missing");
         const int64_t blocks = (t->n + kBlock - 1) / kBlock;

@@ -55,7 +55,10 @@ struct gpu_adamw8bit_tensor {
     uint16_t *lo;      /* split masters (ref/master_pair.h): the master is join(copy, lo), written
                           back as split(master'); NULL: p */
     int master_bf16;   /* 1: no master (p, lo NULL): the bf16 copy is the weight, widened and written
-                          back bf16_rne (--master bf16: the pair with its low half 0, dropped) */
+                          back bf16_rne (--master bf16: the pair with its low half 0, dropped);
+                          2: written back rounded stochastically (--master bf16-sr, as gpu/adamw.h) */
+    uint64_t sr_seed;
+    uint32_t sr_tensor;
 };
 
 struct gpu_adamw8bit_args {

@@ -118,12 +118,12 @@ struct gpu_llama_options {
     int R;                      /* adapter rank */
     float lora_scale;           /* s (ref/lora.h) */
     float dropout;              /* adapter-input dropout (LoRA; 0 for DoRA) */
-    uint64_t seed;              /* of the dropout masks */
+    uint64_t seed;              /* of the dropout masks and of --master bf16-sr's rounding */
     enum recompute_policy recompute;
     enum optimizer_kind optimizer;
     enum master_storage master; /* full fine-tuning: fp32 masters, split into the bf16 copy and a low
-                                   half, or the bf16 copy alone (ref/master_pair.h; not with the
-                                   sharded optimizer) */
+                                   half, or the bf16 copy alone, rounded to nearest or stochastically
+                                   (ref/master_pair.h; not with the sharded optimizer) */
     int nested_nf4;             /* NF4 absmax double-quantized (always for weights quantized here) */
     int B, T;
     enum gpu_profiling profile;

@@ -946,8 +946,14 @@ static void build_optimizer(gpu_llama *m) {
         q.n = p.n;
         q.decay = 1;
         q.lo = adamw ? p.lo : nullptr; /* split masters' (NULL otherwise) */
-        q.master_bf16 = adamw && m->opt.master == MASTER_BF16;
+        q.master_bf16 = adamw ? gl_master_bf16(m) : 0;
+        q.sr_seed = m->opt.seed;
+        q.sr_tensor = bf16_sr_tensor_hash(p.name);
     }
+    for (int i = 0; i < m->n_params && gl_master_bf16(m) == 2; i++) /* distinct streams */
+        for (int j = 0; j < i; j++)
+            CHECK(ps[i].sr_tensor != ps[j].sr_tensor, "layout: %s and %s share a stochastic-rounding stream",
+                  m->params[i].name, m->params[j].name);
     m->adamw = build_gpu_adamw(ps, m->n_params);
     free(ps);
 }

@@ -206,7 +206,9 @@ void gl_adamw8bit_steps(gpu_llama *m, const gpu_adamw8bit_args *a, cudaStream_t 
             t.map1 = m->map1, t.map2 = m->map2;
             t.m = p.m, t.v = p.v;
             t.lo = p.lo; /* split masters' (NULL otherwise) */
-            t.master_bf16 = m->opt.master == MASTER_BF16;
+            t.master_bf16 = gl_master_bf16(m);
+            t.sr_seed = m->opt.seed;
+            t.sr_tensor = bf16_sr_tensor_hash(p.name);
             gpu_adamw8bit_step(&t, a, s);
         }
         return;

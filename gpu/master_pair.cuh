@@ -9,6 +9,7 @@
 
 #include <stdint.h>
 
+#include "gpu/philox.cuh"
 #include "ref/master_pair.h"
 
 __device__ __forceinline__ float pair_join(unsigned hi, unsigned lo) {
@@ -44,6 +45,33 @@ __device__ __forceinline__ void pair_store(uint16_t *hi, uint16_t *lo, int64_t i
     uint16_t l;
     master_pair_split_bits(__float_as_uint(x), &hi[i], &l);
     if (lo) lo[i] = l;
+}
+
+/* Stochastic rounding (--master bf16-sr, ref/master_pair.h bf16_sr_bits): the four Philox words of
+ * elements 4·block .. 4·block+3 of a tensor's stream (key, counter as the reference's). */
+struct sr_stream {
+    uint64_t seed;
+    int64_t step;
+    uint32_t tensor;
+};
+__device__ __forceinline__ uint4 sr_words(const sr_stream &k, uint64_t block) {
+    return refine::philox4x32_10(
+        make_uint4((uint32_t)block, (uint32_t)(block >> 32), (uint32_t)k.step, k.tensor),
+        make_uint2((uint32_t)k.seed ^ BF16_SR_KEY0, (uint32_t)(k.seed >> 32) ^ BF16_SR_KEY1));
+}
+__device__ __forceinline__ unsigned sr_round(float x, uint32_t word) {
+    return bf16_sr_bits(__float_as_uint(x), word >> 16);
+}
+/* Elements i..i+3 (i a multiple of 4) rounded into the 8-byte word of a vector store. */
+__device__ __forceinline__ uint2 sr_pack4(const float (&w)[4], const sr_stream &k, int64_t i) {
+    const uint4 r = sr_words(k, (uint64_t)i >> 2);
+    return make_uint2(sr_round(w[0], r.x) | (sr_round(w[1], r.y) << 16), sr_round(w[2], r.z) | (sr_round(w[3], r.w) << 16));
+}
+/* Element i alone (its block's word i & 3). */
+__device__ __forceinline__ uint16_t sr_one(float x, const sr_stream &k, int64_t i) {
+    const uint4 r = sr_words(k, (uint64_t)i >> 2);
+    const int lane = (int)(i & 3);
+    return (uint16_t)sr_round(x, lane == 0 ? r.x : lane == 1 ? r.y : lane == 2 ? r.z : r.w);
 }
 
 #endif /* REFINE_GPU_MASTER_PAIR_CUH */

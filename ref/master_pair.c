@@ -3,7 +3,22 @@
 
 #include <stddef.h>
 
-const char *const master_storage_names[] = {"fp32", "split", "bf16", NULL};
+#include "ref/dropout.h" /* ref_philox4x32_10 */
+
+const char *const master_storage_names[] = {"fp32", "split", "bf16", "bf16-sr", NULL};
+
+void bf16_sr_round_array(float *x, int64_t n, uint64_t seed, int64_t step, uint32_t tensor) {
+    const uint32_t key[2] = {(uint32_t)seed ^ BF16_SR_KEY0, (uint32_t)(seed >> 32) ^ BF16_SR_KEY1};
+    uint32_t w[4] = {0};
+    for (int64_t e = 0; e < n; e++) {
+        if ((e & 3) == 0) {
+            const uint64_t block = (uint64_t)e >> 2;
+            const uint32_t ctr[4] = {(uint32_t)block, (uint32_t)(block >> 32), (uint32_t)step, tensor};
+            ref_philox4x32_10(w, ctr, key);
+        }
+        x[e] = bf16_to_float(bf16_sr_bits(ref_f32_bits(x[e]), w[e & 3] >> 16));
+    }
+}
 
 void master_pair_round_array(float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] = master_pair_round(x[i]);

@@ -50,8 +50,11 @@ extern "C" {
  * and rounded to bf16 by RNE, so an update under half a bf16 ulp is lost; 2 bytes a parameter).
  * MASTER_BF16 is the pair with its low half taken as 0 and dropped: join(hi, 0) widens hi exactly,
  * split(x)'s hi is bf16_rne(x), so the same code paths serve both (lo absent). */
-enum master_storage { MASTER_FP32 = 0, MASTER_SPLIT, MASTER_BF16 };
-/* "fp32", "split", "bf16" (index = enum value), NULL-terminated: --master's names. */
+enum master_storage { MASTER_FP32 = 0, MASTER_SPLIT, MASTER_BF16, MASTER_BF16_SR };
+/* MASTER_BF16_SR: bf16 weights as MASTER_BF16, each update's result rounded to bf16 stochastically
+ * (bf16_sr below: unbiased, so updates under half an ulp survive in expectation) with random bits
+ * keyed by (seed, step, tensor, element) — the same on every engine and in any thread order. */
+/* "fp32", "split", "bf16", "bf16-sr" (index = enum value), NULL-terminated: --master's names. */
 extern const char *const master_storage_names[];
 /* Full fine-tuning's accumulated gradients: fp32, or bf16 — each micro-batch's gradient added to the
  * accumulator and the sum rounded to bf16 (NUMERICS.md §5.6: what a bf16 GEMM output accumulating
@@ -78,6 +81,33 @@ MASTER_PAIR_FN uint32_t master_pair_join_bits(uint16_t hi, uint16_t lo) {
     return ((h & 0xFFFFu) << 16) | (uint32_t)lo;
 }
 
+/* Stochastic rounding to bf16 of x's bit pattern u with 16 random bits r (uniform in [0, 2^16)):
+ * (u + r) >> 16 — the magnitude rounded up with probability (its low half)/2^16, down otherwise,
+ * so E[result] = x for every finite x (the sign bit is untouched: |u| + r < 2^31). A value that is
+ * already bf16 (low half 0) is kept whatever r is; a finite x within 2^-8 relative of the largest
+ * bf16 may round to ±Inf; ±Inf is kept; NaN gives 0x7FC0 (as split). */
+MASTER_PAIR_FN uint16_t bf16_sr_bits(uint32_t u, uint32_t r) {
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0; /* NaN */
+    if ((u & 0x7FFFFFFFu) == 0x7F800000u) return (uint16_t)(u >> 16); /* ±Inf */
+    return (uint16_t)((u + (r & 0xFFFFu)) >> 16);
+}
+
+/* The random bits of stochastic rounding: element e of the tensor whose name hashes to `tensor`
+ * (bf16_sr_tensor_hash), at optimizer step `step`, in a run seeded `seed`, is rounded with the top
+ * 16 bits of Philox4x32-10 (ref/dropout.h) word e & 3 of
+ *   counter = (block & 0xFFFFFFFF, block >> 32, step & 0xFFFFFFFF, tensor),  block = e >> 2
+ *   key     = (seed & 0xFFFFFFFF ^ BF16_SR_KEY0, seed >> 32 ^ BF16_SR_KEY1)
+ * The key differs from dropout's (seed itself), so the two streams are unrelated. */
+#define BF16_SR_KEY0 0x7F4A7C15u
+#define BF16_SR_KEY1 0x9E3779B9u
+/* FNV-1a (32 bits) of a tensor's name: its stochastic-rounding stream, the same on every engine
+ * (the names are the checkpoints'). */
+MASTER_PAIR_FN uint32_t bf16_sr_tensor_hash(const char *name) {
+    uint32_t h = 0x811C9DC5u;
+    for (; *name; name++) h = (h ^ (uint8_t)*name) * 0x01000193u;
+    return h;
+}
+
 /* Float forms (host code: the device kernels use __float_as_uint / __uint_as_float). */
 static inline void master_pair_split(float x, uint16_t *hi, uint16_t *lo) {
     master_pair_split_bits(ref_f32_bits(x), hi, lo);
@@ -93,6 +123,9 @@ static inline float master_pair_round(float x) {
     master_pair_split(x, &hi, &lo);
     return master_pair_join(hi, lo);
 }
+
+/* x[e] ← bf16_sr(x[e]) for e in [0, n), keyed as above (host; the CPU trainer's --master bf16-sr). */
+void bf16_sr_round_array(float *x, int64_t n, uint64_t seed, int64_t step, uint32_t tensor);
 
 /* Array forms: x[i] ← master_pair_round(x[i]); split n masters into hi, lo; join them into x. lo
  * NULL (MASTER_BF16): split writes hi alone (bf16_rne), join widens hi. */

@@ -80,7 +80,8 @@ static const struct opt_def k_opts[] = {
      "--method full's master weights: fp32 (an array beside the bf16 copy: 6 bytes a parameter) | split (the "
      "bf16 copy and the master's low 16 bits: 4 bytes, the same values but for one ulp at 1 in 2^17 patterns; "
      "//ref:train keeps its masters at the values the pair holds) | bf16 (none: the bf16 weights themselves, "
-     "updated in fp32 and rounded to bf16, as the peers train: 2 bytes, updates under half an ulp are lost)"},
+     "updated in fp32 and rounded to bf16, as the peers train: 2 bytes, updates under half an ulp are lost) | "
+     "bf16-sr (bf16 weights, each update rounded stochastically: 2 bytes, unbiased, seeded by --seed)"},
     {"grad-dtype", BOTH, K_ENUM, OFF(grad_dtype), grad_storage_names, 0, 0,
      "--method full's accumulated gradients: fp32 | bf16 (each micro-batch's gradient added and the sum rounded "
      "to bf16, as the peers' bf16 gradients accumulate: 2 bytes a parameter instead of 4; one process for now)"},

@@ -41,7 +41,8 @@
  *       GPU's pair (bf16 copy + low 16 bits, ref/master_pair.h) holds — master_pair_round after
  *       every update, at load and at resume — so both trainers update the same masters.
  *       --master bf16: each master is kept at its bf16 rounding the same way (the GPU keeps the
- *       bf16 weight alone: the update computed in fp32 on it, rounded back).
+ *       bf16 weight alone: the update computed in fp32 on it, rounded back); bf16-sr: each
+ *       update's result rounded stochastically with the GPU's random bits (ref/master_pair.h).
  *     The compute copies cost one more copy of the trainable parameters (bf16 mode only).
  *   fp8         bf16 as above, and the block linears' products in FP8 (ref/llama.h "FP8 block
  *               linears", NUMERICS.md §6.6), the same-precision twin of //gpu:train --precision fp8:
@@ -113,7 +114,9 @@ struct param {
     float *compute;             /* bf16: the rounded copy the model computes with; NULL: uses data */
     struct adamw8bit_state s8; /* --optimizer adamw8bit */
     enum master_storage master; /* --master split: the master is kept as what its pair holds; bf16:
-                                   as its bf16 rounding (the weight is bf16) */
+                                   as its bf16 rounding (the weight is bf16); bf16-sr: stochastically */
+    uint64_t sr_seed;           /* bf16-sr: the run's seed and the tensor's stream (bf16_sr_tensor_hash) */
+    uint32_t sr_tensor;
     int64_t numel;
     int ndim;
     int64_t shape[2];
@@ -259,10 +262,14 @@ static int eng_eval(void *self, const int32_t *tokens, const int32_t *labels, in
  * beside the fp32 master). A no-op for tensors without a copy and in fp32. --master split: the
  * master first becomes the value its pair (bf16 copy, low half) holds (ref/master_pair.h), which
  * is what the GPU keeps — in fp32 too, where it is the oracle of the split run; --master bf16: the
- * master becomes its bf16 rounding (the GPU keeps the bf16 weight alone). */
-static void refresh_compute(const struct param *p) {
+ * master becomes its bf16 rounding (the GPU keeps the bf16 weight alone); --master bf16-sr: after
+ * update `step` (≥ 1) its stochastic rounding (ref/master_pair.h bf16_sr, keyed by the run's seed,
+ * the step and the tensor's name), at load and resume (step 0) the nearest. */
+static void refresh_compute(const struct param *p, int64_t step) {
     if (p->master == MASTER_SPLIT) master_pair_round_array(p->data, p->numel);
-    if (p->master == MASTER_BF16) bf16_round_array(p->data, p->data, p->numel);
+    if (p->master == MASTER_BF16 || (p->master == MASTER_BF16_SR && step <= 0))
+        bf16_round_array(p->data, p->data, p->numel);
+    if (p->master == MASTER_BF16_SR && step > 0) bf16_sr_round_array(p->data, p->numel, p->sr_seed, step, p->sr_tensor);
     if (p->compute) bf16_round_array(p->compute, p->data, p->numel);
 }
 
@@ -333,7 +340,7 @@ static int eng_optimizer_step(void *self, const struct optim_step *h, double *nl
             } else {
                 ref_adamw_step(p->data, p->m, p->v, p->grad, p->numel, h->step, &h->hp);
             }
-            refresh_compute(p);
+            refresh_compute(p, h->step);
         }
         if (r->fp8_on) {
             float lo, hi;
@@ -371,7 +378,7 @@ static int eng_tensor_write(void *self, int i, const void *host, struct io_err *
     struct ref_engine *r = self;
     const struct slot *sl = &r->slots[i];
     memcpy(sl->ptr, host, sl->bytes);
-    if (sl->param) refresh_compute(sl->param); /* a resumed master: the next forward sees it */
+    if (sl->param) refresh_compute(sl->param, 0); /* a resumed master: the next forward sees it */
     if (sl->param && r->fp8_on && r->lopt.mode == LLAMA_FULL) r->fp8_stale = 1; /* and its FP8 copy */
     return 0;
 }
@@ -666,7 +673,9 @@ int cpu_engine_create(struct train_engine *eng, struct train_options *o, const s
         p->shape[0] = r->all[i].shape[0];
         p->shape[1] = r->all[i].shape[1];
         p->master = s.master; /* not fp32: full fine-tuning only (train/options.c) */
-        refresh_compute(p);
+        p->sr_seed = s.seed;
+        p->sr_tensor = bf16_sr_tensor_hash(p->name);
+        refresh_compute(p, 0);
         if (r->adamw8bit) {
             adamw8bit_init(&p->s8, p->numel, ADAMW8BIT_MIN_8BIT_SIZE);
         } else {

@@ -330,7 +330,7 @@ const char *gpu_memory_hint(const struct gpu_llama_options *g, char *buf, size_t
     else if (g->offload == GPU_OFFLOAD_NONE) opts[n++] = "--offload";
     if (g->mode == LLAMA_FULL) {
         if (g->master == MASTER_FP32 && g->shard_world <= 1) opts[n++] = "--master split";
-        else if (g->master == MASTER_SPLIT) opts[n++] = "--master bf16 (the peers' bf16 weights)";
+        else if (g->master == MASTER_SPLIT) opts[n++] = "--master bf16-sr (bf16 weights, rounded stochastically)";
         if (g->optimizer != OPTIMIZER_ADAMW8BIT) opts[n++] = "--optimizer adamw8bit";
         if (g->grads == GRAD_FP32 && g->shard_world <= 1) opts[n++] = "--grad-dtype bf16";
     } else if (g->base == GPU_BASE_BF16) {

@@ -23,6 +23,12 @@
  * scalars: the reference's p bf16 values, rounded to bf16 (bf16_from_float) after every step, the
  * GPU's read back as the widened copy, bit for bit; the state as for fp32 masters.
  *
+ * bf16-sr weights (master_bf16 = 2: the same, each result rounded stochastically) on both paths,
+ * both load paths, short last blocks, the grid stride, non-finite gradients, bf16 gradients and the
+ * device scalars: the reference's p rounded after step t by bf16_sr_round_array, keyed (seed
+ * 0x1234567890ABCDEF, t, the hash of a name of the case's own), instead of bf16_from_float — bit
+ * for bit over four steps, so that the element, the step and the tensor all select the bits.
+ *
  * bf16 gradients (grad_bf16): the cases above on bf16-rounded gradients (both paths, both load
  * paths, non-finite gradients, the grid stride, split masters), one device tensor reading the
  * widened fp32 values (against the reference, as above) and a second the bf16 bits: p, the copy
@@ -75,21 +81,35 @@ struct dev_tensor8 {
     enum master_storage ms;
 };
 
-/* The masters as form ms holds them: master_pair_round (split masters), bf16_round (bf16 weights),
- * unchanged (fp32). */
-static void master_round_array(float *x, int64_t n, enum master_storage ms) {
+/* bf16-sr weights: the run's seed (both 32-bit halves non-zero: both key words count), and case
+ * id's tensor stream, the hash of a name of its own. */
+static const uint64_t kSrSeed = 0x1234567890ABCDEFull;
+
+static uint32_t sr_tensor_of(int id) {
+    char name[64];
+    snprintf(name, sizeof name, "model.layers.%d.self_attn.o_proj.weight", id);
+    return bf16_sr_tensor_hash(name);
+}
+
+/* The masters as form ms holds them: master_pair_round (split masters), bf16_round (bf16 weights,
+ * and bf16-sr weights before the first step: step 0), bf16_sr_round_array keyed (kSrSeed, step,
+ * tensor) (bf16-sr weights after step ≥ 1), unchanged (fp32). */
+static void master_round_array(float *x, int64_t n, enum master_storage ms, int64_t step = 0, uint32_t tensor = 0) {
     if (ms == MASTER_SPLIT) master_pair_round_array(x, n);
-    else if (ms == MASTER_BF16) bf16_round_array(x, x, n);
+    else if (ms == MASTER_BF16 || (ms == MASTER_BF16_SR && step == 0)) bf16_round_array(x, x, n);
+    else if (ms == MASTER_BF16_SR) bf16_sr_round_array(x, n, kSrSeed, step, tensor);
 }
 
 static const char *master_label(enum master_storage ms) {
-    return ms == MASTER_SPLIT ? " split masters" : ms == MASTER_BF16 ? " bf16 weights" : "";
+    static const char *const label[] = {"", " split masters", " bf16 weights", " bf16-sr weights"};
+    return label[ms]; /* index = enum value */
 }
 
 /* ms = MASTER_SPLIT: the master as the pair (copy, lo) of ref/master_pair.h, no p (p must be
- * pair-exact); MASTER_BF16: the copy alone (master_bf16), no p, no lo (p must be bf16 values). */
+ * pair-exact); MASTER_BF16: the copy alone (master_bf16), no p, no lo (p must be bf16 values);
+ * MASTER_BF16_SR: as MASTER_BF16, master_bf16 = 2 with the stream (kSrSeed, sr_tensor). */
 static void dev_tensor8_alloc(dev_tensor8 *d, const struct adamw8bit_state *s, const float *p, const float *grad,
-                              enum master_storage ms = MASTER_FP32) {
+                              enum master_storage ms = MASTER_FP32, uint32_t sr_tensor = 0) {
     const int64_t n = s->n, nb = adamw8bit_n_blocks(n);
     const std::vector<unsigned char> zeros((size_t)n * 4, 0);
     memset(&d->t, 0, sizeof d->t);
@@ -103,7 +123,8 @@ static void dev_tensor8_alloc(dev_tensor8 *d, const struct adamw8bit_state *s, c
     d->t.p = in_copy ? nullptr : (float *)d->p.data, d->t.copy = (uint16_t *)d->copy.data, d->t.grad = grad;
     d->t.n = n;
     d->t.lo = ms == MASTER_SPLIT ? (uint16_t *)d->lo.data : nullptr;
-    d->t.master_bf16 = ms == MASTER_BF16;
+    d->t.master_bf16 = ms == MASTER_BF16 ? 1 : ms == MASTER_BF16_SR ? 2 : 0;
+    d->t.sr_seed = kSrSeed, d->t.sr_tensor = sr_tensor;
     d->t.is_8bit = s->is_8bit;
     if (s->is_8bit) {
         dev_buf_alloc(&d->q1, "q1", (size_t)n, POISON_NONE, zeros.data());
@@ -147,7 +168,7 @@ static snap8 snapshot(dev_tensor8 *d) {
         std::vector<uint16_t> lo((size_t)n);
         dev_buf_download(&d->lo, lo.data(), 0);
         master_pair_join_array(s.p.data(), s.copy.data(), lo.data(), n);
-    } else if (d->ms == MASTER_BF16) { /* the widened weight */
+    } else if (d->ms == MASTER_BF16 || d->ms == MASTER_BF16_SR) { /* the widened weight */
         master_pair_join_array(s.p.data(), s.copy.data(), nullptr, n);
     } else {
         dev_buf_download(&d->p, s.p.data(), 0);
@@ -218,7 +239,8 @@ enum grad_align { GRAD_ALIGNED = 0, GRAD_MISALIGNED = 1 };
  * widened values), and a second device tensor d16 with the same start reads their bits
  * (grad_bf16, one element in too when misaligned: 2-byte aligned): bitwise d after every step.
  * ms: the masters' form (dev_tensor8_alloc), the reference's p held as that form holds it
- * (master_round_array) from the start and after every step. */
+ * (master_round_array) from the start and after every step; bf16-sr: d and d16 on the stream
+ * sr_tensor_of(id). */
 static void run_tensor(int64_t n, double wd, double gnorm_scale, int plant, int id, enum grad_align ga = GRAD_ALIGNED,
                        enum master_storage ms = MASTER_FP32, int bf16 = 0) {
     const uint64_t seed = g_seed * 1000003u + (uint64_t)id;
@@ -242,9 +264,9 @@ static void run_tensor(int64_t n, double wd, double gnorm_scale, int plant, int 
     dev_buf_alloc(&bg, "grad", (size_t)(n + lead) * 4, POISON_NONE, nullptr);
     dev_buf_alloc(&bg16, "grad_bf16", (size_t)(n + lead) * 2, POISON_NONE, nullptr);
     dev_tensor8 d, d16;
-    dev_tensor8_alloc(&d, &s, p.data(), (const float *)bg.data + lead, ms);
+    dev_tensor8_alloc(&d, &s, p.data(), (const float *)bg.data + lead, ms, sr_tensor_of(id));
     if (bf16) {
-        dev_tensor8_alloc(&d16, &s, p.data(), nullptr, ms);
+        dev_tensor8_alloc(&d16, &s, p.data(), nullptr, ms, sr_tensor_of(id));
         d16.t.grad_bf16 = (const uint16_t *)bg16.data + lead;
     }
     for (int step = 1; step <= 4; step++) {
@@ -263,7 +285,7 @@ static void run_tensor(int64_t n, double wd, double gnorm_scale, int plant, int 
             gpu_adamw8bit_step(&d16.t, &a, g_stream);
         }
         adamw8bit_step(&s, p.data(), g.data(), &h);
-        master_round_array(p.data(), n, ms);
+        master_round_array(p.data(), n, ms, step, sr_tensor_of(id));
         std::vector<float> gg((size_t)(n + lead));
         dev_buf_download(&bg, gg.data(), 0); /* the gradient's guard regions */
         char label[48];
@@ -290,7 +312,8 @@ static void run_tensor(int64_t n, double wd, double gnorm_scale, int plant, int 
  * gnorm_scale = that coefficient. A = B and B = the reference, bit for bit. Step 4: A is refused
  * the step by norm_coef {NaN, 1}, by a NaN guard and by a +Inf guard (each with the other scalar
  * valid or absent): p, the copy and the state stay bit for bit; then A and B take step 4 as step 2.
- * ms: A's and B's masters' form, the reference's p held as that form holds it (run_tensor). */
+ * ms: A's and B's masters' form, the reference's p held as that form holds it (run_tensor; bf16-sr:
+ * both on the stream sr_tensor_of(id)). */
 static void run_scalars(int64_t n, double max_norm, int id, enum master_storage ms = MASTER_FP32) {
     const uint64_t seed = g_seed * 1000003u + (uint64_t)id;
     struct rng r;
@@ -315,8 +338,8 @@ static void run_scalars(int64_t n, double max_norm, int id, enum master_storage 
     dev_buf_alloc(&bnan, "guard NaN", sizeof(double), POISON_NONE, &nan_v);
     dev_buf_alloc(&binf, "guard +Inf", sizeof(double), POISON_NONE, &inf_v);
     dev_tensor8 A, B;
-    dev_tensor8_alloc(&A, &s, p.data(), (const float *)bg.data, ms);
-    dev_tensor8_alloc(&B, &s, p.data(), (const float *)bg.data, ms);
+    dev_tensor8_alloc(&A, &s, p.data(), (const float *)bg.data, ms, sr_tensor_of(id));
+    dev_tensor8_alloc(&B, &s, p.data(), (const float *)bg.data, ms, sr_tensor_of(id));
     const struct gpu_adamw_param np = {nullptr, nullptr, nullptr, nullptr, (const float *)bg.data, nullptr, n, 0};
     struct gpu_adamw *nrm = build_gpu_adamw(&np, 1);
 
@@ -358,7 +381,7 @@ static void run_scalars(int64_t n, double max_norm, int id, enum master_storage 
         gpu_adamw8bit_step(&B.t, &b, g_stream);
         h.gnorm_scale = (double)hnc[1];
         adamw8bit_step(&s, p.data(), g.data(), &h);
-        master_round_array(p.data(), n, ms);
+        master_round_array(p.data(), n, ms, step, sr_tensor_of(id));
         const snap8 sa = snapshot(&A), sb = snapshot(&B);
         snprintf(label, sizeof label, "step %d, %s%s = gnorm_scale %.9g", step,
                  step == 3 ? "gnorm_scale" : "norm_coef, gnorm_scale 123", step >= 2 ? ", guard 3.5" : "",
@@ -518,6 +541,20 @@ int main(int argc, char **argv) {
     run_tensor(5001, 0.0, 0.5, 1, id++, GRAD_MISALIGNED, MASTER_BF16, 1);
     run_scalars(4097, 1.0, id++, MASTER_BF16);
     run_scalars(4095, 1.0, id++, MASTER_BF16);
+    /* bf16-sr weights (the copy is the weight, rounded stochastically; a stream per case): the
+     * 32-bit path, the 8-bit vector path with non-finite gradients, a 1-element and a 137-element
+     * last block, the scalar-load path, the grid stride, bf16 gradients, the device scalars */
+    run_tensor(7, 0.0, 0.5, 0, id++, GRAD_ALIGNED, MASTER_BF16_SR);
+    run_tensor(4095, 0.01, 1.0, 0, id++, GRAD_ALIGNED, MASTER_BF16_SR);
+    run_tensor(100000, 0.01, 1.0, 1, id++, GRAD_ALIGNED, MASTER_BF16_SR);
+    run_tensor(4097, 0.0, 0.5, 1, id++, GRAD_ALIGNED, MASTER_BF16_SR);
+    run_tensor(5001, 0.01, 1.0, 1, id++, GRAD_ALIGNED, MASTER_BF16_SR);
+    run_tensor(100000, 0.0, 0.5, 1, id++, GRAD_MISALIGNED, MASTER_BF16_SR);
+    run_tensor(((int64_t)1 << 21) + 77, 0.01, 1.0, 0, id++, GRAD_ALIGNED, MASTER_BF16_SR);
+    run_tensor(4095, 0.01, 1.0, 0, id++, GRAD_MISALIGNED, MASTER_BF16_SR, 1);
+    run_tensor(100000, 0.01, 1.0, 1, id++, GRAD_ALIGNED, MASTER_BF16_SR, 1);
+    run_tensor(5001, 0.0, 0.5, 1, id++, GRAD_MISALIGNED, MASTER_BF16_SR, 1);
+    run_scalars(4097, 1.0, id++, MASTER_BF16_SR);
     const int rc = test_finish("adamw8bit_parity");
     if (rc == 0 && test_has_flag(argc, argv, "--bench")) bench(bench_copy_ceiling(g_stream));
     CUDA_CHECK(cudaStreamDestroy(g_stream));

@@ -19,6 +19,13 @@
  * every step, the GPU's read back as the widened copies — m, v bitwise and the weights bitwise
  * without clipping; with clipping m and v as above, the weights in the bf16 copy's tier. The
  * non-finite gradient and guard cases below on bf16 weights too: the copies stay as they were.
+ * bf16-sr weights (master_bf16 = 2: the same, each result rounded stochastically): the same runs
+ * with the reference's masters rounded by bf16_sr_round_array after step t, keyed (seed
+ * 0x1234567890ABCDEF, t, the hash of a distinct name per tensor), instead of bf16_from_float — the
+ * same rule and tiers; bf16 gradients bitwise fp32 ones; a non-finite gradient and a non-finite
+ * guard leave the copies as they were. Updates far under half a bf16 ulp (weights in [1.25, 1.75],
+ * lr = 1e-4): bf16 weights keep every weight, bit for bit; bf16-sr moves some, each by exactly one
+ * ulp toward its update, as many as the rounding's probabilities give (within 6σ).
  * gpu_master_pair_split: hi and lo master_pair_split's, and with lo = NULL hi alone, bf16_from_float
  * of each input, bit for bit (random bit patterns, ties, ±0, ±Inf, NaN, the largest finite values).
  *
@@ -54,6 +61,8 @@
  *    ≤ 12·eps·3.2·lr, i.e. floor = 38·lr/k ≈ 10·lr with k = 4. The bf16 copy of a master value
  *    off by that much flips at most one bf16 rounding: k = 2, eps = BF16_EPS, no floor. bf16
  *    weights are that copy (the widened copy is the master): the same k = 2, eps = BF16_EPS.
+ *    Stochastically rounded, two such values with the same random bits round at most one bf16 ulp
+ *    apart: the same k = 2, eps = BF16_EPS.
  */
 #include <float.h>
 #include <math.h>
@@ -97,15 +106,33 @@ static void oracle_step(host_tensor &t, const struct optim_step &h) {
     ref_adamw_step(t.p.data(), t.m.data(), t.v.data(), t.g.data(), t.n, h.step, &hp);
 }
 
-/* The masters as form ms holds them: master_pair_round (split masters), bf16_round (bf16 weights),
- * unchanged (fp32). */
-static void master_round_array(float *x, int64_t n, enum master_storage ms) {
+/* bf16-sr weights: the run's seed (both 32-bit halves non-zero: both key words count) and tensor i's
+ * stream, the hash of a name of its own. */
+static const uint64_t kSrSeed = 0x1234567890ABCDEFull;
+
+static uint32_t sr_tensor_of(int i) {
+    char name[64];
+    snprintf(name, sizeof name, "model.layers.%d.mlp.down_proj.weight", i);
+    return bf16_sr_tensor_hash(name);
+}
+
+/* The masters as form ms holds them: master_pair_round (split masters), bf16_round (bf16 weights,
+ * and bf16-sr weights before the first step: step 0), bf16_sr_round_array keyed (kSrSeed, step,
+ * tensor) (bf16-sr weights after step ≥ 1), unchanged (fp32). */
+static void master_round_array(float *x, int64_t n, enum master_storage ms, int64_t step = 0, uint32_t tensor = 0) {
     if (ms == MASTER_SPLIT) master_pair_round_array(x, n);
-    else if (ms == MASTER_BF16) bf16_round_array(x, x, n);
+    else if (ms == MASTER_BF16 || (ms == MASTER_BF16_SR && step == 0)) bf16_round_array(x, x, n);
+    else if (ms == MASTER_BF16_SR) bf16_sr_round_array(x, n, kSrSeed, step, tensor);
 }
 
 static const char *master_label(enum master_storage ms) {
-    return ms == MASTER_SPLIT ? ", split masters" : ms == MASTER_BF16 ? ", bf16 weights" : "";
+    static const char *const label[] = {"", ", split masters", ", bf16 weights", ", bf16-sr weights"};
+    return label[ms]; /* index = enum value */
+}
+
+/* gpu_adamw_param.master_bf16 of form ms. */
+static int master_bf16_of(enum master_storage ms) {
+    return ms == MASTER_BF16 ? 1 : ms == MASTER_BF16_SR ? 2 : 0;
 }
 
 /* finite_guard: every step is given a guard scalar of 3.5 (finite: no effect on the update).
@@ -113,7 +140,8 @@ static const char *master_label(enum master_storage ms) {
  * the device; the reference updates master_pair_round of its masters and rounds them so after every
  * step, and the GPU's masters are join(copy, lo). ms = MASTER_BF16: bf16 weights — every tensor has
  * a copy and nothing else (master_bf16); the reference's masters are bf16 values, rounded to bf16
- * after every step, and the GPU's masters are the widened copies. */
+ * after every step, and the GPU's masters are the widened copies. ms = MASTER_BF16_SR: the same,
+ * tensor i rounded after step t by bf16_sr_round_array(kSrSeed, t, sr_tensor_of(i)). */
 static void run_optimizer(const std::vector<int64_t> &sizes, double max_norm, int id, int finite_guard = 0,
                           enum master_storage ms = MASTER_FP32) {
     const uint64_t seed = g_seed * 1000003u + (uint64_t)id;
@@ -149,7 +177,7 @@ static void run_optimizer(const std::vector<int64_t> &sizes, double max_norm, in
         if (in_copy) dev_buf_reset(&bc[i], hi.data());
         params[i] = {in_copy ? nullptr : (float *)bp[i].data, t.has_copy ? (uint16_t *)bc[i].data : nullptr,
                      (float *)bm[i].data, (float *)bv[i].data, (const float *)bg[i].data, nullptr, t.n, t.decay,
-                     split ? (uint16_t *)bl[i].data : nullptr, ms == MASTER_BF16};
+                     split ? (uint16_t *)bl[i].data : nullptr, master_bf16_of(ms), kSrSeed, sr_tensor_of(i)};
     }
     struct gpu_adamw *opt = build_gpu_adamw(params.data(), T);
     struct dev_buf bnorm, bguard;
@@ -171,9 +199,9 @@ static void run_optimizer(const std::vector<int64_t> &sizes, double max_norm, in
         dev_buf_reset(&bnorm, nullptr);
         gpu_adamw_step(opt, &h, guard, (float *)bnorm.data, g_stream);
         const double norm_r = oracle_norm_and_clip(ts, max_norm);
-        for (host_tensor &t : ts) {
-            oracle_step(t, h);
-            master_round_array(t.p.data(), t.n, ms);
+        for (int i = 0; i < T; i++) {
+            oracle_step(ts[i], h);
+            master_round_array(ts[i].p.data(), ts[i].n, ms, step, sr_tensor_of(i));
         }
 
         float norm_g = 0, norm_rf = (float)norm_r;
@@ -201,7 +229,7 @@ static void run_optimizer(const std::vector<int64_t> &sizes, double max_norm, in
             snprintf(what, sizeof what, "tensor %d (n=%lld) step %d master", i, (long long)t.n, step);
             cc.what = what;
             if (!clip) cmp_exact_f32(&cc, p.data(), t.p.data(), t.n);
-            else if (ms == MASTER_BF16) /* the weight is the bf16 copy: the copy's tier */
+            else if (ms == MASTER_BF16 || ms == MASTER_BF16_SR) /* the weight is the bf16 copy: its tier */
                 cmp_elementwise(&cc, p.data(), t.p.data(), t.n, BF16_EPS, 2.0, 0.0, nullptr);
             else cmp_elementwise(&cc, p.data(), t.p.data(), t.n, FLT_EPSILON, 4.0, 10.0 * h.hp.lr, nullptr);
             snprintf(what, sizeof what, "tensor %d (n=%lld) step %d m", i, (long long)t.n, step);
@@ -450,7 +478,7 @@ static void run_bf16_grads(const std::vector<int64_t> &sizes, double max_norm, e
             params[f].push_back({in_copy ? nullptr : (float *)b.p.data,
                                  in_copy || i % 2 == 0 ? (uint16_t *)b.c.data : nullptr, (float *)b.m.data,
                                  (float *)b.v.data, g32, g16, n, i % 3 != 1, split ? (uint16_t *)b.lo.data : nullptr,
-                                 ms == MASTER_BF16});
+                                 master_bf16_of(ms), kSrSeed, sr_tensor_of(i)});
             norm_only[f].push_back({nullptr, nullptr, nullptr, nullptr, g32, g16, n, 1, nullptr});
         }
     }
@@ -501,7 +529,7 @@ static void run_bf16_grads(const std::vector<int64_t> &sizes, double max_norm, e
             if (split) same(fp.lo, bf.lo, "lo", "u16", 0);
             else if (!in_copy) same(fp.p, bf.p, "master", "f32", 0);
             if (in_copy || i % 2 == 0)
-                same(fp.c, bf.c, ms == MASTER_BF16 ? "bf16 weights" : "bf16 copy", "bf16", !in_copy);
+                same(fp.c, bf.c, in_copy && !split ? "bf16 weights" : "bf16 copy", "bf16", !in_copy);
             same(fp.m, bf.m, "m", "f32", 0);
             same(fp.v, bf.v, "v", "f32", 0);
             cc.dtype = "f32";
@@ -576,7 +604,8 @@ static void bench(double ceiling) {
 /* The three tensors of the guard cases: host state (master N(0, 1), m N(0, 0.1), v 0.01·(j % 7 + 1),
  * gradient N(0, 1), value bad planted in the middle of tensor 1's gradient when bad_at_1) and its
  * device copies; the bf16 copies hold bf16(master) when copy_master, else poison. bf16_weights: the
- * masters rounded to bf16 and the optimizer given the copies alone (master_bf16; copy_master
+ * masters rounded to bf16 and the optimizer given the copies alone (master_bf16 = bf16_weights: 1
+ * bf16 weights, 2 bf16-sr weights, tensor i's stream (kSrSeed, sr_tensor_of(i)); copy_master
  * implied). params is the optimizer's view, norm_only a view with the gradients alone. */
 struct guard_set {
     std::vector<host_tensor> ts;
@@ -616,7 +645,7 @@ static void guard_set_build(guard_set &gs, uint64_t seed, int bad_at_1, float ba
                       copy_master ? gs.copies[i].data() : nullptr);
         gs.params[i] = {bf16_weights ? nullptr : (float *)gs.bp[i].data, (uint16_t *)gs.bc[i].data,
                         (float *)gs.bm[i].data, (float *)gs.bv[i].data, (const float *)gs.bg[i].data, nullptr, t.n, 1,
-                        nullptr, bf16_weights};
+                        nullptr, bf16_weights, kSrSeed, sr_tensor_of(i)};
         gs.norm_only[i] = {nullptr, nullptr, nullptr, nullptr, (const float *)gs.bg[i].data, nullptr, t.n, 1};
     }
 }
@@ -666,11 +695,11 @@ static void guard_set_free(guard_set &gs) {
 /* A non-finite gradient anywhere: the norm comes out non-finite and no tensor changes (with and
  * without clipping: the guard is the norm, computed whenever it is asked for). And a context built
  * without optimizer state computes the same norm (gpu_adamw_grad_norm only). bf16_weights: the
- * tensors as bf16 weights (guard_set), whose copies stay as they were. */
+ * tensors as bf16 weights (guard_set; 2: bf16-sr weights), whose copies stay as they were. */
 static void run_nonfinite(double max_norm, float bad, int bf16_weights = 0) {
     char shape[96];
     snprintf(shape, sizeof shape, "3 tensors, gradient %g in tensor 1, max_norm=%g%s", (double)bad, max_norm,
-             bf16_weights ? ", bf16 weights" : "");
+             bf16_weights == 2 ? ", bf16-sr weights" : bf16_weights ? ", bf16 weights" : "");
     guard_set gs;
     guard_set_build(gs, g_seed * 7u + 11u, 1, bad, 0, bf16_weights);
     const int T = (int)gs.ts.size();
@@ -705,11 +734,12 @@ static void run_nonfinite(double max_norm, float bad, int bf16_weights = 0) {
  * changes, bit for bit (the copies are set to bf16(master) beforehand, so that a write would show),
  * with clipping and grad_norm asked for or neither; the grad_norm asked for is still written, the
  * norm of the gradients. Then the same step with a finite guard goes through. bf16_weights: the
- * tensors as bf16 weights (guard_set). */
+ * tensors as bf16 weights (guard_set; 2: bf16-sr weights). */
 static void run_guard(double bad, double max_norm, int want_norm, int bf16_weights = 0) {
     char shape[128];
     snprintf(shape, sizeof shape, "3 tensors, guard %g, max_norm=%g, grad_norm %s%s", bad, max_norm,
-             want_norm ? "asked" : "not asked", bf16_weights ? ", bf16 weights" : "");
+             want_norm ? "asked" : "not asked",
+             bf16_weights == 2 ? ", bf16-sr weights" : bf16_weights ? ", bf16 weights" : "");
     guard_set gs;
     guard_set_build(gs, g_seed * 7u + 13u, 0, 0.0f, 1, bf16_weights);
     const int T = (int)gs.ts.size();
@@ -875,6 +905,100 @@ static void run_pair_split(int64_t n, int id) {
     for (struct dev_buf *b : {&bx, &bhi, &blo, &bhi1}) dev_buf_free(b);
 }
 
+/* Stochastic rounding keeps what rounding to nearest loses: bf16 weights in [1.25, 1.75] (one
+ * binade: the bf16 neighbours of every weight are 2^-7 away), gradients N(0, 1), one step at
+ * lr = 1e-4 without decay, so that every update Δ (|Δ| ≈ lr at t = 1) is under a quarter ulp (the
+ * premise, checked on the reference). Two tensors in one optimizer: 65536 elements (vector path)
+ * and 30001 (scalar path). bf16 weights: every weight as it was, bit for bit. bf16-sr weights: the
+ * reference's fp32 results rounded by bf16_sr_round_array (kSrSeed, step 1, sr_tensor_of(i)), bit
+ * for bit; some weights moved, each by exactly one ulp in the direction of its Δ; and the number
+ * moved within 6σ + 1 of its expectation Σ|Δ|/ulp (each moves with probability |Δ|/ulp, Δ the
+ * fp32 result minus the weight). */
+static void run_sr_small_updates(int id) {
+    const uint64_t seed = g_seed * 1000003u + (uint64_t)id;
+    struct rng r;
+    rng_init(&r, seed);
+    const std::vector<int64_t> sizes = {65536, 30001};
+    const int T = (int)sizes.size();
+    const double ulp = 0x1p-7;
+    const struct optim_step h = {1, {1e-4, 0.9, 0.999, 1e-8, 0.0}, 0.0};
+    std::vector<host_tensor> ts(T);
+    std::vector<std::vector<float>> x(T); /* the reference's fp32 results, unrounded */
+    for (int i = 0; i < T; i++) {
+        host_tensor &t = ts[i];
+        t.n = sizes[i], t.decay = 0, t.has_copy = 1;
+        t.p.resize(t.n), t.m.assign(t.n, 0.0f), t.v.assign(t.n, 0.0f), t.g.resize(t.n);
+        rng_fill_uniform(&r, t.p.data(), t.n, 1.25, 1.75);
+        bf16_round_array(t.p.data(), t.p.data(), t.n);
+        rng_fill_normal(&r, t.g.data(), t.n, 0.0, 1.0);
+        host_tensor u = t;
+        oracle_step(u, h);
+        x[i] = u.p;
+        double dmax = 0;
+        for (int64_t j = 0; j < t.n; j++) dmax = fmax(dmax, fabs((double)x[i][j] - (double)t.p[j]));
+        EXPECT(dmax > 0 && dmax < ulp / 4, "adamw bf16-sr small updates: tensor %d's largest update %g, not in (0, %g)",
+               i, dmax, ulp / 4);
+    }
+    for (enum master_storage ms : {MASTER_BF16, MASTER_BF16_SR}) {
+        char shape[128], what[128];
+        snprintf(shape, sizeof shape, "2 tensors (n=65536, 30001), weights in [1.25, 1.75], lr=1e-4, step 1%s",
+                 master_label(ms));
+        struct cmp_case cc = {"adamw", what, shape, "bf16", seed};
+        std::vector<struct dev_buf> bm(T), bv(T), bg(T), bc(T);
+        std::vector<struct gpu_adamw_param> params(T);
+        for (int i = 0; i < T; i++) {
+            host_tensor &t = ts[i];
+            const size_t b4 = (size_t)t.n * 4;
+            dev_buf_alloc(&bm[i], "m", b4, POISON_NONE, t.m.data());
+            dev_buf_alloc(&bv[i], "v", b4, POISON_NONE, t.v.data());
+            dev_buf_alloc(&bg[i], "grad", b4, POISON_NONE, t.g.data());
+            dev_buf_alloc(&bc[i], "copy", (size_t)t.n * 2, POISON_NONE, bits_of(t.p).data());
+            params[i] = {nullptr, (uint16_t *)bc[i].data, (float *)bm[i].data, (float *)bv[i].data,
+                         (const float *)bg[i].data, nullptr, t.n, 0, nullptr, master_bf16_of(ms), kSrSeed,
+                         sr_tensor_of(i)};
+        }
+        struct gpu_adamw *opt = build_gpu_adamw(params.data(), T);
+        gpu_adamw_step(opt, &h, nullptr, nullptr, g_stream);
+        for (int i = 0; i < T; i++) {
+            const host_tensor &t = ts[i];
+            std::vector<uint16_t> c(t.n);
+            dev_buf_download(&bc[i], c.data(), 0);
+            const std::vector<float> got = floats_of(c);
+            std::vector<float> want = x[i];
+            master_round_array(want.data(), t.n, ms, h.step, sr_tensor_of(i));
+            snprintf(what, sizeof what, "tensor %d (n=%lld): the weights = the reference's, rounded", i,
+                     (long long)t.n);
+            cmp_exact_f32(&cc, got.data(), want.data(), t.n);
+            if (ms == MASTER_BF16) {
+                snprintf(what, sizeof what, "tensor %d (n=%lld): every weight as it was", i, (long long)t.n);
+                cmp_exact_bytes(&cc, c.data(), bits_of(t.p).data(), (size_t)t.n * 2);
+                continue;
+            }
+            int64_t moved = 0, wrong = 0, first_wrong = -1;
+            double expect = 0;
+            for (int64_t j = 0; j < t.n; j++) {
+                const double d = (double)x[i][j] - (double)t.p[j];
+                expect += fabs(d) / ulp;
+                if (got[j] == t.p[j]) continue;
+                moved++;
+                if ((double)got[j] - (double)t.p[j] != (d > 0 ? ulp : -ulp)) {
+                    if (first_wrong < 0) first_wrong = j;
+                    wrong++;
+                }
+            }
+            EXPECT(wrong == 0,
+                   "adamw %s: tensor %d: %lld weights moved other than one ulp toward their update (first at %lld)",
+                   shape, i, (long long)wrong, (long long)first_wrong);
+            EXPECT(moved > 0 && fabs((double)moved - expect) <= 6.0 * sqrt(expect) + 1.0,
+                   "adamw %s: tensor %d: %lld weights moved, %.1f expected (6 sigma: %.1f)", shape, i,
+                   (long long)moved, expect, 6.0 * sqrt(expect));
+        }
+        free_gpu_adamw(opt);
+        for (int i = 0; i < T; i++)
+            for (struct dev_buf *b : {&bm[i], &bv[i], &bg[i], &bc[i]}) dev_buf_free(b);
+    }
+}
+
 int main(int argc, char **argv) {
     g_seed = test_seed(argc, argv, 20261128);
     parity_init();
@@ -926,6 +1050,19 @@ int main(int argc, char **argv) {
     run_guard(INFINITY, 0.0, 0, 1);
     run_pair_split(5003, 25);
     run_pair_split((int64_t)4096 * 256 + 4099, 26);
+    /* bf16-sr weights (the copy is the weight, rounded stochastically): against the reference
+     * rounded by bf16_sr_round_array, a stream per tensor (unclipped bitwise on the vector and
+     * scalar paths; clipped, with the finite guard), bf16 gradients bitwise fp32 ones, the
+     * non-finite gradient and guard cases; and updates under half an ulp: lost to RNE, kept by SR */
+    run_optimizer(edges, 0.0, 27, 0, MASTER_BF16_SR);
+    run_optimizer(edges, 1.0, 28, 1, MASTER_BF16_SR);
+    run_optimizer(lora, 0.0, 29, 0, MASTER_BF16_SR);
+    run_optimizer(lora, 0.5, 30, 0, MASTER_BF16_SR);
+    run_bf16_grads(pieces, 0.0, MASTER_BF16_SR, 31);
+    run_bf16_grads(pieces, 1.0, MASTER_BF16_SR, 32, 1);
+    run_nonfinite(1.0, NAN, 2);
+    run_guard(INFINITY, 1.0, 1, 2);
+    run_sr_small_updates(33);
     const int rc = test_finish("adamw_parity");
     if (rc == 0 && test_has_flag(argc, argv, "--bench")) bench(bench_copy_ceiling(g_stream));
     CUDA_CHECK(cudaStreamDestroy(g_stream));

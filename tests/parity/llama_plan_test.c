@@ -150,6 +150,9 @@ int main(void) {
     struct gpu_llama_plan pw8 = plan_of(&cs, &ow);
     in_range("full, bf16 weights + bf16 gradients + 8-bit AdamW: about 6 bytes per parameter",
              (double)(pw8.params + pw8.grads + pw8.optim), 6 * np, 6 * np * 1.03 + slack);
+    ow.master = MASTER_BF16_SR; /* stochastic rounding: the same memory */
+    const struct gpu_llama_plan pws = plan_of(&cs, &ow);
+    expect(pws.total == pw8.total, "bf16-sr plans as bf16", (double)pws.total, (double)pw8.total, (double)pw8.total);
 
     /* the sharded optimizer (ZeRO-1, ref/shard.h), per rank: the bf16 copies and the gradients
      * whole, the fp32 masters and the moments of 1/W of the elements (within one 8192-element chunk
@@ -426,9 +429,11 @@ int main(void) {
     lean.recompute = RECOMPUTE_LAYER, lean.offload = GPU_OFFLOAD_INPUTS, lean.master = MASTER_SPLIT;
     lean.optimizer = OPTIMIZER_ADAMW8BIT, lean.grads = GRAD_BF16;
     expect_hint("every memory option but bf16 weights in use", &lean,
-                "try --master bf16 (the peers' bf16 weights) or a shorter --seq");
-    lean.master = MASTER_BF16;
+                "try --master bf16-sr (bf16 weights, rounded stochastically) or a shorter --seq");
+    lean.master = MASTER_BF16_SR;
     expect_hint("every memory option in use", &lean, "try a shorter --seq");
+    lean.master = MASTER_BF16;
+    expect_hint("every memory option in use (bf16 weights, nearest rounding)", &lean, "try a shorter --seq");
     struct gpu_llama_options lora = opts(LLAMA_LORA, 4, 512);
     lora.recompute = RECOMPUTE_LAYER;
     expect_hint("LoRA with layer recomputation", &lora, "try --offload, --method qlora or a shorter --seq");

@@ -10,7 +10,8 @@
 # SmolLM2-135M-Instruct (the GGUF in $REFINE_CACHE or ~/.cache/refine, on the first 3000 lines of
 # its King James Bible; --only smollm2). For each model and each method (lora, dora, qlora,
 # qdora, full; full-split: --master split, ref/master_pair.h; full-g16: --grad-dtype bf16, NUMERICS.md
-# §5.6; full-w16: --master bf16, the bf16 weights alone, §5.5), and each precision variant, three
+# §5.6; full-w16: --master bf16, the bf16 weights alone, §5.5; -w16sr: --master bf16-sr, rounded
+# stochastically), and each precision variant, three
 # runs with identical flags:
 #   REF_TRAIN --precision fp32   the oracle
 #   REF_TRAIN --precision P      the naive same-precision run
@@ -24,8 +25,8 @@
 # 2×, where it is a stable statistic; one suite per family, bf16 and fp8). Besides:
 #   - the oracle trains (its validation loss falls), so that the comparison is of a run that moves;
 #   - determinism (tiny Llama LoRA and DoRA, SmolLM2 LoRA, full fine-tuning with split masters and
-#     AdamW or the 8-bit optimizer, the latter with bf16 gradients too, and with bf16 weights, the
-#     8-bit optimizer and bf16 gradients, bf16; tiny Llama LoRA and full fine-tuning
+#     AdamW or the 8-bit optimizer, the latter with bf16 gradients too, and with bf16 weights (nearest
+#     and stochastic rounding), the 8-bit optimizer and bf16 gradients, bf16; tiny Llama LoRA and full fine-tuning
 #     fp8-delayed, DoRA fp8-block, SmolLM2 LoRA fp8-current): a second identical GPU run is bitwise
 #     the first (`train_compare identical`); kill and resume: a GPU run with --checkpoint-every 5
 #     is killed (-9) once its LATEST names step-10 or later, rerun with --resume to the end, and
@@ -154,12 +155,13 @@ methods=(lora dora qlora qdora full)
 # bf16 gradients (--grad-dtype bf16) on every model: with AdamW and fp32 masters (the tiny models),
 # with split masters and the 8-bit optimizer (the peers' 8 bytes a parameter; tiny Llama, SmolLM2).
 # bf16 weights (--master bf16, no fp32 master): with AdamW (the tiny models), and with the 8-bit
-# optimizer and bf16 gradients (6 bytes a parameter; tiny Llama, SmolLM2).
+# optimizer and bf16 gradients (6 bytes a parameter; tiny Llama, SmolLM2); rounded stochastically
+# (--master bf16-sr) with AdamW (tiny Qwen2) and with the 8-bit optimizer and bf16 gradients (tiny Llama).
 methods_of() {
     case $1 in
     tiny-llama) echo "${methods[*]} full-adamw8bit full-split full-adamw8bit-split full-g16 full-adamw8bit-split-g16" \
-        "full-w16 full-adamw8bit-w16-g16" ;;
-    tiny-qwen2) echo "${methods[*]} full-split full-g16 full-w16" ;;
+        "full-w16 full-adamw8bit-w16-g16 full-adamw8bit-w16sr-g16" ;;
+    tiny-qwen2) echo "${methods[*]} full-split full-g16 full-w16 full-w16sr" ;;
     *) echo "${methods[*]} full-split full-adamw8bit-split-g16 full-adamw8bit-w16-g16" ;;
     esac
 }
@@ -211,6 +213,8 @@ flags_of() { # model method
     full-adamw8bit-split-g16) method="--method full --optimizer adamw8bit --master split --grad-dtype bf16" ;;
     full-w16) method="--method full --master bf16" ;;
     full-adamw8bit-w16-g16) method="--method full --optimizer adamw8bit --master bf16 --grad-dtype bf16" ;;
+    full-w16sr) method="--method full --master bf16-sr" ;;
+    full-adamw8bit-w16sr-g16) method="--method full --optimizer adamw8bit --master bf16-sr --grad-dtype bf16" ;;
     esac
     echo "${model_flags[$1]} $method $targets --max-steps 20 --warmup 2 --eval-every 10 --eval-batches 2" \
         "--lr $lr --rank 8 --alpha 16 --seed 7"
@@ -376,7 +380,8 @@ if [ $cpu_only -eq 0 ]; then
                 tiny-llama-lora-bf16 | tiny-llama-dora-bf16 | smollm2-lora-bf16 | tiny-llama-lora-fp8-delayed | \
                     tiny-llama-full-fp8-delayed | tiny-llama-dora-fp8-block | smollm2-lora-fp8-current | \
                     tiny-llama-full-split-bf16 | tiny-llama-full-adamw8bit-split-bf16 | \
-                    tiny-llama-full-adamw8bit-split-g16-bf16 | tiny-llama-full-adamw8bit-w16-g16-bf16)
+                    tiny-llama-full-adamw8bit-split-g16-bf16 | tiny-llama-full-adamw8bit-w16-g16-bf16 | \
+                    tiny-llama-full-adamw8bit-w16sr-g16-bf16 | tiny-llama-full-adamw8bit-w16sr-g16-fp8-delayed)
                     # shellcheck disable=SC2046
                     run_train "$gpu" "$model" "$method" "$tmp/runs/$name-2" "$logs/$name-2.log" $(variant_flags "$variant")
                     check_log "$what: a second GPU run exits 0" "$logs/$name-2.log" test $? -eq 0
@@ -420,7 +425,8 @@ if [ $cpu_only -eq 0 ]; then
             "tiny-llama full layer fp8-delayed" "tiny-qwen2 full layer fp8-current" "tiny-llama full layer fp8-block" \
             "tiny-llama full attn fp8-delayed" "tiny-qwen2 full attn fp8-block" "tiny-llama full attn fp8-current" \
             "tiny-llama full-adamw8bit-split layer fp8-delayed" "tiny-llama full-g16 layer" \
-            "tiny-llama full-adamw8bit-w16-g16 layer" "tiny-llama full-adamw8bit-w16-g16 attn fp8-delayed"; do
+            "tiny-llama full-adamw8bit-w16-g16 layer" "tiny-llama full-adamw8bit-w16-g16 attn fp8-delayed" \
+            "tiny-qwen2 full-w16sr layer"; do
             read -r model method policy variant <<<"$rc_case"
             variant=${variant:-bf16}
             case " $variants_wanted " in *" $variant "*) ;; *) continue ;; esac
@@ -469,7 +475,8 @@ if [ $cpu_only -eq 0 ]; then
         for g_case in "tiny-llama lora bf16" "tiny-llama qlora bf16" "tiny-llama qdora bf16" "tiny-llama dora bf16" \
             "tiny-qwen2 full bf16" "tiny-llama full-adamw8bit-split bf16" "tiny-llama lora fp8-delayed" \
             "tiny-llama qlora fp8-current" "tiny-llama full fp8-delayed" "tiny-llama dora fp8-block" \
-            "tiny-llama lora bf16-base8" "tiny-llama full-adamw8bit-split-g16 bf16"; do
+            "tiny-llama lora bf16-base8" "tiny-llama full-adamw8bit-split-g16 bf16" \
+            "tiny-llama full-adamw8bit-w16sr-g16 bf16"; do
             read -r model method variant <<<"$g_case"
             case " $variants_wanted " in *" $variant "*) ;; *) continue ;; esac
             name=$model-$method-nographs-$variant

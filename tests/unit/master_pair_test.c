@@ -15,6 +15,7 @@
 #include <stdio.h>
 
 #include "ref/bf16.h"
+#include "ref/dropout.h"
 #include "ref/master_pair.h"
 #include "tests/common/harness.h"
 
@@ -105,9 +106,64 @@ static void test_without_low_half(void) {
     EXPECT(wrong == 0, "lo NULL: %d of 6 are not bf16_rne and its widening", wrong);
 }
 
+/* Stochastic rounding (MASTER_BF16_SR): over all 2^16 values of r the result is the truncation or
+ * the next bf16 up, up exactly (low half) times — so the mean over r is x itself, exactly; a bf16
+ * value is kept for every r; the keyed array form draws word e & 3 of Philox block e >> 2. */
+static void test_stochastic(void) {
+    const uint32_t xs[] = {0x3F800001u, 0x3F80FFFFu, 0x3F808000u, 0xBF812345u, 0x00012345u, 0x80000001u,
+                           0x7F7E0001u, 0x3E4CCCCDu, 0xC2F6E979u};
+    int bad = 0;
+    for (size_t k = 0; k < sizeof xs / sizeof xs[0]; k++) {
+        const uint32_t u = xs[k];
+        double sum = 0.0;
+        int ups = 0, other = 0;
+        for (uint32_t r = 0; r <= 0xFFFFu; r++) {
+            const uint16_t h = bf16_sr_bits(u, r);
+            if (h == (uint16_t)((u >> 16) + 1u)) ups++;
+            else if (h != (uint16_t)(u >> 16)) other++;
+            sum += (double)bf16_to_float(h);
+        }
+        bad += other != 0 || ups != (int)(u & 0xFFFFu) || sum != 65536.0 * (double)ref_f32_from_bits(u);
+    }
+    EXPECT(bad == 0, "stochastic rounding: %d of %zu values not unbiased over every r", bad, sizeof xs / sizeof xs[0]);
+    int kept = 0;
+    for (uint32_t h = 0; h <= 0xFFFFu; h += 7) {
+        if ((h & 0x7FFFu) > 0x7F80u) continue; /* NaN */
+        for (uint32_t r = 0; r <= 0xFFFFu; r += 4099) kept += bf16_sr_bits(h << 16, r) == h;
+    }
+    int expect_kept = 0;
+    for (uint32_t h = 0; h <= 0xFFFFu; h += 7)
+        if ((h & 0x7FFFu) <= 0x7F80u) expect_kept += (0xFFFFu / 4099u) + 1;
+    EXPECT(kept == expect_kept, "stochastic rounding keeps bf16 values: %d of %d", kept, expect_kept);
+    EXPECT(bf16_sr_bits(0x7FC00001u, 0x1234u) == 0x7FC0 && bf16_sr_bits(0xFF800000u, 0xFFFFu) == 0xFF80,
+           "stochastic rounding: NaN canonical, -Inf kept");
+    EXPECT(bf16_sr_tensor_hash("") == 0x811C9DC5u && bf16_sr_tensor_hash("a") == 0xE40C292Cu,
+           "FNV-1a known answers");
+    /* the keyed array form against the definition */
+    float x[11], y[11];
+    for (int e = 0; e < 11; e++) x[e] = y[e] = 1.0f + (float)e * 0x1p-12f + 0x1p-20f;
+    const uint64_t seed = 0x0123456789ABCDEFull;
+    const int64_t step = 77;
+    const uint32_t tensor = bf16_sr_tensor_hash("model.layers.0.mlp.up_proj.weight");
+    bf16_sr_round_array(y, 11, seed, step, tensor);
+    int wrong = 0, up = 0;
+    for (int e = 0; e < 11; e++) {
+        uint32_t w[4];
+        const uint32_t key[2] = {(uint32_t)seed ^ BF16_SR_KEY0, (uint32_t)(seed >> 32) ^ BF16_SR_KEY1};
+        const uint32_t ctr[4] = {(uint32_t)(e >> 2), 0, (uint32_t)step, tensor};
+        ref_philox4x32_10(w, ctr, key);
+        const float want = bf16_to_float(bf16_sr_bits(ref_f32_bits(x[e]), w[e & 3] >> 16));
+        wrong += !(y[e] == want);
+        up += y[e] > x[e];
+    }
+    EXPECT(wrong == 0, "bf16_sr_round_array: %d of 11 differ from the keyed definition", wrong);
+    EXPECT(up > 0 && up < 11, "bf16_sr_round_array rounds both ways (%d of 11 up)", up);
+}
+
 int main(void) {
     test_every_pattern();
     test_values();
     test_without_low_half();
+    test_stochastic();
     return test_finish("master_pair_test");
 }

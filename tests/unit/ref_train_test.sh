@@ -166,6 +166,21 @@ check "--master bf16: 3 + resume 3 == 6 (model bytes)" cmp -s "$tmp/hw/merged/mo
 "$bin" "${common[@]}" --master bf16 --out "$tmp/e_w16" >"$tmp/e_w16.log" 2>&1
 check "--master bf16 with an adapter method: exit 1 with one message" \
     test $? -eq 1 -a "$(grep -c '^refine: --master bf16 is for --method full' "$tmp/e_w16.log")" -eq 1
+# --master bf16-sr: the same bf16 weights, each update rounded stochastically (keyed by the seed, the
+# step and the tensor): not the nearest rounding's run, within the same 2% of fp32 masters; stop and
+# resume bitwise (the stream is the step's, not the process's); another --seed, another run.
+"$bin" "${common[@]}" --precision bf16 --method full --master bf16-sr --out "$tmp/hr" >"$tmp/hr.log" 2>&1
+check "--master bf16-sr (bf16 full) exports the model" test $? -eq 0 -a -s "$tmp/hr/merged/model.safetensors"
+check "--master bf16-sr: step 1's loss is the fp32-master run's" \
+    test "$(losses "$tmp/hr" | head -1)" = "$(losses "$tmp/hf" | head -1)"
+check "--master bf16-sr: not the nearest rounding's run" test "$(losses "$tmp/hr")" != "$(losses "$tmp/hw")"
+check "--master bf16-sr: every step's loss within 2% of the fp32-master run's" awk 'NR == FNR { f[FNR] = $1; next }
+    { n++; d = $1 - f[FNR]; if (d < 0) d = -d; if (!(d <= 0.02 * f[FNR])) bad = 1 }
+    END { exit !(n == 6 && !bad) }' <(losses "$tmp/hf") <(losses "$tmp/hr")
+"$bin" "${common[@]}" --precision bf16 --method full --master bf16-sr --out "$tmp/hr2" --stop-after 3 >/dev/null 2>&1
+"$bin" "${common[@]}" --precision bf16 --method full --master bf16-sr --out "$tmp/hr2" --resume "$tmp/hr2" \
+    >"$tmp/hr2.log" 2>&1
+check "--master bf16-sr: 3 + resume 3 == 6 (model bytes)" cmp -s "$tmp/hr/merged/model.safetensors" "$tmp/hr2/merged/model.safetensors"
 # --grad-dtype bf16: the accumulator rounded to bf16 after each micro-batch (--grad-accum 2 here).
 # Step 1's loss is computed before any gradient: equal to the fp32-gradient run's. The gradients'
 # relative rounding is u = 2^-9, which AdamW's m/sqrt(v) carries into each update at about that
