@@ -32,8 +32,7 @@
  *                          LAYER only each layer's input is kept; the layer is re-run from it
  *                                before its backward (ref/llama's recompute).
  *                        Recomputation runs the same kernels on the same inputs: bit-identical.
- *                        GPU_MLP_INPUT_RECOMPUTED (--recompute-mlp, and always with an FP8-stored
- *                        base) keeps no MLP input:
+ *                        GPU_MLP_INPUT_RECOMPUTED (--recompute-mlp) keeps no MLP input:
  *                        swiglu(gate, up) is recomputed before the down projection's backward.
  * FP8 (options.linears = GPU_LINEAR_FP8; NUMERICS.md §6.6, ref/llama.h "FP8 block linears" the
  * oracle): the block linears' products on E4M3/E5M2 operands under options.fp8_recipe; each

@@ -300,8 +300,8 @@ void gl_fp8_layer(gpu_llama *m, int l, int need) {
     }
     if (need & GL_FP8_W_QKV) need |= GL_FP8_W; /* the frozen bases form whole layers */
     const int want_w = (need & GL_FP8_W) && F.w8_layer != l, want_t = (need & GL_FP8_WT) && F.wt8_layer != l;
-    if (m->opt.base == GPU_BASE_FP8) { /* W stored; Wᵀ formed from the codes */
-        if (!want_t) return;
+    if (m->opt.base == GPU_BASE_FP8) { /* W stored; Wᵀ stored too, or formed from the codes */
+        if (!want_t || gl_fp8_base_wt_stored(m)) return;
         for (int t = 0; t < LLAMA_N_LINEAR; t++) {
             gl_linear &lin = m->layers[l].lin[t];
             gpu_fp8_transpose_codes(lin.w8_t, lin.w8, lin.c_out, lin.c_in, m->stream);
@@ -351,6 +351,7 @@ void gl_fp8_store(gpu_llama *m, int l, int t, const uint16_t *staging) {
     gl_linear &lin = m->layers[l].lin[t];
     quantize_frozen(m, l, t, staging, lin.w8, nullptr, 1);
     if (m->opt.fp8_recipe == FP8_RECIPE_BLOCK) gpu_fp8_transpose_block_scales(lin.w8_s_t, lin.w8_s, lin.c_out, lin.c_in, m->stream);
+    if (gl_fp8_base_wt_stored(m)) gpu_fp8_transpose_codes(lin.w8_t, lin.w8, lin.c_out, lin.c_in, m->stream);
 }
 
 int gl_fp8_freeze(gpu_llama *m, io_err *e) {

@@ -292,8 +292,8 @@ void adapter_rows(gpu_llama *m, gl_rows &rs) {
 }
 
 /* FP8 (llama_fp8.cu): each linear's codes — W and Wᵀ stored for trained weights and a bf16 base
- * under FP8 products, W alone for an FP8-stored base (its Wᵀ formed a layer at a time), both a
- * layer at a time for an NF4 base — with 128×128 scales under block scaling; the layer buffers;
+ * under FP8 products, W for an FP8-stored base (its Wᵀ too without recomputation, else formed a
+ * layer at a time: gl_fp8_base_wt_stored), both a layer at a time for an NF4 base — with 128×128 scales under block scaling; the layer buffers;
  * the per-tensor state (fixed): delayed scaling's histories, the scales (and the GEMMs'
  * 16-byte-strided dequantization scales), amaxes, flags, the saturated count, the step summary;
  * the scratch operands (x̂, dŷ and, for full fine-tuning's weight gradients, their transposed
@@ -314,9 +314,10 @@ void fp8_rows(gpu_llama *m, gl_rows &rs) {
     const gl_slab ws = full ? SLAB_PARAMS : SLAB_WEIGHTS; /* trained codes are compute copies */
     const int per_layer_trained = gl_fp8_trained_per_layer(m); /* a layer at a time: two layer buffers */
     if (fp8 && (nf4 || per_layer_trained)) add(rs, ws, &F.w8_buf, per_layer);
-    if (fp8 && (nf4 || fp8_base || per_layer_trained)) add(rs, ws, &F.wt8_buf, per_layer);
+    const int base_wt = gl_fp8_base_wt_stored(m); /* an FP8-stored base's Wᵀ kept too */
+    if (fp8 && (nf4 || (fp8_base && !base_wt) || per_layer_trained)) add(rs, ws, &F.wt8_buf, per_layer);
     const int store_w = fp8_base || (fp8 && !nf4 && !per_layer_trained),
-              store_wt = fp8 && !nf4 && !fp8_base && !per_layer_trained;
+              store_wt = fp8 && !nf4 && (fp8_base ? base_wt : !per_layer_trained);
     for (int l = 0; l < c->L; l++)
         for (int t = 0; t < LLAMA_N_LINEAR; t++) {
             gl_linear *lin = &m->layers[l].lin[t];

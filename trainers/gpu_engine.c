@@ -25,7 +25,7 @@
  * elsewhere), --fp8-recipe's scaling, the model's FP8 state in the checkpoint (delayed scaling's
  * histories and scales), the step's FP8 statistics in the metrics, and a NaN or an Inf met by a
  * quantization failing the step as a non-finite gradient does (nothing updated, the tensor named).
- * --base-dtype fp8 stores the frozen base as FP8 codes (and recomputes the MLP input in backward:
+ * --base-dtype fp8 stores the frozen base as FP8 codes (with --recompute-mlp and --recompute attn:
  * the memory configuration).
  *
  * A job of several GPUs (train/comm.h with its slab collectives on the device: NCCL,
@@ -196,9 +196,7 @@ void gpu_model_options(struct gpu_llama_options *g, const struct model_settings 
     g->base = s->base == BASE_NF4 ? GPU_BASE_NF4 : s->base == BASE_FP8 ? GPU_BASE_FP8 : GPU_BASE_BF16;
     g->linears = s->precision == COMPUTE_FP8 ? GPU_LINEAR_FP8 : GPU_LINEAR_BF16;
     g->fp8_recipe = s->fp8_recipe;
-    /* --recompute-mlp; the FP8-stored base is the memory configuration: the MLP input is recomputed too */
-    g->mlp_input = s->mlp_input == MLP_INPUT_RECOMPUTED || s->base == BASE_FP8 ? GPU_MLP_INPUT_RECOMPUTED
-                                                                               : GPU_MLP_INPUT_SAVED;
+    g->mlp_input = s->mlp_input == MLP_INPUT_RECOMPUTED ? GPU_MLP_INPUT_RECOMPUTED : GPU_MLP_INPUT_SAVED;
     g->targets = s->targets;
     g->R = s->R;
     g->lora_scale = s->lora_scale;

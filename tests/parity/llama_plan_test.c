@@ -281,13 +281,19 @@ int main(void) {
     }
 
     /* FP8: the base's storage, the MLP input, the 8B LoRA target */
-    struct gpu_llama_options o8 = opts(LLAMA_LORA, 16, 512), ob8 = o8, of8 = o8;
-    o8.linears = ob8.linears = of8.linears = GPU_LINEAR_FP8;
-    ob8.base = GPU_BASE_FP8;
+    /* the FP8-stored base: W and Wᵀ codes without recomputation (2 bytes a linear weight); W alone
+     * with a layer's Wᵀ buffer under --recompute attn, the memory configuration with --recompute-mlp */
+    struct gpu_llama_options o8 = opts(LLAMA_LORA, 16, 512), ob8 = o8, of8 = o8, obw = o8, obm;
+    o8.linears = ob8.linears = of8.linears = obw.linears = GPU_LINEAR_FP8;
+    ob8.base = obw.base = GPU_BASE_FP8;
     ob8.mlp_input = GPU_MLP_INPUT_RECOMPUTED;
+    ob8.recompute = RECOMPUTE_ATTN;
     for (int r = 0; r < FP8_RECIPE_COUNT; r++) {
-        o8.fp8_recipe = ob8.fp8_recipe = (enum fp8_recipe)r;
-        const struct gpu_llama_plan p8 = plan_of(&c8, &o8), pb8 = plan_of(&c8, &ob8), pbf = plan_of(&c8, &t8);
+        o8.fp8_recipe = ob8.fp8_recipe = obw.fp8_recipe = (enum fp8_recipe)r;
+        obm = ob8;
+        obm.mlp_input = GPU_MLP_INPUT_SAVED;
+        const struct gpu_llama_plan p8 = plan_of(&c8, &o8), pb8 = plan_of(&c8, &ob8), pbm = plan_of(&c8, &obm),
+                                    pbw = plan_of(&c8, &obw);
         const double nl8 = n_linear_params(&c8), rest8 = 2.0 * (n_params(&c8) - nl8), layer8 = nl8 / c8.L;
         const double blk = r == FP8_RECIPE_BLOCK ? 2.0 * 4 * (nl8 / (128.0 * 128.0)) * 1.1 + 4096.0 * c8.L * 7 : 0;
         char what[160];
@@ -296,10 +302,14 @@ int main(void) {
         in_range(what, (double)pb8.weights, nl8 + rest8 + layer8, nl8 + rest8 + layer8 + blk + slack);
         snprintf(what, sizeof what, "8B lora fp8 (%s), bf16 base: weights = 4 B per linear weight + bf16 rest", fp8_recipe_names[r]);
         in_range(what, (double)p8.weights, 4 * nl8 + rest8, 4 * nl8 + rest8 + blk + slack);
-        snprintf(what, sizeof what, "8B lora fp8 (%s), FP8-stored base: the MLP input is not saved", fp8_recipe_names[r]);
+        snprintf(what, sizeof what, "8B lora fp8 (%s), FP8-stored base without recomputation: W and Wt codes, 2 B per linear weight + bf16 rest",
+                 fp8_recipe_names[r]);
+        in_range(what, (double)pbw.weights, 2 * nl8 + rest8, 2 * nl8 + rest8 + blk + slack);
+        snprintf(what, sizeof what, "8B lora fp8 (%s), FP8-stored base, --recompute-mlp: the MLP input is not saved", fp8_recipe_names[r]);
         const double mlp = (double)c8.L * 16 * 512 * c8.F * 2;
-        in_range(what, (double)pbf.acts - (double)pb8.acts, mlp - slack, mlp + slack);
-        snprintf(what, sizeof what, "Llama-3.1-8B LoRA 16x512 --precision fp8 --fp8-recipe %s --base-dtype fp8 (GiB): under 40",
+        in_range(what, (double)pbm.acts - (double)pb8.acts, mlp - slack, mlp + slack);
+        snprintf(what, sizeof what,
+                 "Llama-3.1-8B LoRA 16x512 --precision fp8 --fp8-recipe %s --base-dtype fp8 --recompute attn --recompute-mlp (GiB): under 40",
                  fp8_recipe_names[r]);
         in_range(what, pb8.total / GIB, 20.0, 40.0);
         printf("plans: 8B LoRA 16x512 fp8 %s: bf16 base %.2f GiB, fp8 base %.2f GiB\n", fp8_recipe_names[r], p8.total / GIB,

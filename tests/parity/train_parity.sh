@@ -36,7 +36,8 @@
 #   - recomputation changes no number (--recompute-mlp too; LoRA, QDoRA, full; full fine-tuning under FP8 with --recompute
 #     layer or attn, whose trained weights are then cast a layer at a time, in every recipe);
 #   - --base-dtype fp8 under --precision fp8 changes memory, not numbers: bitwise the run with the
-#     bf16 base (tiny Llama LoRA fp8-delayed, DoRA fp8-block, tiny Qwen2 LoRA fp8-current);
+#     bf16 base, its Wᵀ codes kept or (--recompute attn) formed a layer at a time (tiny Llama LoRA
+#     fp8-delayed, DoRA fp8-block, tiny Qwen2 LoRA fp8-current);
 #   - bad input: GPU_TRAIN with a missing --data file exits 1 with one "refine:" message.
 # Settings (flags_of): 20 optimizer steps, warm-up 2, evaluation every 10 steps on 2 batches,
 # rank 8, alpha 16, seed 7. Tiny models: 120 generated lines (as tests/unit/ref_train_test.sh
@@ -398,6 +399,13 @@ if [ $cpu_only -eq 0 ]; then
                     check_log "$what --base-dtype fp8: exits 0" "$logs/$name-b8.log" test $? -eq 0
                     compare "$what: --base-dtype fp8 == bf16 base, bitwise" "$logs/$name-b8-compare.log" identical \
                         "$tmp/runs/$name" "$tmp/runs/$name-b8"
+                    # with recomputation the FP8-stored base forms its Wᵀ a layer at a time: the same codes
+                    # shellcheck disable=SC2046
+                    run_train "$gpu" "$model" "$method" "$tmp/runs/$name-b8a" "$logs/$name-b8a.log" \
+                        $(variant_flags "$variant") --base-dtype fp8 --recompute attn
+                    check_log "$what --base-dtype fp8 --recompute attn: exits 0" "$logs/$name-b8a.log" test $? -eq 0
+                    compare "$what: --base-dtype fp8 --recompute attn == bf16 base, bitwise" "$logs/$name-b8a-compare.log" \
+                        identical "$tmp/runs/$name" "$tmp/runs/$name-b8a"
                     ;;
                 esac
             done
