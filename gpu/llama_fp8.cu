@@ -344,7 +344,9 @@ void gl_fp8_dequantize_layer(gpu_llama *m, int l) {
 }
 
 uint16_t *gl_fp8_staging(gpu_llama *m) {
-    return m->dq_buf ? m->dq_buf : reinterpret_cast<uint16_t *>(m->fp8.wt8_buf);
+    uint16_t *s = m->dq_buf ? m->dq_buf : m->fp8.stage ? m->fp8.stage : reinterpret_cast<uint16_t *>(m->fp8.wt8_buf);
+    CHECK(s != nullptr, "layout: an FP8-stored base without a staging buffer");
+    return s;
 }
 
 void gl_fp8_store(gpu_llama *m, int l, int t, const uint16_t *staging) {

@@ -135,6 +135,8 @@ struct gl_fp8 {
     float *xq_s, *xt_s, *dq_s, *dt_s;
     /* one layer's codes (NF4 base: W and Wᵀ; FP8-stored base: Wᵀ) */
     uint8_t *w8_buf, *wt8_buf;
+    uint16_t *stage; /* an FP8-stored base with its Wᵀ kept and no bf16 layer buffer: one linear in
+                        bf16 while loading (scratch, free then) */
     int w8_layer, wt8_layer;     /* the layer they hold, −1 none */
     int stale;                   /* full: the trained weights' codes need requantizing */
     int failed;                  /* the last step was skipped: a quantization met a NaN or an Inf */

@@ -318,6 +318,10 @@ void fp8_rows(gpu_llama *m, gl_rows &rs) {
     if (fp8 && (nf4 || (fp8_base && !base_wt) || per_layer_trained)) add(rs, ws, &F.wt8_buf, per_layer);
     const int store_w = fp8_base || (fp8 && !nf4 && !per_layer_trained),
               store_wt = fp8 && !nf4 && (fp8_base ? base_wt : !per_layer_trained);
+    int64_t largest = 0; /* the load's staging of one linear (gl_fp8_staging) where no layer buffer serves */
+    for (int t = 0; t < LLAMA_N_LINEAR; t++)
+        largest = std::max(largest, (int64_t)m->layers[0].lin[t].c_out * m->layers[0].lin[t].c_in);
+    add(rs, SLAB_SCRATCH, &F.stage, base_wt && m->opt.mode != LLAMA_DORA ? largest : 0); /* DoRA: dq_buf */
     for (int l = 0; l < c->L; l++)
         for (int t = 0; t < LLAMA_N_LINEAR; t++) {
             gl_linear *lin = &m->layers[l].lin[t];
