@@ -3,7 +3,8 @@
 # training (the tiny golden model, as ref_train_test.sh), against one process:
 #   bitwise (train_compare identical: every printed loss, every checkpoint tensor; and the exports):
 #     - 2 ranks × --grad-accum 1 = 1 process × --grad-accum 2, for LoRA, full fine-tuning (merged
-#       export; and bf16 with split masters), DoRA in bf16, QLoRA with 8-bit AdamW; 3 ranks × 1 =
+#       export; and bf16 with split masters, and with bf16 weights rounded stochastically), DoRA in
+#       bf16, QLoRA with 8-bit AdamW; 3 ranks × 1 =
 #       1 × 3. The CPU engine computes each micro-batch's gradient alone and the job sums in rank
 #       order, so one micro-batch per rank is summed exactly as one process accumulates
 #       (trainers/cpu_engine.c);
@@ -66,6 +67,10 @@ check "full: the merged model written once, the same bytes" \
 run1 split_1x2 --grad-accum 2 --method full --lr 1e-3 --precision bf16 --master split
 runN 2 split_2x1 --grad-accum 1 --method full --lr 1e-3 --precision bf16 --master split
 check "full, bf16, split masters: 2 ranks × 1 = 1 × 2, bitwise" identical split_1x2 split_2x1
+# stochastic rounding draws by (seed, step, tensor, element): every rank rounds alike
+run1 sr_1x2 --grad-accum 2 --method full --lr 1e-3 --precision bf16 --master bf16-sr
+runN 2 sr_2x1 --grad-accum 1 --method full --lr 1e-3 --precision bf16 --master bf16-sr
+check "full, bf16 weights rounded stochastically: 2 ranks × 1 = 1 × 2, bitwise" identical sr_1x2 sr_2x1
 
 run1 dora16_1x2 --grad-accum 2 --method dora --precision bf16
 runN 2 dora16_2x1 --grad-accum 1 --method dora --precision bf16
