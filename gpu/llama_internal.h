@@ -319,12 +319,13 @@ void gl_fp8_layer(gpu_llama *m, int l, int need);
 static inline int gl_fp8_trained_per_layer(const gpu_llama *m) {
     return m->opt.mode == LLAMA_FULL && m->opt.linears == GPU_LINEAR_FP8 && m->opt.recompute != RECOMPUTE_NONE;
 }
-/* An FP8-stored base under FP8 products without recomputation: its Wᵀ codes are stored beside W's
+/* An FP8-stored base under FP8 products with nothing recomputed: its Wᵀ codes are stored beside W's
  * (formed once at load: 2 bytes a weight, still half of a bf16 base's W_eff and two code copies);
- * with --recompute attn|layer (the memory configurations) Wᵀ is formed a layer at a time in
- * backward instead (1 byte a weight). The same codes either way. */
+ * with any recomputation (--recompute attn|layer, --recompute-mlp: the memory configurations) Wᵀ
+ * is formed a layer at a time in backward instead (1 byte a weight). The same codes either way. */
 static inline int gl_fp8_base_wt_stored(const gpu_llama *m) {
-    return m->opt.base == GPU_BASE_FP8 && m->opt.linears == GPU_LINEAR_FP8 && m->opt.recompute == RECOMPUTE_NONE;
+    return m->opt.base == GPU_BASE_FP8 && m->opt.linears == GPU_LINEAR_FP8 && m->opt.recompute == RECOMPUTE_NONE &&
+           m->opt.mlp_input == GPU_MLP_INPUT_SAVED;
 }
 /* The base's bf16 W_eff of layer l into dq_buf from the FP8 codes (NF4 under FP8, FP8-stored). */
 void gl_fp8_dequantize_layer(gpu_llama *m, int l);

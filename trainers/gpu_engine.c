@@ -25,8 +25,8 @@
  * elsewhere), --fp8-recipe's scaling, the model's FP8 state in the checkpoint (delayed scaling's
  * histories and scales), the step's FP8 statistics in the metrics, and a NaN or an Inf met by a
  * quantization failing the step as a non-finite gradient does (nothing updated, the tensor named).
- * --base-dtype fp8 stores the frozen base as FP8 codes (with --recompute-mlp and --recompute attn:
- * the memory configuration).
+ * --base-dtype fp8 stores the frozen base as FP8 codes (with --recompute-mlp: the memory
+ * configuration, the transposed codes formed a layer at a time).
  *
  * A job of several GPUs (train/comm.h with its slab collectives on the device: NCCL,
  * trainers/comm_nccl.h) is data parallel (trainers/gpu_dp.h): every rank holds the whole model and

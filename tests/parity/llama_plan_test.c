@@ -281,8 +281,8 @@ int main(void) {
     }
 
     /* FP8: the base's storage, the MLP input, the 8B LoRA target */
-    /* the FP8-stored base: W and Wᵀ codes without recomputation (2 bytes a linear weight); W alone
-     * with a layer's Wᵀ buffer under --recompute attn, the memory configuration with --recompute-mlp */
+    /* the FP8-stored base: W and Wᵀ codes with nothing recomputed (2 bytes a linear weight); W alone
+     * with a layer's Wᵀ buffer under --recompute attn or --recompute-mlp (the memory configurations) */
     struct gpu_llama_options o8 = opts(LLAMA_LORA, 16, 512), ob8 = o8, of8 = o8, obw = o8, obm;
     o8.linears = ob8.linears = of8.linears = obw.linears = GPU_LINEAR_FP8;
     ob8.base = obw.base = GPU_BASE_FP8;
@@ -312,6 +312,15 @@ int main(void) {
                  "Llama-3.1-8B LoRA 16x512 --precision fp8 --fp8-recipe %s --base-dtype fp8 --recompute attn --recompute-mlp (GiB): under 40",
                  fp8_recipe_names[r]);
         in_range(what, pb8.total / GIB, 20.0, 40.0);
+        struct gpu_llama_options obr = ob8; /* --recompute-mlp alone: Wᵀ a layer at a time too */
+        obr.recompute = RECOMPUTE_NONE;
+        const struct gpu_llama_plan pbr = plan_of(&c8, &obr);
+        snprintf(what, sizeof what, "8B lora fp8 (%s), FP8-stored base, --recompute-mlp: weights = 1 B per linear weight + one layer's codes",
+                 fp8_recipe_names[r]);
+        in_range(what, (double)pbr.weights, nl8 + rest8 + layer8, nl8 + rest8 + layer8 + blk + slack);
+        snprintf(what, sizeof what, "Llama-3.1-8B LoRA 16x512 --precision fp8 --fp8-recipe %s --base-dtype fp8 --recompute-mlp (GiB): under 40",
+                 fp8_recipe_names[r]);
+        in_range(what, pbr.total / GIB, 20.0, 40.0);
         printf("plans: 8B LoRA 16x512 fp8 %s: bf16 base %.2f GiB, fp8 base %.2f GiB\n", fp8_recipe_names[r], p8.total / GIB,
                pb8.total / GIB);
     }

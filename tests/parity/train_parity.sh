@@ -36,7 +36,7 @@
 #   - recomputation changes no number (--recompute-mlp too; LoRA, QDoRA, full; full fine-tuning under FP8 with --recompute
 #     layer or attn, whose trained weights are then cast a layer at a time, in every recipe);
 #   - --base-dtype fp8 under --precision fp8 changes memory, not numbers: bitwise the run with the
-#     bf16 base, its Wᵀ codes kept or (--recompute attn) formed a layer at a time (tiny Llama LoRA
+#     bf16 base, its Wᵀ codes kept or (--recompute attn, --recompute-mlp) formed a layer at a time (tiny Llama LoRA
 #     fp8-delayed, DoRA fp8-block, tiny Qwen2 LoRA fp8-current);
 #   - bad input: GPU_TRAIN with a missing --data file exits 1 with one "refine:" message.
 # Settings (flags_of): 20 optimizer steps, warm-up 2, evaluation every 10 steps on 2 batches,
@@ -406,6 +406,12 @@ if [ $cpu_only -eq 0 ]; then
                     check_log "$what --base-dtype fp8 --recompute attn: exits 0" "$logs/$name-b8a.log" test $? -eq 0
                     compare "$what: --base-dtype fp8 --recompute attn == bf16 base, bitwise" "$logs/$name-b8a-compare.log" \
                         identical "$tmp/runs/$name" "$tmp/runs/$name-b8a"
+                    # shellcheck disable=SC2046
+                    run_train "$gpu" "$model" "$method" "$tmp/runs/$name-b8m" "$logs/$name-b8m.log" \
+                        $(variant_flags "$variant") --base-dtype fp8 --recompute-mlp
+                    check_log "$what --base-dtype fp8 --recompute-mlp: exits 0" "$logs/$name-b8m.log" test $? -eq 0
+                    compare "$what: --base-dtype fp8 --recompute-mlp == bf16 base, bitwise" "$logs/$name-b8m-compare.log" \
+                        identical "$tmp/runs/$name" "$tmp/runs/$name-b8m"
                     ;;
                 esac
             done
