@@ -19,9 +19,11 @@
 # OUTDIR/<workload>.<system>.log. A workload is "model:method:batch:seq[:recompute[:flag]]", flag
 # nopeer (refine alone), adamw8bit (refine with the 8-bit optimizer, alone), offload (refine
 # with --offload, beside the peers: the least-memory rows, Unsloth's offloaded checkpointing
-# opposite) or compact (full fine-tuning with split masters and the 8-bit optimizer, beside the
-# peers: refine's least-memory optimizer state against their bf16 weights and states); with none
-# given, the default list below runs. A peer runs only where it has the
+# opposite), compact (full fine-tuning with split masters and the 8-bit optimizer, beside the
+# peers: refine's least-memory optimizer state against their bf16 weights and states) or lean
+# (full fine-tuning at the peers' 6 bytes a parameter: bf16 weights rounded stochastically, bf16
+# gradients, the 8-bit optimizer, the MLP input recomputed; beside the peers); with none given, the
+# default list below runs. A peer runs only where it has the
 # method. Prints one line per workload and peer: both tokens/s, the ratio, both peak memories and
 # each side's settings; a row the peer wins in speed or in memory is marked GAP.
 set -u
@@ -35,6 +37,7 @@ if [ ${#workloads[@]} -eq 0 ]; then
     workloads=(
         llama-3.2-1b:lora:16:512 llama-3.2-1b:dora:16:512 llama-3.2-1b:full:16:512
         llama-3.2-1b:full:16:512:none:adamw8bit llama-3.2-1b:full:16:512:none:compact
+        llama-3.2-1b:full:16:512:none:lean llama-3.2-1b:full:16:512:layer:lean
         llama-3.2-1b:lora:16:512:layer llama-3.2-1b:lora:16:512:layer:offload llama-3.2-1b:qlora:16:512
         llama-3.2-3b:lora:16:512 llama-3.2-3b:dora:16:512 llama-3.2-3b:dora:8:512
         llama-3.2-3b:qlora:19:512:layer llama-3.2-3b:qlora:19:512:layer:offload
@@ -54,7 +57,8 @@ for w in "${workloads[@]}"; do
     adamw8bit) optimizer=adamw8bit ;;
     offload) extra=(--offload) ;;
     compact) optimizer=adamw8bit extra=(--master split) ;;
-    *) echo "bench_table.sh: unknown flag '$flag' in $w (nopeer, adamw8bit, offload, compact)" >&2; exit 1 ;;
+    lean) optimizer=adamw8bit extra=(--master bf16-sr --grad-dtype bf16 --recompute-mlp) ;;
+    *) echo "bench_table.sh: unknown flag '$flag' in $w (nopeer, adamw8bit, offload, compact, lean)" >&2; exit 1 ;;
     esac
     name="$model.$method.${batch}x$seq.$recompute${flag:+.$flag}"
     settings="--recompute $recompute${extra[*]:+ ${extra[*]}}${REFINE_FLAGS:+ $REFINE_FLAGS}"

@@ -6,7 +6,8 @@
 #   - the ratio is refine's tokens/s over the peer's; a row the peer wins in speed or in memory is
 #     marked GAP, a row refine wins in both is not;
 #   - refine-alone rows (adamw8bit, nopeer) run no peer; compact rows (split masters, 8-bit AdamW)
-#     run beside the peers; an unknown flag is refused (exit 1).
+#     and lean rows (bf16-sr weights, bf16 gradients, 8-bit AdamW, the MLP input recomputed) run
+#     beside the peers; an unknown flag is refused (exit 1).
 set -uo pipefail
 table=${1:?usage: bench_table_test.sh tools/bench_table.sh}
 tmp=${TEST_TMPDIR:-/tmp}/bench_table_test.$$
@@ -32,12 +33,12 @@ PY
 done
 PEERS=hf,unsloth bash "$table" "$tmp/bench" "$tmp/peers/hf_peer.py" "$tmp/out" llama-3.2-1b:lora:16:512 \
     llama-3.2-1b:lora:16:512:layer:offload llama-3.2-1b:full:16:512:none:adamw8bit \
-    llama-3.1-8b:full:4:512:layer:compact >"$tmp/table.txt" 2>"$tmp/table.err"
+    llama-3.1-8b:full:4:512:layer:compact smollm2-135m:full:32:512:none:lean >"$tmp/table.txt" 2>"$tmp/table.err"
 rc=$?
 cat "$tmp/table.txt"
 row() { grep "^$1 .*| $2 " "$tmp/table.txt"; }
-check "exit status $rc (0), seven rows (two peers for each of three workloads, one refine alone)" \
-    test $rc -eq 0 -a "$(wc -l <"$tmp/table.txt")" -eq 7
+check "exit status $rc (0), nine rows (two peers for each of four workloads, one refine alone)" \
+    test $rc -eq 0 -a "$(wc -l <"$tmp/table.txt")" -eq 9
 check "refine ahead in speed and memory: ratio 1.25, no GAP (HF)" \
     bash -c "grep -q 'ratio 1.25 \\[' <<<'$(row llama-3.2-1b.lora.16x512.none hf)'"
 check "the same against Unsloth, each side's settings named" \
@@ -59,8 +60,11 @@ check "compact: refine with split masters and 8-bit AdamW beside the peers (HF w
     test "$(grep -- '--method full' "$tmp/bench.args" | grep -- '--master split' | grep -c -- '--optimizer adamw8bit')" -eq 1 \
     -a "$(grep -c -- '--model llama-3.1-8b --method full .*--recompute' "$tmp/peers/hf_peer.args")" -eq 1 \
     -a "$(grep -c '^llama-3.1-8b.full.4x512.layer.compact .*| hf .*\[refine --recompute layer --master split --optimizer adamw8bit; hf --recompute\]' "$tmp/table.txt")" -eq 1
+check "lean: refine with bf16-sr weights, bf16 gradients, 8-bit AdamW and the MLP input recomputed beside the peers" \
+    test "$(grep -- '--master bf16-sr --grad-dtype bf16 --recompute-mlp' "$tmp/bench.args" | grep -c -- '--optimizer adamw8bit')" -eq 1 \
+    -a "$(grep -c '^smollm2-135m.full.32x512.none.lean .*| unsloth .*\[refine --recompute none --master bf16-sr --grad-dtype bf16 --recompute-mlp --optimizer adamw8bit; unsloth defaults\]' "$tmp/table.txt")" -eq 1
 check "every JSON line kept, the peers' tagged" \
-    test "$(grep -c '"peer":"unsloth"' "$tmp/out/bench.jsonl")" -eq 3 -a "$(grep -c '"system":"refine"' "$tmp/out/bench.jsonl")" -eq 4
+    test "$(grep -c '"peer":"unsloth"' "$tmp/out/bench.jsonl")" -eq 4 -a "$(grep -c '"system":"refine"' "$tmp/out/bench.jsonl")" -eq 5
 bash "$table" "$tmp/bench" "$tmp/peers/hf_peer.py" "$tmp/out2" llama-3.2-1b:lora:16:512:none:offlaod >/dev/null 2>"$tmp/bad.err"
 rc=$?
 check "an unknown flag: exit status $rc (1), named" test $rc -eq 1 -a "$(grep -c "unknown flag 'offlaod'" "$tmp/bad.err")" -eq 1
