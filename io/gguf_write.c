@@ -321,6 +321,11 @@ int gguf_write_model(const char *path, const struct model_config *c, const struc
 #undef ARCH_U32
 #undef ARCH_F32
     int rc = tokenizer_gguf_metadata(tok, w, (uint32_t)c->V, e);
+    /* the config's eos where the tokenizer names none (gguf-py's SpecialVocab falls back to
+     * config.json the same way): a reader — refine's own trainer among them — finds where a sequence
+     * ends. (Not bos: a reader would start prepending it, which the source model did not.) */
+    if (rc == 0 && tokenizer_eos_id(tok) < 0 && c->n_eos > 0 && c->eos_token_ids[0] >= 0 && c->eos_token_ids[0] < c->V)
+        gguf_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)c->eos_token_ids[0]);
 
     const int n_slots = MW_N_GLOBAL + c->L * MW_N_LAYER;
     void **owned = calloc((size_t)n_slots + 1, sizeof *owned);

@@ -107,6 +107,12 @@ struct tokenizer *tokenizer_from_gguf_kv(const struct tokenizer_gguf_kv *kv, str
 
 void tokenizer_free(struct tokenizer *t);
 
+/* The tokenizer as HF files in dir (which must exist): tokenizer.json and tokenizer_config.json
+ * (bos/eos, add_bos_token, the chat template), each written atomically (io/tokenizer_write.c);
+ * tokenizer_load of dir/tokenizer.json gives a tokenizer that encodes and decodes as t does. -1
+ * with *e for a pre-tokenizer outside Llama 3's, SmolLM's and GPT-2's, or a write failure. */
+int tokenizer_write_hf(const struct tokenizer *t, const char *dir, struct io_err *e);
+
 /* ---- queries ----------------------------------------------------------------------------- */
 
 /* V: one more than the largest id (vocabulary plus added tokens). */

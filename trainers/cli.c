@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "io/file.h"
 #include "io/prompts.h"
 #include "io/text_stream.h"
 #include "io/tokenizer.h"
@@ -123,8 +124,30 @@ static void close_sampling(struct sampling *s) {
     free(s->ids), free(s->lens), free(s->text);
 }
 
-static int export_outputs(const struct train_options *o, const struct model_config *c, const struct train_engine *eng,
-                          const struct tokenizer *tok, struct io_err *e) {
+/* The merged folder's tokenizer: an HF source's own tokenizer.json and tokenizer_config.json copied
+ * byte for byte; otherwise (a GGUF source, or a folder with only Meta's tokenizer.model) the
+ * tokenizer written as those files (io/tokenizer.h tokenizer_write_hf). The folder then loads in
+ * transformers and //trainers:generate as it is. */
+static int export_tokenizer(const struct model_source *src, const struct tokenizer *tok, const char *dir,
+                            struct io_err *e) {
+    if (src->kind != MODEL_SOURCE_HF || !src->tokenizer_json[0]) return tokenizer_write_hf(tok, dir, e);
+    static const char *const k_files[] = {"tokenizer.json", "tokenizer_config.json"};
+    for (size_t i = 0; i < sizeof k_files / sizeof *k_files; i++) {
+        char from[MODEL_SOURCE_PATH_MAX + 32], to[OPT_PATH_MAX + 64];
+        snprintf(from, sizeof from, "%s/%s", src->path, k_files[i]);
+        snprintf(to, sizeof to, "%s/%s", dir, k_files[i]);
+        if (!file_exists(from)) continue;
+        struct mapped_file m;
+        if (map_file(&m, from, e)) return -1;
+        const int rc = write_file_atomic(to, m.data, m.size, e);
+        unmap_file(&m);
+        if (rc) return -1;
+    }
+    return 0;
+}
+
+static int export_outputs(const struct train_options *o, const struct model_source *src, const struct model_config *c,
+                          const struct train_engine *eng, const struct tokenizer *tok, struct io_err *e) {
     char dir[OPT_PATH_MAX + 32];
     if (o->method != METHOD_FULL) {
         snprintf(dir, sizeof dir, "%s/adapter", o->out);
@@ -134,6 +157,7 @@ static int export_outputs(const struct train_options *o, const struct model_conf
     if (o->export_kind != EXPORT_ADAPTER || o->method == METHOD_FULL) {
         snprintf(dir, sizeof dir, "%s/merged", o->out);
         if (export_merged(dir, c, eng, o->method == METHOD_FULL, eng->adapter_scale, e)) return -1;
+        if (export_tokenizer(src, tok, dir, e)) return -1;
         printf("model (HF safetensors, bf16): %s\n", dir);
     }
     if (o->export_kind == EXPORT_GGUF) {
@@ -241,7 +265,7 @@ int train_main(int argc, char **argv, const struct trainer *t) {
     int rc = train_loop_run(&o, &eng, &bs, &comm, identity, &res, &e);
     /* exports read the whole state on rank 0: a sharded engine gathers it first (every rank) */
     if (rc == 0 && !res.stopped_early && eng.gather != NULL) rc = eng.gather(eng.self, &e);
-    if (rc == 0 && !res.stopped_early && root) rc = export_outputs(&o, &src.config, &eng, tok, &e);
+    if (rc == 0 && !res.stopped_early && root) rc = export_outputs(&o, &src, &src.config, &eng, tok, &e);
     if (rc == 0 && root)
         printf("metrics: %s/metrics.jsonl, plot: %s/loss.svg, checkpoint: %s/checkpoint\n", o.out, o.out, o.out);
     if (rc == 0 && res.stop_signal != 0 && root) {

@@ -13,11 +13,14 @@
  *     conversations equal apply_chat_template. Also the HF tokenizer.json when
  *     $REFINE_CACHE/tokenizers/llama3/tokenizer.json exists. Skipped, with a message, when the
  *     cached file is absent.
+ *   Each of them written as HF files (tokenizer_write_hf: a merged model folder's tokenizer) and
+ *     read back: the same ids for every string and conversation.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cJSON.h"
 #include "io/error.h"
@@ -222,6 +225,42 @@ static void check_gguf_path(const struct tokenizer *ref) {
     cJSON_Delete(root);
 }
 
+/* The tokenizer written as HF files (tokenizer_write_hf) and read back: the same vocabulary, specials,
+ * template and ids for every string and conversation (what a merged model folder carries). A
+ * tokenizer without template text (tiktoken's: Llama 3's chat is known by its special tokens)
+ * writes none (has_template 0): the copy then has no chat template. */
+static void check_written(const struct tokenizer *t, const char *name, const char *key, int skip_reserved,
+                          int has_template) {
+    char dir[1100];
+    const char *base = getenv("TEST_TMPDIR");
+    snprintf(dir, sizeof dir, "%s/tok_written_XXXXXX", base && *base ? base : "/tmp");
+    if (!mkdtemp(dir)) {
+        EXPECT(0, "%s written: cannot create %s", name, dir);
+        return;
+    }
+    struct io_err e;
+    char what[160], path[1200];
+    snprintf(what, sizeof what, "%s (written as tokenizer.json)", name);
+    const int rc = tokenizer_write_hf(t, dir, &e);
+    EXPECT(rc == 0, "%s: %s", what, rc == 0 ? "" : e.msg);
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    struct tokenizer *w = rc == 0 ? tokenizer_load(path, &e) : NULL;
+    EXPECT(rc != 0 || w != NULL, "%s: reading it back: %s", what, w ? "" : e.msg);
+    if (w) {
+        EXPECT(tokenizer_vocab_size(w) == tokenizer_vocab_size(t) && tokenizer_bos_id(w) == tokenizer_bos_id(t) &&
+                   tokenizer_eos_id(w) == tokenizer_eos_id(t) && tokenizer_adds_bos(w) == tokenizer_adds_bos(t) &&
+                   tokenizer_chat_template(w) == (has_template ? tokenizer_chat_template(t) : CHAT_TEMPLATE_NONE),
+               "%s: V, bos/eos, add_bos or chat template differ from the tokenizer written", what);
+        check_strings(w, what, key, skip_reserved);
+        if (has_template) check_chat(w, what, key);
+        tokenizer_free(w);
+    }
+    remove(path);
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    remove(path);
+    rmdir(dir);
+}
+
 static void cache_path(char *buf, size_t cap, const char *rel) {
     char cache[1024];
     train_cache_dir(cache, sizeof cache);
@@ -284,6 +323,7 @@ int main(int argc, char **argv) {
         check_strings(smol, "smollm2", "smollm2", 0);
         check_chat(smol, "smollm2 chat", "smollm2");
         check_gguf_path(smol);
+        check_written(smol, "smollm2", "smollm2", 0, 1);
         tokenizer_free(smol);
     }
 
@@ -305,6 +345,7 @@ int main(int argc, char **argv) {
                    "smollm2 GGUF: V, bos/eos, add_bos or chat template differ from the GGUF metadata");
             check_strings(t, "smollm2 (GGUF)", "smollm2", 0);
             check_chat(t, "smollm2 chat (GGUF)", "smollm2");
+            check_written(t, "smollm2 (GGUF)", "smollm2", 0, 1);
             tokenizer_free(t);
         }
     }
@@ -321,6 +362,7 @@ int main(int argc, char **argv) {
             EXPECT(tokenizer_adds_bos(t), "llama3 prepends BOS");
             check_strings(t, "llama3 (tiktoken)", "llama3", 0);
             check_chat(t, "llama3 chat (tiktoken)", "llama3");
+            check_written(t, "llama3 (tiktoken)", "llama3", 0, 0);
             tokenizer_free(t);
         }
     }

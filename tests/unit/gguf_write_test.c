@@ -171,7 +171,11 @@ static void model_case(const char *dir, const char *tok_path, enum ggml_type typ
             tokenizer_encode(t2, text, sizeof text - 1, TOKENIZER_ADD_BOS, &i2);
             EXPECT(i1.n == i2.n && memcmp(i1.ids, i2.ids, i1.n * 4) == 0, "%s: the tokenizer read back encodes differently",
                    label);
-            EXPECT(tokenizer_bos_id(tok) == tokenizer_bos_id(t2) && tokenizer_eos_id(tok) == tokenizer_eos_id(t2) &&
+            /* eos: the tokenizer's, or where it names none the config's (written as gguf-py does) */
+            const int64_t want_eos = tokenizer_eos_id(tok) >= 0 ? tokenizer_eos_id(tok)
+                                     : src.config.n_eos > 0   ? src.config.eos_token_ids[0]
+                                                              : -1;
+            EXPECT(tokenizer_bos_id(tok) == tokenizer_bos_id(t2) && want_eos == tokenizer_eos_id(t2) &&
                        tokenizer_adds_bos(tok) == tokenizer_adds_bos(t2) &&
                        tokenizer_chat_template(tok) == tokenizer_chat_template(t2),
                    "%s: bos/eos/add-bos/chat template differ after the round trip", label);

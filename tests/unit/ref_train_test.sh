@@ -6,7 +6,8 @@
 #   - two identical runs give identical bytes; DoRA, QLoRA, QDoRA and full fine-tuning run, and
 #     DoRA and full export merged models;
 #   - --export gguf (f16, bf16, q8_0) writes a GGUF that //ref:generate loads with the tokenizer it
-#     carries; F16 and BF16 generate the merged folder's greedy tokens, Q8_0 generates;
+#     carries; F16 and BF16 generate the merged folder's greedy tokens, Q8_0 generates; merged/
+#     carries the source's tokenizer (an HF source's files copied, a GGUF source's written);
 #   - --precision bf16 trains, its losses differ from the fp32 run's yet stay close, its stop and
 #     resume is bitwise the uninterrupted run, and its DoRA, QLoRA, QDoRA and full runs succeed;
 #   - full fine-tuning with bf16 gradients (--grad-dtype bf16) trains the same first step, then
@@ -92,6 +93,22 @@ for t in f16 bf16 q8_0; do
     check "--gguf-type $t: the GGUF generates merged/'s greedy tokens" \
         cmp -s "$tmp/g_$t.jsonl" "$tmp/g_${t}_merged.jsonl"
 done
+# merged/ carries its tokenizer: an HF source's files byte for byte, so //ref:generate needs no
+# --tokenizer; a GGUF source's tokenizer written as tokenizer.json + tokenizer_config.json
+# (io/tokenizer_write.c), with which merged/ generates what the source's own tokenizer makes it.
+check "merged/ holds the HF source's tokenizer.json, byte for byte" \
+    cmp -s "$tmp/model/tokenizer.json" "$tmp/g_bf16/merged/tokenizer.json"
+greedy "$tmp/g_bf16_own.jsonl" --model "$tmp/g_bf16/merged"
+check "merged/ generates with its own tokenizer as with the source's" cmp -s "$tmp/g_bf16_own.jsonl" "$tmp/g_bf16_merged.jsonl"
+"$bin" "${common[@]}" --model "$tmp/g_bf16/model-bf16.gguf" --max-steps 2 --warmup 0 --export merged --out "$tmp/gm" \
+    >"$tmp/gm.log" 2>&1
+check "training from the exported GGUF (its eos from the config) writes merged/ with tokenizer.json and tokenizer_config.json" \
+    test $? -eq 0 -a -s "$tmp/gm/merged/tokenizer.json" -a -s "$tmp/gm/merged/tokenizer_config.json"
+greedy "$tmp/gm_own.jsonl" --model "$tmp/gm/merged"
+greedy "$tmp/gm_src.jsonl" --model "$tmp/gm/merged" --tokenizer "$tmp/model/tokenizer.json"
+check "a GGUF source's merged/ generates with its written tokenizer as with the original tokenizer.json" \
+    test "$(grep -c '"tokens":24,' "$tmp/gm_own.jsonl" 2>/dev/null)" -eq 3 -a -s "$tmp/gm_src.jsonl" \
+    && cmp -s "$tmp/gm_own.jsonl" "$tmp/gm_src.jsonl"
 
 "$bin" "${common[@]}" --method qlora --out "$tmp/q" >"$tmp/q.log" 2>&1
 check "QLoRA (NF4 base) runs and writes its adapter" test $? -eq 0 -a -s "$tmp/q/adapter/adapter_model.safetensors"
