@@ -6,7 +6,9 @@
  *   ByteLevel-mapped strings; added tokens their content); tokenizer.ggml.token_type (CONTROL for
  *   special added tokens, USER_DEFINED for other added tokens, NORMAL, UNUSED for padding);
  *   tokenizer.ggml.merges ("left right" in rank order); bos/eos (u32, when the tokenizer has
- *   them); tokenizer.ggml.add_bos_token; tokenizer.chat_template (the text as read). */
+ *   them); tokenizer.ggml.add_bos_token; tokenizer.chat_template (the text as read).
+ * Also the two views both exports share (tokenizer_internal.h): the pre-tokenizer's llama.cpp name
+ * (tok_pre_name) and the merges in rank order (tok_merges_ranked). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,15 +17,26 @@
 #include "io/gguf_write.h"
 #include "io/tokenizer_internal.h"
 
-struct merge_rec {
-    uint32_t rank, left, right;
-};
-
 static int by_rank(const void *a, const void *b) {
-    const struct merge_rec *x = a, *y = b;
+    const struct tok_merge *x = a, *y = b;
     if (x->rank != y->rank) return x->rank < y->rank ? -1 : 1;
     if (x->left != y->left) return x->left < y->left ? -1 : 1;
     return (x->right > y->right) - (x->right < y->right);
+}
+
+size_t tok_merges_ranked(const struct tokenizer *t, struct tok_merge **out) {
+    const struct tok_pairmap *m = &t->merges;
+    struct tok_merge *recs = calloc(m->n ? m->n : 1, sizeof *recs);
+    CHECK(recs != NULL, "out of memory");
+    size_t n = 0;
+    for (size_t s = 0; s < m->cap; s++) {
+        if (!m->keys || m->keys[s] == 0) continue;
+        const uint64_t key = m->keys[s] - 1;
+        recs[n++] = (struct tok_merge){m->rank[s], (uint32_t)(key >> 32), (uint32_t)key};
+    }
+    qsort(recs, n, sizeof *recs, by_rank);
+    *out = recs;
+    return n;
 }
 
 static int same_patterns(const struct tokenizer *t, const char *const *want, int n) {
@@ -33,12 +46,16 @@ static int same_patterns(const struct tokenizer *t, const char *const *want, int
     return 1;
 }
 
-int tokenizer_gguf_metadata(const struct tokenizer *t, struct gguf_writer *w, uint32_t V, struct io_err *e) {
-    const char *pre = NULL;
+const char *tok_pre_name(const struct tokenizer *t) {
     const char *llama3[1] = {TOK_RE_LLAMA3}, *smol[2] = {TOK_RE_DIGITS, TOK_RE_GPT2}, *gpt2[1] = {TOK_RE_GPT2};
-    if (same_patterns(t, llama3, 1)) pre = "llama-bpe";
-    else if (same_patterns(t, smol, 2)) pre = "smollm";
-    else if (same_patterns(t, gpt2, 1)) pre = "gpt2";
+    if (same_patterns(t, llama3, 1)) return "llama-bpe";
+    if (same_patterns(t, smol, 2)) return "smollm";
+    if (same_patterns(t, gpt2, 1)) return "gpt2";
+    return NULL;
+}
+
+int tokenizer_gguf_metadata(const struct tokenizer *t, struct gguf_writer *w, uint32_t V, struct io_err *e) {
+    const char *pre = tok_pre_name(t);
     if (!pre)
         return io_fail(e, "GGUF export: the tokenizer's pre-tokenizer is none of those llama.cpp names (Llama 3's "
                           "llama-bpe, SmolLM's smollm, GPT-2's gpt2)");
@@ -68,16 +85,8 @@ int tokenizer_gguf_metadata(const struct tokenizer *t, struct gguf_writer *w, ui
     for (uint32_t i = 0; i < V; i++) free(pads[i]);
     free(pads), free(types), free(lens), free(strs);
     /* merges in rank order, "left right" with the ByteLevel-mapped strings */
-    const struct tok_pairmap *m = &t->merges;
-    struct merge_rec *recs = calloc(m->n ? m->n : 1, sizeof *recs);
-    CHECK(recs != NULL, "out of memory");
-    size_t n = 0;
-    for (size_t s = 0; s < m->cap; s++) {
-        if (!m->keys || m->keys[s] == 0) continue;
-        const uint64_t key = m->keys[s] - 1;
-        recs[n++] = (struct merge_rec){m->rank[s], (uint32_t)(key >> 32), (uint32_t)key};
-    }
-    qsort(recs, n, sizeof *recs, by_rank);
+    struct tok_merge *recs;
+    const size_t n = tok_merges_ranked(t, &recs);
     char **ms = calloc(n ? n : 1, sizeof *ms);
     CHECK(ms != NULL, "out of memory");
     for (size_t i = 0; i < n; i++) {

@@ -148,6 +148,16 @@ extern const char *const TOK_RE_LLAMA3;
 extern const char *const TOK_RE_GPT2;
 extern const char *const TOK_RE_DIGITS;
 
+/* The pre-tokenizer by the name llama.cpp gives it: "llama-bpe" (Llama 3's regex), "smollm" (digits,
+ * then GPT-2's), "gpt2" (GPT-2's), or NULL for any other (the exports write only these). */
+const char *tok_pre_name(const struct tokenizer *t);
+/* The merges in rank order (ties by left, then right id): *out (malloc'd, the caller frees) holds
+ * n (left, right) id pairs; returns n. */
+struct tok_merge {
+    uint32_t rank, left, right;
+};
+size_t tok_merges_ranked(const struct tokenizer *t, struct tok_merge **out);
+
 /* Encodes, also returning for each appended id the byte offset where its text begins (offsets
  * may be NULL). Used by the chat templates for loss masks. */
 size_t tok_encode_offsets(struct tokenizer *t, const char *text, size_t len, int flags,

@@ -24,24 +24,6 @@
 #include "io/file.h"
 #include "io/tokenizer_internal.h"
 
-struct merge_rank {
-    uint32_t rank, left, right;
-};
-
-static int by_rank(const void *a, const void *b) {
-    const struct merge_rank *x = a, *y = b;
-    if (x->rank != y->rank) return x->rank < y->rank ? -1 : 1;
-    if (x->left != y->left) return x->left < y->left ? -1 : 1;
-    return (x->right > y->right) - (x->right < y->right);
-}
-
-static int patterns_are(const struct tokenizer *t, const char *const *want, int n) {
-    if (t->n_re != n) return 0;
-    for (int i = 0; i < n; i++)
-        if (strcmp(t->re_pattern[i], want[i]) != 0) return 0;
-    return 1;
-}
-
 /* A string of n bytes (not NUL-terminated) as a cJSON string. */
 static cJSON *str_n(const char *s, size_t n) {
     char *z = malloc(n + 1);
@@ -64,9 +46,9 @@ static cJSON *byte_level(int use_regex) {
 }
 
 static int pre_tokenizer(const struct tokenizer *t, cJSON *root, struct io_err *e) {
-    const char *llama3[1] = {TOK_RE_LLAMA3}, *smol[2] = {TOK_RE_DIGITS, TOK_RE_GPT2}, *gpt2[1] = {TOK_RE_GPT2};
+    const char *name = tok_pre_name(t);
     cJSON *pre;
-    if (patterns_are(t, llama3, 1)) {
+    if (name && strcmp(name, "llama-bpe") == 0) {
         pre = cJSON_CreateObject();
         cJSON_AddStringToObject(pre, "type", "Sequence");
         cJSON *list = cJSON_AddArrayToObject(pre, "pretokenizers");
@@ -77,7 +59,7 @@ static int pre_tokenizer(const struct tokenizer *t, cJSON *root, struct io_err *
         cJSON_AddBoolToObject(split, "invert", 0);
         cJSON_AddItemToArray(list, split);
         cJSON_AddItemToArray(list, byte_level(0));
-    } else if (patterns_are(t, smol, 2)) {
+    } else if (name && strcmp(name, "smollm") == 0) {
         pre = cJSON_CreateObject();
         cJSON_AddStringToObject(pre, "type", "Sequence");
         cJSON *list = cJSON_AddArrayToObject(pre, "pretokenizers");
@@ -86,7 +68,7 @@ static int pre_tokenizer(const struct tokenizer *t, cJSON *root, struct io_err *
         cJSON_AddBoolToObject(digits, "individual_digits", 1);
         cJSON_AddItemToArray(list, digits);
         cJSON_AddItemToArray(list, byte_level(1));
-    } else if (patterns_are(t, gpt2, 1)) {
+    } else if (name && strcmp(name, "gpt2") == 0) {
         pre = byte_level(1);
     } else {
         return io_fail(e, "tokenizer.json export: the tokenizer's pre-tokenizer is none of Llama 3's, SmolLM's and "
@@ -189,16 +171,8 @@ int tokenizer_write_hf(const struct tokenizer *t, const char *dir, struct io_err
         cJSON_AddNumberToObject(vocab, z, (double)i);
         free(z);
     }
-    const struct tok_pairmap *m = &t->merges;
-    struct merge_rank *recs = calloc(m->n ? m->n : 1, sizeof *recs);
-    CHECK(recs != NULL, "out of memory");
-    size_t n = 0;
-    for (size_t s = 0; s < m->cap; s++) {
-        if (!m->keys || m->keys[s] == 0) continue;
-        const uint64_t key = m->keys[s] - 1;
-        recs[n++] = (struct merge_rank){m->rank[s], (uint32_t)(key >> 32), (uint32_t)key};
-    }
-    qsort(recs, n, sizeof *recs, by_rank);
+    struct tok_merge *recs;
+    const size_t n = tok_merges_ranked(t, &recs);
     cJSON *merges = cJSON_AddArrayToObject(model, "merges");
     for (size_t i = 0; i < n; i++) {
         const struct tok_entry *l = &t->tok[recs[i].left], *r = &t->tok[recs[i].right];
