@@ -7,7 +7,8 @@
  * shared-memory tree) into `partials`; (2) one block adds the partials in double in a fixed order
  * and writes the norm and the clip coefficient to device memory (no host round trip); (3) the
  * update, memory-bound (reads p, m, v, g, writes p, m, v and the bf16 copy: 30 bytes an element;
- * split masters read and write the copy and the low half instead of p: 28 bytes),
+ * split masters read and write the copy and the low half instead of p: 28 bytes; bf16 weights
+ * the copy alone: 24 bytes, and under stochastic rounding one Philox call per four elements),
  * 16-byte accesses (4 elements a thread) for tensors whose size is a multiple of 4 and whose
  * buffers are aligned, else coalesced scalar accesses; each op written with __f*_rn so that nvcc
  * cannot contract it, and the two fused multiply-adds of ref/adamw.h with __fmaf_rn. kChunk is a multiple of 4, so a chunk never splits a vector.
