@@ -57,6 +57,7 @@
 #include <stdint.h>
 
 #include "ref/adamw.h"
+#include "ref/master_pair.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -81,6 +82,12 @@ struct gpu_adamw_param {
     uint32_t sr_tensor; /* bf16_sr_tensor_hash of the tensor's name */
 };
 
+
+/* master_bf16 (here and in gpu/adamw8bit.h) of the masters' storage: 1 bf16 weights, 2 rounded
+ * stochastically, 0 otherwise. */
+static inline int gpu_adamw_master_bf16(enum master_storage ms) {
+    return ms == MASTER_BF16 ? 1 : ms == MASTER_BF16_SR ? 2 : 0;
+}
 
 struct gpu_adamw;
 

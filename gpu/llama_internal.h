@@ -261,10 +261,8 @@ float *gl_grad_f32(const gpu_llama *m, const gl_param &p);
 static inline bool gl_master_in_copy(const gpu_llama *m) {
     return m->opt.master == MASTER_SPLIT || m->opt.master == MASTER_BF16 || m->opt.master == MASTER_BF16_SR;
 }
-/* The optimizers' master_bf16 (gpu/adamw.h): 0 a master, 1 bf16 weights, 2 rounded stochastically. */
-static inline int gl_master_bf16(const gpu_llama *m) {
-    return m->opt.master == MASTER_BF16 ? 1 : m->opt.master == MASTER_BF16_SR ? 2 : 0;
-}
+/* The optimizers' master_bf16 (gpu/adamw.h). */
+static inline int gl_master_bf16(const gpu_llama *m) { return gpu_adamw_master_bf16(m->opt.master); }
 /* Masters in the copy with bf16 gradients: a gradient row cannot hold its tensor's fp32 master, so
  * every master is staged at the gradient slab's start (sized to hold the largest) and split into its
  * pair as soon as it is written (gl_take_staged, llama_layout.cu). */

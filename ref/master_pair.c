@@ -20,6 +20,13 @@ void bf16_sr_round_array(float *x, int64_t n, uint64_t seed, int64_t step, uint3
     }
 }
 
+void master_storage_round_array(float *x, int64_t n, enum master_storage ms, uint64_t seed, int64_t step,
+                                uint32_t tensor) {
+    if (ms == MASTER_SPLIT) master_pair_round_array(x, n);
+    else if (ms == MASTER_BF16 || (ms == MASTER_BF16_SR && step <= 0)) bf16_round_array(x, x, n);
+    else if (ms == MASTER_BF16_SR) bf16_sr_round_array(x, n, seed, step, tensor);
+}
+
 void master_pair_round_array(float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] = master_pair_round(x[i]);
 }

@@ -127,6 +127,13 @@ static inline float master_pair_round(float x) {
 /* x[e] ← bf16_sr(x[e]) for e in [0, n), keyed as above (host; the CPU trainer's --master bf16-sr). */
 void bf16_sr_round_array(float *x, int64_t n, uint64_t seed, int64_t step, uint32_t tensor);
 
+/* x ← the values masters of storage ms hold: after optimizer step `step` ≥ 1, or at load and resume
+ * (step 0). fp32: unchanged; split: master_pair_round; bf16: bf16_round; bf16-sr: bf16_round at
+ * step 0, else bf16_sr_round_array keyed (seed, step, tensor). The CPU trainer's rule for its fp32
+ * masters, and the parity tests' oracle of the GPU optimizers. */
+void master_storage_round_array(float *x, int64_t n, enum master_storage ms, uint64_t seed, int64_t step,
+                                uint32_t tensor);
+
 /* Array forms: x[i] ← master_pair_round(x[i]); split n masters into hi, lo; join them into x. lo
  * NULL (MASTER_BF16): split writes hi alone (bf16_rne), join widens hi. */
 void master_pair_round_array(float *x, int64_t n);

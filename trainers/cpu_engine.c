@@ -266,10 +266,7 @@ static int eng_eval(void *self, const int32_t *tokens, const int32_t *labels, in
  * update `step` (≥ 1) its stochastic rounding (ref/master_pair.h bf16_sr, keyed by the run's seed,
  * the step and the tensor's name), at load and resume (step 0) the nearest. */
 static void refresh_compute(const struct param *p, int64_t step) {
-    if (p->master == MASTER_SPLIT) master_pair_round_array(p->data, p->numel);
-    if (p->master == MASTER_BF16 || (p->master == MASTER_BF16_SR && step <= 0))
-        bf16_round_array(p->data, p->data, p->numel);
-    if (p->master == MASTER_BF16_SR && step > 0) bf16_sr_round_array(p->data, p->numel, p->sr_seed, step, p->sr_tensor);
+    master_storage_round_array(p->data, p->numel, p->master, p->sr_seed, step, p->sr_tensor);
     if (p->compute) bf16_round_array(p->compute, p->data, p->numel);
 }
 

@@ -91,13 +91,10 @@ static uint32_t sr_tensor_of(int id) {
     return bf16_sr_tensor_hash(name);
 }
 
-/* The masters as form ms holds them: master_pair_round (split masters), bf16_round (bf16 weights,
- * and bf16-sr weights before the first step: step 0), bf16_sr_round_array keyed (kSrSeed, step,
- * tensor) (bf16-sr weights after step ≥ 1), unchanged (fp32). */
+/* The masters as form ms holds them (ref/master_pair.h master_storage_round_array; bf16-sr keyed
+ * (kSrSeed, step, tensor)): at the start (step 0) and after step ≥ 1. */
 static void master_round_array(float *x, int64_t n, enum master_storage ms, int64_t step = 0, uint32_t tensor = 0) {
-    if (ms == MASTER_SPLIT) master_pair_round_array(x, n);
-    else if (ms == MASTER_BF16 || (ms == MASTER_BF16_SR && step == 0)) bf16_round_array(x, x, n);
-    else if (ms == MASTER_BF16_SR) bf16_sr_round_array(x, n, kSrSeed, step, tensor);
+    master_storage_round_array(x, n, ms, kSrSeed, step, tensor);
 }
 
 static const char *master_label(enum master_storage ms) {
@@ -123,7 +120,7 @@ static void dev_tensor8_alloc(dev_tensor8 *d, const struct adamw8bit_state *s, c
     d->t.p = in_copy ? nullptr : (float *)d->p.data, d->t.copy = (uint16_t *)d->copy.data, d->t.grad = grad;
     d->t.n = n;
     d->t.lo = ms == MASTER_SPLIT ? (uint16_t *)d->lo.data : nullptr;
-    d->t.master_bf16 = ms == MASTER_BF16 ? 1 : ms == MASTER_BF16_SR ? 2 : 0;
+    d->t.master_bf16 = gpu_adamw_master_bf16(ms);
     d->t.sr_seed = kSrSeed, d->t.sr_tensor = sr_tensor;
     d->t.is_8bit = s->is_8bit;
     if (s->is_8bit) {

@@ -116,23 +116,15 @@ static uint32_t sr_tensor_of(int i) {
     return bf16_sr_tensor_hash(name);
 }
 
-/* The masters as form ms holds them: master_pair_round (split masters), bf16_round (bf16 weights,
- * and bf16-sr weights before the first step: step 0), bf16_sr_round_array keyed (kSrSeed, step,
- * tensor) (bf16-sr weights after step ≥ 1), unchanged (fp32). */
+/* The masters as form ms holds them (ref/master_pair.h master_storage_round_array; bf16-sr keyed
+ * (kSrSeed, step, tensor)): at the start (step 0) and after step ≥ 1. */
 static void master_round_array(float *x, int64_t n, enum master_storage ms, int64_t step = 0, uint32_t tensor = 0) {
-    if (ms == MASTER_SPLIT) master_pair_round_array(x, n);
-    else if (ms == MASTER_BF16 || (ms == MASTER_BF16_SR && step == 0)) bf16_round_array(x, x, n);
-    else if (ms == MASTER_BF16_SR) bf16_sr_round_array(x, n, kSrSeed, step, tensor);
+    master_storage_round_array(x, n, ms, kSrSeed, step, tensor);
 }
 
 static const char *master_label(enum master_storage ms) {
     static const char *const label[] = {"", ", split masters", ", bf16 weights", ", bf16-sr weights"};
     return label[ms]; /* index = enum value */
-}
-
-/* gpu_adamw_param.master_bf16 of form ms. */
-static int master_bf16_of(enum master_storage ms) {
-    return ms == MASTER_BF16 ? 1 : ms == MASTER_BF16_SR ? 2 : 0;
 }
 
 /* finite_guard: every step is given a guard scalar of 3.5 (finite: no effect on the update).
@@ -177,7 +169,7 @@ static void run_optimizer(const std::vector<int64_t> &sizes, double max_norm, in
         if (in_copy) dev_buf_reset(&bc[i], hi.data());
         params[i] = {in_copy ? nullptr : (float *)bp[i].data, t.has_copy ? (uint16_t *)bc[i].data : nullptr,
                      (float *)bm[i].data, (float *)bv[i].data, (const float *)bg[i].data, nullptr, t.n, t.decay,
-                     split ? (uint16_t *)bl[i].data : nullptr, master_bf16_of(ms), kSrSeed, sr_tensor_of(i)};
+                     split ? (uint16_t *)bl[i].data : nullptr, gpu_adamw_master_bf16(ms), kSrSeed, sr_tensor_of(i)};
     }
     struct gpu_adamw *opt = build_gpu_adamw(params.data(), T);
     struct dev_buf bnorm, bguard;
@@ -478,7 +470,7 @@ static void run_bf16_grads(const std::vector<int64_t> &sizes, double max_norm, e
             params[f].push_back({in_copy ? nullptr : (float *)b.p.data,
                                  in_copy || i % 2 == 0 ? (uint16_t *)b.c.data : nullptr, (float *)b.m.data,
                                  (float *)b.v.data, g32, g16, n, i % 3 != 1, split ? (uint16_t *)b.lo.data : nullptr,
-                                 master_bf16_of(ms), kSrSeed, sr_tensor_of(i)});
+                                 gpu_adamw_master_bf16(ms), kSrSeed, sr_tensor_of(i)});
             norm_only[f].push_back({nullptr, nullptr, nullptr, nullptr, g32, g16, n, 1, nullptr});
         }
     }
@@ -954,7 +946,7 @@ static void run_sr_small_updates(int id) {
             dev_buf_alloc(&bg[i], "grad", b4, POISON_NONE, t.g.data());
             dev_buf_alloc(&bc[i], "copy", (size_t)t.n * 2, POISON_NONE, bits_of(t.p).data());
             params[i] = {nullptr, (uint16_t *)bc[i].data, (float *)bm[i].data, (float *)bv[i].data,
-                         (const float *)bg[i].data, nullptr, t.n, 0, nullptr, master_bf16_of(ms), kSrSeed,
+                         (const float *)bg[i].data, nullptr, t.n, 0, nullptr, gpu_adamw_master_bf16(ms), kSrSeed,
                          sr_tensor_of(i)};
         }
         struct gpu_adamw *opt = build_gpu_adamw(params.data(), T);
