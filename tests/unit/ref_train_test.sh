@@ -28,6 +28,20 @@ printf '%s\n' '{"messages": [{"role": "user", "content": "hi"}, {"role": "assist
 
 source tests/common/checks.sh || exit 1 # check NAME COMMAND...; pass=0 fail=0
 losses() { grep '"kind":"train"' "$1/metrics.jsonl" | sed 's/.*"loss":\([^,]*\).*/\1/'; }
+# losses_within FRACTION BASE RUN: RUN's six per-step losses, each within FRACTION (relative) of BASE's
+losses_within() {
+    awk -v tol="$1" 'NR == FNR { f[FNR] = $1; next }
+        { n++; d = $1 - f[FNR]; if (d < 0) d = -d; if (!(d <= tol * f[FNR])) bad = 1 }
+        END { exit !(n == 6 && !bad) }' <(losses "$2") <(losses "$3")
+}
+# resumed DIR FLAGS...: a run with FLAGS stopped after 3 steps and resumed to the end in DIR (the
+# resume's output in DIR.log)
+resumed() {
+    local d=$1
+    shift
+    "$bin" "${common[@]}" "$@" --out "$d" --stop-after 3 >/dev/null 2>&1
+    "$bin" "${common[@]}" "$@" --out "$d" --resume "$d" >"$d.log" 2>&1
+}
 val_loss() { # val_loss LOG first|last
     grep 'validation loss' "$1" | { if [ "$2" = first ]; then head -1; else tail -1; fi; } |
         sed 's/.*validation loss \([0-9.]*\).*/\1/'
@@ -118,8 +132,7 @@ check "QDoRA runs" test $? -eq 0 -a -s "$tmp/qd/adapter/adapter_model.safetensor
 
 "$bin" "${common[@]}" --method full --optimizer adamw8bit --out "$tmp/o" >"$tmp/o.log" 2>&1
 check "8-bit AdamW (full: 8-bit states for the large tensors) runs" test $? -eq 0 -a -s "$tmp/o/merged/model.safetensors"
-"$bin" "${common[@]}" --method full --optimizer adamw8bit --out "$tmp/o2" --stop-after 3 >/dev/null 2>&1
-"$bin" "${common[@]}" --method full --optimizer adamw8bit --out "$tmp/o2" --resume "$tmp/o2" >"$tmp/o2.log" 2>&1
+resumed "$tmp/o2" --method full --optimizer adamw8bit
 check "8-bit AdamW: 3 + resume 3 == 6 (model bytes)" cmp -s "$tmp/o/merged/model.safetensors" "$tmp/o2/merged/model.safetensors"
 check "8-bit AdamW: 3 + resume 3 == 6 (losses)" test "$(losses "$tmp/o")" = "$(losses "$tmp/o2")"
 
@@ -134,13 +147,10 @@ check "bf16: the rounding is real (losses differ from fp32)" test "$(losses "$tm
 # is the same model up to rounded weights and activations (a few u), and six small steps compound
 # that by the training's own sensitivity; measured: at most 0.12%. 2% (≈ 10u) still rejects a
 # compute copy that lags its master by one optimizer step (3-7% from step 2 on).
-check "bf16: every step's loss within 2% of fp32" awk 'NR == FNR { f[FNR] = $1; next }
-    { n++; d = $1 - f[FNR]; if (d < 0) d = -d; if (!(d <= 0.02 * f[FNR])) bad = 1 }
-    END { exit !(n == 6 && !bad) }' <(losses "$tmp/a") <(losses "$tmp/h")
+check "bf16: every step's loss within 2% of fp32" losses_within 0.02 "$tmp/a" "$tmp/h"
 # The resumed run must compute with the checkpoint's masters: its compute copies are refreshed
 # when the checkpoint is written into the engine.
-"$bin" "${common[@]}" --precision bf16 --out "$tmp/hb" --stop-after 3 >/dev/null 2>&1
-"$bin" "${common[@]}" --precision bf16 --out "$tmp/hb" --resume "$tmp/hb" >"$tmp/hb.log" 2>&1
+resumed "$tmp/hb" --precision bf16
 check "bf16 resume exits 0" test $? -eq 0
 check "bf16: 3 + resume 3 == 6: adapter bytes" cmp -s "$tmp/h/adapter/adapter_model.safetensors" "$tmp/hb/adapter/adapter_model.safetensors"
 check "bf16: 3 + resume 3 == 6: per-step losses" test "$(losses "$tmp/h")" = "$(losses "$tmp/hb")"
@@ -152,12 +162,8 @@ check "bf16 full fine-tuning exports the model" test $? -eq 0 -a -s "$tmp/hf/mer
 # 1e-4 relative over six steps (measured: identical). Stop and resume are bitwise.
 "$bin" "${common[@]}" --precision bf16 --method full --master split --out "$tmp/hs" >"$tmp/hs.log" 2>&1
 check "--master split (bf16 full) exports the model" test $? -eq 0 -a -s "$tmp/hs/merged/model.safetensors"
-check "--master split: every step's loss within 1e-4 of the fp32-master run's" awk 'NR == FNR { f[FNR] = $1; next }
-    { n++; d = $1 - f[FNR]; if (d < 0) d = -d; if (!(d <= 1e-4 * f[FNR])) bad = 1 }
-    END { exit !(n == 6 && !bad) }' <(losses "$tmp/hf") <(losses "$tmp/hs")
-"$bin" "${common[@]}" --precision bf16 --method full --master split --out "$tmp/hs2" --stop-after 3 >/dev/null 2>&1
-"$bin" "${common[@]}" --precision bf16 --method full --master split --out "$tmp/hs2" --resume "$tmp/hs2" \
-    >"$tmp/hs2.log" 2>&1
+check "--master split: every step's loss within 1e-4 of the fp32-master run's" losses_within 1e-4 "$tmp/hf" "$tmp/hs"
+resumed "$tmp/hs2" --precision bf16 --method full --master split
 check "--master split: 3 + resume 3 == 6 (model bytes)" cmp -s "$tmp/hs/merged/model.safetensors" "$tmp/hs2/merged/model.safetensors"
 "$bin" "${common[@]}" --precision bf16 --method full --out "$tmp/hs4" --stop-after 3 --master split >/dev/null 2>&1
 "$bin" "${common[@]}" --precision bf16 --method full --out "$tmp/hs4" --resume "$tmp/hs4" >"$tmp/hs4.log" 2>&1
@@ -173,12 +179,8 @@ check "--master bf16: step 1's loss is the fp32-master run's" \
     test "$(losses "$tmp/hw" | head -1)" = "$(losses "$tmp/hf" | head -1)"
 check "--master bf16: the rounding is real (losses differ from fp32 masters')" \
     test "$(losses "$tmp/hw")" != "$(losses "$tmp/hf")"
-check "--master bf16: every step's loss within 2% of the fp32-master run's" awk 'NR == FNR { f[FNR] = $1; next }
-    { n++; d = $1 - f[FNR]; if (d < 0) d = -d; if (!(d <= 0.02 * f[FNR])) bad = 1 }
-    END { exit !(n == 6 && !bad) }' <(losses "$tmp/hf") <(losses "$tmp/hw")
-"$bin" "${common[@]}" --precision bf16 --method full --master bf16 --out "$tmp/hw2" --stop-after 3 >/dev/null 2>&1
-"$bin" "${common[@]}" --precision bf16 --method full --master bf16 --out "$tmp/hw2" --resume "$tmp/hw2" \
-    >"$tmp/hw2.log" 2>&1
+check "--master bf16: every step's loss within 2% of the fp32-master run's" losses_within 0.02 "$tmp/hf" "$tmp/hw"
+resumed "$tmp/hw2" --precision bf16 --method full --master bf16
 check "--master bf16: 3 + resume 3 == 6 (model bytes)" cmp -s "$tmp/hw/merged/model.safetensors" "$tmp/hw2/merged/model.safetensors"
 "$bin" "${common[@]}" --master bf16 --out "$tmp/e_w16" >"$tmp/e_w16.log" 2>&1
 check "--master bf16 with an adapter method: exit 1 with one message" \
@@ -191,12 +193,8 @@ check "--master bf16-sr (bf16 full) exports the model" test $? -eq 0 -a -s "$tmp
 check "--master bf16-sr: step 1's loss is the fp32-master run's" \
     test "$(losses "$tmp/hr" | head -1)" = "$(losses "$tmp/hf" | head -1)"
 check "--master bf16-sr: not the nearest rounding's run" test "$(losses "$tmp/hr")" != "$(losses "$tmp/hw")"
-check "--master bf16-sr: every step's loss within 2% of the fp32-master run's" awk 'NR == FNR { f[FNR] = $1; next }
-    { n++; d = $1 - f[FNR]; if (d < 0) d = -d; if (!(d <= 0.02 * f[FNR])) bad = 1 }
-    END { exit !(n == 6 && !bad) }' <(losses "$tmp/hf") <(losses "$tmp/hr")
-"$bin" "${common[@]}" --precision bf16 --method full --master bf16-sr --out "$tmp/hr2" --stop-after 3 >/dev/null 2>&1
-"$bin" "${common[@]}" --precision bf16 --method full --master bf16-sr --out "$tmp/hr2" --resume "$tmp/hr2" \
-    >"$tmp/hr2.log" 2>&1
+check "--master bf16-sr: every step's loss within 2% of the fp32-master run's" losses_within 0.02 "$tmp/hf" "$tmp/hr"
+resumed "$tmp/hr2" --precision bf16 --method full --master bf16-sr
 check "--master bf16-sr: 3 + resume 3 == 6 (model bytes)" cmp -s "$tmp/hr/merged/model.safetensors" "$tmp/hr2/merged/model.safetensors"
 # --grad-dtype bf16: the accumulator rounded to bf16 after each micro-batch (--grad-accum 2 here).
 # Step 1's loss is computed before any gradient: equal to the fp32-gradient run's. The gradients'
@@ -208,12 +206,8 @@ check "--grad-dtype bf16: step 1's loss is the fp32-gradient run's" \
     test "$(losses "$tmp/hg" | head -1)" = "$(losses "$tmp/hf" | head -1)"
 check "--grad-dtype bf16: the rounding is real (losses differ from fp32 gradients')" \
     test "$(losses "$tmp/hg")" != "$(losses "$tmp/hf")"
-check "--grad-dtype bf16: every step's loss within 2% of the fp32-gradient run's" awk 'NR == FNR { f[FNR] = $1; next }
-    { n++; d = $1 - f[FNR]; if (d < 0) d = -d; if (!(d <= 0.02 * f[FNR])) bad = 1 }
-    END { exit !(n == 6 && !bad) }' <(losses "$tmp/hf") <(losses "$tmp/hg")
-"$bin" "${common[@]}" --precision bf16 --method full --grad-dtype bf16 --out "$tmp/hg2" --stop-after 3 >/dev/null 2>&1
-"$bin" "${common[@]}" --precision bf16 --method full --grad-dtype bf16 --out "$tmp/hg2" --resume "$tmp/hg2" \
-    >"$tmp/hg2.log" 2>&1
+check "--grad-dtype bf16: every step's loss within 2% of the fp32-gradient run's" losses_within 0.02 "$tmp/hf" "$tmp/hg"
+resumed "$tmp/hg2" --precision bf16 --method full --grad-dtype bf16
 check "--grad-dtype bf16: 3 + resume 3 == 6 (model bytes)" cmp -s "$tmp/hg/merged/model.safetensors" "$tmp/hg2/merged/model.safetensors"
 "$bin" "${common[@]}" --grad-dtype bf16 --out "$tmp/e_g16" >"$tmp/e_g16.log" 2>&1
 check "--grad-dtype bf16 with an adapter method: exit 1 with one message" \
