@@ -249,9 +249,9 @@ __global__ void __launch_bounds__(kBlock) adamw_chunk_update(const tensor_desc *
                 adamw_element(w[3], m.w, v.w, g.w, coef, p.decay, s);
                 *reinterpret_cast<float4 *>(p.m + i) = m;
                 *reinterpret_cast<float4 *>(p.v + i) = v;
-                uint2 ho, lo;
-                pair_split4(w, &ho, &lo);
+                uint2 ho, lo = make_uint2(0u, 0u); /* lo: split masters only (never with sr) */
                 if (p.sr) ho = sr_pack4(w, sr_stream{p.sr_seed, s.step, p.sr_tensor}, i);
+                else pair_split4(w, &ho, &lo);
                 *reinterpret_cast<uint2 *>(hi + i) = ho;
                 if (p.lo) *reinterpret_cast<uint2 *>(p.lo + i) = lo;
             }

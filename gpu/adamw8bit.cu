@@ -324,10 +324,10 @@ __global__ void __launch_bounds__(kThreads) adamw8bit_warp_step(gpu_adamw8bit_te
                 __stcs(reinterpret_cast<unsigned *>(t.q1 + i), o1[h]);
                 __stcs(reinterpret_cast<unsigned *>(t.q2 + i), o2[h]);
                 if (!t.p) { /* an unchanged (non-finite gradient) master splits into its own pair */
-                    uint2 hw, lw;
+                    uint2 hw, lw = make_uint2(0u, 0u); /* lw: split masters only (never with sr) */
                     const float pw[4] = {p[4 * h], p[4 * h + 1], p[4 * h + 2], p[4 * h + 3]};
-                    pair_split4(pw, &hw, &lw);
                     if (t.master_bf16 == 2) hw = sr_pack4(pw, sr_stream{t.sr_seed, s.step, t.sr_tensor}, i);
+                    else pair_split4(pw, &hw, &lw);
                     __stcs(reinterpret_cast<uint2 *>(t.copy + i), hw);
                     if (t.lo) __stcs(reinterpret_cast<uint2 *>(t.lo + i), lw);
                     continue;
