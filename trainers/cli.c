@@ -146,8 +146,9 @@ static int export_tokenizer(const struct model_source *src, const struct tokeniz
     return 0;
 }
 
-static int export_outputs(const struct train_options *o, const struct model_source *src, const struct model_config *c,
-                          const struct train_engine *eng, const struct tokenizer *tok, struct io_err *e) {
+static int export_outputs(const struct train_options *o, const struct model_source *src, const struct train_engine *eng,
+                          const struct tokenizer *tok, struct io_err *e) {
+    const struct model_config *c = &src->config;
     char dir[OPT_PATH_MAX + 32];
     if (o->method != METHOD_FULL) {
         snprintf(dir, sizeof dir, "%s/adapter", o->out);
@@ -265,7 +266,7 @@ int train_main(int argc, char **argv, const struct trainer *t) {
     int rc = train_loop_run(&o, &eng, &bs, &comm, identity, &res, &e);
     /* exports read the whole state on rank 0: a sharded engine gathers it first (every rank) */
     if (rc == 0 && !res.stopped_early && eng.gather != NULL) rc = eng.gather(eng.self, &e);
-    if (rc == 0 && !res.stopped_early && root) rc = export_outputs(&o, &src, &src.config, &eng, tok, &e);
+    if (rc == 0 && !res.stopped_early && root) rc = export_outputs(&o, &src, &eng, tok, &e);
     if (rc == 0 && root)
         printf("metrics: %s/metrics.jsonl, plot: %s/loss.svg, checkpoint: %s/checkpoint\n", o.out, o.out, o.out);
     if (rc == 0 && res.stop_signal != 0 && root) {
