@@ -177,29 +177,40 @@ void gl_dequantize_layer(gpu_llama *m, int l) {
 
 namespace {
 
+/* Rows [r0, r0 + n) of the micro-batch: what a linear's products cover (the MLP's token chunks,
+ * gpu/llama.h mlp_chunk; the whole micro-batch elsewhere). The x, y, dx and dy passed with a span
+ * point at its first row already; the saved adapter intermediates, (N, ·), are addressed from r0
+ * here. FP8 quantizations, DoRA and dropout cover the whole micro-batch (check_options refuses
+ * chunks with them). */
+struct gl_span {
+    int r0, n;
+};
+
+gl_span whole(const gpu_llama *m) { return gl_span{0, m->N}; }
+
 /* The base product y = x Wᵀ (+ b) of linear t of layer l: bf16, or FP8 on the input's last
  * quantization (gl_fp8_input). */
-void base_forward(gpu_llama *m, int l, int t, uint16_t *y, const uint16_t *x) {
+void base_forward(gpu_llama *m, int l, int t, uint16_t *y, const uint16_t *x, int n) {
     gl_linear &lin = m->layers[l].lin[t];
     PROF(m, PROF_LINEAR_FWD);
     if (m->fp8.on) {
         const gl_fp8_pair p = gl_fp8_operands(m, l, t, GL_FP8_FORWARD);
-        gpu_linear_forward_fp8(m->gemm, y, GEMM_OUT_BF16, &p.a, &p.b, lin.bias, m->N, lin.c_in, lin.c_out, p.accum,
+        gpu_linear_forward_fp8(m->gemm, y, GEMM_OUT_BF16, &p.a, &p.b, lin.bias, n, lin.c_in, lin.c_out, p.accum,
                                m->stream);
     } else {
-        gpu_linear_forward_bf16(m->gemm, y, x, lin.w, lin.bias, m->N, lin.c_in, lin.c_out, m->stream);
+        gpu_linear_forward_bf16(m->gemm, y, x, lin.w, lin.bias, n, lin.c_in, lin.c_out, m->stream);
     }
 }
 
 /* The base products of linear t's backward for dy (DoRA: dy_s): FP8 quantizes dy first, then
  * dW += dŷᵀ x̂ᵀ (full) and dx = dŷ Ŵ; bf16 forms dx = dy W (the bf16 dW is proj_backward's).
  * dx NULL: none. */
-void base_backward(gpu_llama *m, int l, int t, uint16_t *dx, enum gemm_beta beta, const uint16_t *dy) {
+void base_backward(gpu_llama *m, int l, int t, uint16_t *dx, enum gemm_beta beta, const uint16_t *dy, int n) {
     gl_linear &lin = m->layers[l].lin[t];
     if (!m->fp8.on) {
         if (!dx) return;
         PROF(m, PROF_LINEAR_DX);
-        gpu_linear_backward_dx_bf16(m->gemm, dx, dy, lin.w, m->N, lin.c_in, lin.c_out, beta, m->stream);
+        gpu_linear_backward_dx_bf16(m->gemm, dx, dy, lin.w, n, lin.c_in, lin.c_out, beta, m->stream);
         return;
     }
     {
@@ -234,16 +245,17 @@ void fp8_input_t(gpu_llama *m, int l, int first, const uint16_t *x, int ci) {
     gl_fp8_input_t(m, l, first, x, ci);
 }
 
-/* y (N, C_out) = linear t of layer l applied to x, with its adapter (train: with dropout). */
-void proj_forward(gpu_llama *m, int l, int t, uint16_t *y, const uint16_t *x, int train, uint64_t micro) {
+/* y (n, C_out) = linear t of layer l applied to x, rows sp, with its adapter (train: with dropout). */
+void proj_forward(gpu_llama *m, int l, int t, uint16_t *y, const uint16_t *x, int train, uint64_t micro, gl_span sp) {
     gl_linear &lin = m->layers[l].lin[t];
     gl_acts &a = m->acts[l];
-    const int N = m->N;
-    base_forward(m, l, t, y, x);
+    const int N = sp.n;
+    base_forward(m, l, t, y, x, N);
     if (!lin.target) return;
     PROF(m, PROF_ADAPTER_FWD);
     const int R = m->opt.R;
     const float s = m->opt.lora_scale;
+    uint16_t *u = a.u[t] + (size_t)sp.r0 * R;
     if (m->opt.mode == LLAMA_LORA) {
         const uint16_t *xa = x;
         if (train && m->opt.dropout > 0) {
@@ -251,22 +263,33 @@ void proj_forward(gpu_llama *m, int l, int t, uint16_t *y, const uint16_t *x, in
                                      dropout_offset(m, l, t, micro), m->stream);
             xa = m->x_drop;
         }
-        gpu_lora_forward_bf16(m->gemm, y, a.u[t], xa, lin.a, lin.b, N, lin.c_in, lin.c_out, R, s, m->stream);
+        gpu_lora_forward_bf16(m->gemm, y, u, xa, lin.a, lin.b, N, lin.c_in, lin.c_out, R, s, m->stream);
     } else {
         gpu_dora_weight_norm_f32(m->gemm, a.wnorm[t], lin.w_sq, lin.w, lin.a, lin.b, lin.c_in, lin.c_out, R, s, m->ws,
                                  m->stream);
-        gpu_dora_forward_bf16(m->gemm, y, a.z[t], a.u[t], x, lin.bias, lin.a, lin.b, lin.mag, a.wnorm[t], N, lin.c_in,
-                              lin.c_out, R, s, m->ws, m->stream);
+        gpu_dora_forward_bf16(m->gemm, y, a.z[t] + (size_t)sp.r0 * lin.c_out, u, x, lin.bias, lin.a, lin.b, lin.mag,
+                              a.wnorm[t], N, lin.c_in, lin.c_out, R, s, m->ws, m->stream);
     }
 }
 
-/* The backward of linear t of layer l for dy: dx (when non-NULL) overwritten or accumulated per
- * beta; parameter gradients accumulate. x is the linear's saved input. */
+/* The adapter intermediate u = x Aᵀ of LoRA linear t, rows sp, alone (the product
+ * gpu_lora_forward_bf16 forms first: the same bits): what the backward needs of a linear whose
+ * output the recomputation does not form. */
+void proj_adapter_u(gpu_llama *m, int l, int t, const uint16_t *x, gl_span sp) {
+    gl_linear &lin = m->layers[l].lin[t];
+    if (!lin.target) return;
+    PROF(m, PROF_ADAPTER_FWD);
+    gpu_lora_u_bf16(m->gemm, m->acts[l].u[t] + (size_t)sp.r0 * m->opt.R, x, lin.a, sp.n, lin.c_in, m->opt.R,
+                    m->stream);
+}
+
+/* The backward of linear t of layer l for dy, rows sp: dx (when non-NULL) overwritten or accumulated
+ * per beta; parameter gradients accumulate. x is the linear's saved input. */
 void proj_backward(gpu_llama *m, int l, int t, uint16_t *dx, enum gemm_beta beta, const uint16_t *dy,
-                   const uint16_t *x, uint64_t micro) {
+                   const uint16_t *x, uint64_t micro, gl_span sp) {
     gl_linear &lin = m->layers[l].lin[t];
     gl_acts &a = m->acts[l];
-    const int N = m->N;
+    const int N = sp.n;
     if (m->opt.mode == LLAMA_FULL) {
         PROF(m, PROF_LINEAR_DW);
         if (!m->fp8.on)
@@ -286,10 +309,11 @@ void proj_backward(gpu_llama *m, int l, int t, uint16_t *dx, enum gemm_beta beta
     const uint16_t *g = dy;
     if (lin.target && m->opt.mode == LLAMA_DORA) {
         PROF(m, PROF_ADAPTER_BWD);
-        gpu_dora_rescale_bf16(m->dy_s, lin.mag_grad, dy, a.z[t], lin.mag, a.wnorm[t], N, lin.c_out, m->ws, m->stream);
+        gpu_dora_rescale_bf16(m->dy_s, lin.mag_grad, dy, a.z[t] + (size_t)sp.r0 * lin.c_out, lin.mag, a.wnorm[t], N,
+                              lin.c_out, m->ws, m->stream);
         g = m->dy_s;
     }
-    base_backward(m, l, t, dx, beta, g);
+    base_backward(m, l, t, dx, beta, g, N);
     if (!lin.target) return;
     PROF(m, PROF_ADAPTER_BWD);
     const uint16_t *xa = x;
@@ -304,37 +328,39 @@ void proj_backward(gpu_llama *m, int l, int t, uint16_t *dx, enum gemm_beta beta
         keep = m->keep;
         keep_scale = (float)(1.0 / (1.0 - (double)m->opt.dropout));
     }
-    gpu_lora_backward_bf16(m->gemm, dx, lin.a_grad, lin.b_grad, g, xa, keep, keep_scale, a.u[t], lin.a, lin.b, N,
-                           lin.c_in, lin.c_out, m->opt.R, m->opt.lora_scale, m->ws, m->stream);
+    gpu_lora_backward_bf16(m->gemm, dx, lin.a_grad, lin.b_grad, g, xa, keep, keep_scale,
+                           a.u[t] + (size_t)sp.r0 * m->opt.R, lin.a, lin.b, N, lin.c_in, lin.c_out, m->opt.R,
+                           m->opt.lora_scale, m->ws, m->stream);
 }
 
-/* The linears of group g of layer l on their shared input x: y[i] for member i. */
-void group_forward(gpu_llama *m, int l, int g, uint16_t *const *y, const uint16_t *x, int train, uint64_t micro) {
+/* The linears of group g of layer l on their shared input x, rows sp: y[i] for member i. */
+void group_forward(gpu_llama *m, int l, int g, uint16_t *const *y, const uint16_t *x, int train, uint64_t micro,
+                   gl_span sp) {
     const int first = gl_group_first[g], n = gl_group_n[g];
     if (!m->grouped[g]) {
-        for (int i = 0; i < n; i++) proj_forward(m, l, first + i, y[i], x, train, micro);
+        for (int i = 0; i < n; i++) proj_forward(m, l, first + i, y[i], x, train, micro, sp);
         return;
     }
     gl_linear *lin = m->layers[l].lin + first;
     const uint16_t *b[LORA_GROUP_MAX];
     int c_out[LORA_GROUP_MAX];
     for (int i = 0; i < n; i++) {
-        base_forward(m, l, first + i, y[i], x);
+        base_forward(m, l, first + i, y[i], x, sp.n);
         b[i] = lin[i].b, c_out[i] = lin[i].c_out;
     }
     PROF(m, PROF_ADAPTER_FWD);
-    gpu_lora_group_forward_bf16(m->gemm, y, m->acts[l].ug[g], x, lin[0].a, b, n, m->N, lin[0].c_in, c_out, m->opt.R,
-                                m->opt.lora_scale, m->stream);
+    gpu_lora_group_forward_bf16(m->gemm, y, m->acts[l].ug[g] + (size_t)sp.r0 * n * m->opt.R, x, lin[0].a, b, n, sp.n,
+                                lin[0].c_in, c_out, m->opt.R, m->opt.lora_scale, m->stream);
 }
 
-/* The backward of group g of layer l for dy[i]: dx (when non-NULL) OVERWRITTEN with the sum of
- * the members' input gradients; parameter gradients accumulate. x is the shared saved input. */
+/* The backward of group g of layer l for dy[i], rows sp: dx (when non-NULL) OVERWRITTEN with the
+ * sum of the members' input gradients; parameter gradients accumulate. x is the shared saved input. */
 void group_backward(gpu_llama *m, int l, int g, uint16_t *dx, const uint16_t *const *dy, const uint16_t *x,
-                    uint64_t micro) {
+                    uint64_t micro, gl_span sp) {
     const int first = gl_group_first[g], n = gl_group_n[g];
     if (!m->grouped[g]) {
         for (int i = 0; i < n; i++)
-            proj_backward(m, l, first + i, dx, i == 0 ? GEMM_OVERWRITE : GEMM_ACCUMULATE, dy[i], x, micro);
+            proj_backward(m, l, first + i, dx, i == 0 ? GEMM_OVERWRITE : GEMM_ACCUMULATE, dy[i], x, micro, sp);
         return;
     }
     gl_linear *lin = m->layers[l].lin + first;
@@ -342,12 +368,13 @@ void group_backward(gpu_llama *m, int l, int g, uint16_t *dx, const uint16_t *co
     float *db[LORA_GROUP_MAX];
     int c_out[LORA_GROUP_MAX];
     for (int i = 0; i < n; i++) {
-        base_backward(m, l, first + i, dx, i == 0 ? GEMM_OVERWRITE : GEMM_ACCUMULATE, dy[i]);
+        base_backward(m, l, first + i, dx, i == 0 ? GEMM_OVERWRITE : GEMM_ACCUMULATE, dy[i], sp.n);
         b[i] = lin[i].b, db[i] = lin[i].b_grad, c_out[i] = lin[i].c_out;
     }
     PROF(m, PROF_ADAPTER_BWD);
-    gpu_lora_group_backward_bf16(m->gemm, dx, lin[0].a_grad, db, dy, x, m->acts[l].ug[g], lin[0].a, b, n, m->N,
-                                 lin[0].c_in, c_out, m->opt.R, m->opt.lora_scale, m->ws, m->stream);
+    gpu_lora_group_backward_bf16(m->gemm, dx, lin[0].a_grad, db, dy, x, m->acts[l].ug[g] + (size_t)sp.r0 * n * m->opt.R,
+                                 lin[0].a, b, n, sp.n, lin[0].c_in, c_out, m->opt.R, m->opt.lora_scale, m->ws,
+                                 m->stream);
 }
 
 /* n1 = rmsnorm(x[l]) into the scratch n1 (forward, and recomputed in backward: the same bits). */
@@ -364,19 +391,46 @@ void norm2(gpu_llama *m, int l) {
                              m->cfg.rms_norm_eps, m->stream);
 }
 
-/* Layer l from its input x[l]; the output goes to x[l + 1]. attn_only: the attention part alone
- * (recomputation under RECOMPUTE_ATTN). */
-void layer_forward(gpu_llama *m, int l, int train, uint64_t micro, int attn_only) {
+/* How far layer_forward goes: the attention part (RECOMPUTE_ATTN's recomputation); up to h and
+ * n2 (LAYER's under MLP chunks, whose backward forms each chunk's MLP itself); up to the MLP input
+ * and the down projection's LoRA intermediate (LAYER's: the backward never reads the layer's
+ * output); the whole layer. */
+enum fwd_upto { FWD_ATTN = 0, FWD_NORM2, FWD_MLP_INPUT, FWD_ALL };
+
+/* The MLP's forward on rows sp of layer l (n2 and, with `down`, tmp at their full-batch rows; gate,
+ * up and the MLP input in their chunk-sized buffers): gate/up, SwiGLU, then the down projection
+ * into tmp — or, without `down`, the down adapter's intermediate alone. */
+void mlp_forward(gpu_llama *m, int l, gl_span sp, int train, uint64_t micro, int down) {
+    gl_acts &a = m->acts[l];
+    const int F = m->cfg.F;
+    const size_t off = (size_t)sp.r0 * m->cfg.C;
+    uint16_t *const gate_up[2] = {a.gate, a.up};
+    group_forward(m, l, GL_GROUP_GATE_UP, gate_up, m->n2 + off, train, micro, sp);
+    {
+        PROF(m, PROF_SWIGLU);
+        gpu_swiglu_forward_bf16(a.mlp, a.gate, a.up, sp.n, F, F, m->stream);
+    }
+    if (!down) {
+        if (m->opt.mode == LLAMA_LORA) proj_adapter_u(m, l, LLAMA_DOWN, a.mlp, sp);
+        return;
+    }
+    fp8_input(m, l, LLAMA_DOWN, a.mlp, F);
+    proj_forward(m, l, LLAMA_DOWN, m->tmp + off, a.mlp, train, micro, sp);
+}
+
+/* Layer l from its input x[l], as far as upto; the whole layer writes x[l + 1]. The MLP runs in
+ * chunks of mlp_rows rows (one chunk unless mlp_chunk). */
+void layer_forward(gpu_llama *m, int l, int train, uint64_t micro, enum fwd_upto upto) {
     const model_config &c = m->cfg;
     gl_layer &ly = m->layers[l];
     gl_acts &a = m->acts[l];
-    const int N = m->N, F = c.F;
+    const int N = m->N;
     const uint16_t *x = m->x[l];
     cudaStream_t s = m->stream;
     norm1(m, l);
     fp8_input(m, l, LLAMA_Q, m->n1, c.C); /* one quantization for q, k, v */
     uint16_t *const qkv[3] = {a.q, a.k, a.v};
-    group_forward(m, l, GL_GROUP_QKV, qkv, m->n1, train, micro);
+    group_forward(m, l, GL_GROUP_QKV, qkv, m->n1, train, micro, whole(m));
     {
         PROF(m, PROF_ROPE);
         gpu_rope_forward_bf16(a.q, a.k, m->rope_cos, m->rope_sin, m->pos, N, c.H, c.KVH, c.D, m->QD, m->KD, s);
@@ -386,26 +440,40 @@ void layer_forward(gpu_llama *m, int l, int train, uint64_t micro, int attn_only
         gpu_attention_forward_bf16(a.att, a.lse, a.q, a.k, a.v, m->opt.B, m->opt.T, c.H, c.KVH, c.D,
                                    (float)(1.0 / sqrt((double)c.D)), s);
     }
-    if (attn_only) return;
+    if (upto == FWD_ATTN) return;
     fp8_input(m, l, LLAMA_O, a.att, m->QD);
-    proj_forward(m, l, LLAMA_O, m->tmp, a.att, train, micro);
+    proj_forward(m, l, LLAMA_O, m->tmp, a.att, train, micro, whole(m));
     {
         PROF(m, PROF_NORM);
         gpu_rmsnorm_residual_forward_bf16(a.h, m->n2, a.rstd2, x, m->tmp, ly.mlp_norm, N, c.C, c.rms_norm_eps, s);
     }
-    fp8_input(m, l, LLAMA_GATE, m->n2, c.C); /* one quantization for gate, up */
-    uint16_t *const gate_up[2] = {a.gate, a.up};
-    group_forward(m, l, GL_GROUP_GATE_UP, gate_up, m->n2, train, micro);
-    {
-        PROF(m, PROF_SWIGLU);
-        gpu_swiglu_forward_bf16(a.mlp, a.gate, a.up, N, F, F, s);
-    }
-    fp8_input(m, l, LLAMA_DOWN, a.mlp, F);
-    proj_forward(m, l, LLAMA_DOWN, m->tmp, a.mlp, train, micro);
+    if (upto == FWD_NORM2) return;
+    fp8_input(m, l, LLAMA_GATE, m->n2, c.C); /* one quantization for gate, up (one chunk under FP8) */
+    for (int r0 = 0; r0 < N; r0 += m->mlp_rows)
+        mlp_forward(m, l, gl_span{r0, N - r0 < m->mlp_rows ? N - r0 : m->mlp_rows}, train, micro, upto == FWD_ALL);
+    if (upto != FWD_ALL) return;
     {
         PROF(m, PROF_RESIDUAL);
         add_bf16(m->x[l + 1], a.h, m->tmp, (int64_t)N * c.C, s);
     }
+}
+
+/* The MLP's backward on rows sp of layer l: G's rows hold d x[l + 1] on entry; dn's rows get the
+ * gate/up input gradient (overwritten). gate, up and the MLP input are this chunk's (mlp_forward,
+ * or the saved ones when the MLP runs whole); SwiGLU's backward runs in place over gate and up. */
+void mlp_backward(gpu_llama *m, int l, gl_span sp, uint64_t micro) {
+    gl_acts &a = m->acts[l];
+    const int F = m->cfg.F;
+    const size_t off = (size_t)sp.r0 * m->cfg.C;
+    fp8_input_t(m, l, LLAMA_DOWN, a.mlp, F);
+    proj_backward(m, l, LLAMA_DOWN, m->dmlp, GEMM_OVERWRITE, m->G + off, a.mlp, micro, sp);
+    {
+        PROF(m, PROF_SWIGLU);
+        gpu_swiglu_backward_bf16(a.gate, a.up, m->dmlp, a.gate, a.up, sp.n, F, F, F, m->stream); /* in place */
+    }
+    fp8_input_t(m, l, LLAMA_GATE, m->n2, m->cfg.C);
+    const uint16_t *const d_gate_up[2] = {a.gate, a.up};
+    group_backward(m, l, GL_GROUP_GATE_UP, m->dn + off, d_gate_up, m->n2 + off, micro, sp);
 }
 
 /* G holds d x[l + 1] on entry and d x[l] on exit (unless layer 0's is not needed). */
@@ -416,20 +484,20 @@ void layer_backward(gpu_llama *m, int l, uint64_t micro) {
     const int N = m->N, F = c.F, full = m->opt.mode == LLAMA_FULL;
     cudaStream_t s = m->stream;
     /* MLP */
-    if (m->opt.mlp_input == GPU_MLP_INPUT_RECOMPUTED && m->opt.recompute != RECOMPUTE_LAYER) {
-        PROF(m, PROF_SWIGLU); /* the shared MLP input buffer: this layer's, the same bits */
-        gpu_swiglu_forward_bf16(a.mlp, a.gate, a.up, N, F, F, s);
+    if (m->mlp_rows < N) { /* chunks (RECOMPUTE_LAYER, which left n2): each chunk's MLP again, then its backward */
+        for (int r0 = 0; r0 < N; r0 += m->mlp_rows) {
+            const gl_span sp{r0, N - r0 < m->mlp_rows ? N - r0 : m->mlp_rows};
+            mlp_forward(m, l, sp, 1, micro, 0);
+            mlp_backward(m, l, sp, micro);
+        }
+    } else {
+        if (m->opt.mlp_input == GPU_MLP_INPUT_RECOMPUTED && m->opt.recompute != RECOMPUTE_LAYER) {
+            PROF(m, PROF_SWIGLU); /* the shared MLP input buffer: this layer's, the same bits */
+            gpu_swiglu_forward_bf16(a.mlp, a.gate, a.up, N, F, F, s);
+        }
+        if (m->opt.recompute != RECOMPUTE_LAYER) norm2(m, l); /* LAYER's recomputation left it there */
+        mlp_backward(m, l, whole(m), micro);
     }
-    fp8_input_t(m, l, LLAMA_DOWN, a.mlp, F);
-    proj_backward(m, l, LLAMA_DOWN, m->dmlp, GEMM_OVERWRITE, m->G, a.mlp, micro);
-    {
-        PROF(m, PROF_SWIGLU);
-        gpu_swiglu_backward_bf16(a.gate, a.up, m->dmlp, a.gate, a.up, N, F, F, F, s); /* in place */
-    }
-    norm2(m, l);
-    fp8_input_t(m, l, LLAMA_GATE, m->n2, c.C);
-    const uint16_t *const d_gate_up[2] = {a.gate, a.up};
-    group_backward(m, l, GL_GROUP_GATE_UP, m->dn, d_gate_up, m->n2, micro);
     {
         PROF(m, PROF_NORM);
         gpu_rmsnorm_backward_bf16(m->G, full ? ly.mlp_norm_grad : nullptr, gl_grad_type(m), m->dn, m->G, a.h,
@@ -437,7 +505,7 @@ void layer_backward(gpu_llama *m, int l, uint64_t micro) {
     }
     /* attention */
     fp8_input_t(m, l, LLAMA_O, a.att, m->QD);
-    proj_backward(m, l, LLAMA_O, m->datt, GEMM_OVERWRITE, m->G, a.att, micro);
+    proj_backward(m, l, LLAMA_O, m->datt, GEMM_OVERWRITE, m->G, a.att, micro, whole(m));
     {
         PROF(m, PROF_ATTN_BWD);
         gpu_attention_backward_bf16(m->dq, m->dk, m->dv, m->datt, a.q, a.k, a.v, a.att, a.lse, m->opt.B, m->opt.T, c.H,
@@ -452,7 +520,7 @@ void layer_backward(gpu_llama *m, int l, uint64_t micro) {
     norm1(m, l);
     fp8_input_t(m, l, LLAMA_Q, m->n1, c.C);
     const uint16_t *const d_qkv[3] = {m->dq, m->dk, m->dv};
-    group_backward(m, l, GL_GROUP_QKV, dx, d_qkv, m->n1, micro);
+    group_backward(m, l, GL_GROUP_QKV, dx, d_qkv, m->n1, micro, whole(m));
     if (need_dx) {
         PROF(m, PROF_NORM);
         gpu_rmsnorm_backward_bf16(m->G, full ? ly.attn_norm_grad : nullptr, gl_grad_type(m), m->dn, m->G, m->x[l],
@@ -523,7 +591,7 @@ void forward(gpu_llama *m, int train, int64_t n_valid, float grad_scale, uint64_
         /* layer l writes x[l + 1] over x[l − 1]: its copy must be out */
         if (off && l >= 1 && l + 1 < c.L) CUDA_CHECK(cudaStreamWaitEvent(s, m->x_out[l - 1], 0));
         prepare_layer(m, l, 0);
-        layer_forward(m, l, train, micro, 0);
+        layer_forward(m, l, train, micro, FWD_ALL);
         if (off && l + 1 < c.L) offload_out(m, l + 1);
     }
     {
@@ -560,10 +628,13 @@ void backward(gpu_llama *m, uint64_t micro) {
         if (offloaded(m) && l + 1 < c.L) CUDA_CHECK(cudaStreamWaitEvent(s, m->x_in[l], 0));
         prepare_layer(m, l, 1);
         m->fp8.recording = FP8_DISCARD; /* a recomputation records nothing */
-        if (m->opt.recompute == RECOMPUTE_LAYER)
-            layer_forward(m, l, 1, micro, 0); /* writes x[l + 1]: after it, x[l − 1] may come in */
+        if (m->opt.recompute == RECOMPUTE_LAYER) /* DoRA's backward reads the down product (z) */
+            layer_forward(m, l, 1, micro,
+                          m->mlp_rows < m->N                ? FWD_NORM2
+                          : m->opt.mode == LLAMA_DORA       ? FWD_ALL
+                                                            : FWD_MLP_INPUT);
         else if (m->opt.recompute == RECOMPUTE_ATTN)
-            layer_forward(m, l, 1, micro, 1);
+            layer_forward(m, l, 1, micro, FWD_ATTN);
         m->fp8.recording = FP8_RECORD;
         if (offloaded(m) && l >= 1) offload_in(m, l - 1);
         if (m->grad_gate) m->grad_gate(m->grad_gate_ctx, c.L - l);

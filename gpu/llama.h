@@ -34,6 +34,11 @@
  *                        Recomputation runs the same kernels on the same inputs: bit-identical.
  *                        GPU_MLP_INPUT_RECOMPUTED (--recompute-mlp) keeps no MLP input:
  *                        swiglu(gate, up) is recomputed before the down projection's backward.
+ *                        The recomputation of LAYER stops at the MLP input: the down projection's
+ *                        output is not needed by the backward (a LoRA's intermediate u is formed
+ *                        alone; DoRA, whose backward reads the product, runs it whole), so the
+ *                        step runs one base product a layer less.
+ *                        mlp_chunk: under LAYER the MLP runs in token chunks (below).
  * FP8 (options.linears = GPU_LINEAR_FP8; NUMERICS.md §6.6, ref/llama.h "FP8 block linears" the
  * oracle): the block linears' products on E4M3/E5M2 operands under options.fp8_recipe; each
  * linear's weight codes (and the K-major Wᵀ copy) are stored for trained weights and a bf16 base
@@ -132,6 +137,13 @@ struct gpu_llama_options {
     enum gpu_linear_precision linears;
     enum fp8_recipe fp8_recipe; /* FP8 linears and an FP8 base (ref/fp8_linear.h) */
     enum gpu_mlp_input mlp_input;
+    /* MLP token chunks (--mlp-chunk, with RECOMPUTE_LAYER): the MLP (gate/up, SwiGLU, down and their
+     * backward) runs on at most mlp_chunk rows at a time, so its F-wide buffers hold mlp_chunk rows
+     * instead of B·T — the memory of long sequences. 0, or ≥ B·T: the whole micro-batch at once.
+     * A multiple of 64; LoRA, QLoRA and full fine-tuning in bf16 products, without adapter dropout.
+     * Each row's products are those of the unchunked step (the same bits); the parameter
+     * gradients of the MLP's linears are summed chunk by chunk (fp32 sums in another order). */
+    int mlp_chunk;
     /* The sharded optimizer (ZeRO-1, full fine-tuning; gpu/llama_shard.cu): this rank, of
      * shard_world > 1, keeps the fp32 masters and optimizer state of its pieces only (ref/shard.h);
      * 0 or 1: of every tensor. The plan is then this rank's. */
@@ -161,6 +173,7 @@ struct gpu_llama_plan {
     size_t total;
     size_t host;       /* pinned host memory: the offloaded layer inputs (not in total) */
     int ce_rows;       /* rows of lm_head logits formed at a time */
+    int mlp_rows;      /* rows of the MLP at a time (options.mlp_chunk, or B·T) */
 };
 
 /* The plan of (c, o); 0, or -1 with e saying which option or shape the model cannot run. */

@@ -406,14 +406,16 @@ void activation_rows(gpu_llama *m, gl_rows &rs) {
             add(rs, SLAB_ACTS, &s->rstd1, N);
             add(rs, SLAB_ACTS, &s->h, N * C);
             add(rs, SLAB_ACTS, &s->rstd2, N);
-            add(rs, SLAB_ACTS, &s->gate, N * F);
-            add(rs, SLAB_ACTS, &s->up, N * F);
-            if (m->opt.mlp_input == GPU_MLP_INPUT_SAVED) add(rs, SLAB_ACTS, &s->mlp, N * F);
+            /* MLP chunks (LAYER only: one shared set) hold mlp_rows rows; u stays (N, R) */
+            add(rs, SLAB_ACTS, &s->gate, m->mlp_rows * F);
+            add(rs, SLAB_ACTS, &s->up, m->mlp_rows * F);
+            if (m->opt.mlp_input == GPU_MLP_INPUT_SAVED) add(rs, SLAB_ACTS, &s->mlp, m->mlp_rows * F);
             adapter_act_rows(m, rs, s, LLAMA_O, LLAMA_DOWN);
         }
     }
     add(rs, SLAB_ACTS, &m->rstd_f, N);
-    add(rs, SLAB_ACTS, &m->nf, N * C);
+    /* the final norm's output nf is n1's buffer (point_views): it lives from the final norm to the
+     * head's loss, when no layer's n1 is live (the backward forms each layer's n1 again) */
 }
 
 /* The one op workspace: the largest need of any op the step runs. */
@@ -450,19 +452,21 @@ void scratch_rows(gpu_llama *m, gl_rows &rs) {
         const gl_linear &lin = m->layers[0].lin[t];
         max_in = lin.c_in > max_in ? lin.c_in : max_in, max_out = lin.c_out > max_out ? lin.c_out : max_out;
     }
-    add(rs, SLAB_SCRATCH, &m->tmp, N * C);
+    /* tmp (a layer forward's o and down outputs) and datt (a layer backward's attention-output
+     * gradient) are one buffer: a layer's forward, recomputation included, ends before its backward
+     * starts (point_views) */
+    add(rs, SLAB_SCRATCH, &m->tmp, N * (C > m->QD ? C : m->QD));
     add(rs, SLAB_SCRATCH, &m->G, N * C);
     add(rs, SLAB_SCRATCH, &m->dn, N * C);
-    add(rs, SLAB_SCRATCH, &m->datt, N * m->QD);
     add(rs, SLAB_SCRATCH, &m->dq, N * m->QD);
     add(rs, SLAB_SCRATCH, &m->dk, N * m->KD);
     add(rs, SLAB_SCRATCH, &m->dv, N * m->KD);
-    add(rs, SLAB_SCRATCH, &m->dmlp, N * F);
+    add(rs, SLAB_SCRATCH, &m->dmlp, m->mlp_rows * F);
     add(rs, SLAB_SCRATCH, &m->dy_s, o->mode == LLAMA_DORA ? N * max_out : 0);
     add(rs, SLAB_SCRATCH, &m->x_drop, o->dropout > 0 ? N * max_in : 0);
     add(rs, SLAB_SCRATCH, &m->n1, N * C);
     add(rs, SLAB_SCRATCH, &m->n2, N * C);
-    add(rs, SLAB_SCRATCH, &m->mlp_buf, m->opt.mlp_input == GPU_MLP_INPUT_RECOMPUTED ? N * F : 0);
+    add(rs, SLAB_SCRATCH, &m->mlp_buf, m->opt.mlp_input == GPU_MLP_INPUT_RECOMPUTED ? m->mlp_rows * F : 0);
     add(rs, SLAB_SCRATCH, &m->keep, o->dropout > 0 ? N * max_in : 0);
     const int64_t V = m->cfg.V, ce_rows = (int64_t)(kCeChunkBytes / (2 * (size_t)V)) < 64 ? 64 : (int64_t)(kCeChunkBytes / (2 * (size_t)V));
     m->plan.ce_rows = (int)(ce_rows > N ? N : ce_rows);
@@ -580,6 +584,8 @@ void point_views(gpu_llama *m) {
     }
     m->norm_dev = m->loss_dev + 2;
     m->map2 = m->map1 + 256;
+    m->nf = m->n1;
+    m->datt = m->tmp;
 }
 
 }  // namespace
@@ -613,6 +619,7 @@ int gl_layout(gpu_llama *m, enum gl_layout_mode mode) {
     pl->scratch = size[SLAB_SCRATCH];
     m->fixed_slab = size[SLAB_FIXED];
     pl->fixed = size[SLAB_FIXED] + GEMM_DEFAULT_WORKSPACE + rs.outside;
+    pl->mlp_rows = m->mlp_rows;
     pl->total = pl->weights + pl->params + pl->grads + pl->optim + pl->acts + pl->scratch + pl->fixed;
     if (mode == GL_ALLOCATE) {
         for (int s = 0; s < N_SLABS; s++) {
@@ -639,6 +646,17 @@ static int check_options(const model_config *c, const gpu_llama_options *o, io_e
         return io_fail(e, "micro-batch %d × sequence %d: too many tokens for one micro-batch", o->B, o->T);
     if (c->D != 16 && c->D != 32 && c->D != 64 && c->D != 128)
         return io_fail(e, "head_dim %d: the GPU attention supports 16, 32, 64 and 128", c->D);
+    {   /* the widest activations: (B·T, hidden size or query heads) and the MLP's (rows at a time, F) —
+         * the elementwise kernels are verified up to 2^31 elements a tensor */
+        const int64_t n = (int64_t)o->B * o->T, w = c->C > (int64_t)c->H * c->D ? c->C : (int64_t)c->H * c->D;
+        const int64_t rows = o->mlp_chunk > 0 && o->mlp_chunk < n ? o->mlp_chunk : n;
+        if (n * w > INT32_MAX || rows * c->F > INT32_MAX)
+            return io_fail(e, "micro-batch %d × sequence %d: an activation of more than 2^31 elements (%lld × %lld), "
+                              "beyond what the GPU kernels are verified at; shorten --seq or --micro-batch%s",
+                           o->B, o->T, (long long)(n * w > INT32_MAX ? n : rows),
+                           (long long)(n * w > INT32_MAX ? w : c->F),
+                           n * w > INT32_MAX ? "" : ", or run the MLP in chunks (--recompute layer --mlp-chunk 4096)");
+    }
     if (!((c->C % 8 == 0 && c->C <= 8192) || c->C <= 1024))
         return io_fail(e, "hidden_size %d: the GPU RMSNorm takes multiples of 8 up to 8192, or up to 1024", c->C);
     if (o->mode != LLAMA_FULL && o->R < 1) return io_fail(e, "adapter rank %d must be ≥ 1", o->R);
@@ -659,6 +677,19 @@ static int check_options(const model_config *c, const gpu_llama_options *o, io_e
             if (dims[i] % 16 != 0)
                 return io_fail(e, "--precision fp8: %s is %lld; the FP8 GEMMs need multiples of 16", what[i],
                                (long long)dims[i]);
+    }
+    if (o->mlp_chunk < 0 || o->mlp_chunk % 64 != 0)
+        return io_fail(e, "--mlp-chunk %d: the MLP's token chunk is a multiple of 64 rows (0: the whole micro-batch)",
+                       o->mlp_chunk);
+    if (o->mlp_chunk > 0 && o->mlp_chunk < (int64_t)o->B * o->T) {
+        const char *why = o->recompute != RECOMPUTE_LAYER ? "needs --recompute layer (otherwise every layer keeps "
+                                                            "its whole gate and up)"
+                          : o->mode == LLAMA_DORA         ? "is not implemented for DoRA and QDoRA"
+                          : o->linears == GPU_LINEAR_FP8  ? "is not implemented with --precision fp8 (its "
+                                                            "quantizations are per tensor)"
+                          : o->dropout > 0                ? "is not implemented with adapter dropout"
+                                                          : NULL;
+        if (why) return io_fail(e, "--mlp-chunk %d %s", o->mlp_chunk, why);
     }
     if (o->shard_world > 1 && o->mode != LLAMA_FULL)
         return io_fail(e, "the sharded optimizer is for full fine-tuning (adapters' optimizer state is small)");
@@ -685,6 +716,7 @@ static void init_shape(gpu_llama *m, const model_config *c, const gpu_llama_opti
     m->cfg = *c;
     m->opt = *o;
     m->N = o->B * o->T;
+    m->mlp_rows = o->mlp_chunk > 0 && o->mlp_chunk < m->N ? o->mlp_chunk : m->N;
     m->QD = c->H * c->D;
     m->KD = c->KVH * c->D;
     m->sharded = o->shard_world > 1;
@@ -732,13 +764,16 @@ extern "C" int gpu_llama_plan_bytes(gpu_llama_plan *p, const model_config *c, co
 
 extern "C" void gpu_llama_plan_describe(char *buf, size_t cap, const gpu_llama_plan *p, int B, int T) {
     const double G = 1024.0 * 1024.0 * 1024.0;
-    const int k = snprintf(buf, cap,
-                           "memory plan for micro-batch %d × %d: %.2f GiB = weights %.2f + parameters %.2f + gradients "
-                           "%.2f + optimizer %.2f + activations %.2f + scratch %.2f + fixed %.2f",
-                           B, T, p->total / G, p->weights / G, p->params / G, p->grads / G, p->optim / G, p->acts / G,
-                           p->scratch / G, p->fixed / G);
+    int k = snprintf(buf, cap,
+                     "memory plan for micro-batch %d × %d: %.2f GiB = weights %.2f + parameters %.2f + gradients "
+                     "%.2f + optimizer %.2f + activations %.2f + scratch %.2f + fixed %.2f",
+                     B, T, p->total / G, p->weights / G, p->params / G, p->grads / G, p->optim / G, p->acts / G,
+                     p->scratch / G, p->fixed / G);
     if (p->host > 0 && k > 0 && (size_t)k < cap)
-        snprintf(buf + k, cap - (size_t)k, "; layer inputs offloaded to %.2f GiB of pinned host memory", p->host / G);
+        k += snprintf(buf + k, cap - (size_t)k, "; layer inputs offloaded to %.2f GiB of pinned host memory",
+                      p->host / G);
+    if (p->mlp_rows > 0 && (int64_t)p->mlp_rows < (int64_t)B * T && k > 0 && (size_t)k < cap)
+        snprintf(buf + k, cap - (size_t)k, "; the MLP in chunks of %d rows", p->mlp_rows);
 }
 
 extern "C" void gpu_llama_plan_json_fields(char *buf, size_t cap, const gpu_llama_plan *p, int digits) {

@@ -63,6 +63,12 @@ void gpu_lora_forward_bf16(struct gpu_gemm *g, uint16_t *y, uint16_t *u, const u
                            const uint16_t *lora_a, const uint16_t *lora_b, int N, int C_in, int C_out, int R,
                            float scale, cudaStream_t stream);
 
+/* u = bf16( x_a Aᵀ ) alone: the forward's first product (the same plan, the same bits), for a
+ * caller that needs the saved intermediate without the output (a recomputation that stops before
+ * the linear's output, gpu/llama.cu). */
+void gpu_lora_u_bf16(struct gpu_gemm *g, uint16_t *u, const uint16_t *x_a, const uint16_t *lora_a, int N, int C_in,
+                     int R, cudaStream_t stream);
+
 size_t gpu_lora_backward_workspace_size(int N, int C_in, int R, enum lora_mask mask);
 
 void gpu_lora_backward_bf16(struct gpu_gemm *g, uint16_t *dx, float *dlora_a, float *dlora_b, const uint16_t *dy,

@@ -16,14 +16,15 @@
  *      (labels = the next token, the last position ignored, as the peer's labels = ids);
  *   4. validates: the first loss is finite and within 1 of ln V (random weights predict nearly
  *      uniformly); a failure voids the figure (exit status 1);
- *   5. --warmup-steps steps, then --steps steps timed with CUDA events: each step is exactly the
+ *   5. --warmup-steps steps, then --steps steps timed with CUDA events (with --warmup-steps 0 on one
+ *      GPU the validated first step is the first of them: a step of minutes is timed once): each step is exactly the
  *      trainer's (--grad-accum micro-batches: batch upload, forward, loss, backward; then AdamW or
  *      the 8-bit optimizer with --clip at the constant --lr, zeroed gradients, the step's one wait
  *      for its loss and norm);
  *   6. prints one JSON line: tokens_per_s, step_s, peak_mem_GiB (every byte refine allocates on the
  *      device: the plan), cuda_mem_GiB (device memory in use minus before: adds the CUDA context
  *      and cuBLASLt), model_tflops (PERFORMANCE.md's FLOP convention, train/metrics.h), mfu,
- *      gemm_tflops, loss, device, precision, fp8_recipe, base_dtype, master, grad_dtype, recompute_mlp; with
+ *      gemm_tflops, loss, device, precision, fp8_recipe, base_dtype, master, grad_dtype, recompute_mlp, mlp_chunk; with
  *      --profile a second JSON line with the
  *      device time of each op
  *      category per step (CUDA events around each op, over the timed steps run again).
@@ -145,12 +146,18 @@ int main(int argc, char **argv) {
     }
     if (gpu_shards_gradients(&o, &g, &c, budget, &e)) io_exit(&e); /* and ZeRO-2, as //gpu:train */
     if (max_seq) {
-        g.T = o.seq = gpu_longest_fitting_seq(g, &c, budget, 1 << 20);
+        /* offloaded on this machine: its host memory bounds the pinned layer inputs too */
+        const size_t host = !offline && g.offload == GPU_OFFLOAD_INPUTS ? gpu_host_budget() : 0;
+        g.T = o.seq = gpu_longest_fitting_seq(g, &c, budget, host, 1 << 20);
         if (g.T < 2) {
             io_fail(&e, "--max-seq: not even 2 tokens of micro-batch %d fit in %.2f GiB on %s", g.B, budget / GIB, device);
             io_exit(&e);
         }
-        if (root) fprintf(stderr, "max-seq: %d tokens fit in %.2f GiB\n", g.T, budget / GIB);
+        if (root) {
+            fprintf(stderr, "max-seq: %d tokens fit in %.2f GiB", g.T, budget / GIB);
+            if (host > 0) fprintf(stderr, " and %.2f GiB of pinned host memory", host / GIB);
+            fprintf(stderr, "\n");
+        }
     }
     if (config_check_seq_len(&c, g.T, &e)) io_exit(&e);
     struct gpu_llama_plan plan;
@@ -207,7 +214,12 @@ int main(int argc, char **argv) {
     if (job && (dp = gpu_dp_create(m, &comm, gpu_dp_shard_of(&g), &e)) == NULL) io_exit(&e);
     const int W = comm.world;
     int64_t step = 0;
+    /* with --warmup-steps 0 (one GPU) the validated first step is the first timed one too: a step of
+     * minutes (hundreds of thousands of tokens) is then timed once, not run twice */
+    const int time_first = o.bench_warmup == 0 && !job;
+    if (time_first) gpu_llama_timer_begin(m);
     const float loss0 = train_step(m, dp, W, tok, lab, valid, A, &o, step++);
+    const double ms_first = time_first ? gpu_llama_timer_end(m) : 0.0;
     const double lnv = log((double)c.V);
     if (!isfinite(loss0) || fabs(loss0 - lnv) > 1.0) {
         io_fail(&e, "validation failed: the first loss is %g, expected within 1 of ln V = %.3f; no figure", (double)loss0,
@@ -222,7 +234,16 @@ int main(int argc, char **argv) {
         one_ms = timed_steps(m, NULL, 1, tok, lab, valid, A, &o, &step, &loss, &exposed);
     }
     for (int i = 0; i < o.bench_warmup; i++) train_step(m, dp, W, tok, lab, valid, A, &o, step++);
-    const double ms = timed_steps(m, dp, W, tok, lab, valid, A, &o, &step, &loss, &exposed);
+    double ms;
+    if (time_first) { /* the first step and --steps − 1 more */
+        struct train_options rest = o;
+        rest.bench_steps = o.bench_steps - 1;
+        loss = loss0;
+        ms = ms_first + (rest.bench_steps > 0 ? timed_steps(m, dp, W, tok, lab, valid, A, &rest, &step, &loss, &exposed)
+                                              : 0.0);
+    } else {
+        ms = timed_steps(m, dp, W, tok, lab, valid, A, &o, &step, &loss, &exposed);
+    }
     if (!isfinite(loss)) {
         io_fail(&e, "the loss became %g during the timed steps; no figure", (double)loss);
         io_exit(&e);
@@ -245,7 +266,7 @@ int main(int argc, char **argv) {
     if (root) {
         printf("{\"system\":\"refine\",\"model\":\"%s\",\"method\":\"%s\",\"rank\":%d,\"batch\":%d,\"seq\":%d,"
                "\"grad_accum\":%d,\"recompute\":\"%s\",\"optimizer\":\"%s\",\"precision\":\"%s\",\"fp8_recipe\":\"%s\","
-               "\"base_dtype\":\"%s\",\"master\":\"%s\",\"grad_dtype\":\"%s\",\"recompute_mlp\":%d,\"ungrouped\":%d,"
+               "\"base_dtype\":\"%s\",\"master\":\"%s\",\"grad_dtype\":\"%s\",\"recompute_mlp\":%d,\"mlp_chunk\":%d,\"ungrouped\":%d,"
                "\"step_s\":%.4f,"
                "\"tokens_per_s\":%.0f,\"model_tflops\":%.1f,\"mfu\":%.3f,\"peak_mem_GiB\":%.2f,\"cuda_mem_GiB\":%.2f,"
                "\"gemm_tflops\":%.1f,\"loss\":%.4f,\"first_loss\":%.4f,\"plan_GiB\":{%s},\"memory_limit_GiB\":%g,"
@@ -254,7 +275,7 @@ int main(int argc, char **argv) {
                compute_precision_names[set.precision],
                set.precision == COMPUTE_FP8 ? fp8_recipe_names[set.fp8_recipe] : "none",
                set.base == BASE_FP8 ? "fp8" : set.base == BASE_NF4 ? "nf4" : "bf16", master_storage_names[o.master],
-               grad_storage_names[o.grad_dtype], o.recompute_mlp ? 1 : 0, o.ungrouped, step_s, tps, fpt * tps / W / 1e12, peak > 0 ? fpt * tps / W / peak : 0.0, plan.total / GIB,
+               grad_storage_names[o.grad_dtype], o.recompute_mlp ? 1 : 0, o.mlp_chunk, o.ungrouped, step_s, tps, fpt * tps / W / 1e12, peak > 0 ? fpt * tps / W / peak : 0.0, plan.total / GIB,
                (double)(free0 - free1) / GIB, peak / 1e12, (double)loss, (double)loss0, fields, (double)o.memory_limit, o.offload, plan.host / GIB, device, extra);
         fflush(stdout);
     }

@@ -213,6 +213,7 @@ void gpu_model_options(struct gpu_llama_options *g, const struct model_settings 
     g->nvtx = s->trace == TRACE_NVTX ? GPU_NVTX_RANGES : GPU_NVTX_OFF;
     g->grouping = s->grouping == ADAPTERS_UNGROUPED ? GPU_LORA_UNGROUPED : GPU_LORA_GROUPED;
     g->offload = s->activations == ACTIVATIONS_OFFLOADED ? GPU_OFFLOAD_INPUTS : GPU_OFFLOAD_NONE;
+    g->mlp_chunk = s->mlp_chunk;
 }
 
 int gpu_shards_optimizer(const struct train_options *o, const struct gpu_llama_options *g, int world) {
@@ -276,13 +277,29 @@ int gpu_memory_limit_check(const struct train_options *o, size_t total, size_t *
     return 0;
 }
 
-int gpu_longest_fitting_seq(struct gpu_llama_options g, const struct model_config *c, size_t budget, int most) {
+size_t gpu_host_budget(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (f == NULL) return 0;
+    char line[256];
+    unsigned long long kib = 0;
+    while (fgets(line, sizeof line, f) != NULL)
+        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
+    fclose(f);
+    return (size_t)((double)kib * 1024.0 * 0.9);
+}
+
+static int plan_fits(const struct gpu_llama_plan *p, size_t budget, size_t host_budget) {
+    return p->total <= budget && (host_budget == 0 || p->host <= host_budget);
+}
+
+int gpu_longest_fitting_seq(struct gpu_llama_options g, const struct model_config *c, size_t budget,
+                            size_t host_budget, int most) {
     struct gpu_llama_plan p;
     struct io_err e;
     int lo = 0, hi = 2;
     for (;;) { /* double while it fits */
         g.T = hi;
-        if (gpu_llama_plan_bytes(&p, c, &g, &e) != 0 || p.total > budget) break;
+        if (gpu_llama_plan_bytes(&p, c, &g, &e) != 0 || !plan_fits(&p, budget, host_budget)) break;
         lo = hi;
         if (hi >= most) return most;
         hi = hi * 2 < most ? hi * 2 : most;
@@ -290,7 +307,7 @@ int gpu_longest_fitting_seq(struct gpu_llama_options g, const struct model_confi
     while (hi - lo > 1) { /* the longest fitting T lies in [lo, hi) */
         const int mid = lo + (hi - lo) / 2;
         g.T = mid;
-        if (gpu_llama_plan_bytes(&p, c, &g, &e) == 0 && p.total <= budget)
+        if (gpu_llama_plan_bytes(&p, c, &g, &e) == 0 && plan_fits(&p, budget, host_budget))
             lo = mid;
         else
             hi = mid;
@@ -309,14 +326,17 @@ int gpu_engine_longest_seq(struct train_options *o, const struct model_source *s
     struct gpu_llama_options g;
     gpu_model_options(&g, &set);
     if (model_source_is_bnb(src, llama_linears[LLAMA_Q].weight, 0)) g.nested_nf4 = src->config.quant.double_quant;
-    const int T = gpu_longest_fitting_seq(g, &src->config, budget, 1 << 20);
+    const size_t host = g.offload == GPU_OFFLOAD_INPUTS ? gpu_host_budget() : 0;
+    const int T = gpu_longest_fitting_seq(g, &src->config, budget, host, 1 << 20);
     char hint[200];
     if (T < 2)
         return io_fail(e, "--seq auto: not even 2 tokens of micro-batch %d fit in the %.2f GiB %s leaves; lower "
                           "--micro-batch, or %s",
                        o->micro_batch, budget / GIB, device, gpu_memory_hint(&g, hint, sizeof hint));
-    printf("seq auto: %d tokens (the longest sequence whose plan for micro-batch %d fits in %.2f GiB on %s)\n", T,
+    printf("seq auto: %d tokens (the longest sequence whose plan for micro-batch %d fits in %.2f GiB on %s", T,
            o->micro_batch, budget / GIB, device);
+    if (host > 0) printf(" and in %.2f GiB of pinned host memory", host / GIB);
+    printf(")\n");
     o->seq = T;
     return 0;
 }
@@ -326,6 +346,9 @@ const char *gpu_memory_hint(const struct gpu_llama_options *g, char *buf, size_t
     int n = 0;
     if (g->recompute != RECOMPUTE_LAYER) opts[n++] = "--recompute layer";
     else if (g->offload == GPU_OFFLOAD_NONE) opts[n++] = "--offload";
+    if (g->recompute == RECOMPUTE_LAYER && g->mlp_chunk == 0 && (int64_t)g->B * g->T > 8192 &&
+        g->mode != LLAMA_DORA && g->linears == GPU_LINEAR_BF16 && !(g->dropout > 0))
+        opts[n++] = "--mlp-chunk 4096";
     if (g->mode == LLAMA_FULL) {
         if (g->master == MASTER_FP32 && g->shard_world <= 1) opts[n++] = "--master split";
         else if (g->master == MASTER_SPLIT) opts[n++] = "--master bf16-sr (bf16 weights, rounded stochastically)";

@@ -60,9 +60,14 @@ size_t gpu_memory_budget_offline(const struct train_options *o);
 /* With the model built: the device's free bytes into free_now (NULL: not wanted), and under
  * --memory-limit a failure when the device (of `total` bytes) holds more than the limit. */
 int gpu_memory_limit_check(const struct train_options *o, size_t total, size_t *free_now, struct io_err *e);
-/* The longest sequence up to `most` whose plan (g with its micro-batch) fits in `budget` bytes (0
- * when not even 2 tokens do): the planner is searched, nothing is allocated. */
-int gpu_longest_fitting_seq(struct gpu_llama_options g, const struct model_config *c, size_t budget, int most);
+/* The longest sequence up to `most` whose plan (g with its micro-batch) fits in `budget` bytes of
+ * device memory and, offloaded, `host_budget` bytes of pinned host memory (0: not limited); 0 when
+ * not even 2 tokens do: the planner is searched, nothing is allocated. */
+int gpu_longest_fitting_seq(struct gpu_llama_options g, const struct model_config *c, size_t budget,
+                            size_t host_budget, int most);
+/* Pinned host memory this machine can give an offloaded run: 90% of the memory available now
+ * (/proc/meminfo MemAvailable); 0 when unknown. */
+size_t gpu_host_budget(void);
 /* --seq auto: sets o->seq to the longest sequence that fits (said on stdout), or -1 with a message. */
 int gpu_engine_longest_seq(struct train_options *o, const struct model_source *src, struct io_err *e);
 /* The largest micro-batch up to `most` whose plan fits in `budget` bytes (0 when not even one

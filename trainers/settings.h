@@ -70,6 +70,7 @@ struct model_settings {
     enum adapter_grouping grouping;
     enum activation_home activations;
     enum mlp_input_policy mlp_input;
+    int mlp_chunk; /* rows of the MLP at a time under --recompute layer; 0: all (--mlp-chunk) */
 };
 
 /* s from o; --precision auto becomes auto_precision (the trainer's own arithmetic). */

@@ -43,6 +43,12 @@ check "//ref:train --recompute-mlp: exit status $rc (1), one message pointing to
     test $rc -eq 1 -a "$(grep -c '^refine: --recompute-mlp .*//gpu:train' "$tmp/rmlp.log")" -eq 1 \
     -a "$(wc -l <"$tmp/rmlp.log")" -eq 1
 
+"$ref" --recompute layer --mlp-chunk 64 --model "$tmp/none" >"$tmp/chunk.log" 2>&1
+rc=$?
+check "//ref:train --mlp-chunk 64: exit status $rc (1), one message pointing to //gpu:train" \
+    test $rc -eq 1 -a "$(grep -c '^refine: --mlp-chunk .*//gpu:train' "$tmp/chunk.log")" -eq 1 \
+    -a "$(wc -l <"$tmp/chunk.log")" -eq 1
+
 # Under a launcher, --grad-dtype bf16 is refused by every rank before any device work (the ranks'
 # sum of bf16 gradients is not specified yet): on any machine with mpirun.
 source tests/unit/mpi_env.sh || exit 1

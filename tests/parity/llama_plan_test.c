@@ -30,6 +30,9 @@
  *   - bf16 weights (--master bf16) take 2 bytes a parameter (6 in all with bf16 gradients and 8-bit
  *     states: 1B full 16×512 with --recompute layer plans under 10 GiB, FP8 too); refused for
  *     adapters and the sharded optimizer; FP8 full fine-tuning with --recompute attn stores no codes;
+ *   - MLP token chunks (--mlp-chunk) shrink the gate, up, MLP input and its gradient to the chunk's
+ *     rows and nothing else; Llama-3.1-8B QLoRA r 32 at 400,000 tokens (batch 1, offloaded) then
+ *     plans inside an 80 GB card, and the longest-sequence search honours a host-memory bound;
  *   - options the kernels cannot run are refused with a message, not a crash.
  * Alignment (256 B per buffer) is the only slack: bounds allow it explicitly.
  */
@@ -227,7 +230,7 @@ int main(void) {
     const double an = (double)plan_of(&cs, &on).acts, aa = (double)plan_of(&cs, &oa).acts,
                  ay = (double)plan_of(&cs, &oy).acts;
     expect(an > aa && aa > ay, "recompute orders activations NONE > ATTN > LAYER", aa, ay, an);
-    const double chain = (cs.L + 1.0) * 4 * 256 * cs.C * 2, final = 4 * 256 * (4.0 + 2.0 * cs.C); /* + final norm */
+    const double chain = (cs.L + 1.0) * 4 * 256 * cs.C * 2, final = 4 * 256 * 4.0; /* + the final norm's rstd (its output is n1's scratch) */
     const double one_set = (an - chain - final) / cs.L;
     in_range("LAYER: inputs of every layer + one layer's set", ay, chain + one_set + final - slack,
              chain + one_set + final + slack);
@@ -456,6 +459,60 @@ int main(void) {
     struct gpu_llama_options lora = opts(LLAMA_LORA, 4, 512);
     lora.recompute = RECOMPUTE_LAYER;
     expect_hint("LoRA with layer recomputation", &lora, "try --offload, --method qlora or a shorter --seq");
+    struct gpu_llama_options longq = opts(LLAMA_LORA, 1, 32768);
+    longq.base = GPU_BASE_NF4, longq.recompute = RECOMPUTE_LAYER, longq.offload = GPU_OFFLOAD_INPUTS;
+    expect_hint("QLoRA at 32K with every other memory option", &longq, "try --mlp-chunk 4096 or a shorter --seq");
+    longq.mlp_chunk = 4096;
+    expect_hint("QLoRA at 32K in MLP chunks", &longq, "try a shorter --seq");
+
+    /* MLP token chunks (--mlp-chunk, --recompute layer): the shared gate, up and MLP input (3·N·F·2
+     * bytes) and the scratch dmlp (N·F·2) hold `chunk` rows instead of N = B·T; nothing else moves.
+     * Llama-3.1-8B QLoRA r 32, batch 1, offloaded: 400,000 tokens plan inside an 80 GB card (Unsloth
+     * publishes 342,733), and without chunks they do not. */
+    {
+        struct gpu_llama_options oc = opts(LLAMA_LORA, 1, 65536), oc2;
+        oc.base = GPU_BASE_NF4, oc.R = 32, oc.recompute = RECOMPUTE_LAYER, oc.offload = GPU_OFFLOAD_INPUTS;
+        oc2 = oc;
+        oc2.mlp_chunk = 4096;
+        const struct gpu_llama_plan a = plan_of(&c8, &oc), b = plan_of(&c8, &oc2);
+        const double lost = 2.0 * (65536 - 4096) * c8.F;
+        in_range("8B QLoRA 1x65536 --mlp-chunk 4096: activations lose 3·(N − 4096)·F·2 bytes",
+                 (double)a.acts - (double)b.acts, 3 * lost - slack, 3 * lost + slack);
+        in_range("8B QLoRA 1x65536 --mlp-chunk 4096: scratch loses (N − 4096)·F·2 bytes",
+                 (double)a.scratch - (double)b.scratch, lost - slack, lost + slack);
+        expect(a.weights == b.weights && a.params == b.params && a.host == b.host && b.mlp_rows == 4096 &&
+                   a.mlp_rows == 65536,
+               "--mlp-chunk changes the MLP buffers alone", (double)b.mlp_rows, 4096, 4096);
+        oc.T = oc2.T = 400000;
+        const double g400 = plan_of(&c8, &oc2).total / GIB;
+        in_range("Llama-3.1-8B QLoRA r32 1x400000 --recompute layer --offload --mlp-chunk 4096 (GiB): inside 80 GB",
+                 g400, 40.0, 78.0);
+        {   /* without chunks the MLP's (N, F) tensors pass 2^31 elements: refused, naming the remedy */
+            struct gpu_llama_plan pr;
+            struct io_err ew = {{0}};
+            const int rc = gpu_llama_plan_bytes(&pr, &c8, &oc, &ew);
+            expect(rc == -1 && strstr(ew.msg, "--mlp-chunk") != NULL,
+                   "8B 1x400000 without --mlp-chunk: refused (2^31 elements), naming --mlp-chunk", rc, -1, -1);
+            oc.T = 140000; /* and where it is allowed, chunks plan less */
+            oc2.T = 140000;
+            const double four = 4.0 * (140000 - 4096) * c8.F * 2; /* gate, up, MLP input, dmlp */
+            in_range("8B QLoRA 1x140000: --mlp-chunk 4096 saves 4·(N − 4096)·F·2 bytes",
+                     (double)plan_of(&c8, &oc).total - (double)plan_of(&c8, &oc2).total, four - slack, four + slack);
+        }
+        struct train_options to;
+        memset(&to, 0, sizeof to);
+        to.memory_limit = 80;
+        const int t80 = gpu_longest_fitting_seq(oc2, &c8, gpu_memory_budget_offline(&to), 0, 1 << 20);
+        to.memory_limit = 24;
+        const int t24 = gpu_longest_fitting_seq(oc2, &c8, gpu_memory_budget_offline(&to), 0, 1 << 20);
+        in_range("8B QLoRA r32 --mlp-chunk 4096 --offload: longest sequence on an 80 GB card", t80, 400000, 1 << 20);
+        in_range("the same on a 24 GB card (Unsloth publishes 78,475)", t24, 78475, 400000);
+        const int t80h = gpu_longest_fitting_seq(oc2, &c8, gpu_memory_budget_offline(&to), (size_t)(64.0 * GIB), 1 << 20);
+        in_range("the same bounded by 64 GiB of pinned host memory: its offloaded inputs fit",
+                 (double)t80h * c8.L * c8.C * 2 / GIB, 0.0, 64.0);
+        printf("plans: 8B QLoRA r32 1x400000 --mlp-chunk 4096 --offload %.2f GiB; longest sequence 80 GB %d, "
+               "24 GB %d\n", g400, t80, t24);
+    }
 
     /* refusals */
     struct gpu_llama_plan p;
@@ -482,6 +539,15 @@ int main(void) {
     ow16s.shard_world = 2;
     struct gpu_llama_options ogr = opts(LLAMA_FULL, 2, 128);
     ogr.shard_grads = 1;
+    struct gpu_llama_options ochn = opts(LLAMA_LORA, 2, 128), ochr = ochn, ochd = ochn, ochf = ochn, ocho = ochn,
+                             ochm = ochn;
+    ochn.mlp_chunk = 64; /* no --recompute layer */
+    ochr.mlp_chunk = 100, ochr.recompute = RECOMPUTE_LAYER;
+    ochd.mlp_chunk = 64, ochd.recompute = RECOMPUTE_LAYER, ochd.mode = LLAMA_DORA;
+    ochf.mlp_chunk = 64, ochf.recompute = RECOMPUTE_LAYER, ochf.linears = GPU_LINEAR_FP8;
+    ocho.mlp_chunk = 64, ocho.recompute = RECOMPUTE_LAYER, ocho.dropout = 0.1f;
+    ochm.mlp_chunk = 512, ochm.recompute = RECOMPUTE_LAYER; /* ≥ B·T: the whole micro-batch, accepted */
+    in_range("--mlp-chunk ≥ B·T: one chunk", plan_of(&c1, &ochm).mlp_rows, 256, 256);
     struct gpu_llama_options og16 = opts(LLAMA_LORA, 2, 128), og16s = opts(LLAMA_FULL, 2, 128);
     og16.grads = og16s.grads = GRAD_BF16;
     og16s.shard_world = 2;
@@ -495,7 +561,9 @@ int main(void) {
                    {&c1, &osplit, "split masters are for full"}, {&c1, &oss, "sharded optimizer"},
                    {&c1, &ogr, "sharded gradients"},  {&c1, &og16, "bf16 gradients are for full"},
                    {&c1, &og16s, "bf16 gradients and the sharded optimizer"},
-                   {&c1, &ow16, "bf16 masters are for full"}, {&c1, &ow16s, "--master bf16 and the sharded optimizer"}};
+                   {&c1, &ow16, "bf16 masters are for full"}, {&c1, &ow16s, "--master bf16 and the sharded optimizer"},
+                   {&c1, &ochn, "needs --recompute layer"}, {&c1, &ochr, "multiple of 64"},
+                   {&c1, &ochd, "DoRA"}, {&c1, &ochf, "--precision fp8"}, {&c1, &ocho, "dropout"}};
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         memset(&e, 0, sizeof e);
         const int rc = gpu_llama_plan_bytes(&p, refused[i].c, refused[i].o, &e);

@@ -230,6 +230,18 @@ static void run_case(const lora_case &c, int plant_inf, int id) {
         for (auto *v : {&dA_g, &dB_g}) img.insert(img.end(), (unsigned char *)v->data(), (unsigned char *)(v->data() + v->size()));
         runs.push_back(img);
     }
+    {   /* the intermediate alone (a recomputation that stops before y): the forward's u, bit for bit,
+         * from the forward's own plan */
+        struct dev_buf bu2;
+        dev_buf_alloc(&bu2, "u alone", (size_t)N * R * 2, POISON_BF16, nullptr);
+        gpu_lora_u_bf16(g_gemm, (uint16_t *)bu2.data, (const uint16_t *)bx.data, (const uint16_t *)bA.data, N, C_in, R,
+                        g_stream);
+        std::vector<uint16_t> u2((size_t)N * R);
+        dev_buf_download(&bu2, u2.data(), 1);
+        EXPECT(memcmp(u2.data(), ub.data(), u2.size() * 2) == 0, "lora %s: gpu_lora_u_bf16 differs from the forward's u",
+               shape);
+        dev_buf_free(&bu2);
+    }
     /* gpu_lora_reserve saw every product (all buffers here are 256-byte aligned) */
     EXPECT(gpu_gemm_plan_count(g_gemm) == plans, "lora %s: %d gemm plans created after gpu_lora_reserve", shape,
            gpu_gemm_plan_count(g_gemm) - plans);

@@ -481,6 +481,35 @@ if [ $cpu_only -eq 0 ]; then
             compare "$model $method: --offload --recompute $policy == no offload, bitwise" "$logs/$name-compare.log" \
                 identical "$tmp/runs/$model-$method-gpu" "$tmp/runs/$name"
         done
+        # MLP token chunks (--mlp-chunk with --recompute layer): 64 of the micro-batch's 128 rows at a
+        # time, so each layer's MLP and its backward run twice; every row's products are the unchunked
+        # ones but the MLP weights' gradients are summed chunk by chunk, so the run is held to the
+        # oracle by the tolerance rules (LoRA; QLoRA; full fine-tuning with Qwen2's biases; the 8-byte
+        # arrangement with bf16 gradients, offloaded), and is deterministic and resumes bitwise.
+        for ch_case in "tiny-llama lora" "tiny-llama qlora" "tiny-qwen2 full" "tiny-llama full-adamw8bit-split-g16"; do
+            [ $bf16_ran -eq 1 ] || continue
+            read -r model method <<<"$ch_case"
+            name=$model-$method-chunk
+            extra=(--precision bf16 --recompute layer --mlp-chunk 64)
+            [ "$method" = full-adamw8bit-split-g16 ] && extra+=(--offload)
+            run_train "$gpu" "$model" "$method" "$tmp/runs/$name" "$logs/$name.log" "${extra[@]}"
+            check_log "$model $method ${extra[*]}: exits 0" "$logs/$name.log" test $? -eq 0
+            check_log "$model $method --mlp-chunk 64: the plan's MLP buffers hold 64 rows" "$logs/$name.log" \
+                grep -q "MLP in chunks of 64 rows" "$logs/$name.log"
+            compare "$model $method --mlp-chunk 64: tolerance" "$logs/$name-compare.log" tolerance \
+                --name "$model-$method" --oracle "${oracle[$model-$method-fp32]}" --same "${same[$model-$method-bf16]}" \
+                --candidate "$tmp/runs/$name"
+            if [ "$model-$method" = tiny-llama-lora ] || [ "$model-$method" = tiny-llama-full-adamw8bit-split-g16 ]; then
+                run_train "$gpu" "$model" "$method" "$tmp/runs/$name-2" "$logs/$name-2.log" "${extra[@]}"
+                compare "$model $method --mlp-chunk 64: two runs identical" "$logs/$name-2-compare.log" identical \
+                    "$tmp/runs/$name" "$tmp/runs/$name-2"
+                run_train "$gpu" "$model" "$method" "$tmp/runs/$name-r" "$logs/$name-r1.log" "${extra[@]}" --stop-after 10
+                run_train "$gpu" "$model" "$method" "$tmp/runs/$name-r" "$logs/$name-r2.log" "${extra[@]}" \
+                    --resume "$tmp/runs/$name-r"
+                compare "$model $method --mlp-chunk 64: stop at 10 + resume == uninterrupted" \
+                    "$logs/$name-r-compare.log" identical "$tmp/runs/$name" "$tmp/runs/$name-r"
+            fi
+        done
     fi
     if [ "$only" != smollm2 ]; then
         # CUDA graphs (the training micro-steps, on by default where eligible: gpu/llama.cu) replay the
