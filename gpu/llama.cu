@@ -628,13 +628,17 @@ void backward(gpu_llama *m, uint64_t micro) {
         if (offloaded(m) && l + 1 < c.L) CUDA_CHECK(cudaStreamWaitEvent(s, m->x_in[l], 0));
         prepare_layer(m, l, 1);
         m->fp8.recording = FP8_DISCARD; /* a recomputation records nothing */
-        if (m->opt.recompute == RECOMPUTE_LAYER) /* DoRA's backward reads the down product (z) */
+        /* The last layer is not recomputed: the shared set (and n2) still hold what its forward
+         * wrote — the final norm and the head touch neither — and a recomputation is bitwise that. */
+        if (l == c.L - 1) {
+        } else if (m->opt.recompute == RECOMPUTE_LAYER) { /* DoRA's backward reads the down product (z) */
             layer_forward(m, l, 1, micro,
                           m->mlp_rows < m->N                ? FWD_NORM2
                           : m->opt.mode == LLAMA_DORA       ? FWD_ALL
                                                             : FWD_MLP_INPUT);
-        else if (m->opt.recompute == RECOMPUTE_ATTN)
+        } else if (m->opt.recompute == RECOMPUTE_ATTN) {
             layer_forward(m, l, 1, micro, FWD_ATTN);
+        }
         m->fp8.recording = FP8_RECORD;
         if (offloaded(m) && l >= 1) offload_in(m, l - 1);
         if (m->grad_gate) m->grad_gate(m->grad_gate_ctx, c.L - l);

@@ -37,7 +37,8 @@
  *                        The recomputation of LAYER stops at the MLP input: the down projection's
  *                        output is not needed by the backward (a LoRA's intermediate u is formed
  *                        alone; DoRA, whose backward reads the product, runs it whole), so the
- *                        step runs one base product a layer less.
+ *                        step runs one base product a layer less. The last layer is never
+ *                        recomputed: the shared set still holds its forward's values.
  *                        mlp_chunk: under LAYER the MLP runs in token chunks (below).
  * FP8 (options.linears = GPU_LINEAR_FP8; NUMERICS.md §6.6, ref/llama.h "FP8 block linears" the
  * oracle): the block linears' products on E4M3/E5M2 operands under options.fp8_recipe; each
