@@ -177,6 +177,9 @@ struct gpu_llama_plan {
     int mlp_rows;      /* rows of the MLP at a time (options.mlp_chunk, or B·T) */
 };
 
+/* 1 when no activation of (c, o) passes 2^31 elements (what the kernels are verified at; the plan
+ * refuses the others), else 0: a shape too large, like one that does not fit. */
+int gpu_llama_size_verified(const struct model_config *c, const struct gpu_llama_options *o);
 /* The plan of (c, o); 0, or -1 with e saying which option or shape the model cannot run. */
 int gpu_llama_plan_bytes(struct gpu_llama_plan *p, const struct model_config *c, const struct gpu_llama_options *o,
                          struct io_err *e);

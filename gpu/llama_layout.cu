@@ -640,22 +640,28 @@ int gl_layout(gpu_llama *m, enum gl_layout_mode mode) {
 
 /* ---------------------------------------------------------------- plan */
 
+/* The widest activations — (B·T, hidden size or query heads) and the MLP's (its rows at a time, F) —
+ * within 2^31 elements, what the elementwise kernels are verified at. */
+extern "C" int gpu_llama_size_verified(const model_config *c, const gpu_llama_options *o) {
+    const int64_t n = (int64_t)o->B * o->T, w = c->C > (int64_t)c->H * c->D ? c->C : (int64_t)c->H * c->D;
+    const int64_t rows = o->mlp_chunk > 0 && o->mlp_chunk < n ? o->mlp_chunk : n;
+    return n * w <= INT32_MAX && rows * c->F <= INT32_MAX;
+}
+
 static int check_options(const model_config *c, const gpu_llama_options *o, io_err *e) {
     if (o->B < 1 || o->T < 1) return io_fail(e, "micro-batch %d × sequence %d: both must be ≥ 1", o->B, o->T);
     if ((int64_t)o->B * o->T > INT32_MAX / 2)
         return io_fail(e, "micro-batch %d × sequence %d: too many tokens for one micro-batch", o->B, o->T);
     if (c->D != 16 && c->D != 32 && c->D != 64 && c->D != 128)
         return io_fail(e, "head_dim %d: the GPU attention supports 16, 32, 64 and 128", c->D);
-    {   /* the widest activations: (B·T, hidden size or query heads) and the MLP's (rows at a time, F) —
-         * the elementwise kernels are verified up to 2^31 elements a tensor */
+    if (!gpu_llama_size_verified(c, o)) {
         const int64_t n = (int64_t)o->B * o->T, w = c->C > (int64_t)c->H * c->D ? c->C : (int64_t)c->H * c->D;
+        const int wide = n * w > INT32_MAX;
         const int64_t rows = o->mlp_chunk > 0 && o->mlp_chunk < n ? o->mlp_chunk : n;
-        if (n * w > INT32_MAX || rows * c->F > INT32_MAX)
-            return io_fail(e, "micro-batch %d × sequence %d: an activation of more than 2^31 elements (%lld × %lld), "
-                              "beyond what the GPU kernels are verified at; shorten --seq or --micro-batch%s",
-                           o->B, o->T, (long long)(n * w > INT32_MAX ? n : rows),
-                           (long long)(n * w > INT32_MAX ? w : c->F),
-                           n * w > INT32_MAX ? "" : ", or run the MLP in chunks (--recompute layer --mlp-chunk 4096)");
+        return io_fail(e, "micro-batch %d × sequence %d: an activation of more than 2^31 elements (%lld × %lld), "
+                          "beyond what the GPU kernels are verified at; shorten --seq or --micro-batch%s",
+                       o->B, o->T, (long long)(wide ? n : rows), (long long)(wide ? w : c->F),
+                       wide ? "" : ", or run the MLP in chunks (--recompute layer --mlp-chunk 4096)");
     }
     if (!((c->C % 8 == 0 && c->C <= 8192) || c->C <= 1024))
         return io_fail(e, "hidden_size %d: the GPU RMSNorm takes multiples of 8 up to 8192, or up to 1024", c->C);

@@ -434,11 +434,30 @@ int gpu_engine_create(struct train_engine *eng, struct train_options *o, const s
     if (model_source_is_bnb(src, llama_linears[LLAMA_Q].weight, 0)) g.nested_nf4 = src->config.quant.double_quant;
     if (gpu_shards_gradients(o, &g, &src->config, budget, e)) return -1;
     struct gpu_llama_plan plan;
-    if (gpu_llama_plan_bytes(&plan, &src->config, &g, e)) return -1;
+    memset(&plan, 0, sizeof plan);
+    /* a micro-batch too large for the kernels is one that does not fit: the largest that does is named */
+    const int sized = gpu_llama_size_verified(&src->config, &g);
+    if (sized && gpu_llama_plan_bytes(&plan, &src->config, &g, e)) return -1;
+    if (!sized && !o->auto_batch) {
+        struct io_err why = {{0}};
+        (void)gpu_llama_plan_bytes(&plan, &src->config, &g, &why);
+        const int b = gpu_largest_fitting_batch(g, &src->config, budget, 1 << 20);
+        if (b > 0)
+            return io_fail(e, "the model does not fit: %s; the largest micro-batch that fits is %d (--micro-batch %d, "
+                              "raising --grad-accum to keep the batch, or --auto-batch)",
+                           why.msg, b, b);
+        return io_fail(e, "%s", why.msg);
+    }
     if (o->auto_batch) {
         int b = gpu_largest_fitting_batch(g, &src->config, budget, max_micro_batch);
         if (job_min(comm, b, "the ranks' auto-batch micro-batches", &b, e)) return -1; /* every GPU fits it */
         if (b == 0) {
+            if (!sized) {
+                struct io_err why = {{0}};
+                g.B = 1;
+                (void)gpu_llama_plan_bytes(&plan, &src->config, &g, &why);
+                if (why.msg[0] != '\0') return io_fail(e, "--auto-batch: %s", why.msg);
+            }
             char line[512];
             gpu_llama_plan_describe(line, sizeof line, &plan, 1, o->seq);
             char hint[200];

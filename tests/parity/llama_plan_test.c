@@ -507,9 +507,18 @@ int main(void) {
         const int t24 = gpu_longest_fitting_seq(oc2, &c8, gpu_memory_budget_offline(&to), 0, 1 << 20);
         in_range("8B QLoRA r32 --mlp-chunk 4096 --offload: longest sequence on an 80 GB card", t80, 400000, 1 << 20);
         in_range("the same on a 24 GB card (Unsloth publishes 78,475)", t24, 78475, 400000);
+        to.memory_limit = 80;
         const int t80h = gpu_longest_fitting_seq(oc2, &c8, gpu_memory_budget_offline(&to), (size_t)(64.0 * GIB), 1 << 20);
+        in_range("80 GB card, 64 GiB host: the host bounds it (half the device-bound length or less)", t80h, 100000,
+                 t80 / 2 + 1);
         in_range("the same bounded by 64 GiB of pinned host memory: its offloaded inputs fit",
                  (double)t80h * c8.L * c8.C * 2 / GIB, 0.0, 64.0);
+        /* a micro-batch past 2^31 elements is one that does not fit: the search stops below it */
+        struct gpu_llama_options big = opts(LLAMA_LORA, 16384, 512);
+        expect(!gpu_llama_size_verified(&cs, &big), "SmolLM2 16384x512: past 2^31 elements (8388608 x 576)", 0, 0, 0);
+        const int bmax = gpu_largest_fitting_batch(big, &cs, gpu_memory_budget_offline(&to), 1 << 20);
+        in_range("SmolLM2 x512 on 80 GB: the largest micro-batch that fits stays within 2^31 elements",
+                 (double)bmax * 512 * cs.C, 1.0, 2147483647.0);
         printf("plans: 8B QLoRA r32 1x400000 --mlp-chunk 4096 --offload %.2f GiB; longest sequence 80 GB %d, "
                "24 GB %d\n", g400, t80, t24);
     }
