@@ -157,6 +157,9 @@ int main(int argc, char **argv) {
             fprintf(stderr, "max-seq: %d tokens fit in %.2f GiB", g.T, budget / GIB);
             if (host > 0) fprintf(stderr, " and %.2f GiB of pinned host memory", host / GIB);
             fprintf(stderr, "\n");
+            char longer[160];
+            if (gpu_longer_seq_hint(g, &c, budget, host, g.T, longer, sizeof longer)[0] != '\0')
+                fprintf(stderr, "max-seq: longer %s\n", longer);
         }
     }
     if (config_check_seq_len(&c, g.T, &e)) io_exit(&e);

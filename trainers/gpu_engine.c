@@ -315,6 +315,21 @@ int gpu_longest_fitting_seq(struct gpu_llama_options g, const struct model_confi
     return lo;
 }
 
+const char *gpu_longer_seq_hint(struct gpu_llama_options g, const struct model_config *c, size_t budget,
+                                size_t host_budget, int found, char *buf, size_t cap) {
+    buf[0] = '\0';
+    const char *flags[2];
+    int n = 0;
+    if (g.recompute != RECOMPUTE_LAYER) g.recompute = RECOMPUTE_LAYER, flags[n++] = "--recompute layer";
+    if (g.mlp_chunk == 0 && g.mode != LLAMA_DORA && g.linears == GPU_LINEAR_BF16 && !(g.dropout > 0))
+        g.mlp_chunk = 4096, flags[n++] = "--mlp-chunk 4096";
+    if (n == 0) return buf;
+    const int T = gpu_longest_fitting_seq(g, c, budget, host_budget, 1 << 20);
+    if (T > found + found / 20) /* worth saying: 5% or more */
+        snprintf(buf, cap, "with %s%s%s: %d tokens", flags[0], n > 1 ? " " : "", n > 1 ? flags[1] : "", T);
+    return buf;
+}
+
 int gpu_engine_longest_seq(struct train_options *o, const struct model_source *src, struct io_err *e) {
     char device[128];
     size_t budget = 0;
@@ -337,6 +352,9 @@ int gpu_engine_longest_seq(struct train_options *o, const struct model_source *s
            o->micro_batch, budget / GIB, device);
     if (host > 0) printf(" and in %.2f GiB of pinned host memory", host / GIB);
     printf(")\n");
+    char longer[160];
+    if (gpu_longer_seq_hint(g, &src->config, budget, host, T, longer, sizeof longer)[0] != '\0')
+        printf("seq auto: longer %s\n", longer);
     o->seq = T;
     return 0;
 }

@@ -65,6 +65,11 @@ int gpu_memory_limit_check(const struct train_options *o, size_t total, size_t *
  * not even 2 tokens do: the planner is searched, nothing is allocated. */
 int gpu_longest_fitting_seq(struct gpu_llama_options g, const struct model_config *c, size_t budget,
                             size_t host_budget, int most);
+/* Into buf (and returned): "with --recompute layer --mlp-chunk 4096: N tokens" when the options g
+ * lacks (layer recomputation, MLP chunks) would fit a sequence at least 5% longer than `found`;
+ * "" otherwise. */
+const char *gpu_longer_seq_hint(struct gpu_llama_options g, const struct model_config *c, size_t budget,
+                                size_t host_budget, int found, char *buf, size_t cap);
 /* Pinned host memory this machine can give an offloaded run: 90% of the memory available now
  * (/proc/meminfo MemAvailable); 0 when unknown. */
 size_t gpu_host_budget(void);

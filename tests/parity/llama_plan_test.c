@@ -513,6 +513,24 @@ int main(void) {
                  t80 / 2 + 1);
         in_range("the same bounded by 64 GiB of pinned host memory: its offloaded inputs fit",
                  (double)t80h * c8.L * c8.C * 2 / GIB, 0.0, 64.0);
+        {   /* the longest-sequence search says what would go further */
+            char hint[160];
+            struct gpu_llama_options plain = oc;
+            plain.mlp_chunk = 0;
+            const int tp = gpu_longest_fitting_seq(plain, &c8, gpu_memory_budget_offline(&to), 0, 1 << 20);
+            gpu_longer_seq_hint(plain, &c8, gpu_memory_budget_offline(&to), 0, tp, hint, sizeof hint);
+            checks++;
+            if (strstr(hint, "--mlp-chunk 4096") == NULL || strstr(hint, "--recompute layer") != NULL) {
+                failures++;
+                printf("FAIL longer-sequence hint without chunks: '%s'\n", hint);
+            }
+            gpu_longer_seq_hint(oc2, &c8, gpu_memory_budget_offline(&to), 0, t80, hint, sizeof hint);
+            checks++;
+            if (hint[0] != '\0') {
+                failures++;
+                printf("FAIL longer-sequence hint with every option in use: '%s'\n", hint);
+            }
+        }
         /* a micro-batch past 2^31 elements is one that does not fit: the search stops below it */
         struct gpu_llama_options big = opts(LLAMA_LORA, 16384, 512);
         expect(!gpu_llama_size_verified(&cs, &big), "SmolLM2 16384x512: past 2^31 elements (8388608 x 576)", 0, 0, 0);
