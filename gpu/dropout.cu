@@ -23,11 +23,11 @@ constexpr int kBlock = 256;
 
 template <bool kVec>
 __global__ void __launch_bounds__(kBlock) dropout_groups_of_4(bf16 *out, const bf16 *x, int64_t n, float p, float scale,
-                                                              uint64_t seed, uint64_t offset) {
+                                                              uint64_t seed, uint64_t offset, uint64_t g0) {
     const int64_t groups = (n + 3) / 4;
     for (int64_t g = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; g < groups; g += (int64_t)gridDim.x * blockDim.x) {
         bool keep[4];
-        dropout_keep4(keep, seed, offset, (uint64_t)g, p);
+        dropout_keep4(keep, seed, offset, g0 + (uint64_t)g, p);
         const int64_t e0 = 4 * g;
         if (kVec && e0 + 4 <= n) {
             uint2 raw = *reinterpret_cast<const uint2 *>(x + e0);
@@ -50,11 +50,11 @@ __global__ void __launch_bounds__(kBlock) dropout_groups_of_4(bf16 *out, const b
 
 /* keep[e] = 1 when element e is kept (the mask gpu/lora.h's backward takes), 4 per thread. */
 __global__ void __launch_bounds__(kBlock) dropout_mask_groups_of_4(uint8_t *keep, int64_t n, float p, uint64_t seed,
-                                                                   uint64_t offset) {
+                                                                   uint64_t offset, uint64_t g0) {
     const int64_t groups = (n + 3) / 4;
     for (int64_t g = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; g < groups; g += (int64_t)gridDim.x * blockDim.x) {
         bool k[4];
-        dropout_keep4(k, seed, offset, (uint64_t)g, p);
+        dropout_keep4(k, seed, offset, g0 + (uint64_t)g, p);
         const int64_t e0 = 4 * g;
         for (int l = 0; l < 4 && e0 + l < n; l++) keep[e0 + l] = k[l] ? 1 : 0;
     }
@@ -66,17 +66,19 @@ int grid_of(int64_t n) {
 }
 
 void dropout_launch(uint16_t *out, const uint16_t *x, int64_t n, float p, uint64_t seed, uint64_t offset,
-                    cudaStream_t stream) {
+                    int64_t first, cudaStream_t stream) {
     CHECK(n >= 0 && p >= 0.0f && p < 1.0f, "dropout n=%lld p=%g: need n >= 0 and 0 <= p < 1", (long long)n, (double)p);
+    CHECK(first >= 0 && first % 4 == 0, "dropout: first element %lld must be a multiple of 4", (long long)first);
+    const uint64_t g0 = (uint64_t)first / 4;
     if (n == 0) return;
     const float scale = (float)(1.0 / (1.0 - (double)p));
     const int blocks = grid_of(n);
     bf16 *o = reinterpret_cast<bf16 *>(out);
     const bf16 *xi = reinterpret_cast<const bf16 *>(x);
     if ((((uintptr_t)out | (uintptr_t)x) & 7u) == 0)
-        dropout_groups_of_4<true><<<blocks, kBlock, 0, stream>>>(o, xi, n, p, scale, seed, offset);
+        dropout_groups_of_4<true><<<blocks, kBlock, 0, stream>>>(o, xi, n, p, scale, seed, offset, g0);
     else
-        dropout_groups_of_4<false><<<blocks, kBlock, 0, stream>>>(o, xi, n, p, scale, seed, offset);
+        dropout_groups_of_4<false><<<blocks, kBlock, 0, stream>>>(o, xi, n, p, scale, seed, offset, g0);
     KERNEL_CHECK(stream);
 }
 
@@ -85,19 +87,31 @@ void dropout_launch(uint16_t *out, const uint16_t *x, int64_t n, float p, uint64
 
 extern "C" void gpu_dropout_forward_bf16(uint16_t *out, const uint16_t *x, int64_t n, float p, uint64_t seed,
                                          uint64_t offset, cudaStream_t stream) {
-    refine::dropout_launch(out, x, n, p, seed, offset, stream);
+    refine::dropout_launch(out, x, n, p, seed, offset, 0, stream);
+}
+
+extern "C" void gpu_dropout_forward_at_bf16(uint16_t *out, const uint16_t *x, int64_t n, float p, uint64_t seed,
+                                            uint64_t offset, int64_t first, cudaStream_t stream) {
+    refine::dropout_launch(out, x, n, p, seed, offset, first, stream);
 }
 
 extern "C" void gpu_dropout_backward_bf16(uint16_t *dx, const uint16_t *dy, int64_t n, float p, uint64_t seed,
                                           uint64_t offset, cudaStream_t stream) {
-    refine::dropout_launch(dx, dy, n, p, seed, offset, stream);
+    refine::dropout_launch(dx, dy, n, p, seed, offset, 0, stream);
+}
+
+extern "C" void gpu_dropout_mask_at_u8(uint8_t *keep, int64_t n, float p, uint64_t seed, uint64_t offset,
+                                       int64_t first, cudaStream_t stream) {
+    CHECK(n >= 0 && p >= 0.0f && p < 1.0f, "dropout mask n=%lld p=%g: need n >= 0 and 0 <= p < 1", (long long)n,
+          (double)p);
+    CHECK(first >= 0 && first % 4 == 0, "dropout mask: first element %lld must be a multiple of 4", (long long)first);
+    if (n == 0) return;
+    refine::dropout_mask_groups_of_4<<<refine::grid_of(n), refine::kBlock, 0, stream>>>(keep, n, p, seed, offset,
+                                                                                         (uint64_t)first / 4);
+    KERNEL_CHECK(stream);
 }
 
 extern "C" void gpu_dropout_mask_u8(uint8_t *keep, int64_t n, float p, uint64_t seed, uint64_t offset,
                                     cudaStream_t stream) {
-    CHECK(n >= 0 && p >= 0.0f && p < 1.0f, "dropout mask n=%lld p=%g: need n >= 0 and 0 <= p < 1", (long long)n,
-          (double)p);
-    if (n == 0) return;
-    refine::dropout_mask_groups_of_4<<<refine::grid_of(n), refine::kBlock, 0, stream>>>(keep, n, p, seed, offset);
-    KERNEL_CHECK(stream);
+    gpu_dropout_mask_at_u8(keep, n, p, seed, offset, 0, stream);
 }

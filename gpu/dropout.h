@@ -30,6 +30,14 @@ void gpu_dropout_mask_u8(uint8_t *keep, int64_t n, float p, uint64_t seed, uint6
 void gpu_dropout_backward_bf16(uint16_t *dx, const uint16_t *dy, int64_t n, float p, uint64_t seed, uint64_t offset,
                                cudaStream_t stream);
 
+/* Elements first .. first + n − 1 of the call keyed (seed, offset), into out[0 .. n) (and their
+ * mask into keep[0 .. n)): the same values as that slice of the whole call, for a caller that
+ * forms a tensor in row chunks (gpu/llama.cu's MLP chunks). first is a multiple of 4 (CHECKed). */
+void gpu_dropout_forward_at_bf16(uint16_t *out, const uint16_t *x, int64_t n, float p, uint64_t seed, uint64_t offset,
+                                 int64_t first, cudaStream_t stream);
+void gpu_dropout_mask_at_u8(uint8_t *keep, int64_t n, float p, uint64_t seed, uint64_t offset, int64_t first,
+                            cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

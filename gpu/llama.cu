@@ -180,8 +180,8 @@ namespace {
 /* Rows [r0, r0 + n) of the micro-batch: what a linear's products cover (the MLP's token chunks,
  * gpu/llama.h mlp_chunk; the whole micro-batch elsewhere). The x, y, dx and dy passed with a span
  * point at its first row already; the saved adapter intermediates, (N, ·), are addressed from r0
- * here. FP8 quantizations, DoRA and dropout cover the whole micro-batch (check_options refuses
- * chunks with them). */
+ * here, and a chunk's dropout masks are its slice of the whole tensor's. FP8 quantizations and DoRA
+ * cover the whole micro-batch (check_options refuses chunks with them). */
 struct gl_span {
     int r0, n;
 };
@@ -259,8 +259,8 @@ void proj_forward(gpu_llama *m, int l, int t, uint16_t *y, const uint16_t *x, in
     if (m->opt.mode == LLAMA_LORA) {
         const uint16_t *xa = x;
         if (train && m->opt.dropout > 0) {
-            gpu_dropout_forward_bf16(m->x_drop, x, (int64_t)N * lin.c_in, m->opt.dropout, m->opt.seed,
-                                     dropout_offset(m, l, t, micro), m->stream);
+            gpu_dropout_forward_at_bf16(m->x_drop, x, (int64_t)N * lin.c_in, m->opt.dropout, m->opt.seed,
+                                        dropout_offset(m, l, t, micro), (int64_t)sp.r0 * lin.c_in, m->stream);
             xa = m->x_drop;
         }
         gpu_lora_forward_bf16(m->gemm, y, u, xa, lin.a, lin.b, N, lin.c_in, lin.c_out, R, s, m->stream);
@@ -322,8 +322,9 @@ void proj_backward(gpu_llama *m, int l, int t, uint16_t *dx, enum gemm_beta beta
     if (m->opt.mode == LLAMA_LORA && m->opt.dropout > 0) {
         const int64_t n = (int64_t)N * lin.c_in;
         const uint64_t off = dropout_offset(m, l, t, micro);
-        gpu_dropout_forward_bf16(m->x_drop, x, n, m->opt.dropout, m->opt.seed, off, m->stream);
-        gpu_dropout_mask_u8(m->keep, n, m->opt.dropout, m->opt.seed, off, m->stream);
+        const int64_t first = (int64_t)sp.r0 * lin.c_in; /* a chunk's masks: its slice of the whole tensor's */
+        gpu_dropout_forward_at_bf16(m->x_drop, x, n, m->opt.dropout, m->opt.seed, off, first, m->stream);
+        gpu_dropout_mask_at_u8(m->keep, n, m->opt.dropout, m->opt.seed, off, first, m->stream);
         xa = m->x_drop;
         keep = m->keep;
         keep_scale = (float)(1.0 / (1.0 - (double)m->opt.dropout));

@@ -693,7 +693,6 @@ static int check_options(const model_config *c, const gpu_llama_options *o, io_e
                           : o->mode == LLAMA_DORA         ? "is not implemented for DoRA and QDoRA"
                           : o->linears == GPU_LINEAR_FP8  ? "is not implemented with --precision fp8 (its "
                                                             "quantizations are per tensor)"
-                          : o->dropout > 0                ? "is not implemented with adapter dropout"
                                                           : NULL;
         if (why) return io_fail(e, "--mlp-chunk %d %s", o->mlp_chunk, why);
     }

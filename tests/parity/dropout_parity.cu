@@ -101,6 +101,48 @@ static void run_case(int64_t n, float p, int misalign, int in_place, int id) {
     for (struct dev_buf *b : {&bx, &bdy, &bout, &bdx}) dev_buf_free(b);
 }
 
+/* A tensor formed in row chunks: each chunk's call with `first` its offset gives that slice of the
+ * whole call's output and mask, bit for bit (the MLP chunks of gpu/llama.cu). */
+static void run_slices(int64_t rows, int64_t cols, int64_t chunk_rows, float p, int id) {
+    const uint64_t case_seed = g_seed * 1000003u + (uint64_t)id;
+    struct rng r;
+    rng_init(&r, case_seed);
+    const uint64_t seed = rng_u64(&r) | 1u, offset = rng_u64(&r) | ((uint64_t)1 << 35);
+    const int64_t n = rows * cols;
+    char shape[160];
+    snprintf(shape, sizeof shape, "%lld x %lld in chunks of %lld rows, p=%g", (long long)rows, (long long)cols,
+             (long long)chunk_rows, (double)p);
+    std::vector<float> x((size_t)n);
+    rng_fill_normal(&r, x.data(), n, 0.0, 1.0);
+    std::vector<uint16_t> xb((size_t)n);
+    for (int64_t i = 0; i < n; i++) xb[i] = bf16_from_float(bf16_round(x[i]));
+    struct dev_buf bx, bw, bc, bkw, bkc;
+    dev_buf_alloc(&bx, "x", (size_t)n * 2, POISON_NONE, xb.data());
+    dev_buf_alloc(&bw, "whole", (size_t)n * 2, POISON_BF16, nullptr);
+    dev_buf_alloc(&bc, "chunked", (size_t)n * 2, POISON_BF16, nullptr);
+    dev_buf_alloc(&bkw, "mask whole", (size_t)n, POISON_NONE, nullptr);
+    dev_buf_alloc(&bkc, "mask chunked", (size_t)n, POISON_NONE, nullptr);
+    const uint16_t *xp = (const uint16_t *)bx.data;
+    gpu_dropout_forward_bf16((uint16_t *)bw.data, xp, n, p, seed, offset, g_stream);
+    gpu_dropout_mask_u8((uint8_t *)bkw.data, n, p, seed, offset, g_stream);
+    for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
+        const int64_t nr = rows - r0 < chunk_rows ? rows - r0 : chunk_rows, e0 = r0 * cols;
+        gpu_dropout_forward_at_bf16((uint16_t *)bc.data + e0, xp + e0, nr * cols, p, seed, offset, e0, g_stream);
+        gpu_dropout_mask_at_u8((uint8_t *)bkc.data + e0, nr * cols, p, seed, offset, e0, g_stream);
+    }
+    std::vector<uint16_t> w((size_t)n), c((size_t)n);
+    std::vector<uint8_t> kw((size_t)n), kc((size_t)n), kr((size_t)n);
+    dev_buf_download(&bw, w.data(), 1);
+    dev_buf_download(&bc, c.data(), 1);
+    dev_buf_download(&bkw, kw.data(), 0);
+    dev_buf_download(&bkc, kc.data(), 0);
+    ref_dropout_mask(kr.data(), n, p, seed, offset);
+    EXPECT(memcmp(w.data(), c.data(), (size_t)n * 2) == 0, "dropout %s: the chunks differ from the whole call", shape);
+    EXPECT(memcmp(kw.data(), kc.data(), (size_t)n) == 0 && memcmp(kw.data(), kr.data(), (size_t)n) == 0,
+           "dropout %s: the chunks' masks differ from the whole call's or the reference's", shape);
+    for (struct dev_buf *b : {&bx, &bw, &bc, &bkw, &bkc}) dev_buf_free(b);
+}
+
 struct bench_ctx {
     int64_t n;
     uint16_t *x, *out;
@@ -140,6 +182,9 @@ int main(int argc, char **argv) {
     run_case((int64_t)32 * 512 * 576, 0.1f, 0, 0, id++);
     run_case((int64_t)8 * 512 * 2048, 0.05f, 0, 0, id++);
     run_case((int64_t)8 * 512 * 2048 + 3, 0.5f, 1, 1, id++);
+    run_slices(256, 64, 64, 0.1f, id++);
+    run_slices(1000, 2048, 192, 0.05f, id++);
+    run_slices(8192, 576, 4096, 0.5f, id++);
     const int rc = test_finish("dropout_parity");
     if (rc == 0 && test_has_flag(argc, argv, "--bench")) bench(bench_copy_ceiling(g_stream));
     CUDA_CHECK(cudaStreamDestroy(g_stream));
