@@ -272,14 +272,20 @@ void proj_forward(gpu_llama *m, int l, int t, uint16_t *y, const uint16_t *x, in
     }
 }
 
-/* The adapter intermediate u = x Aᵀ of LoRA linear t, rows sp, alone (the product
- * gpu_lora_forward_bf16 forms first: the same bits): what the backward needs of a linear whose
- * output the recomputation does not form. */
-void proj_adapter_u(gpu_llama *m, int l, int t, const uint16_t *x, gl_span sp) {
+/* The adapter intermediate u = x_a Aᵀ of LoRA linear t, rows sp, alone (the product
+ * gpu_lora_forward_bf16 forms first, on the same input — dropped out as proj_forward drops it: the
+ * same bits): what the backward needs of a linear whose output the recomputation does not form. */
+void proj_adapter_u(gpu_llama *m, int l, int t, const uint16_t *x, uint64_t micro, gl_span sp) {
     gl_linear &lin = m->layers[l].lin[t];
     if (!lin.target) return;
     PROF(m, PROF_ADAPTER_FWD);
-    gpu_lora_u_bf16(m->gemm, m->acts[l].u[t] + (size_t)sp.r0 * m->opt.R, x, lin.a, sp.n, lin.c_in, m->opt.R,
+    const uint16_t *xa = x;
+    if (m->opt.dropout > 0) { /* the recomputation is of a training step */
+        gpu_dropout_forward_at_bf16(m->x_drop, x, (int64_t)sp.n * lin.c_in, m->opt.dropout, m->opt.seed,
+                                    dropout_offset(m, l, t, micro), (int64_t)sp.r0 * lin.c_in, m->stream);
+        xa = m->x_drop;
+    }
+    gpu_lora_u_bf16(m->gemm, m->acts[l].u[t] + (size_t)sp.r0 * m->opt.R, xa, lin.a, sp.n, lin.c_in, m->opt.R,
                     m->stream);
 }
 
@@ -412,7 +418,7 @@ void mlp_forward(gpu_llama *m, int l, gl_span sp, int train, uint64_t micro, int
         gpu_swiglu_forward_bf16(a.mlp, a.gate, a.up, sp.n, F, F, m->stream);
     }
     if (!down) {
-        if (m->opt.mode == LLAMA_LORA) proj_adapter_u(m, l, LLAMA_DOWN, a.mlp, sp);
+        if (m->opt.mode == LLAMA_LORA) proj_adapter_u(m, l, LLAMA_DOWN, a.mlp, micro, sp);
         return;
     }
     fp8_input(m, l, LLAMA_DOWN, a.mlp, F);

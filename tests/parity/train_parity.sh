@@ -548,6 +548,12 @@ if [ $cpu_only -eq 0 ]; then
         run_train "$gpu" tiny-llama lora "$d-r" "$logs/dropout-r2.log" --dropout 0.1 --resume "$d-r"
         compare "tiny-llama lora --dropout 0.1: stop at 10 + resume == uninterrupted" "$logs/dropout-r-compare.log" \
             identical "$d" "$d-r"
+        # Layer recomputation with dropout: the recomputed forward draws the same masks (and forms the
+        # down adapter's intermediate on the dropped input without the down product): bitwise.
+        run_train "$gpu" tiny-llama lora "$d-layer" "$logs/dropout-layer.log" --dropout 0.1 --recompute layer
+        check_log "tiny-llama lora --dropout 0.1 --recompute layer: exits 0" "$logs/dropout-layer.log" test $? -eq 0
+        compare "tiny-llama lora --dropout 0.1: --recompute layer == none, bitwise" "$logs/dropout-layer-compare.log" \
+            identical "$d" "$d-layer"
         # Dropout in MLP chunks: each chunk draws its slice of the whole tensor's masks (dropout_parity
         # checks the slices bit for bit), so the run is the unchunked dropout run's up to the MLP
         # adapters' gradient sums: deterministic, resumable, its losses within 2% of that run's.
