@@ -180,8 +180,9 @@ namespace {
 /* Rows [r0, r0 + n) of the micro-batch: what a linear's products cover (the MLP's token chunks,
  * gpu/llama.h mlp_chunk; the whole micro-batch elsewhere). The x, y, dx and dy passed with a span
  * point at its first row already; the saved adapter intermediates, (N, ·), are addressed from r0
- * here, and a chunk's dropout masks are its slice of the whole tensor's. FP8 quantizations and DoRA
- * cover the whole micro-batch (check_options refuses chunks with them). */
+ * here, and a chunk's dropout masks are its slice of the whole tensor's; DoRA's z of an MLP linear
+ * holds the chunk's rows only (its backward follows within the chunk). FP8 quantizations cover the
+ * whole micro-batch (check_options refuses chunks with them). */
 struct gl_span {
     int r0, n;
 };
@@ -267,8 +268,9 @@ void proj_forward(gpu_llama *m, int l, int t, uint16_t *y, const uint16_t *x, in
     } else {
         gpu_dora_weight_norm_f32(m->gemm, a.wnorm[t], lin.w_sq, lin.w, lin.a, lin.b, lin.c_in, lin.c_out, R, s, m->ws,
                                  m->stream);
-        gpu_dora_forward_bf16(m->gemm, y, a.z[t] + (size_t)sp.r0 * lin.c_out, u, x, lin.bias, lin.a, lin.b, lin.mag,
-                              a.wnorm[t], N, lin.c_in, lin.c_out, R, s, m->ws, m->stream);
+        /* z holds the rows of this call (an MLP linear's: the chunk's, consumed by its backward) */
+        gpu_dora_forward_bf16(m->gemm, y, a.z[t], u, x, lin.bias, lin.a, lin.b, lin.mag, a.wnorm[t], N, lin.c_in,
+                              lin.c_out, R, s, m->ws, m->stream);
     }
 }
 
@@ -315,8 +317,8 @@ void proj_backward(gpu_llama *m, int l, int t, uint16_t *dx, enum gemm_beta beta
     const uint16_t *g = dy;
     if (lin.target && m->opt.mode == LLAMA_DORA) {
         PROF(m, PROF_ADAPTER_BWD);
-        gpu_dora_rescale_bf16(m->dy_s, lin.mag_grad, dy, a.z[t] + (size_t)sp.r0 * lin.c_out, lin.mag, a.wnorm[t], N,
-                              lin.c_out, m->ws, m->stream);
+        gpu_dora_rescale_bf16(m->dy_s, lin.mag_grad, dy, a.z[t], lin.mag, a.wnorm[t], N, lin.c_out, m->ws,
+                              m->stream);
         g = m->dy_s;
     }
     base_backward(m, l, t, dx, beta, g, N);
@@ -494,7 +496,7 @@ void layer_backward(gpu_llama *m, int l, uint64_t micro) {
     if (m->mlp_rows < N) { /* chunks (RECOMPUTE_LAYER, which left n2): each chunk's MLP again, then its backward */
         for (int r0 = 0; r0 < N; r0 += m->mlp_rows) {
             const gl_span sp{r0, N - r0 < m->mlp_rows ? N - r0 : m->mlp_rows};
-            mlp_forward(m, l, sp, 1, micro, 0);
+            mlp_forward(m, l, sp, 1, micro, m->opt.mode == LLAMA_DORA); /* DoRA's backward reads z of down */
             mlp_backward(m, l, sp, micro);
         }
     } else {

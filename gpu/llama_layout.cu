@@ -357,9 +357,12 @@ void fp8_rows(gpu_llama *m, gl_rows &rs) {
     add(rs, SLAB_SCRATCH, &F.dt_s, block ? fp8_block_scale_count(FP8_BLOCK_1X128, max_out, N) : 0);
 }
 
+/* Rows a linear's products cover at a time: the MLP's linears run in chunks of mlp_rows. */
+int64_t rows_of(const gpu_llama *m, int t) { return t >= LLAMA_GATE ? m->mlp_rows : m->N; }
+
 /* The saved intermediates of the adapters of linears first..last: u = x Aᵀ (N, R) — one (N, n·R)
- * buffer for a grouped group — and for DoRA the pre-magnitude output z (N, C_out) and the row
- * norms (C_out). */
+ * buffer for a grouped group — and for DoRA the pre-magnitude output z (rows_of(t), C_out: an MLP
+ * linear's holds its chunk, consumed by the chunk's backward) and the row norms (C_out). */
 void adapter_act_rows(gpu_llama *m, gl_rows &rs, gl_acts *s, int first, int last) {
     const int64_t N = (int64_t)m->opt.B * m->opt.T;
     for (int g = 0; g < GL_N_GROUPS; g++)
@@ -369,7 +372,7 @@ void adapter_act_rows(gpu_llama *m, gl_rows &rs, gl_acts *s, int first, int last
         if (!gl_is_target(m, t) || (group_of(t) >= 0 && m->grouped[group_of(t)])) continue;
         add(rs, SLAB_ACTS, &s->u[t], N * m->opt.R);
         if (m->opt.mode == LLAMA_DORA) {
-            add(rs, SLAB_ACTS, &s->z[t], N * m->layers[0].lin[t].c_out);
+            add(rs, SLAB_ACTS, &s->z[t], rows_of(m, t) * m->layers[0].lin[t].c_out);
             add(rs, SLAB_ACTS, &s->wnorm[t], m->layers[0].lin[t].c_out);
         }
     }
@@ -429,15 +432,17 @@ size_t workspace_bytes(const gpu_llama *m) {
     for (int t = 0; t < LLAMA_N_LINEAR && !full; t++) {
         if (!gl_is_target(m, t)) continue;
         const gl_linear &lin = m->layers[0].lin[t];
-        ws = max_sz(ws, gpu_lora_backward_workspace_size(N, lin.c_in, o->R, o->dropout > 0 ? LORA_MASKED : LORA_NO_MASK));
+        const int n = (int)rows_of(m, t);
+        ws = max_sz(ws, gpu_lora_backward_workspace_size(n, lin.c_in, o->R, o->dropout > 0 ? LORA_MASKED : LORA_NO_MASK));
         if (dora) {
             ws = max_sz(ws, gpu_dora_weight_norm_workspace_size(lin.c_out, o->R));
-            ws = max_sz(ws, gpu_dora_forward_workspace_size(N, lin.c_out));
-            ws = max_sz(ws, gpu_dora_rescale_workspace_size(N, lin.c_out));
+            ws = max_sz(ws, gpu_dora_forward_workspace_size(n, lin.c_out));
+            ws = max_sz(ws, gpu_dora_rescale_workspace_size(n, lin.c_out));
         }
     }
     for (int g = 0; g < GL_N_GROUPS; g++)
-        if (m->grouped[g]) ws = max_sz(ws, gpu_lora_group_backward_workspace_size(N, gl_group_n[g], o->R));
+        if (m->grouped[g])
+            ws = max_sz(ws, gpu_lora_group_backward_workspace_size((int)rows_of(m, gl_group_first[g]), gl_group_n[g], o->R));
     return ws;
 }
 
@@ -446,11 +451,12 @@ size_t workspace_bytes(const gpu_llama *m) {
 void scratch_rows(gpu_llama *m, gl_rows &rs) {
     const gpu_llama_options *o = &m->opt;
     const int64_t N = m->N, C = m->cfg.C, F = m->cfg.F;
-    int max_in = 0, max_out = 0;
+    int64_t max_in = 0, max_out = 0; /* the largest (rows at a time) × C_in and × C_out of a target */
     for (int t = 0; t < LLAMA_N_LINEAR; t++) {
         if (!gl_is_target(m, t)) continue;
         const gl_linear &lin = m->layers[0].lin[t];
-        max_in = lin.c_in > max_in ? lin.c_in : max_in, max_out = lin.c_out > max_out ? lin.c_out : max_out;
+        const int64_t r = rows_of(m, t);
+        max_in = r * lin.c_in > max_in ? r * lin.c_in : max_in, max_out = r * lin.c_out > max_out ? r * lin.c_out : max_out;
     }
     /* tmp (a layer forward's o and down outputs) and datt (a layer backward's attention-output
      * gradient) are one buffer: a layer's forward, recomputation included, ends before its backward
@@ -462,12 +468,12 @@ void scratch_rows(gpu_llama *m, gl_rows &rs) {
     add(rs, SLAB_SCRATCH, &m->dk, N * m->KD);
     add(rs, SLAB_SCRATCH, &m->dv, N * m->KD);
     add(rs, SLAB_SCRATCH, &m->dmlp, m->mlp_rows * F);
-    add(rs, SLAB_SCRATCH, &m->dy_s, o->mode == LLAMA_DORA ? N * max_out : 0);
-    add(rs, SLAB_SCRATCH, &m->x_drop, o->dropout > 0 ? N * max_in : 0);
+    add(rs, SLAB_SCRATCH, &m->dy_s, o->mode == LLAMA_DORA ? max_out : 0);
+    add(rs, SLAB_SCRATCH, &m->x_drop, o->dropout > 0 ? max_in : 0);
     add(rs, SLAB_SCRATCH, &m->n1, N * C);
     add(rs, SLAB_SCRATCH, &m->n2, N * C);
     add(rs, SLAB_SCRATCH, &m->mlp_buf, m->opt.mlp_input == GPU_MLP_INPUT_RECOMPUTED ? m->mlp_rows * F : 0);
-    add(rs, SLAB_SCRATCH, &m->keep, o->dropout > 0 ? N * max_in : 0);
+    add(rs, SLAB_SCRATCH, &m->keep, o->dropout > 0 ? max_in : 0);
     const int64_t V = m->cfg.V, ce_rows = (int64_t)(kCeChunkBytes / (2 * (size_t)V)) < 64 ? 64 : (int64_t)(kCeChunkBytes / (2 * (size_t)V));
     m->plan.ce_rows = (int)(ce_rows > N ? N : ce_rows);
     add_row(rs, SLAB_SCRATCH, &m->ws, (int64_t)workspace_bytes(m), 1);
@@ -690,7 +696,6 @@ static int check_options(const model_config *c, const gpu_llama_options *o, io_e
     if (o->mlp_chunk > 0 && o->mlp_chunk < (int64_t)o->B * o->T) {
         const char *why = o->recompute != RECOMPUTE_LAYER ? "needs --recompute layer (otherwise every layer keeps "
                                                             "its whole gate and up)"
-                          : o->mode == LLAMA_DORA         ? "is not implemented for DoRA and QDoRA"
                           : o->linears == GPU_LINEAR_FP8  ? "is not implemented with --precision fp8 (its "
                                                             "quantizations are per tensor)"
                                                           : NULL;

@@ -575,6 +575,15 @@ int main(void) {
     ocho.mlp_chunk = 64, ocho.recompute = RECOMPUTE_LAYER, ocho.dropout = 0.1f;
     ochm.mlp_chunk = 512, ochm.recompute = RECOMPUTE_LAYER; /* ≥ B·T: the whole micro-batch, accepted */
     in_range("--mlp-chunk 64 with adapter dropout: two chunks", plan_of(&c1, &ocho).mlp_rows, 64, 64);
+    {   /* DoRA in chunks: z of gate, up and down hold the chunk's rows */
+        struct gpu_llama_options odw = ochd;
+        odw.mlp_chunk = 0;
+        const double lost = (256.0 - 64) * (2.0 * c1.F + c1.C) * 2 + 4.0 * (256 - 64) * c1.F * 2;
+        in_range("DoRA 2x128 --recompute layer --mlp-chunk 64: activations + scratch lose z of the MLP and its buffers",
+                 (double)(plan_of(&c1, &odw).acts + plan_of(&c1, &odw).scratch) -
+                     (double)(plan_of(&c1, &ochd).acts + plan_of(&c1, &ochd).scratch),
+                 lost - slack, 2 * lost + slack);
+    }
     in_range("--mlp-chunk ≥ B·T: one chunk", plan_of(&c1, &ochm).mlp_rows, 256, 256);
     struct gpu_llama_options og16 = opts(LLAMA_LORA, 2, 128), og16s = opts(LLAMA_FULL, 2, 128);
     og16.grads = og16s.grads = GRAD_BF16;
@@ -591,7 +600,7 @@ int main(void) {
                    {&c1, &og16s, "bf16 gradients and the sharded optimizer"},
                    {&c1, &ow16, "bf16 masters are for full"}, {&c1, &ow16s, "--master bf16 and the sharded optimizer"},
                    {&c1, &ochn, "needs --recompute layer"}, {&c1, &ochr, "multiple of 64"},
-                   {&c1, &ochd, "DoRA"}, {&c1, &ochf, "--precision fp8"}};
+                   {&c1, &ochf, "--precision fp8"}};
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         memset(&e, 0, sizeof e);
         const int rc = gpu_llama_plan_bytes(&p, refused[i].c, refused[i].o, &e);

@@ -484,9 +484,11 @@ if [ $cpu_only -eq 0 ]; then
         # MLP token chunks (--mlp-chunk with --recompute layer): 64 of the micro-batch's 128 rows at a
         # time, so each layer's MLP and its backward run twice; every row's products are the unchunked
         # ones but the MLP weights' gradients are summed chunk by chunk, so the run is held to the
-        # oracle by the tolerance rules (LoRA; QLoRA; full fine-tuning with Qwen2's biases; the 8-byte
-        # arrangement with bf16 gradients, offloaded), and is deterministic and resumes bitwise.
-        for ch_case in "tiny-llama lora" "tiny-llama qlora" "tiny-qwen2 full" "tiny-llama full-adamw8bit-split-g16"; do
+        # oracle by the tolerance rules (LoRA; QLoRA; DoRA and QDoRA, whose row norms are formed per
+        # chunk and magnitudes' gradients summed by chunk; full fine-tuning with Qwen2's biases; the
+        # 8-byte arrangement with bf16 gradients, offloaded), and is deterministic and resumes bitwise.
+        for ch_case in "tiny-llama lora" "tiny-llama qlora" "tiny-llama dora" "tiny-qwen2 qdora" "tiny-qwen2 full" \
+            "tiny-llama full-adamw8bit-split-g16"; do
             [ $bf16_ran -eq 1 ] || continue
             read -r model method <<<"$ch_case"
             name=$model-$method-chunk
