@@ -182,7 +182,8 @@ namespace {
  * point at its first row already; the saved adapter intermediates, (N, ·), are addressed from r0
  * here, and a chunk's dropout masks are its slice of the whole tensor's; DoRA's z of an MLP linear
  * holds the chunk's rows only (its backward follows within the chunk). FP8 quantizations cover the
- * whole micro-batch (check_options refuses chunks with them). */
+ * whole micro-batch or a chunk's rows (delayed and block recipes: the same codes; the current
+ * recipe's tensor-wide scale refuses chunks in check_options). */
 struct gl_span {
     int r0, n;
 };
@@ -206,8 +207,9 @@ void base_forward(gpu_llama *m, int l, int t, uint16_t *y, const uint16_t *x, in
 /* The base products of linear t's backward for dy (DoRA: dy_s): FP8 quantizes dy first, then
  * dW += dŷᵀ x̂ᵀ (full) and dx = dŷ Ŵ; bf16 forms dx = dy W (the bf16 dW is proj_backward's).
  * dx NULL: none. */
-void base_backward(gpu_llama *m, int l, int t, uint16_t *dx, enum gemm_beta beta, const uint16_t *dy, int n) {
+void base_backward(gpu_llama *m, int l, int t, uint16_t *dx, enum gemm_beta beta, const uint16_t *dy, gl_span sp) {
     gl_linear &lin = m->layers[l].lin[t];
+    const int n = sp.n;
     if (!m->fp8.on) {
         if (!dx) return;
         PROF(m, PROF_LINEAR_DX);
@@ -216,34 +218,34 @@ void base_backward(gpu_llama *m, int l, int t, uint16_t *dx, enum gemm_beta beta
     }
     {
         PROF(m, PROF_FP8);
-        gl_fp8_grad(m, l, t, dy, dx != nullptr);
+        gl_fp8_grad(m, l, t, dy, dx != nullptr, n, sp.r0 == 0);
     }
     if (m->opt.mode == LLAMA_FULL) {
         PROF(m, PROF_LINEAR_DW);
         const gl_fp8_pair p = gl_fp8_operands(m, l, t, GL_FP8_DW);
-        gpu_linear_backward_dw_fp8(m->gemm, lin.w_grad, gl_grad_type(m), GEMM_ACCUMULATE, &p.a, &p.b, m->N, lin.c_in,
+        gpu_linear_backward_dw_fp8(m->gemm, lin.w_grad, gl_grad_type(m), GEMM_ACCUMULATE, &p.a, &p.b, n, lin.c_in,
                                    lin.c_out, p.accum, m->stream);
     }
     if (dx) {
         PROF(m, PROF_LINEAR_DX);
         const gl_fp8_pair p = gl_fp8_operands(m, l, t, GL_FP8_DX);
-        gpu_linear_backward_dx_fp8(m->gemm, dx, GEMM_OUT_BF16, beta, &p.a, &p.b, m->N, lin.c_in, lin.c_out, p.accum,
+        gpu_linear_backward_dx_fp8(m->gemm, dx, GEMM_OUT_BF16, beta, &p.a, &p.b, n, lin.c_in, lin.c_out, p.accum,
                                    m->stream);
     }
 }
 
 /* FP8: the quantization of a group's input (forward), and of its transposed copy for the weight
  * gradients of full fine-tuning (backward); no-ops otherwise. */
-void fp8_input(gpu_llama *m, int l, int first, const uint16_t *x, int ci) {
+void fp8_input(gpu_llama *m, int l, int first, const uint16_t *x, int ci, gl_span sp) {
     if (!m->fp8.on) return;
     PROF(m, PROF_FP8);
-    gl_fp8_input(m, l, first, x, ci);
+    gl_fp8_input(m, l, first, x, ci, sp.n, sp.r0 == 0);
 }
 
-void fp8_input_t(gpu_llama *m, int l, int first, const uint16_t *x, int ci) {
+void fp8_input_t(gpu_llama *m, int l, int first, const uint16_t *x, int ci, gl_span sp) {
     if (!m->fp8.on || m->opt.mode != LLAMA_FULL) return;
     PROF(m, PROF_FP8);
-    gl_fp8_input_t(m, l, first, x, ci);
+    gl_fp8_input_t(m, l, first, x, ci, sp.n, sp.r0 == 0);
 }
 
 /* y (n, C_out) = linear t of layer l applied to x, rows sp, with its adapter (train: with dropout). */
@@ -321,7 +323,7 @@ void proj_backward(gpu_llama *m, int l, int t, uint16_t *dx, enum gemm_beta beta
                               m->stream);
         g = m->dy_s;
     }
-    base_backward(m, l, t, dx, beta, g, N);
+    base_backward(m, l, t, dx, beta, g, sp);
     if (!lin.target) return;
     PROF(m, PROF_ADAPTER_BWD);
     const uint16_t *xa = x;
@@ -377,7 +379,7 @@ void group_backward(gpu_llama *m, int l, int g, uint16_t *dx, const uint16_t *co
     float *db[LORA_GROUP_MAX];
     int c_out[LORA_GROUP_MAX];
     for (int i = 0; i < n; i++) {
-        base_backward(m, l, first + i, dx, i == 0 ? GEMM_OVERWRITE : GEMM_ACCUMULATE, dy[i], sp.n);
+        base_backward(m, l, first + i, dx, i == 0 ? GEMM_OVERWRITE : GEMM_ACCUMULATE, dy[i], sp);
         b[i] = lin[i].b, db[i] = lin[i].b_grad, c_out[i] = lin[i].c_out;
     }
     PROF(m, PROF_ADAPTER_BWD);
@@ -413,6 +415,7 @@ void mlp_forward(gpu_llama *m, int l, gl_span sp, int train, uint64_t micro, int
     gl_acts &a = m->acts[l];
     const int F = m->cfg.F;
     const size_t off = (size_t)sp.r0 * m->cfg.C;
+    fp8_input(m, l, LLAMA_GATE, m->n2 + off, m->cfg.C, sp); /* one quantization for gate, up */
     uint16_t *const gate_up[2] = {a.gate, a.up};
     group_forward(m, l, GL_GROUP_GATE_UP, gate_up, m->n2 + off, train, micro, sp);
     {
@@ -423,7 +426,7 @@ void mlp_forward(gpu_llama *m, int l, gl_span sp, int train, uint64_t micro, int
         if (m->opt.mode == LLAMA_LORA) proj_adapter_u(m, l, LLAMA_DOWN, a.mlp, micro, sp);
         return;
     }
-    fp8_input(m, l, LLAMA_DOWN, a.mlp, F);
+    fp8_input(m, l, LLAMA_DOWN, a.mlp, F, sp);
     proj_forward(m, l, LLAMA_DOWN, m->tmp + off, a.mlp, train, micro, sp);
 }
 
@@ -437,7 +440,7 @@ void layer_forward(gpu_llama *m, int l, int train, uint64_t micro, enum fwd_upto
     const uint16_t *x = m->x[l];
     cudaStream_t s = m->stream;
     norm1(m, l);
-    fp8_input(m, l, LLAMA_Q, m->n1, c.C); /* one quantization for q, k, v */
+    fp8_input(m, l, LLAMA_Q, m->n1, c.C, whole(m)); /* one quantization for q, k, v */
     uint16_t *const qkv[3] = {a.q, a.k, a.v};
     group_forward(m, l, GL_GROUP_QKV, qkv, m->n1, train, micro, whole(m));
     {
@@ -450,14 +453,13 @@ void layer_forward(gpu_llama *m, int l, int train, uint64_t micro, enum fwd_upto
                                    (float)(1.0 / sqrt((double)c.D)), s);
     }
     if (upto == FWD_ATTN) return;
-    fp8_input(m, l, LLAMA_O, a.att, m->QD);
+    fp8_input(m, l, LLAMA_O, a.att, m->QD, whole(m));
     proj_forward(m, l, LLAMA_O, m->tmp, a.att, train, micro, whole(m));
     {
         PROF(m, PROF_NORM);
         gpu_rmsnorm_residual_forward_bf16(a.h, m->n2, a.rstd2, x, m->tmp, ly.mlp_norm, N, c.C, c.rms_norm_eps, s);
     }
     if (upto == FWD_NORM2) return;
-    fp8_input(m, l, LLAMA_GATE, m->n2, c.C); /* one quantization for gate, up (one chunk under FP8) */
     for (int r0 = 0; r0 < N; r0 += m->mlp_rows)
         mlp_forward(m, l, gl_span{r0, N - r0 < m->mlp_rows ? N - r0 : m->mlp_rows}, train, micro, upto == FWD_ALL);
     if (upto != FWD_ALL) return;
@@ -474,13 +476,13 @@ void mlp_backward(gpu_llama *m, int l, gl_span sp, uint64_t micro) {
     gl_acts &a = m->acts[l];
     const int F = m->cfg.F;
     const size_t off = (size_t)sp.r0 * m->cfg.C;
-    fp8_input_t(m, l, LLAMA_DOWN, a.mlp, F);
+    fp8_input_t(m, l, LLAMA_DOWN, a.mlp, F, sp);
     proj_backward(m, l, LLAMA_DOWN, m->dmlp, GEMM_OVERWRITE, m->G + off, a.mlp, micro, sp);
     {
         PROF(m, PROF_SWIGLU);
         gpu_swiglu_backward_bf16(a.gate, a.up, m->dmlp, a.gate, a.up, sp.n, F, F, F, m->stream); /* in place */
     }
-    fp8_input_t(m, l, LLAMA_GATE, m->n2, m->cfg.C);
+    fp8_input_t(m, l, LLAMA_GATE, m->n2 + off, m->cfg.C, sp);
     const uint16_t *const d_gate_up[2] = {a.gate, a.up};
     group_backward(m, l, GL_GROUP_GATE_UP, m->dn + off, d_gate_up, m->n2 + off, micro, sp);
 }
@@ -496,7 +498,9 @@ void layer_backward(gpu_llama *m, int l, uint64_t micro) {
     if (m->mlp_rows < N) { /* chunks (RECOMPUTE_LAYER, which left n2): each chunk's MLP again, then its backward */
         for (int r0 = 0; r0 < N; r0 += m->mlp_rows) {
             const gl_span sp{r0, N - r0 < m->mlp_rows ? N - r0 : m->mlp_rows};
+            m->fp8.recording = FP8_DISCARD; /* a recomputation records nothing */
             mlp_forward(m, l, sp, 1, micro, m->opt.mode == LLAMA_DORA); /* DoRA's backward reads z of down */
+            m->fp8.recording = FP8_RECORD;
             mlp_backward(m, l, sp, micro);
         }
     } else {
@@ -513,7 +517,7 @@ void layer_backward(gpu_llama *m, int l, uint64_t micro) {
                                   ly.mlp_norm, a.rstd2, N, c.C, m->ws, s);
     }
     /* attention */
-    fp8_input_t(m, l, LLAMA_O, a.att, m->QD);
+    fp8_input_t(m, l, LLAMA_O, a.att, m->QD, whole(m));
     proj_backward(m, l, LLAMA_O, m->datt, GEMM_OVERWRITE, m->G, a.att, micro, whole(m));
     {
         PROF(m, PROF_ATTN_BWD);
@@ -527,7 +531,7 @@ void layer_backward(gpu_llama *m, int l, uint64_t micro) {
     const int need_dx = full || l > 0; /* the embedding is frozen in the adapter modes */
     uint16_t *dx = need_dx ? m->dn : nullptr;
     norm1(m, l);
-    fp8_input_t(m, l, LLAMA_Q, m->n1, c.C);
+    fp8_input_t(m, l, LLAMA_Q, m->n1, c.C, whole(m));
     const uint16_t *const d_qkv[3] = {m->dq, m->dk, m->dv};
     group_backward(m, l, GL_GROUP_QKV, dx, d_qkv, m->n1, micro, whole(m));
     if (need_dx) {

@@ -143,7 +143,8 @@ struct gpu_llama_options {
      * instead of B·T — the memory of long sequences. 0, or ≥ B·T: the whole micro-batch at once.
      * A multiple of 64; LoRA (with dropout: each chunk's masks its slice of the whole tensor's),
      * DoRA (the row norm formed per chunk, the same values; the magnitude gradient summed chunk by
-     * chunk), their NF4 forms and full fine-tuning, in bf16 products.
+     * chunk), their NF4 forms and full fine-tuning; bf16 products, or FP8 with delayed scaling or
+     * (chunks of a multiple of 128) block scaling — not current scaling (a whole tensor's amax).
      * Each row's products are those of the unchunked step (the same bits); the parameter
      * gradients of the MLP's linears are summed chunk by chunk (fp32 sums in another order). */
     int mlp_chunk;

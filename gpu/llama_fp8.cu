@@ -72,7 +72,7 @@ int group_first(int t) { return t == LLAMA_K || t == LLAMA_V ? LLAMA_Q : t == LL
  * row's history slot 0 (else into the discard slot); record_stats: flags and (not for weights:
  * ref/llama.h) saturated codes. */
 void quantize(gpu_llama *m, int row, fp8_rule rule, fp8_format f, uint8_t *q, float *s, uint8_t *q_t, float *s_t,
-              const uint16_t *x, int64_t rows, int64_t cols, int record_amax, int record_stats) {
+              const uint16_t *x, int64_t rows, int64_t cols, int record_amax, int record_stats, int fresh = 1) {
     gl_fp8 &F = m->fp8;
     cudaStream_t st = m->stream;
     const int weight = row / (m->cfg.L * LLAMA_N_LINEAR) == FP8_ROLE_W;
@@ -87,7 +87,7 @@ void quantize(gpu_llama *m, int row, fp8_rule rule, fp8_format f, uint8_t *q, fl
         break;
     }
     case FP8_RULE_CURRENT:
-    case FP8_RULE_CURRENT_POW2: {
+    case FP8_RULE_CURRENT_POW2: { /* the tensor's own amax: never quantized in parts (check_options) */
         CUDA_CHECK(cudaMemsetAsync(&F.amax[row], 0, sizeof(float), st));
         gpu_fp8_amax_bf16(&F.amax[row], flags, x, rows * cols, st);
         const gpu_fp8_scaling sc = {f, GPU_FP8_CURRENT, &F.scale[row], sinv, &F.amax[row], 0.0f,
@@ -97,7 +97,7 @@ void quantize(gpu_llama *m, int row, fp8_rule rule, fp8_format f, uint8_t *q, fl
     }
     case FP8_RULE_BLOCK_1X128:
     case FP8_RULE_BLOCK_128X128:
-        CUDA_CHECK(cudaMemsetAsync(&F.amax[row], 0, sizeof(float), st));
+        if (fresh) CUDA_CHECK(cudaMemsetAsync(&F.amax[row], 0, sizeof(float), st)); /* parts max into it */
         gpu_fp8_block_quantize_bf16(q, s, q_t, s_t, x, rows, cols,
                                     rule == FP8_RULE_BLOCK_1X128 ? FP8_BLOCK_1X128 : FP8_BLOCK_128X128, f, 0.0f, 1,
                                     &F.amax[row], flags, sat, st);
@@ -213,22 +213,22 @@ void quantize_frozen(gpu_llama *m, int l, int t, const uint16_t *x, uint8_t *q, 
 
 /* ---- the quantization points ------------------------------------------------------------------ */
 
-void gl_fp8_input(gpu_llama *m, int l, int first, const uint16_t *x, int ci) {
+void gl_fp8_input(gpu_llama *m, int l, int first, const uint16_t *x, int ci, int rows, int fresh) {
     gl_fp8 &F = m->fp8;
     const int rec = F.recording == FP8_RECORD;
     quantize(m, row_of(m, FP8_ROLE_X, l, first), rule_of(m, FP8_ROLE_X), FP8_E4M3, F.xq, F.xq_s, nullptr, nullptr, x,
-             m->N, ci, rec, rec);
+             rows, ci, rec, rec, fresh);
 }
 
-void gl_fp8_input_t(gpu_llama *m, int l, int first, const uint16_t *x, int ci) {
+void gl_fp8_input_t(gpu_llama *m, int l, int first, const uint16_t *x, int ci, int rows, int fresh) {
     gl_fp8 &F = m->fp8;
     const fp8_rule rule = rule_of(m, FP8_ROLE_X);
     const int block = rule == FP8_RULE_BLOCK_1X128;
-    quantize(m, row_of(m, FP8_ROLE_X, l, first), rule, FP8_E4M3, block ? F.xq : nullptr, F.xq_s, F.xt, F.xt_s, x, m->N,
-             ci, 0, block && F.recording == FP8_RECORD);
+    quantize(m, row_of(m, FP8_ROLE_X, l, first), rule, FP8_E4M3, block ? F.xq : nullptr, F.xq_s, F.xt, F.xt_s, x, rows,
+             ci, 0, block && F.recording == FP8_RECORD, fresh);
 }
 
-void gl_fp8_grad(gpu_llama *m, int l, int t, const uint16_t *dy, int want_dx) {
+void gl_fp8_grad(gpu_llama *m, int l, int t, const uint16_t *dy, int want_dx, int rows, int fresh) {
     gl_fp8 &F = m->fp8;
     const int full = m->opt.mode == LLAMA_FULL;
     if (!want_dx && !full) return; /* layer 0 of the adapter methods: nothing reads dŷ */
@@ -236,7 +236,7 @@ void gl_fp8_grad(gpu_llama *m, int l, int t, const uint16_t *dy, int want_dx) {
     const int rec = F.recording == FP8_RECORD;
     quantize(m, row_of(m, FP8_ROLE_DY, l, t), rule, fp8_role_format(m->opt.fp8_recipe, FP8_ROLE_DY),
              want_dx || rule == FP8_RULE_BLOCK_1X128 ? F.dq : nullptr, F.dq_s, full ? F.dt : nullptr,
-             full ? F.dt_s : nullptr, dy, m->N, m->layers[l].lin[t].c_out, rec, rec);
+             full ? F.dt_s : nullptr, dy, rows, m->layers[l].lin[t].c_out, rec, rec, fresh);
 }
 
 gl_fp8_pair gl_fp8_operands(const gpu_llama *m, int l, int t, enum gl_fp8_product which) {

@@ -290,13 +290,17 @@ void gl_dequantize_layer(gpu_llama *m, int l);
 /* What a pass needs of a layer's FP8 codes: W (forward), Wᵀ (backward), or W of q, k and v alone
  * (the attention recomputation of RECOMPUTE_ATTN; the frozen bases read it as GL_FP8_W). */
 enum gl_fp8_need { GL_FP8_W = 1, GL_FP8_WT = 2, GL_FP8_W_QKV = 4 };
-/* The forward quantization of x (N, ci), the input of linear `first` and of those sharing it. */
-void gl_fp8_input(gpu_llama *m, int l, int first, const uint16_t *x, int ci);
+/* The quantizations below cover `rows` rows (N, or an MLP chunk's); `fresh`: the first (or only)
+ * part of the tensor — a tensor-wide amax restarts there and the later parts max into it, so a
+ * tensor quantized in row chunks records what the whole one does (delayed and block recipes: each
+ * element's code depends on the row's scale or the recipe's given one, not on the chunking). */
+/* The forward quantization of x (rows, ci), the input of linear `first` and of those sharing it. */
+void gl_fp8_input(gpu_llama *m, int l, int first, const uint16_t *x, int ci, int rows, int fresh);
 /* The weight gradient's x̂ᵀ of the same input (full fine-tuning, before the group's backward). */
-void gl_fp8_input_t(gpu_llama *m, int l, int first, const uint16_t *x, int ci);
-/* dy (N, C_out) of linear t quantized: for dx = dŷ Ŵ (want_dx) and, in full fine-tuning, with its
+void gl_fp8_input_t(gpu_llama *m, int l, int first, const uint16_t *x, int ci, int rows, int fresh);
+/* dy (rows, C_out) of linear t quantized: for dx = dŷ Ŵ (want_dx) and, in full fine-tuning, with its
  * transposed copy for dW; nothing when neither is wanted (layer 0 of the adapter methods). */
-void gl_fp8_grad(gpu_llama *m, int l, int t, const uint16_t *dy, int want_dx);
+void gl_fp8_grad(gpu_llama *m, int l, int t, const uint16_t *dy, int want_dx, int rows, int fresh);
 /* The operands of linear t's products on the last quantizations: x̂, Ŵ (forward: y = x̂ Ŵᵀ); dŷ,
  * Ŵᵀ (dx); dŷᵀ, x̂ᵀ (dW); and the accumulation (gpu/gemm.h's gpu_linear_*_fp8 take them). */
 enum gl_fp8_product { GL_FP8_FORWARD = 0, GL_FP8_DX, GL_FP8_DW };

@@ -298,6 +298,9 @@ void adapter_rows(gpu_llama *m, gl_rows &rs) {
  * 16-byte-strided dequantization scales), amaxes, flags, the saturated count, the step summary;
  * the scratch operands (x̂, dŷ and, for full fine-tuning's weight gradients, their transposed
  * copies, with their 1×128 scales). */
+/* Rows a linear's products cover at a time: the MLP's linears run in chunks of mlp_rows. */
+int64_t rows_of(const gpu_llama *m, int t) { return t >= LLAMA_GATE ? m->mlp_rows : m->N; }
+
 void fp8_rows(gpu_llama *m, gl_rows &rs) {
     gl_fp8 &F = m->fp8;
     const model_config *c = &m->cfg;
@@ -305,12 +308,8 @@ void fp8_rows(gpu_llama *m, gl_rows &rs) {
     const int nf4 = m->opt.base == GPU_BASE_NF4, full = m->opt.mode == LLAMA_FULL;
     if (!fp8 && !fp8_base) return;
     const int block = m->opt.fp8_recipe == FP8_RECIPE_BLOCK;
-    int64_t per_layer = 0, max_in = 0, max_out = 0;
-    for (int t = 0; t < LLAMA_N_LINEAR; t++) {
-        const gl_linear &lin = m->layers[0].lin[t];
-        per_layer += (int64_t)lin.c_out * lin.c_in;
-        max_in = lin.c_in > max_in ? lin.c_in : max_in, max_out = lin.c_out > max_out ? lin.c_out : max_out;
-    }
+    int64_t per_layer = 0;
+    for (int t = 0; t < LLAMA_N_LINEAR; t++) per_layer += (int64_t)m->layers[0].lin[t].c_out * m->layers[0].lin[t].c_in;
     const gl_slab ws = full ? SLAB_PARAMS : SLAB_WEIGHTS; /* trained codes are compute copies */
     const int per_layer_trained = gl_fp8_trained_per_layer(m); /* a layer at a time: two layer buffers */
     if (fp8 && (nf4 || per_layer_trained)) add(rs, ws, &F.w8_buf, per_layer);
@@ -345,20 +344,29 @@ void fp8_rows(gpu_llama *m, gl_rows &rs) {
     add(rs, SLAB_FIXED, &F.discard, 4);
     add(rs, SLAB_FIXED, &F.summary, 1);
     if (!fp8) return;
-    const int64_t N = m->N;
-    add(rs, SLAB_SCRATCH, &F.xq, N * max_in);
-    add(rs, SLAB_SCRATCH, &F.xq_s, block ? fp8_block_scale_count(FP8_BLOCK_1X128, N, max_in) : 0);
-    add(rs, SLAB_SCRATCH, &F.dq, N * max_out);
-    add(rs, SLAB_SCRATCH, &F.dq_s, block ? fp8_block_scale_count(FP8_BLOCK_1X128, N, max_out) : 0);
+    /* the operands of one linear's products at a time: (rows_of(t), C_in) inputs and (rows_of(t), C_out)
+     * gradients, the MLP's a chunk's rows */
+    int64_t xq = 0, xq_s = 0, dq = 0, dq_s = 0, xt_s = 0, dt_s = 0;
+    for (int t = 0; t < LLAMA_N_LINEAR; t++) {
+        const gl_linear &lin = m->layers[0].lin[t];
+        const int64_t r = rows_of(m, t);
+        xq = std::max(xq, r * lin.c_in), dq = std::max(dq, r * lin.c_out);
+        if (!block) continue;
+        xq_s = std::max(xq_s, (int64_t)fp8_block_scale_count(FP8_BLOCK_1X128, r, lin.c_in));
+        dq_s = std::max(dq_s, (int64_t)fp8_block_scale_count(FP8_BLOCK_1X128, r, lin.c_out));
+        xt_s = std::max(xt_s, (int64_t)fp8_block_scale_count(FP8_BLOCK_1X128, lin.c_in, r));
+        dt_s = std::max(dt_s, (int64_t)fp8_block_scale_count(FP8_BLOCK_1X128, lin.c_out, r));
+    }
+    add(rs, SLAB_SCRATCH, &F.xq, xq);
+    add(rs, SLAB_SCRATCH, &F.xq_s, xq_s);
+    add(rs, SLAB_SCRATCH, &F.dq, dq);
+    add(rs, SLAB_SCRATCH, &F.dq_s, dq_s);
     if (!full) return;
-    add(rs, SLAB_SCRATCH, &F.xt, max_in * N);
-    add(rs, SLAB_SCRATCH, &F.xt_s, block ? fp8_block_scale_count(FP8_BLOCK_1X128, max_in, N) : 0);
-    add(rs, SLAB_SCRATCH, &F.dt, max_out * N);
-    add(rs, SLAB_SCRATCH, &F.dt_s, block ? fp8_block_scale_count(FP8_BLOCK_1X128, max_out, N) : 0);
+    add(rs, SLAB_SCRATCH, &F.xt, xq);
+    add(rs, SLAB_SCRATCH, &F.xt_s, xt_s);
+    add(rs, SLAB_SCRATCH, &F.dt, dq);
+    add(rs, SLAB_SCRATCH, &F.dt_s, dt_s);
 }
-
-/* Rows a linear's products cover at a time: the MLP's linears run in chunks of mlp_rows. */
-int64_t rows_of(const gpu_llama *m, int t) { return t >= LLAMA_GATE ? m->mlp_rows : m->N; }
 
 /* The saved intermediates of the adapters of linears first..last: u = x Aᵀ (N, R) — one (N, n·R)
  * buffer for a grouped group — and for DoRA the pre-magnitude output z (rows_of(t), C_out: an MLP
@@ -696,9 +704,13 @@ static int check_options(const model_config *c, const gpu_llama_options *o, io_e
     if (o->mlp_chunk > 0 && o->mlp_chunk < (int64_t)o->B * o->T) {
         const char *why = o->recompute != RECOMPUTE_LAYER ? "needs --recompute layer (otherwise every layer keeps "
                                                             "its whole gate and up)"
-                          : o->linears == GPU_LINEAR_FP8  ? "is not implemented with --precision fp8 (its "
-                                                            "quantizations are per tensor)"
-                                                          : NULL;
+                          : o->linears == GPU_LINEAR_FP8 && o->fp8_recipe == FP8_RECIPE_CURRENT
+                              ? "is not implemented with --fp8-recipe current (its scales are of the whole "
+                                "micro-batch's tensors; delayed and block run in chunks)"
+                          : o->linears == GPU_LINEAR_FP8 && o->fp8_recipe == FP8_RECIPE_BLOCK && o->mlp_chunk % 128
+                              ? "with --fp8-recipe block is a multiple of 128 rows (the transposed copies' 1x128 "
+                                "blocks run along the tokens)"
+                              : NULL;
         if (why) return io_fail(e, "--mlp-chunk %d %s", o->mlp_chunk, why);
     }
     if (o->shard_world > 1 && o->mode != LLAMA_FULL)

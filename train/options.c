@@ -131,8 +131,8 @@ static const struct opt_def k_opts[] = {
     {"mlp-chunk", BOTH, K_INT, OFF(mlp_chunk), NULL, 0, 1 << 30,
      "with --recompute layer: run the MLP on at most N tokens at a time (a multiple of 64; 0: the whole "
      "micro-batch), so that its intermediate-size buffers hold N rows instead of micro-batch × seq — the memory of "
-     "long sequences (GPU, bf16 products; each token's products unchanged, the MLP weights' gradients summed chunk "
-     "by chunk)"},
+     "long sequences (GPU; FP8 with the delayed or block recipe too; each token's products unchanged, the MLP "
+     "weights' gradients summed chunk by chunk)"},
     {"nvtx", BOTH, K_FLAG, OFF(nvtx), NULL, 0, 0,
      "name the step's parts (per op category, layer, micro-batch) as NVTX ranges for Nsight Systems (GPU)"},
     {"batch", BENCH, K_INT, OFF(micro_batch), NULL, 1, 1 << 16, "the same as --micro-batch"},

@@ -572,6 +572,23 @@ int main(void) {
     ochr.mlp_chunk = 100, ochr.recompute = RECOMPUTE_LAYER;
     ochd.mlp_chunk = 64, ochd.recompute = RECOMPUTE_LAYER, ochd.mode = LLAMA_DORA;
     ochf.mlp_chunk = 64, ochf.recompute = RECOMPUTE_LAYER, ochf.linears = GPU_LINEAR_FP8;
+    ochf.fp8_recipe = FP8_RECIPE_CURRENT; /* delayed and block run in chunks; current does not */
+    struct gpu_llama_options ochb = ochf;
+    ochb.fp8_recipe = FP8_RECIPE_BLOCK; /* 64: not a multiple of 128 */
+    struct gpu_llama_options ochd8 = ochf;
+    ochd8.fp8_recipe = FP8_RECIPE_DELAYED;
+    in_range("--mlp-chunk 64 with --precision fp8 (delayed): two chunks", plan_of(&c1, &ochd8).mlp_rows, 64, 64);
+    {   /* 8B QLoRA at 140K tokens under FP8: the scratch operands hold a chunk's rows of the MLP */
+        struct gpu_llama_options q8 = opts(LLAMA_LORA, 1, 140032), q8c;
+        q8.base = GPU_BASE_NF4, q8.recompute = RECOMPUTE_LAYER, q8.linears = GPU_LINEAR_FP8, q8.mlp_chunk = 0;
+        q8c = q8;
+        q8c.mlp_chunk = 4096;
+        const double plain = (double)plan_of(&c8, &q8).scratch, chunked = (double)plan_of(&c8, &q8c).scratch;
+        /* x̂ of down and dŷ of gate/up (N·F bytes each), dmlp (N·F·2) and the bf16 layer buffers stay */
+        const double f_wide = 140032.0 * c8.F * (1 + 1 + 2) - 4096.0 * c8.F * (1 + 1 + 2);
+        in_range("8B QLoRA fp8 1x140032: --mlp-chunk 4096 scratch loses the F-wide operands' rows", plain - chunked,
+                 f_wide - 140032.0 * c8.C * 2 - slack, f_wide + slack);
+    }
     ocho.mlp_chunk = 64, ocho.recompute = RECOMPUTE_LAYER, ocho.dropout = 0.1f;
     ochm.mlp_chunk = 512, ochm.recompute = RECOMPUTE_LAYER; /* ≥ B·T: the whole micro-batch, accepted */
     in_range("--mlp-chunk 64 with adapter dropout: two chunks", plan_of(&c1, &ocho).mlp_rows, 64, 64);
@@ -600,7 +617,7 @@ int main(void) {
                    {&c1, &og16s, "bf16 gradients and the sharded optimizer"},
                    {&c1, &ow16, "bf16 masters are for full"}, {&c1, &ow16s, "--master bf16 and the sharded optimizer"},
                    {&c1, &ochn, "needs --recompute layer"}, {&c1, &ochr, "multiple of 64"},
-                   {&c1, &ochf, "--precision fp8"}};
+                   {&c1, &ochf, "--fp8-recipe current"}, {&c1, &ochb, "multiple of 128"}};
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         memset(&e, 0, sizeof e);
         const int rc = gpu_llama_plan_bytes(&p, refused[i].c, refused[i].o, &e);

@@ -512,6 +512,20 @@ if [ $cpu_only -eq 0 ]; then
                     "$logs/$name-r-compare.log" identical "$tmp/runs/$name" "$tmp/runs/$name-r"
             fi
         done
+        # Under FP8 with delayed scaling a chunk's codes are those of the whole tensor (the given
+        # scale; its amax max-recorded over the chunks): within tolerance of the FP8 oracle pair too.
+        for ch_case in "tiny-llama lora" "tiny-qwen2 qlora" "tiny-llama full"; do
+            case " $variants_wanted " in *" fp8-delayed "*) ;; *) continue ;; esac
+            read -r model method <<<"$ch_case"
+            name=$model-$method-chunk-fp8
+            # shellcheck disable=SC2046 # the variant's flags are words
+            run_train "$gpu" "$model" "$method" "$tmp/runs/$name" "$logs/$name.log" $(variant_flags fp8-delayed) \
+                --recompute layer --mlp-chunk 64
+            check_log "$model $method fp8-delayed --recompute layer --mlp-chunk 64: exits 0" "$logs/$name.log" test $? -eq 0
+            compare "$model $method fp8-delayed --mlp-chunk 64: tolerance" "$logs/$name-compare.log" tolerance \
+                --name "$model-$method-fp8-delayed" --oracle "${oracle[$model-$method-fp32]}" \
+                --same "${same[$model-$method-fp8-delayed]}" --candidate "$tmp/runs/$name"
+        done
     fi
     if [ "$only" != smollm2 ]; then
         # CUDA graphs (the training micro-steps, on by default where eligible: gpu/llama.cu) replay the
