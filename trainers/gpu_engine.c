@@ -277,6 +277,16 @@ int gpu_memory_limit_check(const struct train_options *o, size_t total, size_t *
     return 0;
 }
 
+/* One unsigned number from a file ("max" and anything else: 0). */
+static unsigned long long read_number(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (f == NULL) return 0;
+    unsigned long long v = 0;
+    if (fscanf(f, "%llu", &v) != 1) v = 0;
+    fclose(f);
+    return v;
+}
+
 size_t gpu_host_budget(void) {
     FILE *f = fopen("/proc/meminfo", "r");
     if (f == NULL) return 0;
@@ -285,7 +295,18 @@ size_t gpu_host_budget(void) {
     while (fgets(line, sizeof line, f) != NULL)
         if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
     fclose(f);
-    return (size_t)((double)kib * 1024.0 * 0.9);
+    double avail = (double)kib * 1024.0;
+    /* a container's memory limit (cgroup v2, then v1) binds before the machine's */
+    const char *limits[2][2] = {{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"},
+                                {"/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"}};
+    for (int i = 0; i < 2; i++) {
+        const unsigned long long lim = read_number(limits[i][0]), used = read_number(limits[i][1]);
+        if (lim == 0 || lim >= (1ull << 60)) continue; /* none ("max", or v1's page-rounded 2^63) */
+        const double room = lim > used ? (double)(lim - used) : 0.0;
+        if (room < avail) avail = room;
+        break;
+    }
+    return (size_t)(avail * 0.9);
 }
 
 static int plan_fits(const struct gpu_llama_plan *p, size_t budget, size_t host_budget) {

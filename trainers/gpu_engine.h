@@ -71,7 +71,8 @@ int gpu_longest_fitting_seq(struct gpu_llama_options g, const struct model_confi
 const char *gpu_longer_seq_hint(struct gpu_llama_options g, const struct model_config *c, size_t budget,
                                 size_t host_budget, int found, char *buf, size_t cap);
 /* Pinned host memory this machine can give an offloaded run: 90% of the memory available now
- * (/proc/meminfo MemAvailable); 0 when unknown. */
+ * (/proc/meminfo MemAvailable, or a container's cgroup limit less its use when smaller); 0 when
+ * unknown. */
 size_t gpu_host_budget(void);
 /* --seq auto: sets o->seq to the longest sequence that fits (said on stdout), or -1 with a message. */
 int gpu_engine_longest_seq(struct train_options *o, const struct model_source *src, struct io_err *e);

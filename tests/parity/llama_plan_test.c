@@ -39,6 +39,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gpu/llama.h"
 #include "io/config.h"
@@ -530,6 +531,11 @@ int main(void) {
                 failures++;
                 printf("FAIL longer-sequence hint with every option in use: '%s'\n", hint);
             }
+        }
+        {   /* this machine's bound for pinned host memory: known, and within its memory */
+            const double hb = (double)gpu_host_budget(), total = (double)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGESIZE);
+            in_range("pinned host budget (GiB): positive, at most 90% of the machine's memory", hb / GIB, 1e-3,
+                     0.9 * total / GIB);
         }
         /* a micro-batch past 2^31 elements is one that does not fit: the search stops below it */
         struct gpu_llama_options big = opts(LLAMA_LORA, 16384, 512);
