@@ -183,6 +183,9 @@ struct gpu_llama_plan {
 /* 1 when no activation of (c, o) passes 2^31 elements (what the kernels are verified at; the plan
  * refuses the others), else 0: a shape too large, like one that does not fit. */
 int gpu_llama_size_verified(const struct model_config *c, const struct gpu_llama_options *o);
+/* 1 when options.mlp_chunk can split o's MLP (not under FP8's current scaling, whose scales are the
+ * whole micro-batch's tensors'), else 0. */
+int gpu_llama_mlp_chunks_supported(const struct gpu_llama_options *o);
 /* The plan of (c, o); 0, or -1 with e saying which option or shape the model cannot run. */
 int gpu_llama_plan_bytes(struct gpu_llama_plan *p, const struct model_config *c, const struct gpu_llama_options *o,
                          struct io_err *e);

@@ -656,10 +656,29 @@ int gl_layout(gpu_llama *m, enum gl_layout_mode mode) {
 
 /* The widest activations — (B·T, hidden size or query heads) and the MLP's (its rows at a time, F) —
  * within 2^31 elements, what the elementwise kernels are verified at. */
-extern "C" int gpu_llama_size_verified(const model_config *c, const gpu_llama_options *o) {
+/* Rows of the MLP at a time: --mlp-chunk, or the whole micro-batch (B·T). */
+static int64_t mlp_rows_of(const gpu_llama_options *o) {
+    const int64_t n = (int64_t)o->B * o->T;
+    return o->mlp_chunk > 0 && o->mlp_chunk < n ? o->mlp_chunk : n;
+}
+
+/* The widest activation of (c, o) as (rows, width): (B·T, hidden size or query heads), or the
+ * MLP's (its rows at a time, F) when that one holds more elements. */
+static void widest_activation(const model_config *c, const gpu_llama_options *o, int64_t *rows, int64_t *width) {
     const int64_t n = (int64_t)o->B * o->T, w = c->C > (int64_t)c->H * c->D ? c->C : (int64_t)c->H * c->D;
-    const int64_t rows = o->mlp_chunk > 0 && o->mlp_chunk < n ? o->mlp_chunk : n;
-    return n * w <= INT32_MAX && rows * c->F <= INT32_MAX;
+    const int64_t r = mlp_rows_of(o);
+    if (r * c->F > n * w) *rows = r, *width = c->F;
+    else *rows = n, *width = w;
+}
+
+extern "C" int gpu_llama_size_verified(const model_config *c, const gpu_llama_options *o) {
+    int64_t rows, width;
+    widest_activation(c, o, &rows, &width);
+    return rows * width <= INT32_MAX;
+}
+
+extern "C" int gpu_llama_mlp_chunks_supported(const gpu_llama_options *o) {
+    return !(o->linears == GPU_LINEAR_FP8 && o->fp8_recipe == FP8_RECIPE_CURRENT);
 }
 
 static int check_options(const model_config *c, const gpu_llama_options *o, io_err *e) {
@@ -669,13 +688,16 @@ static int check_options(const model_config *c, const gpu_llama_options *o, io_e
     if (c->D != 16 && c->D != 32 && c->D != 64 && c->D != 128)
         return io_fail(e, "head_dim %d: the GPU attention supports 16, 32, 64 and 128", c->D);
     if (!gpu_llama_size_verified(c, o)) {
-        const int64_t n = (int64_t)o->B * o->T, w = c->C > (int64_t)c->H * c->D ? c->C : (int64_t)c->H * c->D;
-        const int wide = n * w > INT32_MAX;
-        const int64_t rows = o->mlp_chunk > 0 && o->mlp_chunk < n ? o->mlp_chunk : n;
+        int64_t rows, width;
+        widest_activation(c, o, &rows, &width);
+        gpu_llama_options chunked = *o; /* would chunks of 4096 bring it within the bound? */
+        chunked.mlp_chunk = 4096;
         return io_fail(e, "micro-batch %d × sequence %d: an activation of more than 2^31 elements (%lld × %lld), "
                           "beyond what the GPU kernels are verified at; shorten --seq or --micro-batch%s",
-                       o->B, o->T, (long long)(wide ? n : rows), (long long)(wide ? w : c->F),
-                       wide ? "" : ", or run the MLP in chunks (--recompute layer --mlp-chunk 4096)");
+                       o->B, o->T, (long long)rows, (long long)width,
+                       gpu_llama_size_verified(c, &chunked)
+                           ? ", or run the MLP in chunks (--recompute layer --mlp-chunk 4096)"
+                           : "");
     }
     if (!((c->C % 8 == 0 && c->C <= 8192) || c->C <= 1024))
         return io_fail(e, "hidden_size %d: the GPU RMSNorm takes multiples of 8 up to 8192, or up to 1024", c->C);
@@ -704,7 +726,7 @@ static int check_options(const model_config *c, const gpu_llama_options *o, io_e
     if (o->mlp_chunk > 0 && o->mlp_chunk < (int64_t)o->B * o->T) {
         const char *why = o->recompute != RECOMPUTE_LAYER ? "needs --recompute layer (otherwise every layer keeps "
                                                             "its whole gate and up)"
-                          : o->linears == GPU_LINEAR_FP8 && o->fp8_recipe == FP8_RECIPE_CURRENT
+                          : !gpu_llama_mlp_chunks_supported(o)
                               ? "is not implemented with --fp8-recipe current (its scales are of the whole "
                                 "micro-batch's tensors; delayed and block run in chunks)"
                           : o->linears == GPU_LINEAR_FP8 && o->fp8_recipe == FP8_RECIPE_BLOCK && o->mlp_chunk % 128
@@ -738,7 +760,7 @@ static void init_shape(gpu_llama *m, const model_config *c, const gpu_llama_opti
     m->cfg = *c;
     m->opt = *o;
     m->N = o->B * o->T;
-    m->mlp_rows = o->mlp_chunk > 0 && o->mlp_chunk < m->N ? o->mlp_chunk : m->N;
+    m->mlp_rows = (int)mlp_rows_of(o);
     m->QD = c->H * c->D;
     m->KD = c->KVH * c->D;
     m->sharded = o->shard_world > 1;

@@ -342,7 +342,7 @@ const char *gpu_longer_seq_hint(struct gpu_llama_options g, const struct model_c
     const char *flags[2];
     int n = 0;
     if (g.recompute != RECOMPUTE_LAYER) g.recompute = RECOMPUTE_LAYER, flags[n++] = "--recompute layer";
-    if (g.mlp_chunk == 0 && !(g.linears == GPU_LINEAR_FP8 && g.fp8_recipe == FP8_RECIPE_CURRENT))
+    if (g.mlp_chunk == 0 && gpu_llama_mlp_chunks_supported(&g))
         g.mlp_chunk = 4096, flags[n++] = "--mlp-chunk 4096";
     if (n == 0) return buf;
     const int T = gpu_longest_fitting_seq(g, c, budget, host_budget, 1 << 20);
@@ -386,7 +386,7 @@ const char *gpu_memory_hint(const struct gpu_llama_options *g, char *buf, size_t
     if (g->recompute != RECOMPUTE_LAYER) opts[n++] = "--recompute layer";
     else if (g->offload == GPU_OFFLOAD_NONE) opts[n++] = "--offload";
     if (g->recompute == RECOMPUTE_LAYER && g->mlp_chunk == 0 && (int64_t)g->B * g->T > 8192 &&
-        !(g->linears == GPU_LINEAR_FP8 && g->fp8_recipe == FP8_RECIPE_CURRENT))
+        gpu_llama_mlp_chunks_supported(g))
         opts[n++] = "--mlp-chunk 4096";
     if (g->mode == LLAMA_FULL) {
         if (g->master == MASTER_FP32 && g->shard_world <= 1) opts[n++] = "--master split";
