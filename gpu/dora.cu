@@ -6,9 +6,14 @@
  *  - row norm: W Aᵀ and A Aᵀ through gemm into the workspace (fp32), then one warp per row combines
  *    w_sq, the cross term and the quadratic form in double (lanes stride over r, a fixed xor-shuffle
  *    tree), so the result does not depend on the launch: deterministic.
- *  - forward: u and s·u Bᵀ through gemm (the latter fp32, alpha = s), then ONE elementwise pass reads
- *    the base output y and s·l, writes the scaled y and the pre-magnitude z; 8 columns a thread with
- *    16-byte bf16 accesses when C_out % 8 == 0 and the pointers allow, else one.
+ *  - forward: u = x Aᵀ through gemm; then, for R ≤ kFusedMaxR, ONE pass forms s·l = s·(u Bᵀ) in
+ *    registers and writes the scaled y and the pre-magnitude z: a thread owns two columns and keeps
+ *    their B rows in registers (2·R floats), walks 8 rows of a 64-row tile, and reads each row's u
+ *    (R bf16, the same address across the warp: a broadcast) — 6 bytes an element of (N, C_out)
+ *    (read y, write y and z) instead of 14 with an fp32 s·l written and read back. The rank-R
+ *    product costs R FMAs an element, under the bytes' time at R ≤ 64. bf16x2 / 16-byte accesses when
+ *    the pointers and sizes allow, else 2-byte ones. Above kFusedMaxR: s·u Bᵀ through gemm (fp32,
+ *    alpha = s) into the workspace, then the elementwise pass (8 columns a thread when possible).
  *  - backward: one pass over dy and z writes dy_s = bf16(mns⊙dy) and per-(32-row chunk, column) double
  *    partial sums of dy·z (threads own columns, loop over the chunk's rows: coalesced, no atomics);
  *    a second tiny kernel adds the chunks in order per column and accumulates into dm. Then the base
@@ -111,6 +116,151 @@ __global__ void __launch_bounds__(kBlock) dora_forward_scale(bf16 *y, bf16 *z, c
     if (z) refine::store_bf16<VW>(z + i, zv);
 }
 
+/* The fused forward: s·l formed in registers, then the elementwise pass's formulas above.
+ * RP: R rounded up to 8, 16, 32 or 64; B's rows (in registers) and u's (in shared memory) are zero
+ * beyond R, so every row runs RP multiply-adds and the extra ones add exact zeros; u's rows are
+ * widened to fp32 as they are staged. VEC: bf16x2
+ * accesses of y, z and bias (C_out even, 4-byte aligned) and 16-byte reads of u (R % 8 == 0,
+ * 16-byte aligned); else element accesses. blockDim (32, kFusedRowThreads): x → a column pair of
+ * the block's 64 columns, y → rows step + y + kFusedRowThreads·k (k < kFusedBatch) of each 64-row
+ * step of its rows_per_block-row tile. The block's B rows (64 × R, contiguous) come in once through
+ * shared memory, coalesced; each step's u rows (64 × R, contiguous) likewise, after the step's y
+ * loads are issued, so that all of a thread's kFusedBatch loads are in flight together (row
+ * indices past the end are clamped for the loads, and their results not stored). */
+constexpr int kFusedMaxR = 64;
+constexpr int kFusedRowThreads = 8;
+constexpr int kFusedBatch = 8; /* rows whose loads are issued together */
+constexpr int kFusedRowStep = kFusedRowThreads * kFusedBatch;
+
+/* three resident blocks an SM where B's registers allow (R ≤ 16: 80 registers, a few bytes
+ * spilled), for more loads in flight: 68% of copy against 58% at two (1B gate_up, H100) */
+template <int RP, bool VEC>
+__global__ void __launch_bounds__(32 * kFusedRowThreads, RP <= 16 ? 3 : 1)
+    dora_forward_fused(bf16 *__restrict__ y, bf16 *__restrict__ z, const bf16 *__restrict__ u,
+                       const bf16 *__restrict__ lora_b, const bf16 *__restrict__ bias, const float *__restrict__ mag,
+                       const float *__restrict__ wnorm, float s, int N, int C_out, int R, int rows_per_block) {
+    __shared__ float sb[64][RP + 1];
+    __shared__ __align__(16) float su[kFusedRowStep][RP]; /* converted once here, not once per thread */
+    const int tid = threadIdx.y * 32 + threadIdx.x;
+    const int c0 = blockIdx.x * 64;
+    const int tile_cols = min(64, C_out - c0);
+    for (int i = tid; i < 64 * RP; i += 32 * kFusedRowThreads) {
+        const int c = i / RP, r = i % RP;
+        sb[c][r] = c < tile_cols && r < R ? __bfloat162float(lora_b[(int64_t)(c0 + c) * R + r]) : 0.0f;
+    }
+    __syncthreads();
+    const int o0 = c0 + threadIdx.x * 2;
+    const bool active = o0 < C_out; /* inactive threads still take part in the barriers */
+    const bool has1 = o0 + 1 < C_out;
+    const int o1 = has1 ? o0 + 1 : o0; /* a lone last column computes o0 twice and stores once */
+    const int oc = active ? o0 : c0;   /* a column to read that exists */
+    float b0[RP], b1[RP];
+#pragma unroll
+    for (int r = 0; r < RP; r++) b0[r] = sb[threadIdx.x * 2][r], b1[r] = sb[threadIdx.x * 2 + (has1 ? 1 : 0)][r];
+    const float mns0 = active ? __fdiv_rn(mag[o0], wnorm[o0]) : 0.0f;
+    const float mns1 = active ? __fdiv_rn(mag[o1], wnorm[o1]) : 0.0f;
+    const float bv0 = bias && active ? __bfloat162float(bias[o0]) : 0.0f;
+    const float bv1 = bias && active ? __bfloat162float(bias[o1]) : 0.0f;
+    const int n_begin = blockIdx.y * rows_per_block;
+    const int n_end = (int)min((int64_t)N, (int64_t)n_begin + rows_per_block);
+    for (int step = n_begin; step < n_end; step += kFusedRowStep) {
+        float y0[kFusedBatch], y1[kFusedBatch];
+#pragma unroll
+        for (int k = 0; k < kFusedBatch; k++) {
+            const int n = min(step + threadIdx.y + k * kFusedRowThreads, n_end - 1);
+            const int64_t e = (int64_t)n * C_out + oc;
+            if (VEC) {
+                const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(y + e));
+                y0[k] = f.x, y1[k] = f.y;
+            } else {
+                y0[k] = __bfloat162float(y[e]);
+                y1[k] = __bfloat162float(y[e + (has1 ? 1 : 0)]);
+            }
+        }
+        __syncthreads(); /* the previous step's readers of su are done */
+        if (VEC) {
+            for (int i = tid; i < kFusedRowStep * (RP / 8); i += 32 * kFusedRowThreads) {
+                const int row = i / (RP / 8), c8 = (i % (RP / 8)) * 8;
+                const int n = min(step + row, N - 1);
+                float v[8] = {};
+                if (c8 < R) refine::load_bf16<8>(v, u + (int64_t)n * R + c8);
+                *reinterpret_cast<float4 *>(&su[row][c8]) = make_float4(v[0], v[1], v[2], v[3]);
+                *reinterpret_cast<float4 *>(&su[row][c8 + 4]) = make_float4(v[4], v[5], v[6], v[7]);
+            }
+        } else {
+            for (int i = tid; i < kFusedRowStep * RP; i += 32 * kFusedRowThreads) {
+                const int row = i / RP, r = i % RP;
+                const int n = min(step + row, N - 1);
+                su[row][r] = r < R ? __bfloat162float(u[(int64_t)n * R + r]) : 0.0f;
+            }
+        }
+        __syncthreads();
+        float a0[kFusedBatch], a1[kFusedBatch];
+#pragma unroll
+        for (int k = 0; k < kFusedBatch; k++) {
+            /* s·l = s · Σ_r u[n,r]·B[o,r], r in order, fp32 (gemm's alpha applied after the sum) */
+            a0[k] = a1[k] = 0.0f;
+            const float *ur = &su[threadIdx.y + k * kFusedRowThreads][0];
+#pragma unroll
+            for (int r4 = 0; r4 < RP; r4 += 4) {
+                const float4 q = *reinterpret_cast<const float4 *>(ur + r4); /* one address across the warp */
+                const float uv[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    a0[k] = __fmaf_rn(uv[j], b0[r4 + j], a0[k]);
+                    a1[k] = __fmaf_rn(uv[j], b1[r4 + j], a1[k]);
+                }
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < kFusedBatch; k++) {
+            const int n = step + threadIdx.y + k * kFusedRowThreads;
+            if (!active || n >= n_end) continue;
+            const int64_t e = (int64_t)n * C_out + o0;
+            float out[2], zv[2];
+            const float yv[2] = {y0[k], y1[k]}, acc[2] = {a0[k], a1[k]}, mns[2] = {mns0, mns1}, bv[2] = {bv0, bv1};
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                const float base = bias ? __fsub_rn(yv[j], bv[j]) : yv[j];
+                const float s_l = __fmul_rn(s, acc[j]);
+                const float delta = __fadd_rn(__fmul_rn(__fsub_rn(mns[j], 1.0f), base), __fmul_rn(mns[j], s_l));
+                out[j] = __fadd_rn(yv[j], delta);
+                zv[j] = __fadd_rn(base, s_l);
+            }
+            if (VEC) {
+                *reinterpret_cast<__nv_bfloat162 *>(y + e) = __floats2bfloat162_rn(out[0], out[1]);
+                if (z) *reinterpret_cast<__nv_bfloat162 *>(z + e) = __floats2bfloat162_rn(zv[0], zv[1]);
+            } else {
+                y[e] = __float2bfloat16_rn(out[0]);
+                if (z) z[e] = __float2bfloat16_rn(zv[0]);
+                if (has1) {
+                    y[e + 1] = __float2bfloat16_rn(out[1]);
+                    if (z) z[e + 1] = __float2bfloat16_rn(zv[1]);
+                }
+            }
+        }
+    }
+}
+
+template <int RP>
+void launch_fused(bool vec, bf16 *y, bf16 *z, const bf16 *u, const bf16 *lora_b, const bf16 *bias, const float *mag,
+                  const float *wnorm, float s, int N, int C_out, int R, cudaStream_t stream) {
+    /* about 2048 blocks (several waves of two resident blocks on each SM), at least one row step each */
+    const int col_tiles = (C_out + 63) / 64;
+    const int64_t row_tiles_wanted = (2048 + col_tiles - 1) / col_tiles;
+    int64_t rows = (N + row_tiles_wanted - 1) / row_tiles_wanted;
+    rows = (rows + kFusedRowStep - 1) / kFusedRowStep * kFusedRowStep;
+    const int rows_per_block = (int)rows;
+    const dim3 grid((unsigned)col_tiles, (unsigned)((N + rows - 1) / rows));
+    const dim3 block(32, kFusedRowThreads);
+    if (vec)
+        dora_forward_fused<RP, true>
+            <<<grid, block, 0, stream>>>(y, z, u, lora_b, bias, mag, wnorm, s, N, C_out, R, rows_per_block);
+    else
+        dora_forward_fused<RP, false>
+            <<<grid, block, 0, stream>>>(y, z, u, lora_b, bias, mag, wnorm, s, N, C_out, R, rows_per_block);
+}
+
 /* dy_s = bf16(mns⊙dy); partial[chunk][o] = Σ_{n in chunk} dy·z (double, rows in order). */
 template <int VW>
 __global__ void dora_rescale_chunks(bf16 *dy_s, double *partial, const bf16 *dy, const bf16 *z, const float *mag,
@@ -198,27 +348,44 @@ extern "C" void gpu_dora_weight_norm_f32(struct gpu_gemm *g, float *wnorm, const
     KERNEL_CHECK(stream);
 }
 
-extern "C" size_t gpu_dora_forward_workspace_size(int N, int C_out) {
-    return align_up((size_t)N * C_out * sizeof(float));
+extern "C" size_t gpu_dora_forward_workspace_size(int N, int C_out, int R) {
+    return R <= kFusedMaxR ? 0 : align_up((size_t)N * C_out * sizeof(float));
 }
+
+static bool aligned4(const void *p) { return (uintptr_t)p % 4 == 0; }
 
 extern "C" void gpu_dora_forward_bf16(struct gpu_gemm *g, uint16_t *y, uint16_t *z, uint16_t *u, const uint16_t *x,
                                       const uint16_t *bias, const uint16_t *lora_a, const uint16_t *lora_b,
                                       const float *mag, const float *wnorm, int N, int C_in, int C_out, int R,
                                       float scale, void *workspace, cudaStream_t stream) {
     check_dims(N, C_in, C_out, R);
-    check_ws(workspace, gpu_dora_forward_workspace_size(N, C_out), "forward");
-    float *sl = static_cast<float *>(workspace);
-    /* u (N, R) = x Aᵀ;  sl (N, C_out) = s · u Bᵀ (fp32) */
+    /* u (N, R) = x Aᵀ */
     const gemm_args p_u = {u, GEMM_OUT_BF16, R, 0, x, GEMM_NO_TRANS, C_in, 0, lora_a, GEMM_TRANS, C_in, 0, nullptr,
                            N, R, C_in, 1, 1.0f, GEMM_OVERWRITE};
-    const gemm_args p_l = {sl, GEMM_OUT_F32, C_out, 0, u, GEMM_NO_TRANS, R, 0, lora_b, GEMM_TRANS, R, 0, nullptr,
-                           N, C_out, R, 1, scale, GEMM_OVERWRITE};
     gpu_gemm(g, &p_u, stream);
-    gpu_gemm(g, &p_l, stream);
-    const int64_t n = (int64_t)N * C_out;
     bf16 *yb = reinterpret_cast<bf16 *>(y), *zb = reinterpret_cast<bf16 *>(z);
     const bf16 *bb = reinterpret_cast<const bf16 *>(bias);
+    if (R <= kFusedMaxR) {
+        const bf16 *ub = reinterpret_cast<const bf16 *>(u), *lb = reinterpret_cast<const bf16 *>(lora_b);
+        const bool vec = C_out % 2 == 0 && aligned4(y) && aligned4(z) && aligned4(bias) && R % 8 == 0 && aligned16(u);
+        if (R <= 8)
+            launch_fused<8>(vec, yb, zb, ub, lb, bb, mag, wnorm, scale, N, C_out, R, stream);
+        else if (R <= 16)
+            launch_fused<16>(vec, yb, zb, ub, lb, bb, mag, wnorm, scale, N, C_out, R, stream);
+        else if (R <= 32)
+            launch_fused<32>(vec, yb, zb, ub, lb, bb, mag, wnorm, scale, N, C_out, R, stream);
+        else
+            launch_fused<64>(vec, yb, zb, ub, lb, bb, mag, wnorm, scale, N, C_out, R, stream);
+        KERNEL_CHECK(stream);
+        return;
+    }
+    check_ws(workspace, gpu_dora_forward_workspace_size(N, C_out, R), "forward");
+    float *sl = static_cast<float *>(workspace);
+    /* sl (N, C_out) = s · u Bᵀ (fp32) */
+    const gemm_args p_l = {sl, GEMM_OUT_F32, C_out, 0, u, GEMM_NO_TRANS, R, 0, lora_b, GEMM_TRANS, R, 0, nullptr,
+                           N, C_out, R, 1, scale, GEMM_OVERWRITE};
+    gpu_gemm(g, &p_l, stream);
+    const int64_t n = (int64_t)N * C_out;
     if (C_out % 8 == 0 && aligned16(y) && aligned16(z) && aligned16(bias) && aligned16(sl)) {
         const int64_t threads = n / 8;
         dora_forward_scale<8><<<(unsigned)((threads + kBlock - 1) / kBlock), kBlock, 0, stream>>>(yb, zb, sl, bb, mag,
@@ -298,11 +465,14 @@ extern "C" void gpu_dora_reserve(struct gpu_gemm *g, int N, int C_in, int C_out,
          GEMM_OVERWRITE}, /* A Aᵀ */
         {d, GEMM_OUT_BF16, R, 0, h, GEMM_NO_TRANS, C_in, 0, h, GEMM_TRANS, C_in, 0, nullptr, N, R, C_in, 1, 1.0f,
          GEMM_OVERWRITE}, /* u */
-        {d, GEMM_OUT_F32, C_out, 0, h, GEMM_NO_TRANS, R, 0, h, GEMM_TRANS, R, 0, nullptr, N, C_out, R, 1, 1.0f,
-         GEMM_OVERWRITE}, /* s·u Bᵀ */
         {d, GEMM_OUT_BF16, C_in, 0, h, GEMM_NO_TRANS, C_out, 0, h, GEMM_NO_TRANS, C_in, 0, nullptr, N, C_in, C_out, 1,
          1.0f, GEMM_OVERWRITE}, /* the base path dx = dy_s W */
     };
     for (const gemm_args &p : ps) gpu_gemm_reserve(g, &p);
+    if (R > kFusedMaxR) { /* s·u Bᵀ through gemm */
+        const gemm_args p_l = {d, GEMM_OUT_F32, C_out, 0, h, GEMM_NO_TRANS, R, 0, h, GEMM_TRANS, R, 0, nullptr,
+                               N, C_out, R, 1, 1.0f, GEMM_OVERWRITE};
+        gpu_gemm_reserve(g, &p_l);
+    }
     gpu_lora_reserve(g, N, C_in, C_out, R, LORA_NO_MASK);
 }

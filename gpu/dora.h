@@ -16,7 +16,9 @@
  *                               ref_dora_weight_norm_factored's formula (its sums are all double).
  * Forward (no dropout; on entry y = x Wᵀ + b, bf16, from the base layer's gemm with the bias):
  *   u    = bf16( x Aᵀ )                               (N, R) OVERWRITTEN, saved
- *   sl   = s·(u Bᵀ)                                    (N, C_out) fp32, workspace (gemm alpha = s)
+ *   sl   = s·(u Bᵀ)                                    (N, C_out) fp32: for R ≤ 64 formed in registers
+ *          inside the pass below (Σ_r in order, fused multiply-adds, then × s); above, by gemm
+ *          (alpha = s) into the workspace
  *   base = y − b[o]            (fp32; y when b = NULL: PEFT's result − bias)
  *   y    = bf16( y + ((mns − 1)·base + mns·sl) )       (N, C_out) UPDATED IN PLACE, one pass
  *   z    = bf16( base + sl )                           (N, C_out) OVERWRITTEN when z ≠ NULL: the
@@ -44,7 +46,7 @@
  * implementation.
  *
  * Workspaces (bytes, 256-byte aligned, never allocated here):
- *   gpu_dora_weight_norm_workspace_size(C_out, R), gpu_dora_forward_workspace_size(N, C_out),
+ *   gpu_dora_weight_norm_workspace_size(C_out, R), gpu_dora_forward_workspace_size(N, C_out, R),
  *   gpu_dora_backward_workspace_size(N, C_in, C_out, R).
  * Shapes: x, dx (N, C_in); y, z, dy (N, C_out); u (N, R); w (C_out, C_in); mag, dmag, wnorm, w_sq
  * (C_out). Aliasing: none. All device memory; nothing synchronized, nothing allocated.
@@ -71,7 +73,8 @@ void gpu_dora_weight_norm_f32(struct gpu_gemm *g, float *wnorm, const float *w_s
                               const uint16_t *lora_a, const uint16_t *lora_b, int C_in, int C_out, int R, float scale,
                               void *workspace, cudaStream_t stream);
 
-size_t gpu_dora_forward_workspace_size(int N, int C_out);
+/* 0 for R ≤ 64 (s·u Bᵀ never leaves registers), else N·C_out fp32. */
+size_t gpu_dora_forward_workspace_size(int N, int C_out, int R);
 void gpu_dora_forward_bf16(struct gpu_gemm *g, uint16_t *y, uint16_t *z, uint16_t *u, const uint16_t *x,
                            const uint16_t *bias, const uint16_t *lora_a, const uint16_t *lora_b, const float *mag,
                            const float *wnorm, int N, int C_in, int C_out, int R, float scale, void *workspace,

@@ -444,7 +444,7 @@ size_t workspace_bytes(const gpu_llama *m) {
         ws = max_sz(ws, gpu_lora_backward_workspace_size(n, lin.c_in, o->R, o->dropout > 0 ? LORA_MASKED : LORA_NO_MASK));
         if (dora) {
             ws = max_sz(ws, gpu_dora_weight_norm_workspace_size(lin.c_out, o->R));
-            ws = max_sz(ws, gpu_dora_forward_workspace_size(n, lin.c_out));
+            ws = max_sz(ws, gpu_dora_forward_workspace_size(n, lin.c_out, o->R));
             ws = max_sz(ws, gpu_dora_rescale_workspace_size(n, lin.c_out));
         }
     }

@@ -4,7 +4,7 @@
  *   dora_parity [--seed=N] [--bench]
  *
  * What is covered, per shape (tile edges 1, 7, 8, 33, 65, 127, 129, 255, 257; SmolLM2-135M C 576,
- * F 1536; Llama-3.2-1B C 2048, KV 512, F 8192; R ∈ {8, 16, 64}; rows kept to a few — the
+ * F 1536; Llama-3.2-1B C 2048, KV 512, F 8192; R ∈ {4, 8, 16, 24, 40, 64, 128}; rows kept to a few — the
  * reference's dx loop walks W by columns — the bench runs N = 8192):
  *  - w_sq against ref_dora_weight_sq, the GPU row norm against ref_dora_weight_norm_factored;
  *  - the forward chained on the GPU's own outputs as in training: y0 = the base output x Wᵀ + b
@@ -245,7 +245,7 @@ static void run_case(const dora_case &c, int id) {
     const std::vector<uint16_t> xb = bits_of(x), Wb = bits_of(W), bb = bits_of(b), Ab = bits_of(A), Bb = bits_of(B),
                                 y0b = bits_of(y0), dyb = bits_of(dy);
     const size_t ws_bytes = std::max(std::max(gpu_dora_weight_norm_workspace_size(C_out, R),
-                                              gpu_dora_forward_workspace_size(N, C_out)),
+                                              gpu_dora_forward_workspace_size(N, C_out, R)),
                                      gpu_dora_backward_workspace_size(N, C_in, C_out, R));
     struct dev_buf bx, bW, bb_, bA, bB, bwsq, bn, bmag, by, bz, bu, bdy, bdx, bdA, bdB, bdm, bws;
     dev_buf_alloc(&bx, "x", xb.size() * 2, POISON_NONE, xb.data());
@@ -425,7 +425,7 @@ static void bench(double copy_gbps) {
         b.mag = (float *)dev_fill((size_t)sh.C_out * 4, 0x3F), b.n = (float *)dev_fill((size_t)sh.C_out * 4, 0x3F);
         b.wsq = (float *)dev_fill((size_t)sh.C_out * 4, 0x3F), b.dm = (float *)dev_fill((size_t)sh.C_out * 4, 0);
         const size_t wsb = std::max(std::max(gpu_dora_weight_norm_workspace_size(sh.C_out, R),
-                                             gpu_dora_forward_workspace_size(sh.N, sh.C_out)),
+                                             gpu_dora_forward_workspace_size(sh.N, sh.C_out, R)),
                                     gpu_dora_backward_workspace_size(sh.N, sh.C_in, sh.C_out, R));
         b.ws = dev_fill(wsb, 0);
         gpu_dora_reserve(g_gemm, sh.N, sh.C_in, sh.C_out, R);
@@ -444,9 +444,9 @@ static void bench(double copy_gbps) {
                dora_plans - plans);
         /* row norm: reads W once (the W Aᵀ product dominates) */
         bench_json("dora_weight_norm", shape, 2.0 * sh.C_out * sh.C_in, 0, rn, copy_gbps);
-        /* forward: the two rank-R products + the pass reading y (2) and s·l (4), writing y (2) and z (2) per element,
-         * plus the s·l write (4) */
-        bench_json("dora_forward", shape, 2.0 * nx + 14.0 * ny, 0, rdf, copy_gbps);
+        /* forward: u = x Aᵀ reads x (2 bytes an element of x), then the fused pass reads y and writes y and z
+         * (6 bytes an element of y; s·u Bᵀ stays in registers at R ≤ 64) */
+        bench_json("dora_forward", shape, 2.0 * nx + 6.0 * ny, 0, rdf, copy_gbps);
         /* rescale: reads dy and z, writes dy_s (6 bytes an element) */
         bench_json("dora_rescale", shape, 6.0 * ny, 0, rr, copy_gbps);
         bench_json("dora_backward_with_base_dx", shape, 0, 0, rdb, 0);
@@ -467,7 +467,10 @@ int main(int argc, char **argv) {
     g_gemm = build_gpu_gemm(GEMM_DEFAULT_WORKSPACE);
     const int shapes[][4] = {{1, 8, 8, 8},        {7, 33, 65, 8},     {65, 129, 127, 16}, {33, 255, 257, 64},
                              {9, 257, 7, 16},     {32, 576, 576, 8},  {32, 576, 1536, 16}, {16, 1536, 576, 64},
-                             {8, 2048, 2048, 16}, {8, 2048, 512, 64}, {4, 2048, 8192, 16}, {4, 8192, 2048, 8}};
+                             {8, 2048, 2048, 16}, {8, 2048, 512, 64}, {4, 2048, 8192, 16}, {4, 8192, 2048, 8},
+                             /* the fused forward's edges: R not a multiple of 8 (element reads of u),
+                              * R between the register widths, an odd C_out; R > 64 takes the gemm path */
+                             {70, 65, 66, 4},     {9, 129, 131, 24},  {5, 33, 64, 40},    {3, 65, 130, 128}};
     int id = 0;
     for (const auto &s : shapes)
         for (int rg = 0; rg < 2; rg++) {
