@@ -17,7 +17,9 @@
  *  - backward: one pass over dy and z writes dy_s = bf16(mns⊙dy) and per-(32-row chunk, column) double
  *    partial sums of dy·z (threads own columns, loop over the chunk's rows: coalesced, no atomics);
  *    a second tiny kernel adds the chunks in order per column and accumulates into dm. Then the base
- *    path dx = dy_s W and gpu/lora's backward with dy_s.
+ *    path dx = dy_s W and gpu/lora's backward with dy_s. For the MLP's gate and up linears the same
+ *    pass also runs the SwiGLU backward that produces their dy (gpu_dora_swiglu_backward_bf16): the
+ *    gradients are rescaled where they are formed, not written, read back and written again.
  *
  * Test and benchmark: bazel test --config=gpu //tests/parity:dora_parity
  *                     (binary) dora_parity --bench
@@ -28,6 +30,7 @@
 
 #include "gpu/cuda_check.h"
 #include "gpu/lora.h"
+#include "gpu/swiglu.cuh"
 #include "gpu/vec.cuh"
 #include "io/check.h"
 
@@ -293,6 +296,56 @@ __global__ void dora_rescale_chunks(bf16 *dy_s, double *partial, const bf16 *dy,
         for (int j = 0; j < VW; j++) partial[(int64_t)chunk * C_out + o0 + j] = acc[j];
 }
 
+/* The SwiGLU backward with the gate and up linears' rescale (gpu_dora_swiglu_backward_bf16): per side,
+ * dg (du) rounded to bf16 as gpu/swiglu stores it, then dora_rescale_chunks' steps on that value —
+ * the same layout, chunks and partial sums, so every bit equals the two passes'. A side without a
+ * magnitude (not a DoRA target) stores the rounded gradient as gpu/swiglu does. */
+template <int VW>
+__global__ void dora_swiglu_rescale_chunks(bf16 *gate, bf16 *up, double *part_g, double *part_u,
+                                           const bf16 *__restrict__ dh, const bf16 *__restrict__ z_g,
+                                           const bf16 *__restrict__ z_u, const float *mag_g, const float *wn_g,
+                                           const float *mag_u, const float *wn_u, int N, int F) {
+    const int o0 = (blockIdx.x * kColThreads + threadIdx.x) * VW;
+    const int chunk = blockIdx.y * kChunkThreads + threadIdx.y;
+    const int n0 = chunk * kChunkRows;
+    if (o0 >= F || n0 >= N) return;
+    const int n1 = n0 + kChunkRows < N ? n0 + kChunkRows : N;
+    float mg[VW], mu[VW];
+    double ag[VW], au[VW];
+#pragma unroll
+    for (int j = 0; j < VW; j++) {
+        mg[j] = mag_g ? __fdiv_rn(mag_g[o0 + j], wn_g[o0 + j]) : 1.0f;
+        mu[j] = mag_u ? __fdiv_rn(mag_u[o0 + j], wn_u[o0 + j]) : 1.0f;
+        ag[j] = au[j] = 0.0;
+    }
+    for (int r = n0; r < n1; r++) {
+        const int64_t e = (int64_t)r * F + o0;
+        float gv[VW], uv[VW], dhv[VW], zg[VW], zu[VW];
+        refine::load_bf16<VW>(gv, gate + e);
+        refine::load_bf16<VW>(uv, up + e);
+        refine::load_bf16<VW>(dhv, dh + e);
+        if (part_g) refine::load_bf16<VW>(zg, z_g + e);
+        if (part_u) refine::load_bf16<VW>(zu, z_u + e);
+#pragma unroll
+        for (int j = 0; j < VW; j++) {
+            float dg, du;
+            refine::swiglu_backward_elem(gv[j], uv[j], dhv[j], dg, du);
+            dg = refine::bf16_round_dev(dg), du = refine::bf16_round_dev(du); /* gpu/swiglu's stores */
+            if (part_g) ag[j] += (double)dg * (double)zg[j];
+            if (part_u) au[j] += (double)du * (double)zu[j];
+            gv[j] = mag_g ? __fmul_rn(mg[j], dg) : dg;
+            uv[j] = mag_u ? __fmul_rn(mu[j], du) : du;
+        }
+        refine::store_bf16<VW>(gate + e, gv);
+        refine::store_bf16<VW>(up + e, uv);
+    }
+#pragma unroll
+    for (int j = 0; j < VW; j++) {
+        if (part_g) part_g[(int64_t)chunk * F + o0 + j] = ag[j];
+        if (part_u) part_u[(int64_t)chunk * F + o0 + j] = au[j];
+    }
+}
+
 __global__ void __launch_bounds__(kBlock) dora_dmag_finish(float *dmag, const double *partial, const float *wnorm,
                                                            int n_chunks, int C_out) {
     const int o = blockIdx.x * kBlock + threadIdx.x;
@@ -425,6 +478,49 @@ extern "C" void gpu_dora_rescale_bf16(uint16_t *dy_s, float *dmag, const uint16_
     KERNEL_CHECK(stream);
     if (dmag) {
         dora_dmag_finish<<<(C_out + kBlock - 1) / kBlock, kBlock, 0, stream>>>(dmag, partial, wnorm, chunks, C_out);
+        KERNEL_CHECK(stream);
+    }
+}
+
+extern "C" size_t gpu_dora_swiglu_backward_workspace_size(int N, int F) {
+    return 2 * gpu_dora_rescale_workspace_size(N, F);
+}
+
+extern "C" void gpu_dora_swiglu_backward_bf16(uint16_t *gate, uint16_t *up, float *dmag_g, float *dmag_u,
+                                              const uint16_t *dh, const uint16_t *z_g, const uint16_t *z_u,
+                                              const float *mag_g, const float *wnorm_g, const float *mag_u,
+                                              const float *wnorm_u, int N, int F, void *workspace,
+                                              cudaStream_t stream) {
+    check_dims(N, 1, F, 1);
+    CHECK((!dmag_g || (mag_g && z_g)) && (!dmag_u || (mag_u && z_u)),
+          "dora swiglu backward: a magnitude gradient needs its magnitude and the saved pre-magnitude output z");
+    if (dmag_g || dmag_u) check_ws(workspace, gpu_dora_swiglu_backward_workspace_size(N, F), "swiglu backward");
+    const size_t half = gpu_dora_rescale_workspace_size(N, F);
+    double *part_g = dmag_g ? static_cast<double *>(workspace) : nullptr;
+    double *part_u = dmag_u ? reinterpret_cast<double *>(static_cast<unsigned char *>(workspace) + half) : nullptr;
+    const int chunks = n_chunks_of(N);
+    const bool vec = F % 8 == 0 && aligned16(gate) && aligned16(up) && aligned16(dh) && aligned16(z_g) &&
+                     aligned16(z_u);
+    const int VW = vec ? 8 : 1;
+    const int cols_per_block = kColThreads * VW;
+    dim3 grid((F + cols_per_block - 1) / cols_per_block, (chunks + kChunkThreads - 1) / kChunkThreads);
+    dim3 block(kColThreads, kChunkThreads);
+    bf16 *gb = reinterpret_cast<bf16 *>(gate), *ub = reinterpret_cast<bf16 *>(up);
+    const bf16 *dhb = reinterpret_cast<const bf16 *>(dh), *zgb = reinterpret_cast<const bf16 *>(z_g),
+               *zub = reinterpret_cast<const bf16 *>(z_u);
+    if (vec)
+        dora_swiglu_rescale_chunks<8><<<grid, block, 0, stream>>>(gb, ub, part_g, part_u, dhb, zgb, zub, mag_g,
+                                                                   wnorm_g, mag_u, wnorm_u, N, F);
+    else
+        dora_swiglu_rescale_chunks<1><<<grid, block, 0, stream>>>(gb, ub, part_g, part_u, dhb, zgb, zub, mag_g,
+                                                                   wnorm_g, mag_u, wnorm_u, N, F);
+    KERNEL_CHECK(stream);
+    if (dmag_g) {
+        dora_dmag_finish<<<(F + kBlock - 1) / kBlock, kBlock, 0, stream>>>(dmag_g, part_g, wnorm_g, chunks, F);
+        KERNEL_CHECK(stream);
+    }
+    if (dmag_u) {
+        dora_dmag_finish<<<(F + kBlock - 1) / kBlock, kBlock, 0, stream>>>(dmag_u, part_u, wnorm_u, chunks, F);
         KERNEL_CHECK(stream);
     }
 }

@@ -85,6 +85,19 @@ size_t gpu_dora_rescale_workspace_size(int N, int C_out);
 void gpu_dora_rescale_bf16(uint16_t *dy_s, float *dmag, const uint16_t *dy, const uint16_t *z, const float *mag,
                            const float *wnorm, int N, int C_out, void *workspace, cudaStream_t stream);
 
+/* The MLP's SwiGLU backward fused with the gate and up linears' rescale. On entry gate and up
+ * (N, F) hold the forward's gate and up outputs; dh (N, F) the gradient of the SwiGLU output. On
+ * exit gate = bf16(mns_g ⊙ dg) and up = bf16(mns_u ⊙ du), where dg and du are gpu_swiglu_backward_bf16's
+ * bf16 outputs, and dmag_g += Σ_n dg·z_g / n_g, dmag_u likewise — bit for bit
+ * gpu_swiglu_backward_bf16 (ld_in = ld_out = F) followed by gpu_dora_rescale_bf16 on each side.
+ * A side with mag NULL (not a DoRA target) keeps gpu/swiglu's plain gradient; a dmag may be NULL
+ * (no magnitude gradient; z then unused). Workspace: gpu_dora_swiglu_backward_workspace_size. */
+size_t gpu_dora_swiglu_backward_workspace_size(int N, int F);
+void gpu_dora_swiglu_backward_bf16(uint16_t *gate, uint16_t *up, float *dmag_g, float *dmag_u, const uint16_t *dh,
+                                   const uint16_t *z_g, const uint16_t *z_u, const float *mag_g,
+                                   const float *wnorm_g, const float *mag_u, const float *wnorm_u, int N, int F,
+                                   void *workspace, cudaStream_t stream);
+
 size_t gpu_dora_backward_workspace_size(int N, int C_in, int C_out, int R);
 void gpu_dora_backward_bf16(struct gpu_gemm *g, uint16_t *dx, float *dmag, float *dlora_a, float *dlora_b,
                             const uint16_t *dy, const uint16_t *x, const uint16_t *z, const uint16_t *u,

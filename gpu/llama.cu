@@ -294,9 +294,11 @@ void proj_adapter_u(gpu_llama *m, int l, int t, const uint16_t *x, uint64_t micr
 }
 
 /* The backward of linear t of layer l for dy, rows sp: dx (when non-NULL) overwritten or accumulated
- * per beta; parameter gradients accumulate. x is the linear's saved input. */
+ * per beta; parameter gradients accumulate. x is the linear's saved input. rescaled: a DoRA
+ * linear's dy is already bf16(mns⊙dy) and its magnitude gradient accumulated (the MLP's gate and up,
+ * gpu_dora_swiglu_backward_bf16). */
 void proj_backward(gpu_llama *m, int l, int t, uint16_t *dx, enum gemm_beta beta, const uint16_t *dy,
-                   const uint16_t *x, uint64_t micro, gl_span sp) {
+                   const uint16_t *x, uint64_t micro, gl_span sp, bool rescaled) {
     gl_linear &lin = m->layers[l].lin[t];
     gl_acts &a = m->acts[l];
     const int N = sp.n;
@@ -317,7 +319,7 @@ void proj_backward(gpu_llama *m, int l, int t, uint16_t *dx, enum gemm_beta beta
         }
     }
     const uint16_t *g = dy;
-    if (lin.target && m->opt.mode == LLAMA_DORA) {
+    if (lin.target && m->opt.mode == LLAMA_DORA && !rescaled) {
         PROF(m, PROF_ADAPTER_BWD);
         gpu_dora_rescale_bf16(m->dy_s, lin.mag_grad, dy, a.z[t], lin.mag, a.wnorm[t], N, lin.c_out, m->ws,
                               m->stream);
@@ -365,13 +367,15 @@ void group_forward(gpu_llama *m, int l, int g, uint16_t *const *y, const uint16_
 }
 
 /* The backward of group g of layer l for dy[i], rows sp: dx (when non-NULL) OVERWRITTEN with the
- * sum of the members' input gradients; parameter gradients accumulate. x is the shared saved input. */
+ * sum of the members' input gradients; parameter gradients accumulate. x is the shared saved input.
+ * rescaled: as proj_backward's. */
 void group_backward(gpu_llama *m, int l, int g, uint16_t *dx, const uint16_t *const *dy, const uint16_t *x,
-                    uint64_t micro, gl_span sp) {
+                    uint64_t micro, gl_span sp, bool rescaled) {
     const int first = gl_group_first[g], n = gl_group_n[g];
     if (!m->grouped[g]) {
         for (int i = 0; i < n; i++)
-            proj_backward(m, l, first + i, dx, i == 0 ? GEMM_OVERWRITE : GEMM_ACCUMULATE, dy[i], x, micro, sp);
+            proj_backward(m, l, first + i, dx, i == 0 ? GEMM_OVERWRITE : GEMM_ACCUMULATE, dy[i], x, micro, sp,
+                          rescaled);
         return;
     }
     gl_linear *lin = m->layers[l].lin + first;
@@ -477,14 +481,22 @@ void mlp_backward(gpu_llama *m, int l, gl_span sp, uint64_t micro) {
     const int F = m->cfg.F;
     const size_t off = (size_t)sp.r0 * m->cfg.C;
     fp8_input_t(m, l, LLAMA_DOWN, a.mlp, F, sp);
-    proj_backward(m, l, LLAMA_DOWN, m->dmlp, GEMM_OVERWRITE, m->G + off, a.mlp, micro, sp);
-    {
+    proj_backward(m, l, LLAMA_DOWN, m->dmlp, GEMM_OVERWRITE, m->G + off, a.mlp, micro, sp, false);
+    const gl_linear &lg = m->layers[l].lin[LLAMA_GATE], &lu = m->layers[l].lin[LLAMA_UP];
+    const bool dora = m->opt.mode == LLAMA_DORA && (lg.target || lu.target);
+    if (dora) { /* SwiGLU's backward and the gate/up rescale in one pass, in place */
+        PROF(m, PROF_SWIGLU);
+        gpu_dora_swiglu_backward_bf16(a.gate, a.up, lg.target ? lg.mag_grad : nullptr,
+                                      lu.target ? lu.mag_grad : nullptr, m->dmlp, a.z[LLAMA_GATE], a.z[LLAMA_UP],
+                                      lg.target ? lg.mag : nullptr, a.wnorm[LLAMA_GATE], lu.target ? lu.mag : nullptr,
+                                      a.wnorm[LLAMA_UP], sp.n, F, m->ws, m->stream);
+    } else {
         PROF(m, PROF_SWIGLU);
         gpu_swiglu_backward_bf16(a.gate, a.up, m->dmlp, a.gate, a.up, sp.n, F, F, F, m->stream); /* in place */
     }
     fp8_input_t(m, l, LLAMA_GATE, m->n2 + off, m->cfg.C, sp);
     const uint16_t *const d_gate_up[2] = {a.gate, a.up};
-    group_backward(m, l, GL_GROUP_GATE_UP, m->dn + off, d_gate_up, m->n2 + off, micro, sp);
+    group_backward(m, l, GL_GROUP_GATE_UP, m->dn + off, d_gate_up, m->n2 + off, micro, sp, dora);
 }
 
 /* G holds d x[l + 1] on entry and d x[l] on exit (unless layer 0's is not needed). */
@@ -518,7 +530,7 @@ void layer_backward(gpu_llama *m, int l, uint64_t micro) {
     }
     /* attention */
     fp8_input_t(m, l, LLAMA_O, a.att, m->QD, whole(m));
-    proj_backward(m, l, LLAMA_O, m->datt, GEMM_OVERWRITE, m->G, a.att, micro, whole(m));
+    proj_backward(m, l, LLAMA_O, m->datt, GEMM_OVERWRITE, m->G, a.att, micro, whole(m), false);
     {
         PROF(m, PROF_ATTN_BWD);
         gpu_attention_backward_bf16(m->dq, m->dk, m->dv, m->datt, a.q, a.k, a.v, a.att, a.lse, m->opt.B, m->opt.T, c.H,
@@ -533,7 +545,7 @@ void layer_backward(gpu_llama *m, int l, uint64_t micro) {
     norm1(m, l);
     fp8_input_t(m, l, LLAMA_Q, m->n1, c.C, whole(m));
     const uint16_t *const d_qkv[3] = {m->dq, m->dk, m->dv};
-    group_backward(m, l, GL_GROUP_QKV, dx, d_qkv, m->n1, micro, whole(m));
+    group_backward(m, l, GL_GROUP_QKV, dx, d_qkv, m->n1, micro, whole(m), false);
     if (need_dx) {
         PROF(m, PROF_NORM);
         gpu_rmsnorm_backward_bf16(m->G, full ? ly.attn_norm_grad : nullptr, gl_grad_type(m), m->dn, m->G, m->x[l],

@@ -451,6 +451,8 @@ size_t workspace_bytes(const gpu_llama *m) {
     for (int g = 0; g < GL_N_GROUPS; g++)
         if (m->grouped[g])
             ws = max_sz(ws, gpu_lora_group_backward_workspace_size((int)rows_of(m, gl_group_first[g]), gl_group_n[g], o->R));
+    if (dora && (gl_is_target(m, LLAMA_GATE) || gl_is_target(m, LLAMA_UP))) /* the fused SwiGLU + rescale */
+        ws = max_sz(ws, gpu_dora_swiglu_backward_workspace_size((int)rows_of(m, LLAMA_GATE), c->F));
     return ws;
 }
 

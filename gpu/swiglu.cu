@@ -6,7 +6,8 @@
  * grid-stride loop walks the (row, 8-column group) pairs. Rounding follows the header step by
  * step: every intermediate that torch stores as bf16 goes through bf16_round_dev, and the fp32
  * arithmetic uses __fmul_rn/__fadd_rn/__fdiv_rn so that nvcc cannot contract it into FMAs. expf is
- * the full-precision libdevice exp (≤ 2 ulp), not the __expf intrinsic.
+ * the full-precision libdevice exp (≤ 2 ulp), not the __expf intrinsic. The per-element math is
+ * gpu/swiglu.cuh's (gpu/dora.cu's fused gate/up rescale uses the same).
  *
  * Test and benchmark: bazel test --config=gpu //tests/parity:swiglu_parity
  *                     (binary) swiglu_parity --bench
@@ -14,6 +15,7 @@
 #include "gpu/swiglu.h"
 
 #include "gpu/cuda_check.h"
+#include "gpu/swiglu.cuh"
 #include "gpu/vec.cuh"
 #include "io/check.h"
 
@@ -21,9 +23,6 @@ namespace refine {
 namespace {
 
 constexpr int kBlock = 256;
-
-__device__ __forceinline__ float sigmoid_dev(float g) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-g))); }
-__device__ __forceinline__ float silu_dev(float g) { return __fdiv_rn(g, __fadd_rn(1.0f, expf(-g))); }
 
 template <int VW>
 __global__ void __launch_bounds__(kBlock) swiglu_forward_elementwise(bf16 *__restrict__ h, const bf16 *g,
@@ -55,15 +54,7 @@ __global__ void __launch_bounds__(kBlock) swiglu_backward_elementwise(bf16 *dg, 
         load_bf16<VW>(uv, u + row * ld_in + col);
         load_bf16<VW>(dhv, dh + row * F + col);
 #pragma unroll
-        for (int j = 0; j < VW; j++) {
-            const float s = sigmoid_dev(gv[j]);
-            const float a = bf16_round_dev(silu_dev(gv[j]));
-            const float da = bf16_round_dev(__fmul_rn(dhv[j], uv[j]));
-            duv[j] = __fmul_rn(dhv[j], a);
-            /* silu'(g) = s·(1 + g·(1 − s)), the order of aten's silu_backward */
-            const float dsilu = __fmul_rn(s, __fadd_rn(1.0f, __fmul_rn(gv[j], __fsub_rn(1.0f, s))));
-            dgv[j] = __fmul_rn(da, dsilu);
-        }
+        for (int j = 0; j < VW; j++) swiglu_backward_elem(gv[j], uv[j], dhv[j], dgv[j], duv[j]);
         store_bf16<VW>(dg + row * ld_out + col, dgv);
         store_bf16<VW>(du + row * ld_out + col, duv);
     }

@@ -31,6 +31,8 @@
  *      implementation of the GPU's algorithm (sequential fp32 sums, the same bf16 roundings), plus
  *      one rounding of the result at the reference's rms (BF16_EPS or FLT_EPSILON times it).
  *  determinism — bitwise, the same inputs twice.
+ * And the MLP's fused SwiGLU backward + gate/up rescale against the two passes it replaces, bit for
+ * bit (outputs and accumulated magnitude gradients).
  */
 #include <float.h>
 #include <math.h>
@@ -44,6 +46,7 @@
 #include "gpu/dora.h"
 #include "gpu/gemm.h"
 #include "gpu/lora.h"
+#include "gpu/swiglu.h"
 #include "ref/bf16.h"
 #include "ref/dora.h"
 #include "ref/linear.h"
@@ -356,6 +359,83 @@ static void run_case(const dora_case &c, int id) {
         dev_buf_free(bf);
 }
 
+/* ---- the MLP's SwiGLU backward with the gate/up rescale fused: bit for bit the two passes ----
+ * gpu_dora_swiglu_backward_bf16 against gpu_swiglu_backward_bf16 then gpu_dora_rescale_bf16 per side
+ * (into separate buffers), normal inputs, magnitude gradients accumulated onto nonzero values;
+ * sides: both DoRA, gate only, up only (the other plain), and no magnitude gradient on one side. */
+static void swiglu_fused_case(int N, int F, int gate_dora, int up_dora, int up_dmag, int id) {
+    struct rng r;
+    rng_init(&r, g_seed + 7919u * (uint64_t)id);
+    const size_t nf = (size_t)N * F;
+    std::vector<float> g(nf), u(nf), dh(nf), zg(nf), zu(nf), mg(F), ng(F), mu(F), nu(F), dmg0(F), dmu0(F);
+    rng_fill_normal(&r, g.data(), (int64_t)nf, 0.0, 2.0);
+    rng_fill_normal(&r, u.data(), (int64_t)nf, 0.0, 1.0);
+    rng_fill_normal(&r, dh.data(), (int64_t)nf, 0.0, 0.01);
+    rng_fill_normal(&r, zg.data(), (int64_t)nf, 0.0, 1.0);
+    rng_fill_normal(&r, zu.data(), (int64_t)nf, 0.0, 1.0);
+    rng_fill_uniform(&r, mg.data(), F, 0.5, 2.0);
+    rng_fill_uniform(&r, ng.data(), F, 0.5, 2.0);
+    rng_fill_uniform(&r, mu.data(), F, 0.5, 2.0);
+    rng_fill_uniform(&r, nu.data(), F, 0.5, 2.0);
+    rng_fill_normal(&r, dmg0.data(), F, 0.0, 1.0);
+    rng_fill_normal(&r, dmu0.data(), F, 0.0, 1.0);
+    const std::vector<uint16_t> gb = bits_of(g), ub = bits_of(u), dhb = bits_of(dh), zgb = bits_of(zg), zub = bits_of(zu);
+    auto up16 = [](const std::vector<uint16_t> &h) {
+        void *p;
+        CUDA_CHECK(cudaMalloc(&p, h.size() * 2 + 16));
+        CUDA_CHECK(cudaMemcpy(p, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
+        return (uint16_t *)p;
+    };
+    auto up32 = [](const std::vector<float> &h) {
+        void *p;
+        CUDA_CHECK(cudaMalloc(&p, h.size() * 4));
+        CUDA_CHECK(cudaMemcpy(p, h.data(), h.size() * 4, cudaMemcpyHostToDevice));
+        return (float *)p;
+    };
+    /* the two passes: swiglu into dg/du, then each DoRA side's rescale into its own dy_s */
+    uint16_t *g1 = up16(gb), *u1 = up16(ub), *dh1 = up16(dhb), *zg1 = up16(zgb), *zu1 = up16(zub);
+    uint16_t *g2 = up16(gb), *u2 = up16(ub), *sg = up16(gb), *su = up16(ub);
+    float *mgd = up32(mg), *ngd = up32(ng), *mud = up32(mu), *nud = up32(nu);
+    float *dmg1 = up32(dmg0), *dmu1 = up32(dmu0), *dmg2 = up32(dmg0), *dmu2 = up32(dmu0);
+    void *ws;
+    const size_t wsb = std::max(gpu_dora_swiglu_backward_workspace_size(N, F), gpu_dora_rescale_workspace_size(N, F));
+    CUDA_CHECK(cudaMalloc(&ws, wsb));
+    gpu_swiglu_backward_bf16(g1, u1, dh1, g1, u1, N, F, F, F, g_stream);
+    if (gate_dora) gpu_dora_rescale_bf16(sg, dmg1, g1, zg1, mgd, ngd, N, F, ws, g_stream);
+    if (up_dora) gpu_dora_rescale_bf16(su, up_dmag ? dmu1 : nullptr, u1, zu1, mud, nud, N, F, ws, g_stream);
+    gpu_dora_swiglu_backward_bf16(g2, u2, gate_dora ? dmg2 : nullptr, up_dora && up_dmag ? dmu2 : nullptr, dh1,
+                                  zg1, zu1, gate_dora ? mgd : nullptr, ngd, up_dora ? mud : nullptr, nud, N, F, ws,
+                                  g_stream);
+    CUDA_CHECK(cudaStreamSynchronize(g_stream));
+    auto down16 = [](const uint16_t *d, size_t n) {
+        std::vector<uint16_t> h(n);
+        CUDA_CHECK(cudaMemcpy(h.data(), d, n * 2, cudaMemcpyDeviceToHost));
+        return h;
+    };
+    auto down32 = [](const float *d, size_t n) {
+        std::vector<float> h(n);
+        CUDA_CHECK(cudaMemcpy(h.data(), d, n * 4, cudaMemcpyDeviceToHost));
+        return h;
+    };
+    const std::vector<uint16_t> want_g = down16(gate_dora ? sg : g1, nf), want_u = down16(up_dora ? su : u1, nf);
+    const std::vector<uint16_t> got_g = down16(g2, nf), got_u = down16(u2, nf);
+    const std::vector<float> wdg = down32(dmg1, F), wdu = down32(dmu1, F), gdg = down32(dmg2, F), gdu = down32(dmu2, F);
+    int64_t bad = 0, changed = 0;
+    for (size_t i = 0; i < nf; i++) bad += (want_g[i] != got_g[i]) + (want_u[i] != got_u[i]);
+    for (int o = 0; o < F; o++) {
+        bad += memcmp(&wdg[o], &gdg[o], 4) != 0, bad += memcmp(&wdu[o], &gdu[o], 4) != 0;
+        changed += (gate_dora && gdg[o] != dmg0[o]) + (up_dora && up_dmag && gdu[o] != dmu0[o]);
+    }
+    EXPECT(bad == 0, "dora swiglu fused N=%d F=%d gate %d up %d (dmag %d): %lld values differ from the two passes", N,
+           F, gate_dora, up_dora, up_dmag, (long long)bad);
+    EXPECT(changed > 0 || (!gate_dora && !(up_dora && up_dmag)),
+           "dora swiglu fused N=%d F=%d: no magnitude gradient moved (the case tests nothing)", N, F);
+    for (void *p : {(void *)g1, (void *)u1, (void *)dh1, (void *)zg1, (void *)zu1, (void *)g2, (void *)u2, (void *)sg,
+                    (void *)su, (void *)mgd, (void *)ngd, (void *)mud, (void *)nud, (void *)dmg1, (void *)dmu1,
+                    (void *)dmg2, (void *)dmu2, ws})
+        CUDA_CHECK(cudaFree(p));
+}
+
 /* ---- bench: N = 8192, DoRA against LoRA on the same shape, the elementwise passes against the copy rate ---- */
 
 struct bench_ctx {
@@ -477,6 +557,10 @@ int main(int argc, char **argv) {
             dora_case c = {s[0], s[1], s[2], s[3], (regime)rg, id % 3 != 2};
             run_case(c, id++);
         }
+    /* F % 8 with aligned buffers (8-wide) and not (element path); N past one and several 32-row chunks */
+    const int sw[][5] = {{1, 8, 1, 1, 1},   {33, 24, 1, 1, 1},  {100, 1000, 1, 1, 1}, {70, 1001, 1, 1, 1},
+                         {65, 256, 1, 0, 1}, {65, 256, 0, 1, 1}, {64, 512, 1, 1, 0},   {300, 8192, 1, 1, 1}};
+    for (const auto &c : sw) swiglu_fused_case(c[0], c[1], c[2], c[3], c[4], id++);
     const int rc = test_finish("dora_parity");
     if (rc == 0 && test_has_flag(argc, argv, "--bench")) bench(bench_copy_ceiling(g_stream));
     free_gpu_gemm(g_gemm);
