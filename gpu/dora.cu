@@ -141,7 +141,8 @@ template <int RP, bool VEC>
 __global__ void __launch_bounds__(32 * kFusedRowThreads, RP <= 16 ? 3 : 1)
     dora_forward_fused(bf16 *__restrict__ y, bf16 *__restrict__ z, const bf16 *__restrict__ u,
                        const bf16 *__restrict__ lora_b, const bf16 *__restrict__ bias, const float *__restrict__ mag,
-                       const float *__restrict__ wnorm, float s, int N, int C_out, int R, int rows_per_block) {
+                       const float *__restrict__ wnorm, float s, int N, int C_out, int R, int ldu,
+                       int rows_per_block) {
     __shared__ float sb[64][RP + 1];
     __shared__ __align__(16) float su[kFusedRowStep][RP]; /* converted once here, not once per thread */
     const int tid = threadIdx.y * 32 + threadIdx.x;
@@ -186,7 +187,7 @@ __global__ void __launch_bounds__(32 * kFusedRowThreads, RP <= 16 ? 3 : 1)
                 const int row = i / (RP / 8), c8 = (i % (RP / 8)) * 8;
                 const int n = min(step + row, N - 1);
                 float v[8] = {};
-                if (c8 < R) refine::load_bf16<8>(v, u + (int64_t)n * R + c8);
+                if (c8 < R) refine::load_bf16<8>(v, u + (int64_t)n * ldu + c8);
                 *reinterpret_cast<float4 *>(&su[row][c8]) = make_float4(v[0], v[1], v[2], v[3]);
                 *reinterpret_cast<float4 *>(&su[row][c8 + 4]) = make_float4(v[4], v[5], v[6], v[7]);
             }
@@ -194,7 +195,7 @@ __global__ void __launch_bounds__(32 * kFusedRowThreads, RP <= 16 ? 3 : 1)
             for (int i = tid; i < kFusedRowStep * RP; i += 32 * kFusedRowThreads) {
                 const int row = i / RP, r = i % RP;
                 const int n = min(step + row, N - 1);
-                su[row][r] = r < R ? __bfloat162float(u[(int64_t)n * R + r]) : 0.0f;
+                su[row][r] = r < R ? __bfloat162float(u[(int64_t)n * ldu + r]) : 0.0f;
             }
         }
         __syncthreads();
@@ -246,8 +247,8 @@ __global__ void __launch_bounds__(32 * kFusedRowThreads, RP <= 16 ? 3 : 1)
 }
 
 template <int RP>
-void launch_fused(bool vec, bf16 *y, bf16 *z, const bf16 *u, const bf16 *lora_b, const bf16 *bias, const float *mag,
-                  const float *wnorm, float s, int N, int C_out, int R, cudaStream_t stream) {
+void launch_fused(bool vec, bf16 *y, bf16 *z, const bf16 *u, int ldu, const bf16 *lora_b, const bf16 *bias,
+                  const float *mag, const float *wnorm, float s, int N, int C_out, int R, cudaStream_t stream) {
     /* about 2048 blocks (several waves of two resident blocks on each SM), at least one row step each */
     const int col_tiles = (C_out + 63) / 64;
     const int64_t row_tiles_wanted = (2048 + col_tiles - 1) / col_tiles;
@@ -258,10 +259,10 @@ void launch_fused(bool vec, bf16 *y, bf16 *z, const bf16 *u, const bf16 *lora_b,
     const dim3 block(32, kFusedRowThreads);
     if (vec)
         dora_forward_fused<RP, true>
-            <<<grid, block, 0, stream>>>(y, z, u, lora_b, bias, mag, wnorm, s, N, C_out, R, rows_per_block);
+            <<<grid, block, 0, stream>>>(y, z, u, lora_b, bias, mag, wnorm, s, N, C_out, R, ldu, rows_per_block);
     else
         dora_forward_fused<RP, false>
-            <<<grid, block, 0, stream>>>(y, z, u, lora_b, bias, mag, wnorm, s, N, C_out, R, rows_per_block);
+            <<<grid, block, 0, stream>>>(y, z, u, lora_b, bias, mag, wnorm, s, N, C_out, R, ldu, rows_per_block);
 }
 
 /* dy_s = bf16(mns⊙dy); partial[chunk][o] = Σ_{n in chunk} dy·z (double, rows in order). */
@@ -416,26 +417,35 @@ extern "C" void gpu_dora_forward_bf16(struct gpu_gemm *g, uint16_t *y, uint16_t 
     const gemm_args p_u = {u, GEMM_OUT_BF16, R, 0, x, GEMM_NO_TRANS, C_in, 0, lora_a, GEMM_TRANS, C_in, 0, nullptr,
                            N, R, C_in, 1, 1.0f, GEMM_OVERWRITE};
     gpu_gemm(g, &p_u, stream);
+    gpu_dora_scale_bf16(g, y, z, u, R, bias, lora_b, mag, wnorm, N, C_out, R, scale, workspace, stream);
+}
+
+extern "C" void gpu_dora_scale_bf16(struct gpu_gemm *g, uint16_t *y, uint16_t *z, const uint16_t *u, int ldu,
+                                    const uint16_t *bias, const uint16_t *lora_b, const float *mag, const float *wnorm,
+                                    int N, int C_out, int R, float scale, void *workspace, cudaStream_t stream) {
+    check_dims(N, 1, C_out, R);
+    CHECK(ldu >= R, "dora: u's row stride %d is less than R = %d", ldu, R);
     bf16 *yb = reinterpret_cast<bf16 *>(y), *zb = reinterpret_cast<bf16 *>(z);
     const bf16 *bb = reinterpret_cast<const bf16 *>(bias);
     if (R <= kFusedMaxR) {
         const bf16 *ub = reinterpret_cast<const bf16 *>(u), *lb = reinterpret_cast<const bf16 *>(lora_b);
-        const bool vec = C_out % 2 == 0 && aligned4(y) && aligned4(z) && aligned4(bias) && R % 8 == 0 && aligned16(u);
+        const bool vec = C_out % 2 == 0 && aligned4(y) && aligned4(z) && aligned4(bias) && R % 8 == 0 &&
+                         ldu % 8 == 0 && aligned16(u);
         if (R <= 8)
-            launch_fused<8>(vec, yb, zb, ub, lb, bb, mag, wnorm, scale, N, C_out, R, stream);
+            launch_fused<8>(vec, yb, zb, ub, ldu, lb, bb, mag, wnorm, scale, N, C_out, R, stream);
         else if (R <= 16)
-            launch_fused<16>(vec, yb, zb, ub, lb, bb, mag, wnorm, scale, N, C_out, R, stream);
+            launch_fused<16>(vec, yb, zb, ub, ldu, lb, bb, mag, wnorm, scale, N, C_out, R, stream);
         else if (R <= 32)
-            launch_fused<32>(vec, yb, zb, ub, lb, bb, mag, wnorm, scale, N, C_out, R, stream);
+            launch_fused<32>(vec, yb, zb, ub, ldu, lb, bb, mag, wnorm, scale, N, C_out, R, stream);
         else
-            launch_fused<64>(vec, yb, zb, ub, lb, bb, mag, wnorm, scale, N, C_out, R, stream);
+            launch_fused<64>(vec, yb, zb, ub, ldu, lb, bb, mag, wnorm, scale, N, C_out, R, stream);
         KERNEL_CHECK(stream);
         return;
     }
     check_ws(workspace, gpu_dora_forward_workspace_size(N, C_out, R), "forward");
     float *sl = static_cast<float *>(workspace);
     /* sl (N, C_out) = s · u Bᵀ (fp32) */
-    const gemm_args p_l = {sl, GEMM_OUT_F32, C_out, 0, u, GEMM_NO_TRANS, R, 0, lora_b, GEMM_TRANS, R, 0, nullptr,
+    const gemm_args p_l = {sl, GEMM_OUT_F32, C_out, 0, u, GEMM_NO_TRANS, ldu, 0, lora_b, GEMM_TRANS, R, 0, nullptr,
                            N, C_out, R, 1, scale, GEMM_OVERWRITE};
     gpu_gemm(g, &p_l, stream);
     const int64_t n = (int64_t)N * C_out;

@@ -80,6 +80,14 @@ void gpu_dora_forward_bf16(struct gpu_gemm *g, uint16_t *y, uint16_t *z, uint16_
                            const float *wnorm, int N, int C_in, int C_out, int R, float scale, void *workspace,
                            cudaStream_t stream);
 
+/* The forward after u: y and z from the base output y and u (N, R) with row stride ldu ≥ R — the
+ * forward's second half, for callers that form u themselves (a group's members each read their
+ * columns of the group's u, gpu_lora_group_u_bf16). The same bits as gpu_dora_forward_bf16's for the
+ * same u. workspace: gpu_dora_forward_workspace_size(N, C_out, R) bytes. */
+void gpu_dora_scale_bf16(struct gpu_gemm *g, uint16_t *y, uint16_t *z, const uint16_t *u, int ldu,
+                         const uint16_t *bias, const uint16_t *lora_b, const float *mag, const float *wnorm, int N,
+                         int C_out, int R, float scale, void *workspace, cudaStream_t stream);
+
 /* dm += Σ_n dy·z / n and dy_s = bf16(mns⊙dy). workspace: gpu_dora_rescale_workspace_size bytes. */
 size_t gpu_dora_rescale_workspace_size(int N, int C_out);
 void gpu_dora_rescale_bf16(uint16_t *dy_s, float *dmag, const uint16_t *dy, const uint16_t *z, const float *mag,

@@ -362,8 +362,22 @@ void group_forward(gpu_llama *m, int l, int g, uint16_t *const *y, const uint16_
         b[i] = lin[i].b, c_out[i] = lin[i].c_out;
     }
     PROF(m, PROF_ADAPTER_FWD);
-    gpu_lora_group_forward_bf16(m->gemm, y, m->acts[l].ug[g] + (size_t)sp.r0 * n * m->opt.R, x, lin[0].a, b, n, sp.n,
-                                lin[0].c_in, c_out, m->opt.R, m->opt.lora_scale, m->stream);
+    const int R = m->opt.R;
+    const float s = m->opt.lora_scale;
+    uint16_t *ug = m->acts[l].ug[g] + (size_t)sp.r0 * n * R;
+    if (m->opt.mode == LLAMA_DORA) { /* u once for the group, then each member's norm and magnitude pass */
+        gl_acts &a = m->acts[l];
+        gpu_lora_group_u_bf16(m->gemm, ug, x, lin[0].a, n, sp.n, lin[0].c_in, R, m->stream);
+        for (int i = 0; i < n; i++) {
+            const int t = first + i;
+            gpu_dora_weight_norm_f32(m->gemm, a.wnorm[t], lin[i].w_sq, lin[i].w, lin[i].a, lin[i].b, lin[i].c_in,
+                                     lin[i].c_out, R, s, m->ws, m->stream);
+            gpu_dora_scale_bf16(m->gemm, y[i], a.z[t], ug + (size_t)i * R, n * R, lin[i].bias, lin[i].b, lin[i].mag,
+                                a.wnorm[t], sp.n, lin[i].c_out, R, s, m->ws, m->stream);
+        }
+        return;
+    }
+    gpu_lora_group_forward_bf16(m->gemm, y, ug, x, lin[0].a, b, n, sp.n, lin[0].c_in, c_out, R, s, m->stream);
 }
 
 /* The backward of group g of layer l for dy[i], rows sp: dx (when non-NULL) OVERWRITTEN with the
@@ -379,17 +393,28 @@ void group_backward(gpu_llama *m, int l, int g, uint16_t *dx, const uint16_t *co
         return;
     }
     gl_linear *lin = m->layers[l].lin + first;
-    const uint16_t *b[LORA_GROUP_MAX];
+    const uint16_t *b[LORA_GROUP_MAX], *g_dy[LORA_GROUP_MAX];
     float *db[LORA_GROUP_MAX];
     int c_out[LORA_GROUP_MAX];
+    size_t off = 0; /* DoRA: the members' rescaled dy, side by side in dy_s (scratch_rows sizes it) */
     for (int i = 0; i < n; i++) {
-        base_backward(m, l, first + i, dx, i == 0 ? GEMM_OVERWRITE : GEMM_ACCUMULATE, dy[i], sp);
+        g_dy[i] = dy[i];
+        if (m->opt.mode != LLAMA_DORA || rescaled) continue;
+        PROF(m, PROF_ADAPTER_BWD);
+        const int t = first + i;
+        uint16_t *ds = m->dy_s + off;
+        gpu_dora_rescale_bf16(ds, lin[i].mag_grad, dy[i], m->acts[l].z[t], lin[i].mag, m->acts[l].wnorm[t], sp.n,
+                              lin[i].c_out, m->ws, m->stream);
+        g_dy[i] = ds, off += (size_t)sp.n * lin[i].c_out;
+    }
+    for (int i = 0; i < n; i++) {
+        base_backward(m, l, first + i, dx, i == 0 ? GEMM_OVERWRITE : GEMM_ACCUMULATE, g_dy[i], sp);
         b[i] = lin[i].b, db[i] = lin[i].b_grad, c_out[i] = lin[i].c_out;
     }
     PROF(m, PROF_ADAPTER_BWD);
-    gpu_lora_group_backward_bf16(m->gemm, dx, lin[0].a_grad, db, dy, x, m->acts[l].ug[g] + (size_t)sp.r0 * n * m->opt.R,
-                                 lin[0].a, b, n, sp.n, lin[0].c_in, c_out, m->opt.R, m->opt.lora_scale, m->ws,
-                                 m->stream);
+    gpu_lora_group_backward_bf16(m->gemm, dx, lin[0].a_grad, db, g_dy, x,
+                                 m->acts[l].ug[g] + (size_t)sp.r0 * n * m->opt.R, lin[0].a, b, n, sp.n, lin[0].c_in,
+                                 c_out, m->opt.R, m->opt.lora_scale, m->ws, m->stream);
 }
 
 /* n1 = rmsnorm(x[l]) into the scratch n1 (forward, and recomputed in backward: the same bits). */

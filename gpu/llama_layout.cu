@@ -377,8 +377,8 @@ void adapter_act_rows(gpu_llama *m, gl_rows &rs, gl_acts *s, int first, int last
         if (gl_group_first[g] >= first && gl_group_first[g] <= last && m->grouped[g])
             add(rs, SLAB_ACTS, &s->ug[g], N * gl_group_n[g] * m->opt.R);
     for (int t = first; t <= last; t++) {
-        if (!gl_is_target(m, t) || (group_of(t) >= 0 && m->grouped[group_of(t)])) continue;
-        add(rs, SLAB_ACTS, &s->u[t], N * m->opt.R);
+        if (!gl_is_target(m, t)) continue;
+        if (!(group_of(t) >= 0 && m->grouped[group_of(t)])) add(rs, SLAB_ACTS, &s->u[t], N * m->opt.R);
         if (m->opt.mode == LLAMA_DORA) {
             add(rs, SLAB_ACTS, &s->z[t], rows_of(m, t) * m->layers[0].lin[t].c_out);
             add(rs, SLAB_ACTS, &s->wnorm[t], m->layers[0].lin[t].c_out);
@@ -461,12 +461,21 @@ size_t workspace_bytes(const gpu_llama *m) {
 void scratch_rows(gpu_llama *m, gl_rows &rs) {
     const gpu_llama_options *o = &m->opt;
     const int64_t N = m->N, C = m->cfg.C, F = m->cfg.F;
-    int64_t max_in = 0, max_out = 0; /* the largest (rows at a time) × C_in and × C_out of a target */
+    int64_t max_in = 0, dy_s = 0; /* the largest (rows at a time) × C_in of a target; DoRA's rescaled dy */
     for (int t = 0; t < LLAMA_N_LINEAR; t++) {
         if (!gl_is_target(m, t)) continue;
         const gl_linear &lin = m->layers[0].lin[t];
         const int64_t r = rows_of(m, t);
-        max_in = r * lin.c_in > max_in ? r * lin.c_in : max_in, max_out = r * lin.c_out > max_out ? r * lin.c_out : max_out;
+        max_in = r * lin.c_in > max_in ? r * lin.c_in : max_in;
+        /* gate and up are rescaled in place (gpu_dora_swiglu_backward_bf16); a grouped group's members
+         * side by side (group_backward), every other target alone */
+        const int g = group_of(t);
+        int64_t need = r * lin.c_out;
+        if (t == LLAMA_GATE || t == LLAMA_UP) need = 0;
+        else if (g >= 0 && m->grouped[g])
+            for (int i = 0; i < gl_group_n[g]; i++)
+                if (gl_group_first[g] + i != t) need += r * m->layers[0].lin[gl_group_first[g] + i].c_out;
+        dy_s = need > dy_s ? need : dy_s;
     }
     /* tmp (a layer forward's o and down outputs) and datt (a layer backward's attention-output
      * gradient) are one buffer: a layer's forward, recomputation included, ends before its backward
@@ -478,7 +487,7 @@ void scratch_rows(gpu_llama *m, gl_rows &rs) {
     add(rs, SLAB_SCRATCH, &m->dk, N * m->KD);
     add(rs, SLAB_SCRATCH, &m->dv, N * m->KD);
     add(rs, SLAB_SCRATCH, &m->dmlp, m->mlp_rows * F);
-    add(rs, SLAB_SCRATCH, &m->dy_s, o->mode == LLAMA_DORA ? max_out : 0);
+    add(rs, SLAB_SCRATCH, &m->dy_s, o->mode == LLAMA_DORA ? dy_s : 0);
     add(rs, SLAB_SCRATCH, &m->x_drop, o->dropout > 0 ? max_in : 0);
     add(rs, SLAB_SCRATCH, &m->n1, N * C);
     add(rs, SLAB_SCRATCH, &m->n2, N * C);
@@ -768,7 +777,8 @@ static void init_shape(gpu_llama *m, const model_config *c, const gpu_llama_opti
     m->sharded = o->shard_world > 1;
     m->shard_grads = m->sharded && o->shard_grads;
     for (int g = 0; g < GL_N_GROUPS; g++) {
-        int all = o->mode == LLAMA_LORA && !(o->dropout > 0) && o->grouping == GPU_LORA_GROUPED;
+        int all = (o->mode == LLAMA_LORA || o->mode == LLAMA_DORA) && !(o->dropout > 0) &&
+                  o->grouping == GPU_LORA_GROUPED;
         for (int i = 0; i < gl_group_n[g]; i++) all = all && gl_is_target(m, gl_group_first[g] + i);
         m->grouped[g] = all;
     }

@@ -207,6 +207,14 @@ extern "C" void gpu_lora_group_forward_bf16(struct gpu_gemm *g, uint16_t *const 
     }
 }
 
+extern "C" void gpu_lora_group_u_bf16(struct gpu_gemm *g, uint16_t *u, const uint16_t *x, const uint16_t *lora_a, int n,
+                                      int N, int C_in, int R, cudaStream_t stream) {
+    CHECK(n >= 1 && n <= LORA_GROUP_MAX, "lora group: n=%d must be in [1, %d]", n, LORA_GROUP_MAX);
+    check_dims(N, C_in, 1, R);
+    const gemm_args pu = group_u(u, x, lora_a, n, N, C_in, R);
+    gpu_gemm(g, &pu, stream);
+}
+
 extern "C" size_t gpu_lora_group_backward_workspace_size(int N, int n, int R) {
     return align_up((size_t)N * n * R * sizeof(uint16_t));
 }

@@ -104,6 +104,11 @@ void gpu_lora_group_forward_bf16(struct gpu_gemm *g, uint16_t *const *y, uint16_
                                  const uint16_t *lora_a, const uint16_t *const *lora_b, int n, int N, int C_in,
                                  const int *C_out, int R, float scale, cudaStream_t stream);
 
+/* u = bf16( x A_gᵀ ) alone: the group forward's first product (the same plan, the same bits), for
+ * the DoRA members of a group, whose outputs gpu/dora's magnitude pass forms from their slices of u. */
+void gpu_lora_group_u_bf16(struct gpu_gemm *g, uint16_t *u, const uint16_t *x, const uint16_t *lora_a, int n, int N,
+                           int C_in, int R, cudaStream_t stream);
+
 size_t gpu_lora_group_backward_workspace_size(int N, int n, int R);
 
 void gpu_lora_group_backward_bf16(struct gpu_gemm *g, uint16_t *dx, float *dlora_a, float *const *dlora_b,

@@ -322,6 +322,25 @@ static void run_case(const dora_case &c, int id) {
     /* gpu_dora_reserve saw every product (all buffers here are 256-byte aligned) */
     EXPECT(gpu_gemm_plan_count(g_gemm) == plans, "dora %s: %d gemm plans created after gpu_dora_reserve", shape,
            gpu_gemm_plan_count(g_gemm) - plans);
+    {   /* a group member's forward: its u as columns R .. 2R − 1 of a (N, 3R) group u (gpu_dora_scale_bf16 with
+         * ldu = 3R; NaN in the neighbours' columns must not reach it): y and z bit for bit the forward's */
+        std::vector<uint16_t> wide((size_t)N * 3 * R, 0x7FC0);
+        for (int n = 0; n < N; n++) memcpy(&wide[(size_t)n * 3 * R + R], &ug[(size_t)n * R], (size_t)R * 2);
+        struct dev_buf bw, by2, bz2;
+        dev_buf_alloc(&bw, "group u", wide.size() * 2, POISON_NONE, wide.data());
+        dev_buf_alloc(&by2, "y (member)", y0b.size() * 2, POISON_NONE, y0b.data());
+        dev_buf_alloc(&bz2, "z (member)", y0b.size() * 2, POISON_BF16, nullptr);
+        dev_buf_reset(&bws, nullptr);
+        gpu_dora_scale_bf16(g_gemm, (uint16_t *)by2.data, (uint16_t *)bz2.data, (const uint16_t *)bw.data + R, 3 * R,
+                            c.bias ? (const uint16_t *)bb_.data : nullptr, (const uint16_t *)bB.data,
+                            (const float *)bmag.data, (const float *)bnref.data, N, C_out, R, s, bws.data, g_stream);
+        std::vector<uint16_t> y2(y0b.size()), z2(y0b.size());
+        dev_buf_download(&by2, y2.data(), 0);
+        dev_buf_download(&bz2, z2.data(), 1);
+        EXPECT(memcmp(y2.data(), yg.data(), y2.size() * 2) == 0 && memcmp(z2.data(), zg.data(), z2.size() * 2) == 0,
+               "dora %s: the forward from a group's u (ldu = 3R) differs from gpu_dora_forward_bf16's", shape);
+        for (struct dev_buf *bf : {&bw, &by2, &bz2}) dev_buf_free(bf);
+    }
     for (struct dev_buf *bf : {&bx, &bW, &bb_, &bA, &bB, &bmag, &bdy, &bws, &bnref}) {
         std::vector<unsigned char> tmp(bf->nbytes);
         dev_buf_download(bf, tmp.data(), 0);

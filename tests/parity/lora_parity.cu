@@ -543,6 +543,18 @@ static void run_group_case(const group_case &c, enum regime rg, int id) {
             dev_buf_download(&bdB[i], o.dB[i].data(), 0);
         }
     }
+    {   /* the group's u alone (DoRA members read their columns of it): the group forward's u, bit for
+         * bit, from its own plan */
+        struct dev_buf bu2;
+        dev_buf_alloc(&bu2, "group u alone", (size_t)N * nR * 2, POISON_BF16, nullptr);
+        gpu_lora_group_u_bf16(g_gemm, (uint16_t *)bu2.data, (const uint16_t *)bx.data, (const uint16_t *)bA.data, n, N,
+                              C_in, R, g_stream);
+        std::vector<uint16_t> u2((size_t)N * nR);
+        dev_buf_download(&bu2, u2.data(), 1);
+        EXPECT(memcmp(u2.data(), out[0].u.data(), u2.size() * 2) == 0,
+               "lora group %s: gpu_lora_group_u_bf16 differs from the group forward's u", shape);
+        dev_buf_free(&bu2);
+    }
     /* gpu_lora_group_reserve saw every product (all buffers here are 256-byte aligned) */
     EXPECT(gpu_gemm_plan_count(g_gemm) == plans, "lora group %s: %d gemm plans created after gpu_lora_group_reserve",
            shape, gpu_gemm_plan_count(g_gemm) - plans);
