@@ -110,8 +110,8 @@ enum gpu_profiling { GPU_PROFILE_OFF = 0, GPU_PROFILE_OPS };
 enum gpu_offload { GPU_OFFLOAD_NONE = 0, GPU_OFFLOAD_INPUTS };
 /* NVTX ranges (per op category, per layer, per micro-batch) for Nsight Systems, or none. */
 enum gpu_nvtx { GPU_NVTX_OFF = 0, GPU_NVTX_RANGES };
-/* LoRA adapters of linears that share their input (q/k/v, gate/up) as one group, or each alone
- * (for comparisons; dropout and DoRA always run them alone). */
+/* Adapters (LoRA, DoRA) of linears that share their input (q/k/v, gate/up) as one group, or each
+ * alone (for comparisons; dropout always runs them alone). */
 enum gpu_lora_grouping { GPU_LORA_GROUPED = 0, GPU_LORA_UNGROUPED };
 
 /* The vocabulary is ref/'s: enum llama_mode and enum recompute_policy (ref/llama.h), enum

@@ -158,7 +158,7 @@ struct gpu_llama {
     gpu_llama_plan plan;
     int N, QD, KD;
     int mlp_rows; /* rows of the MLP at a time: opt.mlp_chunk, or N when the MLP runs whole */
-    int grouped[GL_N_GROUPS]; /* the group's adapters run as one (LoRA/QLoRA, no dropout, all members targets) */
+    int grouped[GL_N_GROUPS]; /* the group's adapters run as one (LoRA/DoRA and quantized, no dropout, all members targets) */
     cudaStream_t stream;
     struct gpu_gemm *gemm;
     gpu_adamw *adamw; /* AdamW, or the gradient norm alone for the 8-bit optimizer */

@@ -142,7 +142,7 @@ static const struct opt_def k_opts[] = {
     {"plan-only", BENCH, K_FLAG, OFF(plan_only), NULL, 0, 0,
      "print the memory plan (with --max-seq: the longest sequence) and stop before allocating; with --memory-limit, no GPU needed"},
     {"ungrouped", BENCH, K_FLAG, OFF(ungrouped), NULL, 0, 0,
-     "run each LoRA adapter alone (no q/k/v and gate/up groups), for comparisons"},
+     "run each LoRA/DoRA adapter alone (no q/k/v and gate/up groups), for comparisons"},
     {"help", BOTH, K_FLAG, OFF(help), NULL, 0, 0, "print this help"},
 };
 #undef TRAIN

@@ -120,7 +120,7 @@ struct train_options {
     int bench_warmup; /* untimed steps before them */
     int profile;      /* also time each op category (a second JSON line) */
     int plan_only;    /* print the memory plan (and --max-seq's answer) and stop before allocating */
-    int ungrouped;    /* LoRA adapters one linear at a time (comparisons) */
+    int ungrouped;    /* LoRA/DoRA adapters one linear at a time (comparisons) */
     int help;
 };
 

@@ -36,8 +36,8 @@ enum compute_precision { COMPUTE_FP32 = 0, COMPUTE_BF16, COMPUTE_FP8 };
 extern const char *const compute_precision_names[3];
 
 /* What a run records about itself besides its results: CUDA-event timing of every op category
- * (//gpu:bench --profile), NVTX ranges for Nsight Systems (--nvtx); and whether LoRA adapters that
- * share an input run as a group (the default) or each alone (//gpu:bench --ungrouped). */
+ * (//gpu:bench --profile), NVTX ranges for Nsight Systems (--nvtx); and whether LoRA/DoRA adapters
+ * that share an input run as a group (the default) or each alone (//gpu:bench --ungrouped). */
 enum op_timing { TIMING_OFF = 0, TIMING_OPS };
 enum trace_ranges { TRACE_OFF = 0, TRACE_NVTX };
 enum adapter_grouping { ADAPTERS_GROUPED = 0, ADAPTERS_UNGROUPED };
