@@ -1,12 +1,9 @@
 /* attention.cu — see attention.h.
  *
- * Fragment layouts of mma.sync.m16n8k16 (bf16 in, fp32 accumulate), lane = 4·g + t:
- *   A (16×16, row-major)  a0 (g, 2t..2t+1)  a1 (g+8, 2t..)  a2 (g, 2t+8..)  a3 (g+8, 2t+8..)
- *   B (16×8, "col")       b0 (k 2t..2t+1, n g)  b1 (k 2t+8..2t+9, n g)
- *   C (16×8, fp32)        c0,c1 (g, 2t..2t+1)   c2,c3 (g+8, 2t..2t+1)
- * A comes from a row-major shared tile X[row][k]; B from an n-major shared tile Y[n][k] (both as
- * 32-bit loads of two consecutive bf16) or from a k-major tile X[k][n] through ldmatrix .trans
- * (V in P·V, dO and Q in the dV/dK products, K in dQ), so no tile is ever transposed in memory. Rows are padded by 8 bf16 so that the 32 lanes of a
+ * Fragment layouts of mma.sync.m16n8k16: gpu/mma.cuh. A comes from a row-major shared tile
+ * X[row][k]; B from an n-major shared tile Y[n][k] (both as 32-bit loads of two consecutive bf16) or
+ * from a k-major tile X[k][n] through ldmatrix .trans (V in P·V, dO and Q in the dV/dK products, K
+ * in dQ), so no tile is ever transposed in memory. Rows are padded by 8 bf16 so that the 32 lanes of a
  * fragment load hit 32 different banks. The C fragments of two adjacent 8-column tiles are
  * exactly the A fragment of a 16-column k-step, so P and dS feed the next MMA from registers.
  *
@@ -25,6 +22,7 @@
 #include "gpu/attention_sm90_layout.h"
 #include "gpu/attention_switch.h"
 #include "gpu/cuda_check.h"
+#include "gpu/mma.cuh"
 #include "gpu/vec.cuh"
 #include "io/check.h"
 
@@ -37,14 +35,7 @@ constexpr int kCols = 64;    /* keys (forward, dQ) or queries (dK/dV) per inner 
 constexpr int kWarps = 4;    /* 16 rows each */
 constexpr int kThreads = 32 * kWarps;
 
-__device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
+using refine::mma16816;
 
 /* Four 8×8 bf16 matrices from shared memory, transposed (ldmatrix .trans): lane l gives the row
  * address of matrix l / 8. Used for B operands stored k-major (rows = k, columns = n): for
