@@ -7,13 +7,12 @@
  *    w_sq, the cross term and the quadratic form in double (lanes stride over r, a fixed xor-shuffle
  *    tree), so the result does not depend on the launch: deterministic.
  *  - forward: u = x Aᵀ through gemm; then, for R ≤ kFusedMaxR, ONE pass forms s·l = s·(u Bᵀ) in
- *    registers and writes the scaled y and the pre-magnitude z: a thread owns two columns and keeps
- *    their B rows in registers (2·R floats), walks 8 rows of a 64-row tile, and reads each row's u
- *    (R bf16, the same address across the warp: a broadcast) — 6 bytes an element of (N, C_out)
- *    (read y, write y and z) instead of 14 with an fp32 s·l written and read back. The rank-R
- *    product costs R FMAs an element, under the bytes' time at R ≤ 64. bf16x2 / 16-byte accesses when
- *    the pointers and sizes allow, else 2-byte ones. Above kFusedMaxR: s·u Bᵀ through gemm (fp32,
- *    alpha = s) into the workspace, then the elementwise pass (8 columns a thread when possible).
+ *    registers and writes the scaled y and the pre-magnitude z — 6 bytes an element of (N, C_out)
+ *    (read y, write y and z) instead of 14 with an fp32 s·l written and read back. Two kernels:
+ *    on tensor cores (dora_forward_mma: R even, C_out % 32 == 0, aligned rows — the models' shapes)
+ *    and with B's rows in registers and R FMAs an element (dora_forward_fused: any shape). Above
+ *    kFusedMaxR: s·u Bᵀ through gemm (fp32, alpha = s) into the workspace, then the elementwise pass
+ *    (8 columns a thread when possible).
  *  - backward: one pass over dy and z writes dy_s = bf16(mns⊙dy) and per-(32-row chunk, column) double
  *    partial sums of dy·z (threads own columns, loop over the chunk's rows: coalesced, no atomics);
  *    a second tiny kernel adds the chunks in order per column and accumulates into dm. Then the base

@@ -17,8 +17,9 @@
  * Forward (no dropout; on entry y = x Wᵀ + b, bf16, from the base layer's gemm with the bias):
  *   u    = bf16( x Aᵀ )                               (N, R) OVERWRITTEN, saved
  *   sl   = s·(u Bᵀ)                                    (N, C_out) fp32: for R ≤ 64 formed in registers
- *          inside the pass below (Σ_r in order, fused multiply-adds, then × s); above, by gemm
- *          (alpha = s) into the workspace
+ *          inside the pass below — on tensor cores (mma.sync, fp32 accumulation in the hardware's
+ *          order) when R is even, C_out % 32 == 0 and the rows are aligned, else by fused
+ *          multiply-adds, r in order — then × s; above 64, by gemm (alpha = s) into the workspace
  *   base = y − b[o]            (fp32; y when b = NULL: PEFT's result − bias)
  *   y    = bf16( y + ((mns − 1)·base + mns·sl) )       (N, C_out) UPDATED IN PLACE, one pass
  *   z    = bf16( base + sl )                           (N, C_out) OVERWRITTEN when z ≠ NULL: the

@@ -4,8 +4,8 @@
  *   dora_parity [--seed=N] [--bench]
  *
  * What is covered, per shape (tile edges 1, 7, 8, 33, 65, 127, 129, 255, 257; SmolLM2-135M C 576,
- * F 1536; Llama-3.2-1B C 2048, KV 512, F 8192; R ∈ {4, 8, 16, 24, 40, 64, 128}; rows kept to a few — the
- * reference's dx loop walks W by columns — the bench runs N = 8192):
+ * F 1536; Llama-3.2-1B C 2048, KV 512, F 8192; R ∈ {4, 6, 7, 8, 16, 24, 32, 40, 64, 128}; rows kept
+ * to a few — the reference's dx loop walks W by columns — the bench runs N = 8192):
  *  - w_sq against ref_dora_weight_sq, the GPU row norm against ref_dora_weight_norm_factored;
  *  - the forward chained on the GPU's own outputs as in training: y0 = the base output x Wᵀ + b
  *    (ref_linear_forward_naive, ACT_BF16), then u, y and the saved z against ref_dora_forward;
@@ -567,9 +567,13 @@ int main(int argc, char **argv) {
     const int shapes[][4] = {{1, 8, 8, 8},        {7, 33, 65, 8},     {65, 129, 127, 16}, {33, 255, 257, 64},
                              {9, 257, 7, 16},     {32, 576, 576, 8},  {32, 576, 1536, 16}, {16, 1536, 576, 64},
                              {8, 2048, 2048, 16}, {8, 2048, 512, 64}, {4, 2048, 8192, 16}, {4, 8192, 2048, 8},
-                             /* the fused forward's edges: R not a multiple of 8 (element reads of u),
-                              * R between the register widths, an odd C_out; R > 64 takes the gemm path */
-                             {70, 65, 66, 4},     {9, 129, 131, 24},  {5, 33, 64, 40},    {3, 65, 130, 128}};
+                             /* the register-tile forward's edges: R not a multiple of 8 (element reads of
+                              * u), R between the register widths, an odd C_out, an odd R; R > 64 takes the
+                              * gemm path */
+                             {70, 65, 66, 4},     {9, 129, 131, 24},  {40, 64, 64, 7},    {3, 65, 130, 128},
+                             /* the tensor-core forward's: R not a multiple of 16 (zero k), several row
+                              * steps with a partial last one, blocks with idle warps (C_out 96, 160) */
+                             {5, 33, 64, 40},     {100, 64, 96, 6},   {33, 48, 160, 32}};
     int id = 0;
     for (const auto &s : shapes)
         for (int rg = 0; rg < 2; rg++) {
