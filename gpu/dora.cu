@@ -9,7 +9,7 @@
  *  - forward: u = x Aᵀ through gemm; then, for R ≤ kFusedMaxR, ONE pass forms s·l = s·(u Bᵀ) in
  *    registers and writes the scaled y and the pre-magnitude z — 6 bytes an element of (N, C_out)
  *    (read y, write y and z) instead of 14 with an fp32 s·l written and read back. Two kernels:
- *    on tensor cores (dora_forward_mma: R even, C_out % 32 == 0, aligned rows — the models' shapes)
+ *    on tensor cores (gpu/adapter_mma.cuh: R even, C_out % 32 == 0, aligned rows — the models' shapes)
  *    and with B's rows in registers and R FMAs an element (dora_forward_fused: any shape). Above
  *    kFusedMaxR: s·u Bᵀ through gemm (fp32, alpha = s) into the workspace, then the elementwise pass
  *    (8 columns a thread when possible).
@@ -28,8 +28,8 @@
 #include <string.h>
 
 #include "gpu/cuda_check.h"
+#include "gpu/adapter_mma.cuh"
 #include "gpu/lora.h"
-#include "gpu/mma.cuh"
 #include "gpu/swiglu.cuh"
 #include "gpu/vec.cuh"
 #include "io/check.h"
@@ -246,119 +246,33 @@ __global__ void __launch_bounds__(32 * kFusedRowThreads, RP <= 16 ? 3 : 1)
     }
 }
 
-/* The fused forward on tensor cores (R ≤ 64 even, C_out % 32 == 0, 16-byte-aligned y and z, 4-byte
- * aligned u rows and B): s·u Bᵀ by mma.sync.m16n8k16 (gpu/mma.cuh; u the A operand, B's rows the
- * "col" B operand, fp32 accumulation, zero beyond R), then the magnitude pass's formulas on the
- * accumulator fragments. A warp owns 32 columns as four n-tiles whose columns interleave: n-tile j's
- * column n is c0 + 8·(n / 2) + 2j + n % 2, so that the C fragments of lane (g, t) — columns 2t,
- * 2t + 1 of each tile — are the 8 consecutive columns c0 + 8t … c0 + 8t + 7 of rows g and g + 8:
- * one 16-byte read of y and one write each of y and z a row. Its B fragments, m/n and bias stay in
- * registers for the whole kernel; it walks the block's rows 32 at a time (two 16-row tiles, their
- * loads issued together); no shared memory, no barrier. KS: the k16 steps, ⌈R / 16⌉. */
-constexpr int kMmaWarps = 4;
-constexpr int kMmaCols = 32;     /* a warp's columns */
-constexpr int kMmaRowStep = 32;  /* rows a warp takes per step: two 16-row tiles */
-
-__device__ __forceinline__ uint32_t pair_or_zero(const bf16 *row, int k, int R) {
-    /* bf16 k and k + 1 of a row (R even: both in range or both out) */
-    return k < R ? *reinterpret_cast<const uint32_t *>(row + k) : 0u;
-}
-
-template <int KS>
-__global__ void __launch_bounds__(32 * kMmaWarps)
-    dora_forward_mma(bf16 *__restrict__ y, bf16 *__restrict__ z, const bf16 *__restrict__ u, int ldu,
-                     const bf16 *__restrict__ lora_b, const bf16 *__restrict__ bias, const float *__restrict__ mag,
-                     const float *__restrict__ wnorm, float s, int N, int C_out, int R, int rows_per_block) {
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const int c0 = (blockIdx.x * kMmaWarps + warp) * kMmaCols;
-    if (c0 >= C_out) return; /* C_out % 32 == 0: a warp's columns are all in range or none */
-    uint32_t bf[4][KS][2];
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        const bf16 *brow = lora_b + (int64_t)(c0 + 8 * (g / 2) + 2 * j + g % 2) * R; /* n-tile j's column g */
-#pragma unroll
-        for (int ks = 0; ks < KS; ks++) {
-            bf[j][ks][0] = pair_or_zero(brow, ks * 16 + 2 * t, R);
-            bf[j][ks][1] = pair_or_zero(brow, ks * 16 + 8 + 2 * t, R);
-        }
-    }
-    const int oc = c0 + 8 * t; /* this lane's 8 output columns */
+/* The magnitude pass's epilogue for gpu/adapter_mma.cuh (the tensor-core pass): the formulas of
+ * dora_forward_scale on y and s·l, y and z written. */
+struct dora_mma_epi {
+    bf16 *y, *z;
+    const bf16 *bias;
+    const float *mag, *wnorm;
     float mns[8], bv[8];
+    __device__ __forceinline__ void columns(int oc) {
 #pragma unroll
-    for (int e = 0; e < 8; e++) {
-        mns[e] = __fdiv_rn(mag[oc + e], wnorm[oc + e]);
-        bv[e] = bias ? __bfloat162float(bias[oc + e]) : 0.0f;
-    }
-    const int n_begin = blockIdx.y * rows_per_block;
-    const int n_end = (int)min((int64_t)N, (int64_t)n_begin + rows_per_block);
-    for (int step = n_begin; step < n_end; step += kMmaRowStep) {
-        int row[2][2]; /* tile h, half q: row step + 16·h + 8·q + g */
-        uint4 yraw[2][2]; /* 8 bf16 each, widened in the epilogue */
-        uint32_t a[2][KS][4];
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-#pragma unroll
-            for (int q = 0; q < 2; q++) {
-                row[h][q] = step + 16 * h + 8 * q + g;
-                yraw[h][q] = *reinterpret_cast<const uint4 *>(y + (int64_t)min(row[h][q], n_end - 1) * C_out + oc);
-            }
-            const bf16 *u0 = u + (int64_t)min(row[h][0], n_end - 1) * ldu;
-            const bf16 *u1 = u + (int64_t)min(row[h][1], n_end - 1) * ldu;
-#pragma unroll
-            for (int ks = 0; ks < KS; ks++) {
-                a[h][ks][0] = pair_or_zero(u0, ks * 16 + 2 * t, R);
-                a[h][ks][1] = pair_or_zero(u1, ks * 16 + 2 * t, R);
-                a[h][ks][2] = pair_or_zero(u0, ks * 16 + 8 + 2 * t, R);
-                a[h][ks][3] = pair_or_zero(u1, ks * 16 + 8 + 2 * t, R);
-            }
-        }
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            float acc[4][4];
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-#pragma unroll
-                for (int ks = 0; ks < KS; ks++)
-                    refine::mma16816(acc[j], a[h][ks][0], a[h][ks][1], a[h][ks][2], a[h][ks][3], bf[j][ks][0],
-                                     bf[j][ks][1]);
-            }
-#pragma unroll
-            for (int q = 0; q < 2; q++) {
-                if (row[h][q] >= n_end) continue;
-                float yv[8], out[8], zv[8];
-                refine::load_bf16<8>(yv, reinterpret_cast<const bf16 *>(&yraw[h][q]));
-#pragma unroll
-                for (int e = 0; e < 8; e++) { /* column oc + e: n-tile e / 2, fragment column 2t + e % 2 */
-                    const float yy = yv[e];
-                    const float base = bias ? __fsub_rn(yy, bv[e]) : yy;
-                    const float s_l = __fmul_rn(s, acc[e / 2][2 * q + e % 2]);
-                    const float delta = __fadd_rn(__fmul_rn(__fsub_rn(mns[e], 1.0f), base), __fmul_rn(mns[e], s_l));
-                    out[e] = __fadd_rn(yy, delta);
-                    zv[e] = __fadd_rn(base, s_l);
-                }
-                const int64_t ei = (int64_t)row[h][q] * C_out + oc;
-                refine::store_bf16<8>(y + ei, out);
-                if (z) refine::store_bf16<8>(z + ei, zv);
-            }
+        for (int e = 0; e < 8; e++) {
+            mns[e] = __fdiv_rn(mag[oc + e], wnorm[oc + e]);
+            bv[e] = bias ? __bfloat162float(bias[oc + e]) : 0.0f;
         }
     }
-}
-
-template <int KS>
-void launch_mma(bf16 *y, bf16 *z, const bf16 *u, int ldu, const bf16 *lora_b, const bf16 *bias, const float *mag,
-                const float *wnorm, float s, int N, int C_out, int R, cudaStream_t stream) {
-    const int cols_per_block = kMmaWarps * kMmaCols;
-    const int col_tiles = (C_out + cols_per_block - 1) / cols_per_block;
-    /* about 32768 blocks of four warps, at least one row step each: short-lived warps (one or a few
-     * steps) keep more loads in flight than long ones that wait out each step's latency */
-    const int64_t row_tiles_wanted = (32768 + col_tiles - 1) / col_tiles;
-    int64_t rows = (N + row_tiles_wanted - 1) / row_tiles_wanted;
-    rows = (rows + kMmaRowStep - 1) / kMmaRowStep * kMmaRowStep;
-    const dim3 grid((unsigned)col_tiles, (unsigned)((N + rows - 1) / rows));
-    dora_forward_mma<KS><<<grid, 32 * kMmaWarps, 0, stream>>>(y, z, u, ldu, lora_b, bias, mag, wnorm, s, N, C_out, R,
-                                                              (int)rows);
-}
+    __device__ __forceinline__ void row(float (&yv)[8], const float (&sl)[8], int64_t e) {
+        float out[8], zv[8];
+#pragma unroll
+        for (int c = 0; c < 8; c++) {
+            const float base = bias ? __fsub_rn(yv[c], bv[c]) : yv[c];
+            const float delta = __fadd_rn(__fmul_rn(__fsub_rn(mns[c], 1.0f), base), __fmul_rn(mns[c], sl[c]));
+            out[c] = __fadd_rn(yv[c], delta);
+            zv[c] = __fadd_rn(base, sl[c]);
+        }
+        refine::store_bf16<8>(y + e, out);
+        if (z) refine::store_bf16<8>(z + e, zv);
+    }
+};
 
 template <int RP>
 void launch_fused(bool vec, bf16 *y, bf16 *z, const bf16 *u, int ldu, const bf16 *lora_b, const bf16 *bias,
@@ -541,17 +455,10 @@ extern "C" void gpu_dora_scale_bf16(struct gpu_gemm *g, uint16_t *y, uint16_t *z
     CHECK(ldu >= R, "dora: u's row stride %d is less than R = %d", ldu, R);
     bf16 *yb = reinterpret_cast<bf16 *>(y), *zb = reinterpret_cast<bf16 *>(z);
     const bf16 *bb = reinterpret_cast<const bf16 *>(bias);
-    if (R <= kFusedMaxR && R % 2 == 0 && C_out % kMmaCols == 0 && ldu % 2 == 0 && aligned4(u) && aligned4(lora_b) &&
-        aligned16(y) && aligned16(z)) {
-        const bf16 *ub = reinterpret_cast<const bf16 *>(u), *lb = reinterpret_cast<const bf16 *>(lora_b);
-        if (R <= 16)
-            launch_mma<1>(yb, zb, ub, ldu, lb, bb, mag, wnorm, scale, N, C_out, R, stream);
-        else if (R <= 32)
-            launch_mma<2>(yb, zb, ub, ldu, lb, bb, mag, wnorm, scale, N, C_out, R, stream);
-        else if (R <= 48)
-            launch_mma<3>(yb, zb, ub, ldu, lb, bb, mag, wnorm, scale, N, C_out, R, stream);
-        else
-            launch_mma<4>(yb, zb, ub, ldu, lb, bb, mag, wnorm, scale, N, C_out, R, stream);
+    if (refine::adapter_mma_fits(C_out, R, ldu, u, lora_b, y) && aligned16(z)) {
+        const dora_mma_epi epi = {yb, zb, bb, mag, wnorm, {}, {}};
+        refine::adapter_mma_launch(yb, reinterpret_cast<const bf16 *>(u), ldu, reinterpret_cast<const bf16 *>(lora_b),
+                                   scale, N, C_out, R, epi, stream);
         KERNEL_CHECK(stream);
         return;
     }

@@ -10,7 +10,9 @@
  *
  * Forward (on entry y holds the base output x Wᵀ (+ b), bf16):
  *   u = bf16( x_a Aᵀ )                     (N, R)    OVERWRITTEN, saved for the backward
- *   y = bf16( y + s·(u Bᵀ) )               (N, C_out) ACCUMULATES (gemm beta = 1, sum in fp32)
+ *   y = bf16( y + s·(u Bᵀ) )               (N, C_out) ACCUMULATES (sum in fp32, then × s, then + y:
+ *                                          gemm's alpha and beta = 1, or for R ≤ 64 even and C_out %
+ *                                          32 == 0 one tensor-core pass, gpu/adapter_mma.cuh)
  * Backward, for dy (N, C_out) bf16:
  *   dB += s·dyᵀ u                          (C_out, R) fp32 ACCUMULATES
  *   du  = bf16( s·dy B )                   (N, R)    workspace (bf16: it is a GEMM operand)
@@ -22,7 +24,7 @@
  * Any of dx, dlora_a, dlora_b may be NULL to skip it (as ref_lora_backward).
  *
  * Against ref/lora.h (ACT_BF16): the same roundings of u, y and dx, except that (1) the products
- * are fp32 sums in cuBLASLt's order instead of double sums in index order, (2) s multiplies the
+ * are fp32 sums in the tensor cores' order instead of double sums in index order, (2) s multiplies the
  * fp32 sum (gemm alpha) instead of each term, and (3) du is rounded to bf16 (the reference keeps it
  * fp32). With power-of-two s and integer inputs whose sums stay exactly representable, both give
  * the same bits (tests/parity/lora_parity.cu checks both regimes). PEFT itself (autocast_adapter_dtype)

@@ -6,8 +6,8 @@
  * What is covered: forward (u, y += s·u Bᵀ) and backward (dB, dA accumulated onto old values,
  * dx accumulated onto the base layer's dx), with and without a dropout mask, at tile edges
  * (N, C_in, C_out ∈ {1, 7, 8, 33, 65, 127, 129, 255, 257}), at the real shapes of SmolLM2-135M
- * (C 576, F 1536, fused QKV 960) and Llama-3.2-1B (C 2048, KV 512, F 8192), R ∈ {8, 16, 64}, rows
- * kept to a few dozen (the oracle is plain loops; the bench runs N = 8192). The overwritten output
+ * (C 576, F 1536, fused QKV 960) and Llama-3.2-1B (C 2048, KV 512, F 8192), R ∈ {6, 7, 8, 16, 64,
+ * 128}, rows kept to a few dozen (the oracle is plain loops; the bench runs N = 8192). The overwritten output
  * u is poisoned and must be written entirely; every buffer has guard regions; the whole
  * forward + backward is run twice and must give the same bits; an Inf planted in x must make the
  * same positions non-finite as in the reference. The grouped adapters (gpu_lora_group_*: q/k/v and
@@ -732,7 +732,10 @@ int main(int argc, char **argv) {
     const int shapes[][4] = {
         {1, 8, 8, 8},        {7, 33, 65, 8},       {65, 129, 127, 16},   {33, 255, 257, 64},  {8, 257, 7, 16},
         {64, 576, 576, 8},   {64, 576, 960, 16},   {48, 576, 1536, 64},  {48, 1536, 576, 16}, {32, 2048, 2048, 16},
-        {32, 2048, 512, 64}, {16, 2048, 8192, 8},  {16, 8192, 2048, 64}, {8, 2048, 16384, 16}};
+        {32, 2048, 512, 64}, {16, 2048, 8192, 8},  {16, 8192, 2048, 64}, {8, 2048, 16384, 16},
+        /* y += s·u Bᵀ: the tensor-core pass over several row steps with R not a multiple of 16; the
+         * gemm path for an odd R and for R > 64 at a width the pass would take */
+        {100, 64, 96, 6},    {20, 64, 64, 7},      {12, 40, 64, 128}};
     int id = 0;
     for (const auto &s : shapes)
         for (int rg = 0; rg < 2; rg++)

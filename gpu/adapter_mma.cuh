@@ -1,0 +1,138 @@
+/* adapter_mma.cuh — an adapter's rank-R product s·u Bᵀ joined to its linear's output y (N, C_out) in
+ * one pass over y, on tensor cores (device code, C++): gpu/lora.cu's forward (y += s·u Bᵀ) and
+ * gpu/dora.cu's magnitude pass (y and z from y and s·u Bᵀ) share it, each with its epilogue.
+ *
+ * Preconditions (adapter_mma_fits): R ≤ 64 and even, C_out % 32 == 0, u's row stride ldu even, u
+ * and B 4-byte aligned, y (and the epilogue's other outputs) 16-byte aligned.
+ *
+ * s·u Bᵀ by mma.sync.m16n8k16 (gpu/mma.cuh): u the A operand, B's rows the "col" B operand, fp32
+ * accumulation in the hardware's order, zero beyond R. A warp owns 32 columns as four n-tiles whose
+ * columns interleave — n-tile j's column n is c0 + 8·(n / 2) + 2j + n % 2 — so that the C fragments
+ * of lane (g, t) are the 8 consecutive columns c0 + 8t … c0 + 8t + 7 of rows g and g + 8: one 16-byte
+ * read of y and 16-byte writes a row. Its B fragments and the epilogue's per-column constants stay
+ * in registers; it walks its block's rows 32 at a time (two 16-row tiles whose loads are issued
+ * together). The grid has about 32768 blocks of four warps, so each warp takes one or a few row
+ * steps: short-lived warps keep more loads in flight than long ones that wait out each step. No
+ * shared memory, no barrier. KS: the k16 steps, ⌈R / 16⌉.
+ *
+ * The epilogue (a struct passed by value):
+ *   __device__ void columns(int oc)   loads its constants of columns oc … oc + 7 (once a warp)
+ *   __device__ void row(float (&y)[8], const float (&sl)[8], int64_t e)
+ *                                     y: the 8 values of y at element e (row · C_out + oc), sl: s·(u Bᵀ)
+ *                                     there (fp32, s applied after the sum); writes its outputs at e
+ */
+#ifndef REFINE_GPU_ADAPTER_MMA_CUH
+#define REFINE_GPU_ADAPTER_MMA_CUH
+
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+
+#include "gpu/mma.cuh"
+#include "gpu/vec.cuh"
+
+namespace refine {
+
+constexpr int kAdapterMmaWarps = 4;
+constexpr int kAdapterMmaCols = 32;    /* a warp's columns */
+constexpr int kAdapterMmaRowStep = 32; /* rows a warp takes per step: two 16-row tiles */
+constexpr int kAdapterMmaMaxR = 64;
+
+inline bool adapter_mma_fits(int C_out, int R, int ldu, const void *u, const void *lora_b, const void *y) {
+    return R <= kAdapterMmaMaxR && R % 2 == 0 && C_out % kAdapterMmaCols == 0 && ldu % 2 == 0 &&
+           (uintptr_t)u % 4 == 0 && (uintptr_t)lora_b % 4 == 0 && (uintptr_t)y % 16 == 0;
+}
+
+__device__ __forceinline__ uint32_t adapter_pair_or_zero(const bf16 *row, int k, int R) {
+    /* bf16 k and k + 1 of a row (R even: both in range or both out) */
+    return k < R ? *reinterpret_cast<const uint32_t *>(row + k) : 0u;
+}
+
+template <int KS, class Epi>
+__global__ void __launch_bounds__(32 * kAdapterMmaWarps)
+    adapter_mma_kernel(const bf16 *y, const bf16 *__restrict__ u, int ldu, const bf16 *__restrict__ lora_b, float s,
+                       int N, int C_out, int R, int rows_per_block, Epi epi) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int c0 = (blockIdx.x * kAdapterMmaWarps + warp) * kAdapterMmaCols;
+    if (c0 >= C_out) return; /* C_out % 32 == 0: a warp's columns are all in range or none */
+    uint32_t bf[4][KS][2];
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const bf16 *brow = lora_b + (int64_t)(c0 + 8 * (g / 2) + 2 * j + g % 2) * R; /* n-tile j's column g */
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++) {
+            bf[j][ks][0] = adapter_pair_or_zero(brow, ks * 16 + 2 * t, R);
+            bf[j][ks][1] = adapter_pair_or_zero(brow, ks * 16 + 8 + 2 * t, R);
+        }
+    }
+    const int oc = c0 + 8 * t; /* this lane's 8 output columns */
+    epi.columns(oc);
+    const int n_begin = blockIdx.y * rows_per_block;
+    const int n_end = (int)min((int64_t)N, (int64_t)n_begin + rows_per_block);
+    for (int step = n_begin; step < n_end; step += kAdapterMmaRowStep) {
+        int row[2][2];    /* tile h, half q: row step + 16·h + 8·q + g */
+        uint4 yraw[2][2]; /* 8 bf16 each, widened in the epilogue */
+        uint32_t a[2][KS][4];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+#pragma unroll
+            for (int q = 0; q < 2; q++) {
+                row[h][q] = step + 16 * h + 8 * q + g;
+                yraw[h][q] = *reinterpret_cast<const uint4 *>(y + (int64_t)min(row[h][q], n_end - 1) * C_out + oc);
+            }
+            const bf16 *u0 = u + (int64_t)min(row[h][0], n_end - 1) * ldu;
+            const bf16 *u1 = u + (int64_t)min(row[h][1], n_end - 1) * ldu;
+#pragma unroll
+            for (int ks = 0; ks < KS; ks++) {
+                a[h][ks][0] = adapter_pair_or_zero(u0, ks * 16 + 2 * t, R);
+                a[h][ks][1] = adapter_pair_or_zero(u1, ks * 16 + 2 * t, R);
+                a[h][ks][2] = adapter_pair_or_zero(u0, ks * 16 + 8 + 2 * t, R);
+                a[h][ks][3] = adapter_pair_or_zero(u1, ks * 16 + 8 + 2 * t, R);
+            }
+        }
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            float acc[4][4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+#pragma unroll
+                for (int ks = 0; ks < KS; ks++)
+                    mma16816(acc[j], a[h][ks][0], a[h][ks][1], a[h][ks][2], a[h][ks][3], bf[j][ks][0], bf[j][ks][1]);
+            }
+#pragma unroll
+            for (int q = 0; q < 2; q++) {
+                if (row[h][q] >= n_end) continue;
+                float yv[8], sl[8];
+                load_bf16<8>(yv, reinterpret_cast<const bf16 *>(&yraw[h][q]));
+#pragma unroll
+                for (int e = 0; e < 8; e++) /* column oc + e: n-tile e / 2, fragment column 2t + e % 2 */
+                    sl[e] = __fmul_rn(s, acc[e / 2][2 * q + e % 2]);
+                epi.row(yv, sl, (int64_t)row[h][q] * C_out + oc);
+            }
+        }
+    }
+}
+
+template <class Epi>
+void adapter_mma_launch(const bf16 *y, const bf16 *u, int ldu, const bf16 *lora_b, float s, int N, int C_out, int R,
+                        Epi epi, cudaStream_t stream) {
+    const int cols_per_block = kAdapterMmaWarps * kAdapterMmaCols;
+    const int col_tiles = (C_out + cols_per_block - 1) / cols_per_block;
+    const int64_t row_tiles_wanted = (32768 + col_tiles - 1) / col_tiles;
+    int64_t rows = (N + row_tiles_wanted - 1) / row_tiles_wanted;
+    rows = (rows + kAdapterMmaRowStep - 1) / kAdapterMmaRowStep * kAdapterMmaRowStep;
+    const dim3 grid((unsigned)col_tiles, (unsigned)((N + rows - 1) / rows));
+    const dim3 block(32 * kAdapterMmaWarps);
+    if (R <= 16)
+        adapter_mma_kernel<1, Epi><<<grid, block, 0, stream>>>(y, u, ldu, lora_b, s, N, C_out, R, (int)rows, epi);
+    else if (R <= 32)
+        adapter_mma_kernel<2, Epi><<<grid, block, 0, stream>>>(y, u, ldu, lora_b, s, N, C_out, R, (int)rows, epi);
+    else if (R <= 48)
+        adapter_mma_kernel<3, Epi><<<grid, block, 0, stream>>>(y, u, ldu, lora_b, s, N, C_out, R, (int)rows, epi);
+    else
+        adapter_mma_kernel<4, Epi><<<grid, block, 0, stream>>>(y, u, ldu, lora_b, s, N, C_out, R, (int)rows, epi);
+}
+
+}  // namespace refine
+
+#endif /* REFINE_GPU_ADAPTER_MMA_CUH */
