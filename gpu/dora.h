@@ -27,7 +27,7 @@
  *          gemms before the backward)
  * Backward, for dy (N, C_out) bf16:
  *   dm[o] += ( Σ_n dy[n,o]·z[n,o] ) / n[o]              dmag (C_out) fp32 ACCUMULATES (double sums
- *                                                       per 64-row chunk, chunks added in order)
+ *                                                       per 32-row chunk, chunks added in order)
  *   dy_s  = bf16( mns⊙dy )                             (N, C_out) workspace: the rescaled dy of
  *                                                       both paths (n is a constant)
  *   dx    = bf16( dy_s W )                              OVERWRITES dx: the base path, one gemm
