@@ -291,6 +291,9 @@ void adapter_rows(gpu_llama *m, gl_rows &rs) {
         }
 }
 
+/* Rows a linear's products cover at a time: the MLP's linears run in chunks of mlp_rows. */
+int64_t rows_of(const gpu_llama *m, int t) { return t >= LLAMA_GATE ? m->mlp_rows : m->N; }
+
 /* FP8 (llama_fp8.cu): each linear's codes — W and Wᵀ stored for trained weights and a bf16 base
  * under FP8 products, W for an FP8-stored base (its Wᵀ too without recomputation, else formed a
  * layer at a time: gl_fp8_base_wt_stored), both a layer at a time for an NF4 base — with 128×128 scales under block scaling; the layer buffers;
@@ -298,9 +301,6 @@ void adapter_rows(gpu_llama *m, gl_rows &rs) {
  * 16-byte-strided dequantization scales), amaxes, flags, the saturated count, the step summary;
  * the scratch operands (x̂, dŷ and, for full fine-tuning's weight gradients, their transposed
  * copies, with their 1×128 scales). */
-/* Rows a linear's products cover at a time: the MLP's linears run in chunks of mlp_rows. */
-int64_t rows_of(const gpu_llama *m, int t) { return t >= LLAMA_GATE ? m->mlp_rows : m->N; }
-
 void fp8_rows(gpu_llama *m, gl_rows &rs) {
     gl_fp8 &F = m->fp8;
     const model_config *c = &m->cfg;
@@ -665,8 +665,6 @@ int gl_layout(gpu_llama *m, enum gl_layout_mode mode) {
 
 /* ---------------------------------------------------------------- plan */
 
-/* The widest activations — (B·T, hidden size or query heads) and the MLP's (its rows at a time, F) —
- * within 2^31 elements, what the elementwise kernels are verified at. */
 /* Rows of the MLP at a time: --mlp-chunk, or the whole micro-batch (B·T). */
 static int64_t mlp_rows_of(const gpu_llama_options *o) {
     const int64_t n = (int64_t)o->B * o->T;
@@ -682,6 +680,7 @@ static void widest_activation(const model_config *c, const gpu_llama_options *o,
     else *rows = n, *width = w;
 }
 
+/* The widest activations within 2^31 elements, what the elementwise kernels are verified at. */
 extern "C" int gpu_llama_size_verified(const model_config *c, const gpu_llama_options *o) {
     int64_t rows, width;
     widest_activation(c, o, &rows, &width);

@@ -5,9 +5,9 @@
  * joins with the base path (y += ..., dx += ...) in its beta = 1, so the adapter adds no
  * elementwise pass without dropout — except the forward's y += s·u Bᵀ, which for R ≤ 64 even,
  * C_out % 32 == 0 and aligned rows (the models' shapes) is one pass over y on tensor cores
- * (gpu/adapter_mma.cuh): cuBLASLt runs that K = R product at ~60% of copy bandwidth. With a dropout mask, du A is formed in fp32 in the workspace
- * and one vectorized pass (8 elements a thread, 16-byte loads where the row length allows) adds
- * its masked value to dx.
+ * (gpu/adapter_mma.cuh): cuBLASLt runs that K = R product at ~60% of copy bandwidth. With a
+ * dropout mask, du A is formed in fp32 in the workspace and one vectorized pass (8 elements a
+ * thread, 16-byte loads where the row length allows) adds its masked value to dx.
  *
  * Test and benchmark: bazel test --config=gpu //tests/parity:lora_parity
  *                     (binary) lora_parity --bench
