@@ -441,10 +441,7 @@ extern "C" void gpu_dora_forward_bf16(struct gpu_gemm *g, uint16_t *y, uint16_t 
                                       const float *mag, const float *wnorm, int N, int C_in, int C_out, int R,
                                       float scale, void *workspace, cudaStream_t stream) {
     check_dims(N, C_in, C_out, R);
-    /* u (N, R) = x Aᵀ */
-    const gemm_args p_u = {u, GEMM_OUT_BF16, R, 0, x, GEMM_NO_TRANS, C_in, 0, lora_a, GEMM_TRANS, C_in, 0, nullptr,
-                           N, R, C_in, 1, 1.0f, GEMM_OVERWRITE};
-    gpu_gemm(g, &p_u, stream);
+    gpu_lora_u_bf16(g, u, x, lora_a, N, C_in, R, stream); /* u (N, R) = x Aᵀ, LoRA's own product */
     gpu_dora_scale_bf16(g, y, z, u, R, bias, lora_b, mag, wnorm, N, C_out, R, scale, workspace, stream);
 }
 
@@ -604,8 +601,6 @@ extern "C" void gpu_dora_reserve(struct gpu_gemm *g, int N, int C_in, int C_out,
          GEMM_OVERWRITE}, /* W Aᵀ */
         {d, GEMM_OUT_F32, R, 0, h, GEMM_NO_TRANS, C_in, 0, h, GEMM_TRANS, C_in, 0, nullptr, R, R, C_in, 1, 1.0f,
          GEMM_OVERWRITE}, /* A Aᵀ */
-        {d, GEMM_OUT_BF16, R, 0, h, GEMM_NO_TRANS, C_in, 0, h, GEMM_TRANS, C_in, 0, nullptr, N, R, C_in, 1, 1.0f,
-         GEMM_OVERWRITE}, /* u */
         {d, GEMM_OUT_BF16, C_in, 0, h, GEMM_NO_TRANS, C_out, 0, h, GEMM_NO_TRANS, C_in, 0, nullptr, N, C_in, C_out, 1,
          1.0f, GEMM_OVERWRITE}, /* the base path dx = dy_s W */
     };
@@ -615,5 +610,5 @@ extern "C" void gpu_dora_reserve(struct gpu_gemm *g, int N, int C_in, int C_out,
                                N, C_out, R, 1, 1.0f, GEMM_OVERWRITE};
         gpu_gemm_reserve(g, &p_l);
     }
-    gpu_lora_reserve(g, N, C_in, C_out, R, LORA_NO_MASK);
+    gpu_lora_reserve(g, N, C_in, C_out, R, LORA_NO_MASK); /* u = x Aᵀ and the adapter's backward */
 }

@@ -248,6 +248,20 @@ void fp8_input_t(gpu_llama *m, int l, int first, const uint16_t *x, int ci, gl_s
     gl_fp8_input_t(m, l, first, x, ci, sp.n, sp.r0 == 0);
 }
 
+/* DoRA linear t of layer l on n rows: its row norm, then y (the base output on entry) and z from its
+ * u (row stride ldu: R alone, n·R in a group's u). z holds the rows of this call (an MLP linear's:
+ * the chunk's, consumed by its backward). */
+void dora_output(gpu_llama *m, int l, int t, uint16_t *y, const uint16_t *u, int ldu, int n) {
+    const gl_linear &lin = m->layers[l].lin[t];
+    gl_acts &a = m->acts[l];
+    const int R = m->opt.R;
+    const float s = m->opt.lora_scale;
+    gpu_dora_weight_norm_f32(m->gemm, a.wnorm[t], lin.w_sq, lin.w, lin.a, lin.b, lin.c_in, lin.c_out, R, s, m->ws,
+                             m->stream);
+    gpu_dora_scale_bf16(m->gemm, y, a.z[t], u, ldu, lin.bias, lin.b, lin.mag, a.wnorm[t], n, lin.c_out, R, s, m->ws,
+                        m->stream);
+}
+
 /* y (n, C_out) = linear t of layer l applied to x, rows sp, with its adapter (train: with dropout). */
 void proj_forward(gpu_llama *m, int l, int t, uint16_t *y, const uint16_t *x, int train, uint64_t micro, gl_span sp) {
     gl_linear &lin = m->layers[l].lin[t];
@@ -268,11 +282,8 @@ void proj_forward(gpu_llama *m, int l, int t, uint16_t *y, const uint16_t *x, in
         }
         gpu_lora_forward_bf16(m->gemm, y, u, xa, lin.a, lin.b, N, lin.c_in, lin.c_out, R, s, m->stream);
     } else {
-        gpu_dora_weight_norm_f32(m->gemm, a.wnorm[t], lin.w_sq, lin.w, lin.a, lin.b, lin.c_in, lin.c_out, R, s, m->ws,
-                                 m->stream);
-        /* z holds the rows of this call (an MLP linear's: the chunk's, consumed by its backward) */
-        gpu_dora_forward_bf16(m->gemm, y, a.z[t], u, x, lin.bias, lin.a, lin.b, lin.mag, a.wnorm[t], N, lin.c_in,
-                              lin.c_out, R, s, m->ws, m->stream);
+        gpu_lora_u_bf16(m->gemm, u, x, lin.a, N, lin.c_in, R, m->stream);
+        dora_output(m, l, t, y, u, R, N);
     }
 }
 
@@ -366,15 +377,8 @@ void group_forward(gpu_llama *m, int l, int g, uint16_t *const *y, const uint16_
     const float s = m->opt.lora_scale;
     uint16_t *ug = m->acts[l].ug[g] + (size_t)sp.r0 * n * R;
     if (m->opt.mode == LLAMA_DORA) { /* u once for the group, then each member's norm and magnitude pass */
-        gl_acts &a = m->acts[l];
         gpu_lora_group_u_bf16(m->gemm, ug, x, lin[0].a, n, sp.n, lin[0].c_in, R, m->stream);
-        for (int i = 0; i < n; i++) {
-            const int t = first + i;
-            gpu_dora_weight_norm_f32(m->gemm, a.wnorm[t], lin[i].w_sq, lin[i].w, lin[i].a, lin[i].b, lin[i].c_in,
-                                     lin[i].c_out, R, s, m->ws, m->stream);
-            gpu_dora_scale_bf16(m->gemm, y[i], a.z[t], ug + (size_t)i * R, n * R, lin[i].bias, lin[i].b, lin[i].mag,
-                                a.wnorm[t], sp.n, lin[i].c_out, R, s, m->ws, m->stream);
-        }
+        for (int i = 0; i < n; i++) dora_output(m, l, first + i, y[i], ug + (size_t)i * R, n * R, sp.n);
         return;
     }
     gpu_lora_group_forward_bf16(m->gemm, y, ug, x, lin[0].a, b, n, sp.n, lin[0].c_in, c_out, R, s, m->stream);
@@ -509,15 +513,15 @@ void mlp_backward(gpu_llama *m, int l, gl_span sp, uint64_t micro) {
     proj_backward(m, l, LLAMA_DOWN, m->dmlp, GEMM_OVERWRITE, m->G + off, a.mlp, micro, sp, false);
     const gl_linear &lg = m->layers[l].lin[LLAMA_GATE], &lu = m->layers[l].lin[LLAMA_UP];
     const bool dora = m->opt.mode == LLAMA_DORA && (lg.target || lu.target);
-    if (dora) { /* SwiGLU's backward and the gate/up rescale in one pass, in place */
+    {
         PROF(m, PROF_SWIGLU);
-        gpu_dora_swiglu_backward_bf16(a.gate, a.up, lg.target ? lg.mag_grad : nullptr,
-                                      lu.target ? lu.mag_grad : nullptr, m->dmlp, a.z[LLAMA_GATE], a.z[LLAMA_UP],
-                                      lg.target ? lg.mag : nullptr, a.wnorm[LLAMA_GATE], lu.target ? lu.mag : nullptr,
-                                      a.wnorm[LLAMA_UP], sp.n, F, m->ws, m->stream);
-    } else {
-        PROF(m, PROF_SWIGLU);
-        gpu_swiglu_backward_bf16(a.gate, a.up, m->dmlp, a.gate, a.up, sp.n, F, F, F, m->stream); /* in place */
+        if (dora) /* SwiGLU's backward and the gate/up rescale in one pass, in place */
+            gpu_dora_swiglu_backward_bf16(a.gate, a.up, lg.target ? lg.mag_grad : nullptr,
+                                          lu.target ? lu.mag_grad : nullptr, m->dmlp, a.z[LLAMA_GATE], a.z[LLAMA_UP],
+                                          lg.target ? lg.mag : nullptr, a.wnorm[LLAMA_GATE],
+                                          lu.target ? lu.mag : nullptr, a.wnorm[LLAMA_UP], sp.n, F, m->ws, m->stream);
+        else
+            gpu_swiglu_backward_bf16(a.gate, a.up, m->dmlp, a.gate, a.up, sp.n, F, F, F, m->stream); /* in place */
     }
     fp8_input_t(m, l, LLAMA_GATE, m->n2 + off, m->cfg.C, sp);
     const uint16_t *const d_gate_up[2] = {a.gate, a.up};

@@ -155,9 +155,7 @@ extern "C" void gpu_lora_forward_bf16(struct gpu_gemm *g, uint16_t *y, uint16_t 
 
 extern "C" void gpu_lora_u_bf16(struct gpu_gemm *g, uint16_t *u, const uint16_t *x_a, const uint16_t *lora_a, int N,
                                 int C_in, int R, cudaStream_t stream) {
-    check_dims(N, C_in, 1, R);
-    const gemm_args p = group_u(u, x_a, lora_a, 1, N, C_in, R);
-    gpu_gemm(g, &p, stream);
+    gpu_lora_group_u_bf16(g, u, x_a, lora_a, 1, N, C_in, R, stream); /* a group of one: the same product */
 }
 
 extern "C" size_t gpu_lora_backward_workspace_size(int N, int C_in, int R, enum lora_mask mask) {
