@@ -13,9 +13,11 @@
  *    and with B's rows in registers and R FMAs an element (dora_forward_fused: any shape). Above
  *    kFusedMaxR: s·u Bᵀ through gemm (fp32, alpha = s) into the workspace, then the elementwise pass
  *    (8 columns a thread when possible).
- *  - backward: one pass over dy and z writes dy_s = bf16(mns⊙dy) and per-(32-row chunk, column) double
- *    partial sums of dy·z (threads own columns, loop over the chunk's rows: coalesced, no atomics);
- *    a second tiny kernel adds the chunks in order per column and accumulates into dm. Then the base
+ *  - backward: one pass over dy and the saved tensor (z, or the bias-free output y: ref/dora.h's
+ *    dora_saved) writes dy_s = bf16(mns⊙dy) and per-(32-row chunk, column) double partial sums of
+ *    dy·z or dy·y (threads own columns, loop over the chunk's rows: coalesced, no atomics); a second
+ *    tiny kernel adds the chunks in order per column and accumulates their sum over n (z) or m (y)
+ *    into dm. Then the base
  *    path dx = dy_s W and gpu/lora's backward with dy_s. For the MLP's gate and up linears the same
  *    pass also runs the SwiGLU backward that produces their dy (gpu_dora_swiglu_backward_bf16): the
  *    gradients are rescaled where they are formed, not written, read back and written again.
@@ -293,9 +295,10 @@ void launch_fused(bool vec, bf16 *y, bf16 *z, const bf16 *u, int ldu, const bf16
             <<<grid, block, 0, stream>>>(y, z, u, lora_b, bias, mag, wnorm, s, N, C_out, R, ldu, rows_per_block);
 }
 
-/* dy_s = bf16(mns⊙dy); partial[chunk][o] = Σ_{n in chunk} dy·z (double, rows in order). */
+/* dy_s = bf16(mns⊙dy); partial[chunk][o] = Σ_{n in chunk} dy·v (double, rows in order), v the saved
+ * z or y. */
 template <int VW>
-__global__ void dora_rescale_chunks(bf16 *dy_s, double *partial, const bf16 *dy, const bf16 *z, const float *mag,
+__global__ void dora_rescale_chunks(bf16 *dy_s, double *partial, const bf16 *dy, const bf16 *v, const float *mag,
                                     const float *wnorm, int N, int C_out) {
     const int o0 = (blockIdx.x * kColThreads + threadIdx.x) * VW;
     const int chunk = blockIdx.y * kChunkThreads + threadIdx.y;
@@ -311,10 +314,10 @@ __global__ void dora_rescale_chunks(bf16 *dy_s, double *partial, const bf16 *dy,
         float g[VW], out[VW];
         refine::load_bf16<VW>(g, dy + e);
         if (partial) {
-            float zv[VW];
-            refine::load_bf16<VW>(zv, z + e);
+            float sv[VW];
+            refine::load_bf16<VW>(sv, v + e);
 #pragma unroll
-            for (int j = 0; j < VW; j++) acc[j] += (double)g[j] * (double)zv[j]; /* exact product */
+            for (int j = 0; j < VW; j++) acc[j] += (double)g[j] * (double)sv[j]; /* exact product */
         }
 #pragma unroll
         for (int j = 0; j < VW; j++) out[j] = __fmul_rn(mns[j], g[j]);
@@ -327,9 +330,10 @@ __global__ void dora_rescale_chunks(bf16 *dy_s, double *partial, const bf16 *dy,
 
 /* The SwiGLU backward with the gate and up linears' rescale (gpu_dora_swiglu_backward_bf16): per side,
  * dg (du) rounded to bf16 as gpu/swiglu stores it, then dora_rescale_chunks' steps on that value —
- * the same layout, chunks and partial sums, so every bit equals the two passes'. A side without a
+ * the same layout, chunks and partial sums, so every bit equals the two passes'. FROM_Y: the partial
+ * sums take the gate and up outputs this pass reads anyway (DORA_SAVED_Y), no z. A side without a
  * magnitude (not a DoRA target) stores the rounded gradient as gpu/swiglu does. */
-template <int VW>
+template <int VW, bool FROM_Y>
 __global__ void dora_swiglu_rescale_chunks(bf16 *gate, bf16 *up, double *part_g, double *part_u,
                                            const bf16 *__restrict__ dh, const bf16 *__restrict__ z_g,
                                            const bf16 *__restrict__ z_u, const float *mag_g, const float *wn_g,
@@ -353,8 +357,13 @@ __global__ void dora_swiglu_rescale_chunks(bf16 *gate, bf16 *up, double *part_g,
         refine::load_bf16<VW>(gv, gate + e);
         refine::load_bf16<VW>(uv, up + e);
         refine::load_bf16<VW>(dhv, dh + e);
-        if (part_g) refine::load_bf16<VW>(zg, z_g + e);
-        if (part_u) refine::load_bf16<VW>(zu, z_u + e);
+        if (FROM_Y) {
+#pragma unroll
+            for (int j = 0; j < VW; j++) zg[j] = gv[j], zu[j] = uv[j];
+        } else {
+            if (part_g) refine::load_bf16<VW>(zg, z_g + e);
+            if (part_u) refine::load_bf16<VW>(zu, z_u + e);
+        }
 #pragma unroll
         for (int j = 0; j < VW; j++) {
             float dg, du;
@@ -375,14 +384,19 @@ __global__ void dora_swiglu_rescale_chunks(bf16 *gate, bf16 *up, double *part_g,
     }
 }
 
-__global__ void __launch_bounds__(kBlock) dora_dmag_finish(float *dmag, const double *partial, const float *wnorm,
+/* den: n (the partial sums of dy·z) or m (of dy·y). */
+__global__ void __launch_bounds__(kBlock) dora_dmag_finish(float *dmag, const double *partial, const float *den,
                                                            int n_chunks, int C_out) {
     const int o = blockIdx.x * kBlock + threadIdx.x;
     if (o >= C_out) return;
     double s = 0.0;
     for (int c = 0; c < n_chunks; c++) s += partial[(int64_t)c * C_out + o];
-    /* ref: dmag = (float)((double)dmag + s / (double)wnorm) */
-    dmag[o] = (float)__dadd_rn((double)dmag[o], __ddiv_rn(s, (double)wnorm[o]));
+    /* ref: dmag = (float)((double)dmag + s / (double)den) */
+    dmag[o] = (float)__dadd_rn((double)dmag[o], __ddiv_rn(s, (double)den[o]));
+}
+
+void check_kind(enum dora_saved kind) {
+    CHECK(kind == DORA_SAVED_Z || kind == DORA_SAVED_Y, "dora: saved kind %d", (int)kind);
 }
 
 void check_dims(int N, int C_in, int C_out, int R) {
@@ -498,28 +512,31 @@ extern "C" size_t gpu_dora_rescale_workspace_size(int N, int C_out) {
     return align_up((size_t)n_chunks_of(N) * C_out * sizeof(double));
 }
 
-extern "C" void gpu_dora_rescale_bf16(uint16_t *dy_s, float *dmag, const uint16_t *dy, const uint16_t *z,
-                                      const float *mag, const float *wnorm, int N, int C_out, void *workspace,
-                                      cudaStream_t stream) {
+extern "C" void gpu_dora_rescale_bf16(uint16_t *dy_s, float *dmag, const uint16_t *dy, const uint16_t *saved,
+                                      enum dora_saved kind, const float *mag, const float *wnorm, int N, int C_out,
+                                      void *workspace, cudaStream_t stream) {
     check_dims(N, 1, C_out, 1);
-    CHECK(!dmag || z, "dora rescale: dmag needs the saved pre-magnitude output z");
+    check_kind(kind);
+    CHECK(!dmag || saved, "dora rescale: dmag needs the saved pre-magnitude output z or the output y");
+    const bf16 *z = reinterpret_cast<const bf16 *>(saved);
     if (dmag) check_ws(workspace, gpu_dora_rescale_workspace_size(N, C_out), "rescale");
     double *partial = dmag ? static_cast<double *>(workspace) : nullptr;
     const int chunks = n_chunks_of(N);
-    const bool vec = C_out % 8 == 0 && aligned16(dy_s) && aligned16(dy) && aligned16(z);
+    const bool vec = C_out % 8 == 0 && aligned16(dy_s) && aligned16(dy) && aligned16(saved);
     const int VW = vec ? 8 : 1;
     const int cols_per_block = kColThreads * VW;
     dim3 grid((C_out + cols_per_block - 1) / cols_per_block, (chunks + kChunkThreads - 1) / kChunkThreads);
     dim3 block(kColThreads, kChunkThreads);
     bf16 *out = reinterpret_cast<bf16 *>(dy_s);
-    const bf16 *dyb = reinterpret_cast<const bf16 *>(dy), *zb = reinterpret_cast<const bf16 *>(z);
+    const bf16 *dyb = reinterpret_cast<const bf16 *>(dy);
     if (vec)
-        dora_rescale_chunks<8><<<grid, block, 0, stream>>>(out, partial, dyb, zb, mag, wnorm, N, C_out);
+        dora_rescale_chunks<8><<<grid, block, 0, stream>>>(out, partial, dyb, z, mag, wnorm, N, C_out);
     else
-        dora_rescale_chunks<1><<<grid, block, 0, stream>>>(out, partial, dyb, zb, mag, wnorm, N, C_out);
+        dora_rescale_chunks<1><<<grid, block, 0, stream>>>(out, partial, dyb, z, mag, wnorm, N, C_out);
     KERNEL_CHECK(stream);
     if (dmag) {
-        dora_dmag_finish<<<(C_out + kBlock - 1) / kBlock, kBlock, 0, stream>>>(dmag, partial, wnorm, chunks, C_out);
+        const float *den = kind == DORA_SAVED_Z ? wnorm : mag;
+        dora_dmag_finish<<<(C_out + kBlock - 1) / kBlock, kBlock, 0, stream>>>(dmag, partial, den, chunks, C_out);
         KERNEL_CHECK(stream);
     }
 }
@@ -530,11 +547,14 @@ extern "C" size_t gpu_dora_swiglu_backward_workspace_size(int N, int F) {
 
 extern "C" void gpu_dora_swiglu_backward_bf16(uint16_t *gate, uint16_t *up, float *dmag_g, float *dmag_u,
                                               const uint16_t *dh, const uint16_t *z_g, const uint16_t *z_u,
-                                              const float *mag_g, const float *wnorm_g, const float *mag_u,
-                                              const float *wnorm_u, int N, int F, void *workspace,
-                                              cudaStream_t stream) {
+                                              enum dora_saved kind, const float *mag_g, const float *wnorm_g,
+                                              const float *mag_u, const float *wnorm_u, int N, int F,
+                                              void *workspace, cudaStream_t stream) {
     check_dims(N, 1, F, 1);
-    CHECK((!dmag_g || (mag_g && z_g)) && (!dmag_u || (mag_u && z_u)),
+    check_kind(kind);
+    const bool from_y = kind == DORA_SAVED_Y;
+    CHECK(!from_y || (!z_g && !z_u), "dora swiglu backward: z given with DORA_SAVED_Y (the outputs serve)");
+    CHECK((!dmag_g || (mag_g && (from_y || z_g))) && (!dmag_u || (mag_u && (from_y || z_u))),
           "dora swiglu backward: a magnitude gradient needs its magnitude and the saved pre-magnitude output z");
     if (dmag_g || dmag_u) check_ws(workspace, gpu_dora_swiglu_backward_workspace_size(N, F), "swiglu backward");
     const size_t half = gpu_dora_rescale_workspace_size(N, F);
@@ -550,19 +570,19 @@ extern "C" void gpu_dora_swiglu_backward_bf16(uint16_t *gate, uint16_t *up, floa
     bf16 *gb = reinterpret_cast<bf16 *>(gate), *ub = reinterpret_cast<bf16 *>(up);
     const bf16 *dhb = reinterpret_cast<const bf16 *>(dh), *zgb = reinterpret_cast<const bf16 *>(z_g),
                *zub = reinterpret_cast<const bf16 *>(z_u);
-    if (vec)
-        dora_swiglu_rescale_chunks<8><<<grid, block, 0, stream>>>(gb, ub, part_g, part_u, dhb, zgb, zub, mag_g,
-                                                                   wnorm_g, mag_u, wnorm_u, N, F);
-    else
-        dora_swiglu_rescale_chunks<1><<<grid, block, 0, stream>>>(gb, ub, part_g, part_u, dhb, zgb, zub, mag_g,
-                                                                   wnorm_g, mag_u, wnorm_u, N, F);
+    /* (vector width, from y): the kernel's four forms */
+    auto kernel = vec ? (from_y ? dora_swiglu_rescale_chunks<8, true> : dora_swiglu_rescale_chunks<8, false>)
+                      : (from_y ? dora_swiglu_rescale_chunks<1, true> : dora_swiglu_rescale_chunks<1, false>);
+    kernel<<<grid, block, 0, stream>>>(gb, ub, part_g, part_u, dhb, zgb, zub, mag_g, wnorm_g, mag_u, wnorm_u, N, F);
     KERNEL_CHECK(stream);
     if (dmag_g) {
-        dora_dmag_finish<<<(F + kBlock - 1) / kBlock, kBlock, 0, stream>>>(dmag_g, part_g, wnorm_g, chunks, F);
+        dora_dmag_finish<<<(F + kBlock - 1) / kBlock, kBlock, 0, stream>>>(dmag_g, part_g, from_y ? mag_g : wnorm_g,
+                                                                          chunks, F);
         KERNEL_CHECK(stream);
     }
     if (dmag_u) {
-        dora_dmag_finish<<<(F + kBlock - 1) / kBlock, kBlock, 0, stream>>>(dmag_u, part_u, wnorm_u, chunks, F);
+        dora_dmag_finish<<<(F + kBlock - 1) / kBlock, kBlock, 0, stream>>>(dmag_u, part_u, from_y ? mag_u : wnorm_u,
+                                                                          chunks, F);
         KERNEL_CHECK(stream);
     }
 }
@@ -584,7 +604,7 @@ extern "C" void gpu_dora_backward_bf16(struct gpu_gemm *g, uint16_t *dx, float *
     ws += align_up((size_t)N * C_out * sizeof(uint16_t));
     void *ws_rescale = ws;
     ws += gpu_dora_rescale_workspace_size(N, C_out);
-    gpu_dora_rescale_bf16(dy_s, dmag, dy, z, mag, wnorm, N, C_out, ws_rescale, stream);
+    gpu_dora_rescale_bf16(dy_s, dmag, dy, z, DORA_SAVED_Z, mag, wnorm, N, C_out, ws_rescale, stream);
     if (dx) gpu_linear_backward_dx_bf16(g, dx, dy_s, w, N, C_in, C_out, GEMM_OVERWRITE, stream);
     if (dx || dlora_a || dlora_b)
         gpu_lora_backward_bf16(g, dx, dlora_a, dlora_b, dy_s, x, nullptr, 1.0f, u, lora_a, lora_b, N, C_in, C_out, R,

@@ -23,11 +23,12 @@
  *   base = y − b[o]            (fp32; y when b = NULL: PEFT's result − bias)
  *   y    = bf16( y + ((mns − 1)·base + mns·sl) )       (N, C_out) UPDATED IN PLACE, one pass
  *   z    = bf16( base + sl )                           (N, C_out) OVERWRITTEN when z ≠ NULL: the
- *          pre-magnitude output x Wᵀ + s·x Aᵀ Bᵀ that dm needs (save it, or recompute it with two
- *          gemms before the backward)
+ *          pre-magnitude output x Wᵀ + s·x Aᵀ Bᵀ that dm needs — unless the caller keeps the
+ *          output y of a bias-free linear anyway (ref/dora.h's DORA_SAVED_Y: z/n = y/m), and then
+ *          passes z = NULL and nothing more is written
  * Backward, for dy (N, C_out) bf16:
  *   dm[o] += ( Σ_n dy[n,o]·z[n,o] ) / n[o]              dmag (C_out) fp32 ACCUMULATES (double sums
- *                                                       per 32-row chunk, chunks added in order)
+ *      or ( Σ_n dy[n,o]·y[n,o] ) / m[o]  (DORA_SAVED_Y)  per 32-row chunk, chunks added in order)
  *   dy_s  = bf16( mns⊙dy )                             (N, C_out) workspace: the rescaled dy of
  *                                                       both paths (n is a constant)
  *   dx    = bf16( dy_s W )                              OVERWRITES dx: the base path, one gemm
@@ -62,6 +63,7 @@
 #include <stdint.h>
 
 #include "gpu/gemm.h"
+#include "ref/dora.h" /* enum dora_saved */
 
 #ifdef __cplusplus
 extern "C" {
@@ -89,23 +91,29 @@ void gpu_dora_scale_bf16(struct gpu_gemm *g, uint16_t *y, uint16_t *z, const uin
                          const uint16_t *bias, const uint16_t *lora_b, const float *mag, const float *wnorm, int N,
                          int C_out, int R, float scale, void *workspace, cudaStream_t stream);
 
-/* dm += Σ_n dy·z / n and dy_s = bf16(mns⊙dy). workspace: gpu_dora_rescale_workspace_size bytes. */
+/* dm += Σ_n dy·z / n (kind DORA_SAVED_Z, saved = z) or Σ_n dy·y / m (DORA_SAVED_Y, saved = the
+ * bias-free output y), and dy_s = bf16(mns⊙dy): ref_dora_rescale. workspace:
+ * gpu_dora_rescale_workspace_size bytes. */
 size_t gpu_dora_rescale_workspace_size(int N, int C_out);
-void gpu_dora_rescale_bf16(uint16_t *dy_s, float *dmag, const uint16_t *dy, const uint16_t *z, const float *mag,
-                           const float *wnorm, int N, int C_out, void *workspace, cudaStream_t stream);
+void gpu_dora_rescale_bf16(uint16_t *dy_s, float *dmag, const uint16_t *dy, const uint16_t *saved,
+                           enum dora_saved kind, const float *mag, const float *wnorm, int N, int C_out,
+                           void *workspace, cudaStream_t stream);
 
 /* The MLP's SwiGLU backward fused with the gate and up linears' rescale. On entry gate and up
  * (N, F) hold the forward's gate and up outputs; dh (N, F) the gradient of the SwiGLU output. On
  * exit gate = bf16(mns_g ⊙ dg) and up = bf16(mns_u ⊙ du), where dg and du are gpu_swiglu_backward_bf16's
  * bf16 outputs, and dmag_g += Σ_n dg·z_g / n_g, dmag_u likewise — bit for bit
  * gpu_swiglu_backward_bf16 (ld_in = ld_out = F) followed by gpu_dora_rescale_bf16 on each side.
+ * kind DORA_SAVED_Y (z_g = z_u = NULL): the sums take the gate and up outputs the pass reads anyway,
+ * dmag_g += Σ_n dg·gate / m_g — bit for bit the two passes with gpu_dora_rescale_bf16(…, gate,
+ * DORA_SAVED_Y, …) — so no z is kept for either (bias-free linears: the MLP's have no bias).
  * A side with mag NULL (not a DoRA target) keeps gpu/swiglu's plain gradient; a dmag may be NULL
  * (no magnitude gradient; z then unused). Workspace: gpu_dora_swiglu_backward_workspace_size. */
 size_t gpu_dora_swiglu_backward_workspace_size(int N, int F);
 void gpu_dora_swiglu_backward_bf16(uint16_t *gate, uint16_t *up, float *dmag_g, float *dmag_u, const uint16_t *dh,
-                                   const uint16_t *z_g, const uint16_t *z_u, const float *mag_g,
-                                   const float *wnorm_g, const float *mag_u, const float *wnorm_u, int N, int F,
-                                   void *workspace, cudaStream_t stream);
+                                   const uint16_t *z_g, const uint16_t *z_u, enum dora_saved kind,
+                                   const float *mag_g, const float *wnorm_g, const float *mag_u,
+                                   const float *wnorm_u, int N, int F, void *workspace, cudaStream_t stream);
 
 size_t gpu_dora_backward_workspace_size(int N, int C_in, int C_out, int R);
 void gpu_dora_backward_bf16(struct gpu_gemm *g, uint16_t *dx, float *dmag, float *dlora_a, float *dlora_b,

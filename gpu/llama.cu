@@ -304,6 +304,15 @@ void proj_adapter_u(gpu_llama *m, int l, int t, const uint16_t *x, uint64_t micr
                     m->stream);
 }
 
+/* What DoRA's magnitude gradient of linear t of layer l reads (llama_dora_saved): its saved z, or
+ * its output as the layer keeps it for attention (v; gate and up are rescaled inside SwiGLU's
+ * backward, which reads them anyway). */
+const uint16_t *dora_saved_of(gpu_llama *m, int l, int t) {
+    const gl_acts &a = m->acts[l];
+    if (llama_dora_saved(&m->cfg, (enum llama_linear)t) == DORA_SAVED_Z) return a.z[t];
+    return t == LLAMA_V ? a.v : t == LLAMA_GATE ? a.gate : a.up;
+}
+
 /* The backward of linear t of layer l for dy, rows sp: dx (when non-NULL) overwritten or accumulated
  * per beta; parameter gradients accumulate. x is the linear's saved input. rescaled: a DoRA
  * linear's dy is already bf16(mns⊙dy) and its magnitude gradient accumulated (the MLP's gate and up,
@@ -332,8 +341,9 @@ void proj_backward(gpu_llama *m, int l, int t, uint16_t *dx, enum gemm_beta beta
     const uint16_t *g = dy;
     if (lin.target && m->opt.mode == LLAMA_DORA && !rescaled) {
         PROF(m, PROF_ADAPTER_BWD);
-        gpu_dora_rescale_bf16(m->dy_s, lin.mag_grad, dy, a.z[t], lin.mag, a.wnorm[t], N, lin.c_out, m->ws,
-                              m->stream);
+        gpu_dora_rescale_bf16(m->dy_s, lin.mag_grad, dy, dora_saved_of(m, l, t),
+                              llama_dora_saved(&m->cfg, (enum llama_linear)t), lin.mag, a.wnorm[t], N, lin.c_out,
+                              m->ws, m->stream);
         g = m->dy_s;
     }
     base_backward(m, l, t, dx, beta, g, sp);
@@ -407,7 +417,8 @@ void group_backward(gpu_llama *m, int l, int g, uint16_t *dx, const uint16_t *co
         PROF(m, PROF_ADAPTER_BWD);
         const int t = first + i;
         uint16_t *ds = m->dy_s + off;
-        gpu_dora_rescale_bf16(ds, lin[i].mag_grad, dy[i], m->acts[l].z[t], lin[i].mag, m->acts[l].wnorm[t], sp.n,
+        gpu_dora_rescale_bf16(ds, lin[i].mag_grad, dy[i], dora_saved_of(m, l, t),
+                              llama_dora_saved(&m->cfg, (enum llama_linear)t), lin[i].mag, m->acts[l].wnorm[t], sp.n,
                               lin[i].c_out, m->ws, m->stream);
         g_dy[i] = ds, off += (size_t)sp.n * lin[i].c_out;
     }
@@ -515,9 +526,9 @@ void mlp_backward(gpu_llama *m, int l, gl_span sp, uint64_t micro) {
     const bool dora = m->opt.mode == LLAMA_DORA && (lg.target || lu.target);
     {
         PROF(m, PROF_SWIGLU);
-        if (dora) /* SwiGLU's backward and the gate/up rescale in one pass, in place */
+        if (dora) /* SwiGLU's backward and the gate/up rescale in one pass, in place, from gate and up */
             gpu_dora_swiglu_backward_bf16(a.gate, a.up, lg.target ? lg.mag_grad : nullptr,
-                                          lu.target ? lu.mag_grad : nullptr, m->dmlp, a.z[LLAMA_GATE], a.z[LLAMA_UP],
+                                          lu.target ? lu.mag_grad : nullptr, m->dmlp, nullptr, nullptr, DORA_SAVED_Y,
                                           lg.target ? lg.mag : nullptr, a.wnorm[LLAMA_GATE],
                                           lu.target ? lu.mag : nullptr, a.wnorm[LLAMA_UP], sp.n, F, m->ws, m->stream);
         else

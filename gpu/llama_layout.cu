@@ -369,8 +369,9 @@ void fp8_rows(gpu_llama *m, gl_rows &rs) {
 }
 
 /* The saved intermediates of the adapters of linears first..last: u = x Aᵀ (N, R) — one (N, n·R)
- * buffer for a grouped group — and for DoRA the pre-magnitude output z (rows_of(t), C_out: an MLP
- * linear's holds its chunk, consumed by the chunk's backward) and the row norms (C_out). */
+ * buffer for a grouped group — and for DoRA the row norms (C_out) and, where the backward does not
+ * read the output instead (llama_dora_saved: not for v, gate, up), the pre-magnitude output z
+ * (rows_of(t), C_out: an MLP linear's holds its chunk, consumed by the chunk's backward). */
 void adapter_act_rows(gpu_llama *m, gl_rows &rs, gl_acts *s, int first, int last) {
     const int64_t N = (int64_t)m->opt.B * m->opt.T;
     for (int g = 0; g < GL_N_GROUPS; g++)
@@ -380,7 +381,8 @@ void adapter_act_rows(gpu_llama *m, gl_rows &rs, gl_acts *s, int first, int last
         if (!gl_is_target(m, t)) continue;
         if (!(group_of(t) >= 0 && m->grouped[group_of(t)])) add(rs, SLAB_ACTS, &s->u[t], N * m->opt.R);
         if (m->opt.mode == LLAMA_DORA) {
-            add(rs, SLAB_ACTS, &s->z[t], rows_of(m, t) * m->layers[0].lin[t].c_out);
+            if (llama_dora_saved(&m->cfg, (enum llama_linear)t) == DORA_SAVED_Z)
+                add(rs, SLAB_ACTS, &s->z[t], rows_of(m, t) * m->layers[0].lin[t].c_out);
             add(rs, SLAB_ACTS, &s->wnorm[t], m->layers[0].lin[t].c_out);
         }
     }

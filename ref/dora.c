@@ -212,17 +212,20 @@ void ref_dora_backward(float *dx, float *dmag, float *dlora_a, float *dlora_b, c
     }
 }
 
-void ref_dora_rescale(float *dy_s, float *dmag, const float *dy, const float *z, const float *mag, const float *wnorm,
-                      int N, int C_out, enum act_dtype act) {
+void ref_dora_rescale(float *dy_s, float *dmag, const float *dy, const float *saved, enum dora_saved kind,
+                      const float *mag, const float *wnorm, int N, int C_out, enum act_dtype act) {
     CHECK(N >= 0 && C_out >= 0, "ref_dora_rescale: N=%d C_out=%d", N, C_out);
+    CHECK(kind == DORA_SAVED_Z || kind == DORA_SAVED_Y, "ref_dora_rescale: saved kind %d", (int)kind);
     for (int o = 0; o < C_out; o++) {
         const float mns = mag[o] / wnorm[o];
         double s = 0.0;
         for (int n = 0; n < N; n++) {
             const int64_t j = (int64_t)n * C_out + o;
-            s += (double)dy[j] * (double)z[j];
+            s += (double)dy[j] * (double)saved[j];
             dy_s[j] = act_round(mns * dy[j], act);
         }
-        if (dmag != NULL) dmag[o] = (float)((double)dmag[o] + s / (double)wnorm[o]);
+        /* z/n = y/m: the same quotient from either saved tensor */
+        const double den = kind == DORA_SAVED_Z ? (double)wnorm[o] : (double)mag[o];
+        if (dmag != NULL) dmag[o] = (float)((double)dmag[o] + s / den);
     }
 }

@@ -99,16 +99,24 @@ void ref_dora_backward(float *dx, float *dmag, float *dlora_a, float *dlora_b, c
                        const float *lora_a, const float *lora_b, const float *mag, const float *wnorm, int N,
                        int C_in, int C_out, int R, float scale, enum act_dtype act, float *workspace);
 
+/* What the backward's first step reads for the magnitude gradient: the pre-magnitude output z, or
+ * the output y itself where y = mns⊙z exactly in real arithmetic (a linear without bias, no dropout)
+ * and the layer keeps y anyway (ref/llama.h, llama_dora_saved). Then z/n = y/m, so dm needs no
+ * saved z; the two differ by the rounding of the tensor saved (NUMERICS.md §2.2). */
+enum dora_saved { DORA_SAVED_Z = 0, DORA_SAVED_Y = 1 };
+
 /* The backward's first step alone, as gpu_dora_rescale_bf16 does it, for callers that run the base
- * and LoRA products themselves (the FP8 linears: ref/llama.h): with z (N, C_out) the pre-magnitude
- * output the forward formed (x Wᵀ + s·x Aᵀ Bᵀ, base − bias),
- *   dm[o]    += (Σ_n dy[n,o]·z[n,o]) / n[o]       double sum in n order, divided in double, added
- *                                                 to the fp32 dmag once        dmag ACCUMULATES
+ * and LoRA products themselves (the FP8 linears: ref/llama.h): with saved (N, C_out) of kind
+ *   DORA_SAVED_Z  z, the pre-magnitude output the forward formed (x Wᵀ + s·x Aᵀ Bᵀ, base − bias):
+ *                 dm[o] += (Σ_n dy[n,o]·z[n,o]) / n[o]
+ *   DORA_SAVED_Y  y = mns⊙z, the output (bias-free):  dm[o] += (Σ_n dy[n,o]·y[n,o]) / m[o]
+ *                 (precondition m[o] ≠ 0: a zero magnitude gives a non-finite dm)
+ * each a double sum in n order, divided in double, added to the fp32 dmag once   dmag ACCUMULATES
  *   dy_s[n,o] = act(mns[o]·dy[n,o]),  mns = m/n   (fp32)                       dy_s OVERWRITTEN
  * after which dx = dy_s W (the base path) and ref_lora_backward with dy_s for dy give the rest
  * (without dropout, the same as ref_dora_backward up to rounding). dmag may be NULL. */
-void ref_dora_rescale(float *dy_s, float *dmag, const float *dy, const float *z, const float *mag, const float *wnorm,
-                      int N, int C_out, enum act_dtype act);
+void ref_dora_rescale(float *dy_s, float *dmag, const float *dy, const float *saved, enum dora_saved kind,
+                      const float *mag, const float *wnorm, int N, int C_out, enum act_dtype act);
 
 #ifdef __cplusplus
 }

@@ -353,6 +353,12 @@ struct layer_set {
     float *u[LLAMA_N_LINEAR], *wnorm[LLAMA_N_LINEAR];
 };
 
+/* The saved output of linear t where DoRA's backward reads it (llama_dora_saved: v, gate, up). */
+static const float *y_of(const struct layer_set *s, enum llama_linear t) {
+    CHECK(t == LLAMA_V || t == LLAMA_GATE || t == LLAMA_UP, "linear %d's output is not saved", (int)t);
+    return t == LLAMA_V ? s->v : t == LLAMA_GATE ? s->gate : s->up;
+}
+
 static void layer_set(struct layer_set *s, const struct llama_model *m, float *slab, int l) {
     float *base = slab + m->layer0 + (size_t)l * m->layer_stride;
     const struct llama_plan_layer *p = &m->pl;
@@ -491,7 +497,8 @@ static void proj_fwd(const struct llama_model *m, const struct llama_weights *w,
         ref_lora_forward(y, s->u[t], x, NULL, ad->a, ad->b, N, ci, co, R, m->lora_scale, m->opt.act);
     } else {
         ref_dora_weight_norm(s->wnorm[t], W, ad->a, ad->b, ci, co, R, m->lora_scale);
-        /* FP8: z = act((ŷ − b) + s·(u Bᵀ)), the pre-magnitude output dm needs (the GPU's) */
+        /* FP8: z = act((ŷ − b) + s·(u Bᵀ)), the pre-magnitude output dm needs (the GPU's), where
+         * the output itself does not serve (llama_dora_saved) */
         float *z = m->fp8 ? m->fp8->z[l][t] : NULL;
         if (z)
             for (int n = 0; n < N; n++)
@@ -524,7 +531,9 @@ static void proj_bwd_fp8(const struct llama_model *m, const struct llama_weights
     struct llama_adapter *g = target ? &agrads->layers[l][t] : NULL;
     const float *gy = dy;
     if (target && m->opt.mode == LLAMA_DORA) {
-        ref_dora_rescale(f->dys, g->mag, dy, f->z[l][t], ad->mag, s->wnorm[t], N, co, m->opt.act);
+        const enum dora_saved kind = llama_dora_saved(&m->cfg, t);
+        ref_dora_rescale(f->dys, g->mag, dy, kind == DORA_SAVED_Z ? f->z[l][t] : y_of(s, t), kind, ad->mag,
+                         s->wnorm[t], N, co, m->opt.act);
         gy = f->dys;
     }
     if (dx != NULL || grads != NULL) {

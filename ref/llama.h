@@ -66,6 +66,7 @@
 #include "io/error.h"
 #include "io/family.h"
 #include "io/model_source.h"
+#include "ref/dora.h"
 #include "ref/fp8_linear.h"
 #include "ref/lora.h"
 #include "ref/rope.h"
@@ -298,6 +299,14 @@ struct llama_fp8 {
     float *dys;                   /* DoRA: (N, max C_out) the rescaled dy */
     float *ws;                    /* the products' workspace */
 };
+
+/* What DoRA's backward reads for linear t's magnitude gradient (ref/dora.h): its output, which the
+ * layer keeps anyway — gate and up for SwiGLU's backward, v for attention's, bias-free (Qwen2's
+ * q/k/v carry a bias) — or a saved pre-magnitude z. The GPU keeps no z for the former: 4.1 GiB of
+ * Llama-3.2-1B's 16×512 step. Both trainers decide by this one rule. */
+static inline enum dora_saved llama_dora_saved(const struct model_config *c, enum llama_linear t) {
+    return t == LLAMA_GATE || t == LLAMA_UP || (t == LLAMA_V && !c->attention_bias) ? DORA_SAVED_Y : DORA_SAVED_Z;
+}
 
 /* Allocates the state of a model (config c, options o with their targets and mode, N = B·T rows)
  * under recipe r; delayed histories zero and scales 1. Exits with a message when memory runs out. */

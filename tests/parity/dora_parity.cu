@@ -31,8 +31,12 @@
  *      implementation of the GPU's algorithm (sequential fp32 sums, the same bf16 roundings), plus
  *      one rounding of the result at the reference's rms (BF16_EPS or FLT_EPSILON times it).
  *  determinism — bitwise, the same inputs twice.
+ * Without bias, the path that keeps no z (DORA_SAVED_Y): the forward with z = NULL gives the same
+ * y bits; the rescale from y against ref_dora_rescale on the same y (dy_s exact; dm to one fp32
+ * rounding: double sums of exact products in other orders) and against the true gradient
+ * (ref_dora_backward's dm, tiers (a) and (c): in the exact tier y = mns·z exactly, so bit for bit).
  * And the MLP's fused SwiGLU backward + gate/up rescale against the two passes it replaces, bit for
- * bit (outputs and accumulated magnitude gradients).
+ * bit (outputs and accumulated magnitude gradients), from z and from y.
  */
 #include <float.h>
 #include <math.h>
@@ -341,6 +345,50 @@ static void run_case(const dora_case &c, int id) {
                "dora %s: the forward from a group's u (ldu = 3R) differs from gpu_dora_forward_bf16's", shape);
         for (struct dev_buf *bf : {&bw, &by2, &bz2}) dev_buf_free(bf);
     }
+    if (!c.bias) { /* DORA_SAVED_Y: no z kept — the forward without z, dm from the output y itself */
+        struct dev_buf by3, bu3, bdys, bdm3;
+        dev_buf_alloc(&by3, "y (no z)", y0b.size() * 2, POISON_NONE, y0b.data());
+        dev_buf_alloc(&bu3, "u (no z)", (size_t)N * R * 2, POISON_BF16, nullptr);
+        dev_buf_alloc(&bdys, "dy_s (from y)", dyb.size() * 2, POISON_BF16, nullptr);
+        dev_buf_alloc(&bdm3, "dmag (from y)", dm0.size() * 4, POISON_NONE, dm0.data());
+        dev_buf_reset(&bws, nullptr);
+        gpu_dora_forward_bf16(g_gemm, (uint16_t *)by3.data, nullptr, (uint16_t *)bu3.data, (const uint16_t *)bx.data,
+                              nullptr, (const uint16_t *)bA.data, (const uint16_t *)bB.data, (const float *)bmag.data,
+                              (const float *)bnref.data, N, C_in, C_out, R, s, bws.data, g_stream);
+        gpu_dora_rescale_bf16((uint16_t *)bdys.data, (float *)bdm3.data, (const uint16_t *)bdy.data,
+                              (const uint16_t *)by3.data, DORA_SAVED_Y, (const float *)bmag.data,
+                              (const float *)bnref.data, N, C_out, bws.data, g_stream);
+        std::vector<uint16_t> y3(y0b.size()), dys3(dyb.size());
+        std::vector<float> dm3(C_out);
+        dev_buf_download(&by3, y3.data(), 0);
+        dev_buf_download(&bdys, dys3.data(), 1);
+        dev_buf_download(&bdm3, dm3.data(), 0);
+        EXPECT(memcmp(y3.data(), yg.data(), y3.size() * 2) == 0,
+               "dora %s: the forward without z gives another y than with it", shape);
+        /* ref_dora_rescale on the same y: products exact in double on both sides, sums in other orders */
+        std::vector<float> dys_r(dy.size()), dm_r(dm0);
+        ref_dora_rescale(dys_r.data(), dm_r.data(), dy.data(), floats_of(yg).data(), DORA_SAVED_Y, mag.data(),
+                         n_ref.data(), N, C_out, ACT_BF16);
+        struct cmp_case cy = {"dora_rescale (from y)", "dy_s", shape, "bf16", seed};
+        cmp_exact_f32(&cy, floats_of(dys3).data(), dys_r.data(), (int64_t)dys_r.size());
+        cy.what = "dmag vs ref_dora_rescale";
+        cy.dtype = "f32";
+        cmp_elementwise(&cy, dm3.data(), dm_r.data(), C_out, FLT_EPSILON, 1.0, cmp_rms(dm_r.data(), C_out), nullptr);
+        /* and against the true gradient (ref_dora_backward's, from z): the naive implementation sums
+         * dy·y in fp32 and divides by m */
+        std::vector<float> dm_ny;
+        if (!ex) {
+            dm_ny.resize(C_out);
+            for (int o = 0; o < C_out; o++) {
+                float acc = 0.0f;
+                for (int n = 0; n < N; n++) acc += dy[(size_t)n * C_out + o] * y_n[(size_t)n * C_out + o];
+                dm_ny[o] = (float)((double)dm0[o] + (double)acc / mag[o]);
+            }
+        }
+        cy.what = "dmag (from y) vs the gradient";
+        compare(&cy, dm3, dm_ny, dm_ref, c.rg, 0);
+        for (struct dev_buf *bf : {&by3, &bu3, &bdys, &bdm3}) dev_buf_free(bf);
+    }
     for (struct dev_buf *bf : {&bx, &bW, &bb_, &bA, &bB, &bmag, &bdy, &bws, &bnref}) {
         std::vector<unsigned char> tmp(bf->nbytes);
         dev_buf_download(bf, tmp.data(), 0);
@@ -382,7 +430,7 @@ static void run_case(const dora_case &c, int id) {
  * gpu_dora_swiglu_backward_bf16 against gpu_swiglu_backward_bf16 then gpu_dora_rescale_bf16 per side
  * (into separate buffers), normal inputs, magnitude gradients accumulated onto nonzero values;
  * sides: both DoRA, gate only, up only (the other plain), and no magnitude gradient on one side. */
-static void swiglu_fused_case(int N, int F, int gate_dora, int up_dora, int up_dmag, int id) {
+static void swiglu_fused_case(int N, int F, int gate_dora, int up_dora, int up_dmag, int from_y, int id) {
     struct rng r;
     rng_init(&r, g_seed + 7919u * (uint64_t)id);
     const size_t nf = (size_t)N * F;
@@ -413,18 +461,21 @@ static void swiglu_fused_case(int N, int F, int gate_dora, int up_dora, int up_d
     };
     /* the two passes: swiglu into dg/du, then each DoRA side's rescale into its own dy_s */
     uint16_t *g1 = up16(gb), *u1 = up16(ub), *dh1 = up16(dhb), *zg1 = up16(zgb), *zu1 = up16(zub);
-    uint16_t *g2 = up16(gb), *u2 = up16(ub), *sg = up16(gb), *su = up16(ub);
+    uint16_t *g2 = up16(gb), *u2 = up16(ub), *sg = up16(gb), *su = up16(ub), *g0 = up16(gb), *u0 = up16(ub);
+    const enum dora_saved kind = from_y ? DORA_SAVED_Y : DORA_SAVED_Z;
     float *mgd = up32(mg), *ngd = up32(ng), *mud = up32(mu), *nud = up32(nu);
     float *dmg1 = up32(dmg0), *dmu1 = up32(dmu0), *dmg2 = up32(dmg0), *dmu2 = up32(dmu0);
     void *ws;
     const size_t wsb = std::max(gpu_dora_swiglu_backward_workspace_size(N, F), gpu_dora_rescale_workspace_size(N, F));
     CUDA_CHECK(cudaMalloc(&ws, wsb));
     gpu_swiglu_backward_bf16(g1, u1, dh1, g1, u1, N, F, F, F, g_stream);
-    if (gate_dora) gpu_dora_rescale_bf16(sg, dmg1, g1, zg1, mgd, ngd, N, F, ws, g_stream);
-    if (up_dora) gpu_dora_rescale_bf16(su, up_dmag ? dmu1 : nullptr, u1, zu1, mud, nud, N, F, ws, g_stream);
+    /* from y: the rescale reads the forward's gate and up (g0, u0: the swiglu pass overwrote g1, u1) */
+    if (gate_dora) gpu_dora_rescale_bf16(sg, dmg1, g1, from_y ? g0 : zg1, kind, mgd, ngd, N, F, ws, g_stream);
+    if (up_dora)
+        gpu_dora_rescale_bf16(su, up_dmag ? dmu1 : nullptr, u1, from_y ? u0 : zu1, kind, mud, nud, N, F, ws, g_stream);
     gpu_dora_swiglu_backward_bf16(g2, u2, gate_dora ? dmg2 : nullptr, up_dora && up_dmag ? dmu2 : nullptr, dh1,
-                                  zg1, zu1, gate_dora ? mgd : nullptr, ngd, up_dora ? mud : nullptr, nud, N, F, ws,
-                                  g_stream);
+                                  from_y ? nullptr : zg1, from_y ? nullptr : zu1, kind, gate_dora ? mgd : nullptr, ngd,
+                                  up_dora ? mud : nullptr, nud, N, F, ws, g_stream);
     CUDA_CHECK(cudaStreamSynchronize(g_stream));
     auto down16 = [](const uint16_t *d, size_t n) {
         std::vector<uint16_t> h(n);
@@ -445,12 +496,13 @@ static void swiglu_fused_case(int N, int F, int gate_dora, int up_dora, int up_d
         bad += memcmp(&wdg[o], &gdg[o], 4) != 0, bad += memcmp(&wdu[o], &gdu[o], 4) != 0;
         changed += (gate_dora && gdg[o] != dmg0[o]) + (up_dora && up_dmag && gdu[o] != dmu0[o]);
     }
-    EXPECT(bad == 0, "dora swiglu fused N=%d F=%d gate %d up %d (dmag %d): %lld values differ from the two passes", N,
-           F, gate_dora, up_dora, up_dmag, (long long)bad);
+    EXPECT(bad == 0,
+           "dora swiglu fused N=%d F=%d gate %d up %d (dmag %d, from %s): %lld values differ from the two passes", N,
+           F, gate_dora, up_dora, up_dmag, from_y ? "y" : "z", (long long)bad);
     EXPECT(changed > 0 || (!gate_dora && !(up_dora && up_dmag)),
            "dora swiglu fused N=%d F=%d: no magnitude gradient moved (the case tests nothing)", N, F);
     for (void *p : {(void *)g1, (void *)u1, (void *)dh1, (void *)zg1, (void *)zu1, (void *)g2, (void *)u2, (void *)sg,
-                    (void *)su, (void *)mgd, (void *)ngd, (void *)mud, (void *)nud, (void *)dmg1, (void *)dmu1,
+                    (void *)su, (void *)g0, (void *)u0, (void *)mgd, (void *)ngd, (void *)mud, (void *)nud, (void *)dmg1, (void *)dmu1,
                     (void *)dmg2, (void *)dmu2, ws})
         CUDA_CHECK(cudaFree(p));
 }
@@ -479,7 +531,7 @@ static void b_lora_fwd(void *p, cudaStream_t s) {
 }
 static void b_rescale(void *p, cudaStream_t s) {
     bench_ctx *b = (bench_ctx *)p;
-    gpu_dora_rescale_bf16(b->dys, b->dm, b->dy, b->z, b->mag, b->n, b->N, b->C_out, b->ws, s);
+    gpu_dora_rescale_bf16(b->dys, b->dm, b->dy, b->z, DORA_SAVED_Z, b->mag, b->n, b->N, b->C_out, b->ws, s);
 }
 static void b_dora_bwd(void *p, cudaStream_t s) {
     bench_ctx *b = (bench_ctx *)p;
@@ -583,7 +635,8 @@ int main(int argc, char **argv) {
     /* F % 8 with aligned buffers (8-wide) and not (element path); N past one and several 32-row chunks */
     const int sw[][5] = {{1, 8, 1, 1, 1},   {33, 24, 1, 1, 1},  {100, 1000, 1, 1, 1}, {70, 1001, 1, 1, 1},
                          {65, 256, 1, 0, 1}, {65, 256, 0, 1, 1}, {64, 512, 1, 1, 0},   {300, 8192, 1, 1, 1}};
-    for (const auto &c : sw) swiglu_fused_case(c[0], c[1], c[2], c[3], c[4], id++);
+    for (const auto &c : sw)
+        for (int from_y = 0; from_y < 2; from_y++) swiglu_fused_case(c[0], c[1], c[2], c[3], c[4], from_y, id++);
     const int rc = test_finish("dora_parity");
     if (rc == 0 && test_has_flag(argc, argv, "--bench")) bench(bench_copy_ceiling(g_stream));
     free_gpu_gemm(g_gemm);

@@ -598,14 +598,30 @@ int main(void) {
     ocho.mlp_chunk = 64, ocho.recompute = RECOMPUTE_LAYER, ocho.dropout = 0.1f;
     ochm.mlp_chunk = 512, ochm.recompute = RECOMPUTE_LAYER; /* ≥ B·T: the whole micro-batch, accepted */
     in_range("--mlp-chunk 64 with adapter dropout: two chunks", plan_of(&c1, &ocho).mlp_rows, 64, 64);
-    {   /* DoRA in chunks: z of gate, up and down hold the chunk's rows */
+    {   /* DoRA in chunks: z of down holds the chunk's rows (gate and up keep none: llama_dora_saved) */
         struct gpu_llama_options odw = ochd;
         odw.mlp_chunk = 0;
-        const double lost = (256.0 - 64) * (2.0 * c1.F + c1.C) * 2 + 4.0 * (256 - 64) * c1.F * 2;
-        in_range("DoRA 2x128 --recompute layer --mlp-chunk 64: activations + scratch lose z of the MLP and its buffers",
+        const double lost = (256.0 - 64) * c1.C * 2 + 4.0 * (256 - 64) * c1.F * 2;
+        in_range("DoRA 2x128 --recompute layer --mlp-chunk 64: activations + scratch lose z of down and its buffers",
                  (double)(plan_of(&c1, &odw).acts + plan_of(&c1, &odw).scratch) -
                      (double)(plan_of(&c1, &ochd).acts + plan_of(&c1, &ochd).scratch),
                  lost - slack, 2 * lost + slack);
+    }
+    {   /* DoRA's saved activations beyond LoRA's: z (N, C_out) bf16 of q, k, o and down — none of v,
+         * gate and up, whose outputs serve (llama_dora_saved) — plus a v of a biased q/k/v (Qwen2's), and
+         * the fp32 row norms of every target */
+        struct gpu_llama_options olr = opts(LLAMA_LORA, 2, 128), odr = opts(LLAMA_DORA, 2, 128);
+        const double N = 256, QD = (double)c1.H * c1.D, KD = (double)c1.KVH * c1.D;
+        const double norms = c1.L * (QD + 2 * KD + c1.C + 2.0 * c1.F + c1.C) * 4;
+        const double z = c1.L * N * (QD + KD + c1.C + c1.C) * 2;
+        in_range("DoRA 2x128 saves z of q, k, o, down and the row norms beyond LoRA",
+                 (double)plan_of(&c1, &odr).acts - (double)plan_of(&c1, &olr).acts, z + norms - slack,
+                 z + norms + slack);
+        struct model_config cb = c1;
+        cb.attention_bias = 1;
+        in_range("DoRA 2x128 with q/k/v biases also saves z of v",
+                 (double)plan_of(&cb, &odr).acts - (double)plan_of(&cb, &olr).acts,
+                 z + c1.L * N * KD * 2 + norms - slack, z + c1.L * N * KD * 2 + norms + slack);
     }
     in_range("--mlp-chunk ≥ B·T: one chunk", plan_of(&c1, &ochm).mlp_rows, 256, 256);
     struct gpu_llama_options og16 = opts(LLAMA_LORA, 2, 128), og16s = opts(LLAMA_FULL, 2, 128);

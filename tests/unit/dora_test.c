@@ -1,6 +1,7 @@
 /* dora_test.c — ref/dora against mathematics: a hand case, direct and factored row norms agree,
  * m = ‖W‖_row with B = 0 equals the base layer, the closed form b + (m/n)⊙(x W'ᵀ), direct and
- * factored DoRA agree end to end, finite differences (n detached) with and without dropout.
+ * factored DoRA agree end to end, finite differences (n detached) with and without dropout, the
+ * magnitude gradient from the output y against the one from z (ref_dora_rescale).
  *
  *   bazel test //tests/unit:dora_test        (replay: --test_arg=--seed=N)
  */
@@ -375,6 +376,53 @@ static void test_gradients(int N, int C_in, int C_out, int R, int dropout) {
     problem_free(&p);
 }
 
+/* ref_dora_rescale from the output y = mns⊙z (DORA_SAVED_Y, dm = Σ dy·y / m) against from z
+ * (dm = Σ dy·z / n). With mns = 2^k (m = n·2^k) y is exact in fp32 and every double product and sum
+ * scales by 2^k exactly, so both give the same bits. With a general mns, y = fp32(mns·z) and mns
+ * itself are each one rounding off: each term of y/m is within 2·2⁻²⁴ of z/n, and each side's fp32
+ * result one more rounding: |dm_y − dm_z| ≤ FLT_EPSILON·(Σ_n |dy·z|/n + |dm_z|). dy_s is the same
+ * formula either way. */
+static void test_rescale_from_y(int N, int C_out) {
+    struct rng r;
+    rng_init(&r, g_seed * 31u + (uint64_t)N * 7919u + (uint64_t)C_out);
+    const int64_t n = (int64_t)N * C_out;
+    float *z = falloc(n), *y = falloc(n), *dy = falloc(n), *dys_z = falloc(n), *dys_y = falloc(n);
+    float *mag = falloc(C_out), *wn = falloc(C_out), *dm0 = falloc(C_out), *dm_z = falloc(C_out), *dm_y = falloc(C_out);
+    rng_fill_normal(&r, z, n, 0.0, 1.0);
+    rng_fill_normal(&r, dy, n, 0.0, 1.0);
+    rng_fill_uniform(&r, wn, C_out, 0.5, 2.0);
+    rng_fill_normal(&r, dm0, C_out, 0.0, 1.0);
+    char shape[64];
+    snprintf(shape, sizeof shape, "N=%d C_out=%d", N, C_out);
+    for (int general = 0; general < 2; general++) {
+        for (int o = 0; o < C_out; o++) {
+            const int k = rng_int(&r, 3) - 1;
+            mag[o] = general ? wn[o] * (float)(1.0 + 0.1 * rng_normal(&r)) : ldexpf(wn[o], k);
+        }
+        for (int64_t j = 0; j < n; j++) y[j] = (mag[j % C_out] / wn[j % C_out]) * z[j];
+        memcpy(dm_z, dm0, sizeof(float) * (size_t)C_out);
+        memcpy(dm_y, dm0, sizeof(float) * (size_t)C_out);
+        ref_dora_rescale(dys_z, dm_z, dy, z, DORA_SAVED_Z, mag, wn, N, C_out, ACT_F32);
+        ref_dora_rescale(dys_y, dm_y, dy, y, DORA_SAVED_Y, mag, wn, N, C_out, ACT_F32);
+        struct cmp_case cc = {"dora_rescale", "dy_s (from y vs from z)", shape, "f32", g_seed};
+        cmp_exact_f32(&cc, dys_y, dys_z, n);
+        if (!general) {
+            cc.what = "dmag from y vs from z, mns = 2^k";
+            cmp_exact_f32(&cc, dm_y, dm_z, C_out);
+            continue;
+        }
+        int64_t bad = 0;
+        for (int o = 0; o < C_out; o++) {
+            double t = 0.0;
+            for (int q = 0; q < N; q++) t += fabs((double)dy[(int64_t)q * C_out + o] * z[(int64_t)q * C_out + o]);
+            bad += fabs((double)dm_y[o] - dm_z[o]) > FLT_EPSILON * (t / wn[o] + fabs((double)dm_z[o]));
+        }
+        EXPECT(bad == 0, "dora_rescale %s: %lld magnitude gradients from y off those from z by more than the bound",
+               shape, (long long)bad);
+    }
+    free(z), free(y), free(dy), free(dys_z), free(dys_y), free(mag), free(wn), free(dm0), free(dm_z), free(dm_y);
+}
+
 int main(int argc, char **argv) {
     g_seed = test_seed(argc, argv, 20261125);
     test_hand_case();
@@ -389,5 +437,7 @@ int main(int argc, char **argv) {
             test_gradients(d[0], d[1], d[2], d[3], dropout);
         }
     }
+    const int rs[][2] = {{1, 1}, {7, 5}, {300, 33}, {64, 576}};
+    for (size_t i = 0; i < sizeof rs / sizeof rs[0]; i++) test_rescale_from_y(rs[i][0], rs[i][1]);
     return test_finish("dora_test");
 }
