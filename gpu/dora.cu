@@ -16,8 +16,8 @@
  *  - backward: one pass over dy and the saved tensor (z, or the bias-free output y: ref/dora.h's
  *    dora_saved) writes dy_s = bf16(mns⊙dy) and per-(32-row chunk, column) double partial sums of
  *    dy·z or dy·y (threads own columns, loop over the chunk's rows: coalesced, no atomics); a second
- *    tiny kernel adds the chunks in order per column and accumulates their sum over n (z) or m (y)
- *    into dm. Then the base
+ *    small kernel adds the chunks per column in a fixed order (8 interleaved lanes, then the lanes)
+ *    and accumulates their sum over n (z) or m (y) into dm. Then the base
  *    path dx = dy_s W and gpu/lora's backward with dy_s. For the MLP's gate and up linears the same
  *    pass also runs the SwiGLU backward that produces their dy (gpu_dora_swiglu_backward_bf16): the
  *    gradients are rescaled where they are formed, not written, read back and written again.
@@ -384,15 +384,34 @@ __global__ void dora_swiglu_rescale_chunks(bf16 *gate, bf16 *up, double *part_g,
     }
 }
 
-/* den: n (the partial sums of dy·z) or m (of dy·y). */
-__global__ void __launch_bounds__(kBlock) dora_dmag_finish(float *dmag, const double *partial, const float *den,
-                                                           int n_chunks, int C_out) {
-    const int o = blockIdx.x * kBlock + threadIdx.x;
-    if (o >= C_out) return;
+/* dm[o] += (Σ_chunks partial[c][o]) / den[o], den: n (the partial sums of dy·z) or m (of dy·y).
+ * blockDim (kFinishCols, kFinishLanes): lane j adds chunks j, j + kFinishLanes, … in order, then
+ * lane 0 adds the lanes' sums in lane order — a fixed order, so the result does not depend on the
+ * launch. Many lanes a column: the sums are latency-bound (one L2 read each), and a thread a column
+ * left C_out threads each walking all N/32 chunks (at C_out 2048: 64 warps on 8 SMs). */
+constexpr int kFinishCols = 32, kFinishLanes = 8;
+__global__ void __launch_bounds__(kFinishCols *kFinishLanes)
+    dora_dmag_finish(float *dmag, const double *partial, const float *den, int n_chunks, int C_out) {
+    __shared__ double lanes[kFinishLanes][kFinishCols];
+    const int o = blockIdx.x * kFinishCols + threadIdx.x;
     double s = 0.0;
-    for (int c = 0; c < n_chunks; c++) s += partial[(int64_t)c * C_out + o];
+    if (o < C_out)
+        for (int c = threadIdx.y; c < n_chunks; c += kFinishLanes) s += partial[(int64_t)c * C_out + o];
+    lanes[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y != 0 || o >= C_out) return;
+    s = lanes[0][threadIdx.x];
+#pragma unroll
+    for (int j = 1; j < kFinishLanes; j++) s += lanes[j][threadIdx.x];
     /* ref: dmag = (float)((double)dmag + s / (double)den) */
     dmag[o] = (float)__dadd_rn((double)dmag[o], __ddiv_rn(s, (double)den[o]));
+}
+
+void launch_finish(float *dmag, const double *partial, const float *den, int n_chunks, int C_out,
+                   cudaStream_t stream) {
+    dora_dmag_finish<<<(C_out + kFinishCols - 1) / kFinishCols, dim3(kFinishCols, kFinishLanes), 0, stream>>>(
+        dmag, partial, den, n_chunks, C_out);
+    KERNEL_CHECK(stream);
 }
 
 void check_kind(enum dora_saved kind) {
@@ -536,8 +555,7 @@ extern "C" void gpu_dora_rescale_bf16(uint16_t *dy_s, float *dmag, const uint16_
     KERNEL_CHECK(stream);
     if (dmag) {
         const float *den = kind == DORA_SAVED_Z ? wnorm : mag;
-        dora_dmag_finish<<<(C_out + kBlock - 1) / kBlock, kBlock, 0, stream>>>(dmag, partial, den, chunks, C_out);
-        KERNEL_CHECK(stream);
+        launch_finish(dmag, partial, den, chunks, C_out, stream);
     }
 }
 
@@ -575,16 +593,8 @@ extern "C" void gpu_dora_swiglu_backward_bf16(uint16_t *gate, uint16_t *up, floa
                       : (from_y ? dora_swiglu_rescale_chunks<1, true> : dora_swiglu_rescale_chunks<1, false>);
     kernel<<<grid, block, 0, stream>>>(gb, ub, part_g, part_u, dhb, zgb, zub, mag_g, wnorm_g, mag_u, wnorm_u, N, F);
     KERNEL_CHECK(stream);
-    if (dmag_g) {
-        dora_dmag_finish<<<(F + kBlock - 1) / kBlock, kBlock, 0, stream>>>(dmag_g, part_g, from_y ? mag_g : wnorm_g,
-                                                                          chunks, F);
-        KERNEL_CHECK(stream);
-    }
-    if (dmag_u) {
-        dora_dmag_finish<<<(F + kBlock - 1) / kBlock, kBlock, 0, stream>>>(dmag_u, part_u, from_y ? mag_u : wnorm_u,
-                                                                          chunks, F);
-        KERNEL_CHECK(stream);
-    }
+    if (dmag_g) launch_finish(dmag_g, part_g, from_y ? mag_g : wnorm_g, chunks, F, stream);
+    if (dmag_u) launch_finish(dmag_u, part_u, from_y ? mag_u : wnorm_u, chunks, F, stream);
 }
 
 extern "C" size_t gpu_dora_backward_workspace_size(int N, int C_in, int C_out, int R) {

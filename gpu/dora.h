@@ -28,7 +28,7 @@
  *          passes z = NULL and nothing more is written
  * Backward, for dy (N, C_out) bf16:
  *   dm[o] += ( Σ_n dy[n,o]·z[n,o] ) / n[o]              dmag (C_out) fp32 ACCUMULATES (double sums
- *      or ( Σ_n dy[n,o]·y[n,o] ) / m[o]  (DORA_SAVED_Y)  per 32-row chunk, chunks added in order)
+ *      or ( Σ_n dy[n,o]·y[n,o] ) / m[o]  (DORA_SAVED_Y)  per 32-row chunk, chunks in a fixed order)
  *   dy_s  = bf16( mns⊙dy )                             (N, C_out) workspace: the rescaled dy of
  *                                                       both paths (n is a constant)
  *   dx    = bf16( dy_s W )                              OVERWRITES dx: the base path, one gemm
