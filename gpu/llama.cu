@@ -305,12 +305,12 @@ void proj_adapter_u(gpu_llama *m, int l, int t, const uint16_t *x, uint64_t micr
 }
 
 /* What DoRA's magnitude gradient of linear t of layer l reads (llama_dora_saved): its saved z, or
- * its output as the layer keeps it for attention (v; gate and up are rescaled inside SwiGLU's
- * backward, which reads them anyway). */
+ * its output as the layer keeps it — for attention (v), in place of h (o: gl_keeps_o_out); gate and
+ * up are rescaled inside SwiGLU's backward, which reads them anyway. */
 const uint16_t *dora_saved_of(gpu_llama *m, int l, int t) {
     const gl_acts &a = m->acts[l];
     if (llama_dora_saved(&m->cfg, (enum llama_linear)t) == DORA_SAVED_Z) return a.z[t];
-    return t == LLAMA_V ? a.v : t == LLAMA_GATE ? a.gate : a.up;
+    return t == LLAMA_V ? a.v : t == LLAMA_O ? a.o_out : t == LLAMA_GATE ? a.gate : a.up;
 }
 
 /* The backward of linear t of layer l for dy, rows sp: dx (when non-NULL) overwritten or accumulated
@@ -439,11 +439,18 @@ void norm1(gpu_llama *m, int l) {
                              m->cfg.rms_norm_eps, m->stream);
 }
 
-/* n2 = rmsnorm(h) of layer l, recomputed from the saved h before the MLP's backward. */
+/* n2 = rmsnorm(h) of layer l, recomputed from the saved h before the MLP's backward — or, where the
+ * layer kept o's output instead (gl_keeps_o_out), h = x + o and n2 formed again as the forward
+ * formed them (the same kernel: the same bits, rstd2 included). */
 void norm2(gpu_llama *m, int l) {
     PROF(m, PROF_NORM);
-    gpu_rmsnorm_forward_bf16(m->n2, m->acts[l].rstd2, m->acts[l].h, m->layers[l].mlp_norm, m->N, m->cfg.C,
-                             m->cfg.rms_norm_eps, m->stream);
+    gl_acts &a = m->acts[l];
+    if (a.o_out)
+        gpu_rmsnorm_residual_forward_bf16(a.h, m->n2, a.rstd2, m->x[l], a.o_out, m->layers[l].mlp_norm, m->N,
+                                          m->cfg.C, m->cfg.rms_norm_eps, m->stream);
+    else
+        gpu_rmsnorm_forward_bf16(m->n2, a.rstd2, a.h, m->layers[l].mlp_norm, m->N, m->cfg.C, m->cfg.rms_norm_eps,
+                                 m->stream);
 }
 
 /* How far layer_forward goes: the attention part (RECOMPUTE_ATTN's recomputation); up to h and
@@ -498,10 +505,11 @@ void layer_forward(gpu_llama *m, int l, int train, uint64_t micro, enum fwd_upto
     }
     if (upto == FWD_ATTN) return;
     fp8_input(m, l, LLAMA_O, a.att, m->QD, whole(m));
-    proj_forward(m, l, LLAMA_O, m->tmp, a.att, train, micro, whole(m));
+    uint16_t *o = a.o_out ? a.o_out : m->tmp; /* kept (gl_keeps_o_out), or consumed by the residual */
+    proj_forward(m, l, LLAMA_O, o, a.att, train, micro, whole(m));
     {
         PROF(m, PROF_NORM);
-        gpu_rmsnorm_residual_forward_bf16(a.h, m->n2, a.rstd2, x, m->tmp, ly.mlp_norm, N, c.C, c.rms_norm_eps, s);
+        gpu_rmsnorm_residual_forward_bf16(a.h, m->n2, a.rstd2, x, o, ly.mlp_norm, N, c.C, c.rms_norm_eps, s);
     }
     if (upto == FWD_NORM2) return;
     for (int r0 = 0; r0 < N; r0 += m->mlp_rows)

@@ -77,6 +77,7 @@ struct gl_layer {
 struct gl_acts {
     float *rstd1, *rstd2, *lse;
     uint16_t *q, *k, *v, *att, *h, *gate, *up, *mlp;
+    uint16_t *o_out;             /* gl_keeps_o_out: o's output (N, C); h is then h_buf, formed again */
     uint16_t *u[LLAMA_N_LINEAR]; /* adapter intermediates x Aᵀ (N, R) */
     uint16_t *z[LLAMA_N_LINEAR]; /* DoRA pre-magnitude outputs (N, C_out) */
     float *wnorm[LLAMA_N_LINEAR]; /* DoRA row norms (C_out) */
@@ -174,6 +175,7 @@ struct gpu_llama {
     int dq_layer;     /* the layer dq_buf holds, −1 none */
     gl_fp8 fp8;
     uint16_t *mlp_buf; /* GPU_MLP_INPUT_RECOMPUTED: the one MLP input buffer every layer shares */
+    uint16_t *h_buf;   /* gl_keeps_o_out: the one h = x + o every layer shares */
 
     /* activations */
     uint16_t **x; /* L + 1 layer inputs (N, C); x[L] feeds the final norm. Offloaded: x[l] = x_ping[l % 2]
@@ -281,6 +283,10 @@ int gl_layer_of(const char *name);
 enum gl_layout_mode { GL_PLAN = 0, GL_ALLOCATE };
 int gl_layout(gpu_llama *m, enum gl_layout_mode mode);
 int gl_is_target(const gpu_llama *m, int t);
+/* DoRA with o a target: each layer keeps o's output (o_out), which o's magnitude gradient reads
+ * (llama_dora_saved), in place of h = x + o — one buffer h_buf for every layer, formed again with n2
+ * before the MLP's backward (one pass over x and o_out) — so neither h nor o's z is saved. */
+int gl_keeps_o_out(const gpu_llama *m);
 
 /* llama.cu: layer l's frozen linears as the model reads them in bf16 (W_eff under FP8) into the
  * dequantization buffer (NF4, FP8-stored; a no-op for a bf16 base or when it is already there). */

@@ -417,7 +417,7 @@ void activation_rows(gpu_llama *m, gl_rows &rs) {
         }
         if (l == 0 || m->opt.recompute != RECOMPUTE_LAYER) {
             add(rs, SLAB_ACTS, &s->rstd1, N);
-            add(rs, SLAB_ACTS, &s->h, N * C);
+            add(rs, SLAB_ACTS, gl_keeps_o_out(m) ? &s->o_out : &s->h, N * C);
             add(rs, SLAB_ACTS, &s->rstd2, N);
             /* MLP chunks (LAYER only: one shared set) hold mlp_rows rows; u stays (N, R) */
             add(rs, SLAB_ACTS, &s->gate, m->mlp_rows * F);
@@ -494,6 +494,7 @@ void scratch_rows(gpu_llama *m, gl_rows &rs) {
     add(rs, SLAB_SCRATCH, &m->n1, N * C);
     add(rs, SLAB_SCRATCH, &m->n2, N * C);
     add(rs, SLAB_SCRATCH, &m->mlp_buf, m->opt.mlp_input == GPU_MLP_INPUT_RECOMPUTED ? m->mlp_rows * F : 0);
+    add(rs, SLAB_SCRATCH, &m->h_buf, gl_keeps_o_out(m) ? N * C : 0);
     add(rs, SLAB_SCRATCH, &m->keep, o->dropout > 0 ? max_in : 0);
     const int64_t V = m->cfg.V, ce_rows = (int64_t)(kCeChunkBytes / (2 * (size_t)V)) < 64 ? 64 : (int64_t)(kCeChunkBytes / (2 * (size_t)V));
     m->plan.ce_rows = (int)(ce_rows > N ? N : ce_rows);
@@ -587,6 +588,8 @@ void point_views(gpu_llama *m) {
         }
     if (m->opt.mlp_input == GPU_MLP_INPUT_RECOMPUTED)
         for (int l = 0; l < c->L; l++) m->acts[l].mlp = m->mlp_buf;
+    if (gl_keeps_o_out(m))
+        for (int l = 0; l < c->L; l++) m->acts[l].h = m->h_buf;
     for (int l = 1; l < c->L; l++) {
         gl_acts &s = m->acts[l];
         const gl_acts &z = m->acts[0];
@@ -596,7 +599,7 @@ void point_views(gpu_llama *m) {
             s.ug[GL_GROUP_QKV] = z.ug[GL_GROUP_QKV];
         }
         if (m->opt.recompute == RECOMPUTE_LAYER) {
-            s.rstd1 = z.rstd1, s.h = z.h, s.rstd2 = z.rstd2;
+            s.rstd1 = z.rstd1, s.h = z.h, s.o_out = z.o_out, s.rstd2 = z.rstd2;
             s.gate = z.gate, s.up = z.up, s.mlp = z.mlp;
             for (int t = LLAMA_O; t < LLAMA_N_LINEAR; t++) s.u[t] = z.u[t], s.z[t] = z.z[t], s.wnorm[t] = z.wnorm[t];
             s.ug[GL_GROUP_GATE_UP] = z.ug[GL_GROUP_GATE_UP];
@@ -631,6 +634,11 @@ float *gl_grad_f32(const gpu_llama *m, const gl_param &p) {
 }
 
 int gl_is_target(const gpu_llama *m, int t) { return m->opt.mode != LLAMA_FULL && ((m->opt.targets >> t) & 1u); }
+
+int gl_keeps_o_out(const gpu_llama *m) {
+    return m->opt.mode == LLAMA_DORA && gl_is_target(m, LLAMA_O) &&
+           llama_dora_saved(&m->cfg, LLAMA_O) == DORA_SAVED_Y;
+}
 
 int gl_layout(gpu_llama *m, enum gl_layout_mode mode) {
     gl_rows rs = make_rows(m);

@@ -499,12 +499,16 @@ static void proj_fwd(const struct llama_model *m, const struct llama_weights *w,
         ref_dora_weight_norm(s->wnorm[t], W, ad->a, ad->b, ci, co, R, m->lora_scale);
         /* FP8: z = act((ŷ − b) + s·(u Bᵀ)), the pre-magnitude output dm needs (the GPU's), where
          * the output itself does not serve (llama_dora_saved) */
-        float *z = m->fp8 ? m->fp8->z[l][t] : NULL;
+        float *z = m->fp8 ? m->fp8->z[l][t] : NULL; /* o's: its output, copied below */
         if (z)
             for (int n = 0; n < N; n++)
                 for (int o = 0; o < co; o++) z[(int64_t)n * co + o] = b ? y[(int64_t)n * co + o] - b[o] : y[(int64_t)n * co + o];
         ref_dora_forward(y, s->u[t], x, NULL, W, b, ad->a, ad->b, ad->mag, s->wnorm[t], N, ci, co, R, m->lora_scale,
                          m->opt.act);
+        if (z && t == LLAMA_O) { /* the output itself (llama_dora_saved), before the residual joins it */
+            memcpy(z, y, sizeof(float) * (size_t)N * (size_t)co);
+            z = NULL;
+        }
         if (z)
             for (int n = 0; n < N; n++)
                 for (int o = 0; o < co; o++) {
@@ -532,8 +536,8 @@ static void proj_bwd_fp8(const struct llama_model *m, const struct llama_weights
     const float *gy = dy;
     if (target && m->opt.mode == LLAMA_DORA) {
         const enum dora_saved kind = llama_dora_saved(&m->cfg, t);
-        ref_dora_rescale(f->dys, g->mag, dy, kind == DORA_SAVED_Z ? f->z[l][t] : y_of(s, t), kind, ad->mag,
-                         s->wnorm[t], N, co, m->opt.act);
+        ref_dora_rescale(f->dys, g->mag, dy, kind == DORA_SAVED_Z || t == LLAMA_O ? f->z[l][t] : y_of(s, t), kind,
+                         ad->mag, s->wnorm[t], N, co, m->opt.act);
         gy = f->dys;
     }
     if (dx != NULL || grads != NULL) {

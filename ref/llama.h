@@ -294,18 +294,21 @@ struct llama_fp8 {
     unsigned *flags;              /* (n) the step's ref/fp8.h flags per row */
     int64_t saturated;            /* the step's saturated codes */
     struct fp8_operand (*w)[LLAMA_N_LINEAR], (*w_t)[LLAMA_N_LINEAR]; /* L × 7 */
-    float *(*z)[LLAMA_N_LINEAR];  /* DoRA: L × 7 pre-magnitude outputs (N, C_out) of the targets */
+    float *(*z)[LLAMA_N_LINEAR];  /* DoRA: L × 7 pre-magnitude outputs (N, C_out) of the targets that
+                                     read z (llama_dora_saved), and o's output */
     struct fp8_operand xq, xt, dq, dt; /* scratch operands: an input, its transposed copy, dy, dyᵀ */
     float *dys;                   /* DoRA: (N, max C_out) the rescaled dy */
     float *ws;                    /* the products' workspace */
 };
 
-/* What DoRA's backward reads for linear t's magnitude gradient (ref/dora.h): its output, which the
- * layer keeps anyway — gate and up for SwiGLU's backward, v for attention's, bias-free (Qwen2's
- * q/k/v carry a bias) — or a saved pre-magnitude z. The GPU keeps no z for the former: 4.1 GiB of
- * Llama-3.2-1B's 16×512 step. Both trainers decide by this one rule. */
+/* What DoRA's backward reads for linear t's magnitude gradient (ref/dora.h): its output where the
+ * layer keeps it anyway — gate and up for SwiGLU's backward, v for attention's, bias-free (Qwen2's
+ * q/k/v carry a bias) — and o's (never biased), kept in place of h, which the backward forms again
+ * as x + o (gpu/llama.cu); else a saved pre-magnitude z (q, k, down, biased v). The GPU keeps no z
+ * for the former: 4.6 GiB of Llama-3.2-1B's 16×512 step. Both trainers decide by this one rule. */
 static inline enum dora_saved llama_dora_saved(const struct model_config *c, enum llama_linear t) {
-    return t == LLAMA_GATE || t == LLAMA_UP || (t == LLAMA_V && !c->attention_bias) ? DORA_SAVED_Y : DORA_SAVED_Z;
+    return t == LLAMA_GATE || t == LLAMA_UP || t == LLAMA_O || (t == LLAMA_V && !c->attention_bias) ? DORA_SAVED_Y
+                                                                                                       : DORA_SAVED_Z;
 }
 
 /* Allocates the state of a model (config c, options o with their targets and mode, N = B·T rows)

@@ -68,7 +68,8 @@ void ref_llama_fp8_alloc(struct llama_fp8 *s, const struct model_config *c, cons
         for (int l = 0; l < c->L; l++) {
             operand_alloc(&s->w[l][t], co, ci);
             operand_alloc(&s->w_t[l][t], ci, co);
-            if (is_target(o, t) && o->mode == LLAMA_DORA && llama_dora_saved(c, t) == DORA_SAVED_Z)
+            /* z, or o's output: the reference's layer adds the residual into that buffer in place */
+            if (is_target(o, t) && o->mode == LLAMA_DORA && (llama_dora_saved(c, t) == DORA_SAVED_Z || t == LLAMA_O))
                 s->z[l][t] = xcalloc((size_t)N * (size_t)co, sizeof(float));
         }
     }

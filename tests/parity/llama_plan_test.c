@@ -607,14 +607,14 @@ int main(void) {
                      (double)(plan_of(&c1, &ochd).acts + plan_of(&c1, &ochd).scratch),
                  lost - slack, 2 * lost + slack);
     }
-    {   /* DoRA's saved activations beyond LoRA's: z (N, C_out) bf16 of q, k, o and down — none of v,
-         * gate and up, whose outputs serve (llama_dora_saved) — plus a v of a biased q/k/v (Qwen2's), and
-         * the fp32 row norms of every target */
+    {   /* DoRA's saved activations beyond LoRA's: z (N, C_out) bf16 of q, k and down — none of v, o,
+         * gate and up, whose outputs serve (llama_dora_saved; o's output is kept in place of h) — plus a v
+         * of a biased q/k/v (Qwen2's), and the fp32 row norms of every target; scratch: one shared h */
         struct gpu_llama_options olr = opts(LLAMA_LORA, 2, 128), odr = opts(LLAMA_DORA, 2, 128);
         const double N = 256, QD = (double)c1.H * c1.D, KD = (double)c1.KVH * c1.D;
         const double norms = c1.L * (QD + 2 * KD + c1.C + 2.0 * c1.F + c1.C) * 4;
-        const double z = c1.L * N * (QD + KD + c1.C + c1.C) * 2;
-        in_range("DoRA 2x128 saves z of q, k, o, down and the row norms beyond LoRA",
+        const double z = c1.L * N * (QD + KD + c1.C) * 2;
+        in_range("DoRA 2x128 saves z of q, k, down and the row norms beyond LoRA",
                  (double)plan_of(&c1, &odr).acts - (double)plan_of(&c1, &olr).acts, z + norms - slack,
                  z + norms + slack);
         struct model_config cb = c1;
@@ -622,6 +622,17 @@ int main(void) {
         in_range("DoRA 2x128 with q/k/v biases also saves z of v",
                  (double)plan_of(&cb, &odr).acts - (double)plan_of(&cb, &olr).acts,
                  z + c1.L * N * KD * 2 + norms - slack, z + c1.L * N * KD * 2 + norms + slack);
+        struct gpu_llama_options odq = odr; /* o not a target: h saved as LoRA saves it, no shared h */
+        odq.targets = (1u << LLAMA_Q) | (1u << LLAMA_V);
+        struct gpu_llama_options olq = olr;
+        olq.targets = odq.targets;
+        in_range("DoRA 2x128 on q, v: z of q and the row norms beyond LoRA's activations",
+                 (double)plan_of(&c1, &odq).acts - (double)plan_of(&c1, &olq).acts,
+                 c1.L * (N * QD * 2 + (QD + KD) * 4) - slack, c1.L * (N * QD * 2 + (QD + KD) * 4) + slack);
+        const double dy_s = N * (QD + 2 * KD) * 2; /* the q/k/v group's rescaled dy, side by side */
+        in_range("DoRA 2x128: scratch beyond LoRA's is the rescaled dy and the shared h",
+                 (double)plan_of(&c1, &odr).scratch - (double)plan_of(&c1, &olr).scratch, dy_s + N * c1.C * 2 - slack,
+                 dy_s + N * c1.C * 2 + slack + 8.0 * (N / 32) * c1.F * 2);
     }
     in_range("--mlp-chunk ≥ B·T: one chunk", plan_of(&c1, &ochm).mlp_rows, 256, 256);
     struct gpu_llama_options og16 = opts(LLAMA_LORA, 2, 128), og16s = opts(LLAMA_FULL, 2, 128);
