@@ -15,7 +15,8 @@
  *    (8 columns a thread when possible).
  *  - backward: one pass over dy and the saved tensor (z, or the bias-free output y: ref/dora.h's
  *    dora_saved) writes dy_s = bf16(mns⊙dy) and per-(32-row chunk, column) double partial sums of
- *    dy·z or dy·y (threads own columns, loop over the chunk's rows: coalesced, no atomics); a second
+ *    dy·z or dy·y (four threads a chunk's columns, 8 rows each, combined in a fixed order through
+ *    shared memory: coalesced, no atomics); a second
  *    small kernel adds the chunks per column in a fixed order (8 interleaved lanes, then the lanes)
  *    and accumulates their sum over n (z) or m (y) into dm. Then the base
  *    path dx = dy_s W and gpu/lora's backward with dy_s. For the MLP's gate and up linears the same
@@ -41,9 +42,9 @@ using refine::bf16;
 namespace {
 
 constexpr int kBlock = 256;
-constexpr int kChunkRows = 32;   /* rows per dm partial sum */
-constexpr int kColThreads = 64;  /* blockDim.x of the rescale pass */
-constexpr int kChunkThreads = 4; /* blockDim.y of the rescale pass */
+constexpr int kChunkRows = 32;                       /* rows per dm partial sum */
+constexpr int kSubRows = 8;                          /* rows one thread of the rescale passes sums */
+constexpr int kSubLanes = kChunkRows / kSubRows;     /* warps a block: one 8-row part of its chunk each */
 constexpr size_t kAlign = 256;
 
 size_t align_up(size_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
@@ -295,22 +296,57 @@ void launch_fused(bool vec, bf16 *y, bf16 *z, const bf16 *u, int ldu, const bf16
             <<<grid, block, 0, stream>>>(y, z, u, lora_b, bias, mag, wnorm, s, N, C_out, R, ldu, rows_per_block);
 }
 
-/* dy_s = bf16(mns⊙dy); partial[chunk][o] = Σ_{n in chunk} dy·v (double, rows in order), v the saved
- * z or y. */
+/* The rescale passes' threads (dora_rescale_chunks, dora_swiglu_rescale_chunks): a block takes one
+ * 32-row chunk and 32 column groups of VW columns; warp `sub` (threadIdx.y) sums rows chunk·32 +
+ * 8·sub … + 7 of lane x's group in order (double), and the chunk's partial sum is
+ * ((sub 0 + 1) + (2 + 3)) through shared memory — a fixed order. Four threads a column group and
+ * eight rows each keep 4× the loads in flight of one thread walking the 32 rows (the narrow widths'
+ * limit: at C_out 2048 that left 256 blocks), and each warp's loads stay 32·VW contiguous columns of
+ * one row. blockIdx.x → 32·VW columns, blockIdx.y → the chunk. */
+struct rescale_lane {
+    int o0, chunk, r0, r1, sub;
+    bool cols;
+    __device__ rescale_lane(int N, int C_out, int VW) {
+        sub = threadIdx.y;
+        o0 = (blockIdx.x * 32 + threadIdx.x) * VW;
+        chunk = blockIdx.y;
+        r0 = chunk * kChunkRows + sub * kSubRows;
+        r1 = min(r0 + kSubRows, N);
+        cols = o0 < C_out; /* C_out % VW == 0: all VW columns or none */
+    }
+};
+
+/* The chunk's partial sums of the block's four parts into part[chunk][o0 + j]; every thread of the
+ * block takes part (a barrier). sh: the block's kSubLanes × VW × 32 doubles. */
 template <int VW>
-__global__ void dora_rescale_chunks(bf16 *dy_s, double *partial, const bf16 *dy, const bf16 *v, const float *mag,
-                                    const float *wnorm, int N, int C_out) {
-    const int o0 = (blockIdx.x * kColThreads + threadIdx.x) * VW;
-    const int chunk = blockIdx.y * kChunkThreads + threadIdx.y;
-    const int n0 = chunk * kChunkRows;
-    if (o0 >= C_out || n0 >= N) return;
-    const int n1 = n0 + kChunkRows < N ? n0 + kChunkRows : N;
+__device__ __forceinline__ void chunk_store(double *part, double (*sh)[VW][32], const double (&acc)[VW],
+                                            const rescale_lane &L, int C_out) {
+#pragma unroll
+    for (int j = 0; j < VW; j++) sh[L.sub][j][threadIdx.x] = acc[j];
+    __syncthreads();
+    if (L.sub != 0 || !L.cols) return;
+#pragma unroll
+    for (int j = 0; j < VW; j++)
+        part[(int64_t)L.chunk * C_out + L.o0 + j] =
+            (sh[0][j][threadIdx.x] + sh[1][j][threadIdx.x]) + (sh[2][j][threadIdx.x] + sh[3][j][threadIdx.x]);
+}
+
+/* dy_s = bf16(mns⊙dy); partial[chunk][o] = Σ_{n in chunk} dy·v (double, rescale_lane's order), v the
+ * saved z or y. */
+template <int VW>
+__global__ void __launch_bounds__(32 * kSubLanes)
+    dora_rescale_chunks(bf16 *dy_s, double *partial, const bf16 *__restrict__ dy, const bf16 *__restrict__ v,
+                        const float *mag, const float *wnorm, int N, int C_out) {
+    const rescale_lane L(N, C_out, VW);
     float mns[VW];
     double acc[VW];
 #pragma unroll
-    for (int j = 0; j < VW; j++) mns[j] = __fdiv_rn(mag[o0 + j], wnorm[o0 + j]), acc[j] = 0.0;
-    for (int r = n0; r < n1; r++) {
-        const int64_t e = (int64_t)r * C_out + o0;
+    for (int j = 0; j < VW; j++) mns[j] = L.cols ? __fdiv_rn(mag[L.o0 + j], wnorm[L.o0 + j]) : 0.0f, acc[j] = 0.0;
+#pragma unroll
+    for (int i = 0; i < kSubRows; i++) {
+        const int r = L.r0 + i;
+        if (!L.cols || r >= L.r1) break;
+        const int64_t e = (int64_t)r * C_out + L.o0;
         float g[VW], out[VW];
         refine::load_bf16<VW>(g, dy + e);
         if (partial) {
@@ -323,9 +359,9 @@ __global__ void dora_rescale_chunks(bf16 *dy_s, double *partial, const bf16 *dy,
         for (int j = 0; j < VW; j++) out[j] = __fmul_rn(mns[j], g[j]);
         refine::store_bf16<VW>(dy_s + e, out);
     }
-    if (partial)
-#pragma unroll
-        for (int j = 0; j < VW; j++) partial[(int64_t)chunk * C_out + o0 + j] = acc[j];
+    if (!partial) return; /* uniform: the whole grid takes the same branch */
+    __shared__ double sh[kSubLanes][VW][32];
+    chunk_store<VW>(partial, sh, acc, L, C_out);
 }
 
 /* The SwiGLU backward with the gate and up linears' rescale (gpu_dora_swiglu_backward_bf16): per side,
@@ -334,25 +370,24 @@ __global__ void dora_rescale_chunks(bf16 *dy_s, double *partial, const bf16 *dy,
  * sums take the gate and up outputs this pass reads anyway (DORA_SAVED_Y), no z. A side without a
  * magnitude (not a DoRA target) stores the rounded gradient as gpu/swiglu does. */
 template <int VW, bool FROM_Y>
-__global__ void dora_swiglu_rescale_chunks(bf16 *gate, bf16 *up, double *part_g, double *part_u,
-                                           const bf16 *__restrict__ dh, const bf16 *__restrict__ z_g,
-                                           const bf16 *__restrict__ z_u, const float *mag_g, const float *wn_g,
-                                           const float *mag_u, const float *wn_u, int N, int F) {
-    const int o0 = (blockIdx.x * kColThreads + threadIdx.x) * VW;
-    const int chunk = blockIdx.y * kChunkThreads + threadIdx.y;
-    const int n0 = chunk * kChunkRows;
-    if (o0 >= F || n0 >= N) return;
-    const int n1 = n0 + kChunkRows < N ? n0 + kChunkRows : N;
+__global__ void __launch_bounds__(32 * kSubLanes)
+    dora_swiglu_rescale_chunks(bf16 *gate, bf16 *up, double *part_g, double *part_u, const bf16 *__restrict__ dh,
+                               const bf16 *__restrict__ z_g, const bf16 *__restrict__ z_u, const float *mag_g,
+                               const float *wn_g, const float *mag_u, const float *wn_u, int N, int F) {
+    const rescale_lane L(N, F, VW);
     float mg[VW], mu[VW];
     double ag[VW], au[VW];
 #pragma unroll
     for (int j = 0; j < VW; j++) {
-        mg[j] = mag_g ? __fdiv_rn(mag_g[o0 + j], wn_g[o0 + j]) : 1.0f;
-        mu[j] = mag_u ? __fdiv_rn(mag_u[o0 + j], wn_u[o0 + j]) : 1.0f;
+        mg[j] = mag_g && L.cols ? __fdiv_rn(mag_g[L.o0 + j], wn_g[L.o0 + j]) : 1.0f;
+        mu[j] = mag_u && L.cols ? __fdiv_rn(mag_u[L.o0 + j], wn_u[L.o0 + j]) : 1.0f;
         ag[j] = au[j] = 0.0;
     }
-    for (int r = n0; r < n1; r++) {
-        const int64_t e = (int64_t)r * F + o0;
+#pragma unroll 4
+    for (int i = 0; i < kSubRows; i++) {
+        const int r = L.r0 + i;
+        if (!L.cols || r >= L.r1) break;
+        const int64_t e = (int64_t)r * F + L.o0; /* (the loop's break is per thread: no barrier inside) */
         float gv[VW], uv[VW], dhv[VW], zg[VW], zu[VW];
         refine::load_bf16<VW>(gv, gate + e);
         refine::load_bf16<VW>(uv, up + e);
@@ -377,11 +412,10 @@ __global__ void dora_swiglu_rescale_chunks(bf16 *gate, bf16 *up, double *part_g,
         refine::store_bf16<VW>(gate + e, gv);
         refine::store_bf16<VW>(up + e, uv);
     }
-#pragma unroll
-    for (int j = 0; j < VW; j++) {
-        if (part_g) part_g[(int64_t)chunk * F + o0 + j] = ag[j];
-        if (part_u) part_u[(int64_t)chunk * F + o0 + j] = au[j];
-    }
+    __shared__ double sh[kSubLanes][VW][32];
+    if (part_g) chunk_store<VW>(part_g, sh, ag, L, F); /* uniform across the grid, as below */
+    if (part_g && part_u) __syncthreads();                /* sh is read before it is refilled */
+    if (part_u) chunk_store<VW>(part_u, sh, au, L, F);
 }
 
 /* dm[o] += (Σ_chunks partial[c][o]) / den[o], den: n (the partial sums of dy·z) or m (of dy·y).
@@ -543,9 +577,9 @@ extern "C" void gpu_dora_rescale_bf16(uint16_t *dy_s, float *dmag, const uint16_
     const int chunks = n_chunks_of(N);
     const bool vec = C_out % 8 == 0 && aligned16(dy_s) && aligned16(dy) && aligned16(saved);
     const int VW = vec ? 8 : 1;
-    const int cols_per_block = kColThreads * VW;
-    dim3 grid((C_out + cols_per_block - 1) / cols_per_block, (chunks + kChunkThreads - 1) / kChunkThreads);
-    dim3 block(kColThreads, kChunkThreads);
+    const int cols_per_block = 32 * VW;
+    dim3 grid((C_out + cols_per_block - 1) / cols_per_block, chunks);
+    dim3 block(32, kSubLanes);
     bf16 *out = reinterpret_cast<bf16 *>(dy_s);
     const bf16 *dyb = reinterpret_cast<const bf16 *>(dy);
     if (vec)
@@ -582,9 +616,9 @@ extern "C" void gpu_dora_swiglu_backward_bf16(uint16_t *gate, uint16_t *up, floa
     const bool vec = F % 8 == 0 && aligned16(gate) && aligned16(up) && aligned16(dh) && aligned16(z_g) &&
                      aligned16(z_u);
     const int VW = vec ? 8 : 1;
-    const int cols_per_block = kColThreads * VW;
-    dim3 grid((F + cols_per_block - 1) / cols_per_block, (chunks + kChunkThreads - 1) / kChunkThreads);
-    dim3 block(kColThreads, kChunkThreads);
+    const int cols_per_block = 32 * VW;
+    dim3 grid((F + cols_per_block - 1) / cols_per_block, chunks);
+    dim3 block(32, kSubLanes);
     bf16 *gb = reinterpret_cast<bf16 *>(gate), *ub = reinterpret_cast<bf16 *>(up);
     const bf16 *dhb = reinterpret_cast<const bf16 *>(dh), *zgb = reinterpret_cast<const bf16 *>(z_g),
                *zub = reinterpret_cast<const bf16 *>(z_u);
