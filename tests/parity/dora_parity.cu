@@ -502,8 +502,8 @@ static void swiglu_fused_case(int N, int F, int gate_dora, int up_dora, int up_d
     EXPECT(changed > 0 || (!gate_dora && !(up_dora && up_dmag)),
            "dora swiglu fused N=%d F=%d: no magnitude gradient moved (the case tests nothing)", N, F);
     for (void *p : {(void *)g1, (void *)u1, (void *)dh1, (void *)zg1, (void *)zu1, (void *)g2, (void *)u2, (void *)sg,
-                    (void *)su, (void *)g0, (void *)u0, (void *)mgd, (void *)ngd, (void *)mud, (void *)nud, (void *)dmg1, (void *)dmu1,
-                    (void *)dmg2, (void *)dmu2, ws})
+                    (void *)su, (void *)g0, (void *)u0, (void *)mgd, (void *)ngd, (void *)mud, (void *)nud,
+                    (void *)dmg1, (void *)dmu1, (void *)dmg2, (void *)dmu2, ws})
         CUDA_CHECK(cudaFree(p));
 }
 
