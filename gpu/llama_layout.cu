@@ -370,7 +370,7 @@ void fp8_rows(gpu_llama *m, gl_rows &rs) {
 
 /* The saved intermediates of the adapters of linears first..last: u = x Aᵀ (N, R) — one (N, n·R)
  * buffer for a grouped group — and for DoRA the row norms (C_out) and, where the backward does not
- * read the output instead (llama_dora_saved: not for v, gate, up), the pre-magnitude output z
+ * read the output instead (llama_dora_saved: not for v, o, gate, up), the pre-magnitude output z
  * (rows_of(t), C_out: an MLP linear's holds its chunk, consumed by the chunk's backward). */
 void adapter_act_rows(gpu_llama *m, gl_rows &rs, gl_acts *s, int first, int last) {
     const int64_t N = (int64_t)m->opt.B * m->opt.T;
