@@ -98,7 +98,18 @@ __global__ void __launch_bounds__(kBlock) dora_norm_warp_per_row(float *wnorm, c
     }
 }
 
-/* y = bf16(y + ((mns−1)·base + mns·sl)), z = bf16(base + sl), base = y − b. */
+/* One element of the magnitude pass (ref_dora_forward's formula, each operation rounded as written):
+ * from y (the base output, its bias b included) and sl = s·l, the output y + ((mns − 1)·base +
+ * mns·sl) and the pre-magnitude z = base + sl, base = y − b. The passes below store them as bf16. */
+__device__ __forceinline__ void dora_element(float y, float b, bool has_bias, float mns, float sl, float &out,
+                                             float &z) {
+    const float base = has_bias ? __fsub_rn(y, b) : y;
+    const float delta = __fadd_rn(__fmul_rn(__fsub_rn(mns, 1.0f), base), __fmul_rn(mns, sl));
+    out = __fadd_rn(y, delta);
+    z = __fadd_rn(base, sl);
+}
+
+/* y = bf16(y + ((mns−1)·base + mns·sl)), z = bf16(base + sl), base = y − b (dora_element). */
 template <int VW>
 __global__ void __launch_bounds__(kBlock) dora_forward_scale(bf16 *y, bf16 *z, const float *sl, const bf16 *bias,
                                                              const float *mag, const float *wnorm, int64_t n,
@@ -110,14 +121,8 @@ __global__ void __launch_bounds__(kBlock) dora_forward_scale(bf16 *y, bf16 *z, c
     const int o0 = (int)(i % C_out); /* VW columns of one row: C_out % VW == 0 */
     if (bias) refine::load_bf16<VW>(bv, bias + o0);
 #pragma unroll
-    for (int j = 0; j < VW; j++) {
-        const float base = bias ? __fsub_rn(yv[j], bv[j]) : yv[j];
-        const float mns = __fdiv_rn(mag[o0 + j], wnorm[o0 + j]);
-        const float s_l = sl[i + j];
-        const float delta = __fadd_rn(__fmul_rn(__fsub_rn(mns, 1.0f), base), __fmul_rn(mns, s_l));
-        out[j] = __fadd_rn(yv[j], delta);
-        zv[j] = __fadd_rn(base, s_l);
-    }
+    for (int j = 0; j < VW; j++)
+        dora_element(yv[j], bv[j], bias, __fdiv_rn(mag[o0 + j], wnorm[o0 + j]), sl[i + j], out[j], zv[j]);
     refine::store_bf16<VW>(y + i, out);
     if (z) refine::store_bf16<VW>(z + i, zv);
 }
@@ -227,13 +232,7 @@ __global__ void __launch_bounds__(32 * kFusedRowThreads, RP <= 16 ? 3 : 1)
             float out[2], zv[2];
             const float yv[2] = {y0[k], y1[k]}, acc[2] = {a0[k], a1[k]}, mns[2] = {mns0, mns1}, bv[2] = {bv0, bv1};
 #pragma unroll
-            for (int j = 0; j < 2; j++) {
-                const float base = bias ? __fsub_rn(yv[j], bv[j]) : yv[j];
-                const float s_l = __fmul_rn(s, acc[j]);
-                const float delta = __fadd_rn(__fmul_rn(__fsub_rn(mns[j], 1.0f), base), __fmul_rn(mns[j], s_l));
-                out[j] = __fadd_rn(yv[j], delta);
-                zv[j] = __fadd_rn(base, s_l);
-            }
+            for (int j = 0; j < 2; j++) dora_element(yv[j], bv[j], bias, mns[j], __fmul_rn(s, acc[j]), out[j], zv[j]);
             if (VEC) {
                 *reinterpret_cast<__nv_bfloat162 *>(y + e) = __floats2bfloat162_rn(out[0], out[1]);
                 if (z) *reinterpret_cast<__nv_bfloat162 *>(z + e) = __floats2bfloat162_rn(zv[0], zv[1]);
@@ -249,8 +248,8 @@ __global__ void __launch_bounds__(32 * kFusedRowThreads, RP <= 16 ? 3 : 1)
     }
 }
 
-/* The magnitude pass's epilogue for gpu/adapter_mma.cuh (the tensor-core pass): the formulas of
- * dora_forward_scale on y and s·l, y and z written. */
+/* The magnitude pass's epilogue for gpu/adapter_mma.cuh (the tensor-core pass): dora_element on y and
+ * s·l, y and z written. */
 struct dora_mma_epi {
     bf16 *y, *z;
     const bf16 *bias;
@@ -266,12 +265,7 @@ struct dora_mma_epi {
     __device__ __forceinline__ void row(float (&yv)[8], const float (&sl)[8], int64_t e) {
         float out[8], zv[8];
 #pragma unroll
-        for (int c = 0; c < 8; c++) {
-            const float base = bias ? __fsub_rn(yv[c], bv[c]) : yv[c];
-            const float delta = __fadd_rn(__fmul_rn(__fsub_rn(mns[c], 1.0f), base), __fmul_rn(mns[c], sl[c]));
-            out[c] = __fadd_rn(yv[c], delta);
-            zv[c] = __fadd_rn(base, sl[c]);
-        }
+        for (int c = 0; c < 8; c++) dora_element(yv[c], bv[c], bias, mns[c], sl[c], out[c], zv[c]);
         refine::store_bf16<8>(y + e, out);
         if (z) refine::store_bf16<8>(z + e, zv);
     }
