@@ -446,6 +446,14 @@ void check_kind(enum dora_saved kind) {
     CHECK(kind == DORA_SAVED_Z || kind == DORA_SAVED_Y, "dora: saved kind %d", (int)kind);
 }
 
+/* What the chunk sums are divided by: n for the sums of dy·z, m for those of dy·y (z/n = y/m). */
+const float *den_of(enum dora_saved kind, const float *mag, const float *wnorm) {
+    return kind == DORA_SAVED_Z ? wnorm : mag;
+}
+
+/* The rescale passes' grid (rescale_lane): 32·VW columns and one 32-row chunk a block. */
+dim3 rescale_grid(int C_out, int chunks, int VW) { return dim3((unsigned)((C_out + 32 * VW - 1) / (32 * VW)), chunks); }
+
 void check_dims(int N, int C_in, int C_out, int R) {
     CHECK(N >= 1 && C_in >= 1 && C_out >= 1 && R >= 1, "dora: N=%d C_in=%d C_out=%d R=%d must be >= 1", N, C_in,
           C_out, R);
@@ -565,26 +573,20 @@ extern "C" void gpu_dora_rescale_bf16(uint16_t *dy_s, float *dmag, const uint16_
     check_dims(N, 1, C_out, 1);
     check_kind(kind);
     CHECK(!dmag || saved, "dora rescale: dmag needs the saved pre-magnitude output z or the output y");
-    const bf16 *z = reinterpret_cast<const bf16 *>(saved);
+    const bf16 *sv = reinterpret_cast<const bf16 *>(saved);
     if (dmag) check_ws(workspace, gpu_dora_rescale_workspace_size(N, C_out), "rescale");
     double *partial = dmag ? static_cast<double *>(workspace) : nullptr;
     const int chunks = n_chunks_of(N);
     const bool vec = C_out % 8 == 0 && aligned16(dy_s) && aligned16(dy) && aligned16(saved);
-    const int VW = vec ? 8 : 1;
-    const int cols_per_block = 32 * VW;
-    dim3 grid((C_out + cols_per_block - 1) / cols_per_block, chunks);
-    dim3 block(32, kSubLanes);
+    const dim3 grid = rescale_grid(C_out, chunks, vec ? 8 : 1), block(32, kSubLanes);
     bf16 *out = reinterpret_cast<bf16 *>(dy_s);
     const bf16 *dyb = reinterpret_cast<const bf16 *>(dy);
     if (vec)
-        dora_rescale_chunks<8><<<grid, block, 0, stream>>>(out, partial, dyb, z, mag, wnorm, N, C_out);
+        dora_rescale_chunks<8><<<grid, block, 0, stream>>>(out, partial, dyb, sv, mag, wnorm, N, C_out);
     else
-        dora_rescale_chunks<1><<<grid, block, 0, stream>>>(out, partial, dyb, z, mag, wnorm, N, C_out);
+        dora_rescale_chunks<1><<<grid, block, 0, stream>>>(out, partial, dyb, sv, mag, wnorm, N, C_out);
     KERNEL_CHECK(stream);
-    if (dmag) {
-        const float *den = kind == DORA_SAVED_Z ? wnorm : mag;
-        launch_finish(dmag, partial, den, chunks, C_out, stream);
-    }
+    if (dmag) launch_finish(dmag, partial, den_of(kind, mag, wnorm), chunks, C_out, stream);
 }
 
 extern "C" size_t gpu_dora_swiglu_backward_workspace_size(int N, int F) {
@@ -609,10 +611,7 @@ extern "C" void gpu_dora_swiglu_backward_bf16(uint16_t *gate, uint16_t *up, floa
     const int chunks = n_chunks_of(N);
     const bool vec = F % 8 == 0 && aligned16(gate) && aligned16(up) && aligned16(dh) && aligned16(z_g) &&
                      aligned16(z_u);
-    const int VW = vec ? 8 : 1;
-    const int cols_per_block = 32 * VW;
-    dim3 grid((F + cols_per_block - 1) / cols_per_block, chunks);
-    dim3 block(32, kSubLanes);
+    const dim3 grid = rescale_grid(F, chunks, vec ? 8 : 1), block(32, kSubLanes);
     bf16 *gb = reinterpret_cast<bf16 *>(gate), *ub = reinterpret_cast<bf16 *>(up);
     const bf16 *dhb = reinterpret_cast<const bf16 *>(dh), *zgb = reinterpret_cast<const bf16 *>(z_g),
                *zub = reinterpret_cast<const bf16 *>(z_u);
@@ -621,8 +620,8 @@ extern "C" void gpu_dora_swiglu_backward_bf16(uint16_t *gate, uint16_t *up, floa
                       : (from_y ? dora_swiglu_rescale_chunks<1, true> : dora_swiglu_rescale_chunks<1, false>);
     kernel<<<grid, block, 0, stream>>>(gb, ub, part_g, part_u, dhb, zgb, zub, mag_g, wnorm_g, mag_u, wnorm_u, N, F);
     KERNEL_CHECK(stream);
-    if (dmag_g) launch_finish(dmag_g, part_g, from_y ? mag_g : wnorm_g, chunks, F, stream);
-    if (dmag_u) launch_finish(dmag_u, part_u, from_y ? mag_u : wnorm_u, chunks, F, stream);
+    if (dmag_g) launch_finish(dmag_g, part_g, den_of(kind, mag_g, wnorm_g), chunks, F, stream);
+    if (dmag_u) launch_finish(dmag_u, part_u, den_of(kind, mag_u, wnorm_u), chunks, F, stream);
 }
 
 extern "C" size_t gpu_dora_backward_workspace_size(int N, int C_in, int C_out, int R) {

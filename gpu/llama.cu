@@ -262,6 +262,15 @@ void dora_output(gpu_llama *m, int l, int t, uint16_t *y, const uint16_t *u, int
                         m->stream);
 }
 
+/* The dropped-out adapter input of LoRA linear t, rows sp, into x_drop (a chunk's: its slice of the
+ * whole tensor's masks) — the forward's, and the same bits again in a recomputation or the backward. */
+const uint16_t *dropped_input(gpu_llama *m, int l, int t, const uint16_t *x, uint64_t micro, gl_span sp) {
+    const gl_linear &lin = m->layers[l].lin[t];
+    gpu_dropout_forward_at_bf16(m->x_drop, x, (int64_t)sp.n * lin.c_in, m->opt.dropout, m->opt.seed,
+                                dropout_offset(m, l, t, micro), (int64_t)sp.r0 * lin.c_in, m->stream);
+    return m->x_drop;
+}
+
 /* y (n, C_out) = linear t of layer l applied to x, rows sp, with its adapter (train: with dropout). */
 void proj_forward(gpu_llama *m, int l, int t, uint16_t *y, const uint16_t *x, int train, uint64_t micro, gl_span sp) {
     gl_linear &lin = m->layers[l].lin[t];
@@ -274,12 +283,7 @@ void proj_forward(gpu_llama *m, int l, int t, uint16_t *y, const uint16_t *x, in
     const float s = m->opt.lora_scale;
     uint16_t *u = a.u[t] + (size_t)sp.r0 * R;
     if (m->opt.mode == LLAMA_LORA) {
-        const uint16_t *xa = x;
-        if (train && m->opt.dropout > 0) {
-            gpu_dropout_forward_at_bf16(m->x_drop, x, (int64_t)N * lin.c_in, m->opt.dropout, m->opt.seed,
-                                        dropout_offset(m, l, t, micro), (int64_t)sp.r0 * lin.c_in, m->stream);
-            xa = m->x_drop;
-        }
+        const uint16_t *xa = train && m->opt.dropout > 0 ? dropped_input(m, l, t, x, micro, sp) : x;
         gpu_lora_forward_bf16(m->gemm, y, u, xa, lin.a, lin.b, N, lin.c_in, lin.c_out, R, s, m->stream);
     } else {
         gpu_lora_u_bf16(m->gemm, u, x, lin.a, N, lin.c_in, R, m->stream);
@@ -294,12 +298,8 @@ void proj_adapter_u(gpu_llama *m, int l, int t, const uint16_t *x, uint64_t micr
     gl_linear &lin = m->layers[l].lin[t];
     if (!lin.target) return;
     PROF(m, PROF_ADAPTER_FWD);
-    const uint16_t *xa = x;
-    if (m->opt.dropout > 0) { /* the recomputation is of a training step */
-        gpu_dropout_forward_at_bf16(m->x_drop, x, (int64_t)sp.n * lin.c_in, m->opt.dropout, m->opt.seed,
-                                    dropout_offset(m, l, t, micro), (int64_t)sp.r0 * lin.c_in, m->stream);
-        xa = m->x_drop;
-    }
+    /* the recomputation is of a training step */
+    const uint16_t *xa = m->opt.dropout > 0 ? dropped_input(m, l, t, x, micro, sp) : x;
     gpu_lora_u_bf16(m->gemm, m->acts[l].u[t] + (size_t)sp.r0 * m->opt.R, xa, lin.a, sp.n, lin.c_in, m->opt.R,
                     m->stream);
 }
@@ -311,6 +311,15 @@ const uint16_t *dora_saved_of(gpu_llama *m, int l, int t) {
     const gl_acts &a = m->acts[l];
     if (llama_dora_saved(&m->cfg, (enum llama_linear)t) == DORA_SAVED_Z) return a.z[t];
     return t == LLAMA_V ? a.v : t == LLAMA_O ? a.o_out : t == LLAMA_GATE ? a.gate : a.up;
+}
+
+/* DoRA's first backward step for linear t of layer l on n rows: dy_s = bf16(mns⊙dy) and its
+ * magnitude gradient, from what llama_dora_saved says it reads. */
+void dora_rescale(gpu_llama *m, int l, int t, uint16_t *dy_s, const uint16_t *dy, int n) {
+    const gl_linear &lin = m->layers[l].lin[t];
+    gpu_dora_rescale_bf16(dy_s, lin.mag_grad, dy, dora_saved_of(m, l, t),
+                          llama_dora_saved(&m->cfg, (enum llama_linear)t), lin.mag, m->acts[l].wnorm[t], n,
+                          lin.c_out, m->ws, m->stream);
 }
 
 /* The backward of linear t of layer l for dy, rows sp: dx (when non-NULL) overwritten or accumulated
@@ -341,9 +350,7 @@ void proj_backward(gpu_llama *m, int l, int t, uint16_t *dx, enum gemm_beta beta
     const uint16_t *g = dy;
     if (lin.target && m->opt.mode == LLAMA_DORA && !rescaled) {
         PROF(m, PROF_ADAPTER_BWD);
-        gpu_dora_rescale_bf16(m->dy_s, lin.mag_grad, dy, dora_saved_of(m, l, t),
-                              llama_dora_saved(&m->cfg, (enum llama_linear)t), lin.mag, a.wnorm[t], N, lin.c_out,
-                              m->ws, m->stream);
+        dora_rescale(m, l, t, m->dy_s, dy, N);
         g = m->dy_s;
     }
     base_backward(m, l, t, dx, beta, g, sp);
@@ -353,12 +360,9 @@ void proj_backward(gpu_llama *m, int l, int t, uint16_t *dx, enum gemm_beta beta
     const uint8_t *keep = nullptr;
     float keep_scale = 1.0f;
     if (m->opt.mode == LLAMA_LORA && m->opt.dropout > 0) {
-        const int64_t n = (int64_t)N * lin.c_in;
-        const uint64_t off = dropout_offset(m, l, t, micro);
-        const int64_t first = (int64_t)sp.r0 * lin.c_in; /* a chunk's masks: its slice of the whole tensor's */
-        gpu_dropout_forward_at_bf16(m->x_drop, x, n, m->opt.dropout, m->opt.seed, off, first, m->stream);
-        gpu_dropout_mask_at_u8(m->keep, n, m->opt.dropout, m->opt.seed, off, first, m->stream);
-        xa = m->x_drop;
+        xa = dropped_input(m, l, t, x, micro, sp);
+        gpu_dropout_mask_at_u8(m->keep, (int64_t)N * lin.c_in, m->opt.dropout, m->opt.seed,
+                               dropout_offset(m, l, t, micro), (int64_t)sp.r0 * lin.c_in, m->stream);
         keep = m->keep;
         keep_scale = (float)(1.0 / (1.0 - (double)m->opt.dropout));
     }
@@ -415,11 +419,8 @@ void group_backward(gpu_llama *m, int l, int g, uint16_t *dx, const uint16_t *co
         g_dy[i] = dy[i];
         if (m->opt.mode != LLAMA_DORA || rescaled) continue;
         PROF(m, PROF_ADAPTER_BWD);
-        const int t = first + i;
         uint16_t *ds = m->dy_s + off;
-        gpu_dora_rescale_bf16(ds, lin[i].mag_grad, dy[i], dora_saved_of(m, l, t),
-                              llama_dora_saved(&m->cfg, (enum llama_linear)t), lin[i].mag, m->acts[l].wnorm[t], sp.n,
-                              lin[i].c_out, m->ws, m->stream);
+        dora_rescale(m, l, first + i, ds, dy[i], sp.n);
         g_dy[i] = ds, off += (size_t)sp.n * lin[i].c_out;
     }
     for (int i = 0; i < n; i++) {
