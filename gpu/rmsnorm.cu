@@ -8,13 +8,16 @@
  * elements in order, then a butterfly (xor) shuffle within the warp — which leaves the same bits
  * in every lane — then, for TPR > 32, the warps' sums added in warp order from shared memory.
  *
+ * The backward keeps a row's x, dy and w as loaded (bf16) and widens them where they are used, so
+ * that two blocks fit an SM. Without dw every row slot takes one row.
  * dw (backward, full fine-tuning only): a thread owns the same columns for every row it visits,
- * so it accumulates dy·bf16(n̂) for those columns in registers across the rows of its row slot;
- * the row slots of a block are combined in slot order in shared memory and written as the
- * block's partial row of `workspace`; a second kernel adds the blocks' partials in block order
- * into dw (fp32, or a bf16 accumulator: widened, the same add, one RNE rounding). The grid of
- * the backward is min(ceil(N / rows per block), kMaxBackwardBlocks), a function of N and C only,
- * so dw has the same bits on every run and every GPU.
+ * so it accumulates dy·bf16(n̂) for those columns across the rows of its row slot (in its slot's
+ * row of shared memory), loading the next row while this row's sum is formed; the row slots of
+ * a block are combined in slot order and written as the block's partial row of `workspace`; a
+ * second kernel adds the blocks' partials in block order into dw (fp32, or a bf16 accumulator:
+ * widened, the same add, one RNE rounding). The grid of the backward with dw is
+ * min(ceil(N / rows per block), kMaxBackwardBlocks), a function of N and C only, so dw has the
+ * same bits on every run and every GPU.
  *
  * Rounding matches ref/rmsnorm.c step for step (__fmul_rn/__fadd_rn keep nvcc from contracting
  * into FMAs); only the order of the fp32 row sums differs from the reference's double sums.
@@ -101,90 +104,174 @@ __global__ void __launch_bounds__(kBlock) rmsnorm_forward_rows_in_registers(
     }
 }
 
+/* A chunk of VW bf16 as loaded (16 bytes for VW = 8), widened where it is used: the backward keeps
+ * its rows' inputs in this form to stay within the registers of two blocks an SM. */
+template <int VW>
+struct alignas(VW == 8 ? 16 : 2) raw_chunk {
+    uint16_t h[VW];
+};
+
+template <int VW>
+__device__ __forceinline__ void load_raw(raw_chunk<VW> &r, const bf16 *p) {
+    if constexpr (VW == 8)
+        *reinterpret_cast<uint4 *>(r.h) = *reinterpret_cast<const uint4 *>(p);
+    else
+        r.h[0] = *reinterpret_cast<const uint16_t *>(p);
+}
+
+__device__ __forceinline__ float widen(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+
+/* VW floats of shared memory (two 16-byte accesses for VW = 8: col is a multiple of 8) */
+template <int VW>
+__device__ __forceinline__ void load_f32(float (&v)[VW], const float *p) {
+    if constexpr (VW == 8) {
+        const float4 a = reinterpret_cast<const float4 *>(p)[0], b = reinterpret_cast<const float4 *>(p)[1];
+        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    } else {
+        v[0] = p[0];
+    }
+}
+
+template <int VW>
+__device__ __forceinline__ void store_f32(float *p, const float (&v)[VW]) {
+    if constexpr (VW == 8) {
+        reinterpret_cast<float4 *>(p)[0] = make_float4(v[0], v[1], v[2], v[3]);
+        reinterpret_cast<float4 *>(p)[1] = make_float4(v[4], v[5], v[6], v[7]);
+    } else {
+        p[0] = v[0];
+    }
+}
+
 template <int VW, int VPT, int TPR, bool HAS_DRES, bool HAS_DW>
-__global__ void __launch_bounds__(kBlock) rmsnorm_backward_rows_in_registers(
+__global__ void __launch_bounds__(kBlock, 2) rmsnorm_backward_rows_in_registers(
     bf16 *dx, float *__restrict__ partial, const bf16 *dy, const bf16 *dres, const bf16 *__restrict__ x,
     const bf16 *__restrict__ w, const float *__restrict__ rstd, int N, int C) {
-    extern __shared__ float smem[]; /* kBlock/32 scratch floats, then C floats when HAS_DW */
+    /* kBlock/32 scratch floats, then (HAS_DW) each row slot's C running dw sums */
+    extern __shared__ float smem[];
     float *scratch = smem;
-    float *acc = smem + kBlock / 32;
     constexpr int kSlots = kBlock / TPR;
     const int t = threadIdx.x % TPR, slot = threadIdx.x / TPR;
+    float *acc = smem + kBlock / 32 + (HAS_DW ? slot * C : 0);
 
-    float wv[VPT][VW];
-    float dwp[VPT][VW];
+    raw_chunk<VW> wr[VPT];
 #pragma unroll
     for (int k = 0; k < VPT; k++) {
         const int col = (k * TPR + t) * VW;
+        if (col < C) {
+            load_raw<VW>(wr[k], w + col);
+            if constexpr (HAS_DW) {
+                float z[VW];
 #pragma unroll
-        for (int j = 0; j < VW; j++) dwp[k][j] = 0.0f;
-        if (col < C) load_bf16<VW>(wv[k], w + col);
+                for (int j = 0; j < VW; j++) z[j] = 0.0f;
+                store_f32<VW>(acc + col, z);
+            }
+        }
     }
 
-    /* Every thread runs the same number of iterations so the block-wide sums stay collective. */
+    /* Every thread runs the same number of iterations so the block-wide sums stay collective. With
+     * dw the grid is capped (a row slot visits several rows): the next row's x and dy are loaded
+     * while this row's sum is formed. */
     const int stride = gridDim.x * kSlots;
     const int iters = (N + stride - 1) / stride;
-    for (int it = 0; it < iters; it++) {
-        const int row = it * stride + blockIdx.x * kSlots + slot;
+    int row = blockIdx.x * kSlots + slot;
+    raw_chunk<VW> xr[VPT], gr[VPT];
+#pragma unroll
+    for (int k = 0; k < VPT; k++) {
+        const int col = (k * TPR + t) * VW;
+        if (row < N && col < C) {
+            load_raw<VW>(xr[k], x + (int64_t)row * C + col);
+            load_raw<VW>(gr[k], dy + (int64_t)row * C + col);
+        }
+    }
+    for (int it = 0; it < iters; it++, row += stride) {
         const bool live = row < N;
         const int64_t base = (int64_t)(live ? row : 0) * C;
         const float r = live ? rstd[row] : 0.0f;
-        float nh[VPT][VW], dn[VPT][VW];
+        /* The residual's gradient: in flight with x and dy where the registers allow (VPT ≤ 2), else
+         * loaded where it is added. */
+        constexpr bool kEarlyDres = HAS_DRES && VPT <= 2;
+        raw_chunk<VW> dr[kEarlyDres ? VPT : 1];
+        if constexpr (kEarlyDres) {
+#pragma unroll
+            for (int k = 0; k < VPT; k++) {
+                const int col = (k * TPR + t) * VW;
+                if (live && col < C) load_raw<VW>(dr[k], dres + base + col);
+            }
+        }
         float dot = 0.0f;
 #pragma unroll
         for (int k = 0; k < VPT; k++) {
             const int col = (k * TPR + t) * VW;
             if (live && col < C) {
-                float xv[VW], gv[VW];
-                load_bf16<VW>(xv, x + base + col);
-                load_bf16<VW>(gv, dy + base + col);
 #pragma unroll
                 for (int j = 0; j < VW; j++) {
-                    nh[k][j] = __fmul_rn(xv[j], r);
-                    dn[k][j] = __fmul_rn(gv[j], wv[k][j]);
-                    dot = __fadd_rn(dot, __fmul_rn(dn[k][j], nh[k][j]));
-                    if constexpr (HAS_DW) dwp[k][j] = __fadd_rn(dwp[k][j], __fmul_rn(gv[j], bf16_round_dev(nh[k][j])));
+                    const float nh = __fmul_rn(widen(xr[k].h[j]), r);
+                    const float dn = __fmul_rn(widen(gr[k].h[j]), widen(wr[k].h[j]));
+                    dot = __fadd_rn(dot, __fmul_rn(dn, nh));
+                }
+            }
+        }
+        raw_chunk<VW> xn[HAS_DW ? VPT : 1], gn[HAS_DW ? VPT : 1];
+        if constexpr (HAS_DW) {
+            const int next = row + stride;
+#pragma unroll
+            for (int k = 0; k < VPT; k++) {
+                const int col = (k * TPR + t) * VW;
+                if (next < N && col < C) {
+                    load_raw<VW>(xn[k], x + (int64_t)next * C + col);
+                    load_raw<VW>(gn[k], dy + (int64_t)next * C + col);
                 }
             }
         }
         dot = row_sum<TPR>(dot, scratch);
         const float mean = __fdiv_rn(dot, (float)C);
-        if (!live) continue;
+        if (live) {
 #pragma unroll
-        for (int k = 0; k < VPT; k++) {
-            const int col = (k * TPR + t) * VW;
-            if (col < C) {
-                float g[VW];
+            for (int k = 0; k < VPT; k++) {
+                const int col = (k * TPR + t) * VW;
+                if (col < C) {
+                    float g[VW], a[VW];
+                    if constexpr (HAS_DW) load_f32<VW>(a, acc + col);
 #pragma unroll
-                for (int j = 0; j < VW; j++) g[j] = __fmul_rn(r, __fsub_rn(dn[k][j], __fmul_rn(nh[k][j], mean)));
-                if (HAS_DRES) {
-                    float d[VW];
-                    load_bf16<VW>(d, dres + base + col);
+                    for (int j = 0; j < VW; j++) {
+                        const float gv = widen(gr[k].h[j]);
+                        const float nh = __fmul_rn(widen(xr[k].h[j]), r);
+                        const float dn = __fmul_rn(gv, widen(wr[k].h[j]));
+                        g[j] = __fmul_rn(r, __fsub_rn(dn, __fmul_rn(nh, mean)));
+                        if constexpr (HAS_DW) a[j] = __fadd_rn(a[j], __fmul_rn(gv, bf16_round_dev(nh)));
+                    }
+                    if constexpr (HAS_DW) store_f32<VW>(acc + col, a);
+                    if constexpr (kEarlyDres) {
 #pragma unroll
-                    for (int j = 0; j < VW; j++) g[j] = __fadd_rn(d[j], g[j]);
+                        for (int j = 0; j < VW; j++) g[j] = __fadd_rn(widen(dr[k].h[j]), g[j]);
+                    } else if constexpr (HAS_DRES) {
+                        float d[VW];
+                        load_bf16<VW>(d, dres + base + col);
+#pragma unroll
+                        for (int j = 0; j < VW; j++) g[j] = __fadd_rn(d[j], g[j]);
+                    }
+                    store_bf16<VW>(dx + base + col, g);
                 }
-                store_bf16<VW>(dx + base + col, g);
+            }
+        }
+        if constexpr (HAS_DW) {
+#pragma unroll
+            for (int k = 0; k < VPT; k++) {
+                xr[k] = xn[k];
+                gr[k] = gn[k];
             }
         }
     }
 
     if constexpr (HAS_DW) {
-        /* Combine the row slots of this block in slot order, then write the block's partial. */
-        for (int s = 0; s < kSlots; s++) {
-            if (slot == s) {
-#pragma unroll
-                for (int k = 0; k < VPT; k++) {
-                    const int col = (k * TPR + t) * VW;
-                    if (col < C) {
-#pragma unroll
-                        for (int j = 0; j < VW; j++)
-                            acc[col + j] = s == 0 ? dwp[k][j] : __fadd_rn(acc[col + j], dwp[k][j]);
-                    }
-                }
-            }
-            __syncthreads();
+        /* The row slots of this block added in slot order: the block's partial row. */
+        __syncthreads();
+        const float *sums = smem + kBlock / 32;
+        for (int c = threadIdx.x; c < C; c += kBlock) {
+            float v = sums[c];
+            for (int s = 1; s < kSlots; s++) v = __fadd_rn(v, sums[(int64_t)s * C + c]);
+            partial[(int64_t)blockIdx.x * C + c] = v;
         }
-        for (int c = threadIdx.x; c < C; c += kBlock) partial[(int64_t)blockIdx.x * C + c] = acc[c];
     }
 }
 
@@ -207,7 +294,11 @@ struct row_shape {
     int vw, vpt, tpr;
 };
 
-row_shape pick_shape(int C, const void *const *ptrs, int nptrs) {
+/* A thread holds at most 4 chunks (32 elements). The backward, which keeps more of a row live,
+ * halves that where a row fills exactly 4 chunks a thread (C 2048, 4096: twice the threads a row,
+ * two chunks each, so that two blocks fit an SM); where the 4th chunk is partly idle (C 576, 3072)
+ * the shape stays — measured on the H100 (docs/RESULTS.md, 2026-11-27). */
+row_shape pick_shape(int C, const void *const *ptrs, int nptrs, bool backward = false) {
     bool vec = C % 8 == 0;
     for (int i = 0; i < nptrs; i++)
         if (ptrs[i] != nullptr && (reinterpret_cast<uintptr_t>(ptrs[i]) & 15) != 0) vec = false;
@@ -217,6 +308,7 @@ row_shape pick_shape(int C, const void *const *ptrs, int nptrs) {
           C, 4 * kBlock * 8, 4 * kBlock);
     int tpr = 32;
     while (tpr < kBlock && chunks > 4 * tpr) tpr *= 2;
+    if (backward && tpr < kBlock && chunks == 4 * tpr) tpr *= 2;
     const int need = (chunks + tpr - 1) / tpr;
     const int vpt = need <= 1 ? 1 : need <= 2 ? 2 : 4;
     return {vw, vpt, tpr};
@@ -271,10 +363,12 @@ struct backward_launch {
     };
 };
 
-int backward_blocks(int N, int tpr) {
+/* With dw the grid is capped at kMaxBackwardBlocks (the partial rows; a function of N and C only, so
+ * dw's bits are the same on every GPU); without, one row per row slot. */
+int backward_blocks(int N, int tpr, bool has_dw) {
     const int slots = kBlock / tpr;
     const int need = (N + slots - 1) / slots;
-    return need < kMaxBackwardBlocks ? need : kMaxBackwardBlocks;
+    return has_dw && need > kMaxBackwardBlocks ? kMaxBackwardBlocks : need;
 }
 
 template <bool RESIDUAL>
@@ -326,13 +420,13 @@ extern "C" void gpu_rmsnorm_backward_bf16(uint16_t *dx, void *dw, enum gemm_out 
     CHECK(dw == nullptr || dw_type == GEMM_OUT_F32 || dw_type == GEMM_OUT_BF16,
           "rmsnorm backward: dw_type=%d is neither GEMM_OUT_F32 nor GEMM_OUT_BF16", (int)dw_type);
     const void *ptrs[] = {dx, dy, dres, x, w};
-    const row_shape s = pick_shape(C, ptrs, 5);
-    const int blocks = backward_blocks(N, s.tpr);
+    const row_shape s = pick_shape(C, ptrs, 5, true);
+    const int blocks = backward_blocks(N, s.tpr, dw != nullptr);
     float *partial = static_cast<float *>(workspace);
     bf16 *dx_ = reinterpret_cast<bf16 *>(dx);
     const bf16 *dy_ = reinterpret_cast<const bf16 *>(dy), *dres_ = reinterpret_cast<const bf16 *>(dres);
     const bf16 *x_ = reinterpret_cast<const bf16 *>(x), *w_ = reinterpret_cast<const bf16 *>(w);
-    const size_t smem = sizeof(float) * (kBlock / 32 + (dw != nullptr ? C : 0));
+    const size_t smem = sizeof(float) * (kBlock / 32 + (dw != nullptr ? (size_t)(kBlock / s.tpr) * C : 0));
     if (dw != nullptr && dres != nullptr)
         dispatch_shape<backward_launch<true, true>::L>(s, blocks, smem, stream, dx_, partial, dy_, dres_, x_, w_, rstd, N, C);
     else if (dw != nullptr)
