@@ -1,9 +1,16 @@
 /* adapter_mma.cuh — an adapter's rank-R product s·u Bᵀ joined to its linear's output y (N, C_out) in
- * one pass over y, on tensor cores (device code, C++): gpu/lora.cu's forward (y += s·u Bᵀ) and
- * gpu/dora.cu's magnitude pass (y and z from y and s·u Bᵀ) share it, each with its epilogue.
+ * one pass over y, on tensor cores (device code, C++): gpu/lora.cu's forward (y += s·u Bᵀ) and its
+ * backward's dx += du A, and gpu/dora.cu's magnitude pass (y and z from y and s·u Bᵀ) share it,
+ * each with its epilogue.
+ *
+ * The rank-side operand, by its layout (adapter_b_layout):
+ *   ADAPTER_B_ROWS  B (C_out, R) row-major: output column c's R values are row c (lora_b in y += s·u Bᵀ)
+ *   ADAPTER_B_COLS  M (R, C_out) row-major with row stride ldb: output column c's values are column
+ *                   c (lora_a in dx += du A, where the "output" is dx and C_out is C_in)
  *
  * Preconditions (adapter_mma_fits): R ≤ 64 and even, C_out % 32 == 0, u's row stride ldu even, u
- * and B 4-byte aligned, y (and the epilogue's other outputs) 16-byte aligned.
+ * 4-byte aligned, B 4-byte aligned (ADAPTER_B_ROWS; 2-byte for ADAPTER_B_COLS), y (and the
+ * epilogue's other outputs) 16-byte aligned.
  *
  * s·u Bᵀ by mma.sync.m16n8k16 (gpu/mma.cuh): u the A operand, B's rows the "col" B operand, fp32
  * accumulation in the hardware's order, zero beyond R. A warp owns 32 columns as four n-tiles whose
@@ -37,9 +44,13 @@ constexpr int kAdapterMmaCols = 32;    /* a warp's columns */
 constexpr int kAdapterMmaRowStep = 32; /* rows a warp takes per step: two 16-row tiles */
 constexpr int kAdapterMmaMaxR = 64;
 
-inline bool adapter_mma_fits(int C_out, int R, int ldu, const void *u, const void *lora_b, const void *y) {
+enum adapter_b_layout { ADAPTER_B_ROWS, ADAPTER_B_COLS };
+
+inline bool adapter_mma_fits(int C_out, int R, int ldu, const void *u, const void *lora_b, const void *y,
+                             adapter_b_layout layout = ADAPTER_B_ROWS) {
     return R <= kAdapterMmaMaxR && R % 2 == 0 && C_out % kAdapterMmaCols == 0 && ldu % 2 == 0 &&
-           (uintptr_t)u % 4 == 0 && (uintptr_t)lora_b % 4 == 0 && (uintptr_t)y % 16 == 0;
+           (uintptr_t)u % 4 == 0 && (uintptr_t)lora_b % (layout == ADAPTER_B_ROWS ? 4 : 2) == 0 &&
+           (uintptr_t)y % 16 == 0;
 }
 
 __device__ __forceinline__ uint32_t adapter_pair_or_zero(const bf16 *row, int k, int R) {
@@ -47,21 +58,30 @@ __device__ __forceinline__ uint32_t adapter_pair_or_zero(const bf16 *row, int k,
     return k < R ? *reinterpret_cast<const uint32_t *>(row + k) : 0u;
 }
 
-template <int KS, class Epi>
+/* The rank-side operand's values k and k + 1 for output column col, packed as one B register. */
+template <adapter_b_layout L>
+__device__ __forceinline__ uint32_t adapter_b_pair(const bf16 *b, int64_t ldb, int col, int k, int R) {
+    if constexpr (L == ADAPTER_B_ROWS) return adapter_pair_or_zero(b + col * ldb, k, R);
+    if (k >= R) return 0u;
+    const uint16_t *h = reinterpret_cast<const uint16_t *>(b);
+    return (uint32_t)h[k * ldb + col] | (uint32_t)h[(k + 1) * ldb + col] << 16;
+}
+
+template <int KS, adapter_b_layout L, class Epi>
 __global__ void __launch_bounds__(32 * kAdapterMmaWarps)
-    adapter_mma_kernel(const bf16 *y, const bf16 *__restrict__ u, int ldu, const bf16 *__restrict__ lora_b, float s,
-                       int N, int C_out, int R, int rows_per_block, Epi epi) {
+    adapter_mma_kernel(const bf16 *y, const bf16 *__restrict__ u, int ldu, const bf16 *__restrict__ lora_b,
+                       int64_t ldb, float s, int N, int C_out, int R, int rows_per_block, Epi epi) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int c0 = (blockIdx.x * kAdapterMmaWarps + warp) * kAdapterMmaCols;
     if (c0 >= C_out) return; /* C_out % 32 == 0: a warp's columns are all in range or none */
     uint32_t bf[4][KS][2];
 #pragma unroll
     for (int j = 0; j < 4; j++) {
-        const bf16 *brow = lora_b + (int64_t)(c0 + 8 * (g / 2) + 2 * j + g % 2) * R; /* n-tile j's column g */
+        const int col = c0 + 8 * (g / 2) + 2 * j + g % 2; /* n-tile j's column g */
 #pragma unroll
         for (int ks = 0; ks < KS; ks++) {
-            bf[j][ks][0] = adapter_pair_or_zero(brow, ks * 16 + 2 * t, R);
-            bf[j][ks][1] = adapter_pair_or_zero(brow, ks * 16 + 8 + 2 * t, R);
+            bf[j][ks][0] = adapter_b_pair<L>(lora_b, ldb, col, ks * 16 + 2 * t, R);
+            bf[j][ks][1] = adapter_b_pair<L>(lora_b, ldb, col, ks * 16 + 8 + 2 * t, R);
         }
     }
     const int oc = c0 + 8 * t; /* this lane's 8 output columns */
@@ -113,9 +133,10 @@ __global__ void __launch_bounds__(32 * kAdapterMmaWarps)
     }
 }
 
-template <class Epi>
-void adapter_mma_launch(const bf16 *y, const bf16 *u, int ldu, const bf16 *lora_b, float s, int N, int C_out, int R,
-                        Epi epi, cudaStream_t stream) {
+/* ldb: B's row stride (ADAPTER_B_ROWS: R) */
+template <adapter_b_layout L = ADAPTER_B_ROWS, class Epi>
+void adapter_mma_launch(const bf16 *y, const bf16 *u, int ldu, const bf16 *lora_b, int64_t ldb, float s, int N,
+                        int C_out, int R, Epi epi, cudaStream_t stream) {
     const int cols_per_block = kAdapterMmaWarps * kAdapterMmaCols;
     const int col_tiles = (C_out + cols_per_block - 1) / cols_per_block;
     const int64_t row_tiles_wanted = (32768 + col_tiles - 1) / col_tiles;
@@ -124,13 +145,17 @@ void adapter_mma_launch(const bf16 *y, const bf16 *u, int ldu, const bf16 *lora_
     const dim3 grid((unsigned)col_tiles, (unsigned)((N + rows - 1) / rows));
     const dim3 block(32 * kAdapterMmaWarps);
     if (R <= 16)
-        adapter_mma_kernel<1, Epi><<<grid, block, 0, stream>>>(y, u, ldu, lora_b, s, N, C_out, R, (int)rows, epi);
+        adapter_mma_kernel<1, L, Epi><<<grid, block, 0, stream>>>(y, u, ldu, lora_b, ldb, s, N, C_out, R, (int)rows,
+                                                                   epi);
     else if (R <= 32)
-        adapter_mma_kernel<2, Epi><<<grid, block, 0, stream>>>(y, u, ldu, lora_b, s, N, C_out, R, (int)rows, epi);
+        adapter_mma_kernel<2, L, Epi><<<grid, block, 0, stream>>>(y, u, ldu, lora_b, ldb, s, N, C_out, R, (int)rows,
+                                                                   epi);
     else if (R <= 48)
-        adapter_mma_kernel<3, Epi><<<grid, block, 0, stream>>>(y, u, ldu, lora_b, s, N, C_out, R, (int)rows, epi);
+        adapter_mma_kernel<3, L, Epi><<<grid, block, 0, stream>>>(y, u, ldu, lora_b, ldb, s, N, C_out, R, (int)rows,
+                                                                   epi);
     else
-        adapter_mma_kernel<4, Epi><<<grid, block, 0, stream>>>(y, u, ldu, lora_b, s, N, C_out, R, (int)rows, epi);
+        adapter_mma_kernel<4, L, Epi><<<grid, block, 0, stream>>>(y, u, ldu, lora_b, ldb, s, N, C_out, R, (int)rows,
+                                                                   epi);
 }
 
 }  // namespace refine

@@ -524,7 +524,7 @@ extern "C" void gpu_dora_scale_bf16(struct gpu_gemm *g, uint16_t *y, uint16_t *z
     if (refine::adapter_mma_fits(C_out, R, ldu, u, lora_b, y) && aligned16(z)) {
         const dora_mma_epi epi = {yb, zb, bb, mag, wnorm, {}, {}};
         refine::adapter_mma_launch(yb, reinterpret_cast<const bf16 *>(u), ldu, reinterpret_cast<const bf16 *>(lora_b),
-                                   scale, N, C_out, R, epi, stream);
+                                   R, scale, N, C_out, R, epi, stream);
         KERNEL_CHECK(stream);
         return;
     }

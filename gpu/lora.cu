@@ -3,9 +3,10 @@
  * Strategy: the adapter is five thin products (rank R ≤ a few hundred) around the base layer's
  * big ones; each goes to cuBLASLt through the wrapper, the scale s rides in gemm's alpha and the
  * joins with the base path (y += ..., dx += ...) in its beta = 1, so the adapter adds no
- * elementwise pass without dropout — except the forward's y += s·u Bᵀ, which for R ≤ 64 even,
- * C_out % 32 == 0 and aligned rows (the models' shapes) is one pass over y on tensor cores
- * (gpu/adapter_mma.cuh): cuBLASLt runs that K = R product at ~60% of copy bandwidth. With a
+ * elementwise pass without dropout — except that the forward's y += s·u Bᵀ and the backward's
+ * dx += du A, for K = R (a group: n·R) ≤ 64 even, widths % 32 == 0 and aligned rows (the models'
+ * shapes), are one pass over y or dx on tensor cores (gpu/adapter_mma.cuh): cuBLASLt runs those
+ * K ≤ 64 products with beta = 1 at ~60% of copy bandwidth. With a
  * dropout mask, du A is formed in fp32 in the workspace and one vectorized pass (8 elements a
  * thread, 16-byte loads where the row length allows) adds its masked value to dx.
  *
@@ -125,7 +126,23 @@ void add_product(struct gpu_gemm *g, const gemm_args &args, uint16_t *y, const u
     if (refine::adapter_mma_fits(C_out, R, ldu, u, lora_b, y)) {
         bf16 *yb = reinterpret_cast<bf16 *>(y);
         refine::adapter_mma_launch(yb, reinterpret_cast<const bf16 *>(u), ldu, reinterpret_cast<const bf16 *>(lora_b),
-                                   scale, N, C_out, R, lora_mma_epi{yb}, stream);
+                                   R, scale, N, C_out, R, lora_mma_epi{yb}, stream);
+        KERNEL_CHECK(stream);
+        return;
+    }
+    gpu_gemm(g, &args, stream);
+}
+
+/* dx (N, C_in) += du (N, K; row stride K) · A_g (K, C_in): the same pass with A_g's columns as the
+ * rank-side operand and s = 1 (dx = bf16(dx + du A), as gemm's alpha = beta = 1 forms it) where the
+ * shape and alignment allow, else the gemm with beta = 1 (args). */
+void add_dx(struct gpu_gemm *g, const gemm_args &args, uint16_t *dx, const uint16_t *du, const uint16_t *lora_a, int N,
+            int C_in, int K, cudaStream_t stream) {
+    if (refine::adapter_mma_fits(C_in, K, K, du, lora_a, dx, refine::ADAPTER_B_COLS)) {
+        bf16 *d = reinterpret_cast<bf16 *>(dx);
+        refine::adapter_mma_launch<refine::ADAPTER_B_COLS>(d, reinterpret_cast<const bf16 *>(du), K,
+                                                           reinterpret_cast<const bf16 *>(lora_a), C_in, 1.0f, N,
+                                                           C_in, K, lora_mma_epi{d}, stream);
         KERNEL_CHECK(stream);
         return;
     }
@@ -184,20 +201,22 @@ extern "C" void gpu_lora_backward_bf16(struct gpu_gemm *g, uint16_t *dx, float *
     gpu_gemm(g, &p.bwd_du, stream);
     if (dlora_a) gpu_gemm(g, &p.bwd_da, stream);
     if (!dx) return;
-    gpu_gemm(g, &p.bwd_dx, stream);
-    if (masked) {
-        const int64_t n = (int64_t)N * C_in;
-        /* 16-byte dx accesses need rows of a multiple of 8 and an aligned dx (t is aligned). */
-        if (C_in % 8 == 0 && (uintptr_t)dx % 16 == 0 && (uintptr_t)keep % 8 == 0) {
-            const int64_t threads = n / 8;
-            lora_masked_add<8><<<(unsigned)((threads + kBlock - 1) / kBlock), kBlock, 0, stream>>>(
-                reinterpret_cast<bf16 *>(dx), t, keep, keep_scale, n);
-        } else {
-            lora_masked_add<1><<<(unsigned)((n + kBlock - 1) / kBlock), kBlock, 0, stream>>>(
-                reinterpret_cast<bf16 *>(dx), t, keep, keep_scale, n);
-        }
-        KERNEL_CHECK(stream);
+    if (!masked) {
+        add_dx(g, p.bwd_dx, dx, du, lora_a, N, C_in, R, stream);
+        return;
     }
+    gpu_gemm(g, &p.bwd_dx, stream);
+    const int64_t n = (int64_t)N * C_in;
+    /* 16-byte dx accesses need rows of a multiple of 8 and an aligned dx (t is aligned). */
+    if (C_in % 8 == 0 && (uintptr_t)dx % 16 == 0 && (uintptr_t)keep % 8 == 0) {
+        const int64_t threads = n / 8;
+        lora_masked_add<8><<<(unsigned)((threads + kBlock - 1) / kBlock), kBlock, 0, stream>>>(
+            reinterpret_cast<bf16 *>(dx), t, keep, keep_scale, n);
+    } else {
+        lora_masked_add<1><<<(unsigned)((n + kBlock - 1) / kBlock), kBlock, 0, stream>>>(
+            reinterpret_cast<bf16 *>(dx), t, keep, keep_scale, n);
+    }
+    KERNEL_CHECK(stream);
 }
 
 extern "C" void gpu_lora_reserve(struct gpu_gemm *g, int N, int C_in, int C_out, int R, enum lora_mask mask) {
@@ -274,7 +293,7 @@ extern "C" void gpu_lora_group_backward_bf16(struct gpu_gemm *g, uint16_t *dx, f
     }
     if (dx) {
         const gemm_args p = group_dx(dx, GEMM_OUT_BF16, GEMM_ACCUMULATE, du, lora_a, n, N, C_in, R);
-        gpu_gemm(g, &p, stream);
+        add_dx(g, p, dx, du, lora_a, N, C_in, n * R, stream);
     }
 }
 

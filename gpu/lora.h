@@ -19,8 +19,9 @@
  *   dA += duᵀ x_a                          (R, C_in) fp32 ACCUMULATES
  *   dx  = bf16( dx + mask(du A) )          (N, C_in) ACCUMULATES onto the base layer's dx = dy W
  *   mask(t) = t·keep_scale where keep = 1, 0 where keep = 0 (keep = NULL: t; the product goes
- *   straight into dx through gemm's beta = 1). With keep, du A is formed in fp32 in the workspace
- *   and one elementwise pass adds its masked value: dx = bf16(dx + (keep ? t·keep_scale : 0)).
+ *   straight into dx: gemm's beta = 1, or for R ≤ 64 even and C_in % 32 == 0 the forward's
+ *   tensor-core pass with A's columns, gpu/adapter_mma.cuh). With keep, du A is formed in fp32 in
+ *   the workspace and one elementwise pass adds its masked value: dx = bf16(dx + (keep ? t·keep_scale : 0)).
  * Any of dx, dlora_a, dlora_b may be NULL to skip it (as ref_lora_backward).
  *
  * Against ref/lora.h (ACT_BF16): the same roundings of u, y and dx, except that (1) the products
@@ -94,8 +95,9 @@ void gpu_lora_reserve(struct gpu_gemm *g, int N, int C_in, int C_out, int R, enu
  *   dB_i += s·dy_iᵀ u_i                    per member
  *   du_i  = bf16( s·dy_i B_i )             per member, into du (N, n·R) in the workspace
  *   dA_g += duᵀ x                          one product
- *   dx    = bf16( dx + du A_g )            one product (K = n·R): ACCUMULATES onto the base dx
- *                                          of all members (their dy_i W_i summed first)
+ *   dx    = bf16( dx + du A_g )            one product (K = n·R; the tensor-core pass for n·R ≤ 64):
+ *                                          ACCUMULATES onto the base dx of all members (their
+ *                                          dy_i W_i summed first)
  * Each u_i, y_i, du_i, dB_i and dA_i is the same sum as gpu_lora's per member (fp32 in cuBLASLt's
  * order); dx is rounded once for the group where the per-member path rounds after each member.
  * Workspace: gpu_lora_group_backward_workspace_size(N, n, R). dx may be NULL (no input gradient).

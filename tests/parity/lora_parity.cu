@@ -667,6 +667,24 @@ static void lora_bwd(void *p, cudaStream_t s) {
                            b->C_out, b->R, 2.0f, b->ws, s);
 }
 
+/* The backward's products alone, by leaving outputs out (gpu/lora.h: a NULL output skips its
+ * products): dB alone; du then dA; du then dx. */
+static void lora_bwd_db(void *p, cudaStream_t s) {
+    bench_ctx *b = (bench_ctx *)p;
+    gpu_lora_backward_bf16(g_gemm, nullptr, nullptr, b->dB, b->dy, b->x, nullptr, 1.0f, b->u, b->A, b->B, b->N,
+                           b->C_in, b->C_out, b->R, 2.0f, b->ws, s);
+}
+static void lora_bwd_du_da(void *p, cudaStream_t s) {
+    bench_ctx *b = (bench_ctx *)p;
+    gpu_lora_backward_bf16(g_gemm, nullptr, b->dA, nullptr, b->dy, b->x, nullptr, 1.0f, b->u, b->A, b->B, b->N,
+                           b->C_in, b->C_out, b->R, 2.0f, b->ws, s);
+}
+static void lora_bwd_du_dx(void *p, cudaStream_t s) {
+    bench_ctx *b = (bench_ctx *)p;
+    gpu_lora_backward_bf16(g_gemm, b->dx, nullptr, nullptr, b->dy, b->x, nullptr, 1.0f, b->u, b->A, b->B, b->N,
+                           b->C_in, b->C_out, b->R, 2.0f, b->ws, s);
+}
+
 static void bench(double copy_gbps) {
     struct shp {
         const char *name;
@@ -718,6 +736,18 @@ static void bench(double copy_gbps) {
                    "\"lora_fwd_pct_of_base\":%.1f,\"lora_bwd_pct_of_base\":%.1f}\n",
                    shape, rbf.median_ms, rbb.median_ms, 100.0 * rf.median_ms / rbf.median_ms,
                    100.0 * rb.median_ms / rbb.median_ms);
+            /* the parts: du = (du+dA) + (du+dx) + dB − whole */
+            const struct bench_result r1 = bench_time(lora_bwd_db, &b, g_stream, 3, 15, 3);
+            const struct bench_result r2 = bench_time(lora_bwd_du_da, &b, g_stream, 3, 15, 3);
+            const struct bench_result r3 = bench_time(lora_bwd_du_dx, &b, g_stream, 3, 15, 3);
+            const double du = r2.median_ms + r3.median_ms + r1.median_ms - rb.median_ms;
+            const double gbs = 1e-6 / copy_gbps; /* ms per byte at the copy ceiling */
+            printf("{\"op\":\"lora_backward_parts\",\"shape\":\"%s\",\"db_ms\":%.4f,\"du_ms\":%.4f,\"da_ms\":%.4f,"
+                   "\"dx_ms\":%.4f,\"db_pct_of_copy\":%.1f,\"du_pct_of_copy\":%.1f,\"da_pct_of_copy\":%.1f,"
+                   "\"dx_pct_of_copy\":%.1f}\n",
+                   shape, r1.median_ms, du, r2.median_ms - du, r3.median_ms - du,
+                   100.0 * 2.0 * ny * gbs / r1.median_ms, 100.0 * 2.0 * ny * gbs / du,
+                   100.0 * 2.0 * nx * gbs / (r2.median_ms - du), 100.0 * 4.0 * nx * gbs / (r3.median_ms - du));
             for (void *q : {(void *)b.x, (void *)b.dx, (void *)b.y, (void *)b.dy, (void *)b.w, (void *)b.A, (void *)b.B,
                             (void *)b.u, (void *)b.dA, (void *)b.dB, b.ws})
                 CUDA_CHECK(cudaFree(q));
