@@ -187,9 +187,9 @@ __global__ void __launch_bounds__(kBlock, 2) rmsnorm_backward_rows_in_registers(
         const bool live = row < N;
         const int64_t base = (int64_t)(live ? row : 0) * C;
         const float r = live ? rstd[row] : 0.0f;
-        /* The residual's gradient: in flight with x and dy where the registers allow (VPT ≤ 2), else
+        /* The residual's gradient: in flight with x and dy where the registers allow (VPT ≤ 3), else
          * loaded where it is added. */
-        constexpr bool kEarlyDres = HAS_DRES && VPT <= 2;
+        constexpr bool kEarlyDres = HAS_DRES && VPT <= 3;
         raw_chunk<VW> dr[kEarlyDres ? VPT : 1];
         if constexpr (kEarlyDres) {
 #pragma unroll
@@ -294,10 +294,11 @@ struct row_shape {
     int vw, vpt, tpr;
 };
 
-/* A thread holds at most 4 chunks (32 elements). The backward, which keeps more of a row live,
- * halves that where a row fills exactly 4 chunks a thread (C 2048, 4096: twice the threads a row,
- * two chunks each, so that two blocks fit an SM); where the 4th chunk is partly idle (C 576, 3072)
- * the shape stays — measured on the H100 (docs/RESULTS.md, 2026-11-27). */
+/* A thread holds at most 4 chunks (32 elements), 1 to 4 as the row needs (C 576 and 3072: 3). The
+ * backward, which keeps more of a row live, halves that where a row fills exactly 4 chunks a
+ * thread (C 2048, 4096: twice the threads a row, two chunks each, so that two blocks fit an SM) —
+ * measured on the H100 (docs/RESULTS.md, 2026-11-27). A thread's chunks and their order do not
+ * depend on VPT, so neither do the row sums' bits. */
 row_shape pick_shape(int C, const void *const *ptrs, int nptrs, bool backward = false) {
     bool vec = C % 8 == 0;
     for (int i = 0; i < nptrs; i++)
@@ -310,7 +311,7 @@ row_shape pick_shape(int C, const void *const *ptrs, int nptrs, bool backward = 
     while (tpr < kBlock && chunks > 4 * tpr) tpr *= 2;
     if (backward && tpr < kBlock && chunks == 4 * tpr) tpr *= 2;
     const int need = (chunks + tpr - 1) / tpr;
-    const int vpt = need <= 1 ? 1 : need <= 2 ? 2 : 4;
+    const int vpt = need <= 3 ? need : 4; /* 3: C 576 and 3072 without an idle chunk */
     return {vw, vpt, tpr};
 }
 
@@ -328,6 +329,7 @@ void dispatch_shape(row_shape s, A... args) {
     switch (s.vpt) {                             \
         case 1: REFINE_RMSNORM_TPR(VW, 1) break; \
         case 2: REFINE_RMSNORM_TPR(VW, 2) break; \
+        case 3: REFINE_RMSNORM_TPR(VW, 3) break; \
         default: REFINE_RMSNORM_TPR(VW, 4) break; \
     }
     if (s.vw == 8) {
