@@ -3,10 +3,11 @@
  *   bazel test --config=gpu //tests/parity:rmsnorm_parity
  *   rmsnorm_parity [--seed=N] [--bench]
  *
- * Shapes: C ∈ {8, 33, 264, 576, 1000, 1023, 2048, 4096, 8192} × N ∈ {1, 7, 33, 8192} (every
- * kernel shape: 16-byte and scalar paths, 32..256 threads per row, 1..4 chunks per thread, ragged
- * last chunks) — tile edges and the real widths of SmolLM2 (576), Llama-3.2-1B (2048), 3B (3072
- * via the 8B path) and 8B (4096). Inputs are bf16-rounded normals from the printed seed; both
+ * Shapes: C ∈ {8, 33, 264, 576, 1000, 1023, 1536, 2048, 3072, 4096, 8192} × N ∈ {1, 7, 33, 8192}
+ * (every kernel shape: 16-byte and scalar paths, 32..256 threads per row, 1..4 chunks per thread —
+ * 3 at 32, 64 and 128 threads: C 576, 1536, 3072 — the backward's doubled rows at 2048 and 4096,
+ * ragged last chunks) — tile edges and the real widths of SmolLM2 (576), Llama-3.2-1B (2048), 3B
+ * (3072) and 8B (4096). Inputs are bf16-rounded normals from the printed seed; both
  * sides see the same bits. Outputs are poisoned and guarded.
  *
  * Tolerances (derived; STYLE.md tiers):
@@ -329,7 +330,7 @@ int main(int argc, char **argv) {
     g_seed = test_seed(argc, argv, 20261122);
     parity_init();
     CUDA_CHECK(cudaStreamCreate(&g_stream));
-    const int Cs[] = {8, 33, 264, 576, 1000, 1023, 2048, 4096, 8192};
+    const int Cs[] = {8, 33, 264, 576, 1000, 1023, 1536, 2048, 3072, 4096, 8192};
     const int Ns[] = {1, 7, 33, 8192};
     for (int C : Cs)
         for (int N : Ns) run_case(N, C, 0);
