@@ -119,30 +119,18 @@ struct lora_mma_epi {
     }
 };
 
-/* y (N, C_out) += s · u (N, R; row stride ldu) · Bᵀ: one pass on tensor cores where the shape and
- * alignment allow (the models' shapes), else the gemm with beta = 1 (args). */
-void add_product(struct gpu_gemm *g, const gemm_args &args, uint16_t *y, const uint16_t *u, int ldu,
-                 const uint16_t *lora_b, int N, int C_out, int R, float scale, cudaStream_t stream) {
-    if (refine::adapter_mma_fits(C_out, R, ldu, u, lora_b, y)) {
-        bf16 *yb = reinterpret_cast<bf16 *>(y);
-        refine::adapter_mma_launch(yb, reinterpret_cast<const bf16 *>(u), ldu, reinterpret_cast<const bf16 *>(lora_b),
-                                   R, scale, N, C_out, R, lora_mma_epi{yb}, stream);
-        KERNEL_CHECK(stream);
-        return;
-    }
-    gpu_gemm(g, &args, stream);
-}
-
-/* dx (N, C_in) += du (N, K; row stride K) · A_g (K, C_in): the same pass with A_g's columns as the
- * rank-side operand and s = 1 (dx = bf16(dx + du A), as gemm's alpha = beta = 1 forms it) where the
- * shape and alignment allow, else the gemm with beta = 1 (args). */
-void add_dx(struct gpu_gemm *g, const gemm_args &args, uint16_t *dx, const uint16_t *du, const uint16_t *lora_a, int N,
-            int C_in, int K, cudaStream_t stream) {
-    if (refine::adapter_mma_fits(C_in, K, K, du, lora_a, dx, refine::ADAPTER_B_COLS)) {
-        bf16 *d = reinterpret_cast<bf16 *>(dx);
-        refine::adapter_mma_launch<refine::ADAPTER_B_COLS>(d, reinterpret_cast<const bf16 *>(du), K,
-                                                           reinterpret_cast<const bf16 *>(lora_a), C_in, 1.0f, N,
-                                                           C_in, K, lora_mma_epi{d}, stream);
+/* out (N, C_out) += s · u (N, K; row stride ldu) · the rank-side operand b (row stride ldb; its
+ * layout L, gpu/adapter_mma.cuh): one pass on tensor cores where the shape and alignment allow (the
+ * models' shapes), else the gemm with beta = 1 (args). The forward's y += s·u Bᵀ (ADAPTER_B_ROWS, B
+ * (C_out, R)) and the backward's dx += du A_g (ADAPTER_B_COLS, A_g (K, C_in), s = 1: dx = bf16(dx +
+ * du A), as gemm's alpha = beta = 1 forms it). */
+template <refine::adapter_b_layout L>
+void add_product(struct gpu_gemm *g, const gemm_args &args, uint16_t *out, const uint16_t *u, int ldu,
+                 const uint16_t *b, int64_t ldb, int N, int C_out, int K, float scale, cudaStream_t stream) {
+    if (refine::adapter_mma_fits(C_out, K, ldu, u, b, out, L)) {
+        bf16 *o = reinterpret_cast<bf16 *>(out);
+        refine::adapter_mma_launch<L>(o, reinterpret_cast<const bf16 *>(u), ldu, reinterpret_cast<const bf16 *>(b),
+                                      ldb, scale, N, C_out, K, lora_mma_epi{o}, stream);
         KERNEL_CHECK(stream);
         return;
     }
@@ -167,7 +155,7 @@ extern "C" void gpu_lora_forward_bf16(struct gpu_gemm *g, uint16_t *y, uint16_t 
     const lora_plan p = make_plan(y, u, x_a, lora_a, lora_b, nullptr, nullptr, nullptr, nullptr, nullptr,
                                   GEMM_OUT_BF16, GEMM_ACCUMULATE, N, C_in, C_out, R, scale);
     gpu_gemm(g, &p.fwd_u, stream);
-    add_product(g, p.fwd_y, y, u, R, lora_b, N, C_out, R, scale, stream);
+    add_product<refine::ADAPTER_B_ROWS>(g, p.fwd_y, y, u, R, lora_b, R, N, C_out, R, scale, stream);
 }
 
 extern "C" void gpu_lora_u_bf16(struct gpu_gemm *g, uint16_t *u, const uint16_t *x_a, const uint16_t *lora_a, int N,
@@ -202,7 +190,7 @@ extern "C" void gpu_lora_backward_bf16(struct gpu_gemm *g, uint16_t *dx, float *
     if (dlora_a) gpu_gemm(g, &p.bwd_da, stream);
     if (!dx) return;
     if (!masked) {
-        add_dx(g, p.bwd_dx, dx, du, lora_a, N, C_in, R, stream);
+        add_product<refine::ADAPTER_B_COLS>(g, p.bwd_dx, dx, du, R, lora_a, C_in, N, C_in, R, 1.0f, stream);
         return;
     }
     gpu_gemm(g, &p.bwd_dx, stream);
@@ -250,7 +238,8 @@ extern "C" void gpu_lora_group_forward_bf16(struct gpu_gemm *g, uint16_t *const 
     gpu_gemm(g, &pu, stream);
     for (int i = 0; i < n; i++) {
         const gemm_args py = group_y(y[i], u + (size_t)i * R, lora_b[i], n, N, C_out[i], R, scale);
-        add_product(g, py, y[i], u + (size_t)i * R, n * R, lora_b[i], N, C_out[i], R, scale, stream);
+        add_product<refine::ADAPTER_B_ROWS>(g, py, y[i], u + (size_t)i * R, n * R, lora_b[i], R, N, C_out[i], R,
+                                            scale, stream);
     }
 }
 
@@ -293,7 +282,7 @@ extern "C" void gpu_lora_group_backward_bf16(struct gpu_gemm *g, uint16_t *dx, f
     }
     if (dx) {
         const gemm_args p = group_dx(dx, GEMM_OUT_BF16, GEMM_ACCUMULATE, du, lora_a, n, N, C_in, R);
-        add_dx(g, p, dx, du, lora_a, N, C_in, n * R, stream);
+        add_product<refine::ADAPTER_B_COLS>(g, p, dx, du, n * R, lora_a, C_in, N, C_in, n * R, 1.0f, stream);
     }
 }
 
