@@ -121,6 +121,20 @@ __device__ __forceinline__ void load_raw(raw_chunk<VW> &r, const bf16 *p) {
 
 __device__ __forceinline__ float widen(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
 
+/* A thread's chunks of row `row` of x and dy (nothing past N or C). */
+template <int VW, int VPT, int TPR>
+__device__ __forceinline__ void load_row_chunks(raw_chunk<VW> (&xr)[VPT], raw_chunk<VW> (&gr)[VPT], const bf16 *x,
+                                                const bf16 *dy, int row, int N, int C, int t) {
+#pragma unroll
+    for (int k = 0; k < VPT; k++) {
+        const int col = (k * TPR + t) * VW;
+        if (row < N && col < C) {
+            load_raw<VW>(xr[k], x + (int64_t)row * C + col);
+            load_raw<VW>(gr[k], dy + (int64_t)row * C + col);
+        }
+    }
+}
+
 /* VW floats of shared memory (two 16-byte accesses for VW = 8: col is a multiple of 8) */
 template <int VW>
 __device__ __forceinline__ void load_f32(float (&v)[VW], const float *p) {
@@ -175,14 +189,7 @@ __global__ void __launch_bounds__(kBlock, 2) rmsnorm_backward_rows_in_registers(
     const int iters = (N + stride - 1) / stride;
     int row = blockIdx.x * kSlots + slot;
     raw_chunk<VW> xr[VPT], gr[VPT];
-#pragma unroll
-    for (int k = 0; k < VPT; k++) {
-        const int col = (k * TPR + t) * VW;
-        if (row < N && col < C) {
-            load_raw<VW>(xr[k], x + (int64_t)row * C + col);
-            load_raw<VW>(gr[k], dy + (int64_t)row * C + col);
-        }
-    }
+    load_row_chunks<VW, VPT, TPR>(xr, gr, x, dy, row, N, C, t);
     for (int it = 0; it < iters; it++, row += stride) {
         const bool live = row < N;
         const int64_t base = (int64_t)(live ? row : 0) * C;
@@ -212,17 +219,7 @@ __global__ void __launch_bounds__(kBlock, 2) rmsnorm_backward_rows_in_registers(
             }
         }
         raw_chunk<VW> xn[HAS_DW ? VPT : 1], gn[HAS_DW ? VPT : 1];
-        if constexpr (HAS_DW) {
-            const int next = row + stride;
-#pragma unroll
-            for (int k = 0; k < VPT; k++) {
-                const int col = (k * TPR + t) * VW;
-                if (next < N && col < C) {
-                    load_raw<VW>(xn[k], x + (int64_t)next * C + col);
-                    load_raw<VW>(gn[k], dy + (int64_t)next * C + col);
-                }
-            }
-        }
+        if constexpr (HAS_DW) load_row_chunks<VW, VPT, TPR>(xn, gn, x, dy, row + stride, N, C, t);
         dot = row_sum<TPR>(dot, scratch);
         const float mean = __fdiv_rn(dot, (float)C);
         if (live) {
