@@ -49,7 +49,9 @@
 # with 16 cores, the whole script takes 2 minutes (the CPU half 80 s, 8 runs at a time).
 # --ref-cache DIR: the CPU runs are reused from DIR/<model>-<method>-{fp32,bf16} when their key
 # (sha256 of REF_TRAIN, of the model files and of the data, and the flags) matches, and written
-# there otherwise: the CPU half can run ahead on another machine and be carried to the GPU host.
+# there otherwise, each run's as soon as it finishes (a CPU half cut short keeps what it completed;
+# tests/unit/train_parity_cache_test.sh): the CPU half can run ahead on another machine and be
+# carried to the GPU host, or be spread over several time-limited commands on one host.
 # --cpu-only: only the CPU half (the ref runs and the oracle check); GPU_TRAIN is not run.
 # Prints one line per check and "train_parity: N passed, M failed"; exit status 1 on any failure.
 # Run folders and logs stay in the temporary folder printed at the start (under Bazel, the logs
@@ -280,6 +282,9 @@ ref_job() { # model method run-variant out: the run's exit status and time into 
     # shellcheck disable=SC2046 # the variant's flags are words
     run_train "$ref" "$1" "$2" "$4" "$logs/$1-$2-$3.log" $(variant_flags "$3")
     rc=$?
+    # A cached run is usable as soon as it has finished: its key goes in now, so that a CPU half
+    # stopped part way (a time limit, preemption) keeps every run it completed for the next attempt.
+    if [ "$rc" -eq 0 ] && [ -n "$ref_cache" ]; then echo "${ref_key[$1-$2-$3]}" >"$4/parity_key"; fi
     echo "$rc $(seconds_since "$t0") s" >"$tmp/status/$1-$2-$3"
 }
 for job in "${ref_todo[@]}"; do
@@ -298,7 +303,6 @@ for model in "${models[@]}"; do
             fp32*) dir=${oracle[$model-$method-$prec]} what="the $prec oracle run" ;;
             *) dir=${same[$model-$method-$prec]} what="the $prec same-precision run" ;;
             esac
-            if [ "$rc" -eq 0 ] && [ -n "$ref_cache" ] && [ "$how" != reused ]; then echo "${ref_key[$name]}" >"$dir/parity_key"; fi
             check_log "$model $method: $what ($how)" "$logs/$name.log" test "$rc" -eq 0
         done
         v=$(val_losses "${oracle[$model-$method-fp32]}" 2>/dev/null | paste -sd' ')
