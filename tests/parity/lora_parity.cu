@@ -6,8 +6,9 @@
  * What is covered: forward (u, y += s·u Bᵀ) and backward (dB, dA accumulated onto old values,
  * dx accumulated onto the base layer's dx), with and without a dropout mask, at tile edges
  * (N, C_in, C_out ∈ {1, 7, 8, 33, 65, 127, 129, 255, 257}), at the real shapes of SmolLM2-135M
- * (C 576, F 1536, fused QKV 960) and Llama-3.2-1B (C 2048, KV 512, F 8192), R ∈ {6, 7, 8, 16, 64,
- * 128}, rows kept to a few dozen (the oracle is plain loops; the bench runs N = 8192). The overwritten output
+ * (C 576, F 1536, fused QKV 960) and Llama-3.2-1B (C 2048, KV 512, F 8192), R ∈ {6, 7, 8, 16, 24, 64,
+ * 128}, rows mostly a few dozen (the oracle is plain loops; the bench runs N = 8192) and 300 to 2100
+ * in a few cases, where dB and dA sum over as many rows as in training. The overwritten output
  * u is poisoned and must be written entirely; every buffer has guard regions; the whole
  * forward + backward is run twice and must give the same bits; an Inf planted in x must make the
  * same positions non-finite as in the reference. The grouped adapters (gpu_lora_group_*: q/k/v and
@@ -23,11 +24,15 @@
  *      workspace) that every value is exactly representable in bf16 (sparse inputs keep |du| far
  *      below 256), so u, y, dx, dA, dB must agree bit for bit.
  *  (c) vs naive — normal-valued inputs (bf16-rounded), s = α/√R (rsLoRA: not a power of two),
- *      dropout p = 0.1: the error against ref/lora.h (double sums; ACT_BF16) of each output is at
- *      most 2× that of a naive same-precision implementation of the GPU's algorithm (sequential fp32
- *      sums, u and du rounded to bf16, s applied to the fp32 sum), plus one rounding of the result
- *      at the rms of the reference (BF16_EPS·rms for bf16 outputs, FLT_EPSILON·rms for fp32), since
- *      either side may round a value in the other direction once.
+ *      dropout p = 0.1: the error against ref/lora.h (double sums; ACT_BF16) of each bf16 output
+ *      (u, y, dx) is at most 2× that of a naive same-precision implementation of the GPU's algorithm
+ *      (sequential fp32 sums, u and du rounded to bf16, s applied to the fp32 sum), plus one
+ *      rounding of the result at the rms of the reference (BF16_EPS·rms), since either side may
+ *      round a value in the other direction once; u's flips above the rms are set aside where the
+ *      exact sum lies within the fp32 sum's error of the boundary (allow_u_flips).
+ *  (b) the fp32 gradients dB and dA, sums over N rows: gemm_parity's derived elementwise bound
+ *      against a double reference from the GPU's own u and du (check_reduction) — the vs-naive
+ *      rule does not bound cuBLASLt's order over long sums.
  *  determinism — bitwise, the same inputs twice (cuBLASLt's plan is fixed per shape).
  */
 #include <float.h>
@@ -72,6 +77,70 @@ struct lora_case {
     enum regime rg;
     int dropout;
 };
+
+/* The adapter gradients dB += s·dyᵀu and dA += duᵀx_a (NORMAL regime) are fp32 sums over the N
+ * rows, cuBLASLt's order: a vs-naive rule against a sequential fp32 sum does not bound them (as
+ * gemm_parity found at k = 2048; here cuBLASLt's dB measured 114–159% of that budget at N = 777 and
+ * 1000), so they take gemm_parity's derived rule. Each partial sum errs by at most one fp32 ulp
+ * per addition, |Δ| ≤ K·FLT_EPSILON·Σ|terms| in any order or split; with S the largest
+ * |s|·Σ_n |p·q| over the elements (double) and two more fp32 operations (s times the sum, the add
+ * onto the old value), E = (N + 2)·FLT_EPSILON·S; then |got − ref| ≤ E plus one fp32 ulp of |ref|
+ * (cmp_elementwise with k = 2, eps = FLT_EPSILON, floor = E/(2·FLT_EPSILON)). The reference is
+ * formed in double from the GPU's own bf16 operands (its u for dB, its du for dA), so the check
+ * measures this product, not the roundings of u and du before it (each has its own check).
+ *   out[m·R + r] (out_rc: out[r·M + m]) = old + s·Σ_n p[n·ldp + m]·q[n·ldq + r] */
+static void check_reduction(const struct cmp_case *cc, const std::vector<float> &got, const std::vector<float> &old,
+                            const float *p, int ldp, const float *q, int ldq, int N, int M, int R, double s,
+                            bool out_rc) {
+    std::vector<double> sum((size_t)M * R, 0.0), mag((size_t)M * R, 0.0);
+    for (int n = 0; n < N; n++)
+        for (int m = 0; m < M; m++) {
+            const double pv = p[(size_t)n * ldp + m];
+            if (pv == 0.0) continue;
+            for (int r = 0; r < R; r++) {
+                const double t = pv * q[(size_t)n * ldq + r];
+                sum[(size_t)m * R + r] += t, mag[(size_t)m * R + r] += fabs(t);
+            }
+        }
+    std::vector<float> ref(got.size());
+    double S = 0;
+    for (int m = 0; m < M; m++)
+        for (int r = 0; r < R; r++) {
+            const size_t i = out_rc ? (size_t)r * M + m : (size_t)m * R + r;
+            ref[i] = (float)((double)old[i] + s * sum[(size_t)m * R + r]);
+            S = fmax(S, fabs(s) * mag[(size_t)m * R + r]);
+        }
+    const double E = (N + 2.0) * FLT_EPSILON * S;
+    cmp_elementwise(cc, got.data(), ref.data(), (int64_t)ref.size(), FLT_EPSILON, 2.0, E / (2.0 * FLT_EPSILON), nullptr);
+}
+
+/* u = x_a Aᵀ's bf16 rounding flips (NORMAL regime). The tier's floor is one rounding at the rms,
+ * but an element above the rms whose exact sum lies near a rounding boundary may round either way
+ * after a correct fp32 sum in another order (the tensor cores accumulate with truncation): with
+ * thousands of elements some do. An element of got one bf16 step from ref, with the exact sum
+ * (double) within the fp32 sum's error bound of the boundary between them — K·FLT_EPSILON·Σ|terms|,
+ * as above — is a correct rounding either way: it takes ref's value before the tier. A wrong
+ * rounding mode of the final conversion still fails: its flips fall anywhere between the two
+ * neighbours, mostly outside that band. x_a (N, C_in), A (R, C_in); got and ref (N, R). */
+static std::vector<float> allow_u_flips(const std::vector<float> &got, const std::vector<float> &ref,
+                                        const std::vector<float> &xa, const float *A, int N, int C_in, int R) {
+    std::vector<float> adj(got);
+    for (int n = 0; n < N; n++)
+        for (int r = 0; r < R; r++) {
+            const size_t e = (size_t)n * R + r;
+            const float g = got[e], f = ref[e];
+            if (!isfinite(f) || !isfinite(g) || g == f) continue;
+            const uint16_t hg = bf16_from_float(g), hf = bf16_from_float(f);
+            if (bf16_to_float(hg) != g || ((hg ^ hf) & 0x8000) || (hg - hf != 1 && hf - hg != 1)) continue;
+            double exact = 0, mag = 0;
+            for (int k = 0; k < C_in; k++) {
+                const double t = (double)xa[(size_t)n * C_in + k] * A[(size_t)r * C_in + k];
+                exact += t, mag += fabs(t);
+            }
+            if (fabs(exact - 0.5 * ((double)g + (double)f)) <= (double)C_in * FLT_EPSILON * mag) adj[e] = f;
+        }
+    return adj;
+}
 
 /* Compares one output: exact in the EXACT regime, vs-naive in the NORMAL one. */
 static void compare(const struct cmp_case *cc, const std::vector<float> &got, const std::vector<float> &naive,
@@ -147,7 +216,7 @@ static void run_case(const lora_case &c, int plant_inf, int id) {
     }
 
     /* Naive same-precision implementation of the GPU's algorithm (NORMAL regime only). */
-    std::vector<float> u_n, y_n, dx_n, dA_n, dB_n;
+    std::vector<float> u_n, y_n, dx_n;
     if (!ex) {
         std::vector<float> t((size_t)N * C_out);
         u_n.resize((size_t)N * R);
@@ -160,15 +229,9 @@ static void run_case(const lora_case &c, int plant_inf, int id) {
          * cases), so the same-precision algorithm has two roundings here. */
         for (size_t i = 0; i < t.size(); i++) y_n[i] = bf16_round(bf16_round(s * t[i]) + y0[i]);
         if (!plant_inf) {
-            dB_n.resize(dB0.size());
-            naive_mm(dB_n.data(), dy.data(), 1, C_out, u_n.data(), R, 1, C_out, R, N);
-            for (size_t i = 0; i < dB_n.size(); i++) dB_n[i] = s * dB_n[i] + dB0[i];
             std::vector<float> du((size_t)N * R);
             naive_mm(du.data(), dy.data(), C_out, 1, B.data(), R, 1, N, R, C_out);
             for (float &v : du) v = bf16_round(s * v);
-            dA_n.resize(dA0.size());
-            naive_mm(dA_n.data(), du.data(), 1, R, xa.data(), C_in, 1, R, C_in, N);
-            for (size_t i = 0; i < dA_n.size(); i++) dA_n[i] += dA0[i];
             dx_n.resize(dx0.size());
             naive_mm(dx_n.data(), du.data(), R, 1, A.data(), C_in, 1, N, C_in, R);
             for (size_t i = 0; i < dx_n.size(); i++) {
@@ -245,9 +308,15 @@ static void run_case(const lora_case &c, int plant_inf, int id) {
     /* gpu_lora_reserve saw every product (all buffers here are 256-byte aligned) */
     EXPECT(gpu_gemm_plan_count(g_gemm) == plans, "lora %s: %d gemm plans created after gpu_lora_reserve", shape,
            gpu_gemm_plan_count(g_gemm) - plans);
+    std::vector<float> du_gpu; /* the GPU's du (N, R), the first bytes of its workspace */
     for (struct dev_buf *b : {&bx, &bA, &bB, &bdy, &bkeep, &bws}) {
         std::vector<unsigned char> tmp(b->nbytes);
         dev_buf_download(b, tmp.data(), 0); /* guards of the inputs and the workspace */
+        if (b == &bws && !plant_inf) {
+            std::vector<uint16_t> h((size_t)N * R);
+            memcpy(h.data(), tmp.data(), h.size() * 2);
+            du_gpu = floats_of(h);
+        }
     }
 
     /* EXACT regime, the accumulating GEMMs: cuBLASLt's epilogue rounds α·(the product) to bf16 before
@@ -274,15 +343,6 @@ static void run_case(const lora_case &c, int plant_inf, int id) {
                     dx_cmp[j] = bf16_round(bf16_round((float)t) + dx0[j]);
                 }
     }
-    /* dB = dB0 + s·dyᵀ u reads the u the forward stored. Where the GPU's fp32 order rounds an element
-     * of u to the other bf16 neighbour than the naive order does (allowed: u itself passes its own
-     * tier), that one flip moves dB by s·|dy|·ulp(u); the same-precision model of dB therefore takes
-     * the GPU's u, so that dB's check measures the dB product, not u's rounding twice. */
-    if (!ex && !plant_inf) {
-        const std::vector<float> u_gpu = floats_of(ub);
-        naive_mm(dB_n.data(), dy.data(), 1, C_out, u_gpu.data(), R, 1, C_out, R, N);
-        for (size_t i = 0; i < dB_n.size(); i++) dB_n[i] = s * dB_n[i] + dB0[i];
-    }
     /* cuBLASLt does not document the epilogue's rounding placement, and its algorithms may differ
      * (gemm_parity accepts each placement's exact value for the same reason): an element passes
      * when it equals the single-rounding value (the reference's) or the product-first one. */
@@ -294,7 +354,8 @@ static void run_case(const lora_case &c, int plant_inf, int id) {
             if (dx_got[i] == dx_ref[i]) dx_cmp[i] = dx_ref[i];
     }
     struct cmp_case cc = {"lora_forward", "u", shape, "bf16", seed};
-    compare(&cc, floats_of(ub), u_n, u_ref, c.rg, 1);
+    compare(&cc, ex ? floats_of(ub) : allow_u_flips(floats_of(ub), u_ref, xa, A.data(), N, C_in, R), u_n, u_ref, c.rg,
+            1);
     cc.what = "y";
     compare(&cc, y_got, y_n, y_cmp, c.rg, 1);
     if (!plant_inf) {
@@ -303,9 +364,11 @@ static void run_case(const lora_case &c, int plant_inf, int id) {
         compare(&cc, dx_got, dx_n, dx_cmp, c.rg, 1);
         cc.dtype = "f32";
         cc.what = "dlora_a (accumulated)";
-        compare(&cc, dA_g, dA_n, dA_ref, c.rg, 0);
+        if (ex) cmp_exact_f32(&cc, dA_g.data(), dA_ref.data(), (int64_t)dA_ref.size());
+        else check_reduction(&cc, dA_g, dA0, du_gpu.data(), R, xa.data(), C_in, N, R, C_in, 1.0, false);
         cc.what = "dlora_b (accumulated)";
-        compare(&cc, dB_g, dB_n, dB_ref, c.rg, 0);
+        if (ex) cmp_exact_f32(&cc, dB_g.data(), dB_ref.data(), (int64_t)dB_ref.size());
+        else check_reduction(&cc, dB_g, dB0, dy.data(), C_out, floats_of(ub).data(), R, N, C_out, R, s, false);
     }
     cc.op = "lora";
     cc.what = "determinism (forward + backward twice)";
@@ -342,7 +405,7 @@ struct group_run {
 
 struct group_out {
     std::vector<uint16_t> u, dx;
-    std::vector<float> dA;
+    std::vector<float> dA, du; /* du: the workspace's, of the full run only */
     std::vector<std::vector<uint16_t>> y;
     std::vector<std::vector<float>> dB;
 };
@@ -444,8 +507,8 @@ static void run_group_case(const group_case &c, enum regime rg, int id) {
                shape, (long long)inexact_du, (long long)inexact_y, (long long)inexact_dx);
 
     /* Naive same-precision implementation of the group's algorithm (NORMAL regime only). */
-    std::vector<float> u_n, du_n, dA_n, dx_n;
-    std::vector<std::vector<float>> y_n(n), dB_n(n);
+    std::vector<float> u_n, du_n, dx_n;
+    std::vector<std::vector<float>> y_n(n);
     if (!ex) {
         u_n.resize((size_t)N * nR);
         naive_mm(u_n.data(), x.data(), C_in, 1, A.data(), 1, C_in, N, nR, C_in);
@@ -463,9 +526,6 @@ static void run_group_case(const group_case &c, enum regime rg, int id) {
                 for (int k = 0; k < R; k++)
                     du_n[(size_t)m * nR + (size_t)i * R + k] = bf16_round(s * d[(size_t)m * R + k]);
         }
-        dA_n.resize(dA0.size());
-        naive_mm(dA_n.data(), du_n.data(), 1, nR, x.data(), C_in, 1, nR, C_in, N);
-        for (size_t e = 0; e < dA_n.size(); e++) dA_n[e] += dA0[e];
         dx_n.resize(dx0.size());
         naive_mm(dx_n.data(), du_n.data(), nR, 1, A.data(), C_in, 1, N, C_in, nR);
         for (size_t e = 0; e < dx_n.size(); e++) dx_n[e] = bf16_round(bf16_round(dx_n[e]) + dx0[e]);
@@ -536,6 +596,13 @@ static void run_group_case(const group_case &c, enum regime rg, int id) {
         dev_buf_download(&bu, o.u.data(), 1);
         dev_buf_download(&bdx, o.dx.data(), 0);
         dev_buf_download(&bdA, o.dA.data(), 0);
+        if (k == 0) { /* the GPU's du (N, n·R): the first bytes of the workspace */
+            std::vector<unsigned char> w(bws.nbytes);
+            dev_buf_download(&bws, w.data(), 0);
+            std::vector<uint16_t> h((size_t)N * nR);
+            memcpy(h.data(), w.data(), h.size() * 2);
+            o.du = floats_of(h);
+        }
         for (int i = 0; i < n; i++) {
             o.y[i].resize(y0b[i].size());
             o.dB[i].resize(dB0[i].size());
@@ -576,26 +643,27 @@ static void run_group_case(const group_case &c, enum regime rg, int id) {
     struct cmp_case cc = {"lora_group_forward", what, shape, "bf16", seed};
     for (int i = 0; i < n; i++) {
         const int Co = c.C_out[i];
-        if (!ex) {
-            dB_n[i].resize(dB0[i].size());
-            naive_mm(dB_n[i].data(), dy[i].data(), 1, Co, u_got.data() + (size_t)i * R, nR, 1, Co, R, N);
-            for (size_t e = 0; e < dB_n[i].size(); e++) dB_n[i][e] = s * dB_n[i][e] + dB0[i][e];
-        }
         cc.op = "lora_group_forward";
         cc.dtype = "bf16";
         snprintf(what, sizeof what, "u_%d (columns of u)", i);
         const std::vector<float> u_n_i = ex ? u_n : columns(u_n, N, nR, i * R, R);
-        compare(&cc, columns(u_got, N, nR, i * R, R), u_n_i, u_ref[i], rg, 1);
+        const std::vector<float> u_got_i = columns(u_got, N, nR, i * R, R);
+        compare(&cc, ex ? u_got_i : allow_u_flips(u_got_i, u_ref[i], x, A.data() + (size_t)i * R * C_in, N, C_in, R),
+                u_n_i, u_ref[i], rg, 1);
         snprintf(what, sizeof what, "y_%d", i);
         compare(&cc, floats_of(o.y[i]), y_n[i], y_ref[i], rg, 1);
         cc.op = "lora_group_backward";
         cc.dtype = "f32";
         snprintf(what, sizeof what, "dlora_b_%d (accumulated)", i);
-        compare(&cc, o.dB[i], dB_n[i], dB_ref[i], rg, 0);
+        if (ex) cmp_exact_f32(&cc, o.dB[i].data(), dB_ref[i].data(), (int64_t)dB_ref[i].size());
+        else check_reduction(&cc, o.dB[i], dB0[i], dy[i].data(), Co, u_got.data() + (size_t)i * R, nR, N, Co, R, s, false);
         const size_t first = (size_t)i * R * C_in, count = (size_t)R * C_in;
         snprintf(what, sizeof what, "dlora_a rows of member %d (accumulated)", i);
-        const std::vector<float> dA_n_i = ex ? dA_n : rows_of(dA_n, first, count);
-        compare(&cc, rows_of(o.dA, first, count), dA_n_i, rows_of(dA_ref, first, count), rg, 0);
+        if (ex)
+            cmp_exact_f32(&cc, rows_of(o.dA, first, count).data(), rows_of(dA_ref, first, count).data(), (int64_t)count);
+        else
+            check_reduction(&cc, rows_of(o.dA, first, count), rows_of(dA0, first, count), o.du.data() + (size_t)i * R, nR,
+                            x.data(), C_in, N, R, C_in, 1.0, false);
     }
     cc.dtype = "bf16";
     snprintf(what, sizeof what, "dx (all members, accumulated)");
@@ -765,7 +833,9 @@ int main(int argc, char **argv) {
         {32, 2048, 512, 64}, {16, 2048, 8192, 8},  {16, 8192, 2048, 64}, {8, 2048, 16384, 16},
         /* y += s·u Bᵀ: the tensor-core pass over several row steps with R not a multiple of 16; the
          * gemm path for an odd R and for R > 64 at a width the pass would take */
-        {100, 64, 96, 6},    {20, 64, 64, 7},      {12, 40, 64, 128}};
+        {100, 64, 96, 6},    {20, 64, 64, 7},      {12, 40, 64, 128},
+        /* rows as the trainers run them (thousands): dB and dA are sums over N */
+        {2048, 576, 192, 16}, {1000, 64, 520, 8},  {777, 96, 64, 64},    {300, 40, 24, 24}};
     int id = 0;
     for (const auto &s : shapes)
         for (int rg = 0; rg < 2; rg++)
@@ -780,9 +850,13 @@ int main(int argc, char **argv) {
         {2, 40, 64, 4, {160, 160}},      /* gate, up */
         {3, 37, 61, 5, {61, 15, 9}},     /* odd sizes: u_i at odd column offsets, rows not 16-byte multiples */
         {4, 24, 40, 16, {40, 8, 8, 96}}, /* LORA_GROUP_MAX members */
+        /* SmolLM2's q/k/v over many rows; normal values only (over this many rows the exact tier's
+         * small integers are no longer exact in bf16: its precondition fails) */
+        {3, 2100, 576, 16, {576, 192, 192}},
     };
     for (const group_case &g : groups)
-        for (int rg = 0; rg < 2; rg++) run_group_case(g, (regime)rg, id++);
+        for (int rg = 0; rg < 2; rg++)
+            if (g.N < 1000 || rg == NORMAL) run_group_case(g, (regime)rg, id++);
     const int rc = test_finish("lora_parity");
     if (rc == 0 && test_has_flag(argc, argv, "--bench")) bench(bench_copy_ceiling(g_stream));
     free_gpu_gemm(g_gemm);
