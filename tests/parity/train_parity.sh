@@ -19,6 +19,8 @@
 # The variants (--variants, default all): bf16; fp8-delayed, fp8-current, fp8-block (--precision fp8
 # --fp8-recipe R: the FP8 rows, NUMERICS.md §6.6); bf16-base8 (lora and dora: --precision bf16
 # --base-dtype fp8, whose oracle is --precision fp32 --base-dtype fp8, the same FP8-rounded base).
+# The CPU half runs the oracles and same-precision runs of the variants wanted only (bf16-base8
+# alone: lora's and dora's).
 # and `train_compare tolerance` (the rules: tests/parity/train_compare.c; per run the losses may be
 # 5× and one tensor 6× as far from the oracle as the same-precision run, the parameters together
 # 2×), and over all runs the geometric mean of their loss ratios must be at most 2 (tier (c)'s
@@ -50,7 +52,7 @@
 # --ref-cache DIR: the CPU runs are reused from DIR/<model>-<method>-{fp32,bf16} when their key
 # (sha256 of REF_TRAIN, of the model files and of the data, and the flags) matches, and written
 # there otherwise, each run's as soon as it finishes (a CPU half cut short keeps what it completed;
-# tests/unit/train_parity_cache_test.sh): the CPU half can run ahead on another machine and be
+# tests/unit/train_parity_cpu_half_test.sh): the CPU half can run ahead on another machine and be
 # carried to the GPU host, or be spread over several time-limited commands on one host.
 # --cpu-only: only the CPU half (the ref runs and the oracle check); GPU_TRAIN is not run.
 # Prints one line per check and "train_parity: N passed, M failed"; exit status 1 on any failure.
@@ -244,8 +246,10 @@ jobs_max=${TRAIN_PARITY_JOBS:-$(($(nproc) / 2))}
 mkdir -p "$tmp/status"
 declare -A oracle same ref_key
 ref_todo=()
-refruns_of() { # the reference runs of a (model, method): its oracles and its same-precision runs
-    local v out="fp32" o
+refruns_of() { # the reference runs of a (model, method): the oracles its variants need, and its
+    # same-precision runs (none for a method no wanted variant applies to: bf16-base8 alone runs
+    # lora's and dora's, not every method's fp32 oracle)
+    local v out="" o
     for v in $(variants_of "$1" "$2"); do
         o=$(oracle_of "$v")
         case " $out " in *" $o "*) ;; *) out="$out $o" ;; esac
@@ -305,9 +309,12 @@ for model in "${models[@]}"; do
             esac
             check_log "$model $method: $what ($how)" "$logs/$name.log" test "$rc" -eq 0
         done
-        v=$(val_losses "${oracle[$model-$method-fp32]}" 2>/dev/null | paste -sd' ')
-        check "$model $method: the oracle trains (validation loss: $v)" \
-            awk -v v="$v" 'BEGIN { n = split(v, a, " "); exit !(n >= 2 && a[n] + 0 < a[1] + 0) }'
+        for prec in $(refruns_of "$model" "$method"); do
+            case $prec in fp32) what="the oracle" ;; fp32*) what="the $prec oracle" ;; *) continue ;; esac
+            v=$(val_losses "${oracle[$model-$method-$prec]}" 2>/dev/null | paste -sd' ')
+            check "$model $method: $what trains (validation loss: $v)" \
+                awk -v v="$v" 'BEGIN { n = split(v, a, " "); exit !(n >= 2 && a[n] + 0 < a[1] + 0) }'
+        done
     done
 done
 echo "     CPU half: $(seconds_since "$cpu_start") s (${#ref_todo[@]} runs, $jobs_max at a time; the rest reused)"

@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# train_parity_cache_test.sh — tests/parity/train_parity.sh's --ref-cache when its CPU half is cut
-# short (a command's time limit, preemption), on the CPU with a stand-in reference trainer that
-# writes its run folder as //ref:train does (the checkpoint's LATEST, falling validation losses):
+# train_parity_cpu_half_test.sh — tests/parity/train_parity.sh's CPU half (the reference runs) on the
+# CPU, with a stand-in reference trainer that writes its run folder as //ref:train does (the
+# checkpoint's LATEST, falling validation losses):
+#   - the runs a variant set needs: --variants bf16-base8 runs lora's and dora's fp32-base8 oracle
+#     and bf16-base8 run for each tiny model, and nothing for the methods it does not apply to;
+# --ref-cache when the CPU half is cut short (a command's time limit, preemption):
 #   - the CPU half, one run at a time, is stopped while its third run is in progress: the two runs
 #     it finished are in the cache with their keys, the third has none;
 #   - the next invocation reuses those two (its check lines say so, and the stand-in is not run for
 #     them), runs the rest, and passes;
 #   - a third invocation reuses every run and runs none.
 set -uo pipefail
-script=${1:?usage: train_parity_cache_test.sh tests/parity/train_parity.sh}
-tmp=${TEST_TMPDIR:-/tmp}/train_parity_cache_test.$$
+script=${1:?usage: train_parity_cpu_half_test.sh tests/parity/train_parity.sh}
+tmp=${TEST_TMPDIR:-/tmp}/train_parity_cpu_half_test.$$
 rm -rf "$tmp"
 mkdir -p "$tmp"
 source tests/common/checks.sh || exit 1 # check NAME COMMAND...; pass=0 fail=0
@@ -37,6 +40,18 @@ run() { # out-file: the CPU half of the tiny models, bf16 rows, into the cache
         --variants bf16 --ref-cache "$tmp/cache" --cpu-only >"$1" 2>&1
 }
 keyed() { find "$tmp/cache" -name parity_key | wc -l; }
+
+# 0. the runs of --variants bf16-base8
+TRAIN_PARITY_JOBS=1 TEST_TMPDIR=$tmp bash "$script" "$tmp/ref" /bin/false /bin/true --only tiny \
+    --variants bf16-base8 --cpu-only >"$tmp/base8.txt" 2>&1
+rc=$?
+want=$(for m in tiny-llama tiny-qwen2; do for x in lora dora; do for p in fp32-base8 bf16-base8; do
+    echo "$m-$x-$p"; done; done; done | sort | paste -sd' ')
+got=$(xargs -n1 basename <"$tmp/calls" | sort | paste -sd' ')
+check "bf16-base8: exit status $rc (0), the runs: $got" test $rc -eq 0 -a "$got" = "$want"
+check "bf16-base8: each base8 oracle is checked to train" \
+    test "$(grep -c 'ok   .*: the fp32-base8 oracle trains' "$tmp/base8.txt")" -eq 4
+rm -f "$tmp/calls"
 
 # 1. stopped in its third run
 STANDIN_BLOCK_AT=3 setsid bash -c "$(declare -f run); run $tmp/first.txt" &
@@ -70,5 +85,5 @@ rc=$?
 check "third invocation: exit status $rc (0), no run, $runs_total reused" \
     test $rc -eq 0 -a "$(wc -l <"$tmp/calls")" -eq 0 -a "$(grep -c '(reused)' "$tmp/third.txt")" -eq "$runs_total"
 rm -rf "$tmp"
-echo "train_parity_cache_test: $pass passed, $fail failed"
+echo "train_parity_cpu_half_test: $pass passed, $fail failed"
 [ $fail -eq 0 ]
