@@ -85,7 +85,11 @@ static void step8_cuda(struct adamw8bit_state *s, float *p, const float *g, cons
     float c2 = sqrtf(1.0f - powf(b2, (float)s->step));
     float step_size = (-lr * c2) / c1;
     float *m = malloc(sizeof(float) * ADAMW8BIT_BLOCKSIZE), *v = malloc(sizeof(float) * ADAMW8BIT_BLOCKSIZE);
-    CHECK(m && v, "out of memory");
+    /* the requantization's QUANT8_CUDA codes by table (the same codes as quant8_encode's search) */
+    struct quant8_table *tab = malloc(2 * sizeof *tab);
+    CHECK(m && v && tab, "out of memory");
+    quant8_table_init(&tab[0], s->map1);
+    quant8_table_init(&tab[1], s->map2);
     for (int64_t b0 = 0, blk = 0; b0 < s->n; b0 += ADAMW8BIT_BLOCKSIZE, blk++) {
         int64_t len = s->n - b0 < ADAMW8BIT_BLOCKSIZE ? s->n - b0 : ADAMW8BIT_BLOCKSIZE;
         float a1 = s->absmax1[blk], a2 = s->absmax2[blk];
@@ -119,13 +123,13 @@ static void step8_cuda(struct adamw8bit_state *s, float *p, const float *g, cons
                 p[i] = p[i] + step_size * (m[j] / (sqrtf(v[j]) + c2 * eps));
                 if (wd > 0.0f) p[i] = p[i] * (1.0f - lr * wd);
             }
-            uint8_t c1q = quant8_encode(s->map1, m[j] / max1, QUANT8_CUDA);
+            uint8_t c1q = quant8_table_encode(&tab[0], m[j] / max1);
             if (signbit(s->map1[c1q]) != signbit(m[j])) c1q = (uint8_t)(m[j] > 0.0f ? c1q + 1 : c1q - 1);
             s->q1[i] = c1q;
-            s->q2[i] = quant8_encode(s->map2, v[j] / max2, QUANT8_CUDA);
+            s->q2[i] = quant8_table_encode(&tab[1], v[j] / max2);
         }
     }
-    free(m), free(v);
+    free(m), free(v), free(tab);
 }
 
 /* The CPU backend (_optimizer_update_8bit_blockwise_cpu): dequantize, torch-op update with the

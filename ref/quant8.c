@@ -4,6 +4,7 @@
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "io/check.h"
 
@@ -76,6 +77,55 @@ float quant8_cuda_threshold(const float map[256], int c) {
     float mid = (map[c] + map[c + 1]) * 0.5f;
     if (c & 1) return mid;
     return nextafterf(mid, INFINITY);
+}
+
+#define QUANT8_TABLE_LO 0x34000000u /* 2^-23: magnitudes up to it share the first range */
+#define QUANT8_TABLE_SHIFT 17
+#define QUANT8_TABLE_TOP 0x40000000u /* 2.0 */
+
+static float quant8_float_of(uint32_t u) {
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+/* The magnitude bits of range k's smallest and largest values. */
+static uint32_t quant8_range_first(uint32_t k) { return k ? QUANT8_TABLE_LO + (k << QUANT8_TABLE_SHIFT) : 0u; }
+static uint32_t quant8_range_last(uint32_t k) {
+    uint32_t u = QUANT8_TABLE_LO + ((k + 1u) << QUANT8_TABLE_SHIFT) - 1u;
+    return u < QUANT8_TABLE_TOP ? u : QUANT8_TABLE_TOP;
+}
+
+void quant8_table_init(struct quant8_table *tab, const float map[256]) {
+    for (int c = 0; c < 255; c++) tab->t[c] = quant8_cuda_threshold(map, c);
+    tab->t[255] = NAN; /* no value passes it: the count stops at 255 */
+    for (int c = 1; c < 255; c++) CHECK(tab->t[c] >= tab->t[c - 1], "quant8_table_init: thresholds not ascending at %d", c);
+    CHECK(tab->t[0] > -2.0f && tab->t[254] <= 2.0f, "quant8_table_init: thresholds beyond [-2, 2]");
+    /* the count at each range's lowest value, walking the values upwards: the negative ranges from
+     * the largest magnitude down, then the positive ones */
+    unsigned c = 0;
+    for (int k = QUANT8_TABLE_BUCKETS - 1; k >= 0; k--) {
+        const float lowest = -quant8_float_of(quant8_range_last((uint32_t)k));
+        while (lowest >= tab->t[c]) c++;
+        tab->c0[QUANT8_TABLE_BUCKETS + k] = (uint8_t)c;
+    }
+    for (int k = 0; k < QUANT8_TABLE_BUCKETS; k++) {
+        const float lowest = quant8_float_of(quant8_range_first((uint32_t)k));
+        while (lowest >= tab->t[c]) c++;
+        tab->c0[k] = (uint8_t)c;
+    }
+}
+
+uint8_t quant8_table_encode(const struct quant8_table *tab, float x) {
+    if (isnan(x)) return 0;
+    const float xc = x < -2.0f ? -2.0f : x > 2.0f ? 2.0f : x;
+    uint32_t b;
+    memcpy(&b, &xc, 4);
+    const uint32_t u = b & 0x7fffffffu;
+    const uint32_t k = ((u > QUANT8_TABLE_LO ? u : QUANT8_TABLE_LO) - QUANT8_TABLE_LO) >> QUANT8_TABLE_SHIFT;
+    unsigned c = tab->c0[k + (b >> 31) * QUANT8_TABLE_BUCKETS];
+    while (xc >= tab->t[c]) c++;
+    return (uint8_t)c;
 }
 
 /* torch.bucketize(x, (code[:-1] + code[1:]) / 2, right=False): the number of midpoints < x. */

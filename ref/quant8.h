@@ -44,6 +44,22 @@ uint8_t quant8_encode(const float map[256], float x_norm, enum quant8_round r);
  * passes none (code 0). Checked on every fp32 x for both dynamic maps (tests/unit/quant8_test). */
 float quant8_cuda_threshold(const float map[256], int c);
 
+/* The QUANT8_CUDA code of one map by table, for the 8-bit optimizer's requantization (the hot loop
+ * of its reference step): the same code as quant8_encode(map, x, QUANT8_CUDA) for every float x.
+ * t holds the 255 thresholds (ascending) and a NaN after them; x, clamped to [−2, 2] (the
+ * thresholds lie in (−1, 1)), falls in one of QUANT8_TABLE_BUCKETS ranges of its magnitude bits per
+ * sign (magnitudes up to 2^−23 in the first, then 2^17 ulps each up to 2), and c0 holds the count at
+ * each range's lowest value; the code of x is that count raised past every further threshold ≤ x
+ * (the count is monotone in x). NaN: code 0. Checked against quant8_encode as the threshold form is
+ * (tests/unit/quant8_test). */
+#define QUANT8_TABLE_BUCKETS 1537
+struct quant8_table {
+    float t[256];
+    uint8_t c0[2 * QUANT8_TABLE_BUCKETS];
+};
+void quant8_table_init(struct quant8_table *tab, const float map[256]);
+uint8_t quant8_table_encode(const struct quant8_table *tab, float x);
+
 void quant8_quantize_blockwise(uint8_t *q, float *absmax, const float *x, int64_t n, int blocksize,
                                const float map[256], enum quant8_round r);
 void quant8_dequantize_blockwise(float *out, const uint8_t *q, const float *absmax, int64_t n, int blocksize,

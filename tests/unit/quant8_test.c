@@ -132,6 +132,60 @@ static unsigned count_form(const float t[255], float x) {
     return lo;
 }
 
+/* quant8_table_encode against the binary search on test_threshold_form's values. */
+static long table_vs_search(const struct quant8_table *tab, const float map[256], float x, float *first_x,
+                            unsigned *got0, unsigned *want0, long bad) {
+    const unsigned got = quant8_table_encode(tab, x), want = quant8_encode(map, x, QUANT8_CUDA);
+    if (got != want && bad == 0) *first_x = x, *got0 = got, *want0 = want;
+    return bad + (got != want);
+}
+
+static void test_table(void) {
+    for (int sgn = 0; sgn < 2; sgn++) {
+        float map[256];
+        quant8_dynamic_map(map, sgn);
+        struct quant8_table tab;
+        quant8_table_init(&tab, map);
+        long bad = 0, checked = 0;
+        float first_x = 0;
+        unsigned got0 = 0, want0 = 0;
+        for (uint64_t b = 0; b < ((uint64_t)1 << 32); b += 256) {
+            uint32_t bits = (uint32_t)b ^ (uint32_t)(b >> 13);
+            float x;
+            memcpy(&x, &bits, 4);
+            bad = table_vs_search(&tab, map, x, &first_x, &got0, &want0, bad), checked++;
+        }
+        /* each threshold, midpoint and map value ± 3 ulp, and each range's ends ± 1 ulp */
+        for (int c = 0; c < 255; c++) {
+            const float mid = (map[c] + map[c + 1]) * 0.5f;
+            const float centers[3] = {tab.t[c], mid, map[c]};
+            for (int k = 0; k < 3; k++) {
+                float x = centers[k];
+                for (int s = 0; s < 3; s++) x = nextafterf(x, -INFINITY);
+                for (int s = 0; s < 7; s++, x = nextafterf(x, INFINITY))
+                    bad = table_vs_search(&tab, map, x, &first_x, &got0, &want0, bad), checked++;
+            }
+        }
+        for (uint32_t k = 0; k < QUANT8_TABLE_BUCKETS; k++) {
+            const uint32_t lo = k ? 0x34000000u + (k << 17) : 0u, hi = 0x34000000u + ((k + 1u) << 17) - 1u;
+            const uint32_t ends[4] = {lo, lo ? lo - 1u : 0u, hi, hi + 1u};
+            for (int e = 0; e < 4; e++)
+                for (int sg = 0; sg < 2; sg++) {
+                    const uint32_t bits = ends[e] | (sg ? 0x80000000u : 0u);
+                    float x;
+                    memcpy(&x, &bits, 4);
+                    bad = table_vs_search(&tab, map, x, &first_x, &got0, &want0, bad), checked++;
+                }
+        }
+        const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, 1.0f, -1.0f, 2.0f, -2.0f, 3.0f, -3.0f,
+                                 FLT_MIN, -FLT_MIN, FLT_MAX, -FLT_MAX};
+        for (size_t k = 0; k < sizeof special / sizeof special[0]; k++)
+            bad = table_vs_search(&tab, map, special[k], &first_x, &got0, &want0, bad), checked++;
+        EXPECT(bad == 0, "table = QUANT8_CUDA search (signed=%d): %ld of %ld differ, first x=%a table %u search %u", sgn,
+               bad, checked, (double)first_x, got0, want0);
+    }
+}
+
 static void test_threshold_form(void) {
     for (int sgn = 0; sgn < 2; sgn++) {
         float map[256], t[255];
@@ -226,6 +280,7 @@ int main(int argc, char **argv) {
     test_maps();
     test_encode();
     test_threshold_form();
+    test_table();
     test_blockwise(256 * 4, 256);
     test_blockwise(256 * 3 + 77, 256);
     test_blockwise(1, 256);
