@@ -46,9 +46,10 @@
 # writes them), --seq 64 --micro-batch 2 --grad-accum 2 (one full attention tile per sequence),
 # lr 1e-2 (full: 1e-3; they are random models). SmolLM2: --seq 32 --micro-batch 2 --grad-accum 1
 # (a partial tile, the real widths and GQA 9:3), lr 1e-3 (full: 1e-4), DoRA and QDoRA on q,v only:
-# the reference DoRA costs 13 s per step on all seven targets. The whole CPU half takes about
-# 4 minutes on 2 cores (SmolLM2: 15-35 s per run; the tiny models: under 2 s); on an H100 host
-# with 16 cores, the whole script takes 2 minutes (the CPU half 80 s, 8 runs at a time).
+# the reference DoRA costs 13 s per step on all seven targets. Reference runs on 2 cores (docs/
+# RESULTS.md, 2026-11-27): the tiny models under 2 s each; SmolLM2 16-46 s each, the 8-bit AdamW
+# ones 56 s (192 s before their requantization went by table) — the bf16 rows' 16 runs took 1142 s
+# one at a time with the slower 8-bit runs; a host with 16 cores runs 8 at a time.
 # --ref-cache DIR: the CPU runs are reused from DIR/<model>-<method>-{fp32,bf16} when their key
 # (sha256 of REF_TRAIN, of the model files and of the data, and the flags) matches, and written
 # there otherwise, each run's as soon as it finishes (a CPU half cut short keeps what it completed;
