@@ -79,10 +79,6 @@ float quant8_cuda_threshold(const float map[256], int c) {
     return nextafterf(mid, INFINITY);
 }
 
-#define QUANT8_TABLE_LO 0x34000000u /* 2^-23: magnitudes up to it share the first range */
-#define QUANT8_TABLE_SHIFT 17
-#define QUANT8_TABLE_TOP 0x40000000u /* 2.0 */
-
 static float quant8_float_of(uint32_t u) {
     float x;
     memcpy(&x, &u, 4);

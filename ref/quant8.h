@@ -52,7 +52,10 @@ float quant8_cuda_threshold(const float map[256], int c);
  * each range's lowest value; the code of x is that count raised past every further threshold ≤ x
  * (the count is monotone in x). NaN: code 0. Checked against quant8_encode as the threshold form is
  * (tests/unit/quant8_test). */
-#define QUANT8_TABLE_BUCKETS 1537
+#define QUANT8_TABLE_LO 0x34000000u  /* the magnitude bits of 2^-23: magnitudes up to it share range 0 */
+#define QUANT8_TABLE_SHIFT 17         /* a range above it: 2^17 ulps */
+#define QUANT8_TABLE_TOP 0x40000000u /* 2.0, the clamp */
+#define QUANT8_TABLE_BUCKETS 1537     /* ((TOP − LO) >> SHIFT) + 1 */
 struct quant8_table {
     float t[256];
     uint8_t c0[2 * QUANT8_TABLE_BUCKETS];

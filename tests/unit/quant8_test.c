@@ -119,9 +119,7 @@ static void test_encode(void) {
     EXPECT(quant8_encode(s, NAN, QUANT8_CUDA) == 0, "NaN fails every > test: code 0");
 }
 
-/* quant8_cuda_threshold's count form against the binary search (quant8.h): every 256th fp32 bit
- * pattern, each threshold and midpoint ± 3 ulp, ±0, ±Inf, NaN. (An exhaustive run over all 2^32
- * patterns agreed for both maps; it takes minutes, so the test samples.) */
+/* The number of thresholds ≤ x (quant8_cuda_threshold's count form, quant8.h), t ascending. */
 static unsigned count_form(const float t[255], float x) {
     unsigned lo = 0, hi = 255; /* the number of t_c ≤ x, t ascending */
     while (lo < hi) {
@@ -132,60 +130,28 @@ static unsigned count_form(const float t[255], float x) {
     return lo;
 }
 
-/* quant8_table_encode against the binary search on test_threshold_form's values. */
-static long table_vs_search(const struct quant8_table *tab, const float map[256], float x, float *first_x,
-                            unsigned *got0, unsigned *want0, long bad) {
-    const unsigned got = quant8_table_encode(tab, x), want = quant8_encode(map, x, QUANT8_CUDA);
-    if (got != want && bad == 0) *first_x = x, *got0 = got, *want0 = want;
-    return bad + (got != want);
+/* Both faster forms of the QUANT8_CUDA code against the search at one x: the threshold count and
+ * quant8_table_encode (bad[0], bad[1]; the first difference of each kept for the report). */
+struct form_probe {
+    const float *map, *t;
+    const struct quant8_table *tab;
+    long bad[2], checked;
+    float first_x[2];
+    unsigned got0[2], want0[2];
+};
+
+static void probe(struct form_probe *pr, float x) {
+    const unsigned want = quant8_encode(pr->map, x, QUANT8_CUDA);
+    const unsigned got[2] = {count_form(pr->t, x), quant8_table_encode(pr->tab, x)};
+    for (int f = 0; f < 2; f++)
+        if (got[f] != want && pr->bad[f]++ == 0) pr->first_x[f] = x, pr->got0[f] = got[f], pr->want0[f] = want;
+    pr->checked++;
 }
 
-static void test_table(void) {
-    for (int sgn = 0; sgn < 2; sgn++) {
-        float map[256];
-        quant8_dynamic_map(map, sgn);
-        struct quant8_table tab;
-        quant8_table_init(&tab, map);
-        long bad = 0, checked = 0;
-        float first_x = 0;
-        unsigned got0 = 0, want0 = 0;
-        for (uint64_t b = 0; b < ((uint64_t)1 << 32); b += 256) {
-            uint32_t bits = (uint32_t)b ^ (uint32_t)(b >> 13);
-            float x;
-            memcpy(&x, &bits, 4);
-            bad = table_vs_search(&tab, map, x, &first_x, &got0, &want0, bad), checked++;
-        }
-        /* each threshold, midpoint and map value ± 3 ulp, and each range's ends ± 1 ulp */
-        for (int c = 0; c < 255; c++) {
-            const float mid = (map[c] + map[c + 1]) * 0.5f;
-            const float centers[3] = {tab.t[c], mid, map[c]};
-            for (int k = 0; k < 3; k++) {
-                float x = centers[k];
-                for (int s = 0; s < 3; s++) x = nextafterf(x, -INFINITY);
-                for (int s = 0; s < 7; s++, x = nextafterf(x, INFINITY))
-                    bad = table_vs_search(&tab, map, x, &first_x, &got0, &want0, bad), checked++;
-            }
-        }
-        for (uint32_t k = 0; k < QUANT8_TABLE_BUCKETS; k++) {
-            const uint32_t lo = k ? 0x34000000u + (k << 17) : 0u, hi = 0x34000000u + ((k + 1u) << 17) - 1u;
-            const uint32_t ends[4] = {lo, lo ? lo - 1u : 0u, hi, hi + 1u};
-            for (int e = 0; e < 4; e++)
-                for (int sg = 0; sg < 2; sg++) {
-                    const uint32_t bits = ends[e] | (sg ? 0x80000000u : 0u);
-                    float x;
-                    memcpy(&x, &bits, 4);
-                    bad = table_vs_search(&tab, map, x, &first_x, &got0, &want0, bad), checked++;
-                }
-        }
-        const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, 1.0f, -1.0f, 2.0f, -2.0f, 3.0f, -3.0f,
-                                 FLT_MIN, -FLT_MIN, FLT_MAX, -FLT_MAX};
-        for (size_t k = 0; k < sizeof special / sizeof special[0]; k++)
-            bad = table_vs_search(&tab, map, special[k], &first_x, &got0, &want0, bad), checked++;
-        EXPECT(bad == 0, "table = QUANT8_CUDA search (signed=%d): %ld of %ld differ, first x=%a table %u search %u", sgn,
-               bad, checked, (double)first_x, got0, want0);
-    }
-}
-
+/* quant8_cuda_threshold's count form and quant8_table_encode against the binary search
+ * (quant8.h): every 256th fp32 bit pattern, each threshold, midpoint and map value ± 3 ulp, each
+ * table range's ends ± 1 ulp, ±0, ±Inf, NaN, the clamp ±2 and beyond. (An exhaustive run over all
+ * 2^32 patterns agreed for both maps; it takes minutes, so the test samples.) */
 static void test_threshold_form(void) {
     for (int sgn = 0; sgn < 2; sgn++) {
         float map[256], t[255];
@@ -196,16 +162,14 @@ static void test_threshold_form(void) {
             if (c) bad_order += !(t[c] >= t[c - 1]);
         }
         EXPECT(bad_order == 0, "thresholds ascending (signed=%d): %d violations", sgn, bad_order);
-        long bad = 0, checked = 0;
-        float first_x = 0;
-        unsigned got0 = 0, want0 = 0;
+        struct quant8_table tab;
+        quant8_table_init(&tab, map);
+        struct form_probe pr = {map, t, &tab, {0, 0}, 0, {0, 0}, {0, 0}, {0, 0}};
         for (uint64_t b = 0; b < ((uint64_t)1 << 32); b += 256) {
             uint32_t bits = (uint32_t)b ^ (uint32_t)(b >> 13); /* vary the low bits too */
             float x;
             memcpy(&x, &bits, 4);
-            unsigned got = count_form(t, x), want = quant8_encode(map, x, QUANT8_CUDA);
-            if (got != want && bad++ == 0) first_x = x, got0 = got, want0 = want;
-            checked++;
+            probe(&pr, x);
         }
         for (int c = 0; c < 255; c++) {
             const float mid = (map[c] + map[c + 1]) * 0.5f;
@@ -213,21 +177,27 @@ static void test_threshold_form(void) {
             for (int k = 0; k < 3; k++) {
                 float x = centers[k];
                 for (int s = 0; s < 3; s++) x = nextafterf(x, -INFINITY);
-                for (int s = 0; s < 7; s++, x = nextafterf(x, INFINITY)) {
-                    unsigned got = count_form(t, x), want = quant8_encode(map, x, QUANT8_CUDA);
-                    if (got != want && bad++ == 0) first_x = x, got0 = got, want0 = want;
-                    checked++;
-                }
+                for (int s = 0; s < 7; s++, x = nextafterf(x, INFINITY)) probe(&pr, x);
             }
         }
-        const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, 1.0f, -1.0f, FLT_MIN, -FLT_MIN};
-        for (size_t k = 0; k < sizeof special / sizeof special[0]; k++) {
-            unsigned got = count_form(t, special[k]), want = quant8_encode(map, special[k], QUANT8_CUDA);
-            if (got != want && bad++ == 0) first_x = special[k], got0 = got, want0 = want;
-            checked++;
+        for (uint32_t k = 0; k < QUANT8_TABLE_BUCKETS; k++) {
+            const uint32_t lo = k ? QUANT8_TABLE_LO + (k << QUANT8_TABLE_SHIFT) : 0u;
+            const uint32_t hi = QUANT8_TABLE_LO + ((k + 1u) << QUANT8_TABLE_SHIFT) - 1u;
+            const uint32_t ends[4] = {lo, lo ? lo - 1u : 0u, hi, hi + 1u};
+            for (int e = 0; e < 8; e++) {
+                const uint32_t bits = ends[e / 2] | (e % 2 ? 0x80000000u : 0u);
+                float x;
+                memcpy(&x, &bits, 4);
+                probe(&pr, x);
+            }
         }
-        EXPECT(bad == 0, "threshold count = QUANT8_CUDA search (signed=%d): %ld of %ld differ, first x=%a count %u search %u",
-               sgn, bad, checked, (double)first_x, got0, want0);
+        const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, 1.0f, -1.0f, 2.0f, -2.0f,
+                                 3.0f, -3.0f, FLT_MIN, -FLT_MIN, FLT_MAX, -FLT_MAX};
+        for (size_t k = 0; k < sizeof special / sizeof special[0]; k++) probe(&pr, special[k]);
+        EXPECT(pr.bad[0] == 0, "threshold count = QUANT8_CUDA search (signed=%d): %ld of %ld differ, first x=%a count %u search %u",
+               sgn, pr.bad[0], pr.checked, (double)pr.first_x[0], pr.got0[0], pr.want0[0]);
+        EXPECT(pr.bad[1] == 0, "table = QUANT8_CUDA search (signed=%d): %ld of %ld differ, first x=%a table %u search %u",
+               sgn, pr.bad[1], pr.checked, (double)pr.first_x[1], pr.got0[1], pr.want0[1]);
     }
 }
 
@@ -280,7 +250,6 @@ int main(int argc, char **argv) {
     test_maps();
     test_encode();
     test_threshold_form();
-    test_table();
     test_blockwise(256 * 4, 256);
     test_blockwise(256 * 3 + 77, 256);
     test_blockwise(1, 256);
