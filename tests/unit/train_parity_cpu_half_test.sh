@@ -35,15 +35,16 @@ printf '{"kind":"eval","step":10,"val_loss":3.0,"val_batches":2}\n{"kind":"eval"
     >"$out/metrics.jsonl"
 SH
 chmod +x "$tmp/ref"
-run() { # out-file: the CPU half of the tiny models, bf16 rows, into the cache
+run() { # out-file variants [flags...]: the CPU half of the tiny models, one run at a time
+    local out=$1 variants=$2
+    shift 2
     TRAIN_PARITY_JOBS=1 TEST_TMPDIR=$tmp bash "$script" "$tmp/ref" /bin/false /bin/true --only tiny \
-        --variants bf16 --ref-cache "$tmp/cache" --cpu-only >"$1" 2>&1
+        --variants "$variants" --cpu-only "$@" >"$out" 2>&1
 }
 keyed() { find "$tmp/cache" -name parity_key | wc -l; }
 
-# 0. the runs of --variants bf16-base8
-TRAIN_PARITY_JOBS=1 TEST_TMPDIR=$tmp bash "$script" "$tmp/ref" /bin/false /bin/true --only tiny \
-    --variants bf16-base8 --cpu-only >"$tmp/base8.txt" 2>&1
+# 0. the runs of --variants bf16-base8 (no cache)
+run "$tmp/base8.txt" bf16-base8
 rc=$?
 want=$(for m in tiny-llama tiny-qwen2; do for x in lora dora; do for p in fp32-base8 bf16-base8; do
     echo "$m-$x-$p"; done; done; done | sort | paste -sd' ')
@@ -54,7 +55,7 @@ check "bf16-base8: each base8 oracle is checked to train" \
 rm -f "$tmp/calls"
 
 # 1. stopped in its third run
-STANDIN_BLOCK_AT=3 setsid bash -c "$(declare -f run); run $tmp/first.txt" &
+STANDIN_BLOCK_AT=3 setsid bash -c "$(declare -f run); run $tmp/first.txt bf16 --ref-cache $tmp/cache" &
 pid=$!
 for _ in $(seq 1 600); do
     [ -e "$tmp/blocked" ] && break
@@ -68,7 +69,7 @@ check "two runs finished before the stop are in the cache with their keys ($(key
 check "the run stopped part way has no key" test ! -e "$third/parity_key"
 # 2. the next invocation reuses the two
 : >"$tmp/calls"
-run "$tmp/second.txt"
+run "$tmp/second.txt" bf16 --ref-cache "$tmp/cache"
 rc=$?
 cat "$tmp/second.txt"
 runs_total=$(($(wc -l <"$tmp/calls") + 2))
@@ -80,7 +81,7 @@ check "second invocation: the stopped run ran again" grep -qx "$third" "$tmp/cal
 
 # 3. everything reused
 : >"$tmp/calls"
-run "$tmp/third.txt"
+run "$tmp/third.txt" bf16 --ref-cache "$tmp/cache"
 rc=$?
 check "third invocation: exit status $rc (0), no run, $runs_total reused" \
     test $rc -eq 0 -a "$(wc -l <"$tmp/calls")" -eq 0 -a "$(grep -c '(reused)' "$tmp/third.txt")" -eq "$runs_total"
