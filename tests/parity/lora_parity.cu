@@ -88,10 +88,9 @@ struct lora_case {
  * (cmp_elementwise with k = 2, eps = FLT_EPSILON, floor = E/(2·FLT_EPSILON)). The reference is
  * formed in double from the GPU's own bf16 operands (its u for dB, its du for dA), so the check
  * measures this product, not the roundings of u and du before it (each has its own check).
- *   out[m·R + r] (out_rc: out[r·M + m]) = old + s·Σ_n p[n·ldp + m]·q[n·ldq + r] */
+ *   out[m·R + r] = old + s·Σ_n p[n·ldp + m]·q[n·ldq + r]  (dA: p = du, q = x_a; dB: p = dy, q = u) */
 static void check_reduction(const struct cmp_case *cc, const std::vector<float> &got, const std::vector<float> &old,
-                            const float *p, int ldp, const float *q, int ldq, int N, int M, int R, double s,
-                            bool out_rc) {
+                            const float *p, int ldp, const float *q, int ldq, int N, int M, int R, double s) {
     std::vector<double> sum((size_t)M * R, 0.0), mag((size_t)M * R, 0.0);
     for (int n = 0; n < N; n++)
         for (int m = 0; m < M; m++) {
@@ -104,12 +103,10 @@ static void check_reduction(const struct cmp_case *cc, const std::vector<float> 
         }
     std::vector<float> ref(got.size());
     double S = 0;
-    for (int m = 0; m < M; m++)
-        for (int r = 0; r < R; r++) {
-            const size_t i = out_rc ? (size_t)r * M + m : (size_t)m * R + r;
-            ref[i] = (float)((double)old[i] + s * sum[(size_t)m * R + r]);
-            S = fmax(S, fabs(s) * mag[(size_t)m * R + r]);
-        }
+    for (size_t i = 0; i < ref.size(); i++) {
+        ref[i] = (float)((double)old[i] + s * sum[i]);
+        S = fmax(S, fabs(s) * mag[i]);
+    }
     const double E = (N + 2.0) * FLT_EPSILON * S;
     cmp_elementwise(cc, got.data(), ref.data(), (int64_t)ref.size(), FLT_EPSILON, 2.0, E / (2.0 * FLT_EPSILON), nullptr);
 }
@@ -140,6 +137,13 @@ static std::vector<float> allow_u_flips(const std::vector<float> &got, const std
             if (fabs(exact - 0.5 * ((double)g + (double)f)) <= (double)C_in * FLT_EPSILON * mag) adj[e] = f;
         }
     return adj;
+}
+
+/* The GPU's du: its first count bf16 values of the backward's workspace (a downloaded image). */
+static std::vector<float> workspace_du(const std::vector<unsigned char> &ws, size_t count) {
+    std::vector<uint16_t> h(count);
+    memcpy(h.data(), ws.data(), count * 2);
+    return floats_of(h);
 }
 
 /* Compares one output: exact in the EXACT regime, vs-naive in the NORMAL one. */
@@ -312,11 +316,7 @@ static void run_case(const lora_case &c, int plant_inf, int id) {
     for (struct dev_buf *b : {&bx, &bA, &bB, &bdy, &bkeep, &bws}) {
         std::vector<unsigned char> tmp(b->nbytes);
         dev_buf_download(b, tmp.data(), 0); /* guards of the inputs and the workspace */
-        if (b == &bws && !plant_inf) {
-            std::vector<uint16_t> h((size_t)N * R);
-            memcpy(h.data(), tmp.data(), h.size() * 2);
-            du_gpu = floats_of(h);
-        }
+        if (b == &bws && !plant_inf) du_gpu = workspace_du(tmp, (size_t)N * R);
     }
 
     /* EXACT regime, the accumulating GEMMs: cuBLASLt's epilogue rounds α·(the product) to bf16 before
@@ -353,9 +353,9 @@ static void run_case(const lora_case &c, int plant_inf, int id) {
         for (size_t i = 0; i < dx_cmp.size(); i++)
             if (dx_got[i] == dx_ref[i]) dx_cmp[i] = dx_ref[i];
     }
+    const std::vector<float> u_gpu = floats_of(ub);
     struct cmp_case cc = {"lora_forward", "u", shape, "bf16", seed};
-    compare(&cc, ex ? floats_of(ub) : allow_u_flips(floats_of(ub), u_ref, xa, A.data(), N, C_in, R), u_n, u_ref, c.rg,
-            1);
+    compare(&cc, ex ? u_gpu : allow_u_flips(u_gpu, u_ref, xa, A.data(), N, C_in, R), u_n, u_ref, c.rg, 1);
     cc.what = "y";
     compare(&cc, y_got, y_n, y_cmp, c.rg, 1);
     if (!plant_inf) {
@@ -365,10 +365,10 @@ static void run_case(const lora_case &c, int plant_inf, int id) {
         cc.dtype = "f32";
         cc.what = "dlora_a (accumulated)";
         if (ex) cmp_exact_f32(&cc, dA_g.data(), dA_ref.data(), (int64_t)dA_ref.size());
-        else check_reduction(&cc, dA_g, dA0, du_gpu.data(), R, xa.data(), C_in, N, R, C_in, 1.0, false);
+        else check_reduction(&cc, dA_g, dA0, du_gpu.data(), R, xa.data(), C_in, N, R, C_in, 1.0);
         cc.what = "dlora_b (accumulated)";
         if (ex) cmp_exact_f32(&cc, dB_g.data(), dB_ref.data(), (int64_t)dB_ref.size());
-        else check_reduction(&cc, dB_g, dB0, dy.data(), C_out, floats_of(ub).data(), R, N, C_out, R, s, false);
+        else check_reduction(&cc, dB_g, dB0, dy.data(), C_out, u_gpu.data(), R, N, C_out, R, s);
     }
     cc.op = "lora";
     cc.what = "determinism (forward + backward twice)";
@@ -596,12 +596,10 @@ static void run_group_case(const group_case &c, enum regime rg, int id) {
         dev_buf_download(&bu, o.u.data(), 1);
         dev_buf_download(&bdx, o.dx.data(), 0);
         dev_buf_download(&bdA, o.dA.data(), 0);
-        if (k == 0) { /* the GPU's du (N, n·R): the first bytes of the workspace */
+        if (k == 0) { /* the GPU's du (N, n·R) */
             std::vector<unsigned char> w(bws.nbytes);
             dev_buf_download(&bws, w.data(), 0);
-            std::vector<uint16_t> h((size_t)N * nR);
-            memcpy(h.data(), w.data(), h.size() * 2);
-            o.du = floats_of(h);
+            o.du = workspace_du(w, (size_t)N * nR);
         }
         for (int i = 0; i < n; i++) {
             o.y[i].resize(y0b[i].size());
@@ -656,14 +654,14 @@ static void run_group_case(const group_case &c, enum regime rg, int id) {
         cc.dtype = "f32";
         snprintf(what, sizeof what, "dlora_b_%d (accumulated)", i);
         if (ex) cmp_exact_f32(&cc, o.dB[i].data(), dB_ref[i].data(), (int64_t)dB_ref[i].size());
-        else check_reduction(&cc, o.dB[i], dB0[i], dy[i].data(), Co, u_got.data() + (size_t)i * R, nR, N, Co, R, s, false);
+        else check_reduction(&cc, o.dB[i], dB0[i], dy[i].data(), Co, u_got.data() + (size_t)i * R, nR, N, Co, R, s);
         const size_t first = (size_t)i * R * C_in, count = (size_t)R * C_in;
         snprintf(what, sizeof what, "dlora_a rows of member %d (accumulated)", i);
         if (ex)
             cmp_exact_f32(&cc, rows_of(o.dA, first, count).data(), rows_of(dA_ref, first, count).data(), (int64_t)count);
         else
             check_reduction(&cc, rows_of(o.dA, first, count), rows_of(dA0, first, count), o.du.data() + (size_t)i * R, nR,
-                            x.data(), C_in, N, R, C_in, 1.0, false);
+                            x.data(), C_in, N, R, C_in, 1.0);
     }
     cc.dtype = "bf16";
     snprintf(what, sizeof what, "dx (all members, accumulated)");
