@@ -62,12 +62,13 @@ __device__ __forceinline__ float row_sum(float v, float *scratch) {
 template <int VW, int VPT, int TPR, bool RESIDUAL>
 __global__ void __launch_bounds__(kBlock) rmsnorm_forward_rows_in_registers(
     bf16 *__restrict__ res_out, bf16 *__restrict__ out, float *__restrict__ rstd, const bf16 *__restrict__ res_in,
-    const bf16 *__restrict__ x, const bf16 *__restrict__ w, int N, int C, float eps) {
+    const bf16 *__restrict__ x, const bf16 *__restrict__ w, int N, int C, int64_t ldo, float eps) {
     __shared__ float scratch[kBlock / 32];
     const int t = threadIdx.x % TPR;
     const int row = blockIdx.x * (kBlock / TPR) + threadIdx.x / TPR;
     const bool live = row < N; /* dead rows still join the block-wide reductions */
     const int64_t base = (int64_t)(live ? row : 0) * C;
+    const int64_t obase = (int64_t)(live ? row : 0) * ldo; /* out's row (stride ldo ≥ C) */
 
     float v[VPT][VW];
     float ss = 0.0f;
@@ -99,7 +100,7 @@ __global__ void __launch_bounds__(kBlock) rmsnorm_forward_rows_in_registers(
             load_bf16<VW>(wv, w + col);
 #pragma unroll
             for (int j = 0; j < VW; j++) o[j] = __fmul_rn(bf16_round_dev(__fmul_rn(v[k][j], r)), wv[j]);
-            store_bf16<VW>(out + base + col, o);
+            store_bf16<VW>(out + obase + col, o);
         }
     }
 }
@@ -343,9 +344,9 @@ struct forward_launch {
     template <int VW, int VPT, int TPR>
     struct L {
         static void run(int blocks, cudaStream_t stream, bf16 *res_out, bf16 *out, float *rstd, const bf16 *res_in,
-                        const bf16 *x, const bf16 *w, int N, int C, float eps) {
+                        const bf16 *x, const bf16 *w, int N, int C, int64_t ldo, float eps) {
             rmsnorm_forward_rows_in_registers<VW, VPT, TPR, RESIDUAL>
-                <<<blocks, kBlock, 0, stream>>>(res_out, out, rstd, res_in, x, w, N, C, eps);
+                <<<blocks, kBlock, 0, stream>>>(res_out, out, rstd, res_in, x, w, N, C, ldo, eps);
         }
     };
 };
@@ -371,15 +372,18 @@ int backward_blocks(int N, int tpr, bool has_dw) {
 }
 
 template <bool RESIDUAL>
-void forward(bf16 *res_out, bf16 *out, float *rstd, const bf16 *res_in, const bf16 *x, const bf16 *w, int N, int C,
-             float eps, cudaStream_t stream) {
+void forward(bf16 *res_out, bf16 *out, int64_t ldo, float *rstd, const bf16 *res_in, const bf16 *x, const bf16 *w,
+             int N, int C, float eps, cudaStream_t stream) {
     CHECK(N >= 1 && C >= 1, "rmsnorm: N=%d C=%d must be positive", N, C);
+    CHECK(ldo >= C && (C % 8 != 0 || ldo % 8 == 0),
+          "rmsnorm: the output's row stride %lld must be at least C=%d (and a multiple of 8 when C is)",
+          (long long)ldo, C);
     const void *ptrs[] = {res_out, out, res_in, x, w};
     const row_shape s = pick_shape(C, ptrs, 5);
     const int rows_per_block = kBlock / s.tpr;
     const int blocks = (N + rows_per_block - 1) / rows_per_block;
     dispatch_shape<forward_launch<RESIDUAL>::template L>(s, blocks, stream, res_out, out, rstd, res_in, x, w, N, C,
-                                                         eps);
+                                                         ldo, eps);
     KERNEL_CHECK(stream);
 }
 
@@ -388,18 +392,30 @@ void forward(bf16 *res_out, bf16 *out, float *rstd, const bf16 *res_in, const bf
 
 using refine::bf16;
 
+extern "C" void gpu_rmsnorm_forward_strided_bf16(uint16_t *out, int64_t ldo, float *rstd, const uint16_t *x,
+                                                 const uint16_t *w, int N, int C, float eps, cudaStream_t stream) {
+    refine::forward<false>(nullptr, reinterpret_cast<bf16 *>(out), ldo, rstd, nullptr,
+                           reinterpret_cast<const bf16 *>(x), reinterpret_cast<const bf16 *>(w), N, C, eps, stream);
+}
+
 extern "C" void gpu_rmsnorm_forward_bf16(uint16_t *out, float *rstd, const uint16_t *x, const uint16_t *w, int N,
                                          int C, float eps, cudaStream_t stream) {
-    refine::forward<false>(nullptr, reinterpret_cast<bf16 *>(out), rstd, nullptr, reinterpret_cast<const bf16 *>(x),
-                           reinterpret_cast<const bf16 *>(w), N, C, eps, stream);
+    gpu_rmsnorm_forward_strided_bf16(out, C, rstd, x, w, N, C, eps, stream);
+}
+
+extern "C" void gpu_rmsnorm_residual_forward_strided_bf16(uint16_t *res_out, uint16_t *out, int64_t ldo, float *rstd,
+                                                          const uint16_t *res_in, const uint16_t *delta,
+                                                          const uint16_t *w, int N, int C, float eps,
+                                                          cudaStream_t stream) {
+    refine::forward<true>(reinterpret_cast<bf16 *>(res_out), reinterpret_cast<bf16 *>(out), ldo, rstd,
+                          reinterpret_cast<const bf16 *>(res_in), reinterpret_cast<const bf16 *>(delta),
+                          reinterpret_cast<const bf16 *>(w), N, C, eps, stream);
 }
 
 extern "C" void gpu_rmsnorm_residual_forward_bf16(uint16_t *res_out, uint16_t *out, float *rstd,
                                                   const uint16_t *res_in, const uint16_t *delta, const uint16_t *w,
                                                   int N, int C, float eps, cudaStream_t stream) {
-    refine::forward<true>(reinterpret_cast<bf16 *>(res_out), reinterpret_cast<bf16 *>(out), rstd,
-                          reinterpret_cast<const bf16 *>(res_in), reinterpret_cast<const bf16 *>(delta),
-                          reinterpret_cast<const bf16 *>(w), N, C, eps, stream);
+    gpu_rmsnorm_residual_forward_strided_bf16(res_out, out, C, rstd, res_in, delta, w, N, C, eps, stream);
 }
 
 extern "C" size_t gpu_rmsnorm_backward_workspace_size(int N, int C) {

@@ -43,6 +43,15 @@ void gpu_rmsnorm_residual_forward_bf16(uint16_t *res_out, uint16_t *out, float *
                                        const uint16_t *delta, const uint16_t *w, int N, int C, float eps,
                                        cudaStream_t stream);
 
+/* The forwards with out's rows at stride ldo ≥ C (elements; a multiple of 8 when C is, so that the
+ * same kernel runs: CHECKed): the same bits in out's first C columns, the rest of each row untouched
+ * — a normed input that folded LoRA adapters extend with their u (gpu/lora.h, "folded groups"). */
+void gpu_rmsnorm_forward_strided_bf16(uint16_t *out, int64_t ldo, float *rstd, const uint16_t *x, const uint16_t *w,
+                                      int N, int C, float eps, cudaStream_t stream);
+void gpu_rmsnorm_residual_forward_strided_bf16(uint16_t *res_out, uint16_t *out, int64_t ldo, float *rstd,
+                                               const uint16_t *res_in, const uint16_t *delta, const uint16_t *w,
+                                               int N, int C, float eps, cudaStream_t stream);
+
 size_t gpu_rmsnorm_backward_workspace_size(int N, int C);
 
 /* dres may be NULL (plain backward). */

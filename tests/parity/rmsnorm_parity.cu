@@ -29,6 +29,9 @@
  *    started from the widened bf16(dw0) (run on the GPU), since the bf16 form is that computation
  *    rounded once; dx of that call bitwise equal to the fp32 call's dx.
  *  - NaN/Inf: a NaN and an Inf planted in x must poison the same rows on both sides.
+ *  - the strided forwards (out's rows at ldo > C): exact against the contiguous forwards — out's
+ *    first C columns, rstd and res_out bitwise theirs, the padding columns still poisoned — for C
+ *    33, 576, 1000 and 2048 at ldo = C + 48 and, up to C 1024, C + 3 (not a multiple of 8).
  */
 #include <float.h>
 #include <math.h>
@@ -44,6 +47,7 @@
 #include "ref/rmsnorm.h"
 #include "tests/common/compare.h"
 #include "tests/common/harness.h"
+#include "tests/common/poison.h"
 #include "tests/common/rng.h"
 #include "tests/parity/parity.h"
 
@@ -248,6 +252,77 @@ static void run_case(int N, int C, int plant) {
         dev_buf_free(b);
 }
 
+/* The strided forwards (gpu_rmsnorm_*_strided_bf16: out's rows at ldo > C, a normed input that
+ * folded LoRA adapters extend with their u, gpu/lora.h): exact against the contiguous forwards run
+ * here on the same inputs. out's first C columns, rstd and res_out are their bits; the padding
+ * columns, poisoned before the call, keep the poison. */
+static void run_strided_case(int N, int C, int64_t ldo) {
+    host_case h;
+    const uint64_t seed = g_seed ^ ((uint64_t)N << 32) ^ (uint64_t)C ^ ((uint64_t)ldo << 48);
+    make_case(h, N, C, seed, 0);
+    const size_t n = (size_t)N * C, nl = (size_t)N * ldo;
+    char shape[96];
+    snprintf(shape, sizeof shape, "N=%d C=%d ldo=%lld", N, C, (long long)ldo);
+
+    struct dev_buf bx, bw, bres_in, bdelta, bout, brstd, bres, bout_s, brstd_s, bres_s;
+    dev_buf_alloc(&bx, "x", n * 2, POISON_NONE, h.xb.data());
+    dev_buf_alloc(&bw, "w", (size_t)C * 2, POISON_NONE, h.wb.data());
+    dev_buf_alloc(&bres_in, "res_in", n * 2, POISON_NONE, h.res_inb.data());
+    dev_buf_alloc(&bdelta, "delta", n * 2, POISON_NONE, h.deltab.data());
+    dev_buf_alloc(&bout, "out", n * 2, POISON_BF16, nullptr);
+    dev_buf_alloc(&brstd, "rstd", (size_t)N * 4, POISON_F32, nullptr);
+    dev_buf_alloc(&bres, "res_out", n * 2, POISON_BF16, nullptr);
+    dev_buf_alloc(&bout_s, "out(strided)", nl * 2, POISON_BF16, nullptr);
+    dev_buf_alloc(&brstd_s, "rstd(strided)", (size_t)N * 4, POISON_F32, nullptr);
+    dev_buf_alloc(&bres_s, "res_out(strided)", n * 2, POISON_BF16, nullptr);
+
+    struct cmp_case c = {"rmsnorm_forward_strided", "out", shape, "bf16", seed};
+    for (int residual = 0; residual < 2; residual++) {
+        if (residual) {
+            c.op = "rmsnorm_residual_forward_strided";
+            for (struct dev_buf *b : {&bout, &brstd, &bout_s, &brstd_s}) dev_buf_reset(b, nullptr);
+            gpu_rmsnorm_residual_forward_bf16((uint16_t *)bres.data, (uint16_t *)bout.data, (float *)brstd.data,
+                                              (const uint16_t *)bres_in.data, (const uint16_t *)bdelta.data,
+                                              (const uint16_t *)bw.data, N, C, h.eps, g_stream);
+            gpu_rmsnorm_residual_forward_strided_bf16((uint16_t *)bres_s.data, (uint16_t *)bout_s.data, ldo,
+                                                      (float *)brstd_s.data, (const uint16_t *)bres_in.data,
+                                                      (const uint16_t *)bdelta.data, (const uint16_t *)bw.data, N, C,
+                                                      h.eps, g_stream);
+        } else {
+            gpu_rmsnorm_forward_bf16((uint16_t *)bout.data, (float *)brstd.data, (const uint16_t *)bx.data,
+                                     (const uint16_t *)bw.data, N, C, h.eps, g_stream);
+            gpu_rmsnorm_forward_strided_bf16((uint16_t *)bout_s.data, ldo, (float *)brstd_s.data,
+                                             (const uint16_t *)bx.data, (const uint16_t *)bw.data, N, C, h.eps,
+                                             g_stream);
+        }
+        std::vector<uint16_t> out(n), out_s(nl);
+        std::vector<float> rstd(N), rstd_s(N);
+        dev_buf_download(&bout, out.data(), 1);
+        dev_buf_download(&brstd, rstd.data(), 1);
+        dev_buf_download(&bout_s, out_s.data(), 0);
+        dev_buf_download(&brstd_s, rstd_s.data(), 1);
+        /* the expected image: the contiguous rows, then the poison */
+        std::vector<uint16_t> want(nl, (uint16_t)POISON_BF16_BITS);
+        for (int i = 0; i < N; i++) memcpy(&want[(size_t)i * ldo], &out[(size_t)i * C], (size_t)C * 2);
+        c.what = "out (first C columns the contiguous forward's, padding untouched)";
+        c.dtype = "bf16";
+        cmp_exact_bytes(&c, out_s.data(), want.data(), nl * 2);
+        c.what = "rstd";
+        c.dtype = "f32";
+        cmp_exact_bytes(&c, rstd_s.data(), rstd.data(), (size_t)N * 4);
+        if (residual) {
+            std::vector<uint16_t> res(n), res_s(n);
+            dev_buf_download(&bres, res.data(), 1);
+            dev_buf_download(&bres_s, res_s.data(), 1);
+            c.what = "res_out";
+            c.dtype = "bf16";
+            cmp_exact_bytes(&c, res_s.data(), res.data(), n * 2);
+        }
+    }
+    for (struct dev_buf *b : {&bx, &bw, &bres_in, &bdelta, &bout, &brstd, &bres, &bout_s, &brstd_s, &bres_s})
+        dev_buf_free(b);
+}
+
 struct bench_ctx {
     int N, C, which;
     uint16_t *x, *w, *out, *res_in, *res_out, *dy, *dres, *dx;
@@ -336,6 +411,13 @@ int main(int argc, char **argv) {
         for (int N : Ns) run_case(N, C, 0);
     run_case(7, 576, 1);
     run_case(33, 33, 1);
+    /* strided out: a stride of a multiple of 8 (the 16-byte path where C allows it) and, where C is
+     * not a multiple of 8 (the scalar path either way), an odd one */
+    const int strided[][2] = {{7, 576}, {300, 576}, {33, 2048}, {300, 2048}, {33, 33}, {64, 1000}};
+    for (const auto &sc : strided) {
+        run_strided_case(sc[0], sc[1], sc[1] + 48);
+        if (sc[1] % 8 != 0) run_strided_case(sc[0], sc[1], sc[1] + 3); /* odd strides: C % 8 != 0 only */
+    }
     const int rc = test_finish("rmsnorm_parity");
     if (rc == 0 && test_has_flag(argc, argv, "--bench")) bench(bench_copy_ceiling(g_stream));
     CUDA_CHECK(cudaStreamDestroy(g_stream));
