@@ -420,29 +420,39 @@ void gpu_gemm(struct gpu_gemm *g, const struct gemm_args *p, cudaStream_t stream
     if (st != GEMM_OK) fail_unsupported(p, st);
 }
 
-void gpu_linear_forward_bf16(struct gpu_gemm *g, uint16_t *y, const uint16_t *x, const uint16_t *w,
-                             const uint16_t *b, int N, int C_in, int C_out, cudaStream_t stream) {
+void gpu_linear_forward_ld_bf16(struct gpu_gemm *g, uint16_t *y, const uint16_t *x, int64_t ldx, const uint16_t *w,
+                                int64_t ldw, const uint16_t *b, int N, int K, int C_out, cudaStream_t stream) {
     gemm_args p;
     memset(&p, 0, sizeof p);
     p.d = y, p.d_type = GEMM_OUT_BF16, p.ldd = C_out;
-    p.a = x, p.op_a = GEMM_NO_TRANS, p.lda = C_in;
-    p.b = w, p.op_b = GEMM_TRANS, p.ldb = C_in;
+    p.a = x, p.op_a = GEMM_NO_TRANS, p.lda = ldx;
+    p.b = w, p.op_b = GEMM_TRANS, p.ldb = ldw;
     p.bias = b;
-    p.m = N, p.n = C_out, p.k = C_in, p.batch = 1;
+    p.m = N, p.n = C_out, p.k = K, p.batch = 1;
     p.alpha = 1.0f, p.beta = GEMM_OVERWRITE;
+    gpu_gemm(g, &p, stream);
+}
+
+void gpu_linear_forward_bf16(struct gpu_gemm *g, uint16_t *y, const uint16_t *x, const uint16_t *w,
+                             const uint16_t *b, int N, int C_in, int C_out, cudaStream_t stream) {
+    gpu_linear_forward_ld_bf16(g, y, x, C_in, w, C_in, b, N, C_in, C_out, stream);
+}
+
+void gpu_linear_backward_dx_ld_bf16(struct gpu_gemm *g, uint16_t *dx, const uint16_t *dy, const uint16_t *w,
+                                    int64_t ldw, int N, int C_in, int C_out, enum gemm_beta beta, cudaStream_t stream) {
+    gemm_args p;
+    memset(&p, 0, sizeof p);
+    p.d = dx, p.d_type = GEMM_OUT_BF16, p.ldd = C_in;
+    p.a = dy, p.op_a = GEMM_NO_TRANS, p.lda = C_out;
+    p.b = w, p.op_b = GEMM_NO_TRANS, p.ldb = ldw;
+    p.m = N, p.n = C_in, p.k = C_out, p.batch = 1;
+    p.alpha = 1.0f, p.beta = beta;
     gpu_gemm(g, &p, stream);
 }
 
 void gpu_linear_backward_dx_bf16(struct gpu_gemm *g, uint16_t *dx, const uint16_t *dy, const uint16_t *w, int N,
                                  int C_in, int C_out, enum gemm_beta beta, cudaStream_t stream) {
-    gemm_args p;
-    memset(&p, 0, sizeof p);
-    p.d = dx, p.d_type = GEMM_OUT_BF16, p.ldd = C_in;
-    p.a = dy, p.op_a = GEMM_NO_TRANS, p.lda = C_out;
-    p.b = w, p.op_b = GEMM_NO_TRANS, p.ldb = C_in;
-    p.m = N, p.n = C_in, p.k = C_out, p.batch = 1;
-    p.alpha = 1.0f, p.beta = beta;
-    gpu_gemm(g, &p, stream);
+    gpu_linear_backward_dx_ld_bf16(g, dx, dy, w, C_in, N, C_in, C_out, beta, stream);
 }
 
 void gpu_linear_backward_dw(struct gpu_gemm *g, void *dw, enum gemm_out dw_type, const uint16_t *dy, const uint16_t *x,

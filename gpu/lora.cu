@@ -44,6 +44,31 @@ __global__ void __launch_bounds__(kBlock) lora_masked_add(bf16 *dx, const float 
     refine::store_bf16<VW>(dx + i, d);
 }
 
+/* dst (rows, cols; row stride ldd) = src (rows, cols; row stride lds): u into a folded input's
+ * columns, VW elements a thread. */
+template <int VW>
+__global__ void __launch_bounds__(kBlock) lora_copy_cols(uint16_t *dst, int64_t ldd, const uint16_t *src,
+                                                         int64_t lds, int rows, int cols) {
+    const int per_row = cols / VW;
+    const int64_t i = (int64_t)blockIdx.x * kBlock + threadIdx.x;
+    if (i >= (int64_t)rows * per_row) return;
+    const int64_t r = i / per_row, c = (i % per_row) * VW;
+    if constexpr (VW == 8)
+        *reinterpret_cast<uint4 *>(dst + r * ldd + c) = *reinterpret_cast<const uint4 *>(src + r * lds + c);
+    else
+        dst[r * ldd + c] = src[r * lds + c];
+}
+
+/* S_i = bf16(s·B_i) into each slot's adapter columns; blockIdx.y the slot. */
+__global__ void __launch_bounds__(kBlock) lora_fold_b(const lora_fold_slot *slots, int R, float scale) {
+    const lora_fold_slot sl = slots[blockIdx.y];
+    const int64_t e = (int64_t)blockIdx.x * kBlock + threadIdx.x;
+    if (e >= sl.c_out * R) return;
+    const int64_t o = e / R, r = e % R;
+    const float b = __uint_as_float((uint32_t)sl.b[e] << 16);
+    sl.s[o * sl.ld + r] = __bfloat16_as_ushort(__float2bfloat16_rn(__fmul_rn(scale, b)));
+}
+
 struct lora_plan {
     struct gemm_args fwd_u, fwd_y, bwd_db, bwd_du, bwd_da, bwd_dx;
 };
@@ -51,10 +76,12 @@ struct lora_plan {
 /* The products of one adapter (n = 1) or of a group of n adapters on one input (gpu/lora.h):
  * member i's u_i and du_i are columns i·R .. i·R + R − 1 of u and du (row stride n·R). */
 
-/* u (N, n·R) = x (N, C_in) · A_gᵀ */
-gemm_args group_u(uint16_t *u, const uint16_t *x, const uint16_t *lora_a, int n, int N, int C_in, int R) {
-    return gemm_args{u, GEMM_OUT_BF16, (int64_t)n * R, 0, x, GEMM_NO_TRANS, C_in, 0, lora_a, GEMM_TRANS, C_in, 0,
-                     nullptr, N, n * R, C_in, 1, 1.0f, GEMM_OVERWRITE};
+/* u (N, n·R) = x (N, C_in; row stride ldx) · A_gᵀ */
+gemm_args group_u(uint16_t *u, const uint16_t *x, const uint16_t *lora_a, int n, int N, int C_in, int R,
+                  int64_t ldx = 0) {
+    return gemm_args{u,       GEMM_OUT_BF16, (int64_t)n * R, 0,    x,     GEMM_NO_TRANS, ldx ? ldx : C_in, 0, lora_a,
+                     GEMM_TRANS, C_in,       0,              nullptr, N, n * R,        C_in,             1, 1.0f,
+                     GEMM_OVERWRITE};
 }
 
 /* y_i (N, C_out) += s · u_i (N, R; row stride n·R) · B_iᵀ */
@@ -77,10 +104,11 @@ gemm_args group_du(uint16_t *du_i, const uint16_t *dy, const uint16_t *lora_b, i
                      nullptr, N, R, C_out, 1, scale, GEMM_OVERWRITE};
 }
 
-/* dA_g (n·R, C_in) += duᵀ · x */
-gemm_args group_da(float *da, const uint16_t *du, const uint16_t *x, int n, int N, int C_in, int R) {
-    return gemm_args{da, GEMM_OUT_F32, C_in, 0, du, GEMM_TRANS, (int64_t)n * R, 0, x, GEMM_NO_TRANS, C_in, 0, nullptr,
-                     n * R, C_in, N, 1, 1.0f, GEMM_ACCUMULATE};
+/* dA_g (n·R, C_in) += duᵀ · x (x at row stride ldx) */
+gemm_args group_da(float *da, const uint16_t *du, const uint16_t *x, int n, int N, int C_in, int R,
+                   int64_t ldx = 0) {
+    return gemm_args{da,      GEMM_OUT_F32, C_in, 0,    du,   GEMM_TRANS, (int64_t)n * R, 0, x, GEMM_NO_TRANS,
+                     ldx ? ldx : C_in, 0,   nullptr, n * R, C_in, N,          1,              1.0f, GEMM_ACCUMULATE};
 }
 
 /* dx (N, C_in) (+)= du (N, n·R) · A_g: bf16 accumulating onto the base dx, or (dropout) fp32
@@ -251,6 +279,35 @@ extern "C" void gpu_lora_group_u_bf16(struct gpu_gemm *g, uint16_t *u, const uin
     gpu_gemm(g, &pu, stream);
 }
 
+extern "C" void gpu_lora_group_fold_u_bf16(struct gpu_gemm *g, uint16_t *u, uint16_t *x_f, int64_t ldx,
+                                           const uint16_t *lora_a, int n, int N, int C_in, int R,
+                                           cudaStream_t stream) {
+    CHECK(n >= 1 && n <= LORA_GROUP_MAX, "lora group: n=%d must be in [1, %d]", n, LORA_GROUP_MAX);
+    check_dims(N, C_in, 1, R);
+    const int K = n * R;
+    CHECK(ldx >= C_in + K, "lora fold: the input's row stride %lld is below C_in + n·R = %d", (long long)ldx, C_in + K);
+    const gemm_args pu = group_u(u, x_f, lora_a, n, N, C_in, R, ldx);
+    gpu_gemm(g, &pu, stream);
+    uint16_t *dst = x_f + C_in;
+    const bool vec = K % 8 == 0 && ldx % 8 == 0 && (uintptr_t)dst % 16 == 0 && (uintptr_t)u % 16 == 0;
+    const int64_t threads = (int64_t)N * (vec ? K / 8 : K);
+    const unsigned blocks = (unsigned)((threads + kBlock - 1) / kBlock);
+    if (vec)
+        lora_copy_cols<8><<<blocks, kBlock, 0, stream>>>(dst, ldx, u, K, N, K);
+    else
+        lora_copy_cols<1><<<blocks, kBlock, 0, stream>>>(dst, ldx, u, K, N, K);
+    KERNEL_CHECK(stream);
+}
+
+extern "C" void gpu_lora_fold_b_bf16(const struct lora_fold_slot *slots, int n_slots, int max_c_out, int R,
+                                     float scale, cudaStream_t stream) {
+    if (n_slots <= 0) return;
+    CHECK(max_c_out >= 1 && R >= 1 && n_slots <= 65535, "lora fold: %d slots, C_out %d, R %d", n_slots, max_c_out, R);
+    const int64_t e = (int64_t)max_c_out * R;
+    lora_fold_b<<<dim3((unsigned)((e + kBlock - 1) / kBlock), (unsigned)n_slots), kBlock, 0, stream>>>(slots, R, scale);
+    KERNEL_CHECK(stream);
+}
+
 extern "C" size_t gpu_lora_group_backward_workspace_size(int N, int n, int R) {
     return align_up((size_t)N * n * R * sizeof(uint16_t));
 }
@@ -260,7 +317,18 @@ extern "C" void gpu_lora_group_backward_bf16(struct gpu_gemm *g, uint16_t *dx, f
                                              const uint16_t *lora_a, const uint16_t *const *lora_b, int n, int N,
                                              int C_in, const int *C_out, int R, float scale, void *workspace,
                                              cudaStream_t stream) {
+    gpu_lora_group_backward_ld_bf16(g, dx, dlora_a, dlora_b, dy, x, C_in, u, lora_a, lora_b, n, N, C_in, C_out, R,
+                                    scale, workspace, stream);
+}
+
+extern "C" void gpu_lora_group_backward_ld_bf16(struct gpu_gemm *g, uint16_t *dx, float *dlora_a,
+                                                float *const *dlora_b, const uint16_t *const *dy, const uint16_t *x,
+                                                int64_t ldx, const uint16_t *u, const uint16_t *lora_a,
+                                                const uint16_t *const *lora_b, int n, int N, int C_in,
+                                                const int *C_out, int R, float scale, void *workspace,
+                                                cudaStream_t stream) {
     check_group(n, N, C_in, C_out, R);
+    CHECK(ldx >= C_in, "lora group backward: x's row stride %lld is below C_in=%d", (long long)ldx, C_in);
     CHECK(workspace != nullptr && (uintptr_t)workspace % kAlign == 0,
           "lora group backward: workspace of %zu bytes, 256-byte aligned, required",
           gpu_lora_group_backward_workspace_size(N, n, R));
@@ -277,7 +345,7 @@ extern "C" void gpu_lora_group_backward_bf16(struct gpu_gemm *g, uint16_t *dx, f
         gpu_gemm(g, &p, stream);
     }
     if (dlora_a) {
-        const gemm_args p = group_da(dlora_a, du, x, n, N, C_in, R);
+        const gemm_args p = group_da(dlora_a, du, x, n, N, C_in, R, ldx);
         gpu_gemm(g, &p, stream);
     }
     if (dx) {

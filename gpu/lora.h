@@ -37,9 +37,10 @@
  * q_proj (N 8192, C 2048, R 16) that is ~35 µs against ~90 µs for the base product on an H100
  * (an estimate from 3 TB/s and ~760 TFLOP/s, not a measurement: `lora_parity --bench` prints the
  * measured lora_overhead lines). Linears that share their input run as a group (below), which
- * reads x and rewrites dx once for the group instead of once per member; folding the adapter into
- * the base product's K dimension (y = [x | s·u]·[W | B]ᵀ, dx = [dy | du]·[W ; A]) would remove
- * the y pass too and needs padded activations and weights.
+ * reads x and rewrites dx once for the group instead of once per member; a folded group (below)
+ * joins its adapters to the base products' K dimension (y = [x | u]·[W | s·B]ᵀ over a padded input
+ * and padded weights), which removes the y pass. The backward's dx = [dy | du]·[W ; A] would also
+ * need dy padded by its producers (attention, SwiGLU); not done: dx += du A stays one pass.
  *
  * Workspace: gpu_lora_backward_workspace_size(N, C_in, R, masked) bytes, 256-byte aligned; never
  * allocated here. gpu_lora_reserve creates the gemm plans of a shape (setup, so the hot path
@@ -121,6 +122,52 @@ void gpu_lora_group_backward_bf16(struct gpu_gemm *g, uint16_t *dx, float *dlora
                                   const int *C_out, int R, float scale, void *workspace, cudaStream_t stream);
 
 void gpu_lora_group_reserve(struct gpu_gemm *g, int n, int N, int C_in, const int *C_out, int R);
+
+/* The group backward with x read at row stride ldx ≥ C_in (a folded group's padded input, below):
+ * the same products (dA's bitwise the contiguous one's where cuBLASLt picks the same kernel for the
+ * stride, as lora_parity checks at the models' shapes). */
+void gpu_lora_group_backward_ld_bf16(struct gpu_gemm *g, uint16_t *dx, float *dlora_a, float *const *dlora_b,
+                                     const uint16_t *const *dy, const uint16_t *x, int64_t ldx, const uint16_t *u,
+                                     const uint16_t *lora_a, const uint16_t *const *lora_b, int n, int N, int C_in,
+                                     const int *C_out, int R, float scale, void *workspace, cudaStream_t stream);
+
+/* Folded groups (LoRA without dropout on a bf16 base: gpu/llama.cu folds the q/k/v and gate/up
+ * groups). The adapters' products join the base products' K dimension, so that no pass of their own
+ * reads and rewrites y:
+ *   y_i = bf16( x_f W_f,iᵀ ) = bf16( x W_iᵀ + u_i S_iᵀ )          one fp32 sum, rounded once
+ * with x_f = [x | u] (N, C_in + n·R) at row stride ldx — the producer writes x into the first C_in
+ * columns (gpu_rmsnorm_forward_strided_bf16) — and W_f,i = [W_i | 0 … S_i … 0] (C_out_i, C_in + n·R)
+ * at row stride ldw: W_i in the first C_in columns, S_i = bf16(s·B_i) in columns C_in + i·R ..
+ * C_in + i·R + R − 1, zeros in the other members' columns. The products are gemm's
+ * gpu_linear_forward_ld_bf16 (K = C_in + n·R) and, in the backward, gpu_linear_backward_dx_ld_bf16
+ * (W_i at ldw: its first C_in columns) and gpu_lora_group_backward_ld_bf16 (x at ldx) — the backward
+ * is the unfolded group's.
+ *   gpu_lora_group_fold_u_bf16  u = bf16( x A_gᵀ ), the group forward's u product (x read at ldx:
+ *                               bitwise the contiguous product's where cuBLASLt picks the same kernel
+ *                               for the stride, as lora_parity checks at the models' shapes), into u
+ *                               (N, n·R; saved for the backward) and into x_f's columns
+ *                               C_in .. C_in + n·R − 1
+ *   gpu_lora_fold_b_bf16        S_i = bf16(s·B_i) into the adapter columns of every slot of a table
+ *                               (device memory; a model's folded linears in one launch), whenever
+ *                               B has changed (gpu/llama.cu: at the start of every forward);
+ *                               max_c_out ≥ every slot's c_out (the launch's extent: a larger one
+ *                               would be written only in part)
+ * Against the unfolded group (y = bf16(y_base + s·(u Bᵀ)), y_base = bf16(x Wᵀ)): the base product is
+ * not rounded before the adapter's term joins it, and s scales B before the product, rounded to bf16
+ * — exact when s is a power of two (PEFT's α = 2R gives s = 2), one more rounding of the adapter's
+ * term otherwise (NUMERICS.md §2.1). Preconditions: ldx, ldw ≥ C_in + n·R; the slots' adapter
+ * columns inside their rows. */
+void gpu_lora_group_fold_u_bf16(struct gpu_gemm *g, uint16_t *u, uint16_t *x_f, int64_t ldx, const uint16_t *lora_a,
+                                int n, int N, int C_in, int R, cudaStream_t stream);
+
+struct lora_fold_slot {
+    uint16_t *s;       /* S_i's first element: W_f,i + C_in + i·R */
+    int64_t ld;        /* W_f,i's row stride */
+    const uint16_t *b; /* B_i (C_out, R), the bf16 compute copy */
+    int64_t c_out;
+};
+void gpu_lora_fold_b_bf16(const struct lora_fold_slot *slots, int n_slots, int max_c_out, int R, float scale,
+                          cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -13,7 +13,10 @@
  * forward + backward is run twice and must give the same bits; an Inf planted in x must make the
  * same positions non-finite as in the reference. The grouped adapters (gpu_lora_group_*: q/k/v and
  * gate/up shapes, odd sizes, LORA_GROUP_MAX members) against the same oracle run member by member,
- * with NULL outputs skipped: see run_group_case.
+ * with NULL outputs skipped: see run_group_case. The folded groups (gpu_lora_group_fold_u_bf16,
+ * gpu_lora_fold_b_bf16, the members' base products over [x | u] at padded row strides, the backward
+ * at those strides) on SmolLM2's and Llama-3.2-1B's q/k/v and gate/up shapes and odd ones: see
+ * run_fold_case.
  *
  * Tolerances (derived; STYLE.md tiers):
  *  (a) exact — inputs are sparse small integers (zero with probability 3/4 — B: 1 − 64/C_out when
@@ -706,6 +709,287 @@ static void run_group_case(const group_case &c, enum regime rg, int id) {
         for (struct dev_buf *b : {&bB[i], &by[i], &bdy[i], &bdB[i]}) dev_buf_free(b);
 }
 
+/* ---- folded groups: the adapters inside the base products' K dimension (gpu/lora.h "folded
+ * groups"), at the strides gpu/llama.cu gives them ----
+ *
+ * x_f (N, ldx): x in columns 0 .. C_in − 1, u in the next n·R, then padding up to ldx = C_in + n·R
+ * rounded up to 8 elements (gpu/llama.cu's fold_ld). W_f,i (C_out_i, ldw): W_i, the n·R adapter
+ * columns (member i's S_i = bf16(s·B_i), zeros in the other members'), then padding; ldw is ldx or,
+ * where a case says so, wider (the contract lets the strides differ). Padding starts poisoned and
+ * must keep its poison; a product that read past K = C_in + n·R would also turn y into NaN.
+ *  (a) exact, data movement: fold_u's u is gpu_lora_group_u_bf16's u on a contiguous copy of x (the
+ *      header's "the same bits"), and x_f afterwards is its old image with u in the adapter columns.
+ *  (b) exact: one fold_b launch over a table of every member's slot turns each W_f,i image into the
+ *      old one with bf16(s·B_i) in member i's columns; the other members' columns start poisoned and
+ *      must keep it (they are zeroed before the products).
+ *  (c) y_i against ref/lora.h (ACT_BF16) on the reference's base output y0_i = bf16(x W_iᵀ)
+ *      (ref_linear_forward_naive's double sums), with run_group_case's y tiers:
+ *      exact — the exact tier's inputs, W_i as sparse as B (density ≤ 64/C_in) so that every x W_iᵀ
+ *      is exact in bf16 (checked): the reference's rounding of the base then loses nothing, and the
+ *      folded sum x W_iᵀ + u_i S_iᵀ (S_i = s·B_i exactly) is rounded once to the same bits;
+ *      vs naive — the naive same-precision implementation of the folded algorithm: u rounded to bf16
+ *      from a sequential fp32 sum, S_i = bf16(s·B_i), one sequential fp32 sum over the K columns of
+ *      [x | u] and W_f,i, rounded once; the floor as in compare().
+ *  (d) exact: gpu_lora_group_backward_ld_bf16 on x_f at ldx gives the dx, dlora_a and dlora_b bits of
+ *      gpu_lora_group_backward_bf16 on the contiguous x; gpu_linear_backward_dx_ld_bf16 on W_f,i at ldw
+ *      the dx bits of gpu_linear_backward_dx_bf16 on the contiguous W_i (overwriting for even members,
+ *      accumulating onto dx0 for odd ones, as gpu/llama.cu sums the members' base dx). */
+
+struct fold_case {
+    group_case g;
+    int ldw_extra; /* W_f's row stride beyond x_f's, elements */
+};
+
+/* Σ_i x[n,i]·W[o,i] (N, C_out) in double in index order: ref_linear_forward_naive's sums (exact
+ * products of floats; x's zeros add nothing to a sum that starts at +0), over Wᵀ so that the inner
+ * loop runs along o. */
+static std::vector<double> base_sums(const std::vector<float> &x, const std::vector<float> &W, int N, int C_in,
+                                     int C_out) {
+    std::vector<float> wt((size_t)C_in * C_out);
+    for (int o = 0; o < C_out; o++)
+        for (int i = 0; i < C_in; i++) wt[(size_t)i * C_out + o] = W[(size_t)o * C_in + i];
+    std::vector<double> y((size_t)N * C_out, 0.0);
+    for (int m = 0; m < N; m++) {
+        double *ym = y.data() + (size_t)m * C_out;
+        for (int i = 0; i < C_in; i++) {
+            const double xv = x[(size_t)m * C_in + i];
+            if (xv == 0.0) continue;
+            const float *w = wt.data() + (size_t)i * C_out;
+            for (int o = 0; o < C_out; o++) ym[o] += xv * w[o];
+        }
+    }
+    return y;
+}
+
+static void run_fold_case(const fold_case &f, enum regime rg, int id) {
+    const group_case &c = f.g;
+    const uint64_t seed = g_seed * 1000003u + (uint64_t)id;
+    struct rng r;
+    rng_init(&r, seed);
+    const int n = c.n, N = c.N, C_in = c.C_in, R = c.R, nR = c.n * c.R, K = C_in + nR;
+    const int64_t ldx = (K + 7) / 8 * 8, ldw = ldx + f.ldw_extra;
+    const bool ex = rg == EXACT;
+    const float s = ex ? ((id >> 1) % 2 ? 0.5f : 2.0f) : ref_lora_scale(32.0, R, LORA_SCALE_RSLORA);
+    char shape[192];
+    int len = snprintf(shape, sizeof shape, "n=%d N=%d C_in=%d C_out=", n, N, C_in);
+    for (int i = 0; i < n; i++) len += snprintf(shape + len, sizeof shape - len, "%s%d", i ? "," : "", c.C_out[i]);
+    snprintf(shape + len, sizeof shape - len, " R=%d ldx=%lld ldw=%lld s=%g %s", R, (long long)ldx, (long long)ldw,
+             (double)s, ex ? "exact" : "normal");
+
+    std::vector<float> x((size_t)N * C_in), A((size_t)nR * C_in), dx0((size_t)N * C_in), dA0((size_t)nR * C_in);
+    std::vector<std::vector<float>> W(n), B(n), dy(n), dB0(n);
+    fill(&r, x, rg, 1.0);
+    fill(&r, A, rg, 1.0 / sqrt((double)C_in));
+    fill(&r, dx0, rg, 1.0);
+    fill_grad(&r, dA0, ex);
+    for (int i = 0; i < n; i++) {
+        const int Co = c.C_out[i];
+        W[i].resize((size_t)Co * C_in);
+        B[i].resize((size_t)Co * R);
+        dy[i].resize((size_t)N * Co);
+        dB0[i].resize((size_t)Co * R);
+        fill(&r, W[i], rg, 1.0 / sqrt((double)C_in), fmin(0.25, 64.0 / C_in));
+        fill(&r, B[i], rg, 0.02, fmin(0.25, 64.0 / Co));
+        fill(&r, dy[i], rg, 1.0);
+        fill_grad(&r, dB0[i], ex);
+    }
+
+    /* Reference: the base output y0_i, then ref_lora_forward's adapter onto it. */
+    std::vector<std::vector<float>> y_ref(n);
+    std::vector<float> u_ref((size_t)N * R);
+    int64_t inexact_base = 0;
+    for (int i = 0; i < n; i++) {
+        const int Co = c.C_out[i];
+        const std::vector<double> base = base_sums(x, W[i], N, C_in, Co);
+        y_ref[i].resize(base.size());
+        for (size_t e = 0; e < base.size(); e++) {
+            y_ref[i][e] = act_round((float)base[e], ACT_BF16);
+            if (ex) inexact_base += !bf16_exact(base[e]);
+        }
+        ref_lora_forward(y_ref[i].data(), u_ref.data(), x.data(), nullptr, A.data() + (size_t)i * R * C_in,
+                         B[i].data(), N, C_in, Co, R, s, ACT_BF16);
+    }
+    if (ex)
+        EXPECT(inexact_base == 0,
+               "lora fold %s: %lld base outputs x Wᵀ not exact in bf16: the exact tier's precondition fails", shape,
+               (long long)inexact_base);
+
+    /* Naive same-precision implementation of the folded algorithm (NORMAL regime only). */
+    std::vector<std::vector<float>> y_n(n);
+    if (!ex) {
+        std::vector<float> u_n((size_t)N * nR), xf((size_t)N * K);
+        naive_mm(u_n.data(), x.data(), C_in, 1, A.data(), 1, C_in, N, nR, C_in);
+        for (int m = 0; m < N; m++)
+            for (int k = 0; k < K; k++)
+                xf[(size_t)m * K + k] = k < C_in ? x[(size_t)m * C_in + k] : bf16_round(u_n[(size_t)m * nR + k - C_in]);
+        for (int i = 0; i < n; i++) {
+            const int Co = c.C_out[i];
+            std::vector<float> wt((size_t)K * Co, 0.0f); /* W_f,iᵀ (K, C_out_i) */
+            for (int o = 0; o < Co; o++) {
+                for (int k = 0; k < C_in; k++) wt[(size_t)k * Co + o] = W[i][(size_t)o * C_in + k];
+                for (int k = 0; k < R; k++)
+                    wt[(size_t)(C_in + i * R + k) * Co + o] = bf16_round(s * B[i][(size_t)o * R + k]);
+            }
+            y_n[i].resize((size_t)N * Co);
+            naive_mm(y_n[i].data(), xf.data(), K, 1, wt.data(), Co, 1, N, Co, K);
+            for (float &v : y_n[i]) v = bf16_round(v);
+        }
+    }
+
+    /* Device: x_f and W_f,i as padded images, every column past C_in poisoned. */
+    static const char *const b_names[] = {"lora_b_0", "lora_b_1", "lora_b_2", "lora_b_3"};
+    static const char *const w_names[] = {"W_0", "W_1", "W_2", "W_3"};
+    static const char *const wf_names[] = {"W_f,0", "W_f,1", "W_f,2", "W_f,3"};
+    static const char *const y_names[] = {"y_0", "y_1", "y_2", "y_3"};
+    static const char *const dy_names[] = {"dy_0", "dy_1", "dy_2", "dy_3"};
+    static const char *const db_names[] = {"dlora_b_0", "dlora_b_1", "dlora_b_2", "dlora_b_3"};
+    const uint16_t pz = POISON_BF16_BITS;
+    const std::vector<uint16_t> xb = bits_of(x), Ab = bits_of(A), dx0b = bits_of(dx0);
+    std::vector<uint16_t> xf_img((size_t)N * ldx, pz);
+    for (int m = 0; m < N; m++) memcpy(&xf_img[(size_t)m * ldx], &xb[(size_t)m * C_in], (size_t)C_in * 2);
+    struct dev_buf bx, bxf, bA, bu, bu2, bdx, bdA, bws, bdxw, bslots, bB[LORA_GROUP_MAX], bW[LORA_GROUP_MAX],
+        bWf[LORA_GROUP_MAX], by[LORA_GROUP_MAX], bdy[LORA_GROUP_MAX], bdB[LORA_GROUP_MAX];
+    dev_buf_alloc(&bx, "x", xb.size() * 2, POISON_NONE, xb.data());
+    dev_buf_alloc(&bxf, "x_f", xf_img.size() * 2, POISON_NONE, xf_img.data());
+    dev_buf_alloc(&bA, "lora_a (stacked)", Ab.size() * 2, POISON_NONE, Ab.data());
+    dev_buf_alloc(&bu, "u (fold)", (size_t)N * nR * 2, POISON_BF16, nullptr);
+    dev_buf_alloc(&bu2, "u (group)", (size_t)N * nR * 2, POISON_BF16, nullptr);
+    dev_buf_alloc(&bdx, "dx", dx0b.size() * 2, POISON_BF16, dx0b.data());
+    dev_buf_alloc(&bdA, "dlora_a (stacked)", dA0.size() * 4, POISON_F32, dA0.data());
+    dev_buf_alloc(&bws, "workspace", gpu_lora_group_backward_workspace_size(N, n, R), POISON_NONE, nullptr);
+    dev_buf_alloc(&bdxw, "dx (base)", dx0b.size() * 2, POISON_BF16, nullptr);
+    std::vector<std::vector<uint16_t>> Wf_img(n), Bb(n), dyb(n);
+    uint16_t *y_p[LORA_GROUP_MAX];
+    const uint16_t *B_p[LORA_GROUP_MAX], *dy_p[LORA_GROUP_MAX];
+    float *dB_p[LORA_GROUP_MAX];
+    struct lora_fold_slot slots[LORA_GROUP_MAX];
+    int max_c_out = 0;
+    for (int i = 0; i < n; i++) {
+        const int Co = c.C_out[i];
+        const std::vector<uint16_t> Wb = bits_of(W[i]);
+        Bb[i] = bits_of(B[i]);
+        dyb[i] = bits_of(dy[i]);
+        Wf_img[i].assign((size_t)Co * ldw, pz);
+        for (int o = 0; o < Co; o++) memcpy(&Wf_img[i][(size_t)o * ldw], &Wb[(size_t)o * C_in], (size_t)C_in * 2);
+        B_p[i] = (const uint16_t *)dev_buf_alloc(&bB[i], b_names[i], Bb[i].size() * 2, POISON_NONE, Bb[i].data());
+        dev_buf_alloc(&bW[i], w_names[i], Wb.size() * 2, POISON_NONE, Wb.data());
+        dev_buf_alloc(&bWf[i], wf_names[i], Wf_img[i].size() * 2, POISON_NONE, Wf_img[i].data());
+        y_p[i] = (uint16_t *)dev_buf_alloc(&by[i], y_names[i], (size_t)N * Co * 2, POISON_BF16, nullptr);
+        dy_p[i] = (const uint16_t *)dev_buf_alloc(&bdy[i], dy_names[i], dyb[i].size() * 2, POISON_NONE, dyb[i].data());
+        dB_p[i] = (float *)dev_buf_alloc(&bdB[i], db_names[i], dB0[i].size() * 4, POISON_F32, dB0[i].data());
+        slots[i] = lora_fold_slot{(uint16_t *)bWf[i].data + C_in + (int64_t)i * R, ldw, B_p[i], Co};
+        max_c_out = Co > max_c_out ? Co : max_c_out;
+    }
+    dev_buf_alloc(&bslots, "fold slots", (size_t)n * sizeof(struct lora_fold_slot), POISON_NONE, slots);
+    char what[112];
+    struct cmp_case cc = {"lora_fold_b", what, shape, "bf16", seed};
+
+    /* (b) S_i into every member's columns, one launch for the table. */
+    gpu_lora_fold_b_bf16((const struct lora_fold_slot *)bslots.data, n, max_c_out, R, s, g_stream);
+    for (int i = 0; i < n; i++) {
+        const int Co = c.C_out[i];
+        std::vector<uint16_t> got(Wf_img[i].size());
+        dev_buf_download(&bWf[i], got.data(), 0);
+        for (int o = 0; o < Co; o++)
+            for (int k = 0; k < R; k++)
+                Wf_img[i][(size_t)o * ldw + C_in + i * R + k] = bf16_from_float(s * B[i][(size_t)o * R + k]);
+        snprintf(what, sizeof what, "W_f,%d: bf16(s·B_%d) in its adapter columns, the rest untouched", i, i);
+        cmp_exact_bytes(&cc, got.data(), Wf_img[i].data(), got.size() * 2);
+        for (int o = 0; o < Co; o++) /* the products read zeros in the other members' columns */
+            for (int j = 0; j < n; j++)
+                if (j != i) memset(&Wf_img[i][(size_t)o * ldw + C_in + j * R], 0, (size_t)R * 2);
+        dev_buf_reset(&bWf[i], Wf_img[i].data());
+    }
+
+    /* (a) u into u and x_f's adapter columns; the unfolded group's u from the contiguous x. */
+    gpu_lora_group_fold_u_bf16(g_gemm, (uint16_t *)bu.data, (uint16_t *)bxf.data, ldx, (const uint16_t *)bA.data, n,
+                               N, C_in, R, g_stream);
+    gpu_lora_group_u_bf16(g_gemm, (uint16_t *)bu2.data, (const uint16_t *)bx.data, (const uint16_t *)bA.data, n, N,
+                          C_in, R, g_stream);
+    std::vector<uint16_t> u((size_t)N * nR), u2(u.size()), xf_got(xf_img.size());
+    dev_buf_download(&bu, u.data(), 1);
+    dev_buf_download(&bu2, u2.data(), 1);
+    dev_buf_download(&bxf, xf_got.data(), 0);
+    cc.op = "lora_fold_u";
+    snprintf(what, sizeof what, "u vs gpu_lora_group_u_bf16's");
+    cmp_exact_bytes(&cc, u.data(), u2.data(), u.size() * 2);
+    for (int m = 0; m < N; m++) memcpy(&xf_img[(size_t)m * ldx + C_in], &u[(size_t)m * nR], (size_t)nR * 2);
+    snprintf(what, sizeof what, "x_f: x untouched, u in columns C_in .. C_in + n·R − 1, padding untouched");
+    cmp_exact_bytes(&cc, xf_got.data(), xf_img.data(), xf_img.size() * 2);
+    dev_buf_reset(&bxf, xf_img.data());
+
+    /* (c) each member's product over [x | u] and W_f,i. */
+    cc.op = "lora_fold_forward";
+    for (int i = 0; i < n; i++) {
+        gpu_linear_forward_ld_bf16(g_gemm, y_p[i], (const uint16_t *)bxf.data, ldx, (const uint16_t *)bWf[i].data, ldw,
+                                   nullptr, N, K, c.C_out[i], g_stream);
+        std::vector<uint16_t> yb((size_t)N * c.C_out[i]);
+        dev_buf_download(&by[i], yb.data(), 1);
+        snprintf(what, sizeof what, "y_%d", i);
+        compare(&cc, floats_of(yb), y_n[i], y_ref[i], rg, 1);
+    }
+
+    /* (d) the backward on the padded tensors against the contiguous calls. */
+    std::vector<uint16_t> dx_got[2];
+    std::vector<float> dA_got[2], dB_got[2][LORA_GROUP_MAX];
+    for (int pass = 0; pass < 2; pass++) {
+        dev_buf_reset(&bdx, dx0b.data());
+        dev_buf_reset(&bdA, dA0.data());
+        dev_buf_reset(&bws, nullptr);
+        for (int i = 0; i < n; i++) dev_buf_reset(&bdB[i], dB0[i].data());
+        if (pass == 0)
+            gpu_lora_group_backward_bf16(g_gemm, (uint16_t *)bdx.data, (float *)bdA.data, dB_p, dy_p,
+                                         (const uint16_t *)bx.data, (const uint16_t *)bu.data,
+                                         (const uint16_t *)bA.data, B_p, n, N, C_in, c.C_out, R, s, bws.data,
+                                         g_stream);
+        else
+            gpu_lora_group_backward_ld_bf16(g_gemm, (uint16_t *)bdx.data, (float *)bdA.data, dB_p, dy_p,
+                                            (const uint16_t *)bxf.data, ldx, (const uint16_t *)bu.data,
+                                            (const uint16_t *)bA.data, B_p, n, N, C_in, c.C_out, R, s, bws.data,
+                                            g_stream);
+        dx_got[pass].resize(dx0b.size());
+        dA_got[pass].resize(dA0.size());
+        dev_buf_download(&bdx, dx_got[pass].data(), 0);
+        dev_buf_download(&bdA, dA_got[pass].data(), 0);
+        for (int i = 0; i < n; i++) {
+            dB_got[pass][i].resize(dB0[i].size());
+            dev_buf_download(&bdB[i], dB_got[pass][i].data(), 0);
+        }
+    }
+    cc.op = "lora_fold_backward";
+    snprintf(what, sizeof what, "dx (x at ldx) vs the contiguous group backward");
+    cmp_exact_bytes(&cc, dx_got[1].data(), dx_got[0].data(), dx_got[0].size() * 2);
+    cc.dtype = "f32";
+    snprintf(what, sizeof what, "dlora_a (x at ldx) vs the contiguous group backward");
+    cmp_exact_bytes(&cc, dA_got[1].data(), dA_got[0].data(), dA_got[0].size() * 4);
+    for (int i = 0; i < n; i++) {
+        snprintf(what, sizeof what, "dlora_b_%d (x at ldx) vs the contiguous group backward", i);
+        cmp_exact_bytes(&cc, dB_got[1][i].data(), dB_got[0][i].data(), dB_got[0][i].size() * 4);
+    }
+    cc.dtype = "bf16";
+    for (int i = 0; i < n; i++) {
+        const enum gemm_beta beta = i % 2 ? GEMM_ACCUMULATE : GEMM_OVERWRITE;
+        std::vector<uint16_t> got[2];
+        for (int pass = 0; pass < 2; pass++) {
+            dev_buf_reset(&bdxw, beta == GEMM_ACCUMULATE ? dx0b.data() : nullptr);
+            if (pass == 0)
+                gpu_linear_backward_dx_bf16(g_gemm, (uint16_t *)bdxw.data, dy_p[i], (const uint16_t *)bW[i].data, N,
+                                            C_in, c.C_out[i], beta, g_stream);
+            else
+                gpu_linear_backward_dx_ld_bf16(g_gemm, (uint16_t *)bdxw.data, dy_p[i], (const uint16_t *)bWf[i].data,
+                                               ldw, N, C_in, c.C_out[i], beta, g_stream);
+            got[pass].resize(dx0b.size());
+            dev_buf_download(&bdxw, got[pass].data(), 1);
+        }
+        snprintf(what, sizeof what, "dy_%d W_%d%s (W_f,%d at ldw) vs the contiguous W_%d", i, i,
+                 beta == GEMM_ACCUMULATE ? " + dx0" : "", i, i);
+        cmp_exact_bytes(&cc, got[1].data(), got[0].data(), got[0].size() * 2);
+    }
+    for (struct dev_buf *b : {&bx, &bxf, &bA, &bu, &bu2, &bdx, &bdA, &bws, &bdxw, &bslots}) dev_buf_free(b);
+    for (int i = 0; i < n; i++)
+        for (struct dev_buf *b : {&bB[i], &bW[i], &bWf[i], &by[i], &bdy[i], &bdB[i]}) dev_buf_free(b);
+}
+
 /* ---- bench: forward and backward at N = 8192 against the base layer's products ---- */
 
 struct bench_ctx {
@@ -855,6 +1139,15 @@ int main(int argc, char **argv) {
     for (const group_case &g : groups)
         for (int rg = 0; rg < 2; rg++)
             if (g.N < 1000 || rg == NORMAL) run_group_case(g, (regime)rg, id++);
+    const fold_case folds[] = {
+        {{3, 256, 576, 16, {576, 192, 192}}, 0},    /* SmolLM2's q/k/v: x_f 624 wide, no padding */
+        {{2, 256, 576, 16, {1536, 1536}}, 0},       /* SmolLM2's gate/up */
+        {{3, 512, 2048, 16, {2048, 512, 512}}, 0},  /* Llama-3.2-1B's q/k/v */
+        {{3, 33, 37, 8, {37, 9, 9}}, 8},            /* u at odd columns, 3 padding columns; W_f wider than x_f */
+        {{2, 40, 64, 6, {96, 80}}, 0},              /* n·R = 12: 4 padding columns, u copied element by element */
+    };
+    for (const fold_case &f : folds)
+        for (int rg = 0; rg < 2; rg++) run_fold_case(f, (regime)rg, id++);
     const int rc = test_finish("lora_parity");
     if (rc == 0 && test_has_flag(argc, argv, "--bench")) bench(bench_copy_ceiling(g_stream));
     free_gpu_gemm(g_gemm);
