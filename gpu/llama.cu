@@ -213,7 +213,7 @@ void base_backward(gpu_llama *m, int l, int t, uint16_t *dx, enum gemm_beta beta
     if (!m->fp8.on) {
         if (!dx) return;
         PROF(m, PROF_LINEAR_DX);
-        gpu_linear_backward_dx_bf16(m->gemm, dx, dy, lin.w, n, lin.c_in, lin.c_out, beta, m->stream);
+        gpu_linear_backward_dx_ld_bf16(m->gemm, dx, dy, lin.w, lin.ldw, n, lin.c_in, lin.c_out, beta, m->stream);
         return;
     }
     {
@@ -371,15 +371,30 @@ void proj_backward(gpu_llama *m, int l, int t, uint16_t *dx, enum gemm_beta beta
                            m->opt.lora_scale, m->ws, m->stream);
 }
 
-/* The linears of group g of layer l on their shared input x, rows sp: y[i] for member i. */
-void group_forward(gpu_llama *m, int l, int g, uint16_t *const *y, const uint16_t *x, int train, uint64_t micro,
-                   gl_span sp) {
+/* The linears of group g of layer l on their shared input x (row stride ldx: the group's ld_n), rows
+ * sp: y[i] for member i. */
+void group_forward(gpu_llama *m, int l, int g, uint16_t *const *y, const uint16_t *x, int64_t ldx, int train,
+                   uint64_t micro, gl_span sp) {
     const int first = gl_group_first[g], n = gl_group_n[g];
     if (!m->grouped[g]) {
         for (int i = 0; i < n; i++) proj_forward(m, l, first + i, y[i], x, train, micro, sp);
         return;
     }
     gl_linear *lin = m->layers[l].lin + first;
+    const int R = m->opt.R;
+    uint16_t *ug = m->acts[l].ug[g] + (size_t)sp.r0 * n * R;
+    if (m->folded[g]) { /* u into x's spare columns, then each member's product over [x | u] */
+        {
+            PROF(m, PROF_ADAPTER_FWD);
+            gpu_lora_group_fold_u_bf16(m->gemm, ug, const_cast<uint16_t *>(x), ldx, lin[0].a, n, sp.n, lin[0].c_in, R,
+                                       m->stream);
+        }
+        PROF(m, PROF_LINEAR_FWD);
+        for (int i = 0; i < n; i++)
+            gpu_linear_forward_ld_bf16(m->gemm, y[i], x, ldx, lin[i].w, lin[i].ldw, lin[i].bias, sp.n,
+                                       lin[i].c_in + n * R, lin[i].c_out, m->stream);
+        return;
+    }
     const uint16_t *b[LORA_GROUP_MAX];
     int c_out[LORA_GROUP_MAX];
     for (int i = 0; i < n; i++) {
@@ -387,9 +402,7 @@ void group_forward(gpu_llama *m, int l, int g, uint16_t *const *y, const uint16_
         b[i] = lin[i].b, c_out[i] = lin[i].c_out;
     }
     PROF(m, PROF_ADAPTER_FWD);
-    const int R = m->opt.R;
     const float s = m->opt.lora_scale;
-    uint16_t *ug = m->acts[l].ug[g] + (size_t)sp.r0 * n * R;
     if (m->opt.mode == LLAMA_DORA) { /* u once for the group, then each member's norm and magnitude pass */
         gpu_lora_group_u_bf16(m->gemm, ug, x, lin[0].a, n, sp.n, lin[0].c_in, R, m->stream);
         for (int i = 0; i < n; i++) dora_output(m, l, first + i, y[i], ug + (size_t)i * R, n * R, sp.n);
@@ -399,10 +412,10 @@ void group_forward(gpu_llama *m, int l, int g, uint16_t *const *y, const uint16_
 }
 
 /* The backward of group g of layer l for dy[i], rows sp: dx (when non-NULL) OVERWRITTEN with the
- * sum of the members' input gradients; parameter gradients accumulate. x is the shared saved input.
- * rescaled: as proj_backward's. */
+ * sum of the members' input gradients; parameter gradients accumulate. x is the shared saved input
+ * (row stride ldx). rescaled: as proj_backward's. */
 void group_backward(gpu_llama *m, int l, int g, uint16_t *dx, const uint16_t *const *dy, const uint16_t *x,
-                    uint64_t micro, gl_span sp, bool rescaled) {
+                    int64_t ldx, uint64_t micro, gl_span sp, bool rescaled) {
     const int first = gl_group_first[g], n = gl_group_n[g];
     if (!m->grouped[g]) {
         for (int i = 0; i < n; i++)
@@ -428,16 +441,16 @@ void group_backward(gpu_llama *m, int l, int g, uint16_t *dx, const uint16_t *co
         b[i] = lin[i].b, db[i] = lin[i].b_grad, c_out[i] = lin[i].c_out;
     }
     PROF(m, PROF_ADAPTER_BWD);
-    gpu_lora_group_backward_bf16(m->gemm, dx, lin[0].a_grad, db, g_dy, x,
-                                 m->acts[l].ug[g] + (size_t)sp.r0 * n * m->opt.R, lin[0].a, b, n, sp.n, lin[0].c_in,
-                                 c_out, m->opt.R, m->opt.lora_scale, m->ws, m->stream);
+    gpu_lora_group_backward_ld_bf16(m->gemm, dx, lin[0].a_grad, db, g_dy, x, ldx,
+                                    m->acts[l].ug[g] + (size_t)sp.r0 * n * m->opt.R, lin[0].a, b, n, sp.n,
+                                    lin[0].c_in, c_out, m->opt.R, m->opt.lora_scale, m->ws, m->stream);
 }
 
 /* n1 = rmsnorm(x[l]) into the scratch n1 (forward, and recomputed in backward: the same bits). */
 void norm1(gpu_llama *m, int l) {
     PROF(m, PROF_NORM);
-    gpu_rmsnorm_forward_bf16(m->n1, m->acts[l].rstd1, m->x[l], m->layers[l].attn_norm, m->N, m->cfg.C,
-                             m->cfg.rms_norm_eps, m->stream);
+    gpu_rmsnorm_forward_strided_bf16(m->n1, m->ld_n1, m->acts[l].rstd1, m->x[l], m->layers[l].attn_norm, m->N,
+                                     m->cfg.C, m->cfg.rms_norm_eps, m->stream);
 }
 
 /* n2 = rmsnorm(h) of layer l, recomputed from the saved h before the MLP's backward — or, where the
@@ -447,11 +460,12 @@ void norm2(gpu_llama *m, int l) {
     PROF(m, PROF_NORM);
     gl_acts &a = m->acts[l];
     if (a.o_out)
-        gpu_rmsnorm_residual_forward_bf16(a.h, m->n2, a.rstd2, m->x[l], a.o_out, m->layers[l].mlp_norm, m->N,
-                                          m->cfg.C, m->cfg.rms_norm_eps, m->stream);
+        gpu_rmsnorm_residual_forward_strided_bf16(a.h, m->n2, m->ld_n2, a.rstd2, m->x[l], a.o_out,
+                                                  m->layers[l].mlp_norm, m->N, m->cfg.C, m->cfg.rms_norm_eps,
+                                                  m->stream);
     else
-        gpu_rmsnorm_forward_bf16(m->n2, a.rstd2, a.h, m->layers[l].mlp_norm, m->N, m->cfg.C, m->cfg.rms_norm_eps,
-                                 m->stream);
+        gpu_rmsnorm_forward_strided_bf16(m->n2, m->ld_n2, a.rstd2, a.h, m->layers[l].mlp_norm, m->N, m->cfg.C,
+                                         m->cfg.rms_norm_eps, m->stream);
 }
 
 /* How far layer_forward goes: the attention part (RECOMPUTE_ATTN's recomputation); up to h and
@@ -467,9 +481,10 @@ void mlp_forward(gpu_llama *m, int l, gl_span sp, int train, uint64_t micro, int
     gl_acts &a = m->acts[l];
     const int F = m->cfg.F;
     const size_t off = (size_t)sp.r0 * m->cfg.C;
-    fp8_input(m, l, LLAMA_GATE, m->n2 + off, m->cfg.C, sp); /* one quantization for gate, up */
+    const uint16_t *n2 = m->n2 + (size_t)sp.r0 * m->ld_n2;
+    fp8_input(m, l, LLAMA_GATE, n2, m->cfg.C, sp); /* one quantization for gate, up */
     uint16_t *const gate_up[2] = {a.gate, a.up};
-    group_forward(m, l, GL_GROUP_GATE_UP, gate_up, m->n2 + off, train, micro, sp);
+    group_forward(m, l, GL_GROUP_GATE_UP, gate_up, n2, m->ld_n2, train, micro, sp);
     {
         PROF(m, PROF_SWIGLU);
         gpu_swiglu_forward_bf16(a.mlp, a.gate, a.up, sp.n, F, F, m->stream);
@@ -494,7 +509,7 @@ void layer_forward(gpu_llama *m, int l, int train, uint64_t micro, enum fwd_upto
     norm1(m, l);
     fp8_input(m, l, LLAMA_Q, m->n1, c.C, whole(m)); /* one quantization for q, k, v */
     uint16_t *const qkv[3] = {a.q, a.k, a.v};
-    group_forward(m, l, GL_GROUP_QKV, qkv, m->n1, train, micro, whole(m));
+    group_forward(m, l, GL_GROUP_QKV, qkv, m->n1, m->ld_n1, train, micro, whole(m));
     {
         PROF(m, PROF_ROPE);
         gpu_rope_forward_bf16(a.q, a.k, m->rope_cos, m->rope_sin, m->pos, N, c.H, c.KVH, c.D, m->QD, m->KD, s);
@@ -510,7 +525,8 @@ void layer_forward(gpu_llama *m, int l, int train, uint64_t micro, enum fwd_upto
     proj_forward(m, l, LLAMA_O, o, a.att, train, micro, whole(m));
     {
         PROF(m, PROF_NORM);
-        gpu_rmsnorm_residual_forward_bf16(a.h, m->n2, a.rstd2, x, o, ly.mlp_norm, N, c.C, c.rms_norm_eps, s);
+        gpu_rmsnorm_residual_forward_strided_bf16(a.h, m->n2, m->ld_n2, a.rstd2, x, o, ly.mlp_norm, N, c.C,
+                                                  c.rms_norm_eps, s);
     }
     if (upto == FWD_NORM2) return;
     for (int r0 = 0; r0 < N; r0 += m->mlp_rows)
@@ -543,9 +559,10 @@ void mlp_backward(gpu_llama *m, int l, gl_span sp, uint64_t micro) {
         else
             gpu_swiglu_backward_bf16(a.gate, a.up, m->dmlp, a.gate, a.up, sp.n, F, F, F, m->stream); /* in place */
     }
-    fp8_input_t(m, l, LLAMA_GATE, m->n2 + off, m->cfg.C, sp);
+    const uint16_t *n2 = m->n2 + (size_t)sp.r0 * m->ld_n2;
+    fp8_input_t(m, l, LLAMA_GATE, n2, m->cfg.C, sp);
     const uint16_t *const d_gate_up[2] = {a.gate, a.up};
-    group_backward(m, l, GL_GROUP_GATE_UP, m->dn + off, d_gate_up, m->n2 + off, micro, sp, dora);
+    group_backward(m, l, GL_GROUP_GATE_UP, m->dn + off, d_gate_up, n2, m->ld_n2, micro, sp, dora);
 }
 
 /* G holds d x[l + 1] on entry and d x[l] on exit (unless layer 0's is not needed). */
@@ -594,7 +611,7 @@ void layer_backward(gpu_llama *m, int l, uint64_t micro) {
     norm1(m, l);
     fp8_input_t(m, l, LLAMA_Q, m->n1, c.C, whole(m));
     const uint16_t *const d_qkv[3] = {m->dq, m->dk, m->dv};
-    group_backward(m, l, GL_GROUP_QKV, dx, d_qkv, m->n1, micro, whole(m), false);
+    group_backward(m, l, GL_GROUP_QKV, dx, d_qkv, m->n1, m->ld_n1, micro, whole(m), false);
     if (need_dx) {
         PROF(m, PROF_NORM);
         gpu_rmsnorm_backward_bf16(m->G, full ? ly.attn_norm_grad : nullptr, gl_grad_type(m), m->dn, m->G, m->x[l],
@@ -654,6 +671,10 @@ void forward(gpu_llama *m, int train, int64_t n_valid, float grad_scale, uint64_
     const int N = m->N, full = m->opt.mode == LLAMA_FULL, off = offloaded(m) && train;
     cudaStream_t s = m->stream;
     gl_fp8_begin(m, train);
+    if (m->n_fold_slots) { /* the folded weights' bf16(s·B) from the current B (gpu/lora.h) */
+        PROF(m, PROF_ADAPTER_FWD);
+        gpu_lora_fold_b_bf16(m->fold_slots, m->n_fold_slots, m->fold_max_c_out, m->opt.R, m->opt.lora_scale, s);
+    }
     if (offloaded(m)) CUDA_CHECK(cudaStreamWaitEvent(s, m->x_in[0], 0)); /* the last backward's copies are done */
     {
         PROF(m, PROF_EMBED);

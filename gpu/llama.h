@@ -113,6 +113,9 @@ enum gpu_nvtx { GPU_NVTX_OFF = 0, GPU_NVTX_RANGES };
 /* Adapters (LoRA, DoRA) of linears that share their input (q/k/v, gate/up) as one group, or each
  * alone (for comparisons; dropout always runs them alone). */
 enum gpu_lora_grouping { GPU_LORA_GROUPED = 0, GPU_LORA_UNGROUPED };
+/* A grouped LoRA group on a bf16 base with bf16 products folded into its base products (gpu/lora.h:
+ * no pass of the adapter's own over y), or not (for comparisons). */
+enum gpu_lora_folding { GPU_LORA_FOLDED = 0, GPU_LORA_UNFOLDED };
 
 /* The vocabulary is ref/'s: enum llama_mode and enum recompute_policy (ref/llama.h), enum
  * optimizer_kind and struct optim_step (ref/adamw.h). */
@@ -133,6 +136,7 @@ struct gpu_llama_options {
     int B, T;
     enum gpu_profiling profile;
     enum gpu_lora_grouping grouping;
+    enum gpu_lora_folding folding;
     enum gpu_nvtx nvtx;
     enum gpu_offload offload;
     enum gpu_linear_precision linears;

@@ -12,6 +12,7 @@
 #include "gpu/adamw8bit.h"
 #include "gpu/gemm.h"
 #include "gpu/llama.h"
+#include "gpu/lora.h"
 #include "gpu/nf4.h"
 #include "ref/shard.h"
 
@@ -48,6 +49,7 @@ extern const int gl_group_first[GL_N_GROUPS], gl_group_n[GL_N_GROUPS];
 struct gl_linear {
     int c_in, c_out, target;
     uint16_t *w, *bias;
+    int64_t ldw; /* w's row stride: c_in, or a folded group member's padded row (gpu/lora.h) */
     gl_nf4 nf4;
     float *w_master, *bias_master; /* full fine-tuning */
     void *w_grad, *bias_grad;      /* full: fp32, or bf16 (gl_grads_bf16) */
@@ -160,6 +162,14 @@ struct gpu_llama {
     int N, QD, KD;
     int mlp_rows; /* rows of the MLP at a time: opt.mlp_chunk, or N when the MLP runs whole */
     int grouped[GL_N_GROUPS]; /* the group's adapters run as one (LoRA/DoRA and quantized, no dropout, all members targets) */
+    /* the group's adapters folded into its base products (gpu/lora.h "folded groups": grouped LoRA on
+     * a bf16 base with bf16 products): its input (n1, n2) at row stride ld_n with u after the C
+     * columns, its members' weights at ldw with bf16(s·B) after the C_in columns, refreshed from B by
+     * one launch over fold_slots at the start of every forward */
+    int folded[GL_N_GROUPS];
+    int64_t ld_n1, ld_n2;
+    struct lora_fold_slot *fold_slots; /* device: one per folded linear */
+    int n_fold_slots, fold_max_c_out;
     cudaStream_t stream;
     struct gpu_gemm *gemm;
     gpu_adamw *adamw; /* AdamW, or the gradient norm alone for the 8-bit optimizer */
@@ -189,7 +199,7 @@ struct gpu_llama {
     uint16_t *nf;
 
     /* scratch */
-    uint16_t *n1, *n2; /* the current layer's normalized inputs (N, C) */
+    uint16_t *n1, *n2; /* the current layer's normalized inputs (N, C) at row strides ld_n1, ld_n2 */
     uint16_t *tmp, *G, *dn, *datt, *dq, *dk, *dv, *dmlp, *dy_s, *x_drop;
     uint8_t *keep;
     void *ws; /* one workspace, sized for the largest op's need */

@@ -94,6 +94,10 @@ int has_bias(const model_config *c, int t) { return llama_linear_has_bias(c, (en
 size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 
 /* The group linear t belongs to, or −1. */
+/* The row stride of a folded group's input or weight: C_in + the members' n·R columns, rounded up to 8
+ * elements (16-byte rows); C_in itself when nothing is folded. */
+int64_t fold_ld(int64_t c_in, int64_t adapter_cols) { return adapter_cols ? (c_in + adapter_cols + 7) / 8 * 8 : c_in; }
+
 int group_of(int t) {
     for (int g = 0; g < GL_N_GROUPS; g++)
         if (t >= gl_group_first[g] && t < gl_group_first[g] + gl_group_n[g]) return g;
@@ -226,6 +230,8 @@ void weight_rows(gpu_llama *m, gl_rows &rs) {
             llama_linear_shape(c, (enum llama_linear)t, &lin->c_out, &lin->c_in);
             const int64_t co = lin->c_out, ci = lin->c_in;
             lin->target = gl_is_target(m, t);
+            const int g = group_of(t);
+            lin->ldw = g >= 0 && m->folded[g] ? fold_ld(ci, (int64_t)gl_group_n[g] * m->opt.R) : ci;
             const char *module = llama_linears[t].module;
             if (full) {
                 snprintf(name, sizeof name, "model.layers.%d.%s.weight", l, module);
@@ -238,7 +244,7 @@ void weight_rows(gpu_llama *m, gl_rows &rs) {
                 if (nf4)
                     nf4_rows(m, rs, &lin->nf4, co * ci); /* lin->w: a slice of dq_buf (point_views) */
                 else if (!fp8_base) /* FP8-stored: its codes (fp8_rows), lin->w a slice of dq_buf */
-                    add(rs, SLAB_WEIGHTS, &lin->w, co * ci);
+                    add(rs, SLAB_WEIGHTS, &lin->w, co * lin->ldw); /* folded: padded rows */
                 if (has_bias(c, t)) add(rs, SLAB_WEIGHTS, &lin->bias, co);
             }
         }
@@ -491,8 +497,8 @@ void scratch_rows(gpu_llama *m, gl_rows &rs) {
     add(rs, SLAB_SCRATCH, &m->dmlp, m->mlp_rows * F);
     add(rs, SLAB_SCRATCH, &m->dy_s, o->mode == LLAMA_DORA ? dy_s : 0);
     add(rs, SLAB_SCRATCH, &m->x_drop, o->dropout > 0 ? max_in : 0);
-    add(rs, SLAB_SCRATCH, &m->n1, N * C);
-    add(rs, SLAB_SCRATCH, &m->n2, N * C);
+    add(rs, SLAB_SCRATCH, &m->n1, N * m->ld_n1); /* folded: u after each row's C columns */
+    add(rs, SLAB_SCRATCH, &m->n2, N * m->ld_n2);
     add(rs, SLAB_SCRATCH, &m->mlp_buf, m->opt.mlp_input == GPU_MLP_INPUT_RECOMPUTED ? m->mlp_rows * F : 0);
     add(rs, SLAB_SCRATCH, &m->h_buf, gl_keeps_o_out(m) ? N * C : 0);
     add(rs, SLAB_SCRATCH, &m->keep, o->dropout > 0 ? max_in : 0);
@@ -514,6 +520,10 @@ void fixed_rows(gpu_llama *m, gl_rows &rs) {
     add(rs, SLAB_FIXED, &m->loss_dev, 4); /* loss_dev[0], norm_dev = loss_dev + 2 */
     add(rs, SLAB_FIXED, &m->nll_acc, 1);
     add(rs, SLAB_FIXED, &m->map1, 512); /* map1, map2 = map1 + 256 */
+    int slots = 0;
+    for (int g = 0; g < GL_N_GROUPS; g++) slots += m->folded[g] ? gl_group_n[g] * m->cfg.L : 0;
+    m->n_fold_slots = slots;
+    add(rs, SLAB_FIXED, &m->fold_slots, slots);
 }
 
 /* The table of (config, options). */
@@ -790,7 +800,11 @@ static void init_shape(gpu_llama *m, const model_config *c, const gpu_llama_opti
                   o->grouping == GPU_LORA_GROUPED;
         for (int i = 0; i < gl_group_n[g]; i++) all = all && gl_is_target(m, gl_group_first[g] + i);
         m->grouped[g] = all;
+        m->folded[g] = all && o->mode == LLAMA_LORA && o->base == GPU_BASE_BF16 && o->linears == GPU_LINEAR_BF16 &&
+                       o->folding == GPU_LORA_FOLDED;
     }
+    m->ld_n1 = fold_ld(c->C, m->folded[GL_GROUP_QKV] ? gl_group_n[GL_GROUP_QKV] * o->R : 0);
+    m->ld_n2 = fold_ld(c->C, m->folded[GL_GROUP_GATE_UP] ? gl_group_n[GL_GROUP_GATE_UP] * o->R : 0);
 }
 
 /* The host tables the layout's rows point into: layers, saved sets, layer inputs, trainable
@@ -1063,6 +1077,26 @@ static void build_optimizer(gpu_llama *m) {
     free(ps);
 }
 
+/* The folded linears' slots (gpu/lora.h): where each one's bf16(s·B) goes, from which B. */
+static void upload_fold_slots(gpu_llama *m) {
+    if (!m->n_fold_slots) return;
+    lora_fold_slot *h = static_cast<lora_fold_slot *>(calloc((size_t)m->n_fold_slots, sizeof(lora_fold_slot)));
+    CHECK(h != nullptr, "out of host memory");
+    int k = 0;
+    for (int l = 0; l < m->cfg.L; l++)
+        for (int g = 0; g < GL_N_GROUPS; g++) {
+            if (!m->folded[g]) continue;
+            for (int i = 0; i < gl_group_n[g]; i++) {
+                const gl_linear &lin = m->layers[l].lin[gl_group_first[g] + i];
+                h[k++] = lora_fold_slot{lin.w + lin.c_in + (int64_t)i * m->opt.R, lin.ldw, lin.b, lin.c_out};
+                if (lin.c_out > m->fold_max_c_out) m->fold_max_c_out = lin.c_out;
+            }
+        }
+    CHECK(k == m->n_fold_slots, "layout: %d fold slots filled, %d counted", k, m->n_fold_slots);
+    CUDA_CHECK(cudaMemcpy(m->fold_slots, h, (size_t)k * sizeof(lora_fold_slot), cudaMemcpyHostToDevice));
+    free(h);
+}
+
 extern "C" gpu_llama *build_gpu_llama(const model_config *c, const gpu_llama_options *o, io_err *e) {
     if (check_options(c, o, e)) return nullptr;
     gpu_llama *m = static_cast<gpu_llama *>(calloc(1, sizeof(gpu_llama)));
@@ -1084,6 +1118,7 @@ extern "C" gpu_llama *build_gpu_llama(const model_config *c, const gpu_llama_opt
     m->gemm = build_gpu_gemm(GEMM_DEFAULT_WORKSPACE);
     build_optimizer(m);
     upload_fixed(m);
+    upload_fold_slots(m);
     CUDA_CHECK(cudaMallocHost(&m->h_tokens, 2 * (size_t)m->N * sizeof(int32_t)));
     CUDA_CHECK(cudaMallocHost(&m->h_labels, 2 * (size_t)m->N * sizeof(int32_t)));
     CUDA_CHECK(cudaMallocHost(&m->h_scalars, 4 * sizeof(float)));

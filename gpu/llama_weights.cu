@@ -41,11 +41,13 @@ __device__ __forceinline__ float uniform_pm(uint64_t seed, int64_t i, float amp)
     return amp * (2.0f * (float)(z >> 40) * 0x1p-24f - 1.0f);
 }
 
-__global__ void fill_uniform(float *f32, bf16 *b16, int64_t n, uint64_t seed, float amp) {
+/* Element i of a (n / cols, cols) tensor; b16's rows at stride ld (a folded linear's padded weight,
+ * gpu/lora.h), f32's contiguous. */
+__global__ void fill_uniform(float *f32, bf16 *b16, int64_t n, uint64_t seed, float amp, int64_t cols, int64_t ld) {
     for (int64_t i = (int64_t)blockIdx.x * kBlock + threadIdx.x; i < n; i += (int64_t)gridDim.x * kBlock) {
         const float v = uniform_pm(seed, i, amp);
         if (f32) f32[i] = v;
-        if (b16) b16[i] = __float2bfloat16_rn(v);
+        if (b16) b16[i / cols * ld + i % cols] = __float2bfloat16_rn(v);
     }
 }
 
@@ -66,9 +68,11 @@ unsigned grid_of(int64_t n) {
     return (unsigned)(b < 1 ? 1 : b < 16384 ? b : 16384);
 }
 
-void rand_fill(float *f32, uint16_t *b16, int64_t n, uint64_t seed, float amp, cudaStream_t s) {
+void rand_fill(float *f32, uint16_t *b16, int64_t n, uint64_t seed, float amp, cudaStream_t s, int64_t cols = 0,
+               int64_t ld = 0) {
     if (n <= 0 || (!f32 && !b16)) return;
-    fill_uniform<<<grid_of(n), kBlock, 0, s>>>(f32, reinterpret_cast<bf16 *>(b16), n, seed, amp);
+    fill_uniform<<<grid_of(n), kBlock, 0, s>>>(f32, reinterpret_cast<bf16 *>(b16), n, seed, amp, cols ? cols : n,
+                                               ld ? ld : n);
     KERNEL_CHECK(s);
 }
 
@@ -95,9 +99,14 @@ int read_f32(loader &ld, enum model_weight kind, int layer, int64_t n) {
     return model_source_weight_f32(ld.src, kind, layer, ld.buf, ld.e);
 }
 
-void upload_bf16(loader &ld, uint16_t *dev, int64_t n) {
+/* buf's n values as bf16 into dev: rows of `cols` at stride ldd (0: contiguous). */
+void upload_bf16(loader &ld, uint16_t *dev, int64_t n, int64_t cols = 0, int64_t ldd = 0) {
     bf16_from_float_array(ld.b16, ld.buf, n);
-    CUDA_CHECK(cudaMemcpy(dev, ld.b16, (size_t)n * sizeof(uint16_t), cudaMemcpyHostToDevice));
+    if (ldd && ldd != cols)
+        CUDA_CHECK(cudaMemcpy2D(dev, (size_t)ldd * sizeof(uint16_t), ld.b16, (size_t)cols * sizeof(uint16_t),
+                                (size_t)cols * sizeof(uint16_t), (size_t)(n / cols), cudaMemcpyHostToDevice));
+    else
+        CUDA_CHECK(cudaMemcpy(dev, ld.b16, (size_t)n * sizeof(uint16_t), cudaMemcpyHostToDevice));
 }
 
 /* A frozen weight (bf16), or a trained one (fp32 master and its bf16 copy). */
@@ -211,6 +220,9 @@ extern "C" int gpu_llama_load(gpu_llama *m, const model_source *src, io_err *e) 
                     gl_fp8_store(m, l, t, gl_fp8_staging(m));
                     CUDA_CHECK(cudaStreamSynchronize(m->stream));
                 }
+            } else if (lin.ldw != lin.c_in) { /* a folded linear's rows (frozen: no master) */
+                rc = read_f32(ld, llama_linears[t].weight, l, n);
+                if (!rc) upload_bf16(ld, lin.w, n, lin.c_in, lin.ldw);
             } else {
                 rc = load_weight(ld, llama_linears[t].weight, l, n, lin.w, full ? lin.w_master : nullptr);
             }
@@ -274,7 +286,7 @@ extern "C" void gpu_llama_random_weights(gpu_llama *m, uint64_t seed) {
                 rand_fill(nullptr, gl_fp8_staging(m), n, ++k, amp, s);
                 gl_fp8_store(m, l, t, gl_fp8_staging(m));
             } else {
-                rand_fill(lin.w_master, lin.w, n, ++k, amp, s);
+                rand_fill(lin.w_master, lin.w, n, ++k, amp, s, lin.c_in, lin.ldw); /* a folded one's rows at ldw */
                 gl_take_staged(m, lin.w);
             }
             if (lin.bias) {
@@ -351,6 +363,7 @@ static int read_fp8_weight(gpu_llama *m, int l, int t, float *host) {
 extern "C" int gpu_llama_base_weight_read(gpu_llama *m, const char *hf_name, float *host, io_err *e) {
     const model_config *c = &m->cfg;
     const uint16_t *dev = nullptr;
+    int64_t ldw = 0, ldw_cols = 0; /* a linear's row stride and row length */
     int64_t n = 0;
     char name[128];
     if (strcmp(hf_name, "model.embed_tokens.weight") == 0 ||
@@ -372,7 +385,7 @@ extern "C" int gpu_llama_base_weight_read(gpu_llama *m, const char *hf_name, flo
                 if (k == llama_linears[t].weight) {
                     if (m->opt.base == GPU_BASE_FP8 && m->dq_buf == nullptr) return read_fp8_weight(m, l, t, host);
                     gl_dequantize_layer(m, l);
-                    dev = lin.w, n = (int64_t)lin.c_out * lin.c_in;
+                    dev = lin.w, n = (int64_t)lin.c_out * lin.c_in, ldw = lin.ldw, ldw_cols = lin.c_in;
                 } else if (k == llama_linears[t].bias) {
                     if (!lin.bias) return io_fail(e, "the model has no weight %s", hf_name);
                     dev = lin.bias, n = lin.c_out;
@@ -384,7 +397,11 @@ extern "C" int gpu_llama_base_weight_read(gpu_llama *m, const char *hf_name, flo
     uint16_t *b = static_cast<uint16_t *>(malloc((size_t)n * sizeof(uint16_t)));
     CHECK(b != nullptr, "out of host memory");
     CUDA_CHECK(cudaStreamSynchronize(m->stream));
-    CUDA_CHECK(cudaMemcpy(b, dev, (size_t)n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+    if (ldw) /* a linear's rows, at its stride (a folded one's padded) */
+        CUDA_CHECK(cudaMemcpy2D(b, (size_t)ldw_cols * sizeof(uint16_t), dev, (size_t)ldw * sizeof(uint16_t),
+                                (size_t)ldw_cols * sizeof(uint16_t), (size_t)(n / ldw_cols), cudaMemcpyDeviceToHost));
+    else
+        CUDA_CHECK(cudaMemcpy(b, dev, (size_t)n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
     bf16_to_float_array(host, b, n);
     free(b);
     return 0;

@@ -143,6 +143,8 @@ static const struct opt_def k_opts[] = {
      "print the memory plan (with --max-seq: the longest sequence) and stop before allocating; with --memory-limit, no GPU needed"},
     {"ungrouped", BENCH, K_FLAG, OFF(ungrouped), NULL, 0, 0,
      "run each LoRA/DoRA adapter alone (no q/k/v and gate/up groups), for comparisons"},
+    {"unfolded", BENCH, K_FLAG, OFF(unfolded), NULL, 0, 0,
+     "keep the q/k/v and gate/up LoRA adapters out of their base products (their own pass over y), for comparisons"},
     {"help", BOTH, K_FLAG, OFF(help), NULL, 0, 0, "print this help"},
 };
 #undef TRAIN

@@ -121,6 +121,7 @@ struct train_options {
     int profile;      /* also time each op category (a second JSON line) */
     int plan_only;    /* print the memory plan (and --max-seq's answer) and stop before allocating */
     int ungrouped;    /* LoRA/DoRA adapters one linear at a time (comparisons) */
+    int unfolded;     /* grouped LoRA adapters not folded into their base products (comparisons) */
     int help;
 };
 

@@ -7,7 +7,7 @@
  * It takes the trainers' flag table (train/options.h: the same names, meanings and defaults; flags
  * about data, outputs and schedules are refused by name) and the same translation to the model
  * (trainers/settings.h, gpu_model_options); --model also takes a config.json or a shape name
- * (io/config.h's config_named). Its own flags: --steps, --warmup-steps, --profile, --ungrouped,
+ * (io/config.h's config_named). Its own flags: --steps, --warmup-steps, --profile, --ungrouped, --unfolded,
  * and --batch for --micro-batch. What one run does:
  *   1. measures the device's bf16 GEMM rate (8192³, random operands): the MFU denominator;
  *   2. plans the model (gpu/llama.h) for the shape and refuses, before allocating, a plan that does
@@ -269,7 +269,7 @@ int main(int argc, char **argv) {
     if (root) {
         printf("{\"system\":\"refine\",\"model\":\"%s\",\"method\":\"%s\",\"rank\":%d,\"batch\":%d,\"seq\":%d,"
                "\"grad_accum\":%d,\"recompute\":\"%s\",\"optimizer\":\"%s\",\"precision\":\"%s\",\"fp8_recipe\":\"%s\","
-               "\"base_dtype\":\"%s\",\"master\":\"%s\",\"grad_dtype\":\"%s\",\"recompute_mlp\":%d,\"mlp_chunk\":%d,\"ungrouped\":%d,"
+               "\"base_dtype\":\"%s\",\"master\":\"%s\",\"grad_dtype\":\"%s\",\"recompute_mlp\":%d,\"mlp_chunk\":%d,\"ungrouped\":%d,\"unfolded\":%d,"
                "\"step_s\":%.4f,"
                "\"tokens_per_s\":%.0f,\"model_tflops\":%.1f,\"mfu\":%.3f,\"peak_mem_GiB\":%.2f,\"cuda_mem_GiB\":%.2f,"
                "\"gemm_tflops\":%.1f,\"loss\":%.4f,\"first_loss\":%.4f,\"plan_GiB\":{%s},\"memory_limit_GiB\":%g,"
@@ -278,7 +278,7 @@ int main(int argc, char **argv) {
                compute_precision_names[set.precision],
                set.precision == COMPUTE_FP8 ? fp8_recipe_names[set.fp8_recipe] : "none",
                set.base == BASE_FP8 ? "fp8" : set.base == BASE_NF4 ? "nf4" : "bf16", master_storage_names[o.master],
-               grad_storage_names[o.grad_dtype], o.recompute_mlp ? 1 : 0, o.mlp_chunk, o.ungrouped, step_s, tps, fpt * tps / W / 1e12, peak > 0 ? fpt * tps / W / peak : 0.0, plan.total / GIB,
+               grad_storage_names[o.grad_dtype], o.recompute_mlp ? 1 : 0, o.mlp_chunk, o.ungrouped, o.unfolded, step_s, tps, fpt * tps / W / 1e12, peak > 0 ? fpt * tps / W / peak : 0.0, plan.total / GIB,
                (double)(free0 - free1) / GIB, peak / 1e12, (double)loss, (double)loss0, fields, (double)o.memory_limit, o.offload, plan.host / GIB, device, extra);
         fflush(stdout);
     }

@@ -212,6 +212,7 @@ void gpu_model_options(struct gpu_llama_options *g, const struct model_settings 
     g->profile = s->timing == TIMING_OPS ? GPU_PROFILE_OPS : GPU_PROFILE_OFF;
     g->nvtx = s->trace == TRACE_NVTX ? GPU_NVTX_RANGES : GPU_NVTX_OFF;
     g->grouping = s->grouping == ADAPTERS_UNGROUPED ? GPU_LORA_UNGROUPED : GPU_LORA_GROUPED;
+    g->folding = s->folding == ADAPTERS_UNFOLDED ? GPU_LORA_UNFOLDED : GPU_LORA_FOLDED;
     g->offload = s->activations == ACTIVATIONS_OFFLOADED ? GPU_OFFLOAD_INPUTS : GPU_OFFLOAD_NONE;
     g->mlp_chunk = s->mlp_chunk;
 }

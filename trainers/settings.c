@@ -34,6 +34,7 @@ void model_settings_from_options(struct model_settings *s, const struct train_op
     s->timing = o->profile ? TIMING_OPS : TIMING_OFF;
     s->trace = o->nvtx ? TRACE_NVTX : TRACE_OFF;
     s->grouping = o->ungrouped ? ADAPTERS_UNGROUPED : ADAPTERS_GROUPED;
+    s->folding = o->unfolded ? ADAPTERS_UNFOLDED : ADAPTERS_FOLDED;
     s->activations = o->offload ? ACTIVATIONS_OFFLOADED : ACTIVATIONS_ON_DEVICE;
     s->mlp_input = o->recompute_mlp ? MLP_INPUT_RECOMPUTED : MLP_INPUT_KEPT;
     s->mlp_chunk = o->mlp_chunk;

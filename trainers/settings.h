@@ -41,6 +41,9 @@ extern const char *const compute_precision_names[3];
 enum op_timing { TIMING_OFF = 0, TIMING_OPS };
 enum trace_ranges { TRACE_OFF = 0, TRACE_NVTX };
 enum adapter_grouping { ADAPTERS_GROUPED = 0, ADAPTERS_UNGROUPED };
+/* Grouped LoRA adapters on a bf16 base folded into their base products (the default), or not
+ * (//gpu:bench --unfolded). */
+enum adapter_folding { ADAPTERS_FOLDED = 0, ADAPTERS_UNFOLDED };
 /* Where the saved layer inputs live: on the device, or in pinned host memory (--offload). */
 enum activation_home { ACTIVATIONS_ON_DEVICE = 0, ACTIVATIONS_OFFLOADED };
 /* The MLP input, swiglu(gate, up): kept per layer, or recomputed before the down projection's
@@ -68,6 +71,7 @@ struct model_settings {
     enum op_timing timing;
     enum trace_ranges trace;
     enum adapter_grouping grouping;
+    enum adapter_folding folding;
     enum activation_home activations;
     enum mlp_input_policy mlp_input;
     int mlp_chunk; /* rows of the MLP at a time under --recompute layer; 0: all (--mlp-chunk) */

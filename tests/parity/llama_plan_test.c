@@ -207,7 +207,17 @@ int main(void) {
     const double na = (double)cs.L * ol.R *
                       ((cs.C + cs.H * cs.D) + 2.0 * (cs.C + cs.KVH * cs.D) + (cs.H * cs.D + cs.C) + 3.0 * (cs.C + cs.F));
     in_range("lora: gradient bytes = 4 per adapter parameter", (double)pl.grads, 4 * na, 4 * na + slack);
-    in_range("lora: frozen bf16 weights = 2 bytes per weight", (double)pl.weights, 2 * np, 2 * np + slack);
+    /* the folded groups' weights (the default: q/k/v and gate/up grouped on a bf16 base) have rows of
+     * C + n·R rounded up to 8 elements (gpu/lora.h); unfolded, 2 bytes a weight */
+    struct gpu_llama_options ou = ol;
+    ou.folding = GPU_LORA_UNFOLDED;
+    const struct gpu_llama_plan pu = plan_of(&cs, &ou);
+    in_range("lora --unfolded: frozen bf16 weights = 2 bytes per weight", (double)pu.weights, 2 * np, 2 * np + slack);
+    const double pad_qkv = (double)((cs.C + 3 * ol.R + 7) / 8 * 8 - cs.C),
+                 pad_gu = (double)((cs.C + 2 * ol.R + 7) / 8 * 8 - cs.C);
+    const double folded = 2 * np + 2.0 * cs.L * ((cs.H * cs.D + 2.0 * cs.KVH * cs.D) * pad_qkv + 2.0 * cs.F * pad_gu);
+    in_range("lora: frozen bf16 weights = 2 bytes per weight and per folded adapter column", (double)pl.weights,
+             folded, folded + slack);
 
     /* QLoRA: linears in ~0.5 + 1/64 bytes per weight */
     struct gpu_llama_options oq = ol;
