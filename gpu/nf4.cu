@@ -62,7 +62,16 @@ struct nf4_params {
     int64_t n_blocks;
     int block_shift; /* log2(blocksize) */
     uint32_t nested_blocksize;
+    int64_t cols, pad; /* bf16 out: rows of cols elements at stride cols + pad (pad 0: contiguous) */
 };
+
+/* Where element k of the (n / cols, cols) result goes: its row's stride is cols + pad (a 32-bit
+ * division where n allows: the models' weights). */
+__device__ __forceinline__ int64_t out_index(const nf4_params &p, int64_t k) {
+    if (p.pad == 0) return k;
+    const int64_t row = p.n <= (int64_t)UINT32_MAX ? (int64_t)((uint32_t)k / (uint32_t)p.cols) : k / p.cols;
+    return k + row * p.pad;
+}
 
 __device__ __forceinline__ float block_absmax(const nf4_params &p, const float *s_code2, int64_t blk) {
     if (p.absmax_q == nullptr) return p.absmax_f32[blk];
@@ -149,14 +158,14 @@ __global__ void __launch_bounds__(kBlock) nf4_dequant_warp_tile(void *__restrict
                 const float lo = __fmul_rn(s_lut[byte & 15u], a);  /* element 2b + 1 */
                 h[b] = __floats2bfloat162_rn(hi, lo);
             }
-            reinterpret_cast<uint4 *>(out)[e / kChunk] = o;
+            *reinterpret_cast<uint4 *>(out + out_index(p, e)) = o; /* cols % 8 == 0: within one row */
         } else {
 #pragma unroll 1
             for (int64_t k = e; k < p.n; k++) { /* the ragged end: fewer than 8 elements */
                 const uint32_t byte = p.codes[k >> 1];
                 const uint32_t code = (k & 1) ? (byte & 15u) : (byte >> 4);
                 if (kE4M3) out8[k] = (uint8_t)e4m3_pair(__fmul_rn(s_lut[code], a), 0.0f, scale);
-                else out[k] = __float2bfloat16_rn(__fmul_rn(s_lut[code], a));
+                else out[out_index(p, k)] = __float2bfloat16_rn(__fmul_rn(s_lut[code], a));
             }
         }
     }
@@ -174,13 +183,17 @@ __global__ void __launch_bounds__(kBlock) nf4_dequant_scalar(void *__restrict__ 
         const uint32_t code = (k & 1) ? (byte & 15u) : (byte >> 4);
         const float x = __fmul_rn(s_lut[code], block_absmax(p, s_code2, k >> p.block_shift));
         if (kE4M3) static_cast<uint8_t *>(out_v)[k] = (uint8_t)e4m3_pair(x, 0.0f, scale);
-        else static_cast<__nv_bfloat16 *>(out_v)[k] = __float2bfloat16_rn(x);
+        else static_cast<__nv_bfloat16 *>(out_v)[out_index(p, k)] = __float2bfloat16_rn(x);
     }
 }
 
-/* Both outputs: bf16 values (scale NULL) or E4M3 codes of those values times *scale. */
-void dequantize(void *out, const struct gpu_nf4_tensor *t, const float *scale, cudaStream_t stream) {
+/* Both outputs: bf16 values (scale NULL) — rows of cols at stride ld (cols = ld = n: contiguous) — or
+ * E4M3 codes of those values times *scale (contiguous). */
+void dequantize(void *out, const struct gpu_nf4_tensor *t, const float *scale, int64_t cols, int64_t ld,
+                cudaStream_t stream) {
     CHECK(t->n >= 1, "nf4 n=%lld must be >= 1", (long long)t->n);
+    CHECK(cols >= 1 && t->n % cols == 0 && ld >= cols, "nf4: rows of %lld at stride %lld for n=%lld", (long long)cols,
+          (long long)ld, (long long)t->n);
     CHECK(t->blocksize >= 32 && t->blocksize <= 4096 && (t->blocksize & (t->blocksize - 1)) == 0,
           "nf4 blocksize %d must be a power of two in [32, 4096]", t->blocksize);
     const bool nested = t->absmax_q != nullptr;
@@ -191,6 +204,7 @@ void dequantize(void *out, const struct gpu_nf4_tensor *t, const float *scale, c
     p.codes = t->codes, p.absmax_q = t->absmax_q, p.absmax_f32 = t->absmax_f32;
     p.nested_absmax = t->nested_absmax, p.nested_code = t->nested_code, p.quant_map = t->quant_map;
     p.nested_offset = t->nested_offset, p.n = t->n, p.nested_blocksize = nested ? (uint32_t)t->nested_blocksize : 1u;
+    p.cols = cols, p.pad = ld - cols;
     p.block_shift = 0;
     while ((1 << p.block_shift) < t->blocksize) p.block_shift++;
     p.n_blocks = (t->n + t->blocksize - 1) / t->blocksize;
@@ -199,7 +213,9 @@ void dequantize(void *out, const struct gpu_nf4_tensor *t, const float *scale, c
           (long long)t->n);
 
     const bool e4m3 = scale != nullptr;
-    if ((uintptr_t)out % (e4m3 ? 8 : 16) == 0 && (uintptr_t)t->codes % 4 == 0) {
+    /* 16-byte stores of 8 elements stay within a row when rows are multiples of 8 long and apart */
+    const bool rows_vec = p.pad == 0 || (cols % 8 == 0 && ld % 8 == 0);
+    if ((uintptr_t)out % (e4m3 ? 8 : 16) == 0 && (uintptr_t)t->codes % 4 == 0 && rows_vec) {
         const int grid = (int)((n_tiles(t->n) + kWarps - 1) / kWarps);
         if (nested && e4m3) nf4_dequant_warp_tile<true, true><<<grid, kBlock, 0, stream>>>(out, p, scale);
         else if (nested) nf4_dequant_warp_tile<true, false><<<grid, kBlock, 0, stream>>>(out, p, scale);
@@ -217,11 +233,16 @@ void dequantize(void *out, const struct gpu_nf4_tensor *t, const float *scale, c
 }  // namespace
 
 extern "C" void gpu_nf4_dequantize_bf16(uint16_t *out, const struct gpu_nf4_tensor *t, cudaStream_t stream) {
-    dequantize(out, t, nullptr, stream);
+    dequantize(out, t, nullptr, t->n, t->n, stream);
+}
+
+extern "C" void gpu_nf4_dequantize_rows_bf16(uint16_t *out, int64_t cols, int64_t ld, const struct gpu_nf4_tensor *t,
+                                             cudaStream_t stream) {
+    dequantize(out, t, nullptr, cols, ld, stream);
 }
 
 extern "C" void gpu_nf4_dequantize_e4m3(uint8_t *out, const struct gpu_nf4_tensor *t, const float *scale,
                                         cudaStream_t stream) {
     CHECK(scale != nullptr, "nf4 → E4M3: the per-tensor scale is required");
-    dequantize(out, t, scale, stream);
+    dequantize(out, t, scale, t->n, t->n, stream);
 }

@@ -42,6 +42,12 @@ struct gpu_nf4_tensor {
 
 void gpu_nf4_dequantize_bf16(uint16_t *out, const struct gpu_nf4_tensor *t, cudaStream_t stream);
 
+/* The same values as (n / cols, cols) rows at stride ld ≥ cols in out (n a multiple of cols; the
+ * columns past cols untouched): a folded LoRA group's padded base weight (gpu/lora.h). The fast path
+ * also needs cols and ld multiples of 8. */
+void gpu_nf4_dequantize_rows_bf16(uint16_t *out, int64_t cols, int64_t ld, const struct gpu_nf4_tensor *t,
+                                  cudaStream_t stream);
+
 /* NF4 straight to FP8 E4M3 codes under a per-tensor scale (the QLoRA base under --precision fp8):
  *   q[k] = e4m3_satfinite_rne( float(w[k]) · *scale ),  w[k] the bf16 value above,
  * i.e. gpu/fp8.h's cast (one fp32 multiply, RNE, SATFINITE) of gpu_nf4_dequantize_bf16's output,

@@ -15,6 +15,11 @@
  * Special values: a zero absmax block (0·code), an Inf absmax (Inf·0 = NaN for code 7) and a NaN
  * offset must give the same bits on both sides.
  *
+ * gpu_nf4_dequantize_rows_bf16 (rows of cols at a stride ld, a folded LoRA group's padded base):
+ * every row the contiguous output's bits, every padding element still poison; real weights and
+ * their padded strides on the vector kernel, blocks spanning and splitting rows, ld == cols, and
+ * cols or ld off the multiple of 8 (scalar kernel); nested and fp32 absmax.
+ *
  * gpu_nf4_dequantize_e4m3 (straight to FP8 codes) on every case too: each code the reference's
  * E4M3 (SATFINITE) of the bf16 value times the scale, bit for bit; scales that saturate, that map
  * the largest value to 448, and a small one; the bytes before an offset output untouched.
@@ -102,6 +107,43 @@ static void oracle(const nf4_host &c, std::vector<float> &out) {
                    ACT_BF16);
 }
 
+/* A case's inputs on the device, as the tensor gpu/nf4.h reads; the codes start codes_off bytes
+ * into their buffer. */
+struct nf4_dev {
+    struct dev_buf codes, quant_map, absmax_q, absmax_f32, nested_absmax, nested_code;
+    struct gpu_nf4_tensor t;
+};
+
+static void upload_case(nf4_dev &d, const nf4_host &c, int codes_off) {
+    std::vector<uint8_t> codes_img(c.codes.size() + (size_t)codes_off, 0);
+    memcpy(codes_img.data() + codes_off, c.codes.data(), c.codes.size());
+    dev_buf_alloc(&d.codes, "codes", codes_img.size(), POISON_NONE, codes_img.data());
+    dev_buf_alloc(&d.quant_map, "quant_map", 64, POISON_NONE, c.quant_map.data());
+    memset(&d.t, 0, sizeof d.t);
+    d.t.codes = (const uint8_t *)d.codes.data + codes_off;
+    d.t.quant_map = (const float *)d.quant_map.data;
+    d.t.n = c.n, d.t.blocksize = c.blocksize, d.t.nested_blocksize = c.nested_blocksize;
+    if (c.nested) {
+        dev_buf_alloc(&d.absmax_q, "absmax_q", c.absmax_q.size(), POISON_NONE, c.absmax_q.data());
+        dev_buf_alloc(&d.nested_absmax, "nested_absmax", c.nested_absmax.size() * 4, POISON_NONE,
+                      c.nested_absmax.data());
+        dev_buf_alloc(&d.nested_code, "nested_code", 256 * 4, POISON_NONE, c.nested_code.data());
+        d.t.absmax_q = (const uint8_t *)d.absmax_q.data, d.t.nested_absmax = (const float *)d.nested_absmax.data;
+        d.t.nested_code = (const float *)d.nested_code.data, d.t.nested_offset = c.offset;
+    } else {
+        dev_buf_alloc(&d.absmax_f32, "absmax", c.absmax_f32.size() * 4, POISON_NONE, c.absmax_f32.data());
+        d.t.absmax_f32 = (const float *)d.absmax_f32.data;
+    }
+}
+
+static void free_case(nf4_dev &d) {
+    for (struct dev_buf *b : {&d.codes, &d.quant_map}) dev_buf_free(b);
+    if (d.t.absmax_q)
+        for (struct dev_buf *b : {&d.absmax_q, &d.nested_absmax, &d.nested_code}) dev_buf_free(b);
+    else
+        dev_buf_free(&d.absmax_f32);
+}
+
 /* codes_off: the codes start that many bytes into their buffer; out_off: the output that many
  * elements into its (poisoned) buffer. (1, 1) misaligns both; the vector kernel needs codes 4-byte
  * and out 16-byte aligned (out_off a multiple of 8), any other pair takes the scalar kernel. */
@@ -119,27 +161,11 @@ static void run_case(int64_t n, int blocksize, int nested, int nested_bs, int co
     oracle(c, wantf);
 
     const size_t moff = (size_t)out_off;
-    std::vector<uint8_t> codes_img(c.codes.size() + (size_t)codes_off, 0);
-    memcpy(codes_img.data() + codes_off, c.codes.data(), c.codes.size());
-    struct dev_buf bcodes, bq, bf, bna, bnc, bmap, bout;
-    dev_buf_alloc(&bcodes, "codes", codes_img.size(), POISON_NONE, codes_img.data());
-    dev_buf_alloc(&bmap, "quant_map", 64, POISON_NONE, c.quant_map.data());
-    struct gpu_nf4_tensor t;
-    memset(&t, 0, sizeof t);
-    t.codes = (const uint8_t *)bcodes.data + codes_off;
-    t.quant_map = (const float *)bmap.data;
-    t.n = n, t.blocksize = blocksize, t.nested_blocksize = nested_bs;
-    if (nested) {
-        dev_buf_alloc(&bq, "absmax_q", c.absmax_q.size(), POISON_NONE, c.absmax_q.data());
-        dev_buf_alloc(&bna, "nested_absmax", c.nested_absmax.size() * 4, POISON_NONE, c.nested_absmax.data());
-        dev_buf_alloc(&bnc, "nested_code", 256 * 4, POISON_NONE, c.nested_code.data());
-        t.absmax_q = (const uint8_t *)bq.data, t.nested_absmax = (const float *)bna.data;
-        t.nested_code = (const float *)bnc.data, t.nested_offset = c.offset;
-    } else {
-        dev_buf_alloc(&bf, "absmax", c.absmax_f32.size() * 4, POISON_NONE, c.absmax_f32.data());
-        t.absmax_f32 = (const float *)bf.data;
-    }
+    nf4_dev d;
+    upload_case(d, c, codes_off);
+    const struct gpu_nf4_tensor &t = d.t;
     /* out: poisoned; with out_off the elements before the output stay poison */
+    struct dev_buf bout;
     dev_buf_alloc(&bout, "out", (size_t)(n + moff) * 2, POISON_BF16, nullptr);
     gpu_nf4_dequantize_bf16((uint16_t *)bout.data + moff, &t, g_stream);
     std::vector<uint16_t> got_img((size_t)(n + moff));
@@ -177,12 +203,54 @@ static void run_case(int64_t n, int blocksize, int nested, int nested_bs, int co
     struct cmp_case c8 = {"nf4_dequantize_e4m3", "codes", shape, "e4m3", seed};
     cmp_exact_f32(&c8, g8.data(), w8.data(), n);
     EXPECT(bad_codes == 0, "nf4 → E4M3 %s: %lld codes differ in their bits", shape, (long long)bad_codes);
-    for (struct dev_buf *b : {&bscale, &bout8}) dev_buf_free(b);
-    for (struct dev_buf *b : {&bcodes, &bmap, &bout}) dev_buf_free(b);
-    if (nested)
-        for (struct dev_buf *b : {&bq, &bna, &bnc}) dev_buf_free(b);
-    else
-        dev_buf_free(&bf);
+    for (struct dev_buf *b : {&bscale, &bout8, &bout}) dev_buf_free(b);
+    free_case(d);
+}
+
+/* gpu_nf4_dequantize_rows_bf16: the n = rows·cols values as rows of cols at stride ld in a
+ * poisoned buffer of rows·ld elements. The contiguous dequantization of the same tensor is checked
+ * against the oracle; then every row's cols elements must be its bits, and every padding element
+ * (columns cols .. ld − 1 of every row, the last included) must still hold the poison. */
+static void run_rows_case(int64_t rows, int64_t cols, int64_t ld, int blocksize, int nested, int id) {
+    nf4_host c;
+    const uint64_t seed = g_seed * 7919u + (uint64_t)id;
+    const int64_t n = rows * cols;
+    make_case(c, n, blocksize, nested, 256, seed, 0);
+    char shape[128];
+    snprintf(shape, sizeof shape, "rows=%lld cols=%lld ld=%lld blocksize=%d %s", (long long)rows, (long long)cols,
+             (long long)ld, blocksize, nested ? "nested" : "fp32-absmax");
+    std::vector<float> wantf;
+    oracle(c, wantf);
+
+    nf4_dev d;
+    upload_case(d, c, 0);
+    struct dev_buf bflat, brows;
+    dev_buf_alloc(&bflat, "out", (size_t)n * 2, POISON_BF16, nullptr);
+    dev_buf_alloc(&brows, "out_rows", (size_t)(rows * ld) * 2, POISON_BF16, nullptr);
+    gpu_nf4_dequantize_bf16((uint16_t *)bflat.data, &d.t, g_stream);
+    gpu_nf4_dequantize_rows_bf16((uint16_t *)brows.data, cols, ld, &d.t, g_stream);
+    std::vector<uint16_t> flat((size_t)n), img((size_t)(rows * ld)), packed((size_t)n);
+    dev_buf_download(&bflat, flat.data(), 1);
+    dev_buf_download(&brows, img.data(), 0); /* the padding must stay poisoned: checked below */
+    const std::vector<float> got = floats_of(flat);
+    struct cmp_case cc = {"nf4_dequantize", "out", shape, "bf16", seed};
+    cmp_exact_f32(&cc, got.data(), wantf.data(), n);
+
+    int64_t pad_written = 0, first = -1;
+    for (int64_t r = 0; r < rows; r++) {
+        memcpy(packed.data() + r * cols, img.data() + r * ld, (size_t)cols * 2);
+        for (int64_t j = r * ld + cols; j < (r + 1) * ld; j++)
+            if (img[(size_t)j] != POISON_BF16_BITS) {
+                if (first < 0) first = j;
+                pad_written++;
+            }
+    }
+    struct cmp_case cr = {"nf4_dequantize_rows", "out_rows", shape, "bf16", seed};
+    cmp_exact_bytes(&cr, packed.data(), flat.data(), (size_t)n * 2);
+    EXPECT(pad_written == 0, "nf4 rows %s: %lld padding elements written, the first at row %lld column %lld", shape,
+           (long long)pad_written, (long long)(first / ld), (long long)(first % ld));
+    for (struct dev_buf *b : {&bflat, &brows}) dev_buf_free(b);
+    free_case(d);
 }
 
 struct bench_ctx {
@@ -305,6 +373,17 @@ int main(int argc, char **argv) {
      * chunks): zero, Inf, NaN fp32 absmax; nested blocksize 1, an Inf second-level absmax of block 0 */
     run_case(3000, 32, 0, 256, 0, 0, 1, id++);
     run_case(3000, 32, 1, 1, 0, 0, 1, id++);
+    /* Rows at a stride (a folded group's padded base, ld = C_in + n·R, here R = 16): SmolLM2's q,
+     * k/v (n = 3) and gate/up (n = 2) and Llama-3.2-1B's q and k/v weights, (C_out, C_in), on the
+     * vector kernel (cols and ld multiples of 8); blocks of 4096 spanning rows and of 32 splitting
+     * them; ld == cols (no padding); cols or ld not a multiple of 8, and an odd n, on the scalar
+     * kernel. */
+    const int64_t row_cases[][4] = {{576, 576, 624, 64},   {192, 576, 624, 64}, {2048, 2048, 2096, 64},
+                                    {512, 2048, 2096, 64}, {1536, 576, 608, 64}, {576, 576, 624, 4096},
+                                    {96, 72, 80, 32},      {64, 576, 576, 64},  {40, 72, 75, 64},
+                                    {37, 64, 69, 64},      {50, 60, 64, 128},   {33, 45, 48, 32}};
+    for (auto &rw : row_cases)
+        for (int nested = 0; nested < 2; nested++) run_rows_case(rw[0], rw[1], rw[2], (int)rw[3], nested, id++);
     const int rc = test_finish("nf4_parity");
     if (rc == 0 && test_has_flag(argc, argv, "--bench")) bench(bench_copy_ceiling(g_stream));
     CUDA_CHECK(cudaStreamDestroy(g_stream));
