@@ -155,13 +155,27 @@ uint64_t dropout_offset(const gpu_llama *m, int l, int t, uint64_t micro) {
 
 }  // namespace
 
+/* The folded linears' bf16(s·B) from the current B: every layer's (a bf16 base), or the layer in the
+ * dequantization buffer (an NF4 base: its slots share the buffer's columns; l < 0: none). */
+void gl_fold_refresh(gpu_llama *m, int l) {
+    if (!m->n_fold_slots) return;
+    const int per_layer = m->n_fold_slots / m->cfg.L;
+    if (m->opt.base == GPU_BASE_BF16)
+        gpu_lora_fold_b_bf16(m->fold_slots, m->n_fold_slots, m->fold_max_c_out, m->opt.R, m->opt.lora_scale,
+                             m->stream);
+    else if (l >= 0)
+        gpu_lora_fold_b_bf16(m->fold_slots + (size_t)l * per_layer, per_layer, m->fold_max_c_out, m->opt.R,
+                             m->opt.lora_scale, m->stream);
+}
+
 void gl_nf4_to_bf16(gpu_llama *m, int l) {
     PROF(m, PROF_NF4);
     for (int t = 0; t < LLAMA_N_LINEAR; t++) {
         gl_linear &lin = m->layers[l].lin[t];
         const gpu_nf4_tensor d = gl_nf4_tensor(lin.nf4);
-        gpu_nf4_dequantize_bf16(lin.w, &d, m->stream);
+        gpu_nf4_dequantize_rows_bf16(lin.w, lin.c_in, lin.ldw, &d, m->stream); /* folded: padded rows */
     }
+    gl_fold_refresh(m, l); /* a folded group's adapter columns, for this layer's B */
 }
 
 void gl_dequantize_layer(gpu_llama *m, int l) {
@@ -671,9 +685,10 @@ void forward(gpu_llama *m, int train, int64_t n_valid, float grad_scale, uint64_
     const int N = m->N, full = m->opt.mode == LLAMA_FULL, off = offloaded(m) && train;
     cudaStream_t s = m->stream;
     gl_fp8_begin(m, train);
-    if (m->n_fold_slots) { /* the folded weights' bf16(s·B) from the current B (gpu/lora.h) */
+    if (m->n_fold_slots) { /* the folded weights' bf16(s·B) from the current B (gpu/lora.h): an NF4
+                              base's cached layer, whose columns its dequantization wrote */
         PROF(m, PROF_ADAPTER_FWD);
-        gpu_lora_fold_b_bf16(m->fold_slots, m->n_fold_slots, m->fold_max_c_out, m->opt.R, m->opt.lora_scale, s);
+        gl_fold_refresh(m, m->dq_layer);
     }
     if (offloaded(m)) CUDA_CHECK(cudaStreamWaitEvent(s, m->x_in[0], 0)); /* the last backward's copies are done */
     {

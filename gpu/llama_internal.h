@@ -163,9 +163,10 @@ struct gpu_llama {
     int mlp_rows; /* rows of the MLP at a time: opt.mlp_chunk, or N when the MLP runs whole */
     int grouped[GL_N_GROUPS]; /* the group's adapters run as one (LoRA/DoRA and quantized, no dropout, all members targets) */
     /* the group's adapters folded into its base products (gpu/lora.h "folded groups": grouped LoRA on
-     * a bf16 base with bf16 products): its input (n1, n2) at row stride ld_n with u after the C
-     * columns, its members' weights at ldw with bf16(s·B) after the C_in columns, refreshed from B by
-     * one launch over fold_slots at the start of every forward */
+     * a bf16 or NF4 base with bf16 products): its input (n1, n2) at row stride ld_n with u after the C
+     * columns, its members' weights at ldw with bf16(s·B) after the C_in columns, refreshed from B
+     * (gl_fold_refresh: one launch over fold_slots at the start of every forward; an NF4 base's
+     * layer after each dequantization) */
     int folded[GL_N_GROUPS];
     int64_t ld_n1, ld_n2;
     struct lora_fold_slot *fold_slots; /* device: one per folded linear */
@@ -372,6 +373,9 @@ void gl_fp8_state_written(gpu_llama *m);
 
 /* llama.cu: NF4 layer l's bf16 dequantization into dq_buf (always: the caller tracks what it holds). */
 void gl_nf4_to_bf16(gpu_llama *m, int l);
+/* llama.cu: the folded linears' bf16(s·B) from the current B (gpu/lora.h "folded groups"): every
+ * layer's on a bf16 base; on an NF4 base layer l's, in the dequantization buffer (l < 0: none). */
+void gl_fold_refresh(gpu_llama *m, int l);
 
 /* llama.cu: a bf16 copy of n fp32 values (compute copies). */
 void gl_to_bf16(uint16_t *dst, const float *src, int64_t n, cudaStream_t s);

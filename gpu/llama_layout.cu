@@ -212,7 +212,8 @@ void weight_rows(gpu_llama *m, gl_rows &rs) {
         for (int t = 0; t < LLAMA_N_LINEAR; t++) {
             int co, ci;
             llama_linear_shape(c, (enum llama_linear)t, &co, &ci);
-            per_layer += (int64_t)co * ci;
+            const int g = group_of(t); /* a folded group's rows padded (NF4: gl_nf4_to_bf16) */
+            per_layer += (int64_t)co * (g >= 0 && m->folded[g] ? fold_ld(ci, (int64_t)gl_group_n[g] * m->opt.R) : ci);
         }
         add(rs, SLAB_WEIGHTS, &m->dq_buf, per_layer);
     }
@@ -587,13 +588,14 @@ void point_views(gpu_llama *m) {
     }
     if (m->opt.base == GPU_BASE_NF4 || m->opt.base == GPU_BASE_FP8 || gl_fp8_trained_per_layer(m))
         for (int l = 0; l < c->L; l++) {
-            int64_t off = 0;
+            int64_t off = 0, off_w = 0;
             for (int t = 0; t < LLAMA_N_LINEAR; t++) {
                 gl_linear &lin = m->layers[l].lin[t];
-                if (m->dq_buf) lin.w = m->dq_buf + off; /* NF4, FP8-stored: the layer's slices */
+                if (m->dq_buf) lin.w = m->dq_buf + off_w; /* NF4, FP8-stored: the layer's slices (folded: padded) */
                 if (m->fp8.w8_buf) lin.w8 = m->fp8.w8_buf + off;
                 if (m->fp8.wt8_buf) lin.w8_t = m->fp8.wt8_buf + off;
                 off += (int64_t)lin.c_out * lin.c_in;
+                off_w += (int64_t)lin.c_out * lin.ldw;
             }
         }
     if (m->opt.mlp_input == GPU_MLP_INPUT_RECOMPUTED)
@@ -800,8 +802,8 @@ static void init_shape(gpu_llama *m, const model_config *c, const gpu_llama_opti
                   o->grouping == GPU_LORA_GROUPED;
         for (int i = 0; i < gl_group_n[g]; i++) all = all && gl_is_target(m, gl_group_first[g] + i);
         m->grouped[g] = all;
-        m->folded[g] = all && o->mode == LLAMA_LORA && o->base == GPU_BASE_BF16 && o->linears == GPU_LINEAR_BF16 &&
-                       o->folding == GPU_LORA_FOLDED;
+        m->folded[g] = all && o->mode == LLAMA_LORA && (o->base == GPU_BASE_BF16 || o->base == GPU_BASE_NF4) &&
+                       o->linears == GPU_LINEAR_BF16 && o->folding == GPU_LORA_FOLDED;
     }
     m->ld_n1 = fold_ld(c->C, m->folded[GL_GROUP_QKV] ? gl_group_n[GL_GROUP_QKV] * o->R : 0);
     m->ld_n2 = fold_ld(c->C, m->folded[GL_GROUP_GATE_UP] ? gl_group_n[GL_GROUP_GATE_UP] * o->R : 0);

@@ -41,7 +41,7 @@ extern const char *const compute_precision_names[3];
 enum op_timing { TIMING_OFF = 0, TIMING_OPS };
 enum trace_ranges { TRACE_OFF = 0, TRACE_NVTX };
 enum adapter_grouping { ADAPTERS_GROUPED = 0, ADAPTERS_UNGROUPED };
-/* Grouped LoRA adapters on a bf16 base folded into their base products (the default), or not
+/* Grouped LoRA adapters on a bf16 or NF4 base folded into their base products (the default), or not
  * (//gpu:bench --unfolded). */
 enum adapter_folding { ADAPTERS_FOLDED = 0, ADAPTERS_UNFOLDED };
 /* Where the saved layer inputs live: on the device, or in pinned host memory (--offload). */
