@@ -125,13 +125,13 @@ __device__ __forceinline__ float widen(uint16_t h) { return __uint_as_float((uin
 /* A thread's chunks of row `row` of x and dy (nothing past N or C). */
 template <int VW, int VPT, int TPR>
 __device__ __forceinline__ void load_row_chunks(raw_chunk<VW> (&xr)[VPT], raw_chunk<VW> (&gr)[VPT], const bf16 *x,
-                                                const bf16 *dy, int row, int N, int C, int t) {
+                                                const bf16 *dy, int64_t ldy, int row, int N, int C, int t) {
 #pragma unroll
     for (int k = 0; k < VPT; k++) {
         const int col = (k * TPR + t) * VW;
         if (row < N && col < C) {
             load_raw<VW>(xr[k], x + (int64_t)row * C + col);
-            load_raw<VW>(gr[k], dy + (int64_t)row * C + col);
+            load_raw<VW>(gr[k], dy + (int64_t)row * ldy + col);
         }
     }
 }
@@ -159,7 +159,7 @@ __device__ __forceinline__ void store_f32(float *p, const float (&v)[VW]) {
 
 template <int VW, int VPT, int TPR, bool HAS_DRES, bool HAS_DW>
 __global__ void __launch_bounds__(kBlock, 2) rmsnorm_backward_rows_in_registers(
-    bf16 *dx, float *__restrict__ partial, const bf16 *dy, const bf16 *dres, const bf16 *__restrict__ x,
+    bf16 *dx, float *__restrict__ partial, const bf16 *dy, int64_t ldy, const bf16 *dres, const bf16 *__restrict__ x,
     const bf16 *__restrict__ w, const float *__restrict__ rstd, int N, int C) {
     /* kBlock/32 scratch floats, then (HAS_DW) each row slot's C running dw sums */
     extern __shared__ float smem[];
@@ -190,7 +190,7 @@ __global__ void __launch_bounds__(kBlock, 2) rmsnorm_backward_rows_in_registers(
     const int iters = (N + stride - 1) / stride;
     int row = blockIdx.x * kSlots + slot;
     raw_chunk<VW> xr[VPT], gr[VPT];
-    load_row_chunks<VW, VPT, TPR>(xr, gr, x, dy, row, N, C, t);
+    load_row_chunks<VW, VPT, TPR>(xr, gr, x, dy, ldy, row, N, C, t);
     for (int it = 0; it < iters; it++, row += stride) {
         const bool live = row < N;
         const int64_t base = (int64_t)(live ? row : 0) * C;
@@ -220,7 +220,7 @@ __global__ void __launch_bounds__(kBlock, 2) rmsnorm_backward_rows_in_registers(
             }
         }
         raw_chunk<VW> xn[HAS_DW ? VPT : 1], gn[HAS_DW ? VPT : 1];
-        if constexpr (HAS_DW) load_row_chunks<VW, VPT, TPR>(xn, gn, x, dy, row + stride, N, C, t);
+        if constexpr (HAS_DW) load_row_chunks<VW, VPT, TPR>(xn, gn, x, dy, ldy, row + stride, N, C, t);
         dot = row_sum<TPR>(dot, scratch);
         const float mean = __fdiv_rn(dot, (float)C);
         if (live) {
@@ -356,9 +356,10 @@ struct backward_launch {
     template <int VW, int VPT, int TPR>
     struct L {
         static void run(int blocks, size_t smem, cudaStream_t stream, bf16 *dx, float *partial, const bf16 *dy,
-                        const bf16 *dres, const bf16 *x, const bf16 *w, const float *rstd, int N, int C) {
+                        int64_t ldy, const bf16 *dres, const bf16 *x, const bf16 *w, const float *rstd, int N,
+                        int C) {
             rmsnorm_backward_rows_in_registers<VW, VPT, TPR, HAS_DRES, HAS_DW>
-                <<<blocks, kBlock, smem, stream>>>(dx, partial, dy, dres, x, w, rstd, N, C);
+                <<<blocks, kBlock, smem, stream>>>(dx, partial, dy, ldy, dres, x, w, rstd, N, C);
         }
     };
 };
@@ -429,8 +430,18 @@ extern "C" size_t gpu_rmsnorm_backward_workspace_size(int N, int C) {
 extern "C" void gpu_rmsnorm_backward_bf16(uint16_t *dx, void *dw, enum gemm_out dw_type, const uint16_t *dy,
                                           const uint16_t *dres, const uint16_t *x, const uint16_t *w,
                                           const float *rstd, int N, int C, void *workspace, cudaStream_t stream) {
+    gpu_rmsnorm_backward_strided_bf16(dx, dw, dw_type, dy, C, dres, x, w, rstd, N, C, workspace, stream);
+}
+
+extern "C" void gpu_rmsnorm_backward_strided_bf16(uint16_t *dx, void *dw, enum gemm_out dw_type, const uint16_t *dy,
+                                                  int64_t ldy, const uint16_t *dres, const uint16_t *x,
+                                                  const uint16_t *w, const float *rstd, int N, int C, void *workspace,
+                                                  cudaStream_t stream) {
     using namespace refine;
     CHECK(N >= 1 && C >= 1, "rmsnorm backward: N=%d C=%d must be positive", N, C);
+    CHECK(ldy >= C && (C % 8 != 0 || ldy % 8 == 0) && (ldy == C || dx != dy),
+          "rmsnorm backward: dy's row stride %lld must be at least C=%d (a multiple of 8 when C is; C when dx is dy)",
+          (long long)ldy, C);
     CHECK(dw == nullptr || workspace != nullptr, "rmsnorm backward: dw needs a workspace");
     CHECK(dw == nullptr || dw_type == GEMM_OUT_F32 || dw_type == GEMM_OUT_BF16,
           "rmsnorm backward: dw_type=%d is neither GEMM_OUT_F32 nor GEMM_OUT_BF16", (int)dw_type);
@@ -443,13 +454,17 @@ extern "C" void gpu_rmsnorm_backward_bf16(uint16_t *dx, void *dw, enum gemm_out 
     const bf16 *x_ = reinterpret_cast<const bf16 *>(x), *w_ = reinterpret_cast<const bf16 *>(w);
     const size_t smem = sizeof(float) * (kBlock / 32 + (dw != nullptr ? (size_t)(kBlock / s.tpr) * C : 0));
     if (dw != nullptr && dres != nullptr)
-        dispatch_shape<backward_launch<true, true>::L>(s, blocks, smem, stream, dx_, partial, dy_, dres_, x_, w_, rstd, N, C);
+        dispatch_shape<backward_launch<true, true>::L>(s, blocks, smem, stream, dx_, partial, dy_, ldy, dres_, x_, w_,
+                                                       rstd, N, C);
     else if (dw != nullptr)
-        dispatch_shape<backward_launch<false, true>::L>(s, blocks, smem, stream, dx_, partial, dy_, dres_, x_, w_, rstd, N, C);
+        dispatch_shape<backward_launch<false, true>::L>(s, blocks, smem, stream, dx_, partial, dy_, ldy, dres_, x_, w_,
+                                                        rstd, N, C);
     else if (dres != nullptr)
-        dispatch_shape<backward_launch<true, false>::L>(s, blocks, smem, stream, dx_, partial, dy_, dres_, x_, w_, rstd, N, C);
+        dispatch_shape<backward_launch<true, false>::L>(s, blocks, smem, stream, dx_, partial, dy_, ldy, dres_, x_, w_,
+                                                        rstd, N, C);
     else
-        dispatch_shape<backward_launch<false, false>::L>(s, blocks, smem, stream, dx_, partial, dy_, dres_, x_, w_, rstd, N, C);
+        dispatch_shape<backward_launch<false, false>::L>(s, blocks, smem, stream, dx_, partial, dy_, ldy, dres_, x_, w_,
+                                                         rstd, N, C);
     KERNEL_CHECK(stream);
     if (dw != nullptr) {
         if (dw_type == GEMM_OUT_F32)

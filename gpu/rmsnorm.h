@@ -58,6 +58,12 @@ size_t gpu_rmsnorm_backward_workspace_size(int N, int C);
 void gpu_rmsnorm_backward_bf16(uint16_t *dx, void *dw, enum gemm_out dw_type, const uint16_t *dy,
                                const uint16_t *dres, const uint16_t *x, const uint16_t *w, const float *rstd, int N,
                                int C, void *workspace, cudaStream_t stream);
+/* The backward with dy's rows at stride ldy ≥ C (a multiple of 8 when C is; dx must not be dy unless
+ * ldy = C: CHECKed): the same bits — a folded group's input gradient, whose rows carry its du after
+ * the C columns (gpu/lora.h). */
+void gpu_rmsnorm_backward_strided_bf16(uint16_t *dx, void *dw, enum gemm_out dw_type, const uint16_t *dy,
+                                       int64_t ldy, const uint16_t *dres, const uint16_t *x, const uint16_t *w,
+                                       const float *rstd, int N, int C, void *workspace, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

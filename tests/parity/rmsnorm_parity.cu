@@ -32,6 +32,10 @@
  *  - the strided forwards (out's rows at ldo > C): exact against the contiguous forwards — out's
  *    first C columns, rstd and res_out bitwise theirs, the padding columns still poisoned — for C
  *    33, 576, 1000 and 2048 at ldo = C + 48 and, up to C 1024, C + 3 (not a multiple of 8).
+ *  - the strided backward (dy's rows at ldy > C, a folded group's input gradient): exact against
+ *    the contiguous backward on a contiguous copy of dy — dx and fp32 dw bitwise theirs, with and
+ *    without dres and dw, and with dx and dres one buffer (the trainer's call) — for C 576 and 2048
+ *    at ldy = C + 64 and C 33 (the scalar path) at ldy 40 and 37.
  */
 #include <float.h>
 #include <math.h>
@@ -323,6 +327,110 @@ static void run_strided_case(int N, int C, int64_t ldo) {
         dev_buf_free(b);
 }
 
+/* The strided backward (gpu_rmsnorm_backward_strided_bf16: dy's rows at ldy > C, a folded group's
+ * input gradient whose rows carry its du after the C columns, gpu/lora.h): exact against the
+ * contiguous backward run here on a contiguous copy of dy. dy's padding columns hold the bf16 poison
+ * (a NaN: a kernel that read them would turn dx into NaN). Each of plain / dres × no dw / fp32 dw
+ * gives the contiguous call's dx and dw bits; then dx = dres = one buffer holding dres (the trainer's
+ * call: dx and dres are its gradient G, dy its strided dn) gives the same bits as the separate
+ * buffers. */
+static void run_strided_backward_case(int N, int C, int64_t ldy) {
+    host_case h;
+    const uint64_t seed = g_seed ^ ((uint64_t)N << 32) ^ (uint64_t)C ^ ((uint64_t)ldy << 48) ^ ((uint64_t)1 << 62);
+    make_case(h, N, C, seed, 0);
+    const size_t n = (size_t)N * C, nl = (size_t)N * ldy;
+    char shape[96];
+    snprintf(shape, sizeof shape, "N=%d C=%d ldy=%lld", N, C, (long long)ldy);
+
+    /* rstd from the reference forward (both calls read the same bits) */
+    std::vector<float> out_r(n), rstd_r(N);
+    ref_rmsnorm_forward(out_r.data(), rstd_r.data(), h.x.data(), h.w.data(), N, C, h.eps, ACT_BF16);
+    std::vector<uint16_t> dy_s(nl, (uint16_t)POISON_BF16_BITS);
+    for (int i = 0; i < N; i++) memcpy(&dy_s[(size_t)i * ldy], &h.dyb[(size_t)i * C], (size_t)C * 2);
+
+    struct dev_buf bx, bw, brstd, bdy, bdy_s, bdres, bdx, bdx_s, bg, bdw, bdw_s, bws;
+    dev_buf_alloc(&bx, "x", n * 2, POISON_NONE, h.xb.data());
+    dev_buf_alloc(&bw, "w", (size_t)C * 2, POISON_NONE, h.wb.data());
+    dev_buf_alloc(&brstd, "rstd", (size_t)N * 4, POISON_NONE, rstd_r.data());
+    dev_buf_alloc(&bdy, "dy", n * 2, POISON_NONE, h.dyb.data());
+    dev_buf_alloc(&bdy_s, "dy(strided)", nl * 2, POISON_NONE, dy_s.data());
+    dev_buf_alloc(&bdres, "dres", n * 2, POISON_NONE, h.dresb.data());
+    dev_buf_alloc(&bdx, "dx", n * 2, POISON_BF16, nullptr);
+    dev_buf_alloc(&bdx_s, "dx(strided dy)", n * 2, POISON_BF16, nullptr);
+    dev_buf_alloc(&bg, "dx = dres(strided dy)", n * 2, POISON_NONE, h.dresb.data());
+    dev_buf_alloc(&bdw, "dw", (size_t)C * 4, POISON_NONE, h.dw0.data());
+    dev_buf_alloc(&bdw_s, "dw(strided dy)", (size_t)C * 4, POISON_NONE, h.dw0.data());
+    dev_buf_alloc(&bws, "workspace", gpu_rmsnorm_backward_workspace_size(N, C), POISON_F32, nullptr);
+    const uint16_t *xp = (const uint16_t *)bx.data, *wp = (const uint16_t *)bw.data;
+    const float *rp = (const float *)brstd.data;
+
+    struct cmp_case c = {"rmsnorm_backward_strided", "dx", shape, "bf16", seed};
+    char what[96];
+    c.what = what;
+    std::vector<uint16_t> dx_res[2]; /* the contiguous dres call's dx, without and with dw */
+    std::vector<float> dw_res[2];
+    for (int with_dres = 0; with_dres < 2; with_dres++)
+        for (int with_dw = 0; with_dw < 2; with_dw++) {
+            for (struct dev_buf *b : {&bdx, &bdx_s, &bws}) dev_buf_reset(b, nullptr);
+            dev_buf_reset(&bdw, h.dw0.data());
+            dev_buf_reset(&bdw_s, h.dw0.data());
+            const uint16_t *dres = with_dres ? (const uint16_t *)bdres.data : nullptr;
+            gpu_rmsnorm_backward_bf16((uint16_t *)bdx.data, with_dw ? bdw.data : nullptr, GEMM_OUT_F32,
+                                      (const uint16_t *)bdy.data, dres, xp, wp, rp, N, C, bws.data, g_stream);
+            gpu_rmsnorm_backward_strided_bf16((uint16_t *)bdx_s.data, with_dw ? bdw_s.data : nullptr, GEMM_OUT_F32,
+                                              (const uint16_t *)bdy_s.data, ldy, dres, xp, wp, rp, N, C, bws.data,
+                                              g_stream);
+            std::vector<uint16_t> dx(n), dx_s(n);
+            std::vector<float> dw(C), dw_s(C);
+            dev_buf_download(&bdx, dx.data(), 1);
+            dev_buf_download(&bdx_s, dx_s.data(), 1);
+            dev_buf_download(&bdw, dw.data(), 0);
+            dev_buf_download(&bdw_s, dw_s.data(), 0);
+            const char *v = with_dres ? (with_dw ? "dres, dw" : "dres") : (with_dw ? "dw" : "plain");
+            snprintf(what, sizeof what, "dx (%s) vs the contiguous backward", v);
+            c.dtype = "bf16";
+            cmp_exact_bytes(&c, dx_s.data(), dx.data(), n * 2);
+            /* without dw both stay dw0 */
+            snprintf(what, sizeof what, "dw (%s) vs the contiguous backward", v);
+            c.dtype = "f32";
+            cmp_exact_bytes(&c, dw_s.data(), dw.data(), (size_t)C * 4);
+            if (with_dres) {
+                dx_res[with_dw] = dx;
+                dw_res[with_dw] = dw;
+            }
+        }
+    for (int with_dw = 0; with_dw < 2; with_dw++) {
+        dev_buf_reset(&bg, h.dresb.data());
+        dev_buf_reset(&bdw_s, h.dw0.data());
+        dev_buf_reset(&bws, nullptr);
+        gpu_rmsnorm_backward_strided_bf16((uint16_t *)bg.data, with_dw ? bdw_s.data : nullptr, GEMM_OUT_F32,
+                                          (const uint16_t *)bdy_s.data, ldy, (const uint16_t *)bg.data, xp, wp, rp, N,
+                                          C, bws.data, g_stream);
+        std::vector<uint16_t> g(n);
+        std::vector<float> dw_s(C);
+        dev_buf_download(&bg, g.data(), 0);
+        dev_buf_download(&bdw_s, dw_s.data(), 0);
+        snprintf(what, sizeof what, "dx = dres, one buffer (%s) vs the contiguous dres backward",
+                 with_dw ? "dw" : "no dw");
+        c.dtype = "bf16";
+        cmp_exact_bytes(&c, g.data(), dx_res[with_dw].data(), n * 2);
+        snprintf(what, sizeof what, "dw (dx = dres, %s) vs the contiguous dres backward", with_dw ? "dw" : "no dw");
+        c.dtype = "f32";
+        cmp_exact_bytes(&c, dw_s.data(), dw_res[with_dw].data(), (size_t)C * 4);
+    }
+    std::vector<uint16_t> dy_after(nl);
+    dev_buf_download(&bdy_s, dy_after.data(), 0);
+    snprintf(what, sizeof what, "dy (strided, padding poisoned) untouched");
+    c.dtype = "bf16";
+    cmp_exact_bytes(&c, dy_after.data(), dy_s.data(), nl * 2);
+    for (struct dev_buf *b : {&bx, &bw, &brstd, &bdres, &bdy}) {
+        std::vector<unsigned char> tmp(b->nbytes);
+        dev_buf_download(b, tmp.data(), 0); /* inputs: guards intact */
+    }
+    for (struct dev_buf *b : {&bx, &bw, &brstd, &bdy, &bdy_s, &bdres, &bdx, &bdx_s, &bg, &bdw, &bdw_s, &bws})
+        dev_buf_free(b);
+}
+
 struct bench_ctx {
     int N, C, which;
     uint16_t *x, *w, *out, *res_in, *res_out, *dy, *dres, *dx;
@@ -418,6 +526,11 @@ int main(int argc, char **argv) {
         run_strided_case(sc[0], sc[1], sc[1] + 48);
         if (sc[1] % 8 != 0) run_strided_case(sc[0], sc[1], sc[1] + 3); /* odd strides: C % 8 != 0 only */
     }
+    /* strided dy: C + 64 (gpu/llama.cu rounds a folded group's rows to 64 elements) where C is a
+     * multiple of 8; for C 33 (the scalar path) a multiple of 8 and an odd stride */
+    const int strided_dy[][3] = {{7, 576, 640}, {300, 576, 640}, {33, 2048, 2112}, {300, 2048, 2112},
+                                 {33, 33, 40},  {33, 33, 37}};
+    for (const auto &sc : strided_dy) run_strided_backward_case(sc[0], sc[1], sc[2]);
     const int rc = test_finish("rmsnorm_parity");
     if (rc == 0 && test_has_flag(argc, argv, "--bench")) bench(bench_copy_ceiling(g_stream));
     CUDA_CHECK(cudaStreamDestroy(g_stream));
