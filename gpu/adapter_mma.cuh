@@ -25,8 +25,10 @@
  * The epilogue (a struct passed by value):
  *   __device__ void columns(int oc)   loads its constants of columns oc … oc + 7 (once a warp)
  *   __device__ void row(float (&y)[8], const float (&sl)[8], int64_t e)
- *                                     y: the 8 values of y at element e (row · C_out + oc), sl: s·(u Bᵀ)
+ *                                     y: the 8 values of y at element e (row · ldy + oc), sl: s·(u Bᵀ)
  *                                     there (fp32, s applied after the sum); writes its outputs at e
+ * y's row stride ldy: C_out (every caller but a folded group's backward, whose dx shares its rows
+ * with du: gpu/lora.h).
  */
 #ifndef REFINE_GPU_ADAPTER_MMA_CUH
 #define REFINE_GPU_ADAPTER_MMA_CUH
@@ -46,11 +48,11 @@ constexpr int kAdapterMmaMaxR = 64;
 
 enum adapter_b_layout { ADAPTER_B_ROWS, ADAPTER_B_COLS };
 
-inline bool adapter_mma_fits(int C_out, int R, int ldu, const void *u, const void *lora_b, const void *y,
-                             adapter_b_layout layout = ADAPTER_B_ROWS) {
+inline bool adapter_mma_fits(int C_out, int R, int64_t ldu, const void *u, const void *lora_b, const void *y,
+                             adapter_b_layout layout = ADAPTER_B_ROWS, int64_t ldy = 0) {
     return R <= kAdapterMmaMaxR && R % 2 == 0 && C_out % kAdapterMmaCols == 0 && ldu % 2 == 0 &&
            (uintptr_t)u % 4 == 0 && (uintptr_t)lora_b % (layout == ADAPTER_B_ROWS ? 4 : 2) == 0 &&
-           (uintptr_t)y % 16 == 0;
+           (uintptr_t)y % 16 == 0 && ldy % 8 == 0;
 }
 
 __device__ __forceinline__ uint32_t adapter_pair_or_zero(const bf16 *row, int k, int R) {
@@ -69,8 +71,9 @@ __device__ __forceinline__ uint32_t adapter_b_pair(const bf16 *b, int64_t ldb, i
 
 template <int KS, adapter_b_layout L, class Epi>
 __global__ void __launch_bounds__(32 * kAdapterMmaWarps)
-    adapter_mma_kernel(const bf16 *y, const bf16 *__restrict__ u, int ldu, const bf16 *__restrict__ lora_b,
-                       int64_t ldb, float s, int N, int C_out, int R, int rows_per_block, Epi epi) {
+    adapter_mma_kernel(const bf16 *y, int64_t ldy, const bf16 *__restrict__ u, int64_t ldu,
+                       const bf16 *__restrict__ lora_b, int64_t ldb, float s, int N, int C_out, int R,
+                       int rows_per_block, Epi epi) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int c0 = (blockIdx.x * kAdapterMmaWarps + warp) * kAdapterMmaCols;
     if (c0 >= C_out) return; /* C_out % 32 == 0: a warp's columns are all in range or none */
@@ -97,7 +100,7 @@ __global__ void __launch_bounds__(32 * kAdapterMmaWarps)
 #pragma unroll
             for (int q = 0; q < 2; q++) {
                 row[h][q] = step + 16 * h + 8 * q + g;
-                yraw[h][q] = *reinterpret_cast<const uint4 *>(y + (int64_t)min(row[h][q], n_end - 1) * C_out + oc);
+                yraw[h][q] = *reinterpret_cast<const uint4 *>(y + (int64_t)min(row[h][q], n_end - 1) * ldy + oc);
             }
             const bf16 *u0 = u + (int64_t)min(row[h][0], n_end - 1) * ldu;
             const bf16 *u1 = u + (int64_t)min(row[h][1], n_end - 1) * ldu;
@@ -127,16 +130,16 @@ __global__ void __launch_bounds__(32 * kAdapterMmaWarps)
 #pragma unroll
                 for (int e = 0; e < 8; e++) /* column oc + e: n-tile e / 2, fragment column 2t + e % 2 */
                     sl[e] = __fmul_rn(s, acc[e / 2][2 * q + e % 2]);
-                epi.row(yv, sl, (int64_t)row[h][q] * C_out + oc);
+                epi.row(yv, sl, (int64_t)row[h][q] * ldy + oc);
             }
         }
     }
 }
 
-/* ldb: B's row stride (ADAPTER_B_ROWS: R) */
+/* ldb: B's row stride (ADAPTER_B_ROWS: R); ldy: y's (C_out unless given) */
 template <adapter_b_layout L = ADAPTER_B_ROWS, class Epi>
-void adapter_mma_launch(const bf16 *y, const bf16 *u, int ldu, const bf16 *lora_b, int64_t ldb, float s, int N,
-                        int C_out, int R, Epi epi, cudaStream_t stream) {
+void adapter_mma_launch(const bf16 *y, const bf16 *u, int64_t ldu, const bf16 *lora_b, int64_t ldb, float s, int N,
+                        int C_out, int R, Epi epi, cudaStream_t stream, int64_t ldy = 0) {
     const int cols_per_block = kAdapterMmaWarps * kAdapterMmaCols;
     const int col_tiles = (C_out + cols_per_block - 1) / cols_per_block;
     const int64_t row_tiles_wanted = (32768 + col_tiles - 1) / col_tiles;
@@ -144,18 +147,19 @@ void adapter_mma_launch(const bf16 *y, const bf16 *u, int ldu, const bf16 *lora_
     rows = (rows + kAdapterMmaRowStep - 1) / kAdapterMmaRowStep * kAdapterMmaRowStep;
     const dim3 grid((unsigned)col_tiles, (unsigned)((N + rows - 1) / rows));
     const dim3 block(32 * kAdapterMmaWarps);
+    const int64_t ly = ldy ? ldy : C_out;
     if (R <= 16)
-        adapter_mma_kernel<1, L, Epi><<<grid, block, 0, stream>>>(y, u, ldu, lora_b, ldb, s, N, C_out, R, (int)rows,
-                                                                   epi);
+        adapter_mma_kernel<1, L, Epi>
+            <<<grid, block, 0, stream>>>(y, ly, u, ldu, lora_b, ldb, s, N, C_out, R, (int)rows, epi);
     else if (R <= 32)
-        adapter_mma_kernel<2, L, Epi><<<grid, block, 0, stream>>>(y, u, ldu, lora_b, ldb, s, N, C_out, R, (int)rows,
-                                                                   epi);
+        adapter_mma_kernel<2, L, Epi>
+            <<<grid, block, 0, stream>>>(y, ly, u, ldu, lora_b, ldb, s, N, C_out, R, (int)rows, epi);
     else if (R <= 48)
-        adapter_mma_kernel<3, L, Epi><<<grid, block, 0, stream>>>(y, u, ldu, lora_b, ldb, s, N, C_out, R, (int)rows,
-                                                                   epi);
+        adapter_mma_kernel<3, L, Epi>
+            <<<grid, block, 0, stream>>>(y, ly, u, ldu, lora_b, ldb, s, N, C_out, R, (int)rows, epi);
     else
-        adapter_mma_kernel<4, L, Epi><<<grid, block, 0, stream>>>(y, u, ldu, lora_b, ldb, s, N, C_out, R, (int)rows,
-                                                                   epi);
+        adapter_mma_kernel<4, L, Epi>
+            <<<grid, block, 0, stream>>>(y, ly, u, ldu, lora_b, ldb, s, N, C_out, R, (int)rows, epi);
 }
 
 }  // namespace refine

@@ -438,11 +438,12 @@ void gpu_linear_forward_bf16(struct gpu_gemm *g, uint16_t *y, const uint16_t *x,
     gpu_linear_forward_ld_bf16(g, y, x, C_in, w, C_in, b, N, C_in, C_out, stream);
 }
 
-void gpu_linear_backward_dx_ld_bf16(struct gpu_gemm *g, uint16_t *dx, const uint16_t *dy, const uint16_t *w,
-                                    int64_t ldw, int N, int C_in, int C_out, enum gemm_beta beta, cudaStream_t stream) {
+void gpu_linear_backward_dx_ld_bf16(struct gpu_gemm *g, uint16_t *dx, int64_t lddx, const uint16_t *dy,
+                                    const uint16_t *w, int64_t ldw, int N, int C_in, int C_out, enum gemm_beta beta,
+                                    cudaStream_t stream) {
     gemm_args p;
     memset(&p, 0, sizeof p);
-    p.d = dx, p.d_type = GEMM_OUT_BF16, p.ldd = C_in;
+    p.d = dx, p.d_type = GEMM_OUT_BF16, p.ldd = lddx;
     p.a = dy, p.op_a = GEMM_NO_TRANS, p.lda = C_out;
     p.b = w, p.op_b = GEMM_NO_TRANS, p.ldb = ldw;
     p.m = N, p.n = C_in, p.k = C_out, p.batch = 1;
@@ -452,7 +453,7 @@ void gpu_linear_backward_dx_ld_bf16(struct gpu_gemm *g, uint16_t *dx, const uint
 
 void gpu_linear_backward_dx_bf16(struct gpu_gemm *g, uint16_t *dx, const uint16_t *dy, const uint16_t *w, int N,
                                  int C_in, int C_out, enum gemm_beta beta, cudaStream_t stream) {
-    gpu_linear_backward_dx_ld_bf16(g, dx, dy, w, C_in, N, C_in, C_out, beta, stream);
+    gpu_linear_backward_dx_ld_bf16(g, dx, C_in, dy, w, C_in, N, C_in, C_out, beta, stream);
 }
 
 void gpu_linear_backward_dw(struct gpu_gemm *g, void *dw, enum gemm_out dw_type, const uint16_t *dy, const uint16_t *x,

@@ -151,12 +151,14 @@ void gpu_linear_forward_bf16(struct gpu_gemm *g, uint16_t *y, const uint16_t *x,
 void gpu_linear_backward_dx_bf16(struct gpu_gemm *g, uint16_t *dx, const uint16_t *dy, const uint16_t *w, int N,
                                  int C_in, int C_out, enum gemm_beta beta, cudaStream_t stream);
 /* The forward and dx with row strides: x (N, K) at ldx, W (C_out, K) at ldw for the forward (K the
- * product's length, ≤ both strides); W (C_out, C_in) at ldw for dx. A folded LoRA adapter's padded
- * input and weight (gpu/lora.h) are read this way. */
+ * product's length, ≤ both strides); dx (N, C_in) at lddx from W's first C_in columns (C_out, C_in)
+ * at ldw. A folded LoRA group's padded input and weights (gpu/lora.h) are read this way, and its
+ * backward's dx_f written so (C_in then counts the adapter columns: du comes with dx). */
 void gpu_linear_forward_ld_bf16(struct gpu_gemm *g, uint16_t *y, const uint16_t *x, int64_t ldx, const uint16_t *w,
                                 int64_t ldw, const uint16_t *b, int N, int K, int C_out, cudaStream_t stream);
-void gpu_linear_backward_dx_ld_bf16(struct gpu_gemm *g, uint16_t *dx, const uint16_t *dy, const uint16_t *w,
-                                    int64_t ldw, int N, int C_in, int C_out, enum gemm_beta beta, cudaStream_t stream);
+void gpu_linear_backward_dx_ld_bf16(struct gpu_gemm *g, uint16_t *dx, int64_t lddx, const uint16_t *dy,
+                                    const uint16_t *w, int64_t ldw, int N, int C_in, int C_out, enum gemm_beta beta,
+                                    cudaStream_t stream);
 /* dW ACCUMULATES, as every parameter gradient: fp32, or a bf16 accumulator (dw_type GEMM_OUT_BF16:
  * dW = bf16(dyᵀx + dW), the sum formed in fp32 — NUMERICS.md §5.6). */
 void gpu_linear_backward_dw(struct gpu_gemm *g, void *dw, enum gemm_out dw_type, const uint16_t *dy, const uint16_t *x,

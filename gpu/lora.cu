@@ -104,10 +104,10 @@ gemm_args group_du(uint16_t *du_i, const uint16_t *dy, const uint16_t *lora_b, i
                      nullptr, N, R, C_out, 1, scale, GEMM_OVERWRITE};
 }
 
-/* dA_g (n·R, C_in) += duᵀ · x (x at row stride ldx) */
+/* dA_g (n·R, C_in) += duᵀ · x (x at row stride ldx, du at ldu) */
 gemm_args group_da(float *da, const uint16_t *du, const uint16_t *x, int n, int N, int C_in, int R,
-                   int64_t ldx = 0) {
-    return gemm_args{da,      GEMM_OUT_F32, C_in, 0,    du,   GEMM_TRANS, (int64_t)n * R, 0, x, GEMM_NO_TRANS,
+                   int64_t ldx = 0, int64_t ldu = 0) {
+    return gemm_args{da,      GEMM_OUT_F32, C_in, 0,    du,   GEMM_TRANS, ldu ? ldu : (int64_t)n * R, 0, x, GEMM_NO_TRANS,
                      ldx ? ldx : C_in, 0,   nullptr, n * R, C_in, N,          1,              1.0f, GEMM_ACCUMULATE};
 }
 
@@ -147,18 +147,19 @@ struct lora_mma_epi {
     }
 };
 
-/* out (N, C_out) += s · u (N, K; row stride ldu) · the rank-side operand b (row stride ldb; its
+/* out (N, C_out; row stride ldo, 0: C_out) += s · u (N, K; row stride ldu) · the rank-side operand b (row stride ldb; its
  * layout L, gpu/adapter_mma.cuh): one pass on tensor cores where the shape and alignment allow (the
  * models' shapes), else the gemm with beta = 1 (args). The forward's y += s·u Bᵀ (ADAPTER_B_ROWS, B
  * (C_out, R)) and the backward's dx += du A_g (ADAPTER_B_COLS, A_g (K, C_in), s = 1: dx = bf16(dx +
  * du A), as gemm's alpha = beta = 1 forms it). */
 template <refine::adapter_b_layout L>
-void add_product(struct gpu_gemm *g, const gemm_args &args, uint16_t *out, const uint16_t *u, int ldu,
-                 const uint16_t *b, int64_t ldb, int N, int C_out, int K, float scale, cudaStream_t stream) {
-    if (refine::adapter_mma_fits(C_out, K, ldu, u, b, out, L)) {
+void add_product(struct gpu_gemm *g, const gemm_args &args, uint16_t *out, const uint16_t *u, int64_t ldu,
+                 const uint16_t *b, int64_t ldb, int N, int C_out, int K, float scale, cudaStream_t stream,
+                 int64_t ldo = 0) {
+    if (refine::adapter_mma_fits(C_out, K, ldu, u, b, out, L, ldo)) {
         bf16 *o = reinterpret_cast<bf16 *>(out);
         refine::adapter_mma_launch<L>(o, reinterpret_cast<const bf16 *>(u), ldu, reinterpret_cast<const bf16 *>(b),
-                                      ldb, scale, N, C_out, K, lora_mma_epi{o}, stream);
+                                      ldb, scale, N, C_out, K, lora_mma_epi{o}, stream, ldo);
         KERNEL_CHECK(stream);
         return;
     }
@@ -297,6 +298,49 @@ extern "C" void gpu_lora_group_fold_u_bf16(struct gpu_gemm *g, uint16_t *u, uint
     else
         lora_copy_cols<1><<<blocks, kBlock, 0, stream>>>(dst, ldx, u, K, N, K);
     KERNEL_CHECK(stream);
+}
+
+extern "C" void gpu_lora_group_fold_backward_bf16(struct gpu_gemm *g, uint16_t *dx_f, int64_t ldd, float *dlora_a,
+                                                  float *const *dlora_b, const uint16_t *const *dy, const uint16_t *x,
+                                                  int64_t ldx, const uint16_t *u, const uint16_t *lora_a, int n, int N,
+                                                  int C_in, const int *C_out, int R, float scale, void *workspace,
+                                                  cudaStream_t stream) {
+    check_group(n, N, C_in, C_out, R);
+    const int K = n * R;
+    CHECK(ldd >= C_in + K && ldx >= C_in, "lora fold backward: row strides %lld (dx_f) and %lld (x) for C_in %d + n·R %d",
+          (long long)ldd, (long long)ldx, C_in, K);
+    for (int i = 0; i < n; i++) {
+        if (dlora_b && dlora_b[i]) {
+            const gemm_args p = group_db(dlora_b[i], dy[i], u + (size_t)i * R, n, N, C_out[i], R, scale);
+            gpu_gemm(g, &p, stream);
+        }
+    }
+    const uint16_t *du = dx_f + C_in; /* the base products' by-product */
+    if (dlora_a) {
+        const gemm_args p = group_da(dlora_a, du, x, n, N, C_in, R, ldx, ldd);
+        gpu_gemm(g, &p, stream);
+    }
+    if (refine::adapter_mma_fits(C_in, K, ldd, du, lora_a, dx_f, refine::ADAPTER_B_COLS, ldd)) {
+        /* the adapter pass: dx and du are one row's disjoint columns, du only read */
+        bf16 *o = reinterpret_cast<bf16 *>(dx_f);
+        refine::adapter_mma_launch<refine::ADAPTER_B_COLS>(o, reinterpret_cast<const bf16 *>(du), ldd,
+                                                           reinterpret_cast<const bf16 *>(lora_a), C_in, 1.0f, N, C_in,
+                                                           K, lora_mma_epi{o}, stream, ldd);
+        KERNEL_CHECK(stream);
+        return;
+    }
+    /* gemm with beta = 1: du first copied out of dx_f's rows (an operand must not share the output's
+     * address range, gpu/gemm.h) */
+    CHECK(workspace != nullptr && (uintptr_t)workspace % kAlign == 0,
+          "lora fold backward: workspace of %zu bytes, 256-byte aligned, required",
+          gpu_lora_group_backward_workspace_size(N, n, R));
+    uint16_t *du_c = static_cast<uint16_t *>(workspace);
+    const int64_t threads = (int64_t)N * K;
+    lora_copy_cols<1><<<(unsigned)((threads + kBlock - 1) / kBlock), kBlock, 0, stream>>>(du_c, K, du, ldd, N, K);
+    KERNEL_CHECK(stream);
+    gemm_args p = group_dx(dx_f, GEMM_OUT_BF16, GEMM_ACCUMULATE, du_c, lora_a, n, N, C_in, R);
+    p.ldd = ldd;
+    gpu_gemm(g, &p, stream);
 }
 
 extern "C" void gpu_lora_fold_b_bf16(const struct lora_fold_slot *slots, int n_slots, int max_c_out, int R,

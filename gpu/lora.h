@@ -139,9 +139,15 @@ void gpu_lora_group_backward_ld_bf16(struct gpu_gemm *g, uint16_t *dx, float *dl
  * columns (gpu_rmsnorm_forward_strided_bf16) — and W_f,i = [W_i | 0 … S_i … 0] (C_out_i, C_in + n·R)
  * at row stride ldw: W_i in the first C_in columns, S_i = bf16(s·B_i) in columns C_in + i·R ..
  * C_in + i·R + R − 1, zeros in the other members' columns. The products are gemm's
- * gpu_linear_forward_ld_bf16 (K = C_in + n·R) and, in the backward, gpu_linear_backward_dx_ld_bf16
- * (W_i at ldw: its first C_in columns) and gpu_lora_group_backward_ld_bf16 (x at ldx) — the backward
- * is the unfolded group's.
+ * gpu_linear_forward_ld_bf16 (K = C_in + n·R) and, in the backward, the base products over the same
+ * columns: dx_f = Σ_i dy_i W_f,i (gpu_linear_backward_dx_ld_bf16 with C_in + n·R output columns into
+ * dx_f (N, ldd)), whose first C_in columns are the base dx and whose adapter columns are member i's
+ * du_i = bf16(dy_i S_i) — the other members' zeros add nothing — so du needs no product of its own;
+ * then gpu_lora_group_fold_backward_bf16:
+ *   dB_i += s·dy_iᵀ u_i;  dA_g += duᵀ x (x at ldx, du at ldd);  dx = bf16(dx + du A_g) in dx_f's first
+ *   C_in columns (the adapter pass at row stride ldd, or gemm with beta = 1).
+ * Without an input gradient (layer 0 of the adapter methods) the unfolded group backward runs
+ * (gpu_lora_group_backward_ld_bf16, x at ldx): du by its own products, no dx.
  *   gpu_lora_group_fold_u_bf16  u = bf16( x A_gᵀ ), the group forward's u product (x read at ldx:
  *                               bitwise the contiguous product's where cuBLASLt picks the same kernel
  *                               for the stride, as lora_parity checks at the models' shapes), into u
@@ -159,6 +165,17 @@ void gpu_lora_group_backward_ld_bf16(struct gpu_gemm *g, uint16_t *dx, float *dl
  * columns inside their rows. */
 void gpu_lora_group_fold_u_bf16(struct gpu_gemm *g, uint16_t *u, uint16_t *x_f, int64_t ldx, const uint16_t *lora_a,
                                 int n, int N, int C_in, int R, cudaStream_t stream);
+
+/* dx_f (N, ldd ≥ C_in + n·R) holds Σ_i dy_i W_f,i on entry (above): dB_i and dA_g ACCUMULATE, dx_f's
+ * first C_in columns become bf16(dx + du A_g). du equals the unfolded group's bf16(s·dy_i B_i) where s
+ * is a power of two, up to the order of the fp32 sums (another kernel's product). dlora_b may be
+ * NULL (or an entry of it), dlora_a NULL. Workspace: gpu_lora_group_backward_workspace_size(N, n, R)
+ * bytes, used where the adapter pass does not fit (n·R > 64, C_in % 32 ≠ 0: du is copied out of dx_f
+ * for gemm's dx += du A_g, which must not read the rows it writes). */
+void gpu_lora_group_fold_backward_bf16(struct gpu_gemm *g, uint16_t *dx_f, int64_t ldd, float *dlora_a,
+                                       float *const *dlora_b, const uint16_t *const *dy, const uint16_t *x,
+                                       int64_t ldx, const uint16_t *u, const uint16_t *lora_a, int n, int N, int C_in,
+                                       const int *C_out, int R, float scale, void *workspace, cudaStream_t stream);
 
 struct lora_fold_slot {
     uint16_t *s;       /* S_i's first element: W_f,i + C_in + i·R */

@@ -15,8 +15,9 @@
  * gate/up shapes, odd sizes, LORA_GROUP_MAX members) against the same oracle run member by member,
  * with NULL outputs skipped: see run_group_case. The folded groups (gpu_lora_group_fold_u_bf16,
  * gpu_lora_fold_b_bf16, the members' base products over [x | u] at padded row strides, the backward
- * at those strides) on SmolLM2's and Llama-3.2-1B's q/k/v and gate/up shapes and odd ones: see
- * run_fold_case.
+ * at those strides, and the folded backward — the base products' dx_f carrying du in its adapter
+ * columns, then gpu_lora_group_fold_backward_bf16 — against the unfolded path) on SmolLM2's and
+ * Llama-3.2-1B's q/k/v and gate/up shapes and odd ones: see run_fold_case.
  *
  * Tolerances (derived; STYLE.md tiers):
  *  (a) exact — inputs are sparse small integers (zero with probability 3/4 — B: 1 − 64/C_out when
@@ -423,8 +424,9 @@ static void fill_grad(struct rng *r, std::vector<float> &v, bool ex) {
 static bool bf16_exact(double v) { return (double)bf16_to_float(bf16_from_double(v)) == v; }
 
 /* Columns off .. off + width − 1 of a (rows, stride) matrix. */
-static std::vector<float> columns(const std::vector<float> &m, int rows, int stride, int off, int width) {
-    std::vector<float> out((size_t)rows * width);
+template <class T>
+static std::vector<T> columns(const std::vector<T> &m, int rows, int64_t stride, int off, int width) {
+    std::vector<T> out((size_t)rows * width);
     for (int i = 0; i < rows; i++)
         for (int j = 0; j < width; j++) out[(size_t)i * width + j] = m[(size_t)i * stride + off + j];
     return out;
@@ -713,7 +715,7 @@ static void run_group_case(const group_case &c, enum regime rg, int id) {
  * groups"), at the strides gpu/llama.cu gives them ----
  *
  * x_f (N, ldx): x in columns 0 .. C_in − 1, u in the next n·R, then padding up to ldx = C_in + n·R
- * rounded up to 8 elements (gpu/llama.cu's fold_ld). W_f,i (C_out_i, ldw): W_i, the n·R adapter
+ * rounded up to 8 elements (the 16-byte rows the contract needs; gpu/llama.cu rounds to 64). W_f,i (C_out_i, ldw): W_i, the n·R adapter
  * columns (member i's S_i = bf16(s·B_i), zeros in the other members'), then padding; ldw is ldx or,
  * where a case says so, wider (the contract lets the strides differ). Padding starts poisoned and
  * must keep its poison; a product that read past K = C_in + n·R would also turn y into NaN.
@@ -733,12 +735,77 @@ static void run_group_case(const group_case &c, enum regime rg, int id) {
  *  (d) exact: gpu_lora_group_backward_ld_bf16 on x_f at ldx gives the dx, dlora_a and dlora_b bits of
  *      gpu_lora_group_backward_bf16 on the contiguous x; gpu_linear_backward_dx_ld_bf16 on W_f,i at ldw
  *      the dx bits of gpu_linear_backward_dx_bf16 on the contiguous W_i (overwriting for even members,
- *      accumulating onto dx0 for odd ones, as gpu/llama.cu sums the members' base dx). */
+ *      accumulating onto dx0 for odd ones, as gpu/llama.cu sums the members' base dx).
+ *  (e) the folded backward end to end. dx_f (N, ldd), ldd = ldx or, where a case says so, wider,
+ *      starts poisoned; the members' base products over W_f,i's K columns (gpu_linear_backward_dx_ld_bf16
+ *      with K output columns at ldd; member 0 overwriting, the others accumulating) leave the base dx
+ *      in its first C_in columns and du_i = bf16(dy_i S_i) in member i's adapter columns; then
+ *      gpu_lora_group_fold_backward_bf16 (x read from x_f at ldx). The unfolded path runs on the same
+ *      inputs from the same dA0 and dB0: gpu_linear_backward_dx_bf16 per member on the contiguous W_i
+ *      into a contiguous dx, then gpu_lora_group_backward_bf16 on the contiguous x.
+ *      dB_i — the same product of the same operands: bitwise the unfolded path's.
+ *      du — against Σ_o dy_i·S_i in double (S_i = bf16(s·B_i), the folded algorithm's operand,
+ *        checked in (b)): exact (every value checked exact in bf16; S_i = s·B_i exactly, so also
+ *        bitwise the unfolded group's du from its workspace), or vs naive (a sequential fp32 sum
+ *        rounded to bf16; the floor as in compare()).
+ *      dA — run_group_case's tiers: exact against ref_adapter_grad_a on the reference du, and bitwise
+ *        the unfolded path's; or check_reduction from the GPU's own du (dx_f's adapter columns).
+ *      dx — run_group_case's dx tier with dx0 the GPU's base dx (dx_f's first C_in columns before the
+ *        call): against bf16(dx0 + Σ_i du_i A_i) summed in double from the reference du. In the exact
+ *        tier t = Σ_i du_i A_i and dx0 + t are exact in fp32 (multiples of 1/2 far below 2^23) but at
+ *        these widths not always in bf16, so an element passes, as in run_case, when it equals the
+ *        one-rounding value bf16(dx0 + t) (the tensor-core pass's) or gemm's product-first one
+ *        bf16(bf16(t) + dx0). It is also bitwise the unfolded path's dx (the two differ only in the
+ *        fp32 order of the base product, exact here) where both round in the same place: both take
+ *        the tensor-core pass, or every t and dx0 + t is exact in bf16.
+ *      base dx — on up to 32 rows spread over N (the oracle's loops cost C_in·ΣC_out a row): against
+ *        Σ_i dy_i W_i in double; exact (each member's partial sum checked exact in bf16) or vs naive
+ *        (each member's sequential fp32 sum rounded to bf16, then added onto the running bf16 dx and
+ *        rounded again: gemm's epilogue, as run_case's y).
+ *      dx_f's columns from C_in on are untouched by the call, and its padding past K keeps its poison.
+ *      dx += du A_g is the tensor-core pass where n·R ≤ 64 is even, C_in % 32 == 0 and ldd % 8 == 0
+ *      (aligned pointers: cudaMalloc's), else gemm with beta = 1; the table holds both kinds, and the
+ *      shape string names the one the shape selects. */
 
 struct fold_case {
     group_case g;
     int ldw_extra; /* W_f's row stride beyond x_f's, elements */
+    int ldd_extra; /* dx_f's row stride beyond x_f's, elements */
 };
+
+/* (e)'s base dx = Σ_i dy_i W_i on rows `rows` of N only: ref, the double sum (index order, member by
+ * member) rounded once to float; naive, as the members' products form it (member 0's sequential
+ * fp32 sum rounded to bf16; each further member's rounded, added onto the running bf16 dx and
+ * rounded again). inexact counts partial sums (after each member) not exact in bf16. dy_i (N,
+ * C_out_i), W_i (C_out_i, C_in); ref and naive (rows, C_in). */
+static void base_dx_rows(std::vector<float> &ref, std::vector<float> &naive, int64_t &inexact,
+                         const std::vector<int> &rows, const std::vector<std::vector<float>> &dy,
+                         const std::vector<std::vector<float>> &W, int n, int C_in, const int *C_out) {
+    ref.assign(rows.size() * C_in, 0.0f);
+    naive.assign(rows.size() * C_in, 0.0f);
+    std::vector<double> acc(C_in);
+    std::vector<float> t(C_in);
+    for (size_t j = 0; j < rows.size(); j++) {
+        float *nv = naive.data() + j * C_in;
+        for (double &a : acc) a = 0.0;
+        for (int i = 0; i < n; i++) {
+            const int Co = C_out[i];
+            const float *dym = dy[i].data() + (size_t)rows[j] * Co;
+            naive_mm(t.data(), dym, Co, 1, W[i].data(), C_in, 1, 1, C_in, Co);
+            for (int o = 0; o < Co; o++) {
+                const double d = dym[o];
+                if (d == 0.0) continue; /* adds nothing to a sum that starts at +0 */
+                const float *w = W[i].data() + (size_t)o * C_in;
+                for (int k = 0; k < C_in; k++) acc[k] += d * w[k];
+            }
+            for (int k = 0; k < C_in; k++) {
+                nv[k] = i ? bf16_round(bf16_round(t[k]) + nv[k]) : bf16_round(t[k]);
+                inexact += !bf16_exact(acc[k]);
+            }
+        }
+        for (int k = 0; k < C_in; k++) ref[j * C_in + k] = (float)acc[k];
+    }
+}
 
 /* Σ_i x[n,i]·W[o,i] (N, C_out) in double in index order: ref_linear_forward_naive's sums (exact
  * products of floats; x's zeros add nothing to a sum that starts at +0), over Wᵀ so that the inner
@@ -767,14 +834,17 @@ static void run_fold_case(const fold_case &f, enum regime rg, int id) {
     struct rng r;
     rng_init(&r, seed);
     const int n = c.n, N = c.N, C_in = c.C_in, R = c.R, nR = c.n * c.R, K = C_in + nR;
-    const int64_t ldx = (K + 7) / 8 * 8, ldw = ldx + f.ldw_extra;
+    const int64_t ldx = (K + 7) / 8 * 8, ldw = ldx + f.ldw_extra, ldd = ldx + f.ldd_extra;
     const bool ex = rg == EXACT;
     const float s = ex ? ((id >> 1) % 2 ? 0.5f : 2.0f) : ref_lora_scale(32.0, R, LORA_SCALE_RSLORA);
-    char shape[192];
+    /* the backward's dx += du A_g: gpu/lora.cu's rule for the tensor-core pass (every pointer here
+     * is 256-byte aligned, du = dx_f + C_in 64-byte aligned when C_in % 32 == 0) */
+    const bool dx_pass = nR % 2 == 0 && nR <= 64 && C_in % 32 == 0 && ldd % 8 == 0;
+    char shape[224];
     int len = snprintf(shape, sizeof shape, "n=%d N=%d C_in=%d C_out=", n, N, C_in);
     for (int i = 0; i < n; i++) len += snprintf(shape + len, sizeof shape - len, "%s%d", i ? "," : "", c.C_out[i]);
-    snprintf(shape + len, sizeof shape - len, " R=%d ldx=%lld ldw=%lld s=%g %s", R, (long long)ldx, (long long)ldw,
-             (double)s, ex ? "exact" : "normal");
+    snprintf(shape + len, sizeof shape - len, " R=%d ldx=%lld ldw=%lld ldd=%lld (dx: %s) s=%g %s", R, (long long)ldx,
+             (long long)ldw, (long long)ldd, dx_pass ? "pass" : "gemm", (double)s, ex ? "exact" : "normal");
 
     std::vector<float> x((size_t)N * C_in), A((size_t)nR * C_in), dx0((size_t)N * C_in), dA0((size_t)nR * C_in);
     std::vector<std::vector<float>> W(n), B(n), dy(n), dB0(n);
@@ -976,8 +1046,8 @@ static void run_fold_case(const fold_case &f, enum regime rg, int id) {
                 gpu_linear_backward_dx_bf16(g_gemm, (uint16_t *)bdxw.data, dy_p[i], (const uint16_t *)bW[i].data, N,
                                             C_in, c.C_out[i], beta, g_stream);
             else
-                gpu_linear_backward_dx_ld_bf16(g_gemm, (uint16_t *)bdxw.data, dy_p[i], (const uint16_t *)bWf[i].data,
-                                               ldw, N, C_in, c.C_out[i], beta, g_stream);
+                gpu_linear_backward_dx_ld_bf16(g_gemm, (uint16_t *)bdxw.data, C_in, dy_p[i],
+                                               (const uint16_t *)bWf[i].data, ldw, N, C_in, c.C_out[i], beta, g_stream);
             got[pass].resize(dx0b.size());
             dev_buf_download(&bdxw, got[pass].data(), 1);
         }
@@ -985,6 +1055,184 @@ static void run_fold_case(const fold_case &f, enum regime rg, int id) {
                  beta == GEMM_ACCUMULATE ? " + dx0" : "", i, i);
         cmp_exact_bytes(&cc, got[1].data(), got[0].data(), got[0].size() * 2);
     }
+
+    /* (e) the folded backward against the unfolded path. The unfolded path first: the members'
+     * base dx summed into a contiguous dx, then the group backward; its du from its workspace. */
+    std::vector<uint16_t> dx_un(dx0b.size());
+    std::vector<float> dA_un(dA0.size()), du_un, dA_f(dA0.size());
+    std::vector<std::vector<float>> dB_un(n), dB_f(n);
+    dev_buf_reset(&bdxw, nullptr);
+    dev_buf_reset(&bdA, dA0.data());
+    dev_buf_reset(&bws, nullptr);
+    for (int i = 0; i < n; i++) {
+        dev_buf_reset(&bdB[i], dB0[i].data());
+        gpu_linear_backward_dx_bf16(g_gemm, (uint16_t *)bdxw.data, dy_p[i], (const uint16_t *)bW[i].data, N, C_in,
+                                    c.C_out[i], i ? GEMM_ACCUMULATE : GEMM_OVERWRITE, g_stream);
+    }
+    gpu_lora_group_backward_bf16(g_gemm, (uint16_t *)bdxw.data, (float *)bdA.data, dB_p, dy_p,
+                                 (const uint16_t *)bx.data, (const uint16_t *)bu.data, (const uint16_t *)bA.data, B_p,
+                                 n, N, C_in, c.C_out, R, s, bws.data, g_stream);
+    dev_buf_download(&bdxw, dx_un.data(), 1);
+    dev_buf_download(&bdA, dA_un.data(), 0);
+    {
+        std::vector<unsigned char> w(bws.nbytes);
+        dev_buf_download(&bws, w.data(), 0);
+        du_un = workspace_du(w, (size_t)N * nR);
+    }
+    for (int i = 0; i < n; i++) {
+        dB_un[i].resize(dB0[i].size());
+        dev_buf_download(&bdB[i], dB_un[i].data(), 0);
+    }
+    /* The folded path: the base products into dx_f (poisoned), then the fold backward. */
+    struct dev_buf bdxf;
+    dev_buf_alloc(&bdxf, "dx_f", (size_t)N * ldd * 2, POISON_BF16, nullptr);
+    dev_buf_reset(&bdA, dA0.data());
+    for (int i = 0; i < n; i++) {
+        dev_buf_reset(&bdB[i], dB0[i].data());
+        gpu_linear_backward_dx_ld_bf16(g_gemm, (uint16_t *)bdxf.data, ldd, dy_p[i], (const uint16_t *)bWf[i].data, ldw,
+                                       N, K, c.C_out[i], i ? GEMM_ACCUMULATE : GEMM_OVERWRITE, g_stream);
+    }
+    std::vector<uint16_t> dxf_base((size_t)N * ldd), dxf((size_t)N * ldd);
+    dev_buf_download(&bdxf, dxf_base.data(), 0);
+    gpu_lora_group_fold_backward_bf16(g_gemm, (uint16_t *)bdxf.data, ldd, (float *)bdA.data, dB_p, dy_p,
+                                      (const uint16_t *)bxf.data, ldx, (const uint16_t *)bu.data,
+                                      (const uint16_t *)bA.data, n, N, C_in, c.C_out, R, s, bws.data, g_stream);
+    dev_buf_download(&bdxf, dxf.data(), 0);
+    dev_buf_download(&bdA, dA_f.data(), 0);
+    for (int i = 0; i < n; i++) {
+        dB_f[i].resize(dB0[i].size());
+        dev_buf_download(&bdB[i], dB_f[i].data(), 0);
+    }
+
+    /* References: du = Σ_o dy_i·S_i and prod = Σ_i du_i A_i in double; dA from the reference du. */
+    std::vector<float> du_ref((size_t)N * nR), dA_ref(dA0);
+    {
+        std::vector<double> acc(R);
+        for (int i = 0; i < n; i++) {
+            const int Co = c.C_out[i];
+            std::vector<float> S(B[i].size());
+            for (size_t e = 0; e < S.size(); e++) S[e] = bf16_round(s * B[i][e]);
+            for (int m = 0; m < N; m++) {
+                for (double &a : acc) a = 0.0;
+                for (int o = 0; o < Co; o++) {
+                    const double d = dy[i][(size_t)m * Co + o];
+                    if (d == 0.0) continue;
+                    for (int k = 0; k < R; k++) acc[k] += d * S[(size_t)o * R + k];
+                }
+                for (int k = 0; k < R; k++) du_ref[(size_t)m * nR + i * R + k] = (float)acc[k];
+            }
+        }
+    }
+    ref_adapter_grad_a(dA_ref.data(), du_ref.data(), x.data(), N, C_in, nR);
+    std::vector<double> prod((size_t)N * C_in, 0.0);
+    for (int m = 0; m < N; m++)
+        for (int k = 0; k < nR; k++) {
+            const double d = du_ref[(size_t)m * nR + k];
+            if (d == 0.0) continue;
+            for (int j = 0; j < C_in; j++) prod[(size_t)m * C_in + j] += d * A[(size_t)k * C_in + j];
+        }
+    const std::vector<float> dxf_base_f = floats_of(dxf_base), dxf_f = floats_of(dxf);
+    const std::vector<float> dx0_f = columns(dxf_base_f, N, ldd, 0, C_in), dx_fold = columns(dxf_f, N, ldd, 0, C_in);
+    const std::vector<float> du_got = columns(dxf_f, N, ldd, C_in, nR);
+    std::vector<float> dx_want(dx0_f.size());
+    int64_t inexact_dx = 0; /* values a rounding placement sees not exact in bf16 (exact regime) */
+    for (size_t e = 0; e < dx_want.size(); e++) {
+        dx_want[e] = bf16_to_float(bf16_from_double(dx0_f[e] + prod[e]));
+        if (!ex) continue;
+        inexact_dx += !bf16_exact(prod[e]) + !bf16_exact(dx0_f[e] + prod[e]);
+        const float first = bf16_round(bf16_to_float(bf16_from_double(prod[e])) + dx0_f[e]);
+        if (dx_fold[e] != dx_want[e]) dx_want[e] = first;
+    }
+    std::vector<int> rows; /* the base check's rows: 0 .. N − 1 in up to 32 even steps */
+    const int n_rows = N < 32 ? N : 32;
+    for (int j = 0; j < n_rows; j++) rows.push_back(n_rows > 1 ? (int)((int64_t)j * (N - 1) / (n_rows - 1)) : 0);
+    std::vector<float> base_ref, base_n;
+    int64_t inexact_base_dx = 0;
+    base_dx_rows(base_ref, base_n, inexact_base_dx, rows, dy, W, n, C_in, c.C_out);
+    if (ex) {
+        int64_t inexact_du = 0;
+        for (float v : du_ref) inexact_du += bf16_round(v) != v;
+        EXPECT(inexact_du + inexact_base_dx == 0,
+               "lora fold %s: reference values not exact in bf16 (du %lld, base dx %lld): the exact tier's "
+               "precondition fails",
+               shape, (long long)inexact_du, (long long)inexact_base_dx);
+    }
+
+    /* Naive same-precision du and dx (NORMAL regime only). */
+    std::vector<float> du_n, dx_n;
+    if (!ex) {
+        du_n.resize((size_t)N * nR);
+        for (int i = 0; i < n; i++) {
+            const int Co = c.C_out[i];
+            std::vector<float> S(B[i].size()), d((size_t)N * R);
+            for (size_t e = 0; e < S.size(); e++) S[e] = bf16_round(s * B[i][e]);
+            naive_mm(d.data(), dy[i].data(), Co, 1, S.data(), R, 1, N, R, Co);
+            for (int m = 0; m < N; m++)
+                for (int k = 0; k < R; k++) du_n[(size_t)m * nR + i * R + k] = bf16_round(d[(size_t)m * R + k]);
+        }
+        dx_n.resize(dx0_f.size());
+        naive_mm(dx_n.data(), du_n.data(), nR, 1, A.data(), C_in, 1, N, C_in, nR);
+        for (size_t e = 0; e < dx_n.size(); e++) dx_n[e] = bf16_round(bf16_round(dx_n[e]) + dx0_f[e]);
+    }
+
+    cc.op = "lora_fold_backward";
+    cc.dtype = "bf16";
+    {   /* the base products wrote columns 0 .. K − 1 entirely and nothing past them; the call
+         * wrote only the first C_in columns */
+        const std::vector<uint16_t> pad = columns(dxf, N, ldd, K, (int)(ldd - K));
+        const std::vector<uint16_t> base_k = columns(dxf_base, N, ldd, 0, K);
+        EXPECT(count_poison_bf16(base_k.data(), (int64_t)base_k.size()) == 0 &&
+                   count_poison_bf16(pad.data(), (int64_t)pad.size()) == (int64_t)pad.size(),
+               "lora fold %s: dx_f: %lld of the K columns unwritten by the base products, %lld of %lld padding "
+               "elements written",
+               shape, (long long)count_poison_bf16(base_k.data(), (int64_t)base_k.size()),
+               (long long)((int64_t)pad.size() - count_poison_bf16(pad.data(), (int64_t)pad.size())),
+               (long long)pad.size());
+        const std::vector<uint16_t> tail_before = columns(dxf_base, N, ldd, C_in, (int)(ldd - C_in));
+        const std::vector<uint16_t> tail_after = columns(dxf, N, ldd, C_in, (int)(ldd - C_in));
+        snprintf(what, sizeof what, "dx_f's columns from C_in on (du, padding) untouched by the fold backward");
+        cmp_exact_bytes(&cc, tail_after.data(), tail_before.data(), tail_before.size() * 2);
+    }
+    snprintf(what, sizeof what, "base dx (dx_f's first C_in columns, %d rows) vs Σ_i dy_i W_i", n_rows);
+    {
+        std::vector<float> base_got((size_t)n_rows * C_in);
+        for (int j = 0; j < n_rows; j++)
+            memcpy(&base_got[(size_t)j * C_in], &dx0_f[(size_t)rows[j] * C_in], (size_t)C_in * 4);
+        compare(&cc, base_got, base_n, base_ref, rg, 1);
+    }
+    snprintf(what, sizeof what, "du (dx_f's adapter columns) vs Σ_o dy_i·S_i");
+    compare(&cc, du_got, du_n, du_ref, rg, 1);
+    snprintf(what, sizeof what, "dx (dx_f's first C_in columns) vs bf16(base dx + Σ_i du_i A_i)");
+    compare(&cc, dx_fold, dx_n, dx_want, rg, 1);
+    if (ex) {
+        snprintf(what, sizeof what, "du vs the unfolded group's (its workspace)");
+        cmp_exact_f32(&cc, du_got.data(), du_un.data(), (int64_t)du_un.size());
+        /* the unfolded group's dx += du A_g: the pass by the same rule at its contiguous rows */
+        const bool dx_pass_un = nR % 2 == 0 && nR <= 64 && C_in % 32 == 0;
+        if ((dx_pass && dx_pass_un) || inexact_dx == 0) {
+            const std::vector<uint16_t> dx_bits = columns(dxf, N, ldd, 0, C_in);
+            snprintf(what, sizeof what, "dx vs the unfolded path's");
+            cmp_exact_bytes(&cc, dx_bits.data(), dx_un.data(), dx_un.size() * 2);
+        }
+    }
+    cc.dtype = "f32";
+    snprintf(what, sizeof what, "dlora_a (stacked, accumulated)");
+    if (ex) {
+        cmp_exact_f32(&cc, dA_f.data(), dA_ref.data(), (int64_t)dA_ref.size());
+        snprintf(what, sizeof what, "dlora_a vs the unfolded path's");
+        cmp_exact_bytes(&cc, dA_f.data(), dA_un.data(), dA_un.size() * 4);
+    } else {
+        check_reduction(&cc, dA_f, dA0, du_got.data(), nR, x.data(), C_in, N, nR, C_in, 1.0);
+    }
+    for (int i = 0; i < n; i++) {
+        snprintf(what, sizeof what, "dlora_b_%d vs the unfolded path's", i);
+        cmp_exact_bytes(&cc, dB_f[i].data(), dB_un[i].data(), dB_un[i].size() * 4);
+    }
+    for (struct dev_buf *b : {&bx, &bxf, &bA, &bu}) {
+        std::vector<unsigned char> tmp(b->nbytes);
+        dev_buf_download(b, tmp.data(), 0); /* guards of the fold backward's inputs */
+    }
+    dev_buf_free(&bdxf);
     for (struct dev_buf *b : {&bx, &bxf, &bA, &bu, &bu2, &bdx, &bdA, &bws, &bdxw, &bslots}) dev_buf_free(b);
     for (int i = 0; i < n; i++)
         for (struct dev_buf *b : {&bB[i], &bW[i], &bWf[i], &by[i], &bdy[i], &bdB[i]}) dev_buf_free(b);
@@ -1139,12 +1387,14 @@ int main(int argc, char **argv) {
     for (const group_case &g : groups)
         for (int rg = 0; rg < 2; rg++)
             if (g.N < 1000 || rg == NORMAL) run_group_case(g, (regime)rg, id++);
+    /* the backward's dx += du A_g: the tensor-core pass at the models' shapes (at ldd = ldx and 64
+     * wider); gemm where C_in % 32 != 0 (an odd ldd) and where ldd % 8 != 0 */
     const fold_case folds[] = {
-        {{3, 256, 576, 16, {576, 192, 192}}, 0},    /* SmolLM2's q/k/v: x_f 624 wide, no padding */
-        {{2, 256, 576, 16, {1536, 1536}}, 0},       /* SmolLM2's gate/up */
-        {{3, 512, 2048, 16, {2048, 512, 512}}, 0},  /* Llama-3.2-1B's q/k/v */
-        {{3, 33, 37, 8, {37, 9, 9}}, 8},            /* u at odd columns, 3 padding columns; W_f wider than x_f */
-        {{2, 40, 64, 6, {96, 80}}, 0},              /* n·R = 12: 4 padding columns, u copied element by element */
+        {{3, 256, 576, 16, {576, 192, 192}}, 0, 0},   /* SmolLM2's q/k/v: x_f 624 wide, no padding */
+        {{2, 256, 576, 16, {1536, 1536}}, 0, 64},     /* SmolLM2's gate/up; dx_f 64 wider */
+        {{3, 512, 2048, 16, {2048, 512, 512}}, 0, 0}, /* Llama-3.2-1B's q/k/v */
+        {{3, 33, 37, 8, {37, 9, 9}}, 8, 3},           /* u at odd columns, 3 padding columns; W_f wider than x_f */
+        {{2, 40, 64, 6, {96, 80}}, 0, 4},             /* n·R = 12: 4 padding columns, u copied element by element */
     };
     for (const fold_case &f : folds)
         for (int rg = 0; rg < 2; rg++) run_fold_case(f, (regime)rg, id++);
