@@ -227,7 +227,8 @@ void base_backward(gpu_llama *m, int l, int t, uint16_t *dx, enum gemm_beta beta
     if (!m->fp8.on) {
         if (!dx) return;
         PROF(m, PROF_LINEAR_DX);
-        gpu_linear_backward_dx_ld_bf16(m->gemm, dx, dy, lin.w, lin.ldw, n, lin.c_in, lin.c_out, beta, m->stream);
+        gpu_linear_backward_dx_ld_bf16(m->gemm, dx, lin.c_in, dy, lin.w, lin.ldw, n, lin.c_in, lin.c_out, beta,
+                                       m->stream);
         return;
     }
     {
@@ -427,10 +428,30 @@ void group_forward(gpu_llama *m, int l, int g, uint16_t *const *y, const uint16_
 
 /* The backward of group g of layer l for dy[i], rows sp: dx (when non-NULL) OVERWRITTEN with the
  * sum of the members' input gradients; parameter gradients accumulate. x is the shared saved input
- * (row stride ldx). rescaled: as proj_backward's. */
+ * and dx's rows are at the same stride ldx (the group's ld_n: a folded group's dx carries its du
+ * after the C columns). rescaled: as proj_backward's. */
 void group_backward(gpu_llama *m, int l, int g, uint16_t *dx, const uint16_t *const *dy, const uint16_t *x,
                     int64_t ldx, uint64_t micro, gl_span sp, bool rescaled) {
     const int first = gl_group_first[g], n = gl_group_n[g];
+    if (m->folded[g] && dx) { /* du from the base products' adapter columns (gpu/lora.h) */
+        gl_linear *lin = m->layers[l].lin + first;
+        const int R = m->opt.R;
+        float *db[LORA_GROUP_MAX];
+        int c_out[LORA_GROUP_MAX];
+        {
+            PROF(m, PROF_LINEAR_DX);
+            for (int i = 0; i < n; i++) {
+                gpu_linear_backward_dx_ld_bf16(m->gemm, dx, ldx, dy[i], lin[i].w, lin[i].ldw, sp.n, lin[i].c_in + n * R,
+                                               lin[i].c_out, i == 0 ? GEMM_OVERWRITE : GEMM_ACCUMULATE, m->stream);
+                db[i] = lin[i].b_grad, c_out[i] = lin[i].c_out;
+            }
+        }
+        PROF(m, PROF_ADAPTER_BWD);
+        gpu_lora_group_fold_backward_bf16(m->gemm, dx, ldx, lin[0].a_grad, db, dy, x, ldx,
+                                          m->acts[l].ug[g] + (size_t)sp.r0 * n * R, lin[0].a, n, sp.n, lin[0].c_in,
+                                          c_out, R, m->opt.lora_scale, m->ws, m->stream);
+        return;
+    }
     if (!m->grouped[g]) {
         for (int i = 0; i < n; i++)
             proj_backward(m, l, first + i, dx, i == 0 ? GEMM_OVERWRITE : GEMM_ACCUMULATE, dy[i], x, micro, sp,
@@ -576,7 +597,8 @@ void mlp_backward(gpu_llama *m, int l, gl_span sp, uint64_t micro) {
     const uint16_t *n2 = m->n2 + (size_t)sp.r0 * m->ld_n2;
     fp8_input_t(m, l, LLAMA_GATE, n2, m->cfg.C, sp);
     const uint16_t *const d_gate_up[2] = {a.gate, a.up};
-    group_backward(m, l, GL_GROUP_GATE_UP, m->dn + off, d_gate_up, n2, m->ld_n2, micro, sp, dora);
+    uint16_t *dn = m->dn + (size_t)sp.r0 * m->ld_n2; /* at n2's stride: a folded group's du after C */
+    group_backward(m, l, GL_GROUP_GATE_UP, dn, d_gate_up, n2, m->ld_n2, micro, sp, dora);
 }
 
 /* G holds d x[l + 1] on entry and d x[l] on exit (unless layer 0's is not needed). */
@@ -605,8 +627,8 @@ void layer_backward(gpu_llama *m, int l, uint64_t micro) {
     }
     {
         PROF(m, PROF_NORM);
-        gpu_rmsnorm_backward_bf16(m->G, full ? ly.mlp_norm_grad : nullptr, gl_grad_type(m), m->dn, m->G, a.h,
-                                  ly.mlp_norm, a.rstd2, N, c.C, m->ws, s);
+        gpu_rmsnorm_backward_strided_bf16(m->G, full ? ly.mlp_norm_grad : nullptr, gl_grad_type(m), m->dn, m->ld_n2,
+                                          m->G, a.h, ly.mlp_norm, a.rstd2, N, c.C, m->ws, s);
     }
     /* attention */
     fp8_input_t(m, l, LLAMA_O, a.att, m->QD, whole(m));
@@ -628,8 +650,8 @@ void layer_backward(gpu_llama *m, int l, uint64_t micro) {
     group_backward(m, l, GL_GROUP_QKV, dx, d_qkv, m->n1, m->ld_n1, micro, whole(m), false);
     if (need_dx) {
         PROF(m, PROF_NORM);
-        gpu_rmsnorm_backward_bf16(m->G, full ? ly.attn_norm_grad : nullptr, gl_grad_type(m), m->dn, m->G, m->x[l],
-                                  ly.attn_norm, a.rstd1, N, c.C, m->ws, s);
+        gpu_rmsnorm_backward_strided_bf16(m->G, full ? ly.attn_norm_grad : nullptr, gl_grad_type(m), m->dn, m->ld_n1,
+                                          m->G, m->x[l], ly.attn_norm, a.rstd1, N, c.C, m->ws, s);
     }
 }
 

@@ -93,11 +93,12 @@ int has_bias(const model_config *c, int t) { return llama_linear_has_bias(c, (en
 
 size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 
-/* The group linear t belongs to, or −1. */
-/* The row stride of a folded group's input or weight: C_in + the members' n·R columns, rounded up to 8
- * elements (16-byte rows); C_in itself when nothing is folded. */
-int64_t fold_ld(int64_t c_in, int64_t adapter_cols) { return adapter_cols ? (c_in + adapter_cols + 7) / 8 * 8 : c_in; }
+/* The row stride of a folded group's input or weight: C_in + the members' n·R columns, rounded up to
+ * 64 elements (128-byte rows: cuBLASLt's products over them ran 0.4–0.5 ms a step faster at 1B than
+ * at 16-byte rows, RESULTS.md 2026-11-28); C_in itself when nothing is folded. */
+int64_t fold_ld(int64_t c_in, int64_t adapter_cols) { return adapter_cols ? (c_in + adapter_cols + 63) / 64 * 64 : c_in; }
 
+/* The group linear t belongs to, or −1. */
 int group_of(int t) {
     for (int g = 0; g < GL_N_GROUPS; g++)
         if (t >= gl_group_first[g] && t < gl_group_first[g] + gl_group_n[g]) return g;
@@ -491,7 +492,7 @@ void scratch_rows(gpu_llama *m, gl_rows &rs) {
      * starts (point_views) */
     add(rs, SLAB_SCRATCH, &m->tmp, N * (C > m->QD ? C : m->QD));
     add(rs, SLAB_SCRATCH, &m->G, N * C);
-    add(rs, SLAB_SCRATCH, &m->dn, N * C);
+    add(rs, SLAB_SCRATCH, &m->dn, N * (m->ld_n1 > m->ld_n2 ? m->ld_n1 : m->ld_n2)); /* folded: du after C */
     add(rs, SLAB_SCRATCH, &m->dq, N * m->QD);
     add(rs, SLAB_SCRATCH, &m->dk, N * m->KD);
     add(rs, SLAB_SCRATCH, &m->dv, N * m->KD);

@@ -208,13 +208,13 @@ int main(void) {
                       ((cs.C + cs.H * cs.D) + 2.0 * (cs.C + cs.KVH * cs.D) + (cs.H * cs.D + cs.C) + 3.0 * (cs.C + cs.F));
     in_range("lora: gradient bytes = 4 per adapter parameter", (double)pl.grads, 4 * na, 4 * na + slack);
     /* the folded groups' weights (the default: q/k/v and gate/up grouped on a bf16 base) have rows of
-     * C + n·R rounded up to 8 elements (gpu/lora.h); unfolded, 2 bytes a weight */
+     * C + n·R rounded up to 64 elements (gpu/llama_layout.cu); unfolded, 2 bytes a weight */
     struct gpu_llama_options ou = ol;
     ou.folding = GPU_LORA_UNFOLDED;
     const struct gpu_llama_plan pu = plan_of(&cs, &ou);
     in_range("lora --unfolded: frozen bf16 weights = 2 bytes per weight", (double)pu.weights, 2 * np, 2 * np + slack);
-    const double pad_qkv = (double)((cs.C + 3 * ol.R + 7) / 8 * 8 - cs.C),
-                 pad_gu = (double)((cs.C + 2 * ol.R + 7) / 8 * 8 - cs.C);
+    const double pad_qkv = (double)((cs.C + 3 * ol.R + 63) / 64 * 64 - cs.C),
+                 pad_gu = (double)((cs.C + 2 * ol.R + 63) / 64 * 64 - cs.C);
     const double folded = 2 * np + 2.0 * cs.L * ((cs.H * cs.D + 2.0 * cs.KVH * cs.D) * pad_qkv + 2.0 * cs.F * pad_gu);
     in_range("lora: frozen bf16 weights = 2 bytes per weight and per folded adapter column", (double)pl.weights,
              folded, folded + slack);
@@ -225,7 +225,10 @@ int main(void) {
     struct gpu_llama_plan pq = plan_of(&c1, &oq);
     struct gpu_llama_plan pb = plan_of(&c1, &ol);
     const double nl = n_linear_params(&c1), rest = 2.0 * (n_params(&c1) - nl);
-    const double per_layer_buffer = 2.0 * nl / c1.L; /* one layer dequantized */
+    /* one layer dequantized, its folded groups' rows padded as the bf16 base's (above) */
+    const double per_layer_buffer =
+        2.0 * nl / c1.L + 2.0 * ((c1.H * c1.D + 2.0 * c1.KVH * c1.D) * (double)((c1.C + 3 * ol.R + 63) / 64 * 64 - c1.C) +
+                                 2.0 * c1.F * (double)((c1.C + 2 * ol.R + 63) / 64 * 64 - c1.C));
     in_range("qlora: weights = NF4 linears + bf16 rest + one dequantized layer", (double)pq.weights,
              0.5 * nl + nl / 64 + rest + per_layer_buffer, 0.5 * nl + nl / 64 * 1.1 + rest + per_layer_buffer + slack);
     expect(pq.weights < pb.weights / 2, "qlora weights < half of bf16", (double)pq.weights, 0, pb.weights / 2.0);
