@@ -96,7 +96,9 @@ size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 /* The row stride of a folded group's input or weight: C_in + the members' n·R columns, rounded up to
  * 64 elements (128-byte rows: cuBLASLt's products over them ran 0.4–0.5 ms a step faster at 1B than
  * at 16-byte rows, RESULTS.md 2026-11-28); C_in itself when nothing is folded. */
-int64_t fold_ld(int64_t c_in, int64_t adapter_cols) { return adapter_cols ? (c_in + adapter_cols + 63) / 64 * 64 : c_in; }
+int64_t fold_ld(int64_t c_in, int64_t adapter_cols) {
+    return adapter_cols ? (c_in + adapter_cols + 63) / 64 * 64 : c_in;
+}
 
 /* The group linear t belongs to, or −1. */
 int group_of(int t) {

@@ -107,8 +107,9 @@ gemm_args group_du(uint16_t *du_i, const uint16_t *dy, const uint16_t *lora_b, i
 /* dA_g (n·R, C_in) += duᵀ · x (x at row stride ldx, du at ldu) */
 gemm_args group_da(float *da, const uint16_t *du, const uint16_t *x, int n, int N, int C_in, int R,
                    int64_t ldx = 0, int64_t ldu = 0) {
-    return gemm_args{da,      GEMM_OUT_F32, C_in, 0,    du,   GEMM_TRANS, ldu ? ldu : (int64_t)n * R, 0, x, GEMM_NO_TRANS,
-                     ldx ? ldx : C_in, 0,   nullptr, n * R, C_in, N,          1,              1.0f, GEMM_ACCUMULATE};
+    return gemm_args{da,      GEMM_OUT_F32, C_in, 0,     du,    GEMM_TRANS, ldu ? ldu : (int64_t)n * R,
+                     0,       x,            GEMM_NO_TRANS, ldx ? ldx : C_in, 0,          nullptr,
+                     n * R,   C_in,         N,             1,     1.0f,       GEMM_ACCUMULATE};
 }
 
 /* dx (N, C_in) (+)= du (N, n·R) · A_g: bf16 accumulating onto the base dx, or (dropout) fp32
@@ -147,8 +148,8 @@ struct lora_mma_epi {
     }
 };
 
-/* out (N, C_out; row stride ldo, 0: C_out) += s · u (N, K; row stride ldu) · the rank-side operand b (row stride ldb; its
- * layout L, gpu/adapter_mma.cuh): one pass on tensor cores where the shape and alignment allow (the
+/* out (N, C_out; row stride ldo, 0: C_out) += s · u (N, K; row stride ldu) · the rank-side operand b
+ * (row stride ldb; its layout L, gpu/adapter_mma.cuh): one pass on tensor cores where the shape and alignment allow (the
  * models' shapes), else the gemm with beta = 1 (args). The forward's y += s·u Bᵀ (ADAPTER_B_ROWS, B
  * (C_out, R)) and the backward's dx += du A_g (ADAPTER_B_COLS, A_g (K, C_in), s = 1: dx = bf16(dx +
  * du A), as gemm's alpha = beta = 1 forms it). */
@@ -286,7 +287,8 @@ extern "C" void gpu_lora_group_fold_u_bf16(struct gpu_gemm *g, uint16_t *u, uint
     CHECK(n >= 1 && n <= LORA_GROUP_MAX, "lora group: n=%d must be in [1, %d]", n, LORA_GROUP_MAX);
     check_dims(N, C_in, 1, R);
     const int K = n * R;
-    CHECK(ldx >= C_in + K, "lora fold: the input's row stride %lld is below C_in + n·R = %d", (long long)ldx, C_in + K);
+    CHECK(ldx >= C_in + K, "lora fold: the input's row stride %lld is below C_in + n·R = %d", (long long)ldx,
+          C_in + K);
     const gemm_args pu = group_u(u, x_f, lora_a, n, N, C_in, R, ldx);
     gpu_gemm(g, &pu, stream);
     uint16_t *dst = x_f + C_in;
@@ -307,8 +309,9 @@ extern "C" void gpu_lora_group_fold_backward_bf16(struct gpu_gemm *g, uint16_t *
                                                   cudaStream_t stream) {
     check_group(n, N, C_in, C_out, R);
     const int K = n * R;
-    CHECK(ldd >= C_in + K && ldx >= C_in, "lora fold backward: row strides %lld (dx_f) and %lld (x) for C_in %d + n·R %d",
-          (long long)ldd, (long long)ldx, C_in, K);
+    CHECK(ldd >= C_in + K && ldx >= C_in,
+          "lora fold backward: row strides %lld (dx_f) and %lld (x) for C_in %d + n·R %d", (long long)ldd,
+          (long long)ldx, C_in, K);
     for (int i = 0; i < n; i++) {
         if (dlora_b && dlora_b[i]) {
             const gemm_args p = group_db(dlora_b[i], dy[i], u + (size_t)i * R, n, N, C_out[i], R, scale);

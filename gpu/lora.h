@@ -132,8 +132,8 @@ void gpu_lora_group_backward_ld_bf16(struct gpu_gemm *g, uint16_t *dx, float *dl
                                      const int *C_out, int R, float scale, void *workspace, cudaStream_t stream);
 
 /* Folded groups (LoRA without dropout on a bf16 or NF4 base with bf16 products: gpu/llama.cu folds
- * the q/k/v and gate/up groups). The adapters' products join the base products' K dimension, so that no pass of their own
- * reads and rewrites y:
+ * the q/k/v and gate/up groups). The adapters' products join the base products' K dimension, so that
+ * no pass of their own reads and rewrites y:
  *   y_i = bf16( x_f W_f,iᵀ ) = bf16( x W_iᵀ + u_i S_iᵀ )          one fp32 sum, rounded once
  * with x_f = [x | u] (N, C_in + n·R) at row stride ldx — the producer writes x into the first C_in
  * columns (gpu_rmsnorm_forward_strided_bf16) — and W_f,i = [W_i | 0 … S_i … 0] (C_out_i, C_in + n·R)

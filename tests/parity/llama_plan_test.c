@@ -226,9 +226,10 @@ int main(void) {
     struct gpu_llama_plan pb = plan_of(&c1, &ol);
     const double nl = n_linear_params(&c1), rest = 2.0 * (n_params(&c1) - nl);
     /* one layer dequantized, its folded groups' rows padded as the bf16 base's (above) */
+    const double pad1_qkv = (double)((c1.C + 3 * ol.R + 63) / 64 * 64 - c1.C),
+                 pad1_gu = (double)((c1.C + 2 * ol.R + 63) / 64 * 64 - c1.C);
     const double per_layer_buffer =
-        2.0 * nl / c1.L + 2.0 * ((c1.H * c1.D + 2.0 * c1.KVH * c1.D) * (double)((c1.C + 3 * ol.R + 63) / 64 * 64 - c1.C) +
-                                 2.0 * c1.F * (double)((c1.C + 2 * ol.R + 63) / 64 * 64 - c1.C));
+        2.0 * nl / c1.L + 2.0 * ((c1.H * c1.D + 2.0 * c1.KVH * c1.D) * pad1_qkv + 2.0 * c1.F * pad1_gu);
     in_range("qlora: weights = NF4 linears + bf16 rest + one dequantized layer", (double)pq.weights,
              0.5 * nl + nl / 64 + rest + per_layer_buffer, 0.5 * nl + nl / 64 * 1.1 + rest + per_layer_buffer + slack);
     expect(pq.weights < pb.weights / 2, "qlora weights < half of bf16", (double)pq.weights, 0, pb.weights / 2.0);

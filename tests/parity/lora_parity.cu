@@ -715,8 +715,8 @@ static void run_group_case(const group_case &c, enum regime rg, int id) {
  * groups"), at the strides gpu/llama.cu gives them ----
  *
  * x_f (N, ldx): x in columns 0 .. C_in − 1, u in the next n·R, then padding up to ldx = C_in + n·R
- * rounded up to 8 elements (the 16-byte rows the contract needs; gpu/llama.cu rounds to 64). W_f,i (C_out_i, ldw): W_i, the n·R adapter
- * columns (member i's S_i = bf16(s·B_i), zeros in the other members'), then padding; ldw is ldx or,
+ * rounded up to 8 elements (the 16-byte rows the contract needs; gpu/llama_layout.cu rounds to 64).
+ * W_f,i (C_out_i, ldw): W_i, the n·R adapter columns (member i's S_i = bf16(s·B_i), zeros in the other members'), then padding; ldw is ldx or,
  * where a case says so, wider (the contract lets the strides differ). Padding starts poisoned and
  * must keep its poison; a product that read past K = C_in + n·R would also turn y into NaN.
  *  (a) exact, data movement: fold_u's u is gpu_lora_group_u_bf16's u on a contiguous copy of x (the
