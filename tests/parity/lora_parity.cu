@@ -400,6 +400,13 @@ struct group_case {
     int C_out[LORA_GROUP_MAX];
 };
 
+/* "n=… N=… C_in=… C_out=a,b,…" into shape; returns its length (a case label's start). */
+static int group_label(char *shape, size_t cap, const group_case &c) {
+    int len = snprintf(shape, cap, "n=%d N=%d C_in=%d C_out=", c.n, c.N, c.C_in);
+    for (int i = 0; i < c.n; i++) len += snprintf(shape + len, cap - len, "%s%d", i ? "," : "", c.C_out[i]);
+    return len;
+}
+
 /* The backward outputs one run writes; the others are passed as NULL. */
 struct group_run {
     int dx, dA;
@@ -444,8 +451,7 @@ static void run_group_case(const group_case &c, enum regime rg, int id) {
     const bool ex = rg == EXACT;
     const float s = ex ? ((id >> 1) % 2 ? 0.5f : 2.0f) : ref_lora_scale(32.0, R, LORA_SCALE_RSLORA);
     char shape[160];
-    int len = snprintf(shape, sizeof shape, "n=%d N=%d C_in=%d C_out=", n, N, C_in);
-    for (int i = 0; i < n; i++) len += snprintf(shape + len, sizeof shape - len, "%s%d", i ? "," : "", c.C_out[i]);
+    const int len = group_label(shape, sizeof shape, c);
     snprintf(shape + len, sizeof shape - len, " R=%d s=%g %s", R, (double)s, ex ? "exact" : "normal");
 
     std::vector<float> x((size_t)N * C_in), A((size_t)nR * C_in), dx0((size_t)N * C_in), dA0((size_t)nR * C_in);
@@ -841,8 +847,7 @@ static void run_fold_case(const fold_case &f, enum regime rg, int id) {
      * is 256-byte aligned, du = dx_f + C_in 64-byte aligned when C_in % 32 == 0) */
     const bool dx_pass = nR % 2 == 0 && nR <= 64 && C_in % 32 == 0 && ldd % 8 == 0;
     char shape[224];
-    int len = snprintf(shape, sizeof shape, "n=%d N=%d C_in=%d C_out=", n, N, C_in);
-    for (int i = 0; i < n; i++) len += snprintf(shape + len, sizeof shape - len, "%s%d", i ? "," : "", c.C_out[i]);
+    const int len = group_label(shape, sizeof shape, c);
     snprintf(shape + len, sizeof shape - len, " R=%d ldx=%lld ldw=%lld ldd=%lld (dx: %s) s=%g %s", R, (long long)ldx,
              (long long)ldw, (long long)ldd, dx_pass ? "pass" : "gemm", (double)s, ex ? "exact" : "normal");
 
