@@ -387,8 +387,8 @@ void proj_backward(gpu_llama *m, int l, int t, uint16_t *dx, enum gemm_beta beta
 }
 
 /* The linears of group g of layer l on their shared input x (row stride ldx: the group's ld_n), rows
- * sp: y[i] for member i. */
-void group_forward(gpu_llama *m, int l, int g, uint16_t *const *y, const uint16_t *x, int64_t ldx, int train,
+ * sp: y[i] for member i. A folded group writes its u into x's spare columns. */
+void group_forward(gpu_llama *m, int l, int g, uint16_t *const *y, uint16_t *x, int64_t ldx, int train,
                    uint64_t micro, gl_span sp) {
     const int first = gl_group_first[g], n = gl_group_n[g];
     if (!m->grouped[g]) {
@@ -401,8 +401,7 @@ void group_forward(gpu_llama *m, int l, int g, uint16_t *const *y, const uint16_
     if (m->folded[g]) { /* u into x's spare columns, then each member's product over [x | u] */
         {
             PROF(m, PROF_ADAPTER_FWD);
-            gpu_lora_group_fold_u_bf16(m->gemm, ug, const_cast<uint16_t *>(x), ldx, lin[0].a, n, sp.n, lin[0].c_in, R,
-                                       m->stream);
+            gpu_lora_group_fold_u_bf16(m->gemm, ug, x, ldx, lin[0].a, n, sp.n, lin[0].c_in, R, m->stream);
         }
         PROF(m, PROF_LINEAR_FWD);
         for (int i = 0; i < n; i++)
@@ -441,8 +440,9 @@ void group_backward(gpu_llama *m, int l, int g, uint16_t *dx, const uint16_t *co
         {
             PROF(m, PROF_LINEAR_DX);
             for (int i = 0; i < n; i++) {
-                gpu_linear_backward_dx_ld_bf16(m->gemm, dx, ldx, dy[i], lin[i].w, lin[i].ldw, sp.n, lin[i].c_in + n * R,
-                                               lin[i].c_out, i == 0 ? GEMM_OVERWRITE : GEMM_ACCUMULATE, m->stream);
+                gpu_linear_backward_dx_ld_bf16(m->gemm, dx, ldx, dy[i], lin[i].w, lin[i].ldw, sp.n,
+                                               lin[i].c_in + n * R, lin[i].c_out,
+                                               i == 0 ? GEMM_OVERWRITE : GEMM_ACCUMULATE, m->stream);
                 db[i] = lin[i].b_grad, c_out[i] = lin[i].c_out;
             }
         }
@@ -516,7 +516,7 @@ void mlp_forward(gpu_llama *m, int l, gl_span sp, int train, uint64_t micro, int
     gl_acts &a = m->acts[l];
     const int F = m->cfg.F;
     const size_t off = (size_t)sp.r0 * m->cfg.C;
-    const uint16_t *n2 = m->n2 + (size_t)sp.r0 * m->ld_n2;
+    uint16_t *n2 = m->n2 + (size_t)sp.r0 * m->ld_n2;
     fp8_input(m, l, LLAMA_GATE, n2, m->cfg.C, sp); /* one quantization for gate, up */
     uint16_t *const gate_up[2] = {a.gate, a.up};
     group_forward(m, l, GL_GROUP_GATE_UP, gate_up, n2, m->ld_n2, train, micro, sp);
