@@ -49,9 +49,10 @@ constexpr size_t kAlign = 256;
 
 size_t align_up(size_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
 
-__global__ void __launch_bounds__(kBlock) dora_weight_sq_block_per_row(float *w_sq, const bf16 *w, int C_in) {
+__global__ void __launch_bounds__(kBlock) dora_weight_sq_block_per_row(float *w_sq, const bf16 *w, int64_t ldw,
+                                                                     int C_in) {
     __shared__ double sh[kBlock];
-    const bf16 *row = w + (int64_t)blockIdx.x * C_in;
+    const bf16 *row = w + (int64_t)blockIdx.x * ldw;
     double s = 0.0;
     for (int i = threadIdx.x; i < C_in; i += kBlock) {
         const double v = (double)__bfloat162float(row[i]);
@@ -64,6 +65,30 @@ __global__ void __launch_bounds__(kBlock) dora_weight_sq_block_per_row(float *w_
         __syncthreads();
     }
     if (threadIdx.x == 0) w_sq[blockIdx.x] = (float)sh[0];
+}
+
+/* w_s[o, k] = bf16(w[o, k]·(mag[o]/wnorm[o])), k < K: VW columns a thread (8: 16-byte loads and
+ * stores, when the rows allow), the rows' vectors numbered in one flat range. */
+template <int VW>
+__global__ void __launch_bounds__(kBlock) dora_scale_weight_rows(bf16 *w_s, const bf16 *w, int64_t ldw,
+                                                                 const float *mag, const float *wnorm, int C_out,
+                                                                 int K) {
+    const int per_row = K / VW;
+    const int64_t i = (int64_t)blockIdx.x * kBlock + threadIdx.x;
+    if (i >= (int64_t)C_out * per_row) return;
+    const int o = (int)(i / per_row), k = (int)(i - (int64_t)o * per_row) * VW;
+    const float mns = __fdiv_rn(mag[o], wnorm[o]);
+    const bf16 *src = w + (int64_t)o * ldw + k;
+    bf16 *dst = w_s + (int64_t)o * ldw + k;
+    if (VW == 8) {
+        uint4 v = *reinterpret_cast<const uint4 *>(src);
+        bf16 *e = reinterpret_cast<bf16 *>(&v);
+#pragma unroll
+        for (int j = 0; j < 8; j++) e[j] = __float2bfloat16_rn(__fmul_rn(__bfloat162float(e[j]), mns));
+        *reinterpret_cast<uint4 *>(dst) = v;
+    } else {
+        dst[0] = __float2bfloat16_rn(__fmul_rn(__bfloat162float(src[0]), mns));
+    }
 }
 
 __device__ __forceinline__ double warp_sum_f64(double v) {
@@ -468,9 +493,29 @@ bool aligned16(const void *p) { return (uintptr_t)p % 16 == 0; }
 
 }  // namespace
 
-extern "C" void gpu_dora_weight_sq_f32(float *w_sq, const uint16_t *w, int C_in, int C_out, cudaStream_t stream) {
+extern "C" void gpu_dora_weight_sq_f32(float *w_sq, const uint16_t *w, int64_t ldw, int C_in, int C_out,
+                                       cudaStream_t stream) {
     check_dims(1, C_in, C_out, 1);
-    dora_weight_sq_block_per_row<<<C_out, kBlock, 0, stream>>>(w_sq, reinterpret_cast<const bf16 *>(w), C_in);
+    CHECK(ldw >= C_in, "gpu_dora_weight_sq_f32: row stride %lld < C_in %d", (long long)ldw, C_in);
+    dora_weight_sq_block_per_row<<<C_out, kBlock, 0, stream>>>(w_sq, reinterpret_cast<const bf16 *>(w), ldw, C_in);
+    KERNEL_CHECK(stream);
+}
+
+extern "C" void gpu_dora_scale_weight_bf16(uint16_t *w_s, const uint16_t *w, int64_t ldw, const float *mag,
+                                           const float *wnorm, int C_out, int K, cudaStream_t stream) {
+    CHECK(C_out >= 1 && K >= 1 && ldw >= K, "gpu_dora_scale_weight_bf16: C_out=%d K=%d ldw=%lld (need >= 1, K <= ldw)",
+          C_out, K, (long long)ldw);
+    const bf16 *src = reinterpret_cast<const bf16 *>(w);
+    bf16 *dst = reinterpret_cast<bf16 *>(w_s);
+    if (K % 8 == 0 && ldw % 8 == 0 && (uintptr_t)w % 16 == 0 && (uintptr_t)w_s % 16 == 0) {
+        const int64_t n = (int64_t)C_out * (K / 8);
+        dora_scale_weight_rows<8><<<(unsigned)((n + kBlock - 1) / kBlock), kBlock, 0, stream>>>(dst, src, ldw, mag,
+                                                                                                wnorm, C_out, K);
+    } else {
+        const int64_t n = (int64_t)C_out * K;
+        dora_scale_weight_rows<1><<<(unsigned)((n + kBlock - 1) / kBlock), kBlock, 0, stream>>>(dst, src, ldw, mag,
+                                                                                                wnorm, C_out, K);
+    }
     KERNEL_CHECK(stream);
 }
 
@@ -479,15 +524,16 @@ extern "C" size_t gpu_dora_weight_norm_workspace_size(int C_out, int R) {
 }
 
 extern "C" void gpu_dora_weight_norm_f32(struct gpu_gemm *g, float *wnorm, const float *w_sq, const uint16_t *w,
-                                         const uint16_t *lora_a, const uint16_t *lora_b, int C_in, int C_out, int R,
-                                         float scale, void *workspace, cudaStream_t stream) {
+                                         int64_t ldw, const uint16_t *lora_a, const uint16_t *lora_b, int C_in,
+                                         int C_out, int R, float scale, void *workspace, cudaStream_t stream) {
     check_dims(1, C_in, C_out, R);
+    CHECK(ldw >= C_in, "gpu_dora_weight_norm_f32: row stride %lld < C_in %d", (long long)ldw, C_in);
     check_ws(workspace, gpu_dora_weight_norm_workspace_size(C_out, R), "weight norm");
     float *wa = static_cast<float *>(workspace);
     float *aa = reinterpret_cast<float *>(static_cast<unsigned char *>(workspace) +
                                           align_up((size_t)C_out * R * sizeof(float)));
     /* W Aᵀ (C_out, R) and A Aᵀ (R, R), fp32 */
-    const gemm_args p_wa = {wa,      GEMM_OUT_F32, R,     0, w,     GEMM_NO_TRANS, C_in, 0, lora_a, GEMM_TRANS,
+    const gemm_args p_wa = {wa,      GEMM_OUT_F32, R,     0, w,     GEMM_NO_TRANS, ldw,  0, lora_a, GEMM_TRANS,
                             C_in,    0,            nullptr, C_out, R, C_in,        1,    1.0f, GEMM_OVERWRITE};
     const gemm_args p_aa = {aa,   GEMM_OUT_F32, R,       0, lora_a, GEMM_NO_TRANS, C_in, 0, lora_a, GEMM_TRANS,
                             C_in, 0,            nullptr, R, R,      C_in,          1,    1.0f, GEMM_OVERWRITE};

@@ -14,6 +14,8 @@
  *                               combination per row in double in a fixed order; a negative n²
  *                               from cancellation clamps to 0; n = fp32(sqrt(n²)).
  *                               ref_dora_weight_norm_factored's formula (its sums are all double).
+ *   Both read W's rows at stride ldw ≥ C_in (a folded group member's padded rows, gpu/lora.h: the
+ *   columns past C_in are not read); the same bits as at ldw = C_in.
  * Forward (no dropout; on entry y = x Wᵀ + b, bf16, from the base layer's gemm with the bias):
  *   u    = bf16( x Aᵀ )                               (N, R) OVERWRITTEN, saved
  *   sl   = s·(u Bᵀ)                                    (N, C_out) fp32: for R ≤ 64 formed in registers
@@ -69,10 +71,10 @@
 extern "C" {
 #endif
 
-void gpu_dora_weight_sq_f32(float *w_sq, const uint16_t *w, int C_in, int C_out, cudaStream_t stream);
+void gpu_dora_weight_sq_f32(float *w_sq, const uint16_t *w, int64_t ldw, int C_in, int C_out, cudaStream_t stream);
 
 size_t gpu_dora_weight_norm_workspace_size(int C_out, int R);
-void gpu_dora_weight_norm_f32(struct gpu_gemm *g, float *wnorm, const float *w_sq, const uint16_t *w,
+void gpu_dora_weight_norm_f32(struct gpu_gemm *g, float *wnorm, const float *w_sq, const uint16_t *w, int64_t ldw,
                               const uint16_t *lora_a, const uint16_t *lora_b, int C_in, int C_out, int R, float scale,
                               void *workspace, cudaStream_t stream);
 
@@ -90,6 +92,18 @@ void gpu_dora_forward_bf16(struct gpu_gemm *g, uint16_t *y, uint16_t *z, uint16_
 void gpu_dora_scale_bf16(struct gpu_gemm *g, uint16_t *y, uint16_t *z, const uint16_t *u, int ldu,
                          const uint16_t *bias, const uint16_t *lora_b, const float *mag, const float *wnorm, int N,
                          int C_out, int R, float scale, void *workspace, cudaStream_t stream);
+
+/* The magnitude folded into the weight (a folded group member without bias whose backward reads
+ * its output, DORA_SAVED_Y: gpu/llama.cu): w_s[o, k] = bf16(w[o, k]·mns[o]), mns = m/n (fp32
+ * division, as the passes above), for k < K — K = C_in + the group's adapter columns, so the padded
+ * row [W | bf16(s·B)] is scaled whole and y = [x | u] w_sᵀ is the member's output in one product:
+ *   y = bf16( Σ_i x_i·bf16(mns·W_i) + Σ_r u_r·bf16(mns·bf16(s·B_r)) )
+ * against gpu_dora_scale_bf16's bf16(y0 + ((mns − 1)·y0 + mns·sl)) — the same value with other
+ * roundings (each weight's instead of the base output's and the pass's; NUMERICS.md §4). It moves
+ * C_out·K·4 bytes a step instead of the pass's N·C_out·4 (N = the tokens: 4× fewer at 8192 tokens
+ * and C_in 2048). w_s and w at row stride ldw ≥ K; columns K .. ldw − 1 of w_s are not written. */
+void gpu_dora_scale_weight_bf16(uint16_t *w_s, const uint16_t *w, int64_t ldw, const float *mag, const float *wnorm,
+                                int C_out, int K, cudaStream_t stream);
 
 /* dm += Σ_n dy·z / n (kind DORA_SAVED_Z, saved = z) or Σ_n dy·y / m (DORA_SAVED_Y, saved = the
  * bias-free output y), and dy_s = bf16(mns⊙dy): ref_dora_rescale. workspace:

@@ -266,15 +266,18 @@ void fp8_input_t(gpu_llama *m, int l, int first, const uint16_t *x, int ci, gl_s
 /* DoRA linear t of layer l on n rows: its row norm, then y (the base output on entry) and z from its
  * u (row stride ldu: R alone, n·R in a group's u). z holds the rows of this call (an MLP linear's:
  * the chunk's, consumed by its backward). */
+void dora_norm(gpu_llama *m, int l, int t) {
+    const gl_linear &lin = m->layers[l].lin[t];
+    gpu_dora_weight_norm_f32(m->gemm, m->acts[l].wnorm[t], lin.w_sq, lin.w, lin.ldw, lin.a, lin.b, lin.c_in,
+                             lin.c_out, m->opt.R, m->opt.lora_scale, m->ws, m->stream);
+}
+
 void dora_output(gpu_llama *m, int l, int t, uint16_t *y, const uint16_t *u, int ldu, int n) {
     const gl_linear &lin = m->layers[l].lin[t];
     gl_acts &a = m->acts[l];
-    const int R = m->opt.R;
-    const float s = m->opt.lora_scale;
-    gpu_dora_weight_norm_f32(m->gemm, a.wnorm[t], lin.w_sq, lin.w, lin.a, lin.b, lin.c_in, lin.c_out, R, s, m->ws,
-                             m->stream);
-    gpu_dora_scale_bf16(m->gemm, y, a.z[t], u, ldu, lin.bias, lin.b, lin.mag, a.wnorm[t], n, lin.c_out, R, s, m->ws,
-                        m->stream);
+    dora_norm(m, l, t);
+    gpu_dora_scale_bf16(m->gemm, y, a.z[t], u, ldu, lin.bias, lin.b, lin.mag, a.wnorm[t], n, lin.c_out, m->opt.R,
+                        m->opt.lora_scale, m->ws, m->stream);
 }
 
 /* The dropped-out adapter input of LoRA linear t, rows sp, into x_drop (a chunk's: its slice of the
@@ -403,10 +406,45 @@ void group_forward(gpu_llama *m, int l, int g, uint16_t *const *y, uint16_t *x, 
             PROF(m, PROF_ADAPTER_FWD);
             gpu_lora_group_fold_u_bf16(m->gemm, ug, x, ldx, lin[0].a, n, sp.n, lin[0].c_in, R, m->stream);
         }
-        PROF(m, PROF_LINEAR_FWD);
-        for (int i = 0; i < n; i++)
-            gpu_linear_forward_ld_bf16(m->gemm, y[i], x, ldx, lin[i].w, lin[i].ldw, lin[i].bias, sp.n,
-                                       lin[i].c_in + n * R, lin[i].c_out, m->stream);
+        if (m->opt.mode == LLAMA_LORA) {
+            PROF(m, PROF_LINEAR_FWD);
+            for (int i = 0; i < n; i++)
+                gpu_linear_forward_ld_bf16(m->gemm, y[i], x, ldx, lin[i].w, lin[i].ldw, lin[i].bias, sp.n,
+                                           lin[i].c_in + n * R, lin[i].c_out, m->stream);
+            return;
+        }
+        /* DoRA: a member with its magnitude folded into its weight (gl_dora_weight_scaled) is one
+         * product over [x | u] with its scaled row, formed once a layer's forward (the MLP's chunks
+         * share it; a recomputation forms it again); any other member the base product over x's C
+         * columns, then its norm and magnitude pass from its slice of u */
+        const int key = l * GL_N_GROUPS + g, fresh = m->dora_w_key != key;
+        uint16_t *w_s = m->dora_w;
+        for (int i = 0; i < n; i++) {
+            const int t = first + i;
+            if (!gl_dora_weight_scaled(m, t)) {
+                {
+                    PROF(m, PROF_LINEAR_FWD);
+                    gpu_linear_forward_ld_bf16(m->gemm, y[i], x, ldx, lin[i].w, lin[i].ldw, lin[i].bias, sp.n,
+                                               lin[i].c_in, lin[i].c_out, m->stream);
+                }
+                PROF(m, PROF_ADAPTER_FWD);
+                dora_output(m, l, t, y[i], ug + (size_t)i * R, n * R, sp.n);
+                continue;
+            }
+            if (fresh) {
+                PROF(m, PROF_ADAPTER_FWD);
+                dora_norm(m, l, t);
+                gpu_dora_scale_weight_bf16(w_s, lin[i].w, lin[i].ldw, lin[i].mag, m->acts[l].wnorm[t], lin[i].c_out,
+                                           lin[i].c_in + n * R, m->stream);
+            }
+            {
+                PROF(m, PROF_LINEAR_FWD);
+                gpu_linear_forward_ld_bf16(m->gemm, y[i], x, ldx, w_s, lin[i].ldw, nullptr, sp.n, lin[i].c_in + n * R,
+                                           lin[i].c_out, m->stream);
+            }
+            w_s += (size_t)lin[i].c_out * lin[i].ldw;
+        }
+        m->dora_w_key = key;
         return;
     }
     const uint16_t *b[LORA_GROUP_MAX];
@@ -432,22 +470,32 @@ void group_forward(gpu_llama *m, int l, int g, uint16_t *const *y, uint16_t *x, 
 void group_backward(gpu_llama *m, int l, int g, uint16_t *dx, const uint16_t *const *dy, const uint16_t *x,
                     int64_t ldx, uint64_t micro, gl_span sp, bool rescaled) {
     const int first = gl_group_first[g], n = gl_group_n[g];
+    gl_linear *lin = m->layers[l].lin + first;
+    const uint16_t *g_dy[LORA_GROUP_MAX];
+    size_t off = 0; /* DoRA: the members' rescaled dy, side by side in dy_s (scratch_rows sizes it) */
+    for (int i = 0; i < n; i++) {
+        g_dy[i] = dy[i];
+        if (m->opt.mode != LLAMA_DORA || rescaled || !m->grouped[g]) continue;
+        PROF(m, PROF_ADAPTER_BWD);
+        uint16_t *ds = m->dy_s + off;
+        dora_rescale(m, l, first + i, ds, dy[i], sp.n);
+        g_dy[i] = ds, off += (size_t)sp.n * lin[i].c_out;
+    }
     if (m->folded[g] && dx) { /* du from the base products' adapter columns (gpu/lora.h) */
-        gl_linear *lin = m->layers[l].lin + first;
         const int R = m->opt.R;
         float *db[LORA_GROUP_MAX];
         int c_out[LORA_GROUP_MAX];
         {
             PROF(m, PROF_LINEAR_DX);
             for (int i = 0; i < n; i++) {
-                gpu_linear_backward_dx_ld_bf16(m->gemm, dx, ldx, dy[i], lin[i].w, lin[i].ldw, sp.n,
+                gpu_linear_backward_dx_ld_bf16(m->gemm, dx, ldx, g_dy[i], lin[i].w, lin[i].ldw, sp.n,
                                                lin[i].c_in + n * R, lin[i].c_out,
                                                i == 0 ? GEMM_OVERWRITE : GEMM_ACCUMULATE, m->stream);
                 db[i] = lin[i].b_grad, c_out[i] = lin[i].c_out;
             }
         }
         PROF(m, PROF_ADAPTER_BWD);
-        gpu_lora_group_fold_backward_bf16(m->gemm, dx, ldx, lin[0].a_grad, db, dy, x, ldx,
+        gpu_lora_group_fold_backward_bf16(m->gemm, dx, ldx, lin[0].a_grad, db, g_dy, x, ldx,
                                           m->acts[l].ug[g] + (size_t)sp.r0 * n * R, lin[0].a, n, sp.n, lin[0].c_in,
                                           c_out, R, m->opt.lora_scale, m->ws, m->stream);
         return;
@@ -458,19 +506,9 @@ void group_backward(gpu_llama *m, int l, int g, uint16_t *dx, const uint16_t *co
                           rescaled);
         return;
     }
-    gl_linear *lin = m->layers[l].lin + first;
-    const uint16_t *b[LORA_GROUP_MAX], *g_dy[LORA_GROUP_MAX];
+    const uint16_t *b[LORA_GROUP_MAX];
     float *db[LORA_GROUP_MAX];
     int c_out[LORA_GROUP_MAX];
-    size_t off = 0; /* DoRA: the members' rescaled dy, side by side in dy_s (scratch_rows sizes it) */
-    for (int i = 0; i < n; i++) {
-        g_dy[i] = dy[i];
-        if (m->opt.mode != LLAMA_DORA || rescaled) continue;
-        PROF(m, PROF_ADAPTER_BWD);
-        uint16_t *ds = m->dy_s + off;
-        dora_rescale(m, l, first + i, ds, dy[i], sp.n);
-        g_dy[i] = ds, off += (size_t)sp.n * lin[i].c_out;
-    }
     for (int i = 0; i < n; i++) {
         base_backward(m, l, first + i, dx, i == 0 ? GEMM_OVERWRITE : GEMM_ACCUMULATE, g_dy[i], sp);
         b[i] = lin[i].b, db[i] = lin[i].b_grad, c_out[i] = lin[i].c_out;
@@ -712,6 +750,7 @@ void forward(gpu_llama *m, int train, int64_t n_valid, float grad_scale, uint64_
         PROF(m, PROF_ADAPTER_FWD);
         gl_fold_refresh(m, m->dq_layer);
     }
+    m->dora_w_key = -1; /* DoRA's scaled weights: of the current magnitudes and B */
     if (offloaded(m)) CUDA_CHECK(cudaStreamWaitEvent(s, m->x_in[0], 0)); /* the last backward's copies are done */
     {
         PROF(m, PROF_EMBED);

@@ -162,11 +162,13 @@ struct gpu_llama {
     int N, QD, KD;
     int mlp_rows; /* rows of the MLP at a time: opt.mlp_chunk, or N when the MLP runs whole */
     int grouped[GL_N_GROUPS]; /* the group's adapters run as one (LoRA/DoRA and quantized, no dropout, all members targets) */
-    /* the group's adapters folded into its base products (gpu/lora.h "folded groups": grouped LoRA on
-     * a bf16 or NF4 base with bf16 products): its input (n1, n2) at row stride ld_n with u after the C
-     * columns, its members' weights at ldw with bf16(s·B) after the C_in columns, refreshed from B
-     * (gl_fold_refresh: one launch over fold_slots at the start of every forward; an NF4 base's
-     * layer after each dequantization) */
+    /* the group's adapters folded into its base products (gpu/lora.h "folded groups": grouped LoRA or
+     * DoRA on a bf16 or NF4 base with bf16 products): its input (n1, n2) at row stride ld_n with u
+     * after the C columns, its members' weights at ldw with bf16(s·B) after the C_in columns, refreshed
+     * from B (gl_fold_refresh: one launch over fold_slots at the start of every forward; an NF4 base's
+     * layer after each dequantization). LoRA's forward products run over [x | u]; DoRA's over x alone
+     * (its magnitude pass adds the adapter's term), and its backward's base dx products, from the
+     * rescaled dy, give du as LoRA's do */
     int folded[GL_N_GROUPS];
     int64_t ld_n1, ld_n2;
     struct lora_fold_slot *fold_slots; /* device: one per folded linear */
@@ -202,6 +204,11 @@ struct gpu_llama {
     /* scratch */
     uint16_t *n1, *n2; /* the current layer's normalized inputs (N, C) at row strides ld_n1, ld_n2 */
     uint16_t *tmp, *G, *dn, *datt, *dq, *dk, *dv, *dmlp, *dy_s, *x_drop;
+    /* gl_dora_weight_scaled: one group's scaled weights (its scaled members' rows at ldw, in member
+     * order), of group dora_w_key % GL_N_GROUPS in layer dora_w_key / GL_N_GROUPS (−1: none; reset at
+     * every forward's start, since the magnitude and B change with each optimizer step) */
+    uint16_t *dora_w;
+    int dora_w_key;
     uint8_t *keep;
     void *ws; /* one workspace, sized for the largest op's need */
 
@@ -298,6 +305,10 @@ int gl_is_target(const gpu_llama *m, int t);
  * (llama_dora_saved), in place of h = x + o — one buffer h_buf for every layer, formed again with n2
  * before the MLP's backward (one pass over x and o_out) — so neither h nor o's z is saved. */
 int gl_keeps_o_out(const gpu_llama *m);
+/* DoRA linear t's magnitude folded into its weight (gpu_dora_scale_weight_bf16): a folded group's
+ * member without bias whose backward reads its output (llama_dora_saved: DORA_SAVED_Y — v, gate,
+ * up), so its forward is one product over [x | u] with the scaled padded row, no magnitude pass. */
+int gl_dora_weight_scaled(const gpu_llama *m, int t);
 
 /* llama.cu: layer l's frozen linears as the model reads them in bf16 (W_eff under FP8) into the
  * dequantization buffer (NF4, FP8-stored; a no-op for a bf16 base or when it is already there). */

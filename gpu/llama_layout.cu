@@ -500,6 +500,16 @@ void scratch_rows(gpu_llama *m, gl_rows &rs) {
     add(rs, SLAB_SCRATCH, &m->dv, N * m->KD);
     add(rs, SLAB_SCRATCH, &m->dmlp, m->mlp_rows * F);
     add(rs, SLAB_SCRATCH, &m->dy_s, o->mode == LLAMA_DORA ? dy_s : 0);
+    int64_t dora_w = 0; /* the largest group's scaled members' padded rows */
+    for (int g = 0; g < GL_N_GROUPS; g++) {
+        int64_t need = 0;
+        for (int i = 0; i < gl_group_n[g]; i++) {
+            const gl_linear &lin = m->layers[0].lin[gl_group_first[g] + i];
+            if (gl_dora_weight_scaled(m, gl_group_first[g] + i)) need += (int64_t)lin.c_out * lin.ldw;
+        }
+        dora_w = need > dora_w ? need : dora_w;
+    }
+    add(rs, SLAB_SCRATCH, &m->dora_w, dora_w);
     add(rs, SLAB_SCRATCH, &m->x_drop, o->dropout > 0 ? max_in : 0);
     add(rs, SLAB_SCRATCH, &m->n1, N * m->ld_n1); /* folded: u after each row's C columns */
     add(rs, SLAB_SCRATCH, &m->n2, N * m->ld_n2);
@@ -655,6 +665,12 @@ int gl_keeps_o_out(const gpu_llama *m) {
            llama_dora_saved(&m->cfg, LLAMA_O) == DORA_SAVED_Y;
 }
 
+int gl_dora_weight_scaled(const gpu_llama *m, int t) {
+    const int g = group_of(t);
+    return m->opt.mode == LLAMA_DORA && g >= 0 && m->folded[g] && !has_bias(&m->cfg, t) &&
+           llama_dora_saved(&m->cfg, (enum llama_linear)t) == DORA_SAVED_Y;
+}
+
 int gl_layout(gpu_llama *m, enum gl_layout_mode mode) {
     gl_rows rs = make_rows(m);
     size_t size[N_SLABS];
@@ -805,7 +821,7 @@ static void init_shape(gpu_llama *m, const model_config *c, const gpu_llama_opti
                   o->grouping == GPU_LORA_GROUPED;
         for (int i = 0; i < gl_group_n[g]; i++) all = all && gl_is_target(m, gl_group_first[g] + i);
         m->grouped[g] = all;
-        m->folded[g] = all && o->mode == LLAMA_LORA && (o->base == GPU_BASE_BF16 || o->base == GPU_BASE_NF4) &&
+        m->folded[g] = all && (o->base == GPU_BASE_BF16 || o->base == GPU_BASE_NF4) &&
                        o->linears == GPU_LINEAR_BF16 && o->folding == GPU_LORA_FOLDED;
     }
     m->ld_n1 = fold_ld(c->C, m->folded[GL_GROUP_QKV] ? gl_group_n[GL_GROUP_QKV] * o->R : 0);
@@ -1117,6 +1133,7 @@ extern "C" gpu_llama *build_gpu_llama(const model_config *c, const gpu_llama_opt
     init_fp8(m);
     register_tensors(m);
     m->dq_layer = -1;
+    m->dora_w_key = -1;
     const char *graphs = getenv("REFINE_CUDA_GRAPHS"); /* the training micro-steps (gpu/llama.cu) */
     m->use_graphs = !(graphs && strcmp(graphs, "0") == 0);
     CUDA_CHECK(cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking));

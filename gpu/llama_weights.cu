@@ -180,7 +180,7 @@ void dora_weight_squares(gpu_llama *m) {
         gl_dequantize_layer(m, l);
         for (int t = 0; t < LLAMA_N_LINEAR; t++) {
             gl_linear &lin = m->layers[l].lin[t];
-            if (lin.target) gpu_dora_weight_sq_f32(lin.w_sq, lin.w, lin.c_in, lin.c_out, m->stream);
+            if (lin.target) gpu_dora_weight_sq_f32(lin.w_sq, lin.w, lin.ldw, lin.c_in, lin.c_out, m->stream);
         }
     }
 }
@@ -332,7 +332,7 @@ extern "C" void gpu_llama_init_adapters(gpu_llama *m, uint64_t seed) {
         for (int t = 0; t < LLAMA_N_LINEAR; t++) {
             gl_linear &lin = m->layers[l].lin[t];
             if (!lin.target) continue;
-            gpu_dora_weight_norm_f32(m->gemm, lin.mag, lin.w_sq, lin.w, lin.a, lin.b, lin.c_in, lin.c_out, m->opt.R,
+            gpu_dora_weight_norm_f32(m->gemm, lin.mag, lin.w_sq, lin.w, lin.ldw, lin.a, lin.b, lin.c_in, lin.c_out, m->opt.R,
                                      m->opt.lora_scale, m->ws, m->stream);
         }
     }

@@ -6,7 +6,11 @@
  * What is covered, per shape (tile edges 1, 7, 8, 33, 65, 127, 129, 255, 257; SmolLM2-135M C 576,
  * F 1536; Llama-3.2-1B C 2048, KV 512, F 8192; R ∈ {4, 6, 7, 8, 16, 24, 32, 40, 64, 128}; rows kept
  * to a few — the reference's dx loop walks W by columns — the bench runs N = 8192):
- *  - w_sq against ref_dora_weight_sq, the GPU row norm against ref_dora_weight_norm_factored;
+ *  - w_sq against ref_dora_weight_sq, the GPU row norm against ref_dora_weight_norm_factored; both
+ *    again from W's rows at a padded stride with NaN past C_in (a folded group member's weight);
+ *  - without bias, the magnitude folded into the padded weight [W | bf16(s·B)]: the scaled rows bit
+ *    for bit bf16(w·mns), nothing past K written, and y = [x | u] w_sᵀ against ref_dora_forward
+ *    (tiers as the forward's; its naive: the sequential fp32 product of the same bf16 operands);
  *  - the forward chained on the GPU's own outputs as in training: y0 = the base output x Wᵀ + b
  *    (ref_linear_forward_naive, ACT_BF16), then u, y and the saved z against ref_dora_forward;
  *  - the backward from the forward's u and z: dx (the base path dy W plus the adapter's share,
@@ -290,11 +294,11 @@ static void run_case(const dora_case &c, int id) {
             dev_buf_reset(&bdB, dB0.data());
             dev_buf_reset(&bdm, dm0.data());
         }
-        gpu_dora_weight_sq_f32((float *)bwsq.data, (const uint16_t *)bW.data, C_in, C_out, g_stream);
+        gpu_dora_weight_sq_f32((float *)bwsq.data, (const uint16_t *)bW.data, C_in, C_in, C_out, g_stream);
         /* the norm from the reference's w_sq, so that the two are compared separately */
         struct dev_buf bwsq_ref;
         dev_buf_alloc(&bwsq_ref, "w_sq (reference)", (size_t)C_out * 4, POISON_NONE, wsq_ref.data());
-        gpu_dora_weight_norm_f32(g_gemm, (float *)bn.data, (const float *)bwsq_ref.data, (const uint16_t *)bW.data,
+        gpu_dora_weight_norm_f32(g_gemm, (float *)bn.data, (const float *)bwsq_ref.data, (const uint16_t *)bW.data, C_in,
                                  (const uint16_t *)bA.data, (const uint16_t *)bB.data, C_in, C_out, R, s, bws.data,
                                  g_stream);
         gpu_dora_forward_bf16(g_gemm, (uint16_t *)by.data, (uint16_t *)bz.data, (uint16_t *)bu.data,
@@ -344,6 +348,87 @@ static void run_case(const dora_case &c, int id) {
         EXPECT(memcmp(y2.data(), yg.data(), y2.size() * 2) == 0 && memcmp(z2.data(), zg.data(), z2.size() * 2) == 0,
                "dora %s: the forward from a group's u (ldu = 3R) differs from gpu_dora_forward_bf16's", shape);
         for (struct dev_buf *bf : {&bw, &by2, &bz2}) dev_buf_free(bf);
+    }
+    { /* W's rows at a padded stride (a folded group member's, gpu/lora.h: C_in + the group's adapter
+       * columns, rounded up to 64 elements), NaN past C_in: w_sq bit for bit the contiguous one's, the
+       * row norm in its tiers */
+        const int64_t ldw = ((int64_t)C_in + 3 * R + 63) / 64 * 64;
+        std::vector<uint16_t> wpad((size_t)C_out * ldw, 0x7FC0);
+        for (int o = 0; o < C_out; o++) memcpy(&wpad[(size_t)o * ldw], &Wb[(size_t)o * C_in], (size_t)C_in * 2);
+        struct dev_buf bwp, bwsq2, bn2, bwsq_r;
+        dev_buf_alloc(&bwp, "w (padded rows)", wpad.size() * 2, POISON_NONE, wpad.data());
+        dev_buf_alloc(&bwsq2, "w_sq (padded rows)", (size_t)C_out * 4, POISON_F32, nullptr);
+        dev_buf_alloc(&bn2, "wnorm (padded rows)", (size_t)C_out * 4, POISON_F32, nullptr);
+        dev_buf_alloc(&bwsq_r, "w_sq (reference)", (size_t)C_out * 4, POISON_NONE, wsq_ref.data());
+        dev_buf_reset(&bws, nullptr);
+        gpu_dora_weight_sq_f32((float *)bwsq2.data, (const uint16_t *)bwp.data, ldw, C_in, C_out, g_stream);
+        gpu_dora_weight_norm_f32(g_gemm, (float *)bn2.data, (const float *)bwsq_r.data, (const uint16_t *)bwp.data, ldw,
+                                 (const uint16_t *)bA.data, (const uint16_t *)bB.data, C_in, C_out, R, s, bws.data,
+                                 g_stream);
+        std::vector<float> wsq2(C_out), n2(C_out);
+        dev_buf_download(&bwsq2, wsq2.data(), 1);
+        dev_buf_download(&bn2, n2.data(), 1);
+        EXPECT(memcmp(wsq2.data(), wsq_g.data(), (size_t)C_out * 4) == 0,
+               "dora %s: w_sq from W's rows at stride %lld differs from the contiguous W's", shape, (long long)ldw);
+        /* W Aᵀ at another lda may take another cuBLASLt kernel (another fp32 order): the norm's own tiers */
+        struct cmp_case cp = {"dora_weight_norm", "wnorm (W's rows padded)", shape, "f32", seed};
+        compare(&cp, n2, n_n, n_ref, c.rg, 0);
+        for (struct dev_buf *bf : {&bwp, &bwsq2, &bn2, &bwsq_r}) dev_buf_free(bf);
+    }
+    if (!c.bias) { /* the magnitude folded into a folded member's padded row (gpu_dora_scale_weight_bf16):
+                    * w_s = bf16(mns·[W | bf16(s·B)]) bit for bit the host's, nothing written past K; then
+                    * y = [x | u] w_sᵀ (one product) against the reference forward, in its tiers */
+        const int K = C_in + R;
+        const int64_t ldw = ((int64_t)K + 63) / 64 * 64;
+        std::vector<uint16_t> wf((size_t)C_out * ldw, 0x7FC0), want((size_t)C_out * ldw, 0x7FC0);
+        std::vector<float> wsf((size_t)C_out * K); /* w_s's values, for the naive product */
+        for (int o = 0; o < C_out; o++) {
+            const float mns = mag[o] / n_ref[o];
+            for (int k = 0; k < K; k++) {
+                const float w = k < C_in ? W[(size_t)o * C_in + k] : bf16_round(s * B[(size_t)o * R + (k - C_in)]);
+                wf[(size_t)o * ldw + k] = bits_of(std::vector<float>{w})[0];
+                wsf[(size_t)o * K + k] = bf16_round(w * mns);
+                want[(size_t)o * ldw + k] = bits_of(std::vector<float>{wsf[(size_t)o * K + k]})[0];
+            }
+        }
+        std::vector<uint16_t> xf((size_t)N * ldw, 0x7FC0);
+        std::vector<float> xfn((size_t)N * K); /* [x | u] with the naive u */
+        for (int n = 0; n < N; n++) {
+            memcpy(&xf[(size_t)n * ldw], &xb[(size_t)n * C_in], (size_t)C_in * 2);
+            memcpy(&xf[(size_t)n * ldw + C_in], &ug[(size_t)n * R], (size_t)R * 2);
+            for (int k = 0; k < K; k++)
+                xfn[(size_t)n * K + k] = k < C_in ? x[(size_t)n * C_in + k]
+                                         : u_n.empty() ? 0.0f /* the exact tier has no naive */
+                                                       : u_n[(size_t)n * R + (k - C_in)];
+        }
+        struct dev_buf bwf, bwsc, bxf, bys;
+        dev_buf_alloc(&bwf, "w (padded, adapter columns)", wf.size() * 2, POISON_NONE, wf.data());
+        std::vector<uint16_t> nan_rows((size_t)C_out * ldw, 0x7FC0);
+        dev_buf_alloc(&bwsc, "w_s (scaled)", nan_rows.size() * 2, POISON_NONE, nan_rows.data());
+        dev_buf_alloc(&bxf, "[x | u]", xf.size() * 2, POISON_NONE, xf.data());
+        dev_buf_alloc(&bys, "y (scaled weight)", (size_t)N * C_out * 2, POISON_BF16, nullptr);
+        gpu_dora_scale_weight_bf16((uint16_t *)bwsc.data, (const uint16_t *)bwf.data, ldw, (const float *)bmag.data,
+                                   (const float *)bnref.data, C_out, K, g_stream);
+        gpu_linear_forward_ld_bf16(g_gemm, (uint16_t *)bys.data, (const uint16_t *)bxf.data, ldw,
+                                   (const uint16_t *)bwsc.data, ldw, nullptr, N, K, C_out, g_stream);
+        std::vector<uint16_t> got_w(nan_rows.size()), ys((size_t)N * C_out);
+        dev_buf_download(&bwsc, got_w.data(), 0);
+        dev_buf_download(&bys, ys.data(), 1);
+        EXPECT(memcmp(got_w.data(), want.data(), want.size() * 2) == 0,
+               "dora %s: gpu_dora_scale_weight_bf16 differs from bf16(w·mns) (or wrote past K = %d)", shape, K);
+        std::vector<float> ysn;
+        if (!ex) {
+            ysn.resize((size_t)N * C_out);
+            for (int n = 0; n < N; n++)
+                for (int o = 0; o < C_out; o++) {
+                    float acc = 0.0f;
+                    for (int k = 0; k < K; k++) acc += xfn[(size_t)n * K + k] * wsf[(size_t)o * K + k];
+                    ysn[(size_t)n * C_out + o] = bf16_round(acc);
+                }
+        }
+        struct cmp_case cw = {"dora_forward (scaled weight)", "y = [x | u] w_s^T", shape, "bf16", seed};
+        compare(&cw, floats_of(ys), ysn, y_ref, c.rg, 1);
+        for (struct dev_buf *bf : {&bwf, &bwsc, &bxf, &bys}) dev_buf_free(bf);
     }
     if (!c.bias) { /* DORA_SAVED_Y: no z kept — the forward without z, dm from the output y itself */
         struct dev_buf by3, bu3, bdys, bdm3;
@@ -518,7 +603,7 @@ struct bench_ctx {
 
 static void b_norm(void *p, cudaStream_t s) {
     bench_ctx *b = (bench_ctx *)p;
-    gpu_dora_weight_norm_f32(g_gemm, b->n, b->wsq, b->w, b->A, b->B, b->C_in, b->C_out, b->R, 2.0f, b->ws, s);
+    gpu_dora_weight_norm_f32(g_gemm, b->n, b->wsq, b->w, b->C_in, b->A, b->B, b->C_in, b->C_out, b->R, 2.0f, b->ws, s);
 }
 static void b_dora_fwd(void *p, cudaStream_t s) {
     bench_ctx *b = (bench_ctx *)p;
