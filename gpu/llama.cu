@@ -322,9 +322,10 @@ void proj_adapter_u(gpu_llama *m, int l, int t, const uint16_t *x, uint64_t micr
                     m->stream);
 }
 
-/* What DoRA's magnitude gradient of linear t of layer l reads (llama_dora_saved): its saved z, or
- * its output as the layer keeps it — for attention (v), in place of h (o: gl_keeps_o_out); gate and
- * up are rescaled inside SwiGLU's backward, which reads them anyway. */
+/* What DoRA's magnitude gradient of linear t of layer l reads (llama_dora_saved): its saved z (q's
+ * and k's with the magnitude in their weight: their pre-RoPE output there, gl_dora_weight_scaled),
+ * or its output as the layer keeps it — for attention (v), in place of h (o: gl_keeps_o_out); gate
+ * and up are rescaled inside SwiGLU's backward, which reads them anyway. */
 const uint16_t *dora_saved_of(gpu_llama *m, int l, int t) {
     const gl_acts &a = m->acts[l];
     if (llama_dora_saved(&m->cfg, (enum llama_linear)t) == DORA_SAVED_Z) return a.z[t];
@@ -332,12 +333,11 @@ const uint16_t *dora_saved_of(gpu_llama *m, int l, int t) {
 }
 
 /* DoRA's first backward step for linear t of layer l on n rows: dy_s = bf16(mns⊙dy) and its
- * magnitude gradient, from what llama_dora_saved says it reads. */
+ * magnitude gradient, from what gl_dora_saved says it reads. */
 void dora_rescale(gpu_llama *m, int l, int t, uint16_t *dy_s, const uint16_t *dy, int n) {
     const gl_linear &lin = m->layers[l].lin[t];
-    gpu_dora_rescale_bf16(dy_s, lin.mag_grad, dy, dora_saved_of(m, l, t),
-                          llama_dora_saved(&m->cfg, (enum llama_linear)t), lin.mag, m->acts[l].wnorm[t], n,
-                          lin.c_out, m->ws, m->stream);
+    gpu_dora_rescale_bf16(dy_s, lin.mag_grad, dy, dora_saved_of(m, l, t), gl_dora_saved(m, t), lin.mag,
+                          m->acts[l].wnorm[t], n, lin.c_out, m->ws, m->stream);
 }
 
 /* The backward of linear t of layer l for dy, rows sp: dx (when non-NULL) overwritten or accumulated
@@ -581,11 +581,19 @@ void layer_forward(gpu_llama *m, int l, int train, uint64_t micro, enum fwd_upto
     cudaStream_t s = m->stream;
     norm1(m, l);
     fp8_input(m, l, LLAMA_Q, m->n1, c.C, whole(m)); /* one quantization for q, k, v */
-    uint16_t *const qkv[3] = {a.q, a.k, a.v};
+    /* DoRA's q and k with the magnitude in their weight: the pre-RoPE output into z, which their
+     * magnitude gradient reads (gl_dora_weight_scaled), and RoPE from there */
+    const bool qk_pre = gl_dora_weight_scaled(m, LLAMA_Q);
+    CHECK(qk_pre == (bool)gl_dora_weight_scaled(m, LLAMA_K), "layer %d: q and k scaled unlike", l);
+    uint16_t *const qkv[3] = {qk_pre ? a.z[LLAMA_Q] : a.q, qk_pre ? a.z[LLAMA_K] : a.k, a.v};
     group_forward(m, l, GL_GROUP_QKV, qkv, m->n1, m->ld_n1, train, micro, whole(m));
     {
         PROF(m, PROF_ROPE);
-        gpu_rope_forward_bf16(a.q, a.k, m->rope_cos, m->rope_sin, m->pos, N, c.H, c.KVH, c.D, m->QD, m->KD, s);
+        if (qk_pre)
+            gpu_rope_forward_from_bf16(a.q, a.k, a.z[LLAMA_Q], a.z[LLAMA_K], m->rope_cos, m->rope_sin, m->pos, N,
+                                       c.H, c.KVH, c.D, m->QD, m->KD, s);
+        else
+            gpu_rope_forward_bf16(a.q, a.k, m->rope_cos, m->rope_sin, m->pos, N, c.H, c.KVH, c.D, m->QD, m->KD, s);
     }
     {
         PROF(m, PROF_ATTN_FWD);

@@ -306,9 +306,14 @@ int gl_is_target(const gpu_llama *m, int t);
  * before the MLP's backward (one pass over x and o_out) — so neither h nor o's z is saved. */
 int gl_keeps_o_out(const gpu_llama *m);
 /* DoRA linear t's magnitude folded into its weight (gpu_dora_scale_weight_bf16): a folded group's
- * member without bias whose backward reads its output (llama_dora_saved: DORA_SAVED_Y — v, gate,
- * up), so its forward is one product over [x | u] with the scaled padded row, no magnitude pass. */
+ * member without bias (q, k, v, gate, up), so its forward is one product over [x | u] with the
+ * scaled padded row, no magnitude pass. Its output is y = (m/n)·z, so its magnitude gradient reads
+ * y (DORA_SAVED_Y, gl_dora_saved): v's, gate's and up's as the layer keeps them; q's and k's
+ * pre-RoPE output, which the product writes into their z buffers (RoPE then rotates it into q, k). */
 int gl_dora_weight_scaled(const gpu_llama *m, int t);
+/* What DoRA's magnitude gradient of linear t reads on the GPU: llama_dora_saved's rule, or y where
+ * gl_dora_weight_scaled. */
+enum dora_saved gl_dora_saved(const gpu_llama *m, int t);
 
 /* llama.cu: layer l's frozen linears as the model reads them in bf16 (W_eff under FP8) into the
  * dequantization buffer (NF4, FP8-stored; a no-op for a bf16 base or when it is already there). */

@@ -667,8 +667,11 @@ int gl_keeps_o_out(const gpu_llama *m) {
 
 int gl_dora_weight_scaled(const gpu_llama *m, int t) {
     const int g = group_of(t);
-    return m->opt.mode == LLAMA_DORA && g >= 0 && m->folded[g] && !has_bias(&m->cfg, t) &&
-           llama_dora_saved(&m->cfg, (enum llama_linear)t) == DORA_SAVED_Y;
+    return m->opt.mode == LLAMA_DORA && g >= 0 && m->folded[g] && !has_bias(&m->cfg, t);
+}
+
+enum dora_saved gl_dora_saved(const gpu_llama *m, int t) {
+    return gl_dora_weight_scaled(m, t) ? DORA_SAVED_Y : llama_dora_saved(&m->cfg, (enum llama_linear)t);
 }
 
 int gl_layout(gpu_llama *m, enum gl_layout_mode mode) {

@@ -30,6 +30,15 @@ extern "C" {
 void gpu_rope_forward_bf16(uint16_t *q, uint16_t *k, const uint16_t *cos, const uint16_t *sin, const int32_t *pos,
                            int N, int H, int KVH, int D, int ld_q, int ld_k, cudaStream_t stream);
 
+/* The forward from a source: q_src and k_src (the same shapes and strides as q and k) rotated into
+ * q and k, the sources unchanged — the same bits as copying them and rotating in place. A source
+ * may be its destination (then this is gpu_rope_forward_bf16); otherwise they must not overlap.
+ * DoRA's q and k whose scaled product writes the pre-RoPE output where the backward reads it
+ * (gpu/llama.cu) use it. */
+void gpu_rope_forward_from_bf16(uint16_t *q, uint16_t *k, const uint16_t *q_src, const uint16_t *k_src,
+                                const uint16_t *cos, const uint16_t *sin, const int32_t *pos, int N, int H, int KVH,
+                                int D, int ld_q, int ld_k, cudaStream_t stream);
+
 void gpu_rope_backward_bf16(uint16_t *dq, uint16_t *dk, const uint16_t *cos, const uint16_t *sin, const int32_t *pos,
                             int N, int H, int KVH, int D, int ld_q, int ld_k, cudaStream_t stream);
 

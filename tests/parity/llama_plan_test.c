@@ -644,10 +644,11 @@ int main(void) {
                  (double)plan_of(&c1, &odq).acts - (double)plan_of(&c1, &olq).acts,
                  c1.L * (N * QD * 2 + (QD + KD) * 4) - slack, c1.L * (N * QD * 2 + (QD + KD) * 4) + slack);
         const double dy_s = N * (QD + 2 * KD) * 2; /* the q/k/v group's rescaled dy, side by side */
-        /* and the larger group's weights with the magnitude folded in (gl_dora_weight_scaled: v of
-         * q/k/v, gate and up), at the folded row strides (C + n·R rounded up to 64 elements) */
+        /* and the larger group's weights with the magnitude folded in (gl_dora_weight_scaled: q, k,
+         * v, gate and up), at the folded row strides (C + n·R rounded up to 64 elements) */
         const double ld1 = (c1.C + 3 * 16 + 63) / 64 * 64, ld2 = (c1.C + 2 * 16 + 63) / 64 * 64;
-        const double w_s = (KD * ld1 > 2.0 * c1.F * ld2 ? KD * ld1 : 2.0 * c1.F * ld2) * 2;
+        const double qkv_w = (QD + 2 * KD) * ld1, gu_w = 2.0 * c1.F * ld2;
+        const double w_s = (qkv_w > gu_w ? qkv_w : gu_w) * 2;
         in_range("DoRA 2x128: scratch beyond LoRA's is the rescaled dy, the shared h and the scaled weights",
                  (double)plan_of(&c1, &odr).scratch - (double)plan_of(&c1, &olr).scratch,
                  dy_s + N * c1.C * 2 + w_s - slack, dy_s + N * c1.C * 2 + w_s + slack + 8.0 * (N / 32) * c1.F * 2);

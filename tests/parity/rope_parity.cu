@@ -1,4 +1,5 @@
-/* rope_parity.cu — gpu/rope (Q and K together, in place) against ref/rope (ACT_BF16).
+/* rope_parity.cu — gpu/rope (Q and K together, in place) against ref/rope (ACT_BF16); the forward
+ * from separate sources (gpu_rope_forward_from_bf16) bit for bit the in-place one, sources unchanged.
  *
  *   bazel test --config=gpu //tests/parity:rope_parity
  *   rope_parity [--seed=N] [--bench]
@@ -142,6 +143,33 @@ static void run_case(const rope_cfg &cfg, int N, int fused, int plant, int id) {
             for (size_t i = 0; i < k.size(); i++) k_g[i] = bf16_to_float(ko[i]);
             dev_buf_free(&bq);
             dev_buf_free(&bk);
+            if (dir > 0) { /* from a source into other buffers: the in-place forward's bits, sources unchanged */
+                std::vector<uint16_t> qs(q.size()), ks(k.size() > 0 ? k.size() : 1, 0);
+                for (size_t i = 0; i < q.size(); i++) qs[i] = bf16_from_float(q[i]);
+                for (size_t i = 0; i < k.size(); i++) ks[i] = bf16_from_float(k[i]);
+                struct dev_buf bqs, bks, bqd, bkd;
+                dev_buf_alloc(&bqs, "q (source)", qs.size() * 2, POISON_NONE, qs.data());
+                dev_buf_alloc(&bks, "k (source)", ks.size() * 2, POISON_NONE, ks.data());
+                dev_buf_alloc(&bqd, "q (from source)", qs.size() * 2, POISON_BF16, nullptr);
+                dev_buf_alloc(&bkd, "k (from source)", ks.size() * 2, KVH > 0 ? POISON_BF16 : POISON_NONE,
+                              KVH > 0 ? nullptr : ks.data());
+                gpu_rope_forward_from_bf16((uint16_t *)bqd.data, (uint16_t *)bkd.data, (const uint16_t *)bqs.data,
+                                           (const uint16_t *)bks.data, (const uint16_t *)bcos.data,
+                                           (const uint16_t *)bsin.data, (const int32_t *)bpos.data, N, H, KVH, D,
+                                           ld_q, ld_k, g_stream);
+                std::vector<uint16_t> qs2(qs.size()), ks2(ks.size()), qd(qs.size()), kd(ks.size());
+                dev_buf_download(&bqs, qs2.data(), 0);
+                dev_buf_download(&bks, ks2.data(), 0);
+                dev_buf_download(&bqd, qd.data(), 1);
+                dev_buf_download(&bkd, kd.data(), KVH > 0);
+                EXPECT(memcmp(qs2.data(), qs.data(), qs.size() * 2) == 0 &&
+                           memcmp(ks2.data(), ks.data(), ks.size() * 2) == 0,
+                       "rope %s: gpu_rope_forward_from_bf16 wrote its sources", shape);
+                EXPECT(memcmp(qd.data(), qo.data(), qo.size() * 2) == 0 &&
+                           (KVH == 0 || memcmp(kd.data(), ko.data(), ko.size() * 2) == 0),
+                       "rope %s: gpu_rope_forward_from_bf16 differs from the in-place forward", shape);
+                for (struct dev_buf *b : {&bqs, &bks, &bqd, &bkd}) dev_buf_free(b);
+            }
         }
         struct cmp_case cc = {dir > 0 ? "rope_forward" : "rope_backward", "q", shape, "bf16", seed};
         cmp_exact_f32(&cc, q_g.data(), q_r.data(), (int64_t)q.size());
