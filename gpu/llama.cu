@@ -627,10 +627,22 @@ void mlp_backward(gpu_llama *m, int l, gl_span sp, uint64_t micro) {
     const int F = m->cfg.F;
     const size_t off = (size_t)sp.r0 * m->cfg.C;
     fp8_input_t(m, l, LLAMA_DOWN, a.mlp, F, sp);
-    proj_backward(m, l, LLAMA_DOWN, m->dmlp, GEMM_OVERWRITE, m->G + off, a.mlp, micro, sp, false);
+    const gl_linear &ld = m->layers[l].lin[LLAMA_DOWN];
+    /* LoRA's down adapter without dropout: its dx += du A joined to SwiGLU's backward (one pass over
+     * the base dx, gate and up: gpu_lora_backward_swiglu_bf16, counted as the adapter backward) */
+    const bool joined = m->opt.mode == LLAMA_LORA && ld.target && !(m->opt.dropout > 0);
+    if (joined) {
+        base_backward(m, l, LLAMA_DOWN, m->dmlp, GEMM_OVERWRITE, m->G + off, sp);
+        PROF(m, PROF_ADAPTER_BWD);
+        gpu_lora_backward_swiglu_bf16(m->gemm, a.gate, a.up, m->dmlp, ld.a_grad, ld.b_grad, m->G + off, a.mlp,
+                                      a.u[LLAMA_DOWN] + (size_t)sp.r0 * m->opt.R, ld.a, ld.b, sp.n, F, ld.c_out,
+                                      m->opt.R, m->opt.lora_scale, m->ws, m->stream);
+    } else {
+        proj_backward(m, l, LLAMA_DOWN, m->dmlp, GEMM_OVERWRITE, m->G + off, a.mlp, micro, sp, false);
+    }
     const gl_linear &lg = m->layers[l].lin[LLAMA_GATE], &lu = m->layers[l].lin[LLAMA_UP];
     const bool dora = m->opt.mode == LLAMA_DORA && (lg.target || lu.target);
-    {
+    if (!joined) {
         PROF(m, PROF_SWIGLU);
         if (dora) /* SwiGLU's backward and the gate/up rescale in one pass, in place, from gate and up */
             gpu_dora_swiglu_backward_bf16(a.gate, a.up, lg.target ? lg.mag_grad : nullptr,

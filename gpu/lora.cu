@@ -19,6 +19,8 @@
 
 #include "gpu/adapter_mma.cuh"
 #include "gpu/cuda_check.h"
+#include "gpu/swiglu.cuh"
+#include "gpu/swiglu.h"
 #include "gpu/vec.cuh"
 #include "io/check.h"
 
@@ -148,6 +150,23 @@ struct lora_mma_epi {
     }
 };
 
+/* dh + du A (fp32 sl from the pass) rounded as lora_mma_epi stores it, then SwiGLU's backward on it
+ * (gpu/swiglu.cuh), the gate and up gradients into gate and up at the same element (row stride = dh's) */
+struct lora_swiglu_epi {
+    bf16 *gate, *up;
+    __device__ __forceinline__ void columns(int) {}
+    __device__ __forceinline__ void row(float (&yv)[8], const float (&sl)[8], int64_t e) {
+        float gv[8], uv[8], dg[8], du[8];
+        refine::load_bf16<8>(gv, gate + e);
+        refine::load_bf16<8>(uv, up + e);
+#pragma unroll
+        for (int c = 0; c < 8; c++)
+            refine::swiglu_backward_elem(gv[c], uv[c], refine::bf16_round_dev(__fadd_rn(yv[c], sl[c])), dg[c], du[c]);
+        refine::store_bf16<8>(gate + e, dg);
+        refine::store_bf16<8>(up + e, du);
+    }
+};
+
 /* out (N, C_out; row stride ldo, 0: C_out) += s · u (N, K; row stride ldu) · the rank-side operand b
  * (row stride ldb; its layout L, gpu/adapter_mma.cuh): one pass on tensor cores where the shape and alignment allow (the
  * models' shapes), else the gemm with beta = 1 (args). The forward's y += s·u Bᵀ (ADAPTER_B_ROWS, B
@@ -234,6 +253,36 @@ extern "C" void gpu_lora_backward_bf16(struct gpu_gemm *g, uint16_t *dx, float *
         lora_masked_add<1><<<(unsigned)((n + kBlock - 1) / kBlock), kBlock, 0, stream>>>(
             reinterpret_cast<bf16 *>(dx), t, keep, keep_scale, n);
     }
+    KERNEL_CHECK(stream);
+}
+
+extern "C" void gpu_lora_backward_swiglu_bf16(struct gpu_gemm *g, uint16_t *gate, uint16_t *up, uint16_t *dh,
+                                               float *dlora_a, float *dlora_b, const uint16_t *dy,
+                                               const uint16_t *x_a, const uint16_t *u, const uint16_t *lora_a,
+                                               const uint16_t *lora_b, int N, int C_in, int C_out, int R, float scale,
+                                               void *workspace, cudaStream_t stream) {
+    check_dims(N, C_in, C_out, R);
+    const bool joined = refine::adapter_mma_fits(C_in, R, R, workspace, lora_a, dh, refine::ADAPTER_B_COLS) &&
+                        (uintptr_t)gate % 16 == 0 && (uintptr_t)up % 16 == 0;
+    if (!joined) { /* the two passes */
+        gpu_lora_backward_bf16(g, dh, dlora_a, dlora_b, dy, x_a, nullptr, 1.0f, u, lora_a, lora_b, N, C_in, C_out, R,
+                               scale, workspace, stream);
+        gpu_swiglu_backward_bf16(gate, up, dh, gate, up, N, C_in, C_in, C_in, stream);
+        return;
+    }
+    CHECK(workspace != nullptr && (uintptr_t)workspace % kAlign == 0,
+          "lora backward (joined to SwiGLU's): workspace of %zu bytes, 256-byte aligned, required",
+          gpu_lora_backward_workspace_size(N, C_in, R, LORA_NO_MASK));
+    uint16_t *du = static_cast<uint16_t *>(workspace);
+    const lora_plan p = make_plan(nullptr, const_cast<uint16_t *>(u), x_a, lora_a, lora_b, dlora_a, dlora_b, dy, du,
+                                  dh, GEMM_OUT_BF16, GEMM_ACCUMULATE, N, C_in, C_out, R, scale);
+    if (dlora_b) gpu_gemm(g, &p.bwd_db, stream);
+    gpu_gemm(g, &p.bwd_du, stream);
+    if (dlora_a) gpu_gemm(g, &p.bwd_da, stream);
+    refine::adapter_mma_launch<refine::ADAPTER_B_COLS>(
+        reinterpret_cast<const bf16 *>(dh), reinterpret_cast<const bf16 *>(du), R,
+        reinterpret_cast<const bf16 *>(lora_a), C_in, 1.0f, N, C_in, R,
+        lora_swiglu_epi{reinterpret_cast<bf16 *>(gate), reinterpret_cast<bf16 *>(up)}, stream);
     KERNEL_CHECK(stream);
 }
 

@@ -80,6 +80,20 @@ void gpu_lora_backward_bf16(struct gpu_gemm *g, uint16_t *dx, float *dlora_a, fl
                             const uint16_t *lora_a, const uint16_t *lora_b, int N, int C_in, int C_out, int R,
                             float scale, void *workspace, cudaStream_t stream);
 
+/* The MLP's down projection's adapter backward joined to SwiGLU's backward (no dropout). On entry
+ * dh (N, C_in) holds the base product dy W (C_in = the MLP's width F), and gate and up (N, C_in) the
+ * forward's gate and up outputs. dB and dA accumulate as gpu_lora_backward_bf16's; then one pass on
+ * tensor cores forms each element of bf16(dh + du A) in registers and SwiGLU's backward from it,
+ * writing the gate and up gradients into gate and up (in place): bit for bit gpu_lora_backward_bf16
+ * (dx = dh) followed by gpu_swiglu_backward_bf16(gate, up, dh, gate, up, N, C_in, C_in, C_in),
+ * without dh's write and second read (N·C_in·4 bytes). dh is left as the base product where the
+ * pass applies (adapter_mma_fits, 16-byte-aligned gate and up); elsewhere the two calls run and dh
+ * holds bf16(dh + du A). Workspace: gpu_lora_backward_workspace_size(N, C_in, R, LORA_NO_MASK). */
+void gpu_lora_backward_swiglu_bf16(struct gpu_gemm *g, uint16_t *gate, uint16_t *up, uint16_t *dh, float *dlora_a,
+                                   float *dlora_b, const uint16_t *dy, const uint16_t *x_a, const uint16_t *u,
+                                   const uint16_t *lora_a, const uint16_t *lora_b, int N, int C_in, int C_out, int R,
+                                   float scale, void *workspace, cudaStream_t stream);
+
 /* Creates the gemm plans of the forward and backward of this shape (launches nothing). */
 void gpu_lora_reserve(struct gpu_gemm *g, int N, int C_in, int C_out, int R, enum lora_mask mask);
 

@@ -17,7 +17,9 @@
  * gpu_lora_fold_b_bf16, the members' base products over [x | u] at padded row strides, the backward
  * at those strides, and the folded backward — the base products' dx_f carrying du in its adapter
  * columns, then gpu_lora_group_fold_backward_bf16 — against the unfolded path) on SmolLM2's and
- * Llama-3.2-1B's q/k/v and gate/up shapes and odd ones: see run_fold_case.
+ * Llama-3.2-1B's q/k/v and gate/up shapes and odd ones: see run_fold_case. The down projection's
+ * backward joined to SwiGLU's (gpu_lora_backward_swiglu_bf16) bit for bit the two passes it
+ * replaces: see run_joined_case.
  *
  * Tolerances (derived; STYLE.md tiers):
  *  (a) exact — inputs are sparse small integers (zero with probability 3/4 — B: 1 − 64/C_out when
@@ -49,6 +51,7 @@
 #include "gpu/cuda_check.h"
 #include "gpu/gemm.h"
 #include "gpu/lora.h"
+#include "gpu/swiglu.h"
 #include "ref/bf16.h"
 #include "ref/lora.h"
 #include "tests/common/compare.h"
@@ -1245,6 +1248,91 @@ static void run_fold_case(const fold_case &f, enum regime rg, int id) {
 
 /* ---- bench: forward and backward at N = 8192 against the base layer's products ---- */
 
+/* gpu_lora_backward_swiglu_bf16 (the down projection's adapter backward joined to SwiGLU's) against
+ * gpu_lora_backward_bf16 followed by gpu_swiglu_backward_bf16 on copies of the same buffers: the gate
+ * and up gradients and the accumulated dA, dB bit for bit (the joined pass rounds dh + du A as the dx
+ * pass stores it and runs SwiGLU's per-element math on it); dh left as the base product where the
+ * pass applies (R even, ≤ 64, F % 32 == 0), else the two calls' dh. Normal values. */
+static void run_joined_case(int N, int F, int C, int R, int id) {
+    const uint64_t seed = g_seed * 1000003u + (uint64_t)id;
+    struct rng r;
+    rng_init(&r, seed);
+    char shape[96];
+    snprintf(shape, sizeof shape, "N=%d F=%d C=%d R=%d", N, F, C, R);
+    std::vector<float> gate((size_t)N * F), up((size_t)N * F), dh((size_t)N * F), dy((size_t)N * C), x((size_t)N * F),
+        u((size_t)N * R), A((size_t)R * F), B((size_t)C * R), dA0((size_t)R * F), dB0((size_t)C * R);
+    fill(&r, gate, NORMAL, 2.0);
+    fill(&r, up, NORMAL, 1.0);
+    fill(&r, dh, NORMAL, 0.01);
+    fill(&r, dy, NORMAL, 1.0);
+    fill(&r, x, NORMAL, 0.1);
+    fill(&r, u, NORMAL, 0.5);
+    fill(&r, A, NORMAL, 1.0 / sqrt((double)F));
+    fill(&r, B, NORMAL, 0.02);
+    rng_fill_normal(&r, dA0.data(), (int64_t)dA0.size(), 0.0, 1.0);
+    rng_fill_normal(&r, dB0.data(), (int64_t)dB0.size(), 0.0, 1.0);
+    const float s = 2.0f;
+    std::vector<uint16_t> gb(gate.size()), ub(up.size()), dhb(dh.size()), dyb(dy.size()), xb(x.size()), u16(u.size()),
+        Ab(A.size()), Bb(B.size());
+    for (size_t i = 0; i < gate.size(); i++)
+        gb[i] = bf16_from_float(gate[i]), ub[i] = bf16_from_float(up[i]), dhb[i] = bf16_from_float(dh[i]),
+        xb[i] = bf16_from_float(x[i]);
+    for (size_t i = 0; i < dy.size(); i++) dyb[i] = bf16_from_float(dy[i]);
+    for (size_t i = 0; i < u.size(); i++) u16[i] = bf16_from_float(u[i]);
+    for (size_t i = 0; i < A.size(); i++) Ab[i] = bf16_from_float(A[i]);
+    for (size_t i = 0; i < B.size(); i++) Bb[i] = bf16_from_float(B[i]);
+    const size_t ws_bytes = gpu_lora_backward_workspace_size(N, F, R, LORA_NO_MASK);
+    struct dev_buf by, bx, bu, bA, bB, bws;
+    dev_buf_alloc(&by, "dy", dyb.size() * 2, POISON_NONE, dyb.data());
+    dev_buf_alloc(&bx, "x (the MLP input)", xb.size() * 2, POISON_NONE, xb.data());
+    dev_buf_alloc(&bu, "u", u16.size() * 2, POISON_NONE, u16.data());
+    dev_buf_alloc(&bA, "lora_a", Ab.size() * 2, POISON_NONE, Ab.data());
+    dev_buf_alloc(&bB, "lora_b", Bb.size() * 2, POISON_NONE, Bb.data());
+    dev_buf_alloc(&bws, "workspace", ws_bytes, POISON_NONE, nullptr);
+    std::vector<uint16_t> out_g[2], out_u[2], out_dh[2];
+    std::vector<float> out_dA[2], out_dB[2];
+    for (int joined = 0; joined < 2; joined++) {
+        struct dev_buf bg, bup, bdh, bdA, bdB;
+        dev_buf_alloc(&bg, "gate", gb.size() * 2, POISON_NONE, gb.data());
+        dev_buf_alloc(&bup, "up", ub.size() * 2, POISON_NONE, ub.data());
+        dev_buf_alloc(&bdh, "dh (base product)", dhb.size() * 2, POISON_NONE, dhb.data());
+        dev_buf_alloc(&bdA, "dlora_a", dA0.size() * 4, POISON_NONE, dA0.data());
+        dev_buf_alloc(&bdB, "dlora_b", dB0.size() * 4, POISON_NONE, dB0.data());
+        dev_buf_reset(&bws, nullptr);
+        if (joined) {
+            gpu_lora_backward_swiglu_bf16(g_gemm, (uint16_t *)bg.data, (uint16_t *)bup.data, (uint16_t *)bdh.data,
+                                          (float *)bdA.data, (float *)bdB.data, (const uint16_t *)by.data,
+                                          (const uint16_t *)bx.data, (const uint16_t *)bu.data,
+                                          (const uint16_t *)bA.data, (const uint16_t *)bB.data, N, F, C, R, s,
+                                          bws.data, g_stream);
+        } else {
+            gpu_lora_backward_bf16(g_gemm, (uint16_t *)bdh.data, (float *)bdA.data, (float *)bdB.data,
+                                   (const uint16_t *)by.data, (const uint16_t *)bx.data, nullptr, 1.0f,
+                                   (const uint16_t *)bu.data, (const uint16_t *)bA.data, (const uint16_t *)bB.data, N,
+                                   F, C, R, s, bws.data, g_stream);
+            gpu_swiglu_backward_bf16((uint16_t *)bg.data, (uint16_t *)bup.data, (const uint16_t *)bdh.data,
+                                     (const uint16_t *)bg.data, (const uint16_t *)bup.data, N, F, F, F, g_stream);
+        }
+        out_g[joined].resize(gb.size()), out_u[joined].resize(ub.size()), out_dh[joined].resize(dhb.size());
+        out_dA[joined].resize(dA0.size()), out_dB[joined].resize(dB0.size());
+        dev_buf_download(&bg, out_g[joined].data(), 0);
+        dev_buf_download(&bup, out_u[joined].data(), 0);
+        dev_buf_download(&bdh, out_dh[joined].data(), 0);
+        dev_buf_download(&bdA, out_dA[joined].data(), 0);
+        dev_buf_download(&bdB, out_dB[joined].data(), 0);
+        for (struct dev_buf *b : {&bg, &bup, &bdh, &bdA, &bdB}) dev_buf_free(b);
+    }
+    for (struct dev_buf *b : {&by, &bx, &bu, &bA, &bB, &bws}) dev_buf_free(b);
+    EXPECT(out_g[1] == out_g[0], "lora joined %s: the gate gradient differs from the two passes'", shape);
+    EXPECT(out_u[1] == out_u[0], "lora joined %s: the up gradient differs from the two passes'", shape);
+    EXPECT(out_dA[1] == out_dA[0] && out_dB[1] == out_dB[0],
+           "lora joined %s: dA or dB differs from gpu_lora_backward_bf16's", shape);
+    const bool pass_applies = R <= 64 && R % 2 == 0 && F % 32 == 0;
+    EXPECT(out_dh[1] == (pass_applies ? dhb : out_dh[0]), "lora joined %s: dh is not %s", shape,
+           pass_applies ? "the base product (the joined pass writes no dh)" : "the two passes' dh");
+    EXPECT(out_g[1] != gb, "lora joined %s: the gate buffer was not written", shape);
+}
+
 struct bench_ctx {
     uint16_t *x, *w, *A, *B, *y, *u, *dy, *dx;
     float *dA, *dB;
@@ -1403,6 +1491,11 @@ int main(int argc, char **argv) {
     };
     for (const fold_case &f : folds)
         for (int rg = 0; rg < 2; rg++) run_fold_case(f, (regime)rg, id++);
+    /* the down projection's backward joined to SwiGLU's: SmolLM2's and Llama-3.2-1B's MLP widths, R 64,
+     * a width of one column group; the two-pass fallback for F % 32 != 0 and an odd R */
+    const int joins[][4] = {{256, 1536, 576, 16}, {128, 8192, 2048, 16}, {70, 8192, 2048, 64},
+                            {33, 96, 40, 6},      {20, 100, 24, 8},      {16, 64, 32, 7}};
+    for (const auto &j : joins) run_joined_case(j[0], j[1], j[2], j[3], id++);
     const int rc = test_finish("lora_parity");
     if (rc == 0 && test_has_flag(argc, argv, "--bench")) bench(bench_copy_ceiling(g_stream));
     free_gpu_gemm(g_gemm);
