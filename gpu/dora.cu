@@ -350,6 +350,36 @@ __device__ __forceinline__ void chunk_store(double *part, double (*sh)[VW][32], 
             (sh[0][j][threadIdx.x] + sh[1][j][threadIdx.x]) + (sh[2][j][threadIdx.x] + sh[3][j][threadIdx.x]);
 }
 
+/* 16 bytes as loaded, and their 8 bf16 widened as load_bf16<8> widens them (the same values). */
+__device__ __forceinline__ uint4 load16(const bf16 *p) { return *reinterpret_cast<const uint4 *>(p); }
+__device__ __forceinline__ void widen8(float (&v)[8], const uint4 &raw) {
+    const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&raw);
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const float2 f = __bfloat1622float2(h[j]);
+        v[2 * j] = f.x, v[2 * j + 1] = f.y;
+    }
+}
+
+/* Rows a thread of the rescale passes loads before it computes any of them (8-wide path, a whole
+ * 8-row part): a row's loads no longer wait for the previous row's stores, so each thread keeps
+ * kLoadBatch rows of loads in flight instead of one. The rows are then formed in order, as before. */
+constexpr int kLoadBatch = 4;
+
+/* One row of dora_rescale_chunks: out = bf16(mns⊙g), acc += g·v. */
+template <int VW>
+__device__ __forceinline__ void rescale_row(bf16 *dy_s, int64_t e, const float (&g)[VW], const float (&sv)[VW],
+                                            bool partial, const float (&mns)[VW], double (&acc)[VW]) {
+    float out[VW];
+    if (partial) {
+#pragma unroll
+        for (int j = 0; j < VW; j++) acc[j] += (double)g[j] * (double)sv[j]; /* exact product */
+    }
+#pragma unroll
+    for (int j = 0; j < VW; j++) out[j] = __fmul_rn(mns[j], g[j]);
+    refine::store_bf16<VW>(dy_s + e, out);
+}
+
 /* dy_s = bf16(mns⊙dy); partial[chunk][o] = Σ_{n in chunk} dy·v (double, rescale_lane's order), v the
  * saved z or y. */
 template <int VW>
@@ -361,22 +391,39 @@ __global__ void __launch_bounds__(32 * kSubLanes)
     double acc[VW];
 #pragma unroll
     for (int j = 0; j < VW; j++) mns[j] = L.cols ? __fdiv_rn(mag[L.o0 + j], wnorm[L.o0 + j]) : 0.0f, acc[j] = 0.0;
+    const bool whole = VW == 8 && L.cols && L.r1 - L.r0 == kSubRows;
+    if constexpr (VW == 8) {
+        if (whole) {
 #pragma unroll
-    for (int i = 0; i < kSubRows; i++) {
-        const int r = L.r0 + i;
-        if (!L.cols || r >= L.r1) break;
-        const int64_t e = (int64_t)r * C_out + L.o0;
-        float g[VW], out[VW];
-        refine::load_bf16<VW>(g, dy + e);
-        if (partial) {
-            float sv[VW];
-            refine::load_bf16<VW>(sv, v + e);
+            for (int h = 0; h < kSubRows; h += kLoadBatch) {
+                uint4 rg[kLoadBatch], rv[kLoadBatch];
 #pragma unroll
-            for (int j = 0; j < VW; j++) acc[j] += (double)g[j] * (double)sv[j]; /* exact product */
+                for (int i = 0; i < kLoadBatch; i++) {
+                    const int64_t e = (int64_t)(L.r0 + h + i) * C_out + L.o0;
+                    rg[i] = load16(dy + e);
+                    if (partial) rv[i] = load16(v + e);
+                }
+#pragma unroll
+                for (int i = 0; i < kLoadBatch; i++) {
+                    float g[8], sv[8];
+                    widen8(g, rg[i]);
+                    if (partial) widen8(sv, rv[i]);
+                    rescale_row<8>(dy_s, (int64_t)(L.r0 + h + i) * C_out + L.o0, g, sv, partial != nullptr, mns, acc);
+                }
+            }
         }
+    }
+    if (!whole) {
 #pragma unroll
-        for (int j = 0; j < VW; j++) out[j] = __fmul_rn(mns[j], g[j]);
-        refine::store_bf16<VW>(dy_s + e, out);
+        for (int i = 0; i < kSubRows; i++) {
+            const int r = L.r0 + i;
+            if (!L.cols || r >= L.r1) break;
+            const int64_t e = (int64_t)r * C_out + L.o0;
+            float g[VW], sv[VW];
+            refine::load_bf16<VW>(g, dy + e);
+            if (partial) refine::load_bf16<VW>(sv, v + e);
+            rescale_row<VW>(dy_s, e, g, sv, partial != nullptr, mns, acc);
+        }
     }
     if (!partial) return; /* uniform: the whole grid takes the same branch */
     __shared__ double sh[kSubLanes][VW][32];
@@ -490,6 +537,7 @@ void check_ws(const void *ws, size_t need, const char *what) {
 }
 
 bool aligned16(const void *p) { return (uintptr_t)p % 16 == 0; }
+bool aligned8(const void *p) { return (uintptr_t)p % 8 == 0; }
 
 }  // namespace
 
@@ -655,14 +703,17 @@ extern "C" void gpu_dora_swiglu_backward_bf16(uint16_t *gate, uint16_t *up, floa
     double *part_g = dmag_g ? static_cast<double *>(workspace) : nullptr;
     double *part_u = dmag_u ? reinterpret_cast<double *>(static_cast<unsigned char *>(workspace) + half) : nullptr;
     const int chunks = n_chunks_of(N);
-    const bool vec = F % 8 == 0 && aligned16(gate) && aligned16(up) && aligned16(dh) && aligned16(z_g) &&
-                     aligned16(z_u);
-    const dim3 grid = rescale_grid(F, chunks, vec ? 8 : 1), block(32, kSubLanes);
+    /* 4 columns a thread (8-byte accesses), not 8: 72 registers instead of 128, so 7 blocks an SM are
+     * resident instead of 4 and the pass's long per-element chains (two exponentials, two IEEE
+     * divisions, four conversions to double) overlap more — 395 µs against 450 at Llama-3.2-1B's
+     * N 8192, F 8192 (dora_parity --bench, H100; the plain SwiGLU backward: 254) */
+    const bool vec = F % 4 == 0 && aligned8(gate) && aligned8(up) && aligned8(dh) && aligned8(z_g) && aligned8(z_u);
+    const dim3 grid = rescale_grid(F, chunks, vec ? 4 : 1), block(32, kSubLanes);
     bf16 *gb = reinterpret_cast<bf16 *>(gate), *ub = reinterpret_cast<bf16 *>(up);
     const bf16 *dhb = reinterpret_cast<const bf16 *>(dh), *zgb = reinterpret_cast<const bf16 *>(z_g),
                *zub = reinterpret_cast<const bf16 *>(z_u);
     /* (vector width, from y): the kernel's four forms */
-    auto kernel = vec ? (from_y ? dora_swiglu_rescale_chunks<8, true> : dora_swiglu_rescale_chunks<8, false>)
+    auto kernel = vec ? (from_y ? dora_swiglu_rescale_chunks<4, true> : dora_swiglu_rescale_chunks<4, false>)
                       : (from_y ? dora_swiglu_rescale_chunks<1, true> : dora_swiglu_rescale_chunks<1, false>);
     kernel<<<grid, block, 0, stream>>>(gb, ub, part_g, part_u, dhb, zgb, zub, mag_g, wnorm_g, mag_u, wnorm_u, N, F);
     KERNEL_CHECK(stream);

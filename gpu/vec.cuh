@@ -1,7 +1,8 @@
 /* vec.cuh — bf16 loads, stores and rounding for the kernels of gpu/ (device code, C++).
  *
  * load_bf16<VW>(v, p)  reads VW consecutive bf16 at p into floats: one 16-byte load for VW = 8
- *                      (p must be 16-byte aligned), a 2-byte load for VW = 1.
+ *                      (p must be 16-byte aligned), an 8-byte load for VW = 4 (8-byte aligned), a
+ *                      2-byte load for VW = 1.
  * store_bf16<VW>(p, v) rounds VW floats to bf16 (RNE) and writes them the same way.
  * bf16_round_dev(x)    RNE of an fp32 value to bf16 and back: ref/bf16.h's bf16_round, bit for bit
  *                      on every non-NaN input (the hardware conversion; NaN payloads may differ).
@@ -29,8 +30,17 @@ __device__ __forceinline__ void load_bf16(float (&v)[VW], const bf16 *p) {
             v[2 * j] = f.x;
             v[2 * j + 1] = f.y;
         }
+    } else if constexpr (VW == 4) {
+        uint2 raw = *reinterpret_cast<const uint2 *>(p);
+        const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&raw);
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            float2 f = __bfloat1622float2(h[j]);
+            v[2 * j] = f.x;
+            v[2 * j + 1] = f.y;
+        }
     } else {
-        static_assert(VW == 1, "VW must be 1 or 8");
+        static_assert(VW == 1, "VW must be 1, 4 or 8");
         v[0] = __bfloat162float(*p);
     }
 }
@@ -43,8 +53,14 @@ __device__ __forceinline__ void store_bf16(bf16 *p, const float (&v)[VW]) {
 #pragma unroll
         for (int j = 0; j < 4; j++) h[j] = __floats2bfloat162_rn(v[2 * j], v[2 * j + 1]);
         *reinterpret_cast<uint4 *>(p) = raw;
+    } else if constexpr (VW == 4) {
+        uint2 raw;
+        __nv_bfloat162 *h = reinterpret_cast<__nv_bfloat162 *>(&raw);
+#pragma unroll
+        for (int j = 0; j < 2; j++) h[j] = __floats2bfloat162_rn(v[2 * j], v[2 * j + 1]);
+        *reinterpret_cast<uint2 *>(p) = raw;
     } else {
-        static_assert(VW == 1, "VW must be 1 or 8");
+        static_assert(VW == 1, "VW must be 1, 4 or 8");
         *p = __float2bfloat16_rn(v[0]);
     }
 }

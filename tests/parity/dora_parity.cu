@@ -614,6 +614,21 @@ static void b_lora_fwd(void *p, cudaStream_t s) {
     bench_ctx *b = (bench_ctx *)p;
     gpu_lora_forward_bf16(g_gemm, b->y, b->u, b->x, b->A, b->B, b->N, b->C_in, b->C_out, b->R, 2.0f, s);
 }
+struct swiglu_bench {
+    uint16_t *gate, *up, *dh;
+    float *mag, *n, *dm;
+    void *ws;
+    int N, F;
+};
+static void b_dora_swiglu(void *p, cudaStream_t s) {
+    swiglu_bench *b = (swiglu_bench *)p;
+    gpu_dora_swiglu_backward_bf16(b->gate, b->up, b->dm, b->dm, b->dh, nullptr, nullptr, DORA_SAVED_Y, b->mag, b->n,
+                                  b->mag, b->n, b->N, b->F, b->ws, s);
+}
+static void b_plain_swiglu(void *p, cudaStream_t s) {
+    swiglu_bench *b = (swiglu_bench *)p;
+    gpu_swiglu_backward_bf16(b->gate, b->up, b->dh, b->gate, b->up, b->N, b->F, b->F, b->F, s);
+}
 static void b_rescale(void *p, cudaStream_t s) {
     bench_ctx *b = (bench_ctx *)p;
     gpu_dora_rescale_bf16(b->dys, b->dm, b->dy, b->z, DORA_SAVED_Z, b->mag, b->n, b->N, b->C_out, b->ws, s);
@@ -686,6 +701,19 @@ static void bench(double copy_gbps) {
         /* rescale: reads dy and z, writes dy_s (6 bytes an element) */
         bench_json("dora_rescale", shape, 6.0 * ny, 0, rr, copy_gbps);
         bench_json("dora_backward_with_base_dx", shape, 0, 0, rdb, 0);
+        if (strstr(sh.name, "gate_up")) { /* the MLP's SwiGLU backward with the gate/up rescale against the plain one */
+            swiglu_bench sb = {b.y, b.y + (size_t)sh.N * (sh.C_out / 2), b.dy, b.mag, b.n, b.dm, nullptr, sh.N,
+                               sh.C_out / 2};
+            sb.ws = dev_fill(gpu_dora_swiglu_backward_workspace_size(sh.N, sb.F), 0);
+            struct bench_result rs = bench_time(b_dora_swiglu, &sb, g_stream, 3, 15, 3);
+            struct bench_result rp = bench_time(b_plain_swiglu, &sb, g_stream, 3, 15, 3);
+            /* both read gate, up and dh and write gate and up: 10 bytes an element of (N, F) */
+            char sw[160];
+            snprintf(sw, sizeof sw, "%s N=%d F=%d", sh.name, sh.N, sb.F);
+            bench_json("dora_swiglu_backward", sw, 10.0 * sh.N * sb.F, 0, rs, copy_gbps);
+            bench_json("swiglu_backward", sw, 10.0 * sh.N * sb.F, 0, rp, copy_gbps);
+            CUDA_CHECK(cudaFree(sb.ws));
+        }
         printf("{\"op\":\"dora_vs_lora\",\"shape\":\"%s\",\"dora_fwd_ms\":%.4f,\"lora_fwd_ms\":%.4f,"
                "\"dora_bwd_ms\":%.4f,\"lora_bwd_with_base_dx_ms\":%.4f,\"row_norm_ms\":%.4f}\n",
                shape, rdf.median_ms, rlf.median_ms, rdb.median_ms, rlb.median_ms, rn.median_ms);
