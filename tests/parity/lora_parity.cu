@@ -1334,7 +1334,7 @@ static void run_joined_case(int N, int F, int C, int R, int id) {
 }
 
 struct bench_ctx {
-    uint16_t *x, *w, *A, *B, *y, *u, *dy, *dx;
+    uint16_t *x, *w, *A, *B, *y, *u, *dy, *dx, *gate, *up; /* gate, up: the down shapes' joined bench */
     float *dA, *dB;
     void *ws;
     int N, C_in, C_out, R;
@@ -1374,6 +1374,18 @@ static void lora_bwd_du_dx(void *p, cudaStream_t s) {
     bench_ctx *b = (bench_ctx *)p;
     gpu_lora_backward_bf16(g_gemm, b->dx, nullptr, nullptr, b->dy, b->x, nullptr, 1.0f, b->u, b->A, b->B, b->N,
                            b->C_in, b->C_out, b->R, 2.0f, b->ws, s);
+}
+
+static void lora_bwd_then_swiglu(void *p, cudaStream_t s) {
+    bench_ctx *b = (bench_ctx *)p;
+    gpu_lora_backward_bf16(g_gemm, b->dx, b->dA, b->dB, b->dy, b->x, nullptr, 1.0f, b->u, b->A, b->B, b->N, b->C_in,
+                           b->C_out, b->R, 2.0f, b->ws, s);
+    gpu_swiglu_backward_bf16(b->gate, b->up, b->dx, b->gate, b->up, b->N, b->C_in, b->C_in, b->C_in, s);
+}
+static void lora_bwd_joined(void *p, cudaStream_t s) {
+    bench_ctx *b = (bench_ctx *)p;
+    gpu_lora_backward_swiglu_bf16(g_gemm, b->gate, b->up, b->dx, b->dA, b->dB, b->dy, b->x, b->u, b->A, b->B, b->N,
+                                  b->C_in, b->C_out, b->R, 2.0f, b->ws, s);
 }
 
 static void bench(double copy_gbps) {
@@ -1439,6 +1451,22 @@ static void bench(double copy_gbps) {
                    shape, r1.median_ms, du, r2.median_ms - du, r3.median_ms - du,
                    100.0 * 2.0 * ny * gbs / r1.median_ms, 100.0 * 2.0 * ny * gbs / du,
                    100.0 * 2.0 * nx * gbs / (r2.median_ms - du), 100.0 * 4.0 * nx * gbs / (r3.median_ms - du));
+            if (strstr(sh.name, "down")) { /* down's backward joined to SwiGLU's, against the two passes */
+                CUDA_CHECK(cudaMalloc(&b.gate, nx * 2));
+                CUDA_CHECK(cudaMalloc(&b.up, nx * 2));
+                CUDA_CHECK(cudaMemset(b.gate, 0x3C, nx * 2));
+                CUDA_CHECK(cudaMemset(b.up, 0x3C, nx * 2));
+                const struct bench_result rt = bench_time(lora_bwd_then_swiglu, &b, g_stream, 3, 15, 3);
+                const struct bench_result rj = bench_time(lora_bwd_joined, &b, g_stream, 3, 15, 3);
+                /* the joined pass alone reads dh, gate and up and writes gate and up (10 bytes an element
+                 * of dh); the products before it (dB, du, dA) as lora_backward_parts times them */
+                const double pass_ms = rj.median_ms - (r2.median_ms + r1.median_ms - du);
+                printf("{\"op\":\"lora_backward_swiglu\",\"shape\":\"%s\",\"two_passes_ms\":%.4f,\"joined_ms\":%.4f,"
+                       "\"joined_pass_ms\":%.4f,\"joined_pass_pct_of_copy\":%.1f}\n",
+                       shape, rt.median_ms, rj.median_ms, pass_ms, 100.0 * 10.0 * nx * gbs / pass_ms);
+                CUDA_CHECK(cudaFree(b.gate));
+                CUDA_CHECK(cudaFree(b.up));
+            }
             for (void *q : {(void *)b.x, (void *)b.dx, (void *)b.y, (void *)b.dy, (void *)b.w, (void *)b.A, (void *)b.B,
                             (void *)b.u, (void *)b.dA, (void *)b.dB, b.ws})
                 CUDA_CHECK(cudaFree(q));
