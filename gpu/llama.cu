@@ -629,8 +629,10 @@ void mlp_backward(gpu_llama *m, int l, gl_span sp, uint64_t micro) {
     fp8_input_t(m, l, LLAMA_DOWN, a.mlp, F, sp);
     const gl_linear &ld = m->layers[l].lin[LLAMA_DOWN];
     /* LoRA's down adapter without dropout: its dx += du A joined to SwiGLU's backward (one pass over
-     * the base dx, gate and up: gpu_lora_backward_swiglu_bf16, counted as the adapter backward) */
-    const bool joined = m->opt.mode == LLAMA_LORA && ld.target && !(m->opt.dropout > 0);
+     * the base dx, gate and up: gpu_lora_backward_swiglu_bf16, counted as the adapter backward) — at
+     * ranks up to 16, where the whole step measured faster (docs/RESULTS.md, 2026-11-28); at rank 64
+     * the joined pass alone ran 30% slower than the two passes (more k-steps, fewer resident warps) */
+    const bool joined = m->opt.mode == LLAMA_LORA && ld.target && !(m->opt.dropout > 0) && m->opt.R <= 16;
     if (joined) {
         base_backward(m, l, LLAMA_DOWN, m->dmlp, GEMM_OVERWRITE, m->G + off, sp);
         PROF(m, PROF_ADAPTER_BWD);
