@@ -39,8 +39,10 @@
  * measured lora_overhead lines). Linears that share their input run as a group (below), which
  * reads x and rewrites dx once for the group instead of once per member; a folded group (below)
  * joins its adapters to the base products' K dimension (y = [x | u]·[W | s·B]ᵀ over a padded input
- * and padded weights), which removes the y pass. The backward's dx = [dy | du]·[W ; A] would also
- * need dy padded by its producers (attention, SwiGLU); not done: dx += du A stays one pass.
+ * and padded weights), which removes the y pass, and takes du from the base dx products. The
+ * backward's dx = [dy | du]·[W ; A] would need du before the product that forms it; dx += du A
+ * stays one pass — joined to SwiGLU's backward for the MLP's down projection
+ * (gpu_lora_backward_swiglu_bf16), where that pass's output is read by nothing else.
  *
  * Workspace: gpu_lora_backward_workspace_size(N, C_in, R, masked) bytes, 256-byte aligned; never
  * allocated here. gpu_lora_reserve creates the gemm plans of a shape (setup, so the hot path
@@ -145,8 +147,9 @@ void gpu_lora_group_backward_ld_bf16(struct gpu_gemm *g, uint16_t *dx, float *dl
                                      const uint16_t *lora_a, const uint16_t *const *lora_b, int n, int N, int C_in,
                                      const int *C_out, int R, float scale, void *workspace, cudaStream_t stream);
 
-/* Folded groups (LoRA without dropout on a bf16 or NF4 base with bf16 products: gpu/llama.cu folds
- * the q/k/v and gate/up groups). The adapters' products join the base products' K dimension, so that
+/* Folded groups (LoRA or DoRA without dropout on a bf16 or NF4 base with bf16 products: gpu/llama.cu
+ * folds the q/k/v and gate/up groups; DoRA's forward products, its magnitude in the weight, are
+ * gpu/dora.h's gpu_dora_scale_weight_bf16). The adapters' products join the base products' K dimension, so that
  * no pass of their own reads and rewrites y:
  *   y_i = bf16( x_f W_f,iᵀ ) = bf16( x W_iᵀ + u_i S_iᵀ )          one fp32 sum, rounded once
  * with x_f = [x | u] (N, C_in + n·R) at row stride ldx — the producer writes x into the first C_in
