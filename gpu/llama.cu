@@ -633,6 +633,8 @@ void mlp_backward(gpu_llama *m, int l, gl_span sp, uint64_t micro) {
      * ranks up to 16, where the whole step measured faster (docs/RESULTS.md, 2026-11-28); at rank 64
      * the joined pass alone ran 30% slower than the two passes (more k-steps, fewer resident warps) */
     const bool joined = m->opt.mode == LLAMA_LORA && ld.target && !(m->opt.dropout > 0) && m->opt.R <= 16;
+    const gl_linear &lg = m->layers[l].lin[LLAMA_GATE], &lu = m->layers[l].lin[LLAMA_UP];
+    const bool dora = m->opt.mode == LLAMA_DORA && (lg.target || lu.target);
     if (joined) {
         base_backward(m, l, LLAMA_DOWN, m->dmlp, GEMM_OVERWRITE, m->G + off, sp);
         PROF(m, PROF_ADAPTER_BWD);
@@ -641,10 +643,6 @@ void mlp_backward(gpu_llama *m, int l, gl_span sp, uint64_t micro) {
                                       m->opt.R, m->opt.lora_scale, m->ws, m->stream);
     } else {
         proj_backward(m, l, LLAMA_DOWN, m->dmlp, GEMM_OVERWRITE, m->G + off, a.mlp, micro, sp, false);
-    }
-    const gl_linear &lg = m->layers[l].lin[LLAMA_GATE], &lu = m->layers[l].lin[LLAMA_UP];
-    const bool dora = m->opt.mode == LLAMA_DORA && (lg.target || lu.target);
-    if (!joined) {
         PROF(m, PROF_SWIGLU);
         if (dora) /* SwiGLU's backward and the gate/up rescale in one pass, in place, from gate and up */
             gpu_dora_swiglu_backward_bf16(a.gate, a.up, lg.target ? lg.mag_grad : nullptr,

@@ -167,6 +167,15 @@ struct lora_swiglu_epi {
     }
 };
 
+/* The backward's thin products on plan p: dB += s·dyᵀu (db), then — where dA or a dx pass needs it —
+ * du = bf16(s·dy B) into the plan's workspace and dA += duᵀ x_a (da). */
+void backward_products(struct gpu_gemm *g, const lora_plan &p, bool da, bool db, bool dx_pass, cudaStream_t stream) {
+    if (db) gpu_gemm(g, &p.bwd_db, stream);
+    if (!da && !dx_pass) return;
+    gpu_gemm(g, &p.bwd_du, stream);
+    if (da) gpu_gemm(g, &p.bwd_da, stream);
+}
+
 /* out (N, C_out; row stride ldo, 0: C_out) += s · u (N, K; row stride ldu) · the rank-side operand b
  * (row stride ldb; its layout L, gpu/adapter_mma.cuh): one pass on tensor cores where the shape and alignment allow (the
  * models' shapes), else the gemm with beta = 1 (args). The forward's y += s·u Bᵀ (ADAPTER_B_ROWS, B
@@ -233,10 +242,7 @@ extern "C" void gpu_lora_backward_bf16(struct gpu_gemm *g, uint16_t *dx, float *
     const lora_plan p = make_plan(nullptr, const_cast<uint16_t *>(u), x_a, lora_a, lora_b, dlora_a, dlora_b, dy, du,
                                   masked ? (void *)t : (void *)dx, masked ? GEMM_OUT_F32 : GEMM_OUT_BF16,
                                   masked ? GEMM_OVERWRITE : GEMM_ACCUMULATE, N, C_in, C_out, R, scale);
-    if (dlora_b) gpu_gemm(g, &p.bwd_db, stream);
-    if (!dlora_a && !dx) return;
-    gpu_gemm(g, &p.bwd_du, stream);
-    if (dlora_a) gpu_gemm(g, &p.bwd_da, stream);
+    backward_products(g, p, dlora_a != nullptr, dlora_b != nullptr, dx != nullptr, stream);
     if (!dx) return;
     if (!masked) {
         add_product<refine::ADAPTER_B_COLS>(g, p.bwd_dx, dx, du, R, lora_a, C_in, N, C_in, R, 1.0f, stream);
@@ -276,9 +282,7 @@ extern "C" void gpu_lora_backward_swiglu_bf16(struct gpu_gemm *g, uint16_t *gate
     uint16_t *du = static_cast<uint16_t *>(workspace);
     const lora_plan p = make_plan(nullptr, const_cast<uint16_t *>(u), x_a, lora_a, lora_b, dlora_a, dlora_b, dy, du,
                                   dh, GEMM_OUT_BF16, GEMM_ACCUMULATE, N, C_in, C_out, R, scale);
-    if (dlora_b) gpu_gemm(g, &p.bwd_db, stream);
-    gpu_gemm(g, &p.bwd_du, stream);
-    if (dlora_a) gpu_gemm(g, &p.bwd_da, stream);
+    backward_products(g, p, dlora_a != nullptr, dlora_b != nullptr, true, stream);
     refine::adapter_mma_launch<refine::ADAPTER_B_COLS>(
         reinterpret_cast<const bf16 *>(dh), reinterpret_cast<const bf16 *>(du), R,
         reinterpret_cast<const bf16 *>(lora_a), C_in, 1.0f, N, C_in, R,

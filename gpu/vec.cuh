@@ -13,28 +13,25 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 namespace refine {
 
 typedef __nv_bfloat16 bf16;
 
 __device__ __forceinline__ float bf16_round_dev(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 
+/* VW bf16 as one load or store: 16 bytes (VW 8) or 8 (VW 4). */
+template <int VW>
+using bf16_raw = typename std::conditional<VW == 8, uint4, uint2>::type;
+
 template <int VW>
 __device__ __forceinline__ void load_bf16(float (&v)[VW], const bf16 *p) {
-    if constexpr (VW == 8) {
-        uint4 raw = *reinterpret_cast<const uint4 *>(p);
+    if constexpr (VW == 8 || VW == 4) {
+        const bf16_raw<VW> raw = *reinterpret_cast<const bf16_raw<VW> *>(p);
         const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&raw);
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            float2 f = __bfloat1622float2(h[j]);
-            v[2 * j] = f.x;
-            v[2 * j + 1] = f.y;
-        }
-    } else if constexpr (VW == 4) {
-        uint2 raw = *reinterpret_cast<const uint2 *>(p);
-        const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&raw);
-#pragma unroll
-        for (int j = 0; j < 2; j++) {
+        for (int j = 0; j < VW / 2; j++) {
             float2 f = __bfloat1622float2(h[j]);
             v[2 * j] = f.x;
             v[2 * j + 1] = f.y;
@@ -47,18 +44,12 @@ __device__ __forceinline__ void load_bf16(float (&v)[VW], const bf16 *p) {
 
 template <int VW>
 __device__ __forceinline__ void store_bf16(bf16 *p, const float (&v)[VW]) {
-    if constexpr (VW == 8) {
-        uint4 raw;
+    if constexpr (VW == 8 || VW == 4) {
+        bf16_raw<VW> raw;
         __nv_bfloat162 *h = reinterpret_cast<__nv_bfloat162 *>(&raw);
 #pragma unroll
-        for (int j = 0; j < 4; j++) h[j] = __floats2bfloat162_rn(v[2 * j], v[2 * j + 1]);
-        *reinterpret_cast<uint4 *>(p) = raw;
-    } else if constexpr (VW == 4) {
-        uint2 raw;
-        __nv_bfloat162 *h = reinterpret_cast<__nv_bfloat162 *>(&raw);
-#pragma unroll
-        for (int j = 0; j < 2; j++) h[j] = __floats2bfloat162_rn(v[2 * j], v[2 * j + 1]);
-        *reinterpret_cast<uint2 *>(p) = raw;
+        for (int j = 0; j < VW / 2; j++) h[j] = __floats2bfloat162_rn(v[2 * j], v[2 * j + 1]);
+        *reinterpret_cast<bf16_raw<VW> *>(p) = raw;
     } else {
         static_assert(VW == 1, "VW must be 1, 4 or 8");
         *p = __float2bfloat16_rn(v[0]);

@@ -446,6 +446,18 @@ static std::vector<float> rows_of(const std::vector<float> &m, size_t first, siz
     return std::vector<float>(m.begin() + first, m.begin() + first + count);
 }
 
+/* A group case's operands shared by its members, sized and filled in this order: x (N, C_in), the
+ * stacked A (n·R, C_in), the old dx and the old dA (run_group_case, run_fold_case). */
+static void fill_group_shared(struct rng *r, const group_case &c, enum regime rg, std::vector<float> &x,
+                              std::vector<float> &A, std::vector<float> &dx0, std::vector<float> &dA0) {
+    const size_t nR = (size_t)c.n * c.R;
+    x.resize((size_t)c.N * c.C_in), A.resize(nR * c.C_in), dx0.resize((size_t)c.N * c.C_in), dA0.resize(nR * c.C_in);
+    fill(r, x, rg, 1.0);
+    fill(r, A, rg, 1.0 / sqrt((double)c.C_in));
+    fill(r, dx0, rg, 1.0);
+    fill_grad(r, dA0, rg == EXACT);
+}
+
 static void run_group_case(const group_case &c, enum regime rg, int id) {
     const uint64_t seed = g_seed * 1000003u + (uint64_t)id;
     struct rng r;
@@ -457,12 +469,9 @@ static void run_group_case(const group_case &c, enum regime rg, int id) {
     const int len = group_label(shape, sizeof shape, c);
     snprintf(shape + len, sizeof shape - len, " R=%d s=%g %s", R, (double)s, ex ? "exact" : "normal");
 
-    std::vector<float> x((size_t)N * C_in), A((size_t)nR * C_in), dx0((size_t)N * C_in), dA0((size_t)nR * C_in);
+    std::vector<float> x, A, dx0, dA0;
+    fill_group_shared(&r, c, rg, x, A, dx0, dA0);
     std::vector<std::vector<float>> B(n), y0(n), dy(n), dB0(n);
-    fill(&r, x, rg, 1.0);
-    fill(&r, A, rg, 1.0 / sqrt((double)C_in));
-    fill(&r, dx0, rg, 1.0);
-    fill_grad(&r, dA0, ex);
     for (int i = 0; i < n; i++) {
         const int Co = c.C_out[i];
         B[i].resize((size_t)Co * R);
@@ -854,12 +863,9 @@ static void run_fold_case(const fold_case &f, enum regime rg, int id) {
     snprintf(shape + len, sizeof shape - len, " R=%d ldx=%lld ldw=%lld ldd=%lld (dx: %s) s=%g %s", R, (long long)ldx,
              (long long)ldw, (long long)ldd, dx_pass ? "pass" : "gemm", (double)s, ex ? "exact" : "normal");
 
-    std::vector<float> x((size_t)N * C_in), A((size_t)nR * C_in), dx0((size_t)N * C_in), dA0((size_t)nR * C_in);
+    std::vector<float> x, A, dx0, dA0;
+    fill_group_shared(&r, c, rg, x, A, dx0, dA0);
     std::vector<std::vector<float>> W(n), B(n), dy(n), dB0(n);
-    fill(&r, x, rg, 1.0);
-    fill(&r, A, rg, 1.0 / sqrt((double)C_in));
-    fill(&r, dx0, rg, 1.0);
-    fill_grad(&r, dA0, ex);
     for (int i = 0; i < n; i++) {
         const int Co = c.C_out[i];
         W[i].resize((size_t)Co * C_in);
@@ -1272,15 +1278,8 @@ static void run_joined_case(int N, int F, int C, int R, int id) {
     rng_fill_normal(&r, dA0.data(), (int64_t)dA0.size(), 0.0, 1.0);
     rng_fill_normal(&r, dB0.data(), (int64_t)dB0.size(), 0.0, 1.0);
     const float s = 2.0f;
-    std::vector<uint16_t> gb(gate.size()), ub(up.size()), dhb(dh.size()), dyb(dy.size()), xb(x.size()), u16(u.size()),
-        Ab(A.size()), Bb(B.size());
-    for (size_t i = 0; i < gate.size(); i++)
-        gb[i] = bf16_from_float(gate[i]), ub[i] = bf16_from_float(up[i]), dhb[i] = bf16_from_float(dh[i]),
-        xb[i] = bf16_from_float(x[i]);
-    for (size_t i = 0; i < dy.size(); i++) dyb[i] = bf16_from_float(dy[i]);
-    for (size_t i = 0; i < u.size(); i++) u16[i] = bf16_from_float(u[i]);
-    for (size_t i = 0; i < A.size(); i++) Ab[i] = bf16_from_float(A[i]);
-    for (size_t i = 0; i < B.size(); i++) Bb[i] = bf16_from_float(B[i]);
+    const std::vector<uint16_t> gb = bits_of(gate), ub = bits_of(up), dhb = bits_of(dh), dyb = bits_of(dy),
+                                xb = bits_of(x), u16 = bits_of(u), Ab = bits_of(A), Bb = bits_of(B);
     const size_t ws_bytes = gpu_lora_backward_workspace_size(N, F, R, LORA_NO_MASK);
     struct dev_buf by, bx, bu, bA, bB, bws;
     dev_buf_alloc(&by, "dy", dyb.size() * 2, POISON_NONE, dyb.data());
