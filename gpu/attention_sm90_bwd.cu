@@ -4,7 +4,7 @@
  *
  * Three launches:
  *  1. attn90_bwd_pre: Δ = rowsum(dO ∘ O) and lse·log2 e into (b·H + h, T_pad) arrays (zeros in the
- *     padding), and the dQ order counters set to 0. One warp per row.
+ *     padding), and the dQ order counters set to 0. One warp per 8 rows.
  *  2. attn_bwd_sm90: one CTA per 128 keys (n) of one (b, kv head), 384 threads. Warpgroup 0: one
  *     thread loads K and V once and then, through a two-stage ring, Q, dO (TMA, swizzled) and the
  *     lse/Δ slices (bulk copies) of every query block m ≥ m_first(n) of every query head of the
@@ -49,32 +49,55 @@ struct BwdParams {
     HangRecord *dbg;
 };
 
-/* Δ, lse·log2 e (padded) and the counters: one warp per (b·H + h, i), i < T_pad. */
-__global__ void attn90_bwd_pre(float *__restrict__ delta, float *__restrict__ lse2, int *__restrict__ sem,
-                               const __nv_bfloat16 *__restrict__ dout, const __nv_bfloat16 *__restrict__ out,
-                               const float *__restrict__ lse, int B, int T, int H, int D, int T_pad, int BM,
-                               int num_m) {
-    const int64_t row = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+/* Δ, lse·log2 e (padded) and the counters: one warp per kPreRows consecutive rows (b·H + h, i),
+ * i < T_pad, every row's loads issued before any row's sum. A warp per row (32768 blocks at
+ * Llama-3.2-1B's shape) ran at a third of the copy rate, 66 µs of the backward's 290; this form
+ * 31 µs (docs/RESULTS.md, 2026-11-28, third session). Each row's sum is formed as the warp per row
+ * formed it — lane L the pairs at columns 2L + 64j, then the xor tree — and the trainers' losses
+ * came out bitwise the same. */
+constexpr int kPreRows = 8;
+
+template <int D>
+__global__ void __launch_bounds__(256) attn90_bwd_pre(float *__restrict__ delta, float *__restrict__ lse2,
+                                                      int *__restrict__ sem, const __nv_bfloat16 *__restrict__ dout,
+                                                      const __nv_bfloat16 *__restrict__ out,
+                                                      const float *__restrict__ lse, int B, int T, int H, int T_pad,
+                                                      int BM, int num_m) {
+    constexpr int NP = D / 64; /* column pairs a lane takes in a row */
+    const int64_t rows = (int64_t)B * H * T_pad;
+    const int64_t row0 = ((int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * kPreRows;
     const int lane = threadIdx.x % 32;
-    if (row >= (int64_t)B * H * T_pad) return;
-    const int i = (int)(row % T_pad);
-    const int64_t bh = row / T_pad;
-    float s = 0.0f;
-    if (i < T) {
-        const int b = (int)(bh / H), h = (int)(bh % H);
-        const __nv_bfloat16 *a = dout + (((int64_t)b * T + i) * H + h) * D, *c = out + (((int64_t)b * T + i) * H + h) * D;
-        for (int d = lane * 2; d < D; d += 64) {
-            const float2 x = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(a + d));
-            const float2 y = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(c + d));
-            s += x.x * y.x + x.y * y.y;
+    if (row0 >= rows) return;
+    /* T_pad is a multiple of 128: the warp's rows are rows i0 … i0 + 7 of one (b, h) */
+    const int bh = (int)(row0 / T_pad), i0 = (int)(row0 - (int64_t)bh * T_pad), b = bh / H, h = bh - b * H;
+    const __nv_bfloat16 *a = dout + (((int64_t)b * T + i0) * H + h) * D, *c = out + (((int64_t)b * T + i0) * H + h) * D;
+    float2 x[kPreRows][NP], y[kPreRows][NP];
+#pragma unroll
+    for (int r = 0; r < kPreRows; r++) {
+        const bool live = i0 + r < T;
+#pragma unroll
+        for (int j = 0; j < NP; j++) {
+            const int64_t d = (int64_t)r * H * D + lane * 2 + 64 * j;
+            x[r][j] = live ? __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(a + d)) : make_float2(0.0f, 0.0f);
+            y[r][j] = live ? __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(c + d)) : make_float2(0.0f, 0.0f);
         }
+    }
+    float mine = 0.0f; /* lane r: row i0 + r's sum */
+#pragma unroll
+    for (int r = 0; r < kPreRows; r++) {
+        float s = 0.0f;
+#pragma unroll
+        for (int j = 0; j < NP; j++) s += x[r][j].x * y[r][j].x + x[r][j].y * y[r][j].y;
 #pragma unroll
         for (int o = 16; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (lane == r) mine = s;
     }
-    if (lane == 0) {
-        delta[row] = s;
-        lse2[row] = i < T ? lse[bh * T + i] * 1.44269504088896341f : 0.0f;
-        if (i % BM == 0 && i / BM < num_m) sem[bh * num_m + i / BM] = 0;
+    if (lane < kPreRows) {
+        const int i = i0 + lane;
+        const int64_t row = row0 + lane;
+        delta[row] = i < T ? mine : 0.0f;
+        lse2[row] = i < T ? lse[(int64_t)bh * T + i] * 1.44269504088896341f : 0.0f;
+        if (i % BM == 0 && i / BM < num_m) sem[(int64_t)bh * num_m + i / BM] = 0;
     }
 }
 
@@ -299,10 +322,10 @@ static void backward_launch(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint
     p.scale = scale;
     p.dbg = dbg;
 
-    const int64_t rows = (int64_t)B * H * p.T_pad;
-    attn90::attn90_bwd_pre<<<(unsigned)((rows + 7) / 8), 256, 0, stream>>>(
+    const int64_t rows = (int64_t)B * H * p.T_pad, warps = rows / attn90::kPreRows; /* T_pad: a multiple of 128 */
+    attn90::attn90_bwd_pre<D><<<(unsigned)((warps + 7) / 8), 256, 0, stream>>>(
         delta, lse2, p.sem, reinterpret_cast<const __nv_bfloat16 *>(dout), reinterpret_cast<const __nv_bfloat16 *>(out),
-        lse, B, T, H, D, p.T_pad, C::BM, p.num_m);
+        lse, B, T, H, p.T_pad, C::BM, p.num_m);
     KERNEL_CHECK(stream);
     const size_t smem = attn90::BwdSmem<D>::BYTES;
     CUDA_CHECK(cudaFuncSetAttribute(attn90::attn_bwd_sm90<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));

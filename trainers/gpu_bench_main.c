@@ -24,7 +24,8 @@
  *   6. prints one JSON line: tokens_per_s, step_s, peak_mem_GiB (every byte refine allocates on the
  *      device: the plan), cuda_mem_GiB (device memory in use minus before: adds the CUDA context
  *      and cuBLASLt), model_tflops (PERFORMANCE.md's FLOP convention, train/metrics.h), mfu,
- *      gemm_tflops, loss, device, precision, fp8_recipe, base_dtype, master, grad_dtype, recompute_mlp, mlp_chunk; with
+ *      gemm_tflops, loss (the last step's, to 9 digits: a float's every bit, so that two builds' runs
+ *      compare bitwise), device, precision, fp8_recipe, base_dtype, master, grad_dtype, recompute_mlp, mlp_chunk; with
  *      --profile a second JSON line with the
  *      device time of each op
  *      category per step (CUDA events around each op, over the timed steps run again).
@@ -272,7 +273,7 @@ int main(int argc, char **argv) {
                "\"base_dtype\":\"%s\",\"master\":\"%s\",\"grad_dtype\":\"%s\",\"recompute_mlp\":%d,\"mlp_chunk\":%d,\"ungrouped\":%d,\"unfolded\":%d,"
                "\"step_s\":%.4f,"
                "\"tokens_per_s\":%.0f,\"model_tflops\":%.1f,\"mfu\":%.3f,\"peak_mem_GiB\":%.2f,\"cuda_mem_GiB\":%.2f,"
-               "\"gemm_tflops\":%.1f,\"loss\":%.4f,\"first_loss\":%.4f,\"plan_GiB\":{%s},\"memory_limit_GiB\":%g,"
+               "\"gemm_tflops\":%.1f,\"loss\":%.9g,\"first_loss\":%.4f,\"plan_GiB\":{%s},\"memory_limit_GiB\":%g,"
                "\"offload\":%d,\"host_GiB\":%.3f,\"device\":\"%s\"%s}\n",
                o.model, method, o.rank, g.B, g.T, A, recompute_names[o.recompute], optimizer_names[o.optimizer],
                compute_precision_names[set.precision],
