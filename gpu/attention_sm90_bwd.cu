@@ -101,7 +101,10 @@ __global__ void __launch_bounds__(256) attn90_bwd_pre(float *__restrict__ delta,
     }
 }
 
-/* dq (B, T, H, D) = bf16(scale · the fp32 tiles): one thread per 4 floats of a tile. */
+/* dq (B, T, H, D) = bf16(scale · the fp32 tiles): one thread per 4 floats of a tile. A pass of its
+ * own: the conversion inside attn_bwd_sm90 — by the writer as key block 0 completed each tile, or by
+ * key block 0's consumers after their loop — measured slower and level (docs/RESULTS.md,
+ * 2026-11-28, third session): key block 0's CTAs are the grid's longest and launch last. */
 __global__ void attn90_bwd_post(__nv_bfloat16 *__restrict__ dq, const float *__restrict__ dqacc, int T, int H, int D,
                                 int BM, int num_m, float scale, int64_t n4) {
     const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
