@@ -553,17 +553,11 @@ extern "C" void gpu_dora_scale_weight_bf16(uint16_t *w_s, const uint16_t *w, int
                                            const float *wnorm, int C_out, int K, cudaStream_t stream) {
     CHECK(C_out >= 1 && K >= 1 && ldw >= K, "gpu_dora_scale_weight_bf16: C_out=%d K=%d ldw=%lld (need >= 1, K <= ldw)",
           C_out, K, (long long)ldw);
-    const bf16 *src = reinterpret_cast<const bf16 *>(w);
-    bf16 *dst = reinterpret_cast<bf16 *>(w_s);
-    if (K % 8 == 0 && ldw % 8 == 0 && (uintptr_t)w % 16 == 0 && (uintptr_t)w_s % 16 == 0) {
-        const int64_t n = (int64_t)C_out * (K / 8);
-        dora_scale_weight_rows<8><<<(unsigned)((n + kBlock - 1) / kBlock), kBlock, 0, stream>>>(dst, src, ldw, mag,
-                                                                                                wnorm, C_out, K);
-    } else {
-        const int64_t n = (int64_t)C_out * K;
-        dora_scale_weight_rows<1><<<(unsigned)((n + kBlock - 1) / kBlock), kBlock, 0, stream>>>(dst, src, ldw, mag,
-                                                                                                wnorm, C_out, K);
-    }
+    const bool vec = K % 8 == 0 && ldw % 8 == 0 && aligned16(w) && aligned16(w_s);
+    const int64_t n = (int64_t)C_out * (vec ? K / 8 : K);
+    auto kernel = vec ? dora_scale_weight_rows<8> : dora_scale_weight_rows<1>;
+    kernel<<<(unsigned)((n + kBlock - 1) / kBlock), kBlock, 0, stream>>>(
+        reinterpret_cast<bf16 *>(w_s), reinterpret_cast<const bf16 *>(w), ldw, mag, wnorm, C_out, K);
     KERNEL_CHECK(stream);
 }
 

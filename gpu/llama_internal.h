@@ -166,9 +166,10 @@ struct gpu_llama {
      * DoRA on a bf16 or NF4 base with bf16 products): its input (n1, n2) at row stride ld_n with u
      * after the C columns, its members' weights at ldw with bf16(s·B) after the C_in columns, refreshed
      * from B (gl_fold_refresh: one launch over fold_slots at the start of every forward; an NF4 base's
-     * layer after each dequantization). LoRA's forward products run over [x | u]; DoRA's over x alone
-     * (its magnitude pass adds the adapter's term), and its backward's base dx products, from the
-     * rescaled dy, give du as LoRA's do */
+     * layer after each dequantization). LoRA's forward products run over [x | u]; DoRA's members
+     * without bias over [x | u] with their weight scaled by m/n (gl_dora_weight_scaled), a biased
+     * member over x alone and its magnitude pass adds the adapter's term; DoRA's backward base dx
+     * products, from the rescaled dy, give du as LoRA's do */
     int folded[GL_N_GROUPS];
     int64_t ld_n1, ld_n2;
     struct lora_fold_slot *fold_slots; /* device: one per folded linear */
