@@ -5,7 +5,9 @@
  * code array), so the block maxima are a warp butterfly of fmaxf (exact and order-free, so any
  * tree gives the reference's value) with no barrier. A grid of (SMs × resident CTAs) CTAs of 8
  * warps strides over the blocks, each warp loading its next block before the arithmetic of the
- * current one. Each CTA builds its tables once, in shared memory:
+ * current one. Each CTA holds its tables in shared memory (struct tables), copied from a prebuilt
+ * image (gpu_adamw8bit_tables_build, once per run: the trainers) or built from the maps (~10 µs a
+ * launch, which a step of 113 tensors paid 113 times):
  *   map1, map2   the maps, for the dequantization map[q] · absmax;
  *   eyt1, eyt2   the 255 encode thresholds of each map in Eytzinger (BFS) order, [1..255];
  *   sign1        the sign bits of map1 (the code nudge), 8 words.
@@ -31,6 +33,15 @@
  * gradient's loads (8 bytes for 4 elements on the vector path) and widens each value by its bits,
  * so the arithmetic sees exactly the fp32 values the widened gradient would give, and the fp32
  * instantiation is the kernel as it was.
+ * The master's form (fp32 p, split pair, bf16 weights, bf16 with stochastic rounding) is a template
+ * parameter of the vector kernel, and a full block decodes without per-element bounds tests; the
+ * bf16 weights round by the hardware conversion with NaN made 0x7FC0 (master_pair_split_bits's
+ * high half, bit for bit). The bf16-weight step is issue-bound, not memory-bound: 10 bytes an
+ * element against ~131 warp instructions per 32 elements (ncu, a 16.8M-element tensor: 68.5M
+ * instructions; the two IEEE operations of the update and the two table encodes are most of them):
+ * 80% of copy (240 G elements/s) would need 94% of the H100's ~1.05e12 warp-instruction issue slots
+ * a second (132 SMs × 4 schedulers × 1.98 GHz); it runs at ~190 G elements/s, 63% of copy, 65% of
+ * the slots issued (docs/RESULTS.md, 2026-11-28, fourth session).
  *
  * Test and benchmark: bazel test --config=gpu //tests/parity:adamw8bit_parity
  *                     (binary) adamw8bit_parity --bench
@@ -139,7 +150,29 @@ __device__ __forceinline__ void widen_grads(float (&g)[8], bool vector_loaded) {
     }
 }
 
-template <bool kVec, bool kBf16>
+/* The master's form, a template parameter of the vector kernels so that each carries only its own
+ * loads, stores and rounding (the runtime checks of one kernel for every form cost the bf16-weight
+ * step ~40% of its time: docs/RESULTS.md, 2026-11-28, fourth session); kFormAny reads the form from
+ * the tensor (the scalar-load kernels: misaligned tensors, rare). */
+enum master_form { kFormAny = 0, kFormP, kFormSplit, kFormBf16, kFormSr };
+
+template <int kForm>
+__device__ __forceinline__ bool has_p(const gpu_adamw8bit_tensor &t) {
+    if constexpr (kForm == kFormAny) return t.p != nullptr;
+    else return kForm == kFormP;
+}
+template <int kForm>
+__device__ __forceinline__ uint16_t *lo_of(const gpu_adamw8bit_tensor &t) {
+    if constexpr (kForm == kFormAny || kForm == kFormSplit) return t.lo;
+    else return nullptr;
+}
+template <int kForm>
+__device__ __forceinline__ bool is_sr(const gpu_adamw8bit_tensor &t) {
+    if constexpr (kForm == kFormAny) return t.master_bf16 == 2;
+    else return kForm == kFormSr;
+}
+
+template <bool kVec, bool kBf16, int kForm>
 __device__ __forceinline__ void load_block(const gpu_adamw8bit_tensor &t, int64_t blk, int lane, float (&g)[8],
                                            float (&p)[8], uint32_t (&q1w)[2], uint32_t (&q2w)[2], float *a1,
                                            float *a2) {
@@ -157,10 +190,11 @@ __device__ __forceinline__ void load_block(const gpu_adamw8bit_tensor &t, int64_
                 const float4 gv = __ldcs(reinterpret_cast<const float4 *>(t.grad + i));
                 g[4 * h] = gv.x, g[4 * h + 1] = gv.y, g[4 * h + 2] = gv.z, g[4 * h + 3] = gv.w;
             }
-            if (!t.p) { /* the pair: split masters, or bf16 weights (no low halves) */
+            if (!has_p<kForm>(t)) { /* the pair: split masters, or bf16 weights (no low halves) */
                 float w[4];
+                const uint16_t *lo = lo_of<kForm>(t);
                 pair_join4(__ldcs(reinterpret_cast<const uint2 *>(t.copy + i)),
-                           t.lo ? __ldcs(reinterpret_cast<const uint2 *>(t.lo + i)) : make_uint2(0u, 0u), w);
+                           lo ? __ldcs(reinterpret_cast<const uint2 *>(lo + i)) : make_uint2(0u, 0u), w);
                 p[4 * h] = w[0], p[4 * h + 1] = w[1], p[4 * h + 2] = w[2], p[4 * h + 3] = w[3];
             } else {
                 const float4 pv = __ldcs(reinterpret_cast<const float4 *>(t.p + i));
@@ -181,7 +215,7 @@ __device__ __forceinline__ void load_block(const gpu_adamw8bit_tensor &t, int64_
             if (i < t.n) {
                 if constexpr (kBf16) g[4 * h + k] = __uint_as_float((uint32_t)t.grad_bf16[i]); /* widen_grads */
                 else g[4 * h + k] = t.grad[i];
-                p[4 * h + k] = t.p ? t.p[i] : pair_join(t.copy[i], pair_lo(t.lo, i));
+                p[4 * h + k] = has_p<kForm>(t) ? t.p[i] : pair_join(t.copy[i], pair_lo(lo_of<kForm>(t), i));
                 q1w[h] |= (uint32_t)t.q1[i] << (8 * k);
                 q2w[h] |= (uint32_t)t.q2[i] << (8 * k);
             }
@@ -189,50 +223,118 @@ __device__ __forceinline__ void load_block(const gpu_adamw8bit_tensor &t, int64_
     }
 }
 
-template <bool kVec, bool kBf16>
-__global__ void __launch_bounds__(kThreads) adamw8bit_warp_step(gpu_adamw8bit_tensor t, scalars s) {
-    __shared__ float eyt1[256], eyt2[256], map1[256], map2[256];
-    __shared__ unsigned sign1[kWarps];
-    __shared__ enc::pair tp1[256], tp2[256];
-    __shared__ uint8_t tab1[enc::kEntries], tab2[enc::kEntries];
-    __shared__ int table_bad;
-    float gs;
-    if (!step_applies(s, &gs)) return; /* uniform over the grid */
+/* A CTA's tables (header comment), in shared memory: built there from the maps (build_tables), or
+ * copied from a prebuilt copy in global memory (gpu_adamw8bit_tables_build). */
+struct alignas(16) tables {
+    float eyt1[256], eyt2[256], map1[256], map2[256];
+    enc::pair tp1[256], tp2[256];
+    unsigned sign1[kWarps];
+    int bad; /* the bucket table's conditions failed: the tree and IEEE division */
+    uint8_t tab1[enc::kEntries], tab2[enc::kEntries];
+};
+
+/* T from the maps, by every thread of a CTA of kThreads (its barriers included). */
+__device__ __forceinline__ void build_tables(tables &T, const float *m1, const float *m2) {
     const int tid = threadIdx.x, lane = tid & 31;
-    map1[tid] = t.map1[tid];
-    map2[tid] = t.map2[tid];
-    if (tid == 0) table_bad = 0;
+    T.map1[tid] = m1[tid];
+    T.map2[tid] = m2[tid];
+    if (tid == 0) T.bad = 0;
     __syncthreads();
-    const unsigned neg = __ballot_sync(0xffffffffu, signbit(map1[tid]) != 0);
-    if (lane == 0) sign1[tid >> 5] = neg;
+    const unsigned neg = __ballot_sync(0xffffffffu, signbit(T.map1[tid]) != 0);
+    if (lane == 0) T.sign1[tid >> 5] = neg;
     if (tid < 255) {
         const int node = eytzinger_node(tid);
-        eyt1[node] = encode_threshold(map1, tid);
-        eyt2[node] = encode_threshold(map2, tid);
+        T.eyt1[node] = encode_threshold(T.map1, tid);
+        T.eyt2[node] = encode_threshold(T.map2, tid);
     }
     /* the bucket tables (gpu/adamw8bit_encode.h): pairs (T_c, T_c+1), NaN past 254 */
-    tp1[tid] = enc::pair{tid < 255 ? encode_threshold(map1, tid) : NAN, tid < 254 ? encode_threshold(map1, tid + 1) : NAN};
-    tp2[tid] = enc::pair{tid < 255 ? encode_threshold(map2, tid) : NAN, tid < 254 ? encode_threshold(map2, tid + 1) : NAN};
+    T.tp1[tid] = enc::pair{tid < 255 ? encode_threshold(T.map1, tid) : NAN,
+                           tid < 254 ? encode_threshold(T.map1, tid + 1) : NAN};
+    T.tp2[tid] = enc::pair{tid < 255 ? encode_threshold(T.map2, tid) : NAN,
+                           tid < 254 ? encode_threshold(T.map2, tid + 1) : NAN};
     __syncthreads();
     for (int e = tid; e < enc::kEntries; e += kThreads) {
         const float x = enc::entry_lowest((uint32_t)e);
-        tab1[e] = (uint8_t)enc::count_sorted(tp1, x);
-        tab2[e] = (uint8_t)enc::count_sorted(tp2, x);
+        T.tab1[e] = (uint8_t)enc::count_sorted(T.tp1, x);
+        T.tab2[e] = (uint8_t)enc::count_sorted(T.tp2, x);
     }
     __syncthreads();
     /* the table's conditions: thresholds ascending, none in (−2^−29, 2^−29], ≤ 2 per entry */
     bool bad = false;
-    if (tid < 254) bad = !(tp1[tid].lo <= tp1[tid + 1].lo) || !(tp2[tid].lo <= tp2[tid + 1].lo);
+    if (tid < 254) bad = !(T.tp1[tid].lo <= T.tp1[tid + 1].lo) || !(T.tp2[tid].lo <= T.tp2[tid + 1].lo);
     if (tid == 0)
-        bad = bad || enc::count_sorted(tp1, -enc::kTiny) != enc::count_sorted(tp1, enc::kTiny) ||
-              enc::count_sorted(tp2, -enc::kTiny) != enc::count_sorted(tp2, enc::kTiny);
+        bad = bad || enc::count_sorted(T.tp1, -enc::kTiny) != enc::count_sorted(T.tp1, enc::kTiny) ||
+              enc::count_sorted(T.tp2, -enc::kTiny) != enc::count_sorted(T.tp2, enc::kTiny);
     for (int e = tid; e < enc::kEntries; e += kThreads)
-        bad = bad || enc::count_bound_above(tab1, tp1, (uint32_t)e) - tab1[e] > (unsigned)enc::kMaxPerBucket ||
-              enc::count_bound_above(tab2, tp2, (uint32_t)e) - tab2[e] > (unsigned)enc::kMaxPerBucket;
-    if (bad) table_bad = 1;
+        bad = bad || enc::count_bound_above(T.tab1, T.tp1, (uint32_t)e) - T.tab1[e] > (unsigned)enc::kMaxPerBucket ||
+              enc::count_bound_above(T.tab2, T.tp2, (uint32_t)e) - T.tab2[e] > (unsigned)enc::kMaxPerBucket;
+    if (bad) T.bad = 1;
     __syncthreads();
-    const bool use_table = table_bad == 0;
-    const unsigned e1 = smem_addr(eyt1), e2 = smem_addr(eyt2);
+}
+
+/* One CTA: the tables of the maps, built as a step's CTAs would build them, written to out. */
+__global__ void __launch_bounds__(kThreads) adamw8bit_build_tables(tables *out, const float *m1, const float *m2) {
+    __shared__ tables T;
+    build_tables(T, m1, m2);
+    const uint4 *src = reinterpret_cast<const uint4 *>(&T);
+    uint4 *dst = reinterpret_cast<uint4 *>(out);
+    for (int i = threadIdx.x; i < (int)(sizeof(tables) / 16); i += kThreads) dst[i] = src[i];
+}
+
+/* Slot j's moments from its codes and gradient (valid), or the padding of a short block (not
+ * valid: the reference's loader pads with g = 0, code 128 for m and code 0 for v); the finite bit
+ * and the running maxima. */
+__device__ __forceinline__ void decode_slot(const scalars &s, float gs, const float *map1, const float *map2, float a1,
+                                            float a2, const float (&g)[8], const uint32_t (&q1w)[2],
+                                            const uint32_t (&q2w)[2], int j, bool valid, float (&m)[8], float (&v)[8],
+                                            unsigned &finite, float &w1, float &w2) {
+    if (valid) {
+        const unsigned c1 = (q1w[j >> 2] >> (8 * (j & 3))) & 0xffu, c2 = (q2w[j >> 2] >> (8 * (j & 3))) & 0xffu;
+        const float gj = __fmul_rn(g[j], gs);
+        const bool fin = isfinite(g[j]);
+        finite |= (unsigned)fin << j;
+        const float mj = __fadd_rn(__fmul_rn(__fmul_rn(map1[c1], a1), s.b1), __fmul_rn(s.one_minus_b1, gj));
+        const float vj = __fadd_rn(__fmul_rn(__fmul_rn(map2[c2], a2), s.b2), __fmul_rn(__fmul_rn(s.one_minus_b2, gj), gj));
+        m[j] = fin ? mj : 0.0f;
+        v[j] = fin ? vj : 0.0f;
+    } else {
+        m[j] = __fadd_rn(__fmul_rn(__fmul_rn(map1[128], a1), s.b1), __fmul_rn(s.one_minus_b1, 0.0f));
+        v[j] = __fmul_rn(__fmul_rn(map2[0], a2), s.b2);
+    }
+    w1 = fmaxf(w1, fabsf(m[j]));
+    w2 = fmaxf(w2, fabsf(v[j]));
+}
+
+/* Two masters rounded to bf16 (RNE, subnormals kept, every NaN 0x7FC0), packed with a in the low
+ * half: master_pair_split_bits's high halves, by the hardware conversion and a NaN fix. */
+__device__ __forceinline__ unsigned bf16x2_of(float a, float b) {
+    const __nv_bfloat162 r = __floats2bfloat162_rn(a, b);
+    unsigned w = *reinterpret_cast<const unsigned *>(&r);
+    if (isnan(a)) w = (w & 0xFFFF0000u) | 0x7FC0u;
+    if (isnan(b)) w = (w & 0x0000FFFFu) | 0x7FC00000u;
+    return w;
+}
+
+template <bool kVec, bool kBf16, int kForm, int kMinBlocks>
+__global__ void __launch_bounds__(kThreads, kMinBlocks) adamw8bit_warp_step(gpu_adamw8bit_tensor t, scalars s) {
+    __shared__ tables T;
+    float gs;
+    if (!step_applies(s, &gs)) return; /* uniform over the grid */
+    const int tid = threadIdx.x, lane = tid & 31;
+    if (t.tables) { /* the prebuilt copy: 16-byte words */
+        const uint4 *src = static_cast<const uint4 *>(t.tables);
+        uint4 *dst = reinterpret_cast<uint4 *>(&T);
+        for (int i = tid; i < (int)(sizeof(tables) / 16); i += kThreads) dst[i] = src[i];
+        __syncthreads();
+    } else {
+        build_tables(T, t.map1, t.map2);
+    }
+    const float *const map1 = T.map1, *const map2 = T.map2;
+    const uint8_t *const tab1 = T.tab1, *const tab2 = T.tab2;
+    const enc::pair *const tp1 = T.tp1, *const tp2 = T.tp2;
+    const unsigned *const sign1 = T.sign1;
+    const bool use_table = T.bad == 0;
+    const unsigned e1 = smem_addr(T.eyt1), e2 = smem_addr(T.eyt2);
 
     const int64_t nblocks = (t.n + kBlock - 1) / kBlock, stride = (int64_t)gridDim.x * kWarps;
     int64_t blk = (int64_t)blockIdx.x * kWarps + (tid >> 5);
@@ -242,7 +344,7 @@ __global__ void __launch_bounds__(kThreads) adamw8bit_warp_step(gpu_adamw8bit_te
     float g[8], p[8];
     uint32_t q1w[2], q2w[2];
     float a1, a2;
-    load_block<kVec, kBf16>(t, blk, lane, g, p, q1w, q2w, &a1, &a2);
+    load_block<kVec, kBf16, kForm>(t, blk, lane, g, p, q1w, q2w, &a1, &a2);
     for (;;) {
         const int64_t base = blk * kBlock, next = blk + stride;
         const bool full = base + kBlock <= t.n;
@@ -250,30 +352,18 @@ __global__ void __launch_bounds__(kThreads) adamw8bit_warp_step(gpu_adamw8bit_te
         float gn[8], pn[8];
         uint32_t q1n[2], q2n[2];
         float a1n = 0.0f, a2n = 0.0f;
-        if (next < nblocks) load_block<kVec, kBf16>(t, next, lane, gn, pn, q1n, q2n, &a1n, &a2n);
+        if (next < nblocks) load_block<kVec, kBf16, kForm>(t, next, lane, gn, pn, q1n, q2n, &a1n, &a2n);
         float m[8], v[8];
         unsigned finite = 0u; /* bit j: slot j valid with a finite gradient */
         float w1 = -FLT_MAX, w2 = -FLT_MAX; /* the reference's starting value */
+        if (kVec && full) { /* every slot valid: no bounds test an element */
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
-            const int64_t i = base + 128 * (j >> 2) + 4 * lane + (j & 3);
-            const unsigned c1 = (q1w[j >> 2] >> (8 * (j & 3))) & 0xffu, c2 = (q2w[j >> 2] >> (8 * (j & 3))) & 0xffu;
-            if ((kVec && full) || i < t.n) {
-                const float gj = __fmul_rn(g[j], gs);
-                const bool fin = isfinite(g[j]);
-                finite |= (unsigned)fin << j;
-                const float mj = __fadd_rn(__fmul_rn(__fmul_rn(map1[c1], a1), s.b1), __fmul_rn(s.one_minus_b1, gj));
-                const float vj = __fadd_rn(__fmul_rn(__fmul_rn(map2[c2], a2), s.b2),
-                                           __fmul_rn(__fmul_rn(s.one_minus_b2, gj), gj));
-                m[j] = fin ? mj : 0.0f;
-                v[j] = fin ? vj : 0.0f;
-            } else {
-                /* the kernel's loader pads a short block with g = 0, code 128 (m) and code 0 (v) */
-                m[j] = __fadd_rn(__fmul_rn(__fmul_rn(map1[128], a1), s.b1), __fmul_rn(s.one_minus_b1, 0.0f));
-                v[j] = __fmul_rn(__fmul_rn(map2[0], a2), s.b2);
-            }
-            w1 = fmaxf(w1, fabsf(m[j]));
-            w2 = fmaxf(w2, fabsf(v[j]));
+            for (int j = 0; j < 8; j++) decode_slot(s, gs, map1, map2, a1, a2, g, q1w, q2w, j, true, m, v, finite, w1, w2);
+        } else {
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                decode_slot(s, gs, map1, map2, a1, a2, g, q1w, q2w, j, base + 128 * (j >> 2) + 4 * lane + (j & 3) < t.n, m,
+                            v, finite, w1, w2);
         }
         /* block maxima: fmaxf is exact and order-free, so any tree gives the reference's value */
 #pragma unroll
@@ -323,13 +413,14 @@ __global__ void __launch_bounds__(kThreads) adamw8bit_warp_step(gpu_adamw8bit_te
                 const int64_t i = base + 128 * h + 4 * lane;
                 __stcs(reinterpret_cast<unsigned *>(t.q1 + i), o1[h]);
                 __stcs(reinterpret_cast<unsigned *>(t.q2 + i), o2[h]);
-                if (!t.p) { /* an unchanged (non-finite gradient) master splits into its own pair */
+                if (!has_p<kForm>(t)) { /* an unchanged (non-finite gradient) master splits into its own pair */
                     uint2 hw, lw = make_uint2(0u, 0u); /* lw: split masters only (never with sr) */
                     const float pw[4] = {p[4 * h], p[4 * h + 1], p[4 * h + 2], p[4 * h + 3]};
-                    if (t.master_bf16 == 2) hw = sr_pack4(pw, sr_stream{t.sr_seed, s.step, t.sr_tensor}, i);
+                    if (is_sr<kForm>(t)) hw = sr_pack4(pw, sr_stream{t.sr_seed, s.step, t.sr_tensor}, i);
+                    else if (kForm == kFormBf16) hw = make_uint2(bf16x2_of(pw[0], pw[1]), bf16x2_of(pw[2], pw[3]));
                     else pair_split4(pw, &hw, &lw);
                     __stcs(reinterpret_cast<uint2 *>(t.copy + i), hw);
-                    if (t.lo) __stcs(reinterpret_cast<uint2 *>(t.lo + i), lw);
+                    if (uint16_t *lo = lo_of<kForm>(t)) __stcs(reinterpret_cast<uint2 *>(lo + i), lw);
                     continue;
                 }
                 __stcs(reinterpret_cast<float4 *>(t.p + i), make_float4(p[4 * h], p[4 * h + 1], p[4 * h + 2], p[4 * h + 3]));
@@ -349,10 +440,10 @@ __global__ void __launch_bounds__(kThreads) adamw8bit_warp_step(gpu_adamw8bit_te
                 if (i < t.n) {
                     t.q1[i] = (uint8_t)(o1[j >> 2] >> (8 * (j & 3)));
                     t.q2[i] = (uint8_t)(o2[j >> 2] >> (8 * (j & 3)));
-                    if (!t.p) {
+                    if (!has_p<kForm>(t)) {
                         if (!(finite >> j & 1u)) continue;
-                        if (t.master_bf16 == 2) t.copy[i] = sr_one(p[j], sr_stream{t.sr_seed, s.step, t.sr_tensor}, i);
-                        else pair_store(t.copy, t.lo, i, p[j]);
+                        if (is_sr<kForm>(t)) t.copy[i] = sr_one(p[j], sr_stream{t.sr_seed, s.step, t.sr_tensor}, i);
+                        else pair_store(t.copy, lo_of<kForm>(t), i, p[j]);
                         continue;
                     }
                     if (finite >> j & 1u) t.p[i] = p[j];
@@ -400,7 +491,7 @@ __global__ void __launch_bounds__(kBlock) adamw32bit_elementwise(gpu_adamw8bit_t
 }
 
 /* CTAs of the 8-bit kernel that fill the current device once (SMs × resident CTAs per SM). */
-template <bool kVec, bool kBf16>
+template <bool kVec, bool kBf16, int kForm, int kMinBlocks>
 int full_grid(void) {
     static int cached[64]; /* per device; a benign race writes the same value */
     int dev = 0;
@@ -408,10 +499,32 @@ int full_grid(void) {
     if (dev < 64 && cached[dev] > 0) return cached[dev];
     const int sms = refine_sm_count();
     int per_sm = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, adamw8bit_warp_step<kVec, kBf16>, kThreads, 0));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &per_sm, adamw8bit_warp_step<kVec, kBf16, kForm, kMinBlocks>, kThreads, 0));
     const int grid = sms * (per_sm > 0 ? per_sm : 1);
     if (dev < 64) cached[dev] = grid;
     return grid;
+}
+
+template <bool kVec, bool kBf16, int kForm, int kMinBlocks>
+void launch_8bit(const gpu_adamw8bit_tensor &t, const scalars &s, int64_t need, cudaStream_t stream) {
+    const int fill = full_grid<kVec, kBf16, kForm, kMinBlocks>();
+    const unsigned grid = (unsigned)(need < fill ? need : fill);
+    adamw8bit_warp_step<kVec, kBf16, kForm, kMinBlocks><<<grid, kThreads, 0, stream>>>(t, s);
+}
+
+/* The vector kernel of t's master form, or the scalar-load kernel (any form). Resident CTAs an SM
+ * (the register cap): 3 for the bf16 weights, whose kernel is issue-bound (10 bytes an element:
+ * 1.58 → 1.41 ms at 268M elements, 0.405 → 0.373 ms for a Llama-3.2-1B layer's seven tensors), 2
+ * for the fp32 masters (18 bytes an element, memory-bound: 3 measured 2% slower) and the split
+ * ones (128 registers: 3 spills). */
+template <bool kBf16>
+void launch_form(const gpu_adamw8bit_tensor &t, const scalars &s, int64_t need, bool vec, cudaStream_t stream) {
+    if (!vec) launch_8bit<false, kBf16, kFormAny, 2>(t, s, need, stream);
+    else if (t.p) launch_8bit<true, kBf16, kFormP, 2>(t, s, need, stream);
+    else if (t.lo) launch_8bit<true, kBf16, kFormSplit, 2>(t, s, need, stream);
+    else if (t.master_bf16 == 2) launch_8bit<true, kBf16, kFormSr, 3>(t, s, need, stream);
+    else launch_8bit<true, kBf16, kFormBf16, 3>(t, s, need, stream);
 }
 
 bool aligned(const void *p, uintptr_t a) { return ((uintptr_t)p & (a - 1)) == 0; }
@@ -455,13 +568,9 @@ extern "C" void gpu_adamw8bit_step(const struct gpu_adamw8bit_tensor *t, const s
         const int64_t need = (blocks + kWarps - 1) / kWarps;
         const bool vec = aligned(t->p, 16) && aligned(t->grad, 16) && aligned(t->grad_bf16, 8) && aligned(t->copy, 8) &&
                          aligned(t->lo, 8) && aligned(t->q1, 4) && aligned(t->q2, 4);
-        const int fill = vec ? (bf16 ? full_grid<true, true>() : full_grid<true, false>())
-                             : (bf16 ? full_grid<false, true>() : full_grid<false, false>());
-        const unsigned grid = (unsigned)(need < fill ? need : fill);
-        if (vec && bf16) adamw8bit_warp_step<true, true><<<grid, kThreads, 0, stream>>>(*t, s);
-        else if (vec) adamw8bit_warp_step<true, false><<<grid, kThreads, 0, stream>>>(*t, s);
-        else if (bf16) adamw8bit_warp_step<false, true><<<grid, kThreads, 0, stream>>>(*t, s);
-        else adamw8bit_warp_step<false, false><<<grid, kThreads, 0, stream>>>(*t, s);
+        CHECK(aligned(t->tables, 16), "adamw8bit: tables %p not 16-byte aligned", t->tables);
+        if (bf16) launch_form<true>(*t, s, need, vec, stream);
+        else launch_form<false>(*t, s, need, vec, stream);
     } else {
         CHECK(t->m && t->v, "adamw8bit: 32-bit state missing");
         const int64_t b = (t->n + kBlock - 1) / kBlock;
@@ -469,5 +578,14 @@ extern "C" void gpu_adamw8bit_step(const struct gpu_adamw8bit_tensor *t, const s
         if (bf16) adamw32bit_elementwise<true><<<grid, kBlock, 0, stream>>>(*t, s);
         else adamw32bit_elementwise<false><<<grid, kBlock, 0, stream>>>(*t, s);
     }
+    KERNEL_CHECK(stream);
+}
+
+extern "C" size_t gpu_adamw8bit_tables_bytes(void) { return sizeof(tables); }
+
+extern "C" void gpu_adamw8bit_tables_build(void *out, const float *map1, const float *map2, cudaStream_t stream) {
+    CHECK(out && map1 && map2 && aligned(out, 16), "adamw8bit tables: out %p (16-byte aligned), maps %p %p", out,
+          (const void *)map1, (const void *)map2);
+    adamw8bit_build_tables<<<1, kThreads, 0, stream>>>(static_cast<tables *>(out), map1, map2);
     KERNEL_CHECK(stream);
 }

@@ -32,6 +32,7 @@
 #define REFINE_GPU_ADAMW8BIT_H
 
 #include <cuda_runtime_api.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "ref/adamw.h"
@@ -59,6 +60,9 @@ struct gpu_adamw8bit_tensor {
                           2: written back rounded stochastically (--master bf16-sr, as gpu/adamw.h) */
     uint64_t sr_seed;
     uint32_t sr_tensor;
+    const void *tables; /* the encode tables of map1, map2 prebuilt by gpu_adamw8bit_tables_build
+                           (16-byte aligned), copied by each CTA; NULL: each CTA builds them from
+                           the maps (~10 µs a launch: what a step of many small tensors pays) */
 };
 
 struct gpu_adamw8bit_args {
@@ -75,6 +79,12 @@ struct gpu_adamw8bit_args {
 
 void gpu_adamw8bit_step(const struct gpu_adamw8bit_tensor *t, const struct gpu_adamw8bit_args *h,
                         cudaStream_t stream);
+
+/* The bytes of the encode tables of a pair of maps, and their build (one CTA, enqueued) into out
+ * (device, 16-byte aligned): the same tables a step's CTAs build from map1, map2, for the tensors'
+ * `tables` field. The maps are read when the build runs; the tables stay valid while they hold. */
+size_t gpu_adamw8bit_tables_bytes(void);
+void gpu_adamw8bit_tables_build(void *out, const float *map1, const float *map2, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

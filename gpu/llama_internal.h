@@ -219,6 +219,7 @@ struct gpu_llama {
     float *loss_dev, *norm_dev;
     double *nll_acc; /* Σ NLL of the micro-batches since the last optimizer step (device) */
     float *map1, *map2; /* 8-bit optimizer maps */
+    unsigned char *a8_tables; /* their encode tables (gpu_adamw8bit_tables_build) */
     int32_t *h_tokens, *h_labels; /* pinned staging: two buffers of N each */
     cudaEvent_t staged[2];        /* the last copy out of each staging buffer */
     int stage;                    /* the buffer the last set_batch filled */

@@ -534,6 +534,7 @@ void fixed_rows(gpu_llama *m, gl_rows &rs) {
     add(rs, SLAB_FIXED, &m->loss_dev, 4); /* loss_dev[0], norm_dev = loss_dev + 2 */
     add(rs, SLAB_FIXED, &m->nll_acc, 1);
     add(rs, SLAB_FIXED, &m->map1, 512); /* map1, map2 = map1 + 256 */
+    add(rs, SLAB_FIXED, &m->a8_tables, m->opt.optimizer == OPTIMIZER_ADAMW8BIT ? (int64_t)gpu_adamw8bit_tables_bytes() : 0);
     int slots = 0;
     for (int g = 0; g < GL_N_GROUPS; g++) slots += m->folded[g] ? gl_group_n[g] * m->cfg.L : 0;
     m->n_fold_slots = slots;
@@ -1031,6 +1032,10 @@ static void upload_fixed(gpu_llama *m) {
     quant8_dynamic_map(maps, 1);
     quant8_dynamic_map(maps + 256, 0);
     CUDA_CHECK(cudaMemcpy(m->map1, maps, sizeof maps, cudaMemcpyHostToDevice));
+    if (m->opt.optimizer == OPTIMIZER_ADAMW8BIT) {
+        gpu_adamw8bit_tables_build(m->a8_tables, m->map1, m->map2, m->stream);
+        CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    }
     free(pos);
     free(ones);
     free(cs);

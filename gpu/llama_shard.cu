@@ -203,7 +203,7 @@ void gl_adamw8bit_steps(gpu_llama *m, const gpu_adamw8bit_args *a, cudaStream_t 
             t.is_8bit = p.is_8bit;
             t.q1 = p.q1, t.q2 = p.q2;
             t.absmax1 = p.absmax1, t.absmax2 = p.absmax2;
-            t.map1 = m->map1, t.map2 = m->map2;
+            t.map1 = m->map1, t.map2 = m->map2, t.tables = m->a8_tables;
             t.m = p.m, t.v = p.v;
             t.lo = p.lo; /* split masters' (NULL otherwise) */
             t.master_bf16 = gl_master_bf16(m);
@@ -227,7 +227,7 @@ void gl_adamw8bit_steps(gpu_llama *m, const gpu_adamw8bit_args *a, cudaStream_t 
         t.q2 = eight ? m->s_q2 + pc.off : nullptr;
         t.absmax1 = eight ? m->s_absmax1 + m->piece_boff[k] : nullptr;
         t.absmax2 = eight ? m->s_absmax2 + m->piece_boff[k] : nullptr;
-        t.map1 = m->map1, t.map2 = m->map2;
+        t.map1 = m->map1, t.map2 = m->map2, t.tables = m->a8_tables;
         t.m = eight ? nullptr : m->s_m + m->piece_soff[k];
         t.v = eight ? nullptr : m->s_v + m->piece_soff[k];
         gpu_adamw8bit_step(&t, a, s);

@@ -46,9 +46,16 @@
  * the block maxima with fmaxf (order-free) and encodes with the same binary search, so every bit
  * of the state and of p must agree.
  *
+ * The encode tables: every case runs twice, its 8-bit tensors first building the tables in each CTA
+ * (tables NULL), then reading a copy prebuilt by gpu_adamw8bit_tables_build into a guarded buffer
+ * (the trainers' form) — bit for bit the reference both times. bf16 weights with rounding edges
+ * (subnormals, −0, NaN, ±3.3e38) on the bf16-weight kernel and the scalar-load one.
+ *
  * --bench: n = 16M and 256M, each with a constant gradient (every lane of a warp on the same code)
  * and with normal gradients (codes spread over the maps, as in training); 18 bytes per element;
- * and the normal gradients as bf16 (grad_bf16), 16 bytes per element.
+ * the normal gradients as bf16 (grad_bf16), 16 bytes per element; bf16 weights with bf16 gradients
+ * (the bf16 trainers' full fine-tuning), 10 bytes per element, tables built by each CTA and
+ * prebuilt; and one Llama-3.2-1B layer's seven tensors in sequence, one launch each.
  */
 #include <math.h>
 #include <stdio.h>
@@ -75,8 +82,12 @@ static cudaStream_t g_stream;
 
 /* One tensor on the device: p and the bf16 copy, the state of the path s selects
  * (zero, the maps from s); the gradient buffer is the caller's (shared). */
+/* 1: the 8-bit tensors read encode tables prebuilt by gpu_adamw8bit_tables_build (the trainers'
+ * form); 0: each CTA builds them from the maps. Every case runs in both forms (main). */
+static int g_prebuilt;
+
 struct dev_tensor8 {
-    struct dev_buf p, copy, lo, q1, q2, a1, a2, map1, map2, m, v;
+    struct dev_buf p, copy, lo, q1, q2, a1, a2, map1, map2, m, v, tables;
     struct gpu_adamw8bit_tensor t;
     enum master_storage ms;
 };
@@ -133,6 +144,13 @@ static void dev_tensor8_alloc(dev_tensor8 *d, const struct adamw8bit_state *s, c
         d->t.q1 = (uint8_t *)d->q1.data, d->t.q2 = (uint8_t *)d->q2.data;
         d->t.absmax1 = (float *)d->a1.data, d->t.absmax2 = (float *)d->a2.data;
         d->t.map1 = (const float *)d->map1.data, d->t.map2 = (const float *)d->map2.data;
+        if (g_prebuilt) { /* built into a guarded buffer: a write past the tables fails the guard */
+            dev_buf_alloc(&d->tables, "tables", gpu_adamw8bit_tables_bytes(), POISON_NONE, nullptr);
+            EXPECT(((uintptr_t)d->tables.data & 15u) == 0, "adamw8bit: tables buffer %p not 16-byte aligned",
+                   d->tables.data);
+            gpu_adamw8bit_tables_build(d->tables.data, d->t.map1, d->t.map2, g_stream);
+            d->t.tables = d->tables.data;
+        }
     } else {
         dev_buf_alloc(&d->m, "m", (size_t)n * 4, POISON_NONE, zeros.data());
         dev_buf_alloc(&d->v, "v", (size_t)n * 4, POISON_NONE, zeros.data());
@@ -146,6 +164,11 @@ static void dev_tensor8_free(dev_tensor8 *d) {
         for (struct dev_buf *b : {&d->q1, &d->q2, &d->a1, &d->a2, &d->map1, &d->map2}) dev_buf_free(b);
     else
         for (struct dev_buf *b : {&d->m, &d->v}) dev_buf_free(b);
+    if (d->t.tables) {
+        std::vector<unsigned char> h(d->tables.nbytes);
+        dev_buf_download(&d->tables, h.data(), 0); /* the guards */
+        dev_buf_free(&d->tables);
+    }
 }
 
 /* Everything a step writes: p, the bf16 copy, and q1, q2, absmax1, absmax2 (8-bit) or m, v. */
@@ -230,7 +253,9 @@ static void cmp_snap(const char *shape, uint64_t seed, const char *label, const 
 
 enum grad_align { GRAD_ALIGNED = 0, GRAD_MISALIGNED = 1 };
 
-/* ga = GRAD_MISALIGNED: the gradient starts one element into its buffer (4-byte aligned, not 16),
+/* plant: bit 0 non-finite gradients at steps 2 and 3, bit 1 weights with rounding edges (bf16
+ * weights only: subnormals, −0, NaN, ±3.3e38 every 4096 elements).
+ * ga = GRAD_MISALIGNED: the gradient starts one element into its buffer (4-byte aligned, not 16),
  * which sends every block of the 8-bit kernel down its scalar-load path.
  * bf16: the gradients rounded to bf16 on the host (the reference and the fp32 tensor d see the
  * widened values), and a second device tensor d16 with the same start reads their bits
@@ -244,15 +269,21 @@ static void run_tensor(int64_t n, double wd, double gnorm_scale, int plant, int 
     struct rng r;
     rng_init(&r, seed);
     char shape[128];
-    snprintf(shape, sizeof shape, "n=%lld wd=%g gnorm_scale=%g%s%s%s%s", (long long)n, wd, gnorm_scale,
-             plant ? " nonfinite grads" : "", ga == GRAD_MISALIGNED ? " grad misaligned" : "",
-             master_label(ms), bf16 ? " bf16 grads" : "");
+    snprintf(shape, sizeof shape, "n=%lld wd=%g gnorm_scale=%g%s%s%s%s%s%s", (long long)n, wd, gnorm_scale,
+             plant & 1 ? " nonfinite grads" : "", plant & 2 ? " special weights" : "",
+             ga == GRAD_MISALIGNED ? " grad misaligned" : "",
+             master_label(ms), bf16 ? " bf16 grads" : "", g_prebuilt ? " prebuilt tables" : "");
     struct adamw8bit_hparams h = adamw8bit_defaults();
     h.hp.weight_decay = wd, h.gnorm_scale = gnorm_scale, h.variant = ADAMW8BIT_BNB_CUDA;
     struct adamw8bit_state s;
     adamw8bit_init(&s, n, h.min_8bit_size);
     std::vector<float> p((size_t)n), g((size_t)n);
     rng_fill_normal(&r, p.data(), n, 0.0, 1.0);
+    if (plant & 2) /* weights whose rounding has edges: subnormal, signed zero, NaN, near the largest */
+        for (int64_t b = 0; b + 8 <= n; b += 4096) {
+            p[b + 1] = 1e-39f, p[b + 2] = -0.0f, p[b + 3] = NAN, p[b + 4] = 3.3e38f, p[b + 5] = -3.3e38f;
+            p[b + 6] = 9.2e-41f, p[b + 7] = -1.5e-39f;
+        }
     master_round_array(p.data(), n, ms);
 
     const int64_t lead = ga == GRAD_MISALIGNED ? 1 : 0;
@@ -268,8 +299,8 @@ static void run_tensor(int64_t n, double wd, double gnorm_scale, int plant, int 
     }
     for (int step = 1; step <= 4; step++) {
         rng_fill_normal(&r, g.data(), n, 0.0, id % 2 ? 0.01 : 1.0);
-        if (plant && step == 2 && n >= 300) g[5] = NAN, g[290] = INFINITY;
-        if (plant && step == 3 && n >= 300) g[n - 1] = -INFINITY, g[n / 2] = NAN; /* the last (short) block too */
+        if ((plant & 1) && step == 2 && n >= 300) g[5] = NAN, g[290] = INFINITY;
+        if ((plant & 1) && step == 3 && n >= 300) g[n - 1] = -INFINITY, g[n / 2] = NAN; /* the last (short) block too */
         if (bf16) bf16_round_array(g.data(), g.data(), n);
         std::copy(g.begin(), g.end(), gbuf.begin() + lead);
         dev_buf_reset(&bg, gbuf.data());
@@ -316,8 +347,8 @@ static void run_scalars(int64_t n, double max_norm, int id, enum master_storage 
     struct rng r;
     rng_init(&r, seed);
     char shape[128];
-    snprintf(shape, sizeof shape, "n=%lld wd=0.01 device norm_coef (max_norm=%g) and guard%s", (long long)n, max_norm,
-             master_label(ms));
+    snprintf(shape, sizeof shape, "n=%lld wd=0.01 device norm_coef (max_norm=%g) and guard%s%s", (long long)n,
+             max_norm, master_label(ms), g_prebuilt ? " prebuilt tables" : "");
     struct adamw8bit_hparams h = adamw8bit_defaults();
     h.hp.weight_decay = 0.01, h.variant = ADAMW8BIT_BNB_CUDA;
     struct adamw8bit_state s;
@@ -395,13 +426,14 @@ static void run_scalars(int64_t n, double max_norm, int id, enum master_storage 
 }
 
 struct bench_ctx {
-    struct gpu_adamw8bit_tensor t;
+    struct gpu_adamw8bit_tensor t[7];
+    int n_t;
     struct gpu_adamw8bit_args a;
 };
 
 static void bench_call(void *p, cudaStream_t s) {
     bench_ctx *b = (bench_ctx *)p;
-    gpu_adamw8bit_step(&b->t, &b->a, s);
+    for (int i = 0; i < b->n_t; i++) gpu_adamw8bit_step(&b->t[i], &b->a, s);
 }
 
 /* Bench gradients: ~N(0, 0.01²) by Box-Muller from a hash of (seed, i), so that the codes of a
@@ -432,6 +464,7 @@ static void bench(double ceiling) {
         adamw8bit_init(&s, 256, 1); /* only for the maps */
         bench_ctx b;
         memset(&b, 0, sizeof b);
+        b.n_t = 1;
         const int64_t nb = adamw8bit_n_blocks(n);
         float *p, *g, *a1, *a2, *m1, *m2;
         uint8_t *q1, *q2;
@@ -448,7 +481,10 @@ static void bench(double ceiling) {
         CUDA_CHECK(cudaMalloc(&m2, 1024));
         CUDA_CHECK(cudaMemcpy(m1, s.map1, 1024, cudaMemcpyHostToDevice));
         CUDA_CHECK(cudaMemcpy(m2, s.map2, 1024, cudaMemcpyHostToDevice));
-        b.t = {p, copy, g, nullptr, n, 1, q1, q2, a1, a2, m1, m2, nullptr, nullptr};
+        void *tab;
+        CUDA_CHECK(cudaMalloc(&tab, gpu_adamw8bit_tables_bytes()));
+        gpu_adamw8bit_tables_build(tab, m1, m2, g_stream);
+        b.t[0] = {p, copy, g, nullptr, n, 1, q1, q2, a1, a2, m1, m2, nullptr, nullptr};
         b.a = {1e-3, 0.9, 0.999, 1e-8, 0.01, 1.0, 1};
         for (int data = 0; data < 2; data++) {
             CUDA_CHECK(cudaMemset(p, 0, (size_t)n * 4));
@@ -459,7 +495,7 @@ static void bench(double ceiling) {
             if (data == 0) CUDA_CHECK(cudaMemset(g, 0x3C, (size_t)n * 4)); /* fp32 0x3C3C3C3C ≈ 0.0115 */
             else bench_fill_normal<<<1024, 256, 0, g_stream>>>(g, n, g_seed);
             CUDA_CHECK(cudaStreamSynchronize(g_stream));
-            char shape[96];
+            char shape[160];
             snprintf(shape, sizeof shape, "n=%lld 8-bit, %s", (long long)n,
                      data == 0 ? "constant grad" : "normal grads (codes spread)");
             /* p read+write 8, g 4, q1 and q2 read+write 4, bf16 copy 2 (absmax negligible) */
@@ -468,22 +504,58 @@ static void bench(double ceiling) {
             /* the same gradients as bf16 (grad_bf16): 16 bytes per element */
             bench_round_bf16<<<1024, 256, 0, g_stream>>>(g16, g, n);
             CUDA_CHECK(cudaStreamSynchronize(g_stream));
-            b.t.grad = nullptr, b.t.grad_bf16 = g16;
+            b.t[0].grad = nullptr, b.t[0].grad_bf16 = g16;
             snprintf(shape, sizeof shape, "n=%lld 8-bit, normal grads (codes spread), bf16 grads", (long long)n);
             bench_json("adamw8bit_step", shape, 16.0 * n, 0, bench_time(bench_call, &b, g_stream, 3, 15, 3), ceiling);
-            b.t.grad = g, b.t.grad_bf16 = nullptr;
+            /* bf16 weights (--master bf16: no p, the copy is the weight, normal values) with bf16
+             * gradients, the bf16 trainers' full fine-tuning: copy read + write 4, gradient 2, q1 and
+             * q2 read + write 4 = 10 bytes per element; the tables built by each CTA, then prebuilt */
+            bench_round_bf16<<<1024, 256, 0, g_stream>>>(copy, g, n);
+            b.t[0].p = nullptr, b.t[0].master_bf16 = 1;
+            for (int pre = 0; pre < 2; pre++) {
+                b.t[0].tables = pre ? tab : nullptr;
+                snprintf(shape, sizeof shape, "n=%lld 8-bit, bf16 weights, bf16 grads, tables %s", (long long)n,
+                         pre ? "prebuilt" : "built by each CTA");
+                bench_json("adamw8bit_step", shape, 10.0 * n, 0, bench_time(bench_call, &b, g_stream, 3, 15, 3),
+                           ceiling);
+            }
+            if (n == ((int64_t)256 << 20)) {
+                /* one Llama-3.2-1B layer's seven tensors in sequence (q, k, v, o, gate, up, down), each
+                 * its own launch as in the trainer, at the offsets of consecutive tensors */
+                const int64_t sizes[7] = {2048 * 2048, 512 * 2048, 512 * 2048, 2048 * 2048,
+                                          8192 * 2048, 8192 * 2048, 8192 * 2048};
+                int64_t off = 0, total = 0;
+                for (int k = 0; k < 7; k++) {
+                    b.t[k] = b.t[0];
+                    b.t[k].copy = copy + off, b.t[k].grad_bf16 = g16 + off, b.t[k].q1 = q1 + off, b.t[k].q2 = q2 + off;
+                    b.t[k].absmax1 = a1 + off / 256, b.t[k].absmax2 = a2 + off / 256, b.t[k].n = sizes[k];
+                    off += sizes[k], total += sizes[k];
+                }
+                for (int pre = 0; pre < 2; pre++) {
+                    for (int k = 0; k < 7; k++) b.t[k].tables = pre ? tab : nullptr;
+                    b.n_t = 7;
+                    snprintf(shape, sizeof shape, "Llama-3.2-1B layer (7 tensors, %lld elements), bf16 weights and "
+                             "grads, tables %s", (long long)total, pre ? "prebuilt" : "built by each CTA");
+                    bench_json("adamw8bit_step", shape, 10.0 * total, 0,
+                               bench_time(bench_call, &b, g_stream, 3, 15, 3), ceiling);
+                }
+                b.n_t = 1;
+                b.t[0] = b.t[6]; /* restored below */
+                b.t[0].copy = copy, b.t[0].grad_bf16 = g16, b.t[0].q1 = q1, b.t[0].q2 = q2;
+                b.t[0].absmax1 = a1, b.t[0].absmax2 = a2, b.t[0].n = n;
+            }
+            b.t[0].p = p, b.t[0].master_bf16 = 0, b.t[0].tables = nullptr;
+            b.t[0].grad = g, b.t[0].grad_bf16 = nullptr;
         }
         for (void *q : {(void *)p, (void *)g, (void *)g16, (void *)copy, (void *)q1, (void *)q2, (void *)a1, (void *)a2,
-                        (void *)m1, (void *)m2})
+                        (void *)m1, (void *)m2, tab})
             CUDA_CHECK(cudaFree(q));
         adamw8bit_free(&s);
     }
 }
 
-int main(int argc, char **argv) {
-    g_seed = test_seed(argc, argv, 20261131);
-    parity_init();
-    CUDA_CHECK(cudaStreamCreate(&g_stream));
+/* Every case, with the tables in the form g_prebuilt says (the ids, hence the data, as in the other). */
+static void run_cases(void) {
     const int64_t ns[] = {1, 7, 4095, 4096, 4097, 2560, 100000, 16 * 2048};
     int id = 0;
     for (int64_t n : ns) {
@@ -536,6 +608,11 @@ int main(int argc, char **argv) {
     run_tensor(4095, 0.01, 1.0, 0, id++, GRAD_MISALIGNED, MASTER_BF16, 1);
     run_tensor(100000, 0.01, 1.0, 1, id++, GRAD_ALIGNED, MASTER_BF16, 1);
     run_tensor(5001, 0.0, 0.5, 1, id++, GRAD_MISALIGNED, MASTER_BF16, 1);
+    /* the bf16 weights' rounding at its edges (subnormal, −0, NaN, near the largest), on the vector
+     * kernel of that form and the scalar-load one */
+    run_tensor(100000, 0.01, 1.0, 3, id++, GRAD_ALIGNED, MASTER_BF16, 1);
+    run_tensor(((int64_t)1 << 21) + 77, 0.0, 0.5, 2, id++, GRAD_ALIGNED, MASTER_BF16);
+    run_tensor(9000, 0.01, 1.0, 2, id++, GRAD_MISALIGNED, MASTER_BF16, 1);
     run_scalars(4097, 1.0, id++, MASTER_BF16);
     run_scalars(4095, 1.0, id++, MASTER_BF16);
     /* bf16-sr weights (the copy is the weight, rounded stochastically; a stream per case): the
@@ -552,6 +629,13 @@ int main(int argc, char **argv) {
     run_tensor(100000, 0.01, 1.0, 1, id++, GRAD_ALIGNED, MASTER_BF16_SR, 1);
     run_tensor(5001, 0.0, 0.5, 1, id++, GRAD_MISALIGNED, MASTER_BF16_SR, 1);
     run_scalars(4097, 1.0, id++, MASTER_BF16_SR);
+}
+
+int main(int argc, char **argv) {
+    g_seed = test_seed(argc, argv, 20261131);
+    parity_init();
+    CUDA_CHECK(cudaStreamCreate(&g_stream));
+    for (g_prebuilt = 0; g_prebuilt < 2; g_prebuilt++) run_cases();
     const int rc = test_finish("adamw8bit_parity");
     if (rc == 0 && test_has_flag(argc, argv, "--bench")) bench(bench_copy_ceiling(g_stream));
     CUDA_CHECK(cudaStreamDestroy(g_stream));
