@@ -39,7 +39,20 @@
 namespace {
 
 constexpr size_t kAlign = 256;
-constexpr size_t kCeChunkBytes = (size_t)256 << 20; /* bf16 logits of one lm_head chunk */
+/* The bf16 logits of one lm_head chunk: 512 MiB, 256 MiB under --recompute layer (the least-memory
+ * runs), in whole 128-row tiles of the GEMMs (ce_chunk_rows). */
+constexpr size_t kCeChunkBytes = (size_t)512 << 20, kCeChunkBytesLeast = (size_t)256 << 20;
+constexpr int64_t kCeRowTile = 128;
+
+/* Rows of one lm_head chunk for vocabulary V: as many as bytes of bf16 logits hold, rounded down to
+ * a multiple of kCeRowTile — the chunk is the M of the logits and dh products, and at a 128256
+ * vocabulary 256 MiB gave 1046 rows: a last tile 22 rows full in each (docs/RESULTS.md, 2026-11-28,
+ * fourth session); at least 64 rows (a vocabulary above 4M), at most N. */
+int ce_chunk_rows(int64_t N, int64_t V, size_t bytes) {
+    int64_t r = (int64_t)(bytes / (2 * (size_t)V));
+    r = r >= kCeRowTile ? r / kCeRowTile * kCeRowTile : (r < 64 ? 64 : r);
+    return (int)(r > N ? N : r);
+}
 
 /* One buffer: count elements of elem bytes in slab, its address written to *ptr. */
 struct gl_row {
@@ -516,8 +529,8 @@ void scratch_rows(gpu_llama *m, gl_rows &rs) {
     add(rs, SLAB_SCRATCH, &m->mlp_buf, m->opt.mlp_input == GPU_MLP_INPUT_RECOMPUTED ? m->mlp_rows * F : 0);
     add(rs, SLAB_SCRATCH, &m->h_buf, gl_keeps_o_out(m) ? N * C : 0);
     add(rs, SLAB_SCRATCH, &m->keep, o->dropout > 0 ? max_in : 0);
-    const int64_t V = m->cfg.V, ce_rows = (int64_t)(kCeChunkBytes / (2 * (size_t)V)) < 64 ? 64 : (int64_t)(kCeChunkBytes / (2 * (size_t)V));
-    m->plan.ce_rows = (int)(ce_rows > N ? N : ce_rows);
+    m->plan.ce_rows =
+        ce_chunk_rows(N, m->cfg.V, m->opt.recompute == RECOMPUTE_LAYER ? kCeChunkBytesLeast : kCeChunkBytes);
     add_row(rs, SLAB_SCRATCH, &m->ws, (int64_t)workspace_bytes(m), 1);
 }
 
