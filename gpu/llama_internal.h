@@ -155,6 +155,8 @@ enum gl_prof {
     PROF_COPY, PROF_FP8, N_PROF
 };
 
+constexpr int GL_OPT_SIDE = 2; /* side streams of the 8-bit optimizer step */
+
 struct gpu_llama {
     model_config cfg;
     gpu_llama_options opt;
@@ -196,6 +198,11 @@ struct gpu_llama {
                      for l < L, and x_host holds them all (L × (N, C), pinned) */
     uint16_t *x_ping[2], *x_host;
     cudaStream_t copy_stream;      /* offload copies */
+    /* The 8-bit optimizer's launches, one a tensor, round-robin over the step's stream and these
+     * (forked and joined by events): each launch fills the device, so the next tensor's CTAs start
+     * in the last one's tail instead of after it (gl_adamw8bit_steps). */
+    cudaStream_t opt_side[GL_OPT_SIDE];
+    cudaEvent_t opt_fork, opt_join[GL_OPT_SIDE];
     cudaEvent_t *x_out, *x_in;     /* per layer input: its copy to the host / back to the device is done */
     cudaEvent_t *x_free;           /* per layer input: its device buffer may be overwritten */
     gl_acts *acts;

@@ -1184,6 +1184,13 @@ extern "C" gpu_llama *build_gpu_llama(const model_config *c, const gpu_llama_opt
         }
     }
     for (int i = 0; i < 2; i++) CUDA_CHECK(cudaEventCreateWithFlags(&m->staged[i], cudaEventDisableTiming));
+    if (o->optimizer == OPTIMIZER_ADAMW8BIT) {
+        CUDA_CHECK(cudaEventCreateWithFlags(&m->opt_fork, cudaEventDisableTiming));
+        for (int k = 0; k < GL_OPT_SIDE; k++) {
+            CUDA_CHECK(cudaStreamCreateWithFlags(&m->opt_side[k], cudaStreamNonBlocking));
+            CUDA_CHECK(cudaEventCreateWithFlags(&m->opt_join[k], cudaEventDisableTiming));
+        }
+    }
     CUDA_CHECK(cudaEventCreate(&m->t_begin));
     CUDA_CHECK(cudaEventCreate(&m->t_end));
     if (o->profile == GPU_PROFILE_OPS) {
@@ -1215,6 +1222,12 @@ extern "C" void free_gpu_llama(gpu_llama *m) {
         if (m->staged[i]) CUDA_CHECK(cudaEventDestroy(m->staged[i]));
     if (m->t_begin) CUDA_CHECK(cudaEventDestroy(m->t_begin));
     if (m->t_end) CUDA_CHECK(cudaEventDestroy(m->t_end));
+    for (int k = 0; k < GL_OPT_SIDE; k++) {
+        if (m->opt_side[k]) CUDA_CHECK(cudaStreamSynchronize(m->opt_side[k]));
+        if (m->opt_side[k]) CUDA_CHECK(cudaStreamDestroy(m->opt_side[k]));
+        if (m->opt_join[k]) CUDA_CHECK(cudaEventDestroy(m->opt_join[k]));
+    }
+    if (m->opt_fork) CUDA_CHECK(cudaEventDestroy(m->opt_fork));
     if (m->prof_ev)
         for (int i = 0; i < 2 * m->prof_cap; i++) CUDA_CHECK(cudaEventDestroy(m->prof_ev[i]));
     if (m->stream) CUDA_CHECK(cudaStreamDestroy(m->stream));

@@ -189,7 +189,14 @@ struct gpu_adamw *gl_shard_build_optimizer(gpu_llama *m) {
                                    m->shard_grads ? m->s_grad : nullptr);
 }
 
-void gl_adamw8bit_steps(gpu_llama *m, const gpu_adamw8bit_args *a, cudaStream_t s) {
+/* Launch i's stream: the step's, or a side stream (round-robin; gl_adamw8bit_steps forked them). */
+static cudaStream_t opt_lane(const gpu_llama *m, int i, cudaStream_t s) {
+    const int k = i % (1 + GL_OPT_SIDE);
+    return k == 0 || !m->opt_side[0] ? s : m->opt_side[k - 1];
+}
+
+/* The launches of gl_adamw8bit_steps, launch i on opt_lane(m, i, s). */
+static void steps_on_lanes(gpu_llama *m, const gpu_adamw8bit_args *a, cudaStream_t s) {
     if (!m->sharded) {
         const int in_copy = gl_master_in_copy(m);
         for (int i = 0; i < m->n_params; i++) {
@@ -209,7 +216,7 @@ void gl_adamw8bit_steps(gpu_llama *m, const gpu_adamw8bit_args *a, cudaStream_t 
             t.master_bf16 = gl_master_bf16(m);
             t.sr_seed = m->opt.seed;
             t.sr_tensor = bf16_sr_tensor_hash(p.name);
-            gpu_adamw8bit_step(&t, a, s);
+            gpu_adamw8bit_step(&t, a, opt_lane(m, i, s));
         }
         return;
     }
@@ -230,8 +237,25 @@ void gl_adamw8bit_steps(gpu_llama *m, const gpu_adamw8bit_args *a, cudaStream_t 
         t.map1 = m->map1, t.map2 = m->map2, t.tables = m->a8_tables;
         t.m = eight ? nullptr : m->s_m + m->piece_soff[k];
         t.v = eight ? nullptr : m->s_v + m->piece_soff[k];
-        gpu_adamw8bit_step(&t, a, s);
+        gpu_adamw8bit_step(&t, a, opt_lane(m, k, s));
     }
+}
+
+void gl_adamw8bit_steps(gpu_llama *m, const gpu_adamw8bit_args *a, cudaStream_t s) {
+    /* every tensor's (or piece's) update is independent of the others': the side streams start when
+     * the step's stream reaches here (the gradients, the norm and the guard written) and the step's
+     * stream waits for all of them after */
+    const bool fan = m->opt_side[0] != nullptr;
+    if (fan) {
+        CUDA_CHECK(cudaEventRecord(m->opt_fork, s));
+        for (int k = 0; k < GL_OPT_SIDE; k++) CUDA_CHECK(cudaStreamWaitEvent(m->opt_side[k], m->opt_fork, 0));
+    }
+    steps_on_lanes(m, a, s);
+    if (fan)
+        for (int k = 0; k < GL_OPT_SIDE; k++) {
+            CUDA_CHECK(cudaEventRecord(m->opt_join[k], m->opt_side[k]));
+            CUDA_CHECK(cudaStreamWaitEvent(s, m->opt_join[k], 0));
+        }
 }
 
 void gl_shard_keep_pieces(gpu_llama *m, int which) {
