@@ -676,11 +676,13 @@ void layer_backward(gpu_llama *m, int l, uint64_t micro) {
             mlp_backward(m, l, sp, micro);
         }
     } else {
-        if (m->opt.mlp_input == GPU_MLP_INPUT_RECOMPUTED && m->opt.recompute != RECOMPUTE_LAYER) {
+        /* LAYER's recomputation left the MLP input and n2 there; a kept layer forms them again */
+        const bool formed = m->opt.recompute == RECOMPUTE_LAYER && !gl_keeps_set(m, l);
+        if (m->opt.mlp_input == GPU_MLP_INPUT_RECOMPUTED && !formed) {
             PROF(m, PROF_SWIGLU); /* the shared MLP input buffer: this layer's, the same bits */
             gpu_swiglu_forward_bf16(a.mlp, a.gate, a.up, N, F, F, s);
         }
-        if (m->opt.recompute != RECOMPUTE_LAYER) norm2(m, l); /* LAYER's recomputation left it there */
+        if (!formed) norm2(m, l);
         mlp_backward(m, l, whole(m), micro);
     }
     {
@@ -821,7 +823,7 @@ void backward(gpu_llama *m, uint64_t micro) {
         m->fp8.recording = FP8_DISCARD; /* a recomputation records nothing */
         /* The last layer is not recomputed: the shared set (and n2) still hold what its forward
          * wrote — the final norm and the head touch neither — and a recomputation is bitwise that. */
-        if (l == c.L - 1) {
+        if (l == c.L - 1 || gl_keeps_set(m, l)) { /* --recompute-keep's layers: their own sets */
         } else if (m->opt.recompute == RECOMPUTE_LAYER) { /* DoRA's backward reads the down product (z) */
             layer_forward(m, l, 1, micro,
                           m->mlp_rows < m->N                ? FWD_NORM2

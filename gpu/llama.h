@@ -38,7 +38,8 @@
  *                        output is not needed by the backward (a LoRA's intermediate u is formed
  *                        alone; DoRA, whose backward reads the product, runs it whole), so the
  *                        step runs one base product a layer less. The last layer is never
- *                        recomputed: the shared set still holds its forward's values.
+ *                        recomputed: the shared set still holds its forward's values, nor are
+ *                        the recompute_keep top layers (their own sets, below).
  *                        mlp_chunk: under LAYER the MLP runs in token chunks (below).
  * FP8 (options.linears = GPU_LINEAR_FP8; NUMERICS.md §6.6, ref/llama.h "FP8 block linears" the
  * oracle): the block linears' products on E4M3/E5M2 operands under options.fp8_recipe; each
@@ -153,6 +154,11 @@ struct gpu_llama_options {
      * Each row's products are those of the unchunked step (the same bits); the parameter
      * gradients of the MLP's linears are summed chunk by chunk (fp32 sums in another order). */
     int mlp_chunk;
+    /* Under RECOMPUTE_LAYER or ATTN (--recompute-keep): layers L − recompute_keep .. L − 2 keep their
+     * own saved sets and are not recomputed (the top layer never is: it reads the shared set its
+     * forward left), so 0 and 1 plan the same. Fewer than L; not with MLP chunks (a kept layer holds
+     * its whole gate and up). The same bits as recomputing them. */
+    int recompute_keep;
     /* The sharded optimizer (ZeRO-1, full fine-tuning; gpu/llama_shard.cu): this rank, of
      * shard_world > 1, keeps the fp32 masters and optimizer state of its pieces only (ref/shard.h);
      * 0 or 1: of every tensor. The plan is then this rank's. */

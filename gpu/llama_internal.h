@@ -314,6 +314,10 @@ int gl_is_target(const gpu_llama *m, int t);
  * (llama_dora_saved), in place of h = x + o — one buffer h_buf for every layer, formed again with n2
  * before the MLP's backward (one pass over x and o_out) — so neither h nor o's z is saved. */
 int gl_keeps_o_out(const gpu_llama *m);
+/* Under --recompute with recompute_keep (gpu/llama.h): layer l keeps its own saved set and is not
+ * recomputed — layers L − recompute_keep .. L − 2 (the top layer is not recomputed either, but reads
+ * the shared set its forward left). */
+int gl_keeps_set(const gpu_llama *m, int l);
 /* DoRA linear t's magnitude folded into its weight (gpu_dora_scale_weight_bf16): a folded group's
  * member without bias (q, k, v, gate, up), so its forward is one product over [x | u] with the
  * scaled padded row, no magnitude pass. Its output is y = (m/n)·z, so its magnitude gradient reads

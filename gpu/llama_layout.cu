@@ -415,7 +415,8 @@ void adapter_act_rows(gpu_llama *m, gl_rows &rs, gl_acts *s, int first, int last
  * the attention output, its lse, the q/k/v adapters' intermediates) and the rest (norm statistics,
  * h, gate, up, the MLP input, the o/gate/up/down adapters' intermediates). Layers above 0 share
  * layer 0's attention part under RECOMPUTE_ATTN and LAYER, and its rest under LAYER
- * (point_views). Then the final norm's. */
+ * (point_views), except the recompute_keep layers below the top one (gl_keeps_set), whose sets are
+ * their own. Then the final norm's. */
 void activation_rows(gpu_llama *m, gl_rows &rs) {
     const model_config *c = &m->cfg;
     const int64_t N = m->N, C = c->C, F = c->F;
@@ -430,7 +431,8 @@ void activation_rows(gpu_llama *m, gl_rows &rs) {
     }
     for (int l = 0; l < c->L; l++) {
         gl_acts *s = &m->acts[l];
-        if (l == 0 || m->opt.recompute == RECOMPUTE_NONE) {
+        const bool own = gl_keeps_set(m, l); /* --recompute-keep: not recomputed, its own set */
+        if (l == 0 || m->opt.recompute == RECOMPUTE_NONE || own) {
             add(rs, SLAB_ACTS, &s->q, N * m->QD);
             add(rs, SLAB_ACTS, &s->k, N * m->KD);
             add(rs, SLAB_ACTS, &s->v, N * m->KD);
@@ -438,7 +440,7 @@ void activation_rows(gpu_llama *m, gl_rows &rs) {
             add(rs, SLAB_ACTS, &s->lse, (int64_t)m->opt.B * c->H * m->opt.T);
             adapter_act_rows(m, rs, s, LLAMA_Q, LLAMA_V);
         }
-        if (l == 0 || m->opt.recompute != RECOMPUTE_LAYER) {
+        if (l == 0 || m->opt.recompute != RECOMPUTE_LAYER || own) {
             add(rs, SLAB_ACTS, &s->rstd1, N);
             add(rs, SLAB_ACTS, gl_keeps_o_out(m) ? &s->o_out : &s->h, N * C);
             add(rs, SLAB_ACTS, &s->rstd2, N);
@@ -632,6 +634,7 @@ void point_views(gpu_llama *m) {
     for (int l = 1; l < c->L; l++) {
         gl_acts &s = m->acts[l];
         const gl_acts &z = m->acts[0];
+        if (gl_keeps_set(m, l)) continue; /* its own set (activation_rows) */
         if (m->opt.recompute != RECOMPUTE_NONE) {
             s.q = z.q, s.k = z.k, s.v = z.v, s.att = z.att, s.lse = z.lse;
             for (int t = LLAMA_Q; t <= LLAMA_V; t++) s.u[t] = z.u[t], s.z[t] = z.z[t], s.wnorm[t] = z.wnorm[t];
@@ -673,6 +676,10 @@ float *gl_grad_f32(const gpu_llama *m, const gl_param &p) {
 }
 
 int gl_is_target(const gpu_llama *m, int t) { return m->opt.mode != LLAMA_FULL && ((m->opt.targets >> t) & 1u); }
+
+int gl_keeps_set(const gpu_llama *m, int l) {
+    return m->opt.recompute != RECOMPUTE_NONE && l >= m->cfg.L - m->opt.recompute_keep && l < m->cfg.L - 1;
+}
 
 int gl_keeps_o_out(const gpu_llama *m) {
     return m->opt.mode == LLAMA_DORA && gl_is_target(m, LLAMA_O) &&
@@ -803,6 +810,17 @@ static int check_options(const model_config *c, const gpu_llama_options *o, io_e
                               : NULL;
         if (why) return io_fail(e, "--mlp-chunk %d %s", o->mlp_chunk, why);
     }
+    if (o->recompute_keep < 0 || (o->recompute_keep > 0 && o->recompute == RECOMPUTE_NONE))
+        return io_fail(e, "--recompute-keep %d: the layers kept from recomputation need --recompute layer or attn",
+                       o->recompute_keep);
+    if (o->recompute_keep >= c->L)
+        return io_fail(e, "--recompute-keep %d: fewer than the model's %d layers (layer 0's set is the one the "
+                          "recomputed layers share; without recomputation use --recompute none)",
+                       o->recompute_keep, c->L);
+    if (o->recompute_keep > 1 && o->mlp_chunk > 0 && o->mlp_chunk < (int64_t)o->B * o->T)
+        return io_fail(e, "--recompute-keep %d with --mlp-chunk %d: a kept layer holds its whole gate and up; use one "
+                          "of the two",
+                       o->recompute_keep, o->mlp_chunk);
     if (o->shard_world > 1 && o->mode != LLAMA_FULL)
         return io_fail(e, "the sharded optimizer is for full fine-tuning (adapters' optimizer state is small)");
     if (o->master != MASTER_FP32 && o->mode != LLAMA_FULL)

@@ -133,6 +133,10 @@ static const struct opt_def k_opts[] = {
      "micro-batch), so that its intermediate-size buffers hold N rows instead of micro-batch × seq — the memory of "
      "long sequences (GPU; FP8 with the delayed or block recipe too; each token's products unchanged, the MLP "
      "weights' gradients summed chunk by chunk)"},
+    {"recompute-keep", BOTH, K_INT, OFF(recompute_keep), NULL, 0, 1 << 20,
+     "with --recompute layer or attn: the top N layers keep their saved activations and are not recomputed "
+     "(the top one never is), N − 1 layers' sets more memory for N − 1 recomputations less — the speed a spare "
+     "GiB buys (GPU; the same results; fewer than the model's layers)"},
     {"nvtx", BOTH, K_FLAG, OFF(nvtx), NULL, 0, 0,
      "name the step's parts (per op category, layer, micro-batch) as NVTX ranges for Nsight Systems (GPU)"},
     {"batch", BENCH, K_INT, OFF(micro_batch), NULL, 1, 1 << 16, "the same as --micro-batch"},

@@ -111,6 +111,7 @@ struct train_options {
     int offload;            /* the saved layer inputs in pinned host memory (GPU) */
     int recompute_mlp;      /* the MLP input recomputed in backward, not kept (GPU) */
     int mlp_chunk;          /* rows of the MLP at a time under --recompute layer; 0: all (GPU) */
+    int recompute_keep;     /* under --recompute: the top N layers keep their saved sets (GPU) */
     float memory_limit;     /* GiB the GPU run may plan, as on a card of that size; 0: the device's own */
     int sample_every;                  /* greedy completions of --sample-prompts every N steps: 0 = off */
     char sample_prompts[OPT_PATH_MAX]; /* JSONL: {"prompt"} or {"messages"} a line */

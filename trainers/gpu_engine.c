@@ -215,6 +215,7 @@ void gpu_model_options(struct gpu_llama_options *g, const struct model_settings 
     g->folding = s->folding == ADAPTERS_UNFOLDED ? GPU_LORA_UNFOLDED : GPU_LORA_FOLDED;
     g->offload = s->activations == ACTIVATIONS_OFFLOADED ? GPU_OFFLOAD_INPUTS : GPU_OFFLOAD_NONE;
     g->mlp_chunk = s->mlp_chunk;
+    g->recompute_keep = s->recompute_keep;
 }
 
 int gpu_shards_optimizer(const struct train_options *o, const struct gpu_llama_options *g, int world) {

@@ -38,6 +38,7 @@ void model_settings_from_options(struct model_settings *s, const struct train_op
     s->activations = o->offload ? ACTIVATIONS_OFFLOADED : ACTIVATIONS_ON_DEVICE;
     s->mlp_input = o->recompute_mlp ? MLP_INPUT_RECOMPUTED : MLP_INPUT_KEPT;
     s->mlp_chunk = o->mlp_chunk;
+    s->recompute_keep = o->recompute_keep;
 }
 
 int settings_check_ranks(const struct train_options *o, int ranks, struct io_err *e) {

@@ -49,6 +49,12 @@ check "//ref:train --mlp-chunk 64: exit status $rc (1), one message pointing to 
     test $rc -eq 1 -a "$(grep -c '^refine: --mlp-chunk .*//gpu:train' "$tmp/chunk.log")" -eq 1 \
     -a "$(wc -l <"$tmp/chunk.log")" -eq 1
 
+"$ref" --recompute layer --recompute-keep 2 --model "$tmp/none" >"$tmp/keep.log" 2>&1
+rc=$?
+check "//ref:train --recompute-keep 2: exit status $rc (1), one message pointing to //gpu:train" \
+    test $rc -eq 1 -a "$(grep -c '^refine: --recompute-keep .*//gpu:train' "$tmp/keep.log")" -eq 1 \
+    -a "$(wc -l <"$tmp/keep.log")" -eq 1
+
 # Under a launcher, --grad-dtype bf16 is refused by every rank before any device work (the ranks'
 # sum of bf16 gradients is not specified yet): on any machine with mpirun.
 source tests/unit/mpi_env.sh || exit 1
@@ -87,6 +93,21 @@ else
     check "bench --plan-only --max-seq --memory-limit 24, no device: exit status $rc (0), a 24 GiB card's longest 8B QLoRA sequence (${seq:-none}) in one JSON line" \
         test $rc -eq 0 -a "$(grep -c '"system":"refine-plan".*"fits":1.*"device":"none (a 24 GiB card)"' "$tmp/plan24.json")" -eq 1 \
         -a "${seq:-0}" -ge 32768 -a "${seq:-0}" -lt 262144
+    # --recompute-keep: 1B full with the 6-byte state and three layers kept plans under 10 GiB (9.54:
+    # two layers' sets beyond --recompute layer's 8.57); without recomputation it is refused with one
+    # message naming what it needs
+    "$bench" --model llama-3.2-1b --method full --micro-batch 16 --seq 512 --recompute layer --recompute-keep 3 \
+        --optimizer adamw8bit --master bf16-sr --grad-dtype bf16 --memory-limit 80 --plan-only >"$tmp/keep10.json" 2>&1
+    rc=$?
+    total=$(sed -n 's/.*"plan_GiB":{"total":\([0-9.]*\).*/\1/p' "$tmp/keep10.json")
+    check "bench --plan-only: 1B full --recompute layer --recompute-keep 3 plans ${total:-?} GiB (9 to 10): exit status $rc (0)" \
+        test $rc -eq 0 -a "$(awk -v t="${total:-0}" 'BEGIN {print (t > 9 && t < 10)}')" -eq 1
+    "$bench" --model llama-3.2-1b --method lora --micro-batch 16 --seq 512 --recompute-keep 3 --memory-limit 80 \
+        --plan-only >"$tmp/keepn.json" 2>"$tmp/keepn.log"
+    rc=$?
+    check "bench --plan-only --recompute-keep 3 without --recompute: exit status $rc (1), one message" \
+        test $rc -eq 1 -a "$(grep -c '^refine: --recompute-keep 3: the layers kept from recomputation need --recompute layer or attn' "$tmp/keepn.log")" -eq 1 \
+        -a "$(wc -l <"$tmp/keepn.log")" -eq 1
     "$bench" --model llama-3.1-8b --method lora --micro-batch 16 --seq 512 --memory-limit 16 --plan-only \
         >"$tmp/plan16.json" 2>"$tmp/plan16.log"
     rc=$?

@@ -33,6 +33,8 @@
  *   - MLP token chunks (--mlp-chunk) shrink the gate, up, MLP input and its gradient to the chunk's
  *     rows and nothing else; Llama-3.1-8B QLoRA r 32 at 400,000 tokens (batch 1, offloaded) then
  *     plans inside an 80 GB card, and the longest-sequence search honours a host-memory bound;
+ *   - --recompute-keep N plans N − 1 layers' saved sets beyond the recomputation's shared one (LAYER
+ *     and ATTN), N = 1 as none; refused without recomputation, for every layer, with MLP chunks;
  *   - options the kernels cannot run are refused with a message, not a crash.
  * Alignment (256 B per buffer) is the only slack: bounds allow it explicitly.
  */
@@ -249,6 +251,19 @@ int main(void) {
     const double one_set = (an - chain - final) / cs.L;
     in_range("LAYER: inputs of every layer + one layer's set", ay, chain + one_set + final - slack,
              chain + one_set + final + slack);
+    /* --recompute-keep N: N − 1 layers' sets more (the top layer reads the shared set either way),
+     * under LAYER and under ATTN (whose shared part is the attention set) */
+    struct gpu_llama_options ok1 = oy, ok3 = oy, ok3a = oa;
+    ok1.recompute_keep = 1, ok3.recompute_keep = 3, ok3a.recompute_keep = 3;
+    expect((double)plan_of(&cs, &ok1).acts == ay, "--recompute-keep 1 plans as LAYER alone", (double)plan_of(&cs, &ok1).acts,
+           ay, ay);
+    in_range("--recompute-keep 3 under LAYER: two layers' sets more", (double)plan_of(&cs, &ok3).acts,
+             ay + 2 * one_set - slack, ay + 2 * one_set + slack);
+    {
+        const double att_set = (an - aa) / (cs.L - 1.0); /* ATTN shares one attention set among L */
+        in_range("--recompute-keep 3 under ATTN: two attention sets more", (double)plan_of(&cs, &ok3a).acts,
+                 aa + 2 * att_set - slack, aa + 2 * att_set + slack);
+    }
 
     /* the shapes of PERFORMANCE.md's targets */
     struct gpu_llama_options t1 = opts(LLAMA_LORA, 16, 512), t8 = opts(LLAMA_LORA, 16, 512);
@@ -654,6 +669,10 @@ int main(void) {
                  dy_s + N * c1.C * 2 + w_s - slack, dy_s + N * c1.C * 2 + w_s + slack + 8.0 * (N / 32) * c1.F * 2);
     }
     in_range("--mlp-chunk ≥ B·T: one chunk", plan_of(&c1, &ochm).mlp_rows, 256, 256);
+    struct gpu_llama_options okn = opts(LLAMA_LORA, 2, 128), okl = okn, okc = okn;
+    okn.recompute_keep = 2;                                                   /* no recomputation */
+    okl.recompute = RECOMPUTE_LAYER, okl.recompute_keep = c1.L;               /* every layer */
+    okc.recompute = RECOMPUTE_LAYER, okc.recompute_keep = 2, okc.mlp_chunk = 64; /* with MLP chunks */
     struct gpu_llama_options og16 = opts(LLAMA_LORA, 2, 128), og16s = opts(LLAMA_FULL, 2, 128);
     og16.grads = og16s.grads = GRAD_BF16;
     og16s.shard_world = 2;
@@ -669,7 +688,9 @@ int main(void) {
                    {&c1, &og16s, "bf16 gradients and the sharded optimizer"},
                    {&c1, &ow16, "bf16 masters are for full"}, {&c1, &ow16s, "--master bf16 and the sharded optimizer"},
                    {&c1, &ochn, "needs --recompute layer"}, {&c1, &ochr, "multiple of 64"},
-                   {&c1, &ochf, "--fp8-recipe current"}, {&c1, &ochb, "multiple of 128"}};
+                   {&c1, &ochf, "--fp8-recipe current"}, {&c1, &ochb, "multiple of 128"},
+                   {&c1, &okn, "need --recompute layer or attn"}, {&c1, &okl, "fewer than the model's"},
+                   {&c1, &okc, "whole gate and up"}};
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         memset(&e, 0, sizeof e);
         const int rc = gpu_llama_plan_bytes(&p, refused[i].c, refused[i].o, &e);

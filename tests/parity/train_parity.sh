@@ -35,7 +35,7 @@
 #     must be bitwise the uninterrupted run (if it finished before the kill, that is said, and the
 #     resume of the finished run must still be identical);
 #   - CUDA graphs change no number (the runs without them, REFINE_CUDA_GRAPHS=0, are bitwise the same);
-#   - recomputation changes no number (--recompute-mlp too; LoRA, QDoRA, full; full fine-tuning under FP8 with --recompute
+#   - recomputation changes no number (--recompute-keep and --recompute-mlp too; LoRA, QDoRA, full; full fine-tuning under FP8 with --recompute
 #     layer or attn, whose trained weights are then cast a layer at a time, in every recipe);
 #   - --base-dtype fp8 under --precision fp8 changes memory, not numbers: bitwise the run with the
 #     bf16 base, its Wᵀ codes kept or (--recompute attn, --recompute-mlp) formed a layer at a time (tiny Llama LoRA
@@ -492,6 +492,23 @@ if [ $cpu_only -eq 0 ]; then
             check_log "$model $method --offload --recompute $policy: exits 0" "$logs/$name.log" test $? -eq 0
             compare "$model $method: --offload --recompute $policy == no offload, bitwise" "$logs/$name-compare.log" \
                 identical "$tmp/runs/$model-$method-gpu" "$tmp/runs/$name"
+        done
+        # --recompute-keep 2 on the three-layer tiny Qwen2: layer 1 keeps its own saved set and is not
+        # recomputed (layer 2, the top, never is; layer 0 is), so bitwise the run without recomputation
+        # (LoRA, with offloaded inputs too; QDoRA, whose backward reads the down product; full
+        # fine-tuning under attention recomputation, with bf16-sr weights, under FP8).
+        for keep_case in "tiny-qwen2 lora layer bf16" "tiny-qwen2 lora layer bf16 --offload" "tiny-qwen2 qdora layer bf16" \
+            "tiny-qwen2 full attn bf16" "tiny-qwen2 full-w16sr layer bf16" "tiny-qwen2 full layer fp8-current"; do
+            read -r model method policy variant extra <<<"$keep_case"
+            case " $variants_wanted " in *" $variant "*) ;; *) continue ;; esac
+            name=$model-$method-keep-$policy-$variant${extra:+-offload}
+            # shellcheck disable=SC2046,SC2086 # the variant's flags and the extra flag are words
+            run_train "$gpu" "$model" "$method" "$tmp/runs/$name" "$logs/$name.log" $(variant_flags "$variant") \
+                --recompute "$policy" --recompute-keep 2 $extra
+            check_log "$model $method $variant --recompute $policy --recompute-keep 2 $extra: exits 0" "$logs/$name.log" \
+                test $? -eq 0
+            compare "$model $method $variant: --recompute $policy --recompute-keep 2 $extra == none, bitwise" \
+                "$logs/$name-compare.log" identical "$tmp/runs/$(gpu_name "$model" "$method" "$variant")" "$tmp/runs/$name"
         done
         # MLP token chunks (--mlp-chunk with --recompute layer): 64 of the micro-batch's 128 rows at a
         # time, so each layer's MLP and its backward run twice; every row's products are the unchunked
