@@ -285,6 +285,25 @@ static void test_options_and_identity(void) {
                strstr(changes, "\"max-steps\":{\"from\":30,\"to\":60}") != NULL && strstr(changes, "\"micro-batch\"") != NULL,
            "the changes are returned: %s", changes);
     EXPECT(strstr(notes, "--lr 0.00100000005 -> 0.000500000024") != NULL, "and said: %s", notes);
+    /* Where activations live may change: --recompute-keep, also on a checkpoint written before the
+     * option existed (its options without the key) */
+    {
+        options_json(&o);
+        char old_opts[65536];
+        snprintf(old_opts, sizeof old_opts, "%s", g_opts);
+        char *k = strstr(old_opts, "\"recompute-keep\":0,");
+        EXPECT(k != NULL, "the options JSON names recompute-keep: %s", old_opts);
+        if (k) memmove(k, k + strlen("\"recompute-keep\":0,"), strlen(k + strlen("\"recompute-keep\":0,")) + 1);
+        EXPECT(checkpoint_save(at("%s", "keep"), &ea, &pos, old_opts, k_identity, &e) == 0, "save keep: %s", e.msg);
+        o.recompute = RECOMPUTE_LAYER, o.recompute_keep = 3;
+        train_options_to_json(&o, opts, sizeof opts);
+        struct toy tk;
+        struct train_engine ek;
+        engine(&ek, &tk, 0.0f);
+        EXPECT(load(at("%s", "keep"), &ek, &got, opts, k_identity, 0, changes, notes, &e) == 0,
+               "--recompute layer --recompute-keep 3 on a checkpoint without the key: %s", e.msg);
+        EXPECT(strstr(changes, "\"recompute-keep\":{\"from\":null,\"to\":3}") != NULL, "the change is returned: %s", changes);
+    }
     /* State-corrupting settings may not. */
     static const char *const refused[] = {"seed", "rank", "method", "precision", "optimizer", "seq", "targets",
                                           "val-fraction", "data-format"};
