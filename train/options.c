@@ -9,8 +9,9 @@
 #include <string.h>
 #include <time.h>
 
-/* K_SEQ: an integer or "auto" (OPT_SEQ_AUTO); K_SEQ_AUTO: a flag that sets it to auto. */
-enum opt_kind { K_PATH, K_INT, K_SEQ, K_FLOAT, K_U64, K_ENUM, K_FLAG, K_SEQ_AUTO, K_TARGETS, K_DATA };
+/* K_SEQ: an integer or "auto" (OPT_SEQ_AUTO); K_SEQ_AUTO: a flag that sets it to auto; K_KEEP: an
+ * integer or "auto" (OPT_KEEP_AUTO). */
+enum opt_kind { K_PATH, K_INT, K_SEQ, K_FLOAT, K_U64, K_ENUM, K_FLAG, K_SEQ_AUTO, K_TARGETS, K_DATA, K_KEEP };
 
 struct opt_def {
     const char *name;
@@ -133,10 +134,11 @@ static const struct opt_def k_opts[] = {
      "micro-batch), so that its intermediate-size buffers hold N rows instead of micro-batch × seq — the memory of "
      "long sequences (GPU; FP8 with the delayed or block recipe too; each token's products unchanged, the MLP "
      "weights' gradients summed chunk by chunk)"},
-    {"recompute-keep", BOTH, K_INT, OFF(recompute_keep), NULL, 0, 1 << 20,
+    {"recompute-keep", BOTH, K_KEEP, OFF(recompute_keep), NULL, 0, 1 << 20,
      "with --recompute layer or attn: the top N layers keep their saved activations and are not recomputed "
      "(the top one never is), N − 1 layers' sets more memory for N − 1 recomputations less — the speed a spare "
-     "GiB buys (GPU; the same results; fewer than the model's layers)"},
+     "GiB buys; auto: as many as the plan fits in the device's memory or --memory-limit (GPU; the same results; "
+     "fewer than the model's layers)"},
     {"nvtx", BOTH, K_FLAG, OFF(nvtx), NULL, 0, 0,
      "name the step's parts (per op category, layer, micro-batch) as NVTX ranges for Nsight Systems (GPU)"},
     {"batch", BENCH, K_INT, OFF(micro_batch), NULL, 1, 1 << 16, "the same as --micro-batch"},
@@ -281,8 +283,9 @@ static int set_value(struct train_options *o, const struct opt_def *d, const cha
             return 0;
         }
         case K_SEQ:
+        case K_KEEP:
             if (strcmp(v, "auto") == 0) {
-                *(int *)(base + d->offset) = OPT_SEQ_AUTO;
+                *(int *)(base + d->offset) = d->kind == K_SEQ ? OPT_SEQ_AUTO : OPT_KEEP_AUTO;
                 return 0;
             }
             __attribute__((fallthrough)); /* an integer */
@@ -400,6 +403,10 @@ static void default_text(const struct train_options *o, const struct opt_def *d,
             if (*(const int *)(base + d->offset) == OPT_SEQ_AUTO) snprintf(buf, cap, "auto");
             else snprintf(buf, cap, "%d", *(const int *)(base + d->offset));
             break;
+        case K_KEEP:
+            if (*(const int *)(base + d->offset) == OPT_KEEP_AUTO) snprintf(buf, cap, "auto");
+            else snprintf(buf, cap, "%d", *(const int *)(base + d->offset));
+            break;
         case K_FLOAT: snprintf(buf, cap, "%g", (double)*(const float *)(base + d->offset)); break;
         case K_U64: snprintf(buf, cap, "%llu", *(const unsigned long long *)(base + d->offset)); break;
         case K_ENUM: snprintf(buf, cap, "%s", d->choices[*(const int *)(base + d->offset)]); break;
@@ -471,6 +478,10 @@ int train_options_to_json(const struct train_options *o, char *buf, size_t cap) 
                 break;
             case K_INT:
             case K_SEQ: snprintf(buf + n, cap - n, "%d", *(const int *)(base + d->offset)); break;
+            case K_KEEP:
+                if (*(const int *)(base + d->offset) == OPT_KEEP_AUTO) json_str(buf, cap, "auto");
+                else snprintf(buf + n, cap - n, "%d", *(const int *)(base + d->offset));
+                break;
             case K_SEQ_AUTO: break; /* a bench flag: never in the trainers' JSON */
             case K_FLAG: snprintf(buf + n, cap - n, "%s", *(const int *)(base + d->offset) ? "true" : "false"); break;
             case K_FLOAT: snprintf(buf + n, cap - n, "%.9g", (double)*(const float *)(base + d->offset)); break;

@@ -58,6 +58,7 @@ enum options_program { PROGRAM_TRAIN = 1, PROGRAM_BENCH = 2 };
 #define OPT_PATH_MAX 1024
 /* --seq auto: the longest sequence whose memory plan fits (GPU trainer and benchmark). */
 #define OPT_SEQ_AUTO 0
+#define OPT_KEEP_AUTO (-1) /* --recompute-keep auto: as many layers as the memory holds */
 #define OPT_MAX_DATA 16
 
 struct train_options {
@@ -111,7 +112,8 @@ struct train_options {
     int offload;            /* the saved layer inputs in pinned host memory (GPU) */
     int recompute_mlp;      /* the MLP input recomputed in backward, not kept (GPU) */
     int mlp_chunk;          /* rows of the MLP at a time under --recompute layer; 0: all (GPU) */
-    int recompute_keep;     /* under --recompute: the top N layers keep their saved sets (GPU) */
+    int recompute_keep;     /* under --recompute: the top N layers keep their saved sets, or
+                               OPT_KEEP_AUTO until the GPU trainer resolves it (GPU) */
     float memory_limit;     /* GiB the GPU run may plan, as on a card of that size; 0: the device's own */
     int sample_every;                  /* greedy completions of --sample-prompts every N steps: 0 = off */
     char sample_prompts[OPT_PATH_MAX]; /* JSONL: {"prompt"} or {"messages"} a line */

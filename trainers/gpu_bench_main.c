@@ -164,6 +164,14 @@ int main(int argc, char **argv) {
         }
     }
     if (config_check_seq_len(&c, g.T, &e)) io_exit(&e);
+    {
+        /* --recompute-keep auto, as //gpu:train (each rank its own: kept layers change no number) */
+        const int r = gpu_resolve_keep(&o, &g, &c, budget, &e);
+        if (r < 0) io_exit(&e);
+        if (r > 0 && root)
+            fprintf(stderr, "recompute-keep auto: %d layers kept from recomputation (the most whose plan fits in %.2f GiB)\n",
+                    g.recompute_keep, budget / GIB);
+    }
     struct gpu_llama_plan plan;
     if (gpu_llama_plan_bytes(&plan, &c, &g, &e)) io_exit(&e);
     char line[512];

@@ -215,7 +215,27 @@ void gpu_model_options(struct gpu_llama_options *g, const struct model_settings 
     g->folding = s->folding == ADAPTERS_UNFOLDED ? GPU_LORA_UNFOLDED : GPU_LORA_FOLDED;
     g->offload = s->activations == ACTIVATIONS_OFFLOADED ? GPU_OFFLOAD_INPUTS : GPU_OFFLOAD_NONE;
     g->mlp_chunk = s->mlp_chunk;
-    g->recompute_keep = s->recompute_keep;
+    g->recompute_keep = s->recompute_keep > 0 ? s->recompute_keep : 0; /* auto: resolved by gpu_resolve_keep */
+}
+
+int gpu_most_kept_layers(struct gpu_llama_options g, const struct model_config *c, size_t budget) {
+    struct gpu_llama_plan p;
+    struct io_err e;
+    for (int k = c->L - 1; k >= 2; k--) { /* 1 and 0 plan the same: the top layer is never recomputed */
+        g.recompute_keep = k;
+        if (gpu_llama_plan_bytes(&p, c, &g, &e) == 0 && p.total <= budget) return k;
+    }
+    return 0;
+}
+
+int gpu_resolve_keep(struct train_options *o, struct gpu_llama_options *g, const struct model_config *c, size_t budget,
+                     struct io_err *e) {
+    if (o->recompute_keep != OPT_KEEP_AUTO) return 0;
+    if (g->recompute == RECOMPUTE_NONE)
+        return io_fail(e, "--recompute-keep auto: the layers kept from recomputation need --recompute layer or attn");
+    const int chunks = g->mlp_chunk > 0 && (int64_t)g->mlp_chunk < (int64_t)g->B * g->T;
+    g->recompute_keep = o->recompute_keep = chunks ? 0 : gpu_most_kept_layers(*g, c, budget);
+    return 1;
 }
 
 int gpu_shards_optimizer(const struct train_options *o, const struct gpu_llama_options *g, int world) {
@@ -511,6 +531,19 @@ int gpu_engine_create(struct train_engine *eng, struct train_options *o, const s
                    comm->world > 1 ? " on every rank" : "");
         o->micro_batch = g.B = b;
         if (gpu_llama_plan_bytes(&plan, &src->config, &g, e)) return -1;
+    }
+    { /* --recompute-keep auto: the spare memory after the micro-batch, as kept layers (every rank's) */
+        const int r = gpu_resolve_keep(o, &g, &src->config, budget, e);
+        if (r < 0) return -1;
+        if (r > 0) {
+            int k = g.recompute_keep;
+            if (job_min(comm, k, "the ranks' kept layers", &k, e)) return -1;
+            o->recompute_keep = g.recompute_keep = k;
+            if (root)
+                printf("recompute-keep auto: %d layers kept from recomputation (the most whose plan fits in %.2f GiB%s)\n",
+                       k, budget / GIB, comm->world > 1 ? " on every rank" : "");
+            if (gpu_llama_plan_bytes(&plan, &src->config, &g, e)) return -1;
+        }
     }
     char line[512];
     gpu_llama_plan_describe(line, sizeof line, &plan, g.B, g.T);

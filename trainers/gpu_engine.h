@@ -79,6 +79,14 @@ int gpu_engine_longest_seq(struct train_options *o, const struct model_source *s
 /* The largest micro-batch up to `most` whose plan fits in `budget` bytes (0 when not even one
  * does); with FP8 linears, a multiple of what makes micro-batch × sequence a multiple of 16. */
 int gpu_largest_fitting_batch(struct gpu_llama_options g, const struct model_config *c, size_t budget, int most);
+/* The most layers --recompute-keep can keep with g's plan within budget (2 … L − 1; 0 when not even
+ * 2 fit: 1 plans as 0). */
+int gpu_most_kept_layers(struct gpu_llama_options g, const struct model_config *c, size_t budget);
+/* --recompute-keep auto (o->recompute_keep == OPT_KEEP_AUTO): o's and g's recompute_keep become
+ * gpu_most_kept_layers (0 with MLP chunks, whose kept layers would hold whole MLP tensors). 1 when
+ * it resolved auto, 0 when o asked for a number, −1 (e) without recomputation. */
+int gpu_resolve_keep(struct train_options *o, struct gpu_llama_options *g, const struct model_config *c, size_t budget,
+                     struct io_err *e);
 
 #ifdef __cplusplus
 }

@@ -49,11 +49,13 @@ check "//ref:train --mlp-chunk 64: exit status $rc (1), one message pointing to 
     test $rc -eq 1 -a "$(grep -c '^refine: --mlp-chunk .*//gpu:train' "$tmp/chunk.log")" -eq 1 \
     -a "$(wc -l <"$tmp/chunk.log")" -eq 1
 
-"$ref" --recompute layer --recompute-keep 2 --model "$tmp/none" >"$tmp/keep.log" 2>&1
-rc=$?
-check "//ref:train --recompute-keep 2: exit status $rc (1), one message pointing to //gpu:train" \
-    test $rc -eq 1 -a "$(grep -c '^refine: --recompute-keep .*//gpu:train' "$tmp/keep.log")" -eq 1 \
-    -a "$(wc -l <"$tmp/keep.log")" -eq 1
+for k in 2 auto; do
+    "$ref" --recompute layer --recompute-keep $k --model "$tmp/none" >"$tmp/keep.log" 2>&1
+    rc=$?
+    check "//ref:train --recompute-keep $k: exit status $rc (1), one message pointing to //gpu:train" \
+        test $rc -eq 1 -a "$(grep -c '^refine: --recompute-keep .*//gpu:train' "$tmp/keep.log")" -eq 1 \
+        -a "$(wc -l <"$tmp/keep.log")" -eq 1
+done
 
 # Under a launcher, --grad-dtype bf16 is refused by every rank before any device work (the ranks'
 # sum of bf16 gradients is not specified yet): on any machine with mpirun.
@@ -102,6 +104,20 @@ else
     total=$(sed -n 's/.*"plan_GiB":{"total":\([0-9.]*\).*/\1/p' "$tmp/keep10.json")
     check "bench --plan-only: 1B full --recompute layer --recompute-keep 3 plans ${total:-?} GiB (9 to 10): exit status $rc (0)" \
         test $rc -eq 0 -a "$(awk -v t="${total:-0}" 'BEGIN {print (t > 9 && t < 10)}')" -eq 1
+    # --recompute-keep auto fills the card: 1B full on an 11 GiB card (10.25 GiB of budget) keeps 4 layers
+    # (10.02 GiB; 5 would be 10.5)
+    "$bench" --model llama-3.2-1b --method full --micro-batch 16 --seq 512 --recompute layer --recompute-keep auto \
+        --optimizer adamw8bit --master bf16-sr --grad-dtype bf16 --memory-limit 11 --plan-only >"$tmp/keepa.json" 2>"$tmp/keepa.log"
+    rc=$?
+    check "bench --plan-only --recompute-keep auto on an 11 GiB card: exit status $rc (0), 4 layers kept, fits" \
+        test $rc -eq 0 -a "$(grep -c '^recompute-keep auto: 4 layers kept from recomputation' "$tmp/keepa.log")" -eq 1 \
+        -a "$(grep -c '"fits":1' "$tmp/keepa.json")" -eq 1
+    "$bench" --model llama-3.2-1b --method lora --micro-batch 16 --seq 512 --recompute-keep auto --memory-limit 80 \
+        --plan-only >"$tmp/keepan.json" 2>"$tmp/keepan.log"
+    rc=$?
+    check "bench --plan-only --recompute-keep auto without --recompute: exit status $rc (1), one message" \
+        test $rc -eq 1 -a "$(grep -c '^refine: --recompute-keep auto: the layers kept from recomputation need --recompute layer or attn' "$tmp/keepan.log")" -eq 1 \
+        -a "$(wc -l <"$tmp/keepan.log")" -eq 1
     "$bench" --model llama-3.2-1b --method lora --micro-batch 16 --seq 512 --recompute-keep 3 --memory-limit 80 \
         --plan-only >"$tmp/keepn.json" 2>"$tmp/keepn.log"
     rc=$?

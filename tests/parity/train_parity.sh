@@ -496,18 +496,22 @@ if [ $cpu_only -eq 0 ]; then
         # --recompute-keep 2 on the three-layer tiny Qwen2: layer 1 keeps its own saved set and is not
         # recomputed (layer 2, the top, never is; layer 0 is), so bitwise the run without recomputation
         # (LoRA, with offloaded inputs too; QDoRA, whose backward reads the down product; full
-        # fine-tuning under attention recomputation, with bf16-sr weights, under FP8).
-        for keep_case in "tiny-qwen2 lora layer bf16" "tiny-qwen2 lora layer bf16 --offload" "tiny-qwen2 qdora layer bf16" \
-            "tiny-qwen2 full attn bf16" "tiny-qwen2 full-w16sr layer bf16" "tiny-qwen2 full layer fp8-current"; do
-            read -r model method policy variant extra <<<"$keep_case"
+        # fine-tuning under attention recomputation, with bf16-sr weights, under FP8); auto keeps as
+        # many as the card holds: both layers below the top here, the same run, said in the log.
+        for keep_case in "tiny-qwen2 lora layer bf16 2" "tiny-qwen2 lora layer bf16 2 --offload" \
+            "tiny-qwen2 qdora layer bf16 2" "tiny-qwen2 full attn bf16 2" "tiny-qwen2 full-w16sr layer bf16 2" \
+            "tiny-qwen2 full layer fp8-current 2" "tiny-qwen2 lora layer bf16 auto"; do
+            read -r model method policy variant keep extra <<<"$keep_case"
             case " $variants_wanted " in *" $variant "*) ;; *) continue ;; esac
-            name=$model-$method-keep-$policy-$variant${extra:+-offload}
+            name=$model-$method-keep$keep-$policy-$variant${extra:+-offload}
             # shellcheck disable=SC2046,SC2086 # the variant's flags and the extra flag are words
             run_train "$gpu" "$model" "$method" "$tmp/runs/$name" "$logs/$name.log" $(variant_flags "$variant") \
-                --recompute "$policy" --recompute-keep 2 $extra
-            check_log "$model $method $variant --recompute $policy --recompute-keep 2 $extra: exits 0" "$logs/$name.log" \
+                --recompute "$policy" --recompute-keep "$keep" $extra
+            check_log "$model $method $variant --recompute $policy --recompute-keep $keep $extra: exits 0" "$logs/$name.log" \
                 test $? -eq 0
-            compare "$model $method $variant: --recompute $policy --recompute-keep 2 $extra == none, bitwise" \
+            [ "$keep" = auto ] && check_log "$model $method --recompute-keep auto: 2 layers kept, said once" \
+                "$logs/$name.log" test "$(grep -c '^recompute-keep auto: 2 layers kept' "$logs/$name.log")" -eq 1
+            compare "$model $method $variant: --recompute $policy --recompute-keep $keep $extra == none, bitwise" \
                 "$logs/$name-compare.log" identical "$tmp/runs/$(gpu_name "$model" "$method" "$variant")" "$tmp/runs/$name"
         done
         # MLP token chunks (--mlp-chunk with --recompute layer): 64 of the micro-batch's 128 rows at a
