@@ -24,6 +24,7 @@
  */
 #include "gpu/gemm.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include <cuda_bf16.h>
@@ -44,6 +45,7 @@ struct plan_key {
 
 struct plan {
     int used;
+    int tuned; /* tune_plan has run (or tuning is off): the algorithm is final */
     plan_key key;
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, ld; /* cuBLASLt's A (our B), B (our A), C = D */
@@ -73,6 +75,7 @@ struct gpu_gemm {
     cublasLtHandle_t handle;
     void *workspace;
     size_t workspace_bytes;
+    int tune; /* tune_plan at a plan's first call (gpu_gemm_set_tuning) */
     int n_plans;
     plan slots[kSlots];
 };
@@ -224,6 +227,27 @@ void destroy_plan(plan *pl) {
     CUDA_CHECK(cublasLtMatmulDescDestroy(pl->desc));
 }
 
+/* The heuristic's preferences for key: the context's workspace, the pointers' alignment classes, and
+ * split-K partial sums only in the compute type (caller destroys it). */
+cublasLtMatmulPreference_t make_pref(const struct gpu_gemm *g, const plan_key &key) {
+    cublasLtMatmulPreference_t pref;
+    CUDA_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    const uint64_t ws = g->workspace_bytes;
+    CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    const uint32_t al_a = (uint32_t)key.align_b, al_b = (uint32_t)key.align_a, al_d = (uint32_t)key.align_d;
+    CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
+    CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
+    CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d));
+    CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d));
+    /* Split-K partial sums only in the compute type (fp32) and never in place: a reduction in the
+     * output type would round each partial to bf16 (seen on the H100 as 8-ulp errors in small-N,
+     * long-K products), and the in-place scheme adds partials in the output type too. */
+    const uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reduction,
+                                                    sizeof reduction));
+    return pref;
+}
+
 /* Creates the descriptors of p's plan and asks the heuristic for an algorithm. Returns false (and
  * leaves nothing allocated) when cuBLASLt offers none. */
 bool build_plan(struct gpu_gemm *g, plan *pl, const plan_key &key, const gemm_args *p) {
@@ -269,21 +293,7 @@ bool build_plan(struct gpu_gemm *g, plan *pl, const plan_key &key, const gemm_ar
     const cudaDataType_t dt = p->d_type == GEMM_OUT_BF16 ? CUDA_R_16BF : CUDA_R_32F;
     layout(&pl->ld, dt, p->n, p->m, p->ldd, p->batch, p->stride_d);
 
-    cublasLtMatmulPreference_t pref;
-    CUDA_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    const uint64_t ws = g->workspace_bytes;
-    CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-    const uint32_t al_a = (uint32_t)key.align_b, al_b = (uint32_t)key.align_a, al_d = (uint32_t)key.align_d;
-    CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a));
-    CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b));
-    CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof al_d));
-    CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof al_d));
-    /* Split-K partial sums only in the compute type (fp32) and never in place: a reduction in the
-     * output type would round each partial to bf16 (seen on the H100 as 8-ulp errors in small-N,
-     * long-K products), and the in-place scheme adds partials in the output type too. */
-    const uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-    CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reduction,
-                                                    sizeof reduction));
+    cublasLtMatmulPreference_t pref = make_pref(g, key);
     cublasLtMatmulHeuristicResult_t res;
     int found = 0;
     const cublasStatus_t hs =
@@ -299,6 +309,105 @@ bool build_plan(struct gpu_gemm *g, plan *pl, const plan_key &key, const gemm_ar
     pl->algo = res.algo;
     pl->workspace_needed = res.workspaceSize;
     return true;
+}
+
+/* An order-free 64-bit digest of n 32-bit words: Σ mix(word, index) (commutative, so any block
+ * order gives the same value); two outputs with equal digests are taken as equal bit for bit. */
+__global__ void digest_words(unsigned long long *out, const uint32_t *w, int64_t n) {
+    unsigned long long s = 0;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        unsigned long long x = ((unsigned long long)w[i] << 32) ^ (unsigned long long)i;
+        x ^= x >> 33, x *= 0xff51afd7ed558ccdull, x ^= x >> 33, x *= 0xc4ceb9fe1a85ec53ull, x ^= x >> 33;
+        s += x;
+    }
+    atomicAdd(out, s);
+}
+
+int32_t algo_attr(const cublasLtMatmulAlgo_t &a, cublasLtMatmulAlgoConfigAttributes_t what) {
+    int32_t v = 0;
+    size_t w = 0;
+    CUDA_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&a, what, &v, sizeof v, &w));
+    return v;
+}
+
+/* At a bf16 plan's first call (not under stream capture): cuBLASLt's next heuristic candidates with
+ * the first one's split-K count (1: each output's K-sum runs in one order, the tiles only cut M and
+ * N) are run on the call's operands into a scratch copy of D and timed; one whose output digests as
+ * the first algorithm's (the same bits) and that runs ≥ 2% faster replaces it. The choice depends on
+ * timing, the bits never: every candidate kept computed exactly the first one's output (seen on the
+ * H100 for every candidate of Llama's products, docs/RESULTS.md, 2026-11-28, fourth session). Without
+ * memory for the scratch the heuristic's first choice stays. */
+void tune_plan(struct gpu_gemm *g, plan *pl, const gemm_args *p, cudaStream_t s) {
+    constexpr int kCandidates = 8;
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
+    if (capture != cudaStreamCaptureStatusNone) return; /* at a later, uncaptured call */
+    pl->tuned = 1;
+    if (!g->tune || is_fp8(p) || p->batch != 1 || algo_attr(pl->algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) > 1) return;
+    cublasLtMatmulPreference_t pref = make_pref(g, pl->key);
+    cublasLtMatmulHeuristicResult_t res[kCandidates];
+    int found = 0;
+    const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(g->handle, pl->desc, pl->la, pl->lb, pl->ld, pl->ld, pref,
+                                                             kCandidates, res, &found);
+    CUDA_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+    if (hs != CUBLAS_STATUS_SUCCESS || found < 2) return;
+    const size_t elem = p->d_type == GEMM_OUT_BF16 ? 2 : 4;
+    const size_t bytes = ((size_t)(p->m - 1) * (size_t)p->ldd + (size_t)p->n) * elem;
+    const size_t words = bytes / 4, sum_at = (bytes + 255) / 256 * 256;
+    unsigned char *scratch = nullptr;
+    if (cudaMalloc(&scratch, sum_at + sizeof(unsigned long long)) != cudaSuccess) {
+        (void)cudaGetLastError(); /* no room: keep the heuristic's choice */
+        return;
+    }
+    unsigned long long *sum = reinterpret_cast<unsigned long long *>(scratch + sum_at);
+    cudaEvent_t t0, t1;
+    CUDA_CHECK(cudaEventCreate(&t0));
+    CUDA_CHECK(cudaEventCreate(&t1));
+    set_call_pointers(pl, p);
+    const float alpha = p->alpha, beta = p->beta == GEMM_ACCUMULATE ? 1.0f : 0.0f;
+    /* candidate i into the scratch (from D's values when accumulating): its digest, its time a call */
+    auto trial = [&](const cublasLtMatmulAlgo_t &algo, unsigned long long *digest, float *ms) -> bool {
+        if (beta != 0.0f) CUDA_CHECK(cudaMemcpyAsync(scratch, p->d, bytes, cudaMemcpyDeviceToDevice, s));
+        if (cublasLtMatmul(g->handle, pl->desc, &alpha, p->b, pl->la, p->a, pl->lb, &beta, scratch, pl->ld, scratch,
+                           pl->ld, &algo, g->workspace, g->workspace_bytes, s) != CUBLAS_STATUS_SUCCESS)
+            return false;
+        CUDA_CHECK(cudaMemsetAsync(sum, 0, sizeof *sum, s));
+        digest_words<<<264, 256, 0, s>>>(sum, reinterpret_cast<const uint32_t *>(scratch), (int64_t)words);
+        KERNEL_CHECK(s);
+        CUDA_CHECK(cudaMemcpyAsync(digest, sum, sizeof *digest, cudaMemcpyDeviceToHost, s));
+        constexpr int kReps = 3;
+        CUDA_CHECK(cudaEventRecord(t0, s));
+        for (int r = 0; r < kReps; r++)
+            CUDA_CHECK(cublasLtMatmul(g->handle, pl->desc, &alpha, p->b, pl->la, p->a, pl->lb, &beta, scratch, pl->ld,
+                                      scratch, pl->ld, &algo, g->workspace, g->workspace_bytes, s));
+        CUDA_CHECK(cudaEventRecord(t1, s));
+        CUDA_CHECK(cudaEventSynchronize(t1));
+        CUDA_CHECK(cudaEventElapsedTime(ms, t0, t1));
+        return true;
+    };
+    unsigned long long d0 = 0;
+    float best = 0.0f;
+    if (trial(pl->algo, &d0, &best)) {
+        const float first = best;
+        for (int i = 0; i < found; i++) {
+            if (res[i].state != CUBLAS_STATUS_SUCCESS || res[i].workspaceSize > g->workspace_bytes ||
+                memcmp(&res[i].algo, &pl->algo, sizeof pl->algo) == 0 ||
+                algo_attr(res[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) > 1)
+                continue;
+            unsigned long long di = 0;
+            float ms = 0.0f;
+            if (!trial(res[i].algo, &di, &ms) || di != d0) continue;
+            if (ms < best && ms < 0.98f * first) {
+                best = ms;
+                pl->algo = res[i].algo;
+                pl->workspace_needed = res[i].workspaceSize;
+            }
+        }
+    }
+    (void)cudaGetLastError(); /* a candidate the library refused at launch */
+    CUDA_CHECK(cudaEventDestroy(t0));
+    CUDA_CHECK(cudaEventDestroy(t1));
+    CUDA_CHECK(cudaFree(scratch));
 }
 
 /* The plan of p: cached, or built and cached; nullptr when cuBLASLt offers no algorithm. */
@@ -361,8 +470,12 @@ struct gpu_gemm *build_gpu_gemm(size_t workspace_bytes) {
     CUDA_CHECK(cublasLtCreate(&g->handle));
     g->workspace_bytes = workspace_bytes;
     if (workspace_bytes > 0) CUDA_CHECK(cudaMalloc(&g->workspace, workspace_bytes));
+    const char *tune = getenv("REFINE_GEMM_TUNE"); /* 0: the heuristic's first algorithm, untimed */
+    g->tune = !(tune && strcmp(tune, "0") == 0);
     return g;
 }
+
+void gpu_gemm_set_tuning(struct gpu_gemm *g, int on) { g->tune = on != 0; }
 
 void free_gpu_gemm(struct gpu_gemm *g) {
     if (!g) return;
@@ -402,6 +515,7 @@ void gpu_gemm_algo_name(struct gpu_gemm *g, const struct gemm_args *p, char *buf
 enum gemm_status gpu_gemm_try(struct gpu_gemm *g, const struct gemm_args *p, cudaStream_t stream) {
     plan *pl = find_plan(g, p);
     if (pl == nullptr) return GEMM_NO_ALGORITHM;
+    if (!pl->tuned) tune_plan(g, pl, p, stream);
     set_call_pointers(pl, p);
     const float alpha = p->alpha;
     const float beta = p->beta == GEMM_ACCUMULATE ? 1.0f : 0.0f;

@@ -41,6 +41,10 @@
  *    k·BF16_EPS·|ref| for k = 3 (k = 2 without an epilogue addition); absolute part
  *    E + 2u·(max|C| + max|bias|) [the last term only with an epilogue addition] = floor·k·BF16_EPS.
  *  - determinism: the same product twice gives the same bits (cuBLAS's guarantee for one GPU).
+ *  - tuning (gpu_gemm_set_tuning): the trainers' products at Llama-3.2-1B's and SmolLM2's shapes —
+ *    forward, dx and dW, bf16 and fp32 D, overwriting and accumulating, with a bias — through a
+ *    tuning context and through one that keeps the heuristic's first algorithm: the same bits (the
+ *    algorithms each context chose are printed).
  *  - NaN/Inf: an Inf planted in A must make exactly the row of D it feeds non-finite.
  */
 #include <float.h>
@@ -261,6 +265,83 @@ static void run_gemm_case(const gemm_case &c, int case_id) {
     cmp_exact_bytes(&cc, out2.data(), out.data(), out.size());
 
     for (struct dev_buf *bf : {&da, &db, &dbias, &dd}) dev_buf_free(bf);
+}
+
+__global__ static void fill_normalish(uint16_t *p, int64_t n, uint32_t seed) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        uint32_t x = (uint32_t)i * 2654435761u ^ seed;
+        x ^= x >> 13, x *= 0x5bd1e995u, x ^= x >> 15;
+        p[i] = __bfloat16_as_ushort(__float2bfloat16(((int)(x & 0xffff) - 32768) * (1.0f / 32768.0f)));
+    }
+}
+
+/* One product through a tuning context and through an untuned one (the latter's D from the same
+ * old values when accumulating): bitwise equal. */
+static void run_tuning_case(struct gpu_gemm *tuned, struct gpu_gemm *plain, const char *name, int m, int n, int k,
+                            gemm_op oa, gemm_op ob, gemm_out dt, gemm_beta beta, int bias) {
+    const int64_t a_n = (int64_t)m * k, b_n = (int64_t)k * n, d_n = (int64_t)m * n;
+    const size_t es = dt == GEMM_OUT_BF16 ? 2 : 4;
+    uint16_t *a, *b, *bs;
+    unsigned char *d1, *d2;
+    CUDA_CHECK(cudaMalloc(&a, (size_t)a_n * 2));
+    CUDA_CHECK(cudaMalloc(&b, (size_t)b_n * 2));
+    CUDA_CHECK(cudaMalloc(&bs, (size_t)n * 2));
+    CUDA_CHECK(cudaMalloc(&d1, (size_t)d_n * es));
+    CUDA_CHECK(cudaMalloc(&d2, (size_t)d_n * es));
+    fill_normalish<<<1024, 256, 0, g_stream>>>(a, a_n, 1u + (uint32_t)m);
+    fill_normalish<<<1024, 256, 0, g_stream>>>(b, b_n, 2u + (uint32_t)k);
+    fill_normalish<<<64, 256, 0, g_stream>>>(bs, n, 3u);
+    /* the old D (accumulating): bf16 or fp32 values, the same in both */
+    fill_normalish<<<1024, 256, 0, g_stream>>>(reinterpret_cast<uint16_t *>(d1), d_n * (int64_t)es / 2, 4u);
+    CUDA_CHECK(cudaMemcpyAsync(d2, d1, (size_t)d_n * es, cudaMemcpyDeviceToDevice, g_stream));
+    gemm_args p;
+    memset(&p, 0, sizeof p);
+    p.m = m, p.n = n, p.k = k, p.batch = 1, p.alpha = 1.0f, p.beta = beta, p.d_type = dt;
+    p.a = a, p.op_a = oa, p.lda = oa == GEMM_NO_TRANS ? k : m;
+    p.b = b, p.op_b = ob, p.ldb = ob == GEMM_NO_TRANS ? n : k;
+    p.ldd = n, p.bias = bias ? bs : nullptr;
+    p.d = d1;
+    gpu_gemm(tuned, &p, g_stream);
+    p.d = d2;
+    gpu_gemm(plain, &p, g_stream);
+    std::vector<unsigned char> h1((size_t)d_n * es), h2((size_t)d_n * es);
+    CUDA_CHECK(cudaMemcpyAsync(h1.data(), d1, h1.size(), cudaMemcpyDeviceToHost, g_stream));
+    CUDA_CHECK(cudaMemcpyAsync(h2.data(), d2, h2.size(), cudaMemcpyDeviceToHost, g_stream));
+    CUDA_CHECK(cudaStreamSynchronize(g_stream));
+    char shape[160], alg1[160], alg2[160];
+    snprintf(shape, sizeof shape, "%s: m %d n %d k %d %s%s %s%s%s", name, m, n, k, oa ? "T" : "N", ob ? "T" : "N",
+             dt == GEMM_OUT_BF16 ? "bf16" : "f32", beta == GEMM_ACCUMULATE ? " accumulate" : "", bias ? " bias" : "");
+    struct cmp_case cc = {"gemm", "tuned D = untuned D", shape, dt == GEMM_OUT_BF16 ? "bf16" : "f32", g_seed};
+    cmp_exact_bytes(&cc, h1.data(), h2.data(), h1.size());
+    p.d = d1;
+    gpu_gemm_algo_name(tuned, &p, alg1, sizeof alg1);
+    p.d = d2;
+    gpu_gemm_algo_name(plain, &p, alg2, sizeof alg2);
+    printf("tuning %s: %s%s\n", shape, strcmp(alg1, alg2) ? "chose " : "kept ", alg1);
+    for (void *q : {(void *)a, (void *)b, (void *)bs, (void *)d1, (void *)d2}) CUDA_CHECK(cudaFree(q));
+}
+
+static void run_tuning_cases(void) {
+    struct gpu_gemm *tuned = build_gpu_gemm(GEMM_DEFAULT_WORKSPACE), *plain = build_gpu_gemm(GEMM_DEFAULT_WORKSPACE);
+    gpu_gemm_set_tuning(tuned, 1);
+    gpu_gemm_set_tuning(plain, 0);
+    const gemm_op N_ = GEMM_NO_TRANS, T_ = GEMM_TRANS;
+    /* Llama-3.2-1B 16×512: y = x Wᵀ, dx = dy W, dW = dyᵀ x (the folded q/k/v and gate/up widths) */
+    run_tuning_case(tuned, plain, "1B q/k/v forward", 8192, 3072, 2112, N_, T_, GEMM_OUT_BF16, GEMM_OVERWRITE, 0);
+    run_tuning_case(tuned, plain, "1B gate/up forward", 8192, 16384, 2112, N_, T_, GEMM_OUT_BF16, GEMM_OVERWRITE, 0);
+    run_tuning_case(tuned, plain, "1B down forward", 8192, 2048, 8192, N_, T_, GEMM_OUT_BF16, GEMM_OVERWRITE, 0);
+    run_tuning_case(tuned, plain, "1B down dx", 8192, 8192, 2048, N_, N_, GEMM_OUT_BF16, GEMM_OVERWRITE, 0);
+    run_tuning_case(tuned, plain, "1B gate/up dx", 8192, 2112, 16384, N_, N_, GEMM_OUT_BF16, GEMM_OVERWRITE, 0);
+    run_tuning_case(tuned, plain, "1B lm_head chunk", 2048, 128256, 2048, N_, T_, GEMM_OUT_BF16, GEMM_OVERWRITE, 0);
+    run_tuning_case(tuned, plain, "1B down dW fp32", 2048, 8192, 8192, T_, N_, GEMM_OUT_F32, GEMM_ACCUMULATE, 0);
+    run_tuning_case(tuned, plain, "1B gate/up dW bf16", 16384, 2048, 8192, T_, N_, GEMM_OUT_BF16, GEMM_ACCUMULATE, 0);
+    run_tuning_case(tuned, plain, "1B o dx accumulate", 8192, 2048, 2048, N_, N_, GEMM_OUT_BF16, GEMM_ACCUMULATE, 0);
+    /* SmolLM2 32×512 and a biased (Qwen2-style) q/k/v */
+    run_tuning_case(tuned, plain, "SmolLM2 gate/up forward", 16384, 3072, 576, N_, T_, GEMM_OUT_BF16, GEMM_OVERWRITE, 0);
+    run_tuning_case(tuned, plain, "SmolLM2 down dx", 16384, 1536, 576, N_, N_, GEMM_OUT_BF16, GEMM_OVERWRITE, 0);
+    run_tuning_case(tuned, plain, "biased q/k/v forward", 4096, 1152, 896, N_, T_, GEMM_OUT_BF16, GEMM_OVERWRITE, 1);
+    free_gpu_gemm(tuned);
+    free_gpu_gemm(plain);
 }
 
 /* The three products of a linear layer against ref_linear_*_naive (ACT_BF16), integer inputs. */
@@ -592,6 +673,7 @@ int main(int argc, char **argv) {
     for (const gemm_case &c : misaligned) run_gemm_case(c, id++);
     EXPECT(gpu_gemm_plan_count(g_gemm) > 0 && gpu_gemm_plan_count(g_gemm) <= GEMM_MAX_PLANS, "plan count %d",
            gpu_gemm_plan_count(g_gemm));
+    run_tuning_cases();
 
     const int rc = test_finish("gemm_parity");
     if (rc == 0 && test_has_flag(argc, argv, "--bench")) bench();
