@@ -336,7 +336,7 @@ int32_t algo_attr(const cublasLtMatmulAlgo_t &a, cublasLtMatmulAlgoConfigAttribu
  * the first algorithm's (the same bits) and that runs ≥ 2% faster replaces it. The choice depends on
  * timing, the bits never: every candidate kept computed exactly the first one's output (seen on the
  * H100 for every candidate of Llama's products, docs/RESULTS.md, 2026-11-28, fourth session). Without
- * memory for the scratch the heuristic's first choice stays. */
+ * memory for the scratch and 256 MiB more the heuristic's first choice stays. */
 void tune_plan(struct gpu_gemm *g, plan *pl, const gemm_args *p, cudaStream_t s) {
     constexpr int kCandidates = 8;
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
@@ -355,6 +355,9 @@ void tune_plan(struct gpu_gemm *g, plan *pl, const gemm_args *p, cudaStream_t s)
     const size_t bytes = ((size_t)(p->m - 1) * (size_t)p->ldd + (size_t)p->n) * elem;
     const size_t words = bytes / 4, sum_at = (bytes + 255) / 256 * 256;
     unsigned char *scratch = nullptr;
+    size_t free_b = 0, total_b = 0; /* leave 256 MiB beside the copy for whatever runs next */
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    if (free_b < sum_at + ((size_t)256 << 20)) return;
     if (cudaMalloc(&scratch, sum_at + sizeof(unsigned long long)) != cudaSuccess) {
         (void)cudaGetLastError(); /* no room: keep the heuristic's choice */
         return;
