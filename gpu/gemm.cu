@@ -353,7 +353,8 @@ void tune_plan(struct gpu_gemm *g, plan *pl, const gemm_args *p, cudaStream_t s)
     if (hs != CUBLAS_STATUS_SUCCESS || found < 2) return;
     const size_t elem = p->d_type == GEMM_OUT_BF16 ? 2 : 4;
     const size_t bytes = ((size_t)(p->m - 1) * (size_t)p->ldd + (size_t)p->n) * elem;
-    const size_t words = bytes / 4, sum_at = (bytes + 255) / 256 * 256;
+    /* whole words over every byte of D (a bf16 D of odd length ends inside the copy's 256-byte pad) */
+    const size_t words = (bytes + 3) / 4, sum_at = (bytes + 255) / 256 * 256;
     unsigned char *scratch = nullptr;
     size_t free_b = 0, total_b = 0; /* leave 256 MiB beside the copy for whatever runs next */
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
