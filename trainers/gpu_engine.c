@@ -405,6 +405,7 @@ int gpu_engine_longest_seq(struct train_options *o, const struct model_source *s
 const char *gpu_memory_hint(const struct gpu_llama_options *g, char *buf, size_t cap) {
     const char *opts[8];
     int n = 0;
+    if (g->recompute_keep > 1) opts[n++] = "a smaller --recompute-keep"; /* the layers it keeps cost first */
     if (g->recompute != RECOMPUTE_LAYER) opts[n++] = "--recompute layer";
     else if (g->offload == GPU_OFFLOAD_NONE) opts[n++] = "--offload";
     if (g->recompute == RECOMPUTE_LAYER && g->mlp_chunk == 0 && (int64_t)g->B * g->T > 8192 &&

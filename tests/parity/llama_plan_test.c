@@ -489,6 +489,10 @@ int main(void) {
     struct gpu_llama_options lora = opts(LLAMA_LORA, 4, 512);
     lora.recompute = RECOMPUTE_LAYER;
     expect_hint("LoRA with layer recomputation", &lora, "try --offload, --method qlora or a shorter --seq");
+    lora.recompute_keep = 4;
+    expect_hint("LoRA keeping 4 layers from recomputation", &lora,
+                "try a smaller --recompute-keep, --offload, --method qlora or a shorter --seq");
+    lora.recompute_keep = 0;
     struct gpu_llama_options longq = opts(LLAMA_LORA, 1, 32768);
     longq.base = GPU_BASE_NF4, longq.recompute = RECOMPUTE_LAYER, longq.offload = GPU_OFFLOAD_INPUTS;
     expect_hint("QLoRA at 32K with every other memory option", &longq, "try --mlp-chunk 4096 or a shorter --seq");
