@@ -272,13 +272,18 @@ __device__ __forceinline__ void build_tables(tables &T, const float *m1, const f
     __syncthreads();
 }
 
+/* dst = src by the CTA's threads, 16-byte words (either side shared or global; no barrier). */
+__device__ __forceinline__ void copy_tables(tables *dst, const tables *src) {
+    const uint4 *from = reinterpret_cast<const uint4 *>(src);
+    uint4 *to = reinterpret_cast<uint4 *>(dst);
+    for (int i = threadIdx.x; i < (int)(sizeof(tables) / 16); i += kThreads) to[i] = from[i];
+}
+
 /* One CTA: the tables of the maps, built as a step's CTAs would build them, written to out. */
 __global__ void __launch_bounds__(kThreads) adamw8bit_build_tables(tables *out, const float *m1, const float *m2) {
     __shared__ tables T;
     build_tables(T, m1, m2);
-    const uint4 *src = reinterpret_cast<const uint4 *>(&T);
-    uint4 *dst = reinterpret_cast<uint4 *>(out);
-    for (int i = threadIdx.x; i < (int)(sizeof(tables) / 16); i += kThreads) dst[i] = src[i];
+    copy_tables(out, &T);
 }
 
 /* Slot j's moments from its codes and gradient (valid), or the padding of a short block (not
@@ -321,10 +326,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) adamw8bit_warp_step(gpu_
     float gs;
     if (!step_applies(s, &gs)) return; /* uniform over the grid */
     const int tid = threadIdx.x, lane = tid & 31;
-    if (t.tables) { /* the prebuilt copy: 16-byte words */
-        const uint4 *src = static_cast<const uint4 *>(t.tables);
-        uint4 *dst = reinterpret_cast<uint4 *>(&T);
-        for (int i = tid; i < (int)(sizeof(tables) / 16); i += kThreads) dst[i] = src[i];
+    if (t.tables) { /* the prebuilt copy */
+        copy_tables(&T, static_cast<const tables *>(t.tables));
         __syncthreads();
     } else {
         build_tables(T, t.map1, t.map2);
