@@ -311,6 +311,15 @@ bool build_plan(struct gpu_gemm *g, plan *pl, const plan_key &key, const gemm_ar
     return true;
 }
 
+/* p's product with plan pl's descriptors and algorithm algo, into d (p->d, or tune_plan's copy; as C
+ * too when p accumulates). */
+cublasStatus_t launch(struct gpu_gemm *g, const plan *pl, const gemm_args *p, const cublasLtMatmulAlgo_t &algo, void *d,
+                      cudaStream_t s) {
+    const float alpha = p->alpha, beta = p->beta == GEMM_ACCUMULATE ? 1.0f : 0.0f;
+    return cublasLtMatmul(g->handle, pl->desc, &alpha, p->b, pl->la, p->a, pl->lb, &beta, d, pl->ld, d, pl->ld, &algo,
+                          g->workspace, g->workspace_bytes, s);
+}
+
 /* An order-free 64-bit digest of n 32-bit words: Σ mix(word, index) (commutative, so any block
  * order gives the same value); two outputs with equal digests are taken as equal bit for bit. */
 __global__ void digest_words(unsigned long long *out, const uint32_t *w, int64_t n) {
@@ -368,22 +377,18 @@ void tune_plan(struct gpu_gemm *g, plan *pl, const gemm_args *p, cudaStream_t s)
     CUDA_CHECK(cudaEventCreate(&t0));
     CUDA_CHECK(cudaEventCreate(&t1));
     set_call_pointers(pl, p);
-    const float alpha = p->alpha, beta = p->beta == GEMM_ACCUMULATE ? 1.0f : 0.0f;
     /* candidate i into the scratch (from D's values when accumulating): its digest, its time a call */
     auto trial = [&](const cublasLtMatmulAlgo_t &algo, unsigned long long *digest, float *ms) -> bool {
-        if (beta != 0.0f) CUDA_CHECK(cudaMemcpyAsync(scratch, p->d, bytes, cudaMemcpyDeviceToDevice, s));
-        if (cublasLtMatmul(g->handle, pl->desc, &alpha, p->b, pl->la, p->a, pl->lb, &beta, scratch, pl->ld, scratch,
-                           pl->ld, &algo, g->workspace, g->workspace_bytes, s) != CUBLAS_STATUS_SUCCESS)
-            return false;
+        if (p->beta == GEMM_ACCUMULATE)
+            CUDA_CHECK(cudaMemcpyAsync(scratch, p->d, bytes, cudaMemcpyDeviceToDevice, s));
+        if (launch(g, pl, p, algo, scratch, s) != CUBLAS_STATUS_SUCCESS) return false;
         CUDA_CHECK(cudaMemsetAsync(sum, 0, sizeof *sum, s));
         digest_words<<<264, 256, 0, s>>>(sum, reinterpret_cast<const uint32_t *>(scratch), (int64_t)words);
         KERNEL_CHECK(s);
         CUDA_CHECK(cudaMemcpyAsync(digest, sum, sizeof *digest, cudaMemcpyDeviceToHost, s));
         constexpr int kReps = 3;
         CUDA_CHECK(cudaEventRecord(t0, s));
-        for (int r = 0; r < kReps; r++)
-            CUDA_CHECK(cublasLtMatmul(g->handle, pl->desc, &alpha, p->b, pl->la, p->a, pl->lb, &beta, scratch, pl->ld,
-                                      scratch, pl->ld, &algo, g->workspace, g->workspace_bytes, s));
+        for (int r = 0; r < kReps; r++) CUDA_CHECK(launch(g, pl, p, algo, scratch, s));
         CUDA_CHECK(cudaEventRecord(t1, s));
         CUDA_CHECK(cudaEventSynchronize(t1));
         CUDA_CHECK(cudaEventElapsedTime(ms, t0, t1));
@@ -521,10 +526,7 @@ enum gemm_status gpu_gemm_try(struct gpu_gemm *g, const struct gemm_args *p, cud
     if (pl == nullptr) return GEMM_NO_ALGORITHM;
     if (!pl->tuned) tune_plan(g, pl, p, stream);
     set_call_pointers(pl, p);
-    const float alpha = p->alpha;
-    const float beta = p->beta == GEMM_ACCUMULATE ? 1.0f : 0.0f;
-    const cublasStatus_t st = cublasLtMatmul(g->handle, pl->desc, &alpha, p->b, pl->la, p->a, pl->lb, &beta, p->d,
-                                             pl->ld, p->d, pl->ld, &pl->algo, g->workspace, g->workspace_bytes, stream);
+    const cublasStatus_t st = launch(g, pl, p, pl->algo, p->d, stream);
     if (is_fp8(p) && (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE ||
                       st == CUBLAS_STATUS_ARCH_MISMATCH))
         return GEMM_REFUSED;
