@@ -275,31 +275,30 @@ __global__ static void fill_normalish(uint16_t *p, int64_t n, uint32_t seed) {
     }
 }
 
-/* One product through a tuning context and through an untuned one (the latter's D from the same
- * old values when accumulating): bitwise equal. */
-static void run_tuning_case(struct gpu_gemm *tuned, struct gpu_gemm *plain, const char *name, int m, int n, int k,
-                            gemm_op oa, gemm_op ob, gemm_out dt, gemm_beta beta, int bias) {
-    const int64_t a_n = (int64_t)m * k, b_n = (int64_t)k * n, d_n = (int64_t)m * n;
-    const size_t es = dt == GEMM_OUT_BF16 ? 2 : 4;
+/* One product (c: batch 1, no padding, alpha 1) through a tuning context and through an untuned one
+ * (the latter's D from the same old values when accumulating): bitwise equal. */
+static void run_tuning_case(struct gpu_gemm *tuned, struct gpu_gemm *plain, const char *name, const gemm_case &c) {
+    const int64_t a_n = (int64_t)c.m * c.k, b_n = (int64_t)c.k * c.n, d_n = (int64_t)c.m * c.n;
+    const size_t es = c.d_type == GEMM_OUT_BF16 ? 2 : 4;
     uint16_t *a, *b, *bs;
     unsigned char *d1, *d2;
     CUDA_CHECK(cudaMalloc(&a, (size_t)a_n * 2));
     CUDA_CHECK(cudaMalloc(&b, (size_t)b_n * 2));
-    CUDA_CHECK(cudaMalloc(&bs, (size_t)n * 2));
+    CUDA_CHECK(cudaMalloc(&bs, (size_t)c.n * 2));
     CUDA_CHECK(cudaMalloc(&d1, (size_t)d_n * es));
     CUDA_CHECK(cudaMalloc(&d2, (size_t)d_n * es));
-    fill_normalish<<<1024, 256, 0, g_stream>>>(a, a_n, 1u + (uint32_t)m);
-    fill_normalish<<<1024, 256, 0, g_stream>>>(b, b_n, 2u + (uint32_t)k);
-    fill_normalish<<<64, 256, 0, g_stream>>>(bs, n, 3u);
+    fill_normalish<<<1024, 256, 0, g_stream>>>(a, a_n, 1u + (uint32_t)c.m);
+    fill_normalish<<<1024, 256, 0, g_stream>>>(b, b_n, 2u + (uint32_t)c.k);
+    fill_normalish<<<64, 256, 0, g_stream>>>(bs, c.n, 3u);
     /* the old D (accumulating): bf16 or fp32 values, the same in both */
     fill_normalish<<<1024, 256, 0, g_stream>>>(reinterpret_cast<uint16_t *>(d1), d_n * (int64_t)es / 2, 4u);
     CUDA_CHECK(cudaMemcpyAsync(d2, d1, (size_t)d_n * es, cudaMemcpyDeviceToDevice, g_stream));
     gemm_args p;
     memset(&p, 0, sizeof p);
-    p.m = m, p.n = n, p.k = k, p.batch = 1, p.alpha = 1.0f, p.beta = beta, p.d_type = dt;
-    p.a = a, p.op_a = oa, p.lda = oa == GEMM_NO_TRANS ? k : m;
-    p.b = b, p.op_b = ob, p.ldb = ob == GEMM_NO_TRANS ? n : k;
-    p.ldd = n, p.bias = bias ? bs : nullptr;
+    p.m = c.m, p.n = c.n, p.k = c.k, p.batch = 1, p.alpha = 1.0f, p.beta = c.beta, p.d_type = c.d_type;
+    p.a = a, p.op_a = c.op_a, p.lda = c.op_a == GEMM_NO_TRANS ? c.k : c.m;
+    p.b = b, p.op_b = c.op_b, p.ldb = c.op_b == GEMM_NO_TRANS ? c.n : c.k;
+    p.ldd = c.n, p.bias = c.bias ? bs : nullptr;
     p.d = d1;
     gpu_gemm(tuned, &p, g_stream);
     p.d = d2;
@@ -308,10 +307,10 @@ static void run_tuning_case(struct gpu_gemm *tuned, struct gpu_gemm *plain, cons
     CUDA_CHECK(cudaMemcpyAsync(h1.data(), d1, h1.size(), cudaMemcpyDeviceToHost, g_stream));
     CUDA_CHECK(cudaMemcpyAsync(h2.data(), d2, h2.size(), cudaMemcpyDeviceToHost, g_stream));
     CUDA_CHECK(cudaStreamSynchronize(g_stream));
-    char shape[160], alg1[160], alg2[160];
-    snprintf(shape, sizeof shape, "%s: m %d n %d k %d %s%s %s%s%s", name, m, n, k, oa ? "T" : "N", ob ? "T" : "N",
-             dt == GEMM_OUT_BF16 ? "bf16" : "f32", beta == GEMM_ACCUMULATE ? " accumulate" : "", bias ? " bias" : "");
-    struct cmp_case cc = {"gemm", "tuned D = untuned D", shape, dt == GEMM_OUT_BF16 ? "bf16" : "f32", g_seed};
+    char shape[256], desc[192], alg1[160], alg2[160];
+    describe(c, desc, sizeof desc);
+    snprintf(shape, sizeof shape, "%s: %s", name, desc);
+    struct cmp_case cc = {"gemm", "tuned D = untuned D", shape, c.d_type == GEMM_OUT_BF16 ? "bf16" : "f32", g_seed};
     cmp_exact_bytes(&cc, h1.data(), h2.data(), h1.size());
     p.d = d1;
     gpu_gemm_algo_name(tuned, &p, alg1, sizeof alg1);
@@ -326,20 +325,28 @@ static void run_tuning_cases(void) {
     gpu_gemm_set_tuning(tuned, 1);
     gpu_gemm_set_tuning(plain, 0);
     const gemm_op N_ = GEMM_NO_TRANS, T_ = GEMM_TRANS;
-    /* Llama-3.2-1B 16×512: y = x Wᵀ, dx = dy W, dW = dyᵀ x (the folded q/k/v and gate/up widths) */
-    run_tuning_case(tuned, plain, "1B q/k/v forward", 8192, 3072, 2112, N_, T_, GEMM_OUT_BF16, GEMM_OVERWRITE, 0);
-    run_tuning_case(tuned, plain, "1B gate/up forward", 8192, 16384, 2112, N_, T_, GEMM_OUT_BF16, GEMM_OVERWRITE, 0);
-    run_tuning_case(tuned, plain, "1B down forward", 8192, 2048, 8192, N_, T_, GEMM_OUT_BF16, GEMM_OVERWRITE, 0);
-    run_tuning_case(tuned, plain, "1B down dx", 8192, 8192, 2048, N_, N_, GEMM_OUT_BF16, GEMM_OVERWRITE, 0);
-    run_tuning_case(tuned, plain, "1B gate/up dx", 8192, 2112, 16384, N_, N_, GEMM_OUT_BF16, GEMM_OVERWRITE, 0);
-    run_tuning_case(tuned, plain, "1B lm_head chunk", 2048, 128256, 2048, N_, T_, GEMM_OUT_BF16, GEMM_OVERWRITE, 0);
-    run_tuning_case(tuned, plain, "1B down dW fp32", 2048, 8192, 8192, T_, N_, GEMM_OUT_F32, GEMM_ACCUMULATE, 0);
-    run_tuning_case(tuned, plain, "1B gate/up dW bf16", 16384, 2048, 8192, T_, N_, GEMM_OUT_BF16, GEMM_ACCUMULATE, 0);
-    run_tuning_case(tuned, plain, "1B o dx accumulate", 8192, 2048, 2048, N_, N_, GEMM_OUT_BF16, GEMM_ACCUMULATE, 0);
-    /* SmolLM2 32×512 and a biased (Qwen2-style) q/k/v */
-    run_tuning_case(tuned, plain, "SmolLM2 gate/up forward", 16384, 3072, 576, N_, T_, GEMM_OUT_BF16, GEMM_OVERWRITE, 0);
-    run_tuning_case(tuned, plain, "SmolLM2 down dx", 16384, 1536, 576, N_, N_, GEMM_OUT_BF16, GEMM_OVERWRITE, 0);
-    run_tuning_case(tuned, plain, "biased q/k/v forward", 4096, 1152, 896, N_, T_, GEMM_OUT_BF16, GEMM_OVERWRITE, 1);
+    const gemm_out B16 = GEMM_OUT_BF16, F32 = GEMM_OUT_F32;
+    const gemm_beta OW = GEMM_OVERWRITE, AC = GEMM_ACCUMULATE;
+    const struct {
+        const char *name;
+        gemm_case c; /* m, n, k, batch, op_a, op_b, D, beta, bias, alpha, pad, misalign, values */
+    } cases[] = {
+        /* Llama-3.2-1B 16×512: y = x Wᵀ, dx = dy W, dW = dyᵀ x (the folded q/k/v and gate/up widths) */
+        {"1B q/k/v forward", {8192, 3072, 2112, 1, N_, T_, B16, OW, 0, 1.0f, 0, 0, VALUES_NORMAL}},
+        {"1B gate/up forward", {8192, 16384, 2112, 1, N_, T_, B16, OW, 0, 1.0f, 0, 0, VALUES_NORMAL}},
+        {"1B down forward", {8192, 2048, 8192, 1, N_, T_, B16, OW, 0, 1.0f, 0, 0, VALUES_NORMAL}},
+        {"1B down dx", {8192, 8192, 2048, 1, N_, N_, B16, OW, 0, 1.0f, 0, 0, VALUES_NORMAL}},
+        {"1B gate/up dx", {8192, 2112, 16384, 1, N_, N_, B16, OW, 0, 1.0f, 0, 0, VALUES_NORMAL}},
+        {"1B lm_head chunk", {2048, 128256, 2048, 1, N_, T_, B16, OW, 0, 1.0f, 0, 0, VALUES_NORMAL}},
+        {"1B down dW fp32", {2048, 8192, 8192, 1, T_, N_, F32, AC, 0, 1.0f, 0, 0, VALUES_NORMAL}},
+        {"1B gate/up dW bf16", {16384, 2048, 8192, 1, T_, N_, B16, AC, 0, 1.0f, 0, 0, VALUES_NORMAL}},
+        {"1B o dx accumulate", {8192, 2048, 2048, 1, N_, N_, B16, AC, 0, 1.0f, 0, 0, VALUES_NORMAL}},
+        /* SmolLM2 32×512 and a biased (Qwen2-style) q/k/v */
+        {"SmolLM2 gate/up forward", {16384, 3072, 576, 1, N_, T_, B16, OW, 0, 1.0f, 0, 0, VALUES_NORMAL}},
+        {"SmolLM2 down dx", {16384, 1536, 576, 1, N_, N_, B16, OW, 0, 1.0f, 0, 0, VALUES_NORMAL}},
+        {"biased q/k/v forward", {4096, 1152, 896, 1, N_, T_, B16, OW, 1, 1.0f, 0, 0, VALUES_NORMAL}},
+    };
+    for (const auto &tc : cases) run_tuning_case(tuned, plain, tc.name, tc.c);
     free_gpu_gemm(tuned);
     free_gpu_gemm(plain);
 }
