@@ -339,20 +339,23 @@ int32_t algo_attr(const cublasLtMatmulAlgo_t &a, cublasLtMatmulAlgoConfigAttribu
     return v;
 }
 
-/* At a bf16 plan's first call (not under stream capture): cuBLASLt's next heuristic candidates with
- * the first one's split-K count (1: each output's K-sum runs in one order, the tiles only cut M and
- * N) are run on the call's operands into a scratch copy of D and timed; one whose output digests as
- * the first algorithm's (the same bits) and that runs ≥ 2% faster replaces it. The choice depends on
- * timing, the bits never: every candidate kept computed exactly the first one's output (seen on the
- * H100 for every candidate of Llama's products, docs/RESULTS.md, 2026-11-28, fourth session). Without
- * memory for the scratch and 256 MiB more the heuristic's first choice stays. */
+/* At a plan's first call (not under stream capture; bf16 or FP8, batch 1): cuBLASLt's next heuristic
+ * candidates with the first one's split-K count (1: each output's K-sum runs in one order, the tiles
+ * only cut M and N) are run on the call's operands into a scratch copy of D and timed; one whose
+ * output digests as the first algorithm's (the same bits) and that runs ≥ 2% faster replaces it. The
+ * choice depends on timing, the bits never: every candidate kept computed exactly the first one's
+ * output (seen on the H100 for every candidate of Llama's bf16 products, docs/RESULTS.md, 2026-11-28,
+ * fourth session). An FP8 candidate that accumulates in another order — another promotion interval
+ * of the precise mode, another grouping of fast accumulation, another block-scale application —
+ * gives other bits on the call's operands and is not taken. Without memory for the scratch and
+ * 256 MiB more the heuristic's first choice stays. */
 void tune_plan(struct gpu_gemm *g, plan *pl, const gemm_args *p, cudaStream_t s) {
     constexpr int kCandidates = 8;
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
     if (capture != cudaStreamCaptureStatusNone) return; /* at a later, uncaptured call */
     pl->tuned = 1;
-    if (!g->tune || is_fp8(p) || p->batch != 1 || algo_attr(pl->algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) > 1) return;
+    if (!g->tune || p->batch != 1 || algo_attr(pl->algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) > 1) return;
     cublasLtMatmulPreference_t pref = make_pref(g, pl->key);
     cublasLtMatmulHeuristicResult_t res[kCandidates];
     int found = 0;

@@ -28,14 +28,15 @@
  * types, scale modes, accumulation mode and which scale/amax pointers are set): the first call with a new key asks cuBLASLt's heuristic once and stores the
  * descriptors and the algorithm; later calls only look the plan up and launch. After
  * gpu_gemm_reserve has seen every shape of a run, calls allocate nothing — but the first call of a
- * bf16 key (not under stream capture) also tunes it: the heuristic's next candidates without split-K
- * run on that call's operands into a temporary copy of D (allocated and freed there; skipped when
- * there is no memory for it), and one whose output has the same bits as the first algorithm's and
- * that runs ≥ 2% faster replaces it (gemm.cu's tune_plan; REFINE_GEMM_TUNE=0 or
- * gpu_gemm_set_tuning(g, 0) turn it off). The bits of a key's products never depend on the choice,
+ * batch-1 key, bf16 or FP8 (not under stream capture), also tunes it: the heuristic's next
+ * candidates without split-K run on that call's operands into a temporary copy of D (allocated and
+ * freed there; skipped when there is no memory for it), and one whose output has the same bits as
+ * the first algorithm's and that runs ≥ 2% faster replaces it (gemm.cu's tune_plan;
+ * REFINE_GEMM_TUNE=0 or gpu_gemm_set_tuning(g, 0) turn it off). The bits of a key's products never depend on the choice,
  * so results are bitwise reproducible run to run on one GPU model and toolkit (cuBLAS's guarantee
- * for one architecture and SM count, given one stream per workspace; the parity test checks it,
- * and that tuned products equal untuned ones).
+ * for one architecture and SM count, given one stream per workspace; the parity tests check it,
+ * and that tuned products equal untuned ones: gemm_parity for bf16, gemm_fp8_parity for FP8). An
+ * AMAX_D output is written by the trials too, then by the call itself.
  *
  * Preconditions (CHECKed): m, n, k ≥ 1; batch ≥ 1; leading dimensions ≥ the stored row length;
  * bias only with bf16 D; at most GEMM_MAX_PLANS distinct keys per context. A, B, D and bias must
@@ -125,7 +126,7 @@ struct gpu_gemm;
 
 /* Creates the cuBLASLt handle and allocates the workspace (device memory, workspace_bytes). */
 struct gpu_gemm *build_gpu_gemm(size_t workspace_bytes);
-/* Tuning of new bf16 keys at their first call (on by default unless REFINE_GEMM_TUNE=0; above). */
+/* Tuning of new batch-1 keys (bf16 and FP8) at their first call (on by default unless REFINE_GEMM_TUNE=0; above). */
 void gpu_gemm_set_tuning(struct gpu_gemm *g, int on);
 void free_gpu_gemm(struct gpu_gemm *g);
 

@@ -48,6 +48,11 @@
  *     compares with the model's result rounded to bf16. Inputs: normals with a per-row magnitude
  *     (e^±2), quantized by current scaling (per tensor) or block quantization; 2048 sampled
  *     outputs per case.
+ * (e) Tuning (gpu_gemm_set_tuning): the FP8 products the trainers run at Llama-3.2-1B's, SmolLM2's
+ *     and Llama-3.1-8B's shapes — forward E4M3 × E4M3 with fast accumulation, dx and dW E5M2 × E4M3
+ *     precise, fp32 and bf16 dW accumulating, the block-scaled forward and dW — through a tuning
+ *     context and one that keeps the heuristic's first algorithm: the same bits (the algorithm each
+ *     chose is printed).
  * The operands, the measurement and the model are in gemm_fp8_accum.h (its reading of the
  * experiments is tested on the CPU by gemm_fp8_accum_test).
  * (d) --bench: TFLOP/s of bf16 (the products the bf16 trainer runs) and FP8 (per-tensor precise,
@@ -552,6 +557,109 @@ static void bench(void) {
     for (void *p : {(void *)a16, (void *)b16, (void *)a8, (void *)b8, (void *)d, (void *)sa, (void *)sb}) CUDA_CHECK(cudaFree(p));
 }
 
+/* ---- (e) tuning ---- */
+
+struct fp8_tuning_case {
+    const char *name;
+    int m, n, k;
+    gemm_dtype ta;
+    gemm_scale ma, mb;
+    gemm_accum accum;
+    gemm_out out;
+    gemm_beta beta;
+};
+
+/* One product through a tuning context and through an untuned one (the same old D when
+ * accumulating): bitwise equal, or not run by cuBLASLt in either (block modes it may refuse). */
+static void run_fp8_tuning_case(struct gpu_gemm *tuned, struct gpu_gemm *plain, const fp8_tuning_case &c) {
+    const int64_t a_n = (int64_t)c.m * c.k, b_n = (int64_t)c.n * c.k, d_n = (int64_t)c.m * c.n;
+    const int64_t s_n = ((int64_t)c.m + c.n + 256) * (c.k / 128 + 2); /* any block-scale layout */
+    const size_t es = c.out == GEMM_OUT_BF16 ? 2 : 4;
+    uint8_t *a, *b;
+    float *sa, *sb;
+    unsigned char *d1, *d2;
+    CUDA_CHECK(cudaMalloc(&a, (size_t)a_n));
+    CUDA_CHECK(cudaMalloc(&b, (size_t)b_n));
+    CUDA_CHECK(cudaMalloc(&sa, (size_t)s_n * 4));
+    CUDA_CHECK(cudaMalloc(&sb, (size_t)s_n * 4));
+    CUDA_CHECK(cudaMalloc(&d1, (size_t)d_n * es));
+    CUDA_CHECK(cudaMalloc(&d2, (size_t)d_n * es));
+    fill_codes<<<1024, 256, 0, g_stream>>>(a, a_n, 11u + (uint32_t)c.m);
+    fill_codes<<<1024, 256, 0, g_stream>>>(b, b_n, 12u + (uint32_t)c.k);
+    fill_f32<<<256, 256, 0, g_stream>>>(sa, s_n, 1.0f / 64);
+    fill_f32<<<256, 256, 0, g_stream>>>(sb, s_n, 1.0f / 32);
+    /* the old D: small bf16 values (as bf16, or as the fp32 words' bits: finite either way) */
+    fill_bf16<<<1024, 256, 0, g_stream>>>(reinterpret_cast<uint16_t *>(d1), d_n * (int64_t)es / 2, 13u);
+    KERNEL_CHECK(g_stream);
+    CUDA_CHECK(cudaMemcpyAsync(d2, d1, (size_t)d_n * es, cudaMemcpyDeviceToDevice, g_stream));
+    gemm_args p;
+    memset(&p, 0, sizeof p);
+    p.d_type = c.out, p.ldd = c.n, p.a = a, p.op_a = GEMM_NO_TRANS, p.lda = c.k, p.b = b, p.op_b = GEMM_TRANS;
+    p.ldb = c.k, p.m = c.m, p.n = c.n, p.k = c.k, p.batch = 1, p.alpha = 1.0f, p.beta = c.beta;
+    p.a_type = c.ta, p.b_type = GEMM_E4M3, p.a_scale = sa, p.b_scale = sb, p.a_scale_mode = c.ma, p.b_scale_mode = c.mb;
+    p.accum = c.accum;
+    p.d = d1;
+    const gemm_status s1 = gpu_gemm_try(tuned, &p, g_stream);
+    p.d = d2;
+    const gemm_status s2 = gpu_gemm_try(plain, &p, g_stream);
+    char shape[256];
+    snprintf(shape, sizeof shape, "%s: m=%d n=%d k=%d A=%s/%s B=E4M3/%s %s D=%s%s", c.name, c.m, c.n, c.k, tname(c.ta),
+             sname(c.ma), sname(c.mb), c.accum == GEMM_ACCUM_FAST ? "fast" : "precise",
+             c.out == GEMM_OUT_F32 ? "f32" : "bf16", c.beta == GEMM_ACCUMULATE ? " accumulate" : "");
+    EXPECT(s1 == s2, "gemm FP8 tuning %s: the tuning context's status %d, the untuned one's %d", shape, (int)s1, (int)s2);
+    const bool blocks = c.ma != GEMM_SCALE_TENSOR || c.mb != GEMM_SCALE_TENSOR;
+    EXPECT(s1 == GEMM_OK || blocks, "gemm FP8 tuning %s: a per-tensor product not run (status %d)", shape, (int)s1);
+    if (s1 == GEMM_OK && s2 == GEMM_OK) {
+        std::vector<unsigned char> h1((size_t)d_n * es), h2((size_t)d_n * es);
+        CUDA_CHECK(cudaMemcpyAsync(h1.data(), d1, h1.size(), cudaMemcpyDeviceToHost, g_stream));
+        CUDA_CHECK(cudaMemcpyAsync(h2.data(), d2, h2.size(), cudaMemcpyDeviceToHost, g_stream));
+        CUDA_CHECK(cudaStreamSynchronize(g_stream));
+        struct cmp_case cc = {"gemm_fp8", "tuned D = untuned D", shape, c.out == GEMM_OUT_BF16 ? "bf16" : "f32", g_seed};
+        cmp_exact_bytes(&cc, h1.data(), h2.data(), h1.size());
+        char alg1[160], alg2[160];
+        p.d = d1;
+        gpu_gemm_algo_name(tuned, &p, alg1, sizeof alg1);
+        p.d = d2;
+        gpu_gemm_algo_name(plain, &p, alg2, sizeof alg2);
+        printf("tuning %s: %s%s\n", shape, strcmp(alg1, alg2) ? "chose " : "kept ", alg1);
+    } else {
+        printf("tuning %s: not run by cuBLASLt\n", shape);
+    }
+    for (void *q : {(void *)a, (void *)b, (void *)sa, (void *)sb, (void *)d1, (void *)d2}) CUDA_CHECK(cudaFree(q));
+}
+
+static void run_fp8_tuning_cases(void) {
+    struct gpu_gemm *tuned = build_gpu_gemm(GEMM_DEFAULT_WORKSPACE), *plain = build_gpu_gemm(GEMM_DEFAULT_WORKSPACE);
+    gpu_gemm_set_tuning(tuned, 1);
+    gpu_gemm_set_tuning(plain, 0);
+    const gemm_dtype E4 = GEMM_E4M3, E5 = GEMM_E5M2;
+    const gemm_scale T = GEMM_SCALE_TENSOR, V = GEMM_SCALE_1X128, B = GEMM_SCALE_128X128;
+    const gemm_accum P = GEMM_ACCUM_PRECISE, F = GEMM_ACCUM_FAST;
+    const gemm_out O16 = GEMM_OUT_BF16, O32 = GEMM_OUT_F32;
+    const gemm_beta OW = GEMM_OVERWRITE, AC = GEMM_ACCUMULATE;
+    /* the trainers' products (gpu/llama_fp8.cu gl_fp8_operands): forward (N, C_out, C_in), dx
+     * (N, C_in, C_out), dW (C_out, C_in, N); N = 8192 rows (SmolLM2: 16384) */
+    const fp8_tuning_case cases[] = {
+        {"1B q/k/v forward", 8192, 3072, 2048, E4, T, T, F, O16, OW},
+        {"1B gate/up forward", 8192, 16384, 2048, E4, T, T, F, O16, OW},
+        {"1B down forward", 8192, 2048, 8192, E4, T, T, F, O16, OW},
+        {"1B down dx", 8192, 8192, 2048, E5, T, T, P, O16, OW},
+        {"1B gate/up dx", 8192, 2048, 16384, E5, T, T, P, O16, OW},
+        {"1B o dx accumulate", 8192, 2048, 2048, E5, T, T, P, O16, AC},
+        {"1B down dW fp32", 2048, 8192, 8192, E5, T, T, P, O32, AC},
+        {"1B gate/up dW bf16", 16384, 2048, 8192, E5, T, T, P, O16, AC},
+        {"1B gate/up forward, blocks", 8192, 16384, 2048, E4, V, B, P, O16, OW},
+        {"1B down dx, blocks", 8192, 8192, 2048, E4, V, B, P, O16, OW},
+        {"1B down dW fp32, blocks", 2048, 8192, 8192, E4, V, V, P, O32, AC},
+        {"SmolLM2 gate/up forward", 16384, 3072, 576, E4, T, T, F, O16, OW},
+        {"SmolLM2 down dx", 16384, 1536, 576, E5, T, T, P, O16, OW},
+        {"8B down dx", 8192, 14336, 4096, E5, T, T, P, O16, OW},
+    };
+    for (const auto &c : cases) run_fp8_tuning_case(tuned, plain, c);
+    free_gpu_gemm(tuned);
+    free_gpu_gemm(plain);
+}
+
 int main(int argc, char **argv) {
     g_seed = test_seed(argc, argv, 20261202);
     g_probe = test_has_flag(argc, argv, "--probe");
@@ -630,6 +738,8 @@ int main(int argc, char **argv) {
     run_random(1024, 1024, 4096, E4, E4, B, V, P, O16, id++);
     run_random(1024, 1024, 4096, E4, E4, V, V, P, O32, id++);
     run_random(1024, 1024, 4096, E5, E4, V, B, P, O32, id++);
+
+    run_fp8_tuning_cases();
 
     if (g_probe) {
         probe_k_sweep();
