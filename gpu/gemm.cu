@@ -24,6 +24,7 @@
  */
 #include "gpu/gemm.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -75,7 +76,7 @@ struct gpu_gemm {
     cublasLtHandle_t handle;
     void *workspace;
     size_t workspace_bytes;
-    int tune; /* tune_plan at a plan's first call (gpu_gemm_set_tuning) */
+    int tune; /* tune_plan at a plan's first call: 0 off, 1 on, 2 on and said (gpu_gemm_set_tuning) */
     int n_plans;
     plan slots[kSlots];
 };
@@ -339,16 +340,41 @@ int32_t algo_attr(const cublasLtMatmulAlgo_t &a, cublasLtMatmulAlgoConfigAttribu
     return v;
 }
 
+/* What fill_random writes: bf16, fp32, FP8 codes, or positive fp32 scales. */
+enum fill_kind { FILL_BF16, FILL_F32, FILL_E4M3, FILL_E5M2, FILL_SCALE };
+
+/* n elements of kind k from a hash of (index, seed): random signs, exponents over a range of 2^8
+ * (FP8: of the format's normal range near 1) and every mantissa bit — finite values whose sums of
+ * products round at varying places, so two orders of additions give other bits. */
+__global__ void fill_random(void *p, int64_t n, int kind, uint32_t seed) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        uint32_t z = (uint32_t)i * 2654435761u ^ (uint32_t)(i >> 32) * 0x9E3779B9u ^ seed;
+        z ^= z >> 16, z *= 0x7feb352du, z ^= z >> 15, z *= 0x846ca68bu, z ^= z >> 16;
+        const uint32_t sign = z >> 31, e = (z >> 24) & 7u, mant = z & 0x7fffffu;
+        switch (kind) {
+        case FILL_BF16:
+            static_cast<uint16_t *>(p)[i] = (uint16_t)(sign << 15 | (123u + e) << 7 | (mant & 0x7fu));
+            break;
+        case FILL_F32: static_cast<uint32_t *>(p)[i] = sign << 31 | (123u + e) << 23 | mant; break;
+        case FILL_E4M3: static_cast<uint8_t *>(p)[i] = (uint8_t)(sign << 7 | (3u + e) << 3 | (mant & 7u)); break;
+        case FILL_E5M2: static_cast<uint8_t *>(p)[i] = (uint8_t)(sign << 7 | (11u + e) << 2 | (mant & 3u)); break;
+        default: static_cast<uint32_t *>(p)[i] = 126u << 23 | mant; break; /* [0.5, 1) */
+        }
+    }
+}
+
 /* At a plan's first call (not under stream capture; bf16 or FP8, batch 1): cuBLASLt's next heuristic
- * candidates with the first one's split-K count (1: each output's K-sum runs in one order, the tiles
- * only cut M and N) are run on the call's operands into a scratch copy of D and timed; one whose
- * output digests as the first algorithm's (the same bits) and that runs ≥ 2% faster replaces it. The
- * choice depends on timing, the bits never: every candidate kept computed exactly the first one's
- * output (seen on the H100 for every candidate of Llama's bf16 products, docs/RESULTS.md, 2026-11-28,
- * fourth session). An FP8 candidate that accumulates in another order — another promotion interval
- * of the precise mode, another grouping of fast accumulation, another block-scale application —
- * gives other bits on the call's operands and is not taken. Without memory for the scratch and
- * 256 MiB more the heuristic's first choice stays. */
+ * candidates with the first one's split-K count (1) are timed, each with its output's digest, on
+ * pseudorandom operands of the call's shape, leading dimensions and pointer alignments (never on
+ * the call's own values: those may be zeros or small integers — LoRA's B at the first step, a test's
+ * exact cases — on which every order of additions gives the same bits). One whose output digests as
+ * the first algorithm's (the same bits: the same order of additions, checked on values where orders
+ * differ) and that runs ≥ 2% faster replaces it. FP8 candidates that accumulate in another order
+ * (another promotion interval of the precise mode, another grouping of fast accumulation, another
+ * block-scale application) are not taken. Equal bits there are not equal bits on every input (a
+ * tuned tiny-model LoRA run on an H200 differed from the untuned ones at step 5) and the choice
+ * depends on timing, so tuning is off unless asked for (gpu/gemm.h). Without device memory for
+ * the operands' copies and 256 MiB more, the heuristic's first choice stays. */
 void tune_plan(struct gpu_gemm *g, plan *pl, const gemm_args *p, cudaStream_t s) {
     constexpr int kCandidates = 8;
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
@@ -363,44 +389,78 @@ void tune_plan(struct gpu_gemm *g, plan *pl, const gemm_args *p, cudaStream_t s)
                                                              kCandidates, res, &found);
     CUDA_CHECK(cublasLtMatmulPreferenceDestroy(pref));
     if (hs != CUBLAS_STATUS_SUCCESS || found < 2) return;
-    const size_t elem = p->d_type == GEMM_OUT_BF16 ? 2 : 4;
-    const size_t bytes = ((size_t)(p->m - 1) * (size_t)p->ldd + (size_t)p->n) * elem;
-    /* whole words over every byte of D (a bf16 D of odd length ends inside the copy's 256-byte pad) */
-    const size_t words = (bytes + 3) / 4, sum_at = (bytes + 255) / 256 * 256;
-    unsigned char *scratch = nullptr;
-    size_t free_b = 0, total_b = 0; /* leave 256 MiB beside the copy for whatever runs next */
+
+    /* the trial operands, each at the call's pointer's offset within 256 bytes (its alignment class) */
+    const size_t a_es = p->a_type == GEMM_BF16 ? 2 : 1, b_es = p->b_type == GEMM_BF16 ? 2 : 1;
+    const size_t d_es = p->d_type == GEMM_OUT_BF16 ? 2 : 4;
+    const size_t a_n = (size_t)(p->op_a == GEMM_NO_TRANS ? p->m : p->k) * (size_t)p->lda;
+    const size_t b_n = (size_t)(p->op_b == GEMM_NO_TRANS ? p->k : p->n) * (size_t)p->ldb;
+    const size_t d_bytes = ((size_t)(p->m - 1) * (size_t)p->ldd + (size_t)p->n) * d_es;
+    /* scales: at most one a row (1×128) or a 128-row block (128×128) per 128-wide K block */
+    const size_t kb = (size_t)(p->k + 127) / 128 + 1;
+    const size_t sa_n = p->a_scale ? ((size_t)p->m + 128) * kb : 0, sb_n = p->b_scale ? ((size_t)p->n + 128) * kb : 0;
+    auto room = [](size_t bytes) { return (bytes + 511) / 256 * 256; }; /* the bytes, an offset < 256, rounded */
+    const size_t at_a = 0, at_b = at_a + room(a_n * a_es), at_c = at_b + room(b_n * b_es), at_d = at_c + room(d_bytes),
+                 at_bias = at_d + room(d_bytes), at_sa = at_bias + room(p->bias ? (size_t)p->n * 2 : 0),
+                 at_sb = at_sa + room(sa_n * 4), at_amax = at_sb + room(sb_n * 4), at_sum = at_amax + 256,
+                 total = at_sum + 256;
+    size_t free_b = 0, total_b = 0; /* leave 256 MiB beside the copies for whatever runs next */
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-    if (free_b < sum_at + ((size_t)256 << 20)) return;
-    if (cudaMalloc(&scratch, sum_at + sizeof(unsigned long long)) != cudaSuccess) {
+    if (free_b < total + ((size_t)256 << 20)) return;
+    unsigned char *scratch = nullptr;
+    if (cudaMalloc(&scratch, total) != cudaSuccess) {
         (void)cudaGetLastError(); /* no room: keep the heuristic's choice */
         return;
     }
-    unsigned long long *sum = reinterpret_cast<unsigned long long *>(scratch + sum_at);
+    auto place = [&](size_t at, const void *like) { return scratch + at + (uintptr_t)like % 256; };
+    gemm_args q = *p;
+    q.a = place(at_a, p->a), q.b = place(at_b, p->b);
+    unsigned char *c0 = place(at_c, p->d), *d = place(at_d, p->d);
+    if (p->bias) q.bias = reinterpret_cast<const uint16_t *>(place(at_bias, p->bias));
+    if (p->a_scale) q.a_scale = reinterpret_cast<const float *>(place(at_sa, p->a_scale));
+    if (p->b_scale) q.b_scale = reinterpret_cast<const float *>(place(at_sb, p->b_scale));
+    if (p->amax_d) q.amax_d = reinterpret_cast<float *>(place(at_amax, p->amax_d));
+    unsigned long long *sum = reinterpret_cast<unsigned long long *>(scratch + at_sum);
+    auto fill = [&](const void *dst, size_t n, int kind, uint32_t seed) {
+        if (n == 0) return;
+        fill_random<<<264, 256, 0, s>>>(const_cast<void *>(dst), (int64_t)n, kind, seed);
+        KERNEL_CHECK(s);
+    };
+    auto kind_of = [](gemm_dtype t) { return t == GEMM_BF16 ? FILL_BF16 : t == GEMM_E4M3 ? FILL_E4M3 : FILL_E5M2; };
+    fill(q.a, a_n, kind_of(p->a_type), 0x1234567u);
+    fill(q.b, b_n, kind_of(p->b_type), 0x89abcdeu);
+    fill(c0, d_bytes / d_es, p->d_type == GEMM_OUT_BF16 ? FILL_BF16 : FILL_F32, 0x2468aceu);
+    if (p->bias) fill(q.bias, (size_t)p->n, FILL_BF16, 0x13579bdu);
+    fill(q.a_scale, sa_n, FILL_SCALE, 0xfdb9753u);
+    fill(q.b_scale, sb_n, FILL_SCALE, 0xeca8642u);
+    /* whole words over every byte of D (a bf16 D of odd length ends inside its 256-byte room) */
+    const size_t words = (d_bytes + 3) / 4;
     cudaEvent_t t0, t1;
     CUDA_CHECK(cudaEventCreate(&t0));
     CUDA_CHECK(cudaEventCreate(&t1));
-    set_call_pointers(pl, p);
-    /* candidate i into the scratch (from D's values when accumulating): its digest, its time a call */
+    set_call_pointers(pl, &q); /* gpu_gemm_try sets the call's own again before its launch */
+    /* a candidate from C's values (when accumulating): its output's digest, its time a call */
     auto trial = [&](const cublasLtMatmulAlgo_t &algo, unsigned long long *digest, float *ms) -> bool {
-        if (p->beta == GEMM_ACCUMULATE)
-            CUDA_CHECK(cudaMemcpyAsync(scratch, p->d, bytes, cudaMemcpyDeviceToDevice, s));
-        if (launch(g, pl, p, algo, scratch, s) != CUBLAS_STATUS_SUCCESS) return false;
+        if (p->beta == GEMM_ACCUMULATE) CUDA_CHECK(cudaMemcpyAsync(d, c0, d_bytes, cudaMemcpyDeviceToDevice, s));
+        if (launch(g, pl, &q, algo, d, s) != CUBLAS_STATUS_SUCCESS) return false;
         CUDA_CHECK(cudaMemsetAsync(sum, 0, sizeof *sum, s));
-        digest_words<<<264, 256, 0, s>>>(sum, reinterpret_cast<const uint32_t *>(scratch), (int64_t)words);
+        digest_words<<<264, 256, 0, s>>>(sum, reinterpret_cast<const uint32_t *>(d), (int64_t)words);
         KERNEL_CHECK(s);
         CUDA_CHECK(cudaMemcpyAsync(digest, sum, sizeof *digest, cudaMemcpyDeviceToHost, s));
         constexpr int kReps = 3;
         CUDA_CHECK(cudaEventRecord(t0, s));
-        for (int r = 0; r < kReps; r++) CUDA_CHECK(launch(g, pl, p, algo, scratch, s));
+        for (int r = 0; r < kReps; r++) CUDA_CHECK(launch(g, pl, &q, algo, d, s));
         CUDA_CHECK(cudaEventRecord(t1, s));
         CUDA_CHECK(cudaEventSynchronize(t1));
         CUDA_CHECK(cudaEventElapsedTime(ms, t0, t1));
         return true;
     };
     unsigned long long d0 = 0;
-    float best = 0.0f;
+    float best = 0.0f, first_ms = 0.0f;
+    const int32_t tile0 = algo_attr(pl->algo, CUBLASLT_ALGO_CONFIG_TILE_ID);
     if (trial(pl->algo, &d0, &best)) {
         const float first = best;
+        first_ms = first;
         for (int i = 0; i < found; i++) {
             if (res[i].state != CUBLAS_STATUS_SUCCESS || res[i].workspaceSize > g->workspace_bytes ||
                 memcmp(&res[i].algo, &pl->algo, sizeof pl->algo) == 0 ||
@@ -417,6 +477,14 @@ void tune_plan(struct gpu_gemm *g, plan *pl, const gemm_args *p, cudaStream_t s)
         }
     }
     (void)cudaGetLastError(); /* a candidate the library refused at launch */
+    if (g->tune == 2)
+        fprintf(stderr,
+                "gemm tuning m=%d n=%d k=%d op %c%c lda=%lld ldb=%lld ldd=%lld %s%s%s: %d candidates, algo tile %d -> %d "
+                "(%.4f -> %.4f ms)\n",
+                p->m, p->n, p->k, p->op_a == GEMM_TRANS ? 'T' : 'N', p->op_b == GEMM_TRANS ? 'T' : 'N',
+                (long long)p->lda, (long long)p->ldb, (long long)p->ldd, is_fp8(p) ? "fp8 " : "",
+                p->d_type == GEMM_OUT_BF16 ? "bf16" : "f32", p->beta == GEMM_ACCUMULATE ? " accumulate" : "", found,
+                tile0, algo_attr(pl->algo, CUBLASLT_ALGO_CONFIG_TILE_ID), (double)first_ms / 3, (double)best / 3);
     CUDA_CHECK(cudaEventDestroy(t0));
     CUDA_CHECK(cudaEventDestroy(t1));
     CUDA_CHECK(cudaFree(scratch));
@@ -482,12 +550,14 @@ struct gpu_gemm *build_gpu_gemm(size_t workspace_bytes) {
     CUDA_CHECK(cublasLtCreate(&g->handle));
     g->workspace_bytes = workspace_bytes;
     if (workspace_bytes > 0) CUDA_CHECK(cudaMalloc(&g->workspace, workspace_bytes));
-    const char *tune = getenv("REFINE_GEMM_TUNE"); /* 0: the heuristic's first algorithm, untimed */
-    g->tune = !(tune && strcmp(tune, "0") == 0);
+    /* unset or 0: the heuristic's first algorithm, untimed (bitwise reproducible runs); 1: tuning;
+     * 2: tuning, each choice said on stderr */
+    const char *tune = getenv("REFINE_GEMM_TUNE");
+    g->tune = tune && strcmp(tune, "1") == 0 ? 1 : tune && strcmp(tune, "2") == 0 ? 2 : 0;
     return g;
 }
 
-void gpu_gemm_set_tuning(struct gpu_gemm *g, int on) { g->tune = on != 0; }
+void gpu_gemm_set_tuning(struct gpu_gemm *g, int on) { g->tune = on; }
 
 void free_gpu_gemm(struct gpu_gemm *g) {
     if (!g) return;

@@ -27,16 +27,21 @@
  * of every pointer, which cuBLASLt's heuristic takes into account, and for FP8 the operand
  * types, scale modes, accumulation mode and which scale/amax pointers are set): the first call with a new key asks cuBLASLt's heuristic once and stores the
  * descriptors and the algorithm; later calls only look the plan up and launch. After
- * gpu_gemm_reserve has seen every shape of a run, calls allocate nothing — but the first call of a
- * batch-1 key, bf16 or FP8 (not under stream capture), also tunes it: the heuristic's next
- * candidates without split-K run on that call's operands into a temporary copy of D (allocated and
- * freed there; skipped when there is no memory for it), and one whose output has the same bits as
- * the first algorithm's and that runs ≥ 2% faster replaces it (gemm.cu's tune_plan;
- * REFINE_GEMM_TUNE=0 or gpu_gemm_set_tuning(g, 0) turn it off). The bits of a key's products never depend on the choice,
- * so results are bitwise reproducible run to run on one GPU model and toolkit (cuBLAS's guarantee
- * for one architecture and SM count, given one stream per workspace; the parity tests check it,
- * and that tuned products equal untuned ones: gemm_parity for bf16, gemm_fp8_parity for FP8). An
- * AMAX_D output is written by the trials too, then by the call itself.
+ * gpu_gemm_reserve has seen every shape of a run, calls allocate nothing. Results are bitwise
+ * reproducible run to run on one GPU model and toolkit (cuBLAS's guarantee for one architecture
+ * and SM count, given one stream per workspace; the parity tests check it).
+ *
+ * Tuning (off by default; REFINE_GEMM_TUNE=1, or 2 to say each choice on stderr, or
+ * gpu_gemm_set_tuning): the first call of a batch-1 key, bf16 or FP8 (not under stream capture),
+ * times the heuristic's next candidates without split-K on pseudorandom operands of the call's
+ * shape (temporary device memory, allocated and freed there; skipped when there is none), and one
+ * whose output has the same bits as the first algorithm's and that runs ≥ 2% faster replaces it
+ * (gemm.cu's tune_plan). Equal bits on those operands do not make equal bits on every input: on
+ * an H200 a tuned tiny-model LoRA run differed from the others at step 5 (docs/RESULTS.md,
+ * 2026-11-28, fifth session), and the choice is timed anew in each process — so a tuned run is not
+ * bitwise reproducible run to run, nor across a resume. The parity tests check that tuned
+ * products equal untuned ones on random values (gemm_parity for bf16, gemm_fp8_parity for FP8).
+ * An AMAX_D output is written by the trials too, then by the call itself.
  *
  * Preconditions (CHECKed): m, n, k ≥ 1; batch ≥ 1; leading dimensions ≥ the stored row length;
  * bias only with bf16 D; at most GEMM_MAX_PLANS distinct keys per context. A, B, D and bias must
@@ -126,7 +131,8 @@ struct gpu_gemm;
 
 /* Creates the cuBLASLt handle and allocates the workspace (device memory, workspace_bytes). */
 struct gpu_gemm *build_gpu_gemm(size_t workspace_bytes);
-/* Tuning of new batch-1 keys (bf16 and FP8) at their first call (on by default unless REFINE_GEMM_TUNE=0; above). */
+/* Tuning of new batch-1 keys (bf16 and FP8) at their first call: 0 off (the default unless
+ * REFINE_GEMM_TUNE=1 or 2), 1 on, 2 on and each choice said on stderr (above). */
 void gpu_gemm_set_tuning(struct gpu_gemm *g, int on);
 void free_gpu_gemm(struct gpu_gemm *g);
 

@@ -44,7 +44,9 @@
  *  - tuning (gpu_gemm_set_tuning): the trainers' products at Llama-3.2-1B's and SmolLM2's shapes —
  *    forward, dx and dW, bf16 and fp32 D, overwriting and accumulating, with a bias — through a
  *    tuning context and through one that keeps the heuristic's first algorithm: the same bits (the
- *    algorithms each context chose are printed).
+ *    algorithms each context chose are printed); and products tuned at a first call on small
+ *    integers (every order of additions exact) then run on random values: the same bits; and a
+ *    context built without REFINE_GEMM_TUNE keeps the heuristic's first algorithm (no tuning).
  *  - NaN/Inf: an Inf planted in A must make exactly the row of D it feeds non-finite.
  */
 #include <float.h>
@@ -275,9 +277,25 @@ __global__ static void fill_normalish(uint16_t *p, int64_t n, uint32_t seed) {
     }
 }
 
+static struct gpu_gemm *g_default_ctx; /* built with REFINE_GEMM_TUNE unset (run_tuning_cases) */
+
+/* Small integers (−2 .. 2) in bf16: every sum of their products is exact, in any order. */
+__global__ static void fill_small_ints(uint16_t *p, int64_t n, uint32_t seed) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        uint32_t x = (uint32_t)i * 2654435761u ^ seed;
+        x ^= x >> 13, x *= 0x5bd1e995u, x ^= x >> 15;
+        p[i] = __bfloat16_as_ushort(__float2bfloat16((float)((int)(x % 5u) - 2)));
+    }
+}
+
 /* One product (c: batch 1, no padding, alpha 1) through a tuning context and through an untuned one
- * (the latter's D from the same old values when accumulating): bitwise equal. */
-static void run_tuning_case(struct gpu_gemm *tuned, struct gpu_gemm *plain, const char *name, const gemm_case &c) {
+ * (the latter's D from the same old values when accumulating): bitwise equal. With exact_first the
+ * first call — the one that tunes — sees small integers, on which every order of additions gives
+ * the same bits, and the comparison is of a second call on random values: tuning must not take an
+ * algorithm that agrees only on its first operands (regression: the trainers' runs differed from
+ * process to process when it timed candidates on those). */
+static void run_tuning_case(struct gpu_gemm *tuned, struct gpu_gemm *plain, const char *name, const gemm_case &c,
+                            int exact_first) {
     const int64_t a_n = (int64_t)c.m * c.k, b_n = (int64_t)c.k * c.n, d_n = (int64_t)c.m * c.n;
     const size_t es = c.d_type == GEMM_OUT_BF16 ? 2 : 4;
     uint16_t *a, *b, *bs;
@@ -287,8 +305,13 @@ static void run_tuning_case(struct gpu_gemm *tuned, struct gpu_gemm *plain, cons
     CUDA_CHECK(cudaMalloc(&bs, (size_t)c.n * 2));
     CUDA_CHECK(cudaMalloc(&d1, (size_t)d_n * es));
     CUDA_CHECK(cudaMalloc(&d2, (size_t)d_n * es));
-    fill_normalish<<<1024, 256, 0, g_stream>>>(a, a_n, 1u + (uint32_t)c.m);
-    fill_normalish<<<1024, 256, 0, g_stream>>>(b, b_n, 2u + (uint32_t)c.k);
+    if (exact_first) {
+        fill_small_ints<<<1024, 256, 0, g_stream>>>(a, a_n, 5u + (uint32_t)c.m);
+        fill_small_ints<<<1024, 256, 0, g_stream>>>(b, b_n, 6u + (uint32_t)c.k);
+    } else {
+        fill_normalish<<<1024, 256, 0, g_stream>>>(a, a_n, 1u + (uint32_t)c.m);
+        fill_normalish<<<1024, 256, 0, g_stream>>>(b, b_n, 2u + (uint32_t)c.k);
+    }
     fill_normalish<<<64, 256, 0, g_stream>>>(bs, c.n, 3u);
     /* the old D (accumulating): bf16 or fp32 values, the same in both */
     fill_normalish<<<1024, 256, 0, g_stream>>>(reinterpret_cast<uint16_t *>(d1), d_n * (int64_t)es / 2, 4u);
@@ -303,6 +326,16 @@ static void run_tuning_case(struct gpu_gemm *tuned, struct gpu_gemm *plain, cons
     gpu_gemm(tuned, &p, g_stream);
     p.d = d2;
     gpu_gemm(plain, &p, g_stream);
+    if (exact_first) { /* the tuned plans now fixed: random values, the same old D in both */
+        fill_normalish<<<1024, 256, 0, g_stream>>>(a, a_n, 1u + (uint32_t)c.m);
+        fill_normalish<<<1024, 256, 0, g_stream>>>(b, b_n, 2u + (uint32_t)c.k);
+        fill_normalish<<<1024, 256, 0, g_stream>>>(reinterpret_cast<uint16_t *>(d1), d_n * (int64_t)es / 2, 7u);
+        CUDA_CHECK(cudaMemcpyAsync(d2, d1, (size_t)d_n * es, cudaMemcpyDeviceToDevice, g_stream));
+        p.d = d1;
+        gpu_gemm(tuned, &p, g_stream);
+        p.d = d2;
+        gpu_gemm(plain, &p, g_stream);
+    }
     std::vector<unsigned char> h1((size_t)d_n * es), h2((size_t)d_n * es);
     CUDA_CHECK(cudaMemcpyAsync(h1.data(), d1, h1.size(), cudaMemcpyDeviceToHost, g_stream));
     CUDA_CHECK(cudaMemcpyAsync(h2.data(), d2, h2.size(), cudaMemcpyDeviceToHost, g_stream));
@@ -310,17 +343,29 @@ static void run_tuning_case(struct gpu_gemm *tuned, struct gpu_gemm *plain, cons
     char shape[256], desc[192], alg1[160], alg2[160];
     describe(c, desc, sizeof desc);
     snprintf(shape, sizeof shape, "%s: %s", name, desc);
-    struct cmp_case cc = {"gemm", "tuned D = untuned D", shape, c.d_type == GEMM_OUT_BF16 ? "bf16" : "f32", g_seed};
+    struct cmp_case cc = {"gemm", exact_first ? "tuned D = untuned D (tuned on exact values)" : "tuned D = untuned D",
+                          shape, c.d_type == GEMM_OUT_BF16 ? "bf16" : "f32", g_seed};
     cmp_exact_bytes(&cc, h1.data(), h2.data(), h1.size());
     p.d = d1;
     gpu_gemm_algo_name(tuned, &p, alg1, sizeof alg1);
     p.d = d2;
     gpu_gemm_algo_name(plain, &p, alg2, sizeof alg2);
-    printf("tuning %s: %s%s\n", shape, strcmp(alg1, alg2) ? "chose " : "kept ", alg1);
+    printf("tuning %s%s: %s%s\n", shape, exact_first ? " (tuned on exact values)" : "",
+           strcmp(alg1, alg2) ? "chose " : "kept ", alg1);
+    /* a context built without REFINE_GEMM_TUNE does not tune (tuned runs are not reproducible run
+     * to run: gpu/gemm.h): after a call it holds the heuristic's first algorithm, as plain does */
+    char alg3[160];
+    p.d = d2;
+    gpu_gemm(g_default_ctx, &p, g_stream);
+    gpu_gemm_algo_name(g_default_ctx, &p, alg3, sizeof alg3);
+    EXPECT(strcmp(alg3, alg2) == 0, "gemm %s: a default context chose %s, not the heuristic's first (%s): it tuned",
+           shape, alg3, alg2);
     for (void *q : {(void *)a, (void *)b, (void *)bs, (void *)d1, (void *)d2}) CUDA_CHECK(cudaFree(q));
 }
 
 static void run_tuning_cases(void) {
+    unsetenv("REFINE_GEMM_TUNE");
+    g_default_ctx = build_gpu_gemm(GEMM_DEFAULT_WORKSPACE);
     struct gpu_gemm *tuned = build_gpu_gemm(GEMM_DEFAULT_WORKSPACE), *plain = build_gpu_gemm(GEMM_DEFAULT_WORKSPACE);
     gpu_gemm_set_tuning(tuned, 1);
     gpu_gemm_set_tuning(plain, 0);
@@ -346,9 +391,30 @@ static void run_tuning_cases(void) {
         {"SmolLM2 down dx", {16384, 1536, 576, 1, N_, N_, B16, OW, 0, 1.0f, 0, 0, VALUES_NORMAL}},
         {"biased q/k/v forward", {4096, 1152, 896, 1, N_, T_, B16, OW, 1, 1.0f, 0, 0, VALUES_NORMAL}},
     };
-    for (const auto &tc : cases) run_tuning_case(tuned, plain, tc.name, tc.c);
+    for (const auto &tc : cases) run_tuning_case(tuned, plain, tc.name, tc.c, 0);
     free_gpu_gemm(tuned);
     free_gpu_gemm(plain);
+    /* tuned at a first call on exact values (fresh contexts: every plan new), then random values:
+     * the tiny Qwen2 of train_parity (N 128, C 96, F 224: the forward, dx and dW of its MLP and a
+     * biased q/k/v) and two of Llama-3.2-1B's */
+    const struct {
+        const char *name;
+        gemm_case c;
+    } exact_cases[] = {
+        {"tiny gate/up forward", {128, 448, 96, 1, N_, T_, B16, OW, 0, 1.0f, 0, 0, VALUES_NORMAL}},
+        {"tiny down dx", {128, 224, 96, 1, N_, N_, B16, OW, 0, 1.0f, 0, 0, VALUES_NORMAL}},
+        {"tiny down dW fp32", {96, 224, 128, 1, T_, N_, F32, AC, 0, 1.0f, 0, 0, VALUES_NORMAL}},
+        {"tiny biased q/k/v forward", {128, 160, 96, 1, N_, T_, B16, OW, 1, 1.0f, 0, 0, VALUES_NORMAL}},
+        {"1B gate/up forward", {8192, 16384, 2112, 1, N_, T_, B16, OW, 0, 1.0f, 0, 0, VALUES_NORMAL}},
+        {"1B down dW fp32", {2048, 8192, 8192, 1, T_, N_, F32, AC, 0, 1.0f, 0, 0, VALUES_NORMAL}},
+    };
+    tuned = build_gpu_gemm(GEMM_DEFAULT_WORKSPACE), plain = build_gpu_gemm(GEMM_DEFAULT_WORKSPACE);
+    gpu_gemm_set_tuning(tuned, 1);
+    gpu_gemm_set_tuning(plain, 0);
+    for (const auto &tc : exact_cases) run_tuning_case(tuned, plain, tc.name, tc.c, 1);
+    free_gpu_gemm(tuned);
+    free_gpu_gemm(plain);
+    free_gpu_gemm(g_default_ctx);
 }
 
 /* The three products of a linear layer against ref_linear_*_naive (ACT_BF16), integer inputs. */
