@@ -15,8 +15,9 @@
 #   float8   HF + torchao float8 training, compiled     hf_peer.py --float8 tensorwise --compile
 #   unsloth  Unsloth                                    unsloth_peer.py (its bundle on PYTHONPATH; qlora too;
 #                                                       with recompute: --checkpointing unsloth)
-# Every JSON line goes to OUTDIR/bench.jsonl and each program's output to
-# OUTDIR/<workload>.<system>.log. A workload is "model:method:batch:seq[:recompute[:flag]]", flag
+# refine's figure is a plain run's; a second run with --profile (PROFILE=0 skips it) records the
+# step's parts, its JSON lines tagged "profiled". Every JSON line goes to OUTDIR/bench.jsonl and each
+# program's output to OUTDIR/<workload>.<system>.log. A workload is "model:method:batch:seq[:recompute[:flag]]", flag
 # nopeer (refine alone), adamw8bit (refine with the 8-bit optimizer, alone), offload (refine
 # with --offload, beside the peers: the least-memory rows, Unsloth's offloaded checkpointing
 # opposite), compact (full fine-tuning with split masters and the 8-bit optimizer, beside the
@@ -64,10 +65,19 @@ for w in "${workloads[@]}"; do
     settings="--recompute $recompute${extra[*]:+ ${extra[*]}}${REFINE_FLAGS:+ $REFINE_FLAGS}"
     [ "$optimizer" != adamw ] && settings+=" --optimizer $optimizer"
     echo "== $name" >&2
+    # refine's figure from a plain run (the peers' runs synchronize nothing between ops); then, unless
+    # PROFILE=0, the same run with --profile for the step's parts (its per-part synchronization costs
+    # a few percent), its JSON lines tagged "profiled"
     # shellcheck disable=SC2086 # REFINE_FLAGS: words
     ours=$("$bench" --model "$model" --method "$method" --micro-batch "$batch" --seq "$seq" --recompute "$recompute" \
-        --optimizer "$optimizer" "${extra[@]}" --profile ${REFINE_FLAGS:-} 2>"$out/$name.refine.log" | tee -a "$out/$name.refine.log" | grep '^{' | tee -a "$out/bench.jsonl" |
-        grep '"system"')
+        --optimizer "$optimizer" "${extra[@]}" ${REFINE_FLAGS:-} 2>"$out/$name.refine.log" | tee -a "$out/$name.refine.log" |
+        grep '^{' | tee -a "$out/bench.jsonl" | grep '"system"')
+    if [ "${PROFILE:-1}" != 0 ]; then
+        # shellcheck disable=SC2086 # REFINE_FLAGS: words
+        "$bench" --model "$model" --method "$method" --micro-batch "$batch" --seq "$seq" --recompute "$recompute" \
+            --optimizer "$optimizer" "${extra[@]}" --profile ${REFINE_FLAGS:-} 2>>"$out/$name.refine.log" |
+            tee -a "$out/$name.refine.log" | grep '^{' | sed 's/^{/{"profiled":1,/' >>"$out/bench.jsonl"
+    fi
     t1=$(field "$ours" tokens_per_s)
     m1=$(field "$ours" peak_mem_GiB)
     if [ "${PEER:-}" = none ] || [ "${flag:-}" = nopeer ] || [ "${flag:-}" = adamw8bit ]; then
