@@ -456,11 +456,10 @@ void tune_plan(struct gpu_gemm *g, plan *pl, const gemm_args *p, cudaStream_t s)
         return true;
     };
     unsigned long long d0 = 0;
-    float best = 0.0f, first_ms = 0.0f;
+    float best = 0.0f, first = 0.0f;
     const int32_t tile0 = algo_attr(pl->algo, CUBLASLT_ALGO_CONFIG_TILE_ID);
     if (trial(pl->algo, &d0, &best)) {
-        const float first = best;
-        first_ms = first;
+        first = best;
         for (int i = 0; i < found; i++) {
             if (res[i].state != CUBLAS_STATUS_SUCCESS || res[i].workspaceSize > g->workspace_bytes ||
                 memcmp(&res[i].algo, &pl->algo, sizeof pl->algo) == 0 ||
@@ -484,7 +483,7 @@ void tune_plan(struct gpu_gemm *g, plan *pl, const gemm_args *p, cudaStream_t s)
                 p->m, p->n, p->k, p->op_a == GEMM_TRANS ? 'T' : 'N', p->op_b == GEMM_TRANS ? 'T' : 'N',
                 (long long)p->lda, (long long)p->ldb, (long long)p->ldd, is_fp8(p) ? "fp8 " : "",
                 p->d_type == GEMM_OUT_BF16 ? "bf16" : "f32", p->beta == GEMM_ACCUMULATE ? " accumulate" : "", found,
-                tile0, algo_attr(pl->algo, CUBLASLT_ALGO_CONFIG_TILE_ID), (double)first_ms / 3, (double)best / 3);
+                tile0, algo_attr(pl->algo, CUBLASLT_ALGO_CONFIG_TILE_ID), (double)first / 3, (double)best / 3);
     CUDA_CHECK(cudaEventDestroy(t0));
     CUDA_CHECK(cudaEventDestroy(t1));
     CUDA_CHECK(cudaFree(scratch));

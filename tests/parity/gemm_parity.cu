@@ -363,19 +363,28 @@ static void run_tuning_case(struct gpu_gemm *tuned, struct gpu_gemm *plain, cons
     for (void *q : {(void *)a, (void *)b, (void *)bs, (void *)d1, (void *)d2}) CUDA_CHECK(cudaFree(q));
 }
 
-static void run_tuning_cases(void) {
-    unsetenv("REFINE_GEMM_TUNE");
-    g_default_ctx = build_gpu_gemm(GEMM_DEFAULT_WORKSPACE);
+struct tuning_case {
+    const char *name;
+    gemm_case c; /* m, n, k, batch, op_a, op_b, D, beta, bias, alpha, pad, misalign, values */
+};
+
+/* Each case through a fresh tuning context and a fresh untuned one (every plan new to both). */
+static void run_tuning_table(const tuning_case *cases, size_t n, int exact_first) {
     struct gpu_gemm *tuned = build_gpu_gemm(GEMM_DEFAULT_WORKSPACE), *plain = build_gpu_gemm(GEMM_DEFAULT_WORKSPACE);
     gpu_gemm_set_tuning(tuned, 1);
     gpu_gemm_set_tuning(plain, 0);
+    for (size_t i = 0; i < n; i++) run_tuning_case(tuned, plain, cases[i].name, cases[i].c, exact_first);
+    free_gpu_gemm(tuned);
+    free_gpu_gemm(plain);
+}
+
+static void run_tuning_cases(void) {
+    unsetenv("REFINE_GEMM_TUNE");
+    g_default_ctx = build_gpu_gemm(GEMM_DEFAULT_WORKSPACE);
     const gemm_op N_ = GEMM_NO_TRANS, T_ = GEMM_TRANS;
     const gemm_out B16 = GEMM_OUT_BF16, F32 = GEMM_OUT_F32;
     const gemm_beta OW = GEMM_OVERWRITE, AC = GEMM_ACCUMULATE;
-    const struct {
-        const char *name;
-        gemm_case c; /* m, n, k, batch, op_a, op_b, D, beta, bias, alpha, pad, misalign, values */
-    } cases[] = {
+    const tuning_case cases[] = {
         /* Llama-3.2-1B 16×512: y = x Wᵀ, dx = dy W, dW = dyᵀ x (the folded q/k/v and gate/up widths) */
         {"1B q/k/v forward", {8192, 3072, 2112, 1, N_, T_, B16, OW, 0, 1.0f, 0, 0, VALUES_NORMAL}},
         {"1B gate/up forward", {8192, 16384, 2112, 1, N_, T_, B16, OW, 0, 1.0f, 0, 0, VALUES_NORMAL}},
@@ -391,16 +400,11 @@ static void run_tuning_cases(void) {
         {"SmolLM2 down dx", {16384, 1536, 576, 1, N_, N_, B16, OW, 0, 1.0f, 0, 0, VALUES_NORMAL}},
         {"biased q/k/v forward", {4096, 1152, 896, 1, N_, T_, B16, OW, 1, 1.0f, 0, 0, VALUES_NORMAL}},
     };
-    for (const auto &tc : cases) run_tuning_case(tuned, plain, tc.name, tc.c, 0);
-    free_gpu_gemm(tuned);
-    free_gpu_gemm(plain);
+    run_tuning_table(cases, sizeof cases / sizeof cases[0], 0);
     /* tuned at a first call on exact values (fresh contexts: every plan new), then random values:
      * the tiny Qwen2 of train_parity (N 128, C 96, F 224: the forward, dx and dW of its MLP and a
      * biased q/k/v) and two of Llama-3.2-1B's */
-    const struct {
-        const char *name;
-        gemm_case c;
-    } exact_cases[] = {
+    const tuning_case exact_cases[] = {
         {"tiny gate/up forward", {128, 448, 96, 1, N_, T_, B16, OW, 0, 1.0f, 0, 0, VALUES_NORMAL}},
         {"tiny down dx", {128, 224, 96, 1, N_, N_, B16, OW, 0, 1.0f, 0, 0, VALUES_NORMAL}},
         {"tiny down dW fp32", {96, 224, 128, 1, T_, N_, F32, AC, 0, 1.0f, 0, 0, VALUES_NORMAL}},
@@ -408,12 +412,7 @@ static void run_tuning_cases(void) {
         {"1B gate/up forward", {8192, 16384, 2112, 1, N_, T_, B16, OW, 0, 1.0f, 0, 0, VALUES_NORMAL}},
         {"1B down dW fp32", {2048, 8192, 8192, 1, T_, N_, F32, AC, 0, 1.0f, 0, 0, VALUES_NORMAL}},
     };
-    tuned = build_gpu_gemm(GEMM_DEFAULT_WORKSPACE), plain = build_gpu_gemm(GEMM_DEFAULT_WORKSPACE);
-    gpu_gemm_set_tuning(tuned, 1);
-    gpu_gemm_set_tuning(plain, 0);
-    for (const auto &tc : exact_cases) run_tuning_case(tuned, plain, tc.name, tc.c, 1);
-    free_gpu_gemm(tuned);
-    free_gpu_gemm(plain);
+    run_tuning_table(exact_cases, sizeof exact_cases / sizeof exact_cases[0], 1);
     free_gpu_gemm(g_default_ctx);
 }
 
