@@ -65,19 +65,16 @@ for w in "${workloads[@]}"; do
     settings="--recompute $recompute${extra[*]:+ ${extra[*]}}${REFINE_FLAGS:+ $REFINE_FLAGS}"
     [ "$optimizer" != adamw ] && settings+=" --optimizer $optimizer"
     echo "== $name" >&2
+    # refine's run of this workload (its output appended to its log), with any further flags
+    # shellcheck disable=SC2086 # REFINE_FLAGS: words
+    refine_run() { "$bench" --model "$model" --method "$method" --micro-batch "$batch" --seq "$seq" --recompute "$recompute" \
+        --optimizer "$optimizer" "${extra[@]}" "$@" ${REFINE_FLAGS:-} 2>>"$out/$name.refine.log" | tee -a "$out/$name.refine.log"; }
+    : >"$out/$name.refine.log"
     # refine's figure from a plain run (the peers' runs synchronize nothing between ops); then, unless
     # PROFILE=0, the same run with --profile for the step's parts (its per-part synchronization costs
     # a few percent), its JSON lines tagged "profiled"
-    # shellcheck disable=SC2086 # REFINE_FLAGS: words
-    ours=$("$bench" --model "$model" --method "$method" --micro-batch "$batch" --seq "$seq" --recompute "$recompute" \
-        --optimizer "$optimizer" "${extra[@]}" ${REFINE_FLAGS:-} 2>"$out/$name.refine.log" | tee -a "$out/$name.refine.log" |
-        grep '^{' | tee -a "$out/bench.jsonl" | grep '"system"')
-    if [ "${PROFILE:-1}" != 0 ]; then
-        # shellcheck disable=SC2086 # REFINE_FLAGS: words
-        "$bench" --model "$model" --method "$method" --micro-batch "$batch" --seq "$seq" --recompute "$recompute" \
-            --optimizer "$optimizer" "${extra[@]}" --profile ${REFINE_FLAGS:-} 2>>"$out/$name.refine.log" |
-            tee -a "$out/$name.refine.log" | grep '^{' | sed 's/^{/{"profiled":1,/' >>"$out/bench.jsonl"
-    fi
+    ours=$(refine_run | grep '^{' | tee -a "$out/bench.jsonl" | grep '"system"')
+    [ "${PROFILE:-1}" != 0 ] && refine_run --profile | grep '^{' | sed 's/^{/{"profiled":1,/' >>"$out/bench.jsonl"
     t1=$(field "$ours" tokens_per_s)
     m1=$(field "$ours" peak_mem_GiB)
     if [ "${PEER:-}" = none ] || [ "${flag:-}" = nopeer ] || [ "${flag:-}" = adamw8bit ]; then
