@@ -619,26 +619,35 @@ void layer_forward(gpu_llama *m, int l, int train, uint64_t micro, enum fwd_upto
     }
 }
 
+/* LoRA's down adapter without dropout: its dx += du A joined to SwiGLU's backward (one pass over the
+ * base dx, gate and up: gpu_lora_backward_swiglu_bf16, counted as the adapter backward) — at ranks
+ * up to 16, where the whole step measured faster (docs/RESULTS.md, 2026-11-28); at rank 64 the
+ * joined pass alone ran 30% slower than the two passes (more k-steps, fewer resident warps) */
+bool down_joined(const gpu_llama *m, int l) {
+    return m->opt.mode == LLAMA_LORA && m->layers[l].lin[LLAMA_DOWN].target && !(m->opt.dropout > 0) &&
+           m->opt.R <= 16;
+}
+
 /* The MLP's backward on rows sp of layer l: G's rows hold d x[l + 1] on entry; dn's rows get the
  * gate/up input gradient (overwritten). gate, up and the MLP input are this chunk's (mlp_forward,
- * or the saved ones when the MLP runs whole); SwiGLU's backward runs in place over gate and up. */
-void mlp_backward(gpu_llama *m, int l, gl_span sp, uint64_t micro) {
+ * or the saved ones when the MLP runs whole); SwiGLU's backward runs in place over gate and up.
+ * form_input (down_joined layers only): the MLP input is not there; the joined pass forms it into
+ * the MLP input buffer from gate and up, the same bits as SwiGLU's forward. */
+void mlp_backward(gpu_llama *m, int l, gl_span sp, uint64_t micro, bool form_input = false) {
     gl_acts &a = m->acts[l];
     const int F = m->cfg.F;
     const size_t off = (size_t)sp.r0 * m->cfg.C;
     fp8_input_t(m, l, LLAMA_DOWN, a.mlp, F, sp);
     const gl_linear &ld = m->layers[l].lin[LLAMA_DOWN];
-    /* LoRA's down adapter without dropout: its dx += du A joined to SwiGLU's backward (one pass over
-     * the base dx, gate and up: gpu_lora_backward_swiglu_bf16, counted as the adapter backward) — at
-     * ranks up to 16, where the whole step measured faster (docs/RESULTS.md, 2026-11-28); at rank 64
-     * the joined pass alone ran 30% slower than the two passes (more k-steps, fewer resident warps) */
-    const bool joined = m->opt.mode == LLAMA_LORA && ld.target && !(m->opt.dropout > 0) && m->opt.R <= 16;
+    const bool joined = down_joined(m, l);
+    CHECK(joined || !form_input, "layer %d: the MLP input formed by a pass that does not run", l);
     const gl_linear &lg = m->layers[l].lin[LLAMA_GATE], &lu = m->layers[l].lin[LLAMA_UP];
     const bool dora = m->opt.mode == LLAMA_DORA && (lg.target || lu.target);
     if (joined) {
         base_backward(m, l, LLAMA_DOWN, m->dmlp, GEMM_OVERWRITE, m->G + off, sp);
         PROF(m, PROF_ADAPTER_BWD);
-        gpu_lora_backward_swiglu_bf16(m->gemm, a.gate, a.up, m->dmlp, ld.a_grad, ld.b_grad, m->G + off, a.mlp,
+        gpu_lora_backward_swiglu_bf16(m->gemm, a.gate, a.up, m->dmlp, ld.a_grad, ld.b_grad, m->G + off,
+                                      form_input ? nullptr : a.mlp, form_input ? a.mlp : nullptr,
                                       a.u[LLAMA_DOWN] + (size_t)sp.r0 * m->opt.R, ld.a, ld.b, sp.n, F, ld.c_out,
                                       m->opt.R, m->opt.lora_scale, m->ws, m->stream);
     } else {
@@ -678,12 +687,15 @@ void layer_backward(gpu_llama *m, int l, uint64_t micro) {
     } else {
         /* LAYER's recomputation left the MLP input and n2 there; a kept layer forms them again */
         const bool formed = m->opt.recompute == RECOMPUTE_LAYER && !gl_keeps_set(m, l);
-        if (m->opt.mlp_input == GPU_MLP_INPUT_RECOMPUTED && !formed) {
-            PROF(m, PROF_SWIGLU); /* the shared MLP input buffer: this layer's, the same bits */
+        /* the shared MLP input buffer gets this layer's, the same bits: from the joined down pass
+         * where it runs, else from SwiGLU's forward first */
+        const bool form_in_pass = m->opt.mlp_input == GPU_MLP_INPUT_RECOMPUTED && !formed && down_joined(m, l);
+        if (m->opt.mlp_input == GPU_MLP_INPUT_RECOMPUTED && !formed && !form_in_pass) {
+            PROF(m, PROF_SWIGLU);
             gpu_swiglu_forward_bf16(a.mlp, a.gate, a.up, N, F, F, s);
         }
         if (!formed) norm2(m, l);
-        mlp_backward(m, l, whole(m), micro);
+        mlp_backward(m, l, whole(m), micro, form_in_pass);
     }
     {
         PROF(m, PROF_NORM);

@@ -151,19 +151,25 @@ struct lora_mma_epi {
 };
 
 /* dh + du A (fp32 sl from the pass) rounded as lora_mma_epi stores it, then SwiGLU's backward on it
- * (gpu/swiglu.cuh), the gate and up gradients into gate and up at the same element (row stride = dh's) */
+ * (gpu/swiglu.cuh), the gate and up gradients into gate and up at the same element (row stride = dh's);
+ * with h, also the forward's output h = bf16(bf16(silu(g))·up) there, from the same silu (the MLP
+ * input, formed again from the gate and up values before they are overwritten) */
 struct lora_swiglu_epi {
-    bf16 *gate, *up;
+    bf16 *gate, *up, *h;
     __device__ __forceinline__ void columns(int) {}
     __device__ __forceinline__ void row(float (&yv)[8], const float (&sl)[8], int64_t e) {
-        float gv[8], uv[8], dg[8], du[8];
+        float gv[8], uv[8], dg[8], du[8], hv[8];
         refine::load_bf16<8>(gv, gate + e);
         refine::load_bf16<8>(uv, up + e);
 #pragma unroll
-        for (int c = 0; c < 8; c++)
-            refine::swiglu_backward_elem(gv[c], uv[c], refine::bf16_round_dev(__fadd_rn(yv[c], sl[c])), dg[c], du[c]);
+        for (int c = 0; c < 8; c++) {
+            const float a = refine::swiglu_backward_elem(gv[c], uv[c],
+                                                         refine::bf16_round_dev(__fadd_rn(yv[c], sl[c])), dg[c], du[c]);
+            hv[c] = refine::swiglu_forward_elem(a, uv[c]);
+        }
         refine::store_bf16<8>(gate + e, dg);
         refine::store_bf16<8>(up + e, du);
+        if (h) refine::store_bf16<8>(h + e, hv);
     }
 };
 
@@ -264,15 +270,19 @@ extern "C" void gpu_lora_backward_bf16(struct gpu_gemm *g, uint16_t *dx, float *
 
 extern "C" void gpu_lora_backward_swiglu_bf16(struct gpu_gemm *g, uint16_t *gate, uint16_t *up, uint16_t *dh,
                                                float *dlora_a, float *dlora_b, const uint16_t *dy,
-                                               const uint16_t *x_a, const uint16_t *u, const uint16_t *lora_a,
-                                               const uint16_t *lora_b, int N, int C_in, int C_out, int R, float scale,
-                                               void *workspace, cudaStream_t stream) {
+                                               const uint16_t *x_a, uint16_t *h_out, const uint16_t *u,
+                                               const uint16_t *lora_a, const uint16_t *lora_b, int N, int C_in,
+                                               int C_out, int R, float scale, void *workspace, cudaStream_t stream) {
     check_dims(N, C_in, C_out, R);
+    CHECK((x_a == nullptr) != (h_out == nullptr),
+          "lora backward (joined to SwiGLU's): the MLP input x_a or h_out to form it in, one of them");
     const bool joined = refine::adapter_mma_fits(C_in, R, R, workspace, lora_a, dh, refine::ADAPTER_B_COLS) &&
-                        (uintptr_t)gate % 16 == 0 && (uintptr_t)up % 16 == 0;
-    if (!joined) { /* the two passes */
-        gpu_lora_backward_bf16(g, dh, dlora_a, dlora_b, dy, x_a, nullptr, 1.0f, u, lora_a, lora_b, N, C_in, C_out, R,
-                               scale, workspace, stream);
+                        (uintptr_t)gate % 16 == 0 && (uintptr_t)up % 16 == 0 &&
+                        (uintptr_t)h_out % 16 == 0; /* h_out may be null */
+    if (!joined) { /* the two passes (the MLP input formed first, while gate and up hold the forward's) */
+        if (h_out) gpu_swiglu_forward_bf16(h_out, gate, up, N, C_in, C_in, stream);
+        gpu_lora_backward_bf16(g, dh, dlora_a, dlora_b, dy, h_out ? h_out : x_a, nullptr, 1.0f, u, lora_a, lora_b, N,
+                               C_in, C_out, R, scale, workspace, stream);
         gpu_swiglu_backward_bf16(gate, up, dh, gate, up, N, C_in, C_in, C_in, stream);
         return;
     }
@@ -280,14 +290,17 @@ extern "C" void gpu_lora_backward_swiglu_bf16(struct gpu_gemm *g, uint16_t *gate
           "lora backward (joined to SwiGLU's): workspace of %zu bytes, 256-byte aligned, required",
           gpu_lora_backward_workspace_size(N, C_in, R, LORA_NO_MASK));
     uint16_t *du = static_cast<uint16_t *>(workspace);
-    const lora_plan p = make_plan(nullptr, const_cast<uint16_t *>(u), x_a, lora_a, lora_b, dlora_a, dlora_b, dy, du,
-                                  dh, GEMM_OUT_BF16, GEMM_ACCUMULATE, N, C_in, C_out, R, scale);
-    backward_products(g, p, dlora_a != nullptr, dlora_b != nullptr, true, stream);
+    const lora_plan p = make_plan(nullptr, const_cast<uint16_t *>(u), h_out ? h_out : x_a, lora_a, lora_b, dlora_a,
+                                  dlora_b, dy, du, dh, GEMM_OUT_BF16, GEMM_ACCUMULATE, N, C_in, C_out, R, scale);
+    /* dB and du; dA here when the input is given, after the pass when the pass forms it */
+    backward_products(g, p, dlora_a != nullptr && !h_out, dlora_b != nullptr, true, stream);
     refine::adapter_mma_launch<refine::ADAPTER_B_COLS>(
         reinterpret_cast<const bf16 *>(dh), reinterpret_cast<const bf16 *>(du), R,
         reinterpret_cast<const bf16 *>(lora_a), C_in, 1.0f, N, C_in, R,
-        lora_swiglu_epi{reinterpret_cast<bf16 *>(gate), reinterpret_cast<bf16 *>(up)}, stream);
+        lora_swiglu_epi{reinterpret_cast<bf16 *>(gate), reinterpret_cast<bf16 *>(up), reinterpret_cast<bf16 *>(h_out)},
+        stream);
     KERNEL_CHECK(stream);
+    if (h_out && dlora_a) gpu_gemm(g, &p.bwd_da, stream);
 }
 
 extern "C" void gpu_lora_reserve(struct gpu_gemm *g, int N, int C_in, int C_out, int R, enum lora_mask mask) {

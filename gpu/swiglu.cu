@@ -36,7 +36,7 @@ __global__ void __launch_bounds__(kBlock) swiglu_forward_elementwise(bf16 *__res
         load_bf16<VW>(gv, g + row * ld_in + col);
         load_bf16<VW>(uv, u + row * ld_in + col);
 #pragma unroll
-        for (int j = 0; j < VW; j++) hv[j] = __fmul_rn(bf16_round_dev(silu_dev(gv[j])), uv[j]);
+        for (int j = 0; j < VW; j++) hv[j] = swiglu_forward_elem(bf16_round_dev(silu_dev(gv[j])), uv[j]);
         store_bf16<VW>(h + row * F + col, hv);
     }
 }

@@ -1258,7 +1258,12 @@ static void run_fold_case(const fold_case &f, enum regime rg, int id) {
  * gpu_lora_backward_bf16 followed by gpu_swiglu_backward_bf16 on copies of the same buffers: the gate
  * and up gradients and the accumulated dA, dB bit for bit (the joined pass rounds dh + du A as the dx
  * pass stores it and runs SwiGLU's per-element math on it); dh left as the base product where the
- * pass applies (R even, ≤ 64, F % 32 == 0), else the two calls' dh. Normal values. */
+ * pass applies (R even, ≤ 64, F % 32 == 0), else the two calls' dh. Twice: with the MLP input given
+ * (x, independent values), and formed by the call into a poisoned h_out from gate and up — h_out
+ * bitwise gpu_swiglu_forward_bf16(gate, up), every element written, and the gradients bitwise the two
+ * calls' on that input. Normal values. */
+enum joined_variant { TWO_PASSES, JOINED, TWO_PASSES_ON_SWIGLU, JOINED_FORMING, JOINED_VARIANTS };
+
 static void run_joined_case(int N, int F, int C, int R, int id) {
     const uint64_t seed = g_seed * 1000003u + (uint64_t)id;
     struct rng r;
@@ -1288,52 +1293,70 @@ static void run_joined_case(int N, int F, int C, int R, int id) {
     dev_buf_alloc(&bA, "lora_a", Ab.size() * 2, POISON_NONE, Ab.data());
     dev_buf_alloc(&bB, "lora_b", Bb.size() * 2, POISON_NONE, Bb.data());
     dev_buf_alloc(&bws, "workspace", ws_bytes, POISON_NONE, nullptr);
-    std::vector<uint16_t> out_g[2], out_u[2], out_dh[2];
-    std::vector<float> out_dA[2], out_dB[2];
-    for (int joined = 0; joined < 2; joined++) {
-        struct dev_buf bg, bup, bdh, bdA, bdB;
+    std::vector<uint16_t> out_g[JOINED_VARIANTS], out_u[JOINED_VARIANTS], out_dh[JOINED_VARIANTS],
+        out_h[JOINED_VARIANTS];
+    std::vector<float> out_dA[JOINED_VARIANTS], out_dB[JOINED_VARIANTS];
+    for (int v = 0; v < JOINED_VARIANTS; v++) {
+        struct dev_buf bg, bup, bdh, bdA, bdB, bh;
         dev_buf_alloc(&bg, "gate", gb.size() * 2, POISON_NONE, gb.data());
         dev_buf_alloc(&bup, "up", ub.size() * 2, POISON_NONE, ub.data());
         dev_buf_alloc(&bdh, "dh (base product)", dhb.size() * 2, POISON_NONE, dhb.data());
         dev_buf_alloc(&bdA, "dlora_a", dA0.size() * 4, POISON_NONE, dA0.data());
         dev_buf_alloc(&bdB, "dlora_b", dB0.size() * 4, POISON_NONE, dB0.data());
+        dev_buf_alloc(&bh, "h (the MLP input formed from gate and up)", xb.size() * 2, POISON_BF16, nullptr);
         dev_buf_reset(&bws, nullptr);
-        if (joined) {
-            gpu_lora_backward_swiglu_bf16(g_gemm, (uint16_t *)bg.data, (uint16_t *)bup.data, (uint16_t *)bdh.data,
-                                          (float *)bdA.data, (float *)bdB.data, (const uint16_t *)by.data,
-                                          (const uint16_t *)bx.data, (const uint16_t *)bu.data,
-                                          (const uint16_t *)bA.data, (const uint16_t *)bB.data, N, F, C, R, s,
-                                          bws.data, g_stream);
+        uint16_t *g16 = (uint16_t *)bg.data, *up16 = (uint16_t *)bup.data, *dh16 = (uint16_t *)bdh.data,
+                 *h16 = (uint16_t *)bh.data;
+        float *dA = (float *)bdA.data, *dB = (float *)bdB.data;
+        const uint16_t *dy16 = (const uint16_t *)by.data, *x16 = (const uint16_t *)bx.data,
+                       *uu = (const uint16_t *)bu.data, *A16 = (const uint16_t *)bA.data,
+                       *B16 = (const uint16_t *)bB.data;
+        if (v == JOINED || v == JOINED_FORMING) {
+            gpu_lora_backward_swiglu_bf16(g_gemm, g16, up16, dh16, dA, dB, dy16, v == JOINED ? x16 : nullptr,
+                                          v == JOINED ? nullptr : h16, uu, A16, B16, N, F, C, R, s, bws.data,
+                                          g_stream);
         } else {
-            gpu_lora_backward_bf16(g_gemm, (uint16_t *)bdh.data, (float *)bdA.data, (float *)bdB.data,
-                                   (const uint16_t *)by.data, (const uint16_t *)bx.data, nullptr, 1.0f,
-                                   (const uint16_t *)bu.data, (const uint16_t *)bA.data, (const uint16_t *)bB.data, N,
-                                   F, C, R, s, bws.data, g_stream);
-            gpu_swiglu_backward_bf16((uint16_t *)bg.data, (uint16_t *)bup.data, (const uint16_t *)bdh.data,
-                                     (const uint16_t *)bg.data, (const uint16_t *)bup.data, N, F, F, F, g_stream);
+            if (v == TWO_PASSES_ON_SWIGLU) gpu_swiglu_forward_bf16(h16, g16, up16, N, F, F, g_stream);
+            gpu_lora_backward_bf16(g_gemm, dh16, dA, dB, dy16, v == TWO_PASSES ? x16 : h16, nullptr, 1.0f, uu, A16,
+                                   B16, N, F, C, R, s, bws.data, g_stream);
+            gpu_swiglu_backward_bf16(g16, up16, dh16, g16, up16, N, F, F, F, g_stream);
         }
-        out_g[joined].resize(gb.size()), out_u[joined].resize(ub.size()), out_dh[joined].resize(dhb.size());
-        out_dA[joined].resize(dA0.size()), out_dB[joined].resize(dB0.size());
-        dev_buf_download(&bg, out_g[joined].data(), 0);
-        dev_buf_download(&bup, out_u[joined].data(), 0);
-        dev_buf_download(&bdh, out_dh[joined].data(), 0);
-        dev_buf_download(&bdA, out_dA[joined].data(), 0);
-        dev_buf_download(&bdB, out_dB[joined].data(), 0);
-        for (struct dev_buf *b : {&bg, &bup, &bdh, &bdA, &bdB}) dev_buf_free(b);
+        out_g[v].resize(gb.size()), out_u[v].resize(ub.size()), out_dh[v].resize(dhb.size());
+        out_dA[v].resize(dA0.size()), out_dB[v].resize(dB0.size()), out_h[v].resize(xb.size());
+        dev_buf_download(&bg, out_g[v].data(), 0);
+        dev_buf_download(&bup, out_u[v].data(), 0);
+        dev_buf_download(&bdh, out_dh[v].data(), 0);
+        dev_buf_download(&bdA, out_dA[v].data(), 0);
+        dev_buf_download(&bdB, out_dB[v].data(), 0);
+        /* h written everywhere where it is formed; in the other variants it must stay untouched */
+        dev_buf_download(&bh, out_h[v].data(), v == TWO_PASSES_ON_SWIGLU || v == JOINED_FORMING);
+        for (struct dev_buf *b : {&bg, &bup, &bdh, &bdA, &bdB, &bh}) dev_buf_free(b);
     }
     for (struct dev_buf *b : {&by, &bx, &bu, &bA, &bB, &bws}) dev_buf_free(b);
-    EXPECT(out_g[1] == out_g[0], "lora joined %s: the gate gradient differs from the two passes'", shape);
-    EXPECT(out_u[1] == out_u[0], "lora joined %s: the up gradient differs from the two passes'", shape);
-    EXPECT(out_dA[1] == out_dA[0] && out_dB[1] == out_dB[0],
-           "lora joined %s: dA or dB differs from gpu_lora_backward_bf16's", shape);
     const bool pass_applies = R <= 64 && R % 2 == 0 && F % 32 == 0;
-    EXPECT(out_dh[1] == (pass_applies ? dhb : out_dh[0]), "lora joined %s: dh is not %s", shape,
-           pass_applies ? "the base product (the joined pass writes no dh)" : "the two passes' dh");
-    EXPECT(out_g[1] != gb, "lora joined %s: the gate buffer was not written", shape);
+    for (int k = 0; k < 2; k++) {
+        const int ref = k ? TWO_PASSES_ON_SWIGLU : TWO_PASSES, cand = k ? JOINED_FORMING : JOINED;
+        const char *how = k ? " (input formed)" : "";
+        EXPECT(out_g[cand] == out_g[ref], "lora joined %s%s: the gate gradient differs from the two passes'", shape,
+               how);
+        EXPECT(out_u[cand] == out_u[ref], "lora joined %s%s: the up gradient differs from the two passes'", shape, how);
+        EXPECT(out_dA[cand] == out_dA[ref] && out_dB[cand] == out_dB[ref],
+               "lora joined %s%s: dA or dB differs from gpu_lora_backward_bf16's", shape, how);
+        EXPECT(out_dh[cand] == (pass_applies ? dhb : out_dh[ref]), "lora joined %s%s: dh is not %s", shape, how,
+               pass_applies ? "the base product (the joined pass writes no dh)" : "the two passes' dh");
+        EXPECT(out_g[cand] != gb, "lora joined %s%s: the gate buffer was not written", shape, how);
+    }
+    EXPECT(out_h[JOINED_FORMING] == out_h[TWO_PASSES_ON_SWIGLU],
+           "lora joined %s: the MLP input formed by the call differs from gpu_swiglu_forward_bf16's", shape);
+    EXPECT(out_h[JOINED] == out_h[TWO_PASSES],
+           "lora joined %s: h_out was written though the input was given", shape);
+    EXPECT(out_dA[JOINED_FORMING] != out_dA[JOINED],
+           "lora joined %s: dA does not depend on which MLP input it was given", shape);
 }
 
 struct bench_ctx {
     uint16_t *x, *w, *A, *B, *y, *u, *dy, *dx, *gate, *up; /* gate, up: the down shapes' joined bench */
+    const uint16_t *gate0, *up0; /* their values, copied in before each call (the calls overwrite them) */
     float *dA, *dB;
     void *ws;
     int N, C_in, C_out, R;
@@ -1375,16 +1398,40 @@ static void lora_bwd_du_dx(void *p, cudaStream_t s) {
                            b->C_in, b->C_out, b->R, 2.0f, b->ws, s);
 }
 
+/* The SwiGLU benches run in place over gate and up: each call starts from their values (a copy,
+ * timed alone by gate_up_restore and subtracted), so that every call sees the same inputs. */
+static void gate_up_restore(void *p, cudaStream_t s) {
+    bench_ctx *b = (bench_ctx *)p;
+    const size_t n = (size_t)b->N * b->C_in * 2;
+    CUDA_CHECK(cudaMemcpyAsync(b->gate, b->gate0, n, cudaMemcpyDeviceToDevice, s));
+    CUDA_CHECK(cudaMemcpyAsync(b->up, b->up0, n, cudaMemcpyDeviceToDevice, s));
+}
 static void lora_bwd_then_swiglu(void *p, cudaStream_t s) {
     bench_ctx *b = (bench_ctx *)p;
+    gate_up_restore(p, s);
     gpu_lora_backward_bf16(g_gemm, b->dx, b->dA, b->dB, b->dy, b->x, nullptr, 1.0f, b->u, b->A, b->B, b->N, b->C_in,
                            b->C_out, b->R, 2.0f, b->ws, s);
     gpu_swiglu_backward_bf16(b->gate, b->up, b->dx, b->gate, b->up, b->N, b->C_in, b->C_in, b->C_in, s);
 }
 static void lora_bwd_joined(void *p, cudaStream_t s) {
     bench_ctx *b = (bench_ctx *)p;
-    gpu_lora_backward_swiglu_bf16(g_gemm, b->gate, b->up, b->dx, b->dA, b->dB, b->dy, b->x, b->u, b->A, b->B, b->N,
-                                  b->C_in, b->C_out, b->R, 2.0f, b->ws, s);
+    gate_up_restore(p, s);
+    gpu_lora_backward_swiglu_bf16(g_gemm, b->gate, b->up, b->dx, b->dA, b->dB, b->dy, b->x, nullptr, b->u, b->A, b->B,
+                                  b->N, b->C_in, b->C_out, b->R, 2.0f, b->ws, s);
+}
+/* --recompute-mlp's MLP input: SwiGLU's forward into x, then the joined call; or formed by the call */
+static void swiglu_fwd_then_joined(void *p, cudaStream_t s) {
+    bench_ctx *b = (bench_ctx *)p;
+    gate_up_restore(p, s);
+    gpu_swiglu_forward_bf16(b->x, b->gate, b->up, b->N, b->C_in, b->C_in, s);
+    gpu_lora_backward_swiglu_bf16(g_gemm, b->gate, b->up, b->dx, b->dA, b->dB, b->dy, b->x, nullptr, b->u, b->A, b->B,
+                                  b->N, b->C_in, b->C_out, b->R, 2.0f, b->ws, s);
+}
+static void lora_bwd_joined_forming(void *p, cudaStream_t s) {
+    bench_ctx *b = (bench_ctx *)p;
+    gate_up_restore(p, s);
+    gpu_lora_backward_swiglu_bf16(g_gemm, b->gate, b->up, b->dx, b->dA, b->dB, b->dy, nullptr, b->x, b->u, b->A, b->B,
+                                  b->N, b->C_in, b->C_out, b->R, 2.0f, b->ws, s);
 }
 
 static void bench(double copy_gbps) {
@@ -1451,20 +1498,36 @@ static void bench(double copy_gbps) {
                    100.0 * 2.0 * ny * gbs / r1.median_ms, 100.0 * 2.0 * ny * gbs / du,
                    100.0 * 2.0 * nx * gbs / (r2.median_ms - du), 100.0 * 4.0 * nx * gbs / (r3.median_ms - du));
             if (strstr(sh.name, "down")) { /* down's backward joined to SwiGLU's, against the two passes */
+                /* gate and up as a trained model's: normal values (gate of scale 2, up 1) */
+                struct rng r;
+                rng_init(&r, 20261128u);
+                std::vector<float> v(nx);
+                uint16_t *vals[2];
+                for (int k = 0; k < 2; k++) {
+                    rng_fill_normal(&r, v.data(), (int64_t)nx, 0.0, k ? 1.0 : 2.0);
+                    const std::vector<uint16_t> bits = bits_of(v);
+                    CUDA_CHECK(cudaMalloc(&vals[k], nx * 2));
+                    CUDA_CHECK(cudaMemcpy(vals[k], bits.data(), nx * 2, cudaMemcpyHostToDevice));
+                }
+                b.gate0 = vals[0], b.up0 = vals[1];
                 CUDA_CHECK(cudaMalloc(&b.gate, nx * 2));
                 CUDA_CHECK(cudaMalloc(&b.up, nx * 2));
-                CUDA_CHECK(cudaMemset(b.gate, 0x3C, nx * 2));
-                CUDA_CHECK(cudaMemset(b.up, 0x3C, nx * 2));
-                const struct bench_result rt = bench_time(lora_bwd_then_swiglu, &b, g_stream, 3, 15, 3);
-                const struct bench_result rj = bench_time(lora_bwd_joined, &b, g_stream, 3, 15, 3);
+                const double restore = bench_time(gate_up_restore, &b, g_stream, 3, 15, 3).median_ms;
+                const double rt = bench_time(lora_bwd_then_swiglu, &b, g_stream, 3, 15, 3).median_ms - restore;
+                const double rj = bench_time(lora_bwd_joined, &b, g_stream, 3, 15, 3).median_ms - restore;
+                const double rs = bench_time(swiglu_fwd_then_joined, &b, g_stream, 3, 15, 3).median_ms - restore;
+                const double rfm = bench_time(lora_bwd_joined_forming, &b, g_stream, 3, 15, 3).median_ms - restore;
                 /* the joined pass alone reads dh, gate and up and writes gate and up (10 bytes an element
-                 * of dh); the products before it (dB, du, dA) as lora_backward_parts times them */
-                const double pass_ms = rj.median_ms - (r2.median_ms + r1.median_ms - du);
+                 * of dh; 12 when it also writes the MLP input); the products before it (dB, du, dA) as
+                 * lora_backward_parts times them */
+                const double pass_ms = rj - (r2.median_ms + r1.median_ms - du);
+                const double forming_pass_ms = rfm - (r2.median_ms + r1.median_ms - du);
                 printf("{\"op\":\"lora_backward_swiglu\",\"shape\":\"%s\",\"two_passes_ms\":%.4f,\"joined_ms\":%.4f,"
-                       "\"joined_pass_ms\":%.4f,\"joined_pass_pct_of_copy\":%.1f}\n",
-                       shape, rt.median_ms, rj.median_ms, pass_ms, 100.0 * 10.0 * nx * gbs / pass_ms);
-                CUDA_CHECK(cudaFree(b.gate));
-                CUDA_CHECK(cudaFree(b.up));
+                       "\"joined_pass_ms\":%.4f,\"joined_pass_pct_of_copy\":%.1f,\"swiglu_fwd_then_joined_ms\":%.4f,"
+                       "\"joined_forming_input_ms\":%.4f,\"forming_pass_pct_of_copy\":%.1f}\n",
+                       shape, rt, rj, pass_ms, 100.0 * 10.0 * nx * gbs / pass_ms, rs, rfm,
+                       100.0 * 12.0 * nx * gbs / forming_pass_ms);
+                for (void *q : {(void *)b.gate, (void *)b.up, (void *)vals[0], (void *)vals[1]}) CUDA_CHECK(cudaFree(q));
             }
             for (void *q : {(void *)b.x, (void *)b.dx, (void *)b.y, (void *)b.dy, (void *)b.w, (void *)b.A, (void *)b.B,
                             (void *)b.u, (void *)b.dA, (void *)b.dB, b.ws})
