@@ -344,27 +344,32 @@ void dora_rescale(gpu_llama *m, int l, int t, uint16_t *dy_s, const uint16_t *dy
  * per beta; parameter gradients accumulate. x is the linear's saved input. rescaled: a DoRA
  * linear's dy is already bf16(mns⊙dy) and its magnitude gradient accumulated (the MLP's gate and up,
  * gpu_dora_swiglu_backward_bf16). */
+/* Full fine-tuning's weight (bf16 products: FP8's is base_backward's) and bias gradients of linear t
+ * on N rows: dW += dyᵀ x, db += 1ᵀ dy. */
+void proj_dw(gpu_llama *m, int l, int t, const uint16_t *dy, const uint16_t *x, int N) {
+    gl_linear &lin = m->layers[l].lin[t];
+    PROF(m, PROF_LINEAR_DW);
+    if (!m->fp8.on)
+        gpu_linear_backward_dw(m->gemm, lin.w_grad, gl_grad_type(m), dy, x, N, lin.c_in, lin.c_out, m->stream);
+    if (lin.bias_grad) {
+        /* db (1, C_out) += 1ᵀ (1, N) · dy (N, C_out) */
+        gemm_args p;
+        memset(&p, 0, sizeof p);
+        p.d = lin.bias_grad, p.d_type = gl_grad_type(m), p.ldd = lin.c_out;
+        p.a = m->ones, p.op_a = GEMM_NO_TRANS, p.lda = N;
+        p.b = dy, p.op_b = GEMM_NO_TRANS, p.ldb = lin.c_out;
+        p.m = 1, p.n = lin.c_out, p.k = N, p.batch = 1;
+        p.alpha = 1.0f, p.beta = GEMM_ACCUMULATE;
+        gpu_gemm(m->gemm, &p, m->stream);
+    }
+}
+
 void proj_backward(gpu_llama *m, int l, int t, uint16_t *dx, enum gemm_beta beta, const uint16_t *dy,
                    const uint16_t *x, uint64_t micro, gl_span sp, bool rescaled) {
     gl_linear &lin = m->layers[l].lin[t];
     gl_acts &a = m->acts[l];
     const int N = sp.n;
-    if (m->opt.mode == LLAMA_FULL) {
-        PROF(m, PROF_LINEAR_DW);
-        if (!m->fp8.on)
-            gpu_linear_backward_dw(m->gemm, lin.w_grad, gl_grad_type(m), dy, x, N, lin.c_in, lin.c_out, m->stream);
-        if (lin.bias_grad) {
-            /* db (1, C_out) += 1ᵀ (1, N) · dy (N, C_out) */
-            gemm_args p;
-            memset(&p, 0, sizeof p);
-            p.d = lin.bias_grad, p.d_type = gl_grad_type(m), p.ldd = lin.c_out;
-            p.a = m->ones, p.op_a = GEMM_NO_TRANS, p.lda = N;
-            p.b = dy, p.op_b = GEMM_NO_TRANS, p.ldb = lin.c_out;
-            p.m = 1, p.n = lin.c_out, p.k = N, p.batch = 1;
-            p.alpha = 1.0f, p.beta = GEMM_ACCUMULATE;
-            gpu_gemm(m->gemm, &p, m->stream);
-        }
-    }
+    if (m->opt.mode == LLAMA_FULL) proj_dw(m, l, t, dy, x, N);
     const uint16_t *g = dy;
     if (lin.target && m->opt.mode == LLAMA_DORA && !rescaled) {
         PROF(m, PROF_ADAPTER_BWD);
@@ -628,11 +633,19 @@ bool down_joined(const gpu_llama *m, int l) {
            m->opt.R <= 16;
 }
 
+/* Where the MLP's backward can form its input itself (mlp_backward's form_input): the joined LoRA
+ * pass, and full fine-tuning's SwiGLU backward with bf16 products (down's dW after it). */
+bool mlp_input_formed_in_backward(const gpu_llama *m, int l) {
+    return down_joined(m, l) || (m->opt.mode == LLAMA_FULL && !m->fp8.on);
+}
+
 /* The MLP's backward on rows sp of layer l: G's rows hold d x[l + 1] on entry; dn's rows get the
  * gate/up input gradient (overwritten). gate, up and the MLP input are this chunk's (mlp_forward,
  * or the saved ones when the MLP runs whole); SwiGLU's backward runs in place over gate and up.
- * form_input (down_joined layers only): the MLP input is not there; the joined pass forms it into
- * the MLP input buffer from gate and up, the same bits as SwiGLU's forward. */
+ * form_input (mlp_input_formed_in_backward layers only): the MLP input is not there; the pass over
+ * gate and up (the joined LoRA pass, or SwiGLU's backward) forms it into the MLP input buffer, the
+ * same bits as SwiGLU's forward, and what reads it (LoRA's dA, full fine-tuning's dW of down) runs
+ * after that pass. */
 void mlp_backward(gpu_llama *m, int l, gl_span sp, uint64_t micro, bool form_input = false) {
     gl_acts &a = m->acts[l];
     const int F = m->cfg.F;
@@ -640,7 +653,8 @@ void mlp_backward(gpu_llama *m, int l, gl_span sp, uint64_t micro, bool form_inp
     fp8_input_t(m, l, LLAMA_DOWN, a.mlp, F, sp);
     const gl_linear &ld = m->layers[l].lin[LLAMA_DOWN];
     const bool joined = down_joined(m, l);
-    CHECK(joined || !form_input, "layer %d: the MLP input formed by a pass that does not run", l);
+    CHECK(!form_input || mlp_input_formed_in_backward(m, l), "layer %d: the MLP input formed by a pass that does not run",
+          l);
     const gl_linear &lg = m->layers[l].lin[LLAMA_GATE], &lu = m->layers[l].lin[LLAMA_UP];
     const bool dora = m->opt.mode == LLAMA_DORA && (lg.target || lu.target);
     if (joined) {
@@ -650,6 +664,13 @@ void mlp_backward(gpu_llama *m, int l, gl_span sp, uint64_t micro, bool form_inp
                                       form_input ? nullptr : a.mlp, form_input ? a.mlp : nullptr,
                                       a.u[LLAMA_DOWN] + (size_t)sp.r0 * m->opt.R, ld.a, ld.b, sp.n, F, ld.c_out,
                                       m->opt.R, m->opt.lora_scale, m->ws, m->stream);
+    } else if (form_input) { /* full fine-tuning, bf16: dx, SwiGLU's backward forming the input, then dW */
+        base_backward(m, l, LLAMA_DOWN, m->dmlp, GEMM_OVERWRITE, m->G + off, sp);
+        {
+            PROF(m, PROF_SWIGLU);
+            gpu_swiglu_backward_forming_bf16(a.gate, a.up, a.mlp, m->dmlp, a.gate, a.up, sp.n, F, F, F, m->stream);
+        }
+        proj_dw(m, l, LLAMA_DOWN, m->G + off, a.mlp, sp.n);
     } else {
         proj_backward(m, l, LLAMA_DOWN, m->dmlp, GEMM_OVERWRITE, m->G + off, a.mlp, micro, sp, false);
         PROF(m, PROF_SWIGLU);
@@ -687,9 +708,10 @@ void layer_backward(gpu_llama *m, int l, uint64_t micro) {
     } else {
         /* LAYER's recomputation left the MLP input and n2 there; a kept layer forms them again */
         const bool formed = m->opt.recompute == RECOMPUTE_LAYER && !gl_keeps_set(m, l);
-        /* the shared MLP input buffer gets this layer's, the same bits: from the joined down pass
-         * where it runs, else from SwiGLU's forward first */
-        const bool form_in_pass = m->opt.mlp_input == GPU_MLP_INPUT_RECOMPUTED && !formed && down_joined(m, l);
+        /* the shared MLP input buffer gets this layer's, the same bits: from the backward's pass over
+         * gate and up where it can (mlp_input_formed_in_backward), else from SwiGLU's forward first */
+        const bool form_in_pass =
+            m->opt.mlp_input == GPU_MLP_INPUT_RECOMPUTED && !formed && mlp_input_formed_in_backward(m, l);
         if (m->opt.mlp_input == GPU_MLP_INPUT_RECOMPUTED && !formed && !form_in_pass) {
             PROF(m, PROF_SWIGLU);
             gpu_swiglu_forward_bf16(a.mlp, a.gate, a.up, N, F, F, s);

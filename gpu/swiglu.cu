@@ -24,6 +24,11 @@ namespace {
 
 constexpr int kBlock = 256;
 
+int grid_for(int64_t items) {
+    const int64_t b = (items + kBlock - 1) / kBlock;
+    return (int)(b < 2048 ? (b > 0 ? b : 1) : 2048);
+}
+
 template <int VW>
 __global__ void __launch_bounds__(kBlock) swiglu_forward_elementwise(bf16 *__restrict__ h, const bf16 *g,
                                                                      const bf16 *u, int F, int ld_in,
@@ -41,28 +46,40 @@ __global__ void __launch_bounds__(kBlock) swiglu_forward_elementwise(bf16 *__res
     }
 }
 
-template <int VW>
-__global__ void __launch_bounds__(kBlock) swiglu_backward_elementwise(bf16 *dg, bf16 *du, const bf16 *__restrict__ dh,
-                                                                      const bf16 *g, const bf16 *u, int F, int ld_in,
-                                                                      int ld_out, int64_t groups) {
+/* H: h (row stride F) written too, from the backward's a */
+template <int VW, bool H>
+__global__ void __launch_bounds__(kBlock) swiglu_backward_elementwise(bf16 *dg, bf16 *du, bf16 *__restrict__ h,
+                                                                      const bf16 *__restrict__ dh, const bf16 *g,
+                                                                      const bf16 *u, int F, int ld_in, int ld_out,
+                                                                      int64_t groups) {
     const int gpr = F / VW;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < groups; i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t row = i / gpr;
         const int col = (int)(i - row * gpr) * VW;
-        float gv[VW], uv[VW], dhv[VW], dgv[VW], duv[VW];
+        float gv[VW], uv[VW], dhv[VW], dgv[VW], duv[VW], hv[VW];
         load_bf16<VW>(gv, g + row * ld_in + col);
         load_bf16<VW>(uv, u + row * ld_in + col);
         load_bf16<VW>(dhv, dh + row * F + col);
 #pragma unroll
-        for (int j = 0; j < VW; j++) swiglu_backward_elem(gv[j], uv[j], dhv[j], dgv[j], duv[j]);
+        for (int j = 0; j < VW; j++) {
+            const float a = swiglu_backward_elem(gv[j], uv[j], dhv[j], dgv[j], duv[j]);
+            hv[j] = swiglu_forward_elem(a, uv[j]);
+        }
         store_bf16<VW>(dg + row * ld_out + col, dgv);
         store_bf16<VW>(du + row * ld_out + col, duv);
+        if (H) store_bf16<VW>(h + row * F + col, hv);
     }
 }
 
-int grid_for(int64_t items) {
-    const int64_t b = (items + kBlock - 1) / kBlock;
-    return (int)(b < 2048 ? (b > 0 ? b : 1) : 2048);
+template <int VW>
+void launch_backward(bf16 *dg, bf16 *du, bf16 *h, const bf16 *dh, const bf16 *g, const bf16 *u, int F, int ld_in,
+                     int ld_out, int64_t groups, cudaStream_t stream) {
+    if (h)
+        swiglu_backward_elementwise<VW, true>
+            <<<grid_for(groups), kBlock, 0, stream>>>(dg, du, h, dh, g, u, F, ld_in, ld_out, groups);
+    else
+        swiglu_backward_elementwise<VW, false>
+            <<<grid_for(groups), kBlock, 0, stream>>>(dg, du, h, dh, g, u, F, ld_in, ld_out, groups);
 }
 
 bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
@@ -89,19 +106,21 @@ extern "C" void gpu_swiglu_forward_bf16(uint16_t *h, const uint16_t *g, const ui
 
 extern "C" void gpu_swiglu_backward_bf16(uint16_t *dg, uint16_t *du, const uint16_t *dh, const uint16_t *g,
                                          const uint16_t *u, int N, int F, int ld_in, int ld_out, cudaStream_t stream) {
+    gpu_swiglu_backward_forming_bf16(dg, du, nullptr, dh, g, u, N, F, ld_in, ld_out, stream);
+}
+
+extern "C" void gpu_swiglu_backward_forming_bf16(uint16_t *dg, uint16_t *du, uint16_t *h, const uint16_t *dh,
+                                                 const uint16_t *g, const uint16_t *u, int N, int F, int ld_in,
+                                                 int ld_out, cudaStream_t stream) {
     CHECK(N >= 1 && F >= 1 && ld_in >= F && ld_out >= F, "swiglu N=%d F=%d ld_in=%d ld_out=%d", N, F, ld_in, ld_out);
-    bf16 *dgb = reinterpret_cast<bf16 *>(dg), *dub = reinterpret_cast<bf16 *>(du);
+    bf16 *dgb = reinterpret_cast<bf16 *>(dg), *dub = reinterpret_cast<bf16 *>(du), *hb = reinterpret_cast<bf16 *>(h);
     const bf16 *dhb = reinterpret_cast<const bf16 *>(dh), *gb = reinterpret_cast<const bf16 *>(g),
                *ub = reinterpret_cast<const bf16 *>(u);
     if (F % 8 == 0 && ld_in % 8 == 0 && ld_out % 8 == 0 && aligned16(dg) && aligned16(du) && aligned16(dh) &&
-        aligned16(g) && aligned16(u)) {
-        const int64_t groups = (int64_t)N * (F / 8);
-        swiglu_backward_elementwise<8>
-            <<<grid_for(groups), kBlock, 0, stream>>>(dgb, dub, dhb, gb, ub, F, ld_in, ld_out, groups);
+        aligned16(g) && aligned16(u) && aligned16(h)) { /* h may be null */
+        launch_backward<8>(dgb, dub, hb, dhb, gb, ub, F, ld_in, ld_out, (int64_t)N * (F / 8), stream);
     } else {
-        const int64_t groups = (int64_t)N * F;
-        swiglu_backward_elementwise<1>
-            <<<grid_for(groups), kBlock, 0, stream>>>(dgb, dub, dhb, gb, ub, F, ld_in, ld_out, groups);
+        launch_backward<1>(dgb, dub, hb, dhb, gb, ub, F, ld_in, ld_out, (int64_t)N * F, stream);
     }
     KERNEL_CHECK(stream);
 }

@@ -13,7 +13,7 @@
  * dg, du (N, F) with row stride ld_out (the halves of a fused (N, 2F) gradient: ld_out = 2F).
  * h and dg/du are OVERWRITTEN.
  * Aliasing: dg may equal g and du may equal u (in place: each element is read before it is
- * written, by the same thread); dh must not alias anything written; h must not alias g or u.
+ * written, by the same thread); dh must not alias anything written; h must not alias g, u, dg or du.
  * Preconditions: N ≥ 1, F ≥ 1; the 8-wide path needs F, ld_in, ld_out multiples of 8 and
  * 16-byte-aligned pointers, else a scalar path runs.
  */
@@ -32,6 +32,13 @@ void gpu_swiglu_forward_bf16(uint16_t *h, const uint16_t *g, const uint16_t *u, 
 
 void gpu_swiglu_backward_bf16(uint16_t *dg, uint16_t *du, const uint16_t *dh, const uint16_t *g, const uint16_t *u,
                               int N, int F, int ld_in, int ld_out, cudaStream_t stream);
+
+/* The backward, and the forward's h (N, F) formed again in the same pass from the same a: h bit for
+ * bit gpu_swiglu_forward_bf16(h, g, u, N, F, ld_in) — the MLP input of a run that does not keep it
+ * (--recompute-mlp), written as dg and du overwrite g and u in place (2 bytes an element more
+ * instead of a forward's 6). h NULL: gpu_swiglu_backward_bf16. */
+void gpu_swiglu_backward_forming_bf16(uint16_t *dg, uint16_t *du, uint16_t *h, const uint16_t *dh, const uint16_t *g,
+                                      const uint16_t *u, int N, int F, int ld_in, int ld_out, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -118,6 +118,24 @@ static void run_case(int N, int F, int fused, int plant, int id) {
     dev_buf_download(&bdg, dgb.data(), 1);
     dev_buf_download(&bdu, dub.data(), 1);
     std::vector<float> h_g = floats(hb), dg_g = floats(dgb), du_g = floats(dub);
+    {
+        /* the backward forming h too: h bitwise the forward's, dg and du the backward's, all written */
+        dev_buf_reset(&bh, nullptr);
+        dev_buf_reset(&bdg, nullptr);
+        dev_buf_reset(&bdu, nullptr);
+        gpu_swiglu_backward_forming_bf16((uint16_t *)bdg.data, (uint16_t *)bdu.data, (uint16_t *)bh.data,
+                                         (const uint16_t *)bdh.data, gp, up, N, F, ld, F, g_stream);
+        std::vector<uint16_t> h2(n), dg2(n), du2(n);
+        dev_buf_download(&bh, h2.data(), 1);
+        dev_buf_download(&bdg, dg2.data(), 1);
+        dev_buf_download(&bdu, du2.data(), 1);
+        struct cmp_case fc = {"swiglu_backward_forming", "h (the forward's)", shape, "bf16", seed};
+        cmp_exact_bytes(&fc, h2.data(), hb.data(), n * 2);
+        fc.what = "dg (the backward's)";
+        cmp_exact_bytes(&fc, dg2.data(), dgb.data(), n * 2);
+        fc.what = "du (the backward's)";
+        cmp_exact_bytes(&fc, du2.data(), dub.data(), n * 2);
+    }
 
     const double k = 2.01;
     double max_g = 0, max_dhu = 0;
@@ -146,6 +164,25 @@ static void run_case(int N, int F, int fused, int plant, int id) {
             memcpy(&dg2[(size_t)i * F], &after[(size_t)i * 2 * F], (size_t)F * 2);
             memcpy(&du2[(size_t)i * F], &after[(size_t)i * 2 * F + F], (size_t)F * 2);
         }
+        cc.what = "dg in place";
+        cmp_exact_bytes(&cc, dg2.data(), dgb.data(), n * 2);
+        cc.what = "du in place";
+        cmp_exact_bytes(&cc, du2.data(), dub.data(), n * 2);
+        /* in place forming h (the trainers' use): h from the values before they are overwritten */
+        dev_buf_reset(&bgu, gu_img.data());
+        dev_buf_reset(&bh, nullptr);
+        gpu_swiglu_backward_forming_bf16((uint16_t *)bgu.data, (uint16_t *)bgu.data + F, (uint16_t *)bh.data,
+                                         (const uint16_t *)bdh.data, gp, up, N, F, ld, ld, g_stream);
+        std::vector<uint16_t> h3(n);
+        dev_buf_download(&bgu, after.data(), 0);
+        dev_buf_download(&bh, h3.data(), 1);
+        for (int i = 0; i < N; i++) {
+            memcpy(&dg2[(size_t)i * F], &after[(size_t)i * 2 * F], (size_t)F * 2);
+            memcpy(&du2[(size_t)i * F], &after[(size_t)i * 2 * F + F], (size_t)F * 2);
+        }
+        cc.op = "swiglu_backward_forming";
+        cc.what = "h in place";
+        cmp_exact_bytes(&cc, h3.data(), hb.data(), n * 2);
         cc.what = "dg in place";
         cmp_exact_bytes(&cc, dg2.data(), dgb.data(), n * 2);
         cc.what = "du in place";
