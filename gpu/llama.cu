@@ -218,10 +218,21 @@ void base_forward(gpu_llama *m, int l, int t, uint16_t *y, const uint16_t *x, in
     }
 }
 
+/* FP8 full fine-tuning's dW += dŷᵀ x̂ᵀ of linear t, on the codes of dy's and x's last quantizations
+ * (gl_fp8_grad, gl_fp8_input_t). */
+void base_dw_fp8(gpu_llama *m, int l, int t, int n) {
+    gl_linear &lin = m->layers[l].lin[t];
+    PROF(m, PROF_LINEAR_DW);
+    const gl_fp8_pair p = gl_fp8_operands(m, l, t, GL_FP8_DW);
+    gpu_linear_backward_dw_fp8(m->gemm, lin.w_grad, gl_grad_type(m), GEMM_ACCUMULATE, &p.a, &p.b, n, lin.c_in,
+                               lin.c_out, p.accum, m->stream);
+}
+
 /* The base products of linear t's backward for dy (DoRA: dy_s): FP8 quantizes dy first, then
- * dW += dŷᵀ x̂ᵀ (full) and dx = dŷ Ŵ; bf16 forms dx = dy W (the bf16 dW is proj_backward's).
- * dx NULL: none. */
-void base_backward(gpu_llama *m, int l, int t, uint16_t *dx, enum gemm_beta beta, const uint16_t *dy, gl_span sp) {
+ * dW += dŷᵀ x̂ᵀ (full; unless dw_later: the caller's base_dw_fp8 after x's codes) and dx = dŷ Ŵ;
+ * bf16 forms dx = dy W (the bf16 dW is proj_backward's). dx NULL: none. */
+void base_backward(gpu_llama *m, int l, int t, uint16_t *dx, enum gemm_beta beta, const uint16_t *dy, gl_span sp,
+                   bool dw_later = false) {
     gl_linear &lin = m->layers[l].lin[t];
     const int n = sp.n;
     if (!m->fp8.on) {
@@ -235,12 +246,7 @@ void base_backward(gpu_llama *m, int l, int t, uint16_t *dx, enum gemm_beta beta
         PROF(m, PROF_FP8);
         gl_fp8_grad(m, l, t, dy, dx != nullptr, n, sp.r0 == 0);
     }
-    if (m->opt.mode == LLAMA_FULL) {
-        PROF(m, PROF_LINEAR_DW);
-        const gl_fp8_pair p = gl_fp8_operands(m, l, t, GL_FP8_DW);
-        gpu_linear_backward_dw_fp8(m->gemm, lin.w_grad, gl_grad_type(m), GEMM_ACCUMULATE, &p.a, &p.b, n, lin.c_in,
-                                   lin.c_out, p.accum, m->stream);
-    }
+    if (m->opt.mode == LLAMA_FULL && !dw_later) base_dw_fp8(m, l, t, n);
     if (dx) {
         PROF(m, PROF_LINEAR_DX);
         const gl_fp8_pair p = gl_fp8_operands(m, l, t, GL_FP8_DX);
@@ -634,10 +640,8 @@ bool down_joined(const gpu_llama *m, int l) {
 }
 
 /* Where the MLP's backward can form its input itself (mlp_backward's form_input): the joined LoRA
- * pass, and full fine-tuning's SwiGLU backward with bf16 products (down's dW after it). */
-bool mlp_input_formed_in_backward(const gpu_llama *m, int l) {
-    return down_joined(m, l) || (m->opt.mode == LLAMA_FULL && !m->fp8.on);
-}
+ * pass, and full fine-tuning's SwiGLU backward (down's dW after it). */
+bool mlp_input_formed_in_backward(const gpu_llama *m, int l) { return down_joined(m, l) || m->opt.mode == LLAMA_FULL; }
 
 /* The MLP's backward on rows sp of layer l: G's rows hold d x[l + 1] on entry; dn's rows get the
  * gate/up input gradient (overwritten). gate, up and the MLP input are this chunk's (mlp_forward,
@@ -650,7 +654,7 @@ void mlp_backward(gpu_llama *m, int l, gl_span sp, uint64_t micro, bool form_inp
     gl_acts &a = m->acts[l];
     const int F = m->cfg.F;
     const size_t off = (size_t)sp.r0 * m->cfg.C;
-    fp8_input_t(m, l, LLAMA_DOWN, a.mlp, F, sp);
+    if (!form_input) fp8_input_t(m, l, LLAMA_DOWN, a.mlp, F, sp); /* else once the input is formed */
     const gl_linear &ld = m->layers[l].lin[LLAMA_DOWN];
     const bool joined = down_joined(m, l);
     CHECK(!form_input || mlp_input_formed_in_backward(m, l), "layer %d: the MLP input formed by a pass that does not run",
@@ -664,13 +668,17 @@ void mlp_backward(gpu_llama *m, int l, gl_span sp, uint64_t micro, bool form_inp
                                       form_input ? nullptr : a.mlp, form_input ? a.mlp : nullptr,
                                       a.u[LLAMA_DOWN] + (size_t)sp.r0 * m->opt.R, ld.a, ld.b, sp.n, F, ld.c_out,
                                       m->opt.R, m->opt.lora_scale, m->ws, m->stream);
-    } else if (form_input) { /* full fine-tuning, bf16: dx, SwiGLU's backward forming the input, then dW */
-        base_backward(m, l, LLAMA_DOWN, m->dmlp, GEMM_OVERWRITE, m->G + off, sp);
+    } else if (form_input) { /* full fine-tuning: dx, SwiGLU's backward forming the input, then dW */
+        base_backward(m, l, LLAMA_DOWN, m->dmlp, GEMM_OVERWRITE, m->G + off, sp, true);
         {
             PROF(m, PROF_SWIGLU);
             gpu_swiglu_backward_forming_bf16(a.gate, a.up, a.mlp, m->dmlp, a.gate, a.up, sp.n, F, F, F, m->stream);
         }
-        proj_dw(m, l, LLAMA_DOWN, m->G + off, a.mlp, sp.n);
+        if (m->fp8.on) { /* the formed input's transposed codes, then dW on them and dy's */
+            fp8_input_t(m, l, LLAMA_DOWN, a.mlp, F, sp);
+            base_dw_fp8(m, l, LLAMA_DOWN, sp.n);
+        }
+        proj_dw(m, l, LLAMA_DOWN, m->G + off, a.mlp, sp.n); /* bf16 dW (FP8: none), bias */
     } else {
         proj_backward(m, l, LLAMA_DOWN, m->dmlp, GEMM_OVERWRITE, m->G + off, a.mlp, micro, sp, false);
         PROF(m, PROF_SWIGLU);

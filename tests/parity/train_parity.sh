@@ -465,19 +465,27 @@ if [ $cpu_only -eq 0 ]; then
             compare "$model $method $variant: --recompute $policy == none, bitwise" "$logs/$name-compare.log" identical \
                 "$tmp/runs/$(gpu_name "$model" "$method" "$variant")" "$tmp/runs/$name"
         done
-        # --recompute-mlp: the MLP input recomputed by the same kernel from the same gate and up, so
-        # bitwise the run that keeps it (adapters; full fine-tuning with its Qwen2 biases; the 8-byte
-        # arrangement; with attention recomputation, itself bitwise none).
+        # --recompute-mlp: the MLP input formed again from the same gate and up by the same arithmetic
+        # (SwiGLU's forward, or the backward's pass over gate and up: LoRA's joined down pass, full
+        # fine-tuning's SwiGLU backward with down's dW after it), so bitwise the run that keeps it
+        # (adapters; full fine-tuning with its Qwen2 biases; the 8-byte arrangement; under FP8, whose
+        # down dW then waits for the formed input's codes; with attention recomputation, itself
+        # bitwise none).
         for mlp_case in "tiny-llama lora none" "tiny-qwen2 full none" "tiny-llama full-adamw8bit-split-g16 none" \
-            "tiny-llama qdora attn"; do
-            [ $bf16_ran -eq 1 ] || continue
-            read -r model method policy <<<"$mlp_case"
+            "tiny-llama qdora attn" "tiny-llama full none fp8-delayed" "tiny-qwen2 full none fp8-block" \
+            "tiny-llama full-adamw8bit-w16sr-g16 none fp8-delayed"; do
+            read -r model method policy variant <<<"$mlp_case"
+            variant=${variant:-bf16}
+            case " $variants_wanted " in *" $variant "*) ;; *) continue ;; esac
             name=$model-$method-mlp-$policy
-            run_train "$gpu" "$model" "$method" "$tmp/runs/$name" "$logs/$name.log" --precision bf16 --recompute "$policy" \
-                --recompute-mlp
-            check_log "$model $method --recompute-mlp --recompute $policy: exits 0" "$logs/$name.log" test $? -eq 0
-            compare "$model $method: --recompute-mlp --recompute $policy == neither, bitwise" \
-                "$logs/$name-compare.log" identical "$tmp/runs/$model-$method-gpu" "$tmp/runs/$name"
+            [ "$variant" != bf16 ] && name=$name-$variant
+            # shellcheck disable=SC2046 # the variant's flags are words
+            run_train "$gpu" "$model" "$method" "$tmp/runs/$name" "$logs/$name.log" $(variant_flags "$variant") \
+                --recompute "$policy" --recompute-mlp
+            check_log "$model $method $variant --recompute-mlp --recompute $policy: exits 0" "$logs/$name.log" \
+                test $? -eq 0
+            compare "$model $method $variant: --recompute-mlp --recompute $policy == neither, bitwise" \
+                "$logs/$name-compare.log" identical "$tmp/runs/$(gpu_name "$model" "$method" "$variant")" "$tmp/runs/$name"
         done
         # Offloaded layer inputs: the same bits copied out and back, so bitwise the run without it
         # (with layer recomputation, the offload's use; with attention or no recomputation; full
