@@ -635,8 +635,7 @@ void layer_forward(gpu_llama *m, int l, int train, uint64_t micro, enum fwd_upto
  * up to 16, where the whole step measured faster (docs/RESULTS.md, 2026-11-28); at rank 64 the
  * joined pass alone ran 30% slower than the two passes (more k-steps, fewer resident warps) */
 bool down_joined(const gpu_llama *m, int l) {
-    return m->opt.mode == LLAMA_LORA && m->layers[l].lin[LLAMA_DOWN].target && !(m->opt.dropout > 0) &&
-           m->opt.R <= 16;
+    return gl_lora_down_joined(&m->opt) && m->layers[l].lin[LLAMA_DOWN].target;
 }
 
 /* Where the MLP's backward can form its input itself (mlp_backward's form_input): the joined LoRA

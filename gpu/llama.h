@@ -197,6 +197,12 @@ struct gpu_llama_plan {
 /* 1 when no activation of (c, o) passes 2^31 elements (what the kernels are verified at; the plan
  * refuses the others), else 0: a shape too large, like one that does not fit. */
 int gpu_llama_size_verified(const struct model_config *c, const struct gpu_llama_options *o);
+/* 1 where recomputing the MLP input (GPU_MLP_INPUT_RECOMPUTED) costs no pass of its own, else 0:
+ * the backward's own pass over gate and up forms it as it overwrites them (LoRA's down adapter
+ * joined to SwiGLU's backward — no dropout, rank ≤ 16 —, and full fine-tuning's SwiGLU backward),
+ * with bf16 products (the combination measured at the speed of keeping it: docs/RESULTS.md,
+ * 2026-11-28, sixth session). The trainers' default there (--keep-mlp-input keeps it). */
+int gpu_llama_mlp_input_free(const struct gpu_llama_options *o);
 /* 1 when options.mlp_chunk can split o's MLP (not under FP8's current scaling, whose scales are the
  * whole micro-batch's tensors'), else 0. */
 int gpu_llama_mlp_chunks_supported(const struct gpu_llama_options *o);

@@ -752,6 +752,10 @@ extern "C" int gpu_llama_size_verified(const model_config *c, const gpu_llama_op
     return rows * width <= INT32_MAX;
 }
 
+extern "C" int gpu_llama_mlp_input_free(const gpu_llama_options *o) {
+    return o->linears == GPU_LINEAR_BF16 && (o->mode == LLAMA_FULL || gl_lora_down_joined(o));
+}
+
 extern "C" int gpu_llama_mlp_chunks_supported(const gpu_llama_options *o) {
     return !(o->linears == GPU_LINEAR_FP8 && o->fp8_recipe == FP8_RECIPE_CURRENT);
 }

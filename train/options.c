@@ -128,7 +128,12 @@ static const struct opt_def k_opts[] = {
      "stream (GPU; the same results; with --recompute layer the device holds three layers' inputs)"},
     {"recompute-mlp", BOTH, K_FLAG, OFF(recompute_mlp), NULL, 0, 0,
      "recompute the MLP input, swiglu(gate, up), before the down projection's backward instead of keeping it: "
-     "B·T·F·2 bytes a layer less for one more SwiGLU pass a layer (GPU; the same results)"},
+     "B·T·F·2 bytes a layer less (GPU; the same results). The default where it costs no pass of its own — LoRA "
+     "and QLoRA (no dropout, rank <= 16) and full fine-tuning with bf16 products, whose backward forms it as it "
+     "reads gate and up —; elsewhere this flag buys the memory for one more SwiGLU pass a layer"},
+    {"keep-mlp-input", BOTH, K_FLAG, OFF(keep_mlp_input), NULL, 0, 0,
+     "keep the MLP input where it would be recomputed by default (GPU; the same results, B·T·F·2 bytes a layer "
+     "more)"},
     {"mlp-chunk", BOTH, K_INT, OFF(mlp_chunk), NULL, 0, 1 << 30,
      "with --recompute layer: run the MLP on at most N tokens at a time (a multiple of 64; 0: the whole "
      "micro-batch), so that its intermediate-size buffers hold N rows instead of micro-batch × seq — the memory of "

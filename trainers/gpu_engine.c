@@ -183,6 +183,9 @@ static void eng_destroy(void *self) {
 /* ---- creation ---------------------------------------------------------------------------------- */
 
 int gpu_engine_check(const struct train_options *o, struct io_err *e) {
+    if (o->recompute_mlp && o->keep_mlp_input)
+        return io_fail(e, "--recompute-mlp and --keep-mlp-input: the MLP input is either recomputed or kept (neither "
+                          "given: recomputed where that costs no pass of its own)");
     if (o->precision == PRECISION_FP32)
         return io_fail(e, "--precision fp32: //gpu:train computes in bf16 (fp32 masters); the fp32 trainer is "
                           "//ref:train");
@@ -196,7 +199,6 @@ void gpu_model_options(struct gpu_llama_options *g, const struct model_settings 
     g->base = s->base == BASE_NF4 ? GPU_BASE_NF4 : s->base == BASE_FP8 ? GPU_BASE_FP8 : GPU_BASE_BF16;
     g->linears = s->precision == COMPUTE_FP8 ? GPU_LINEAR_FP8 : GPU_LINEAR_BF16;
     g->fp8_recipe = s->fp8_recipe;
-    g->mlp_input = s->mlp_input == MLP_INPUT_RECOMPUTED ? GPU_MLP_INPUT_RECOMPUTED : GPU_MLP_INPUT_SAVED;
     g->targets = s->targets;
     g->R = s->R;
     g->lora_scale = s->lora_scale;
@@ -216,6 +218,10 @@ void gpu_model_options(struct gpu_llama_options *g, const struct model_settings 
     g->offload = s->activations == ACTIVATIONS_OFFLOADED ? GPU_OFFLOAD_INPUTS : GPU_OFFLOAD_NONE;
     g->mlp_chunk = s->mlp_chunk;
     g->recompute_keep = s->recompute_keep > 0 ? s->recompute_keep : 0; /* auto: resolved by gpu_resolve_keep */
+    /* auto: recomputed where it costs no pass of its own (the options above decide) */
+    g->mlp_input = s->mlp_input == MLP_INPUT_RECOMPUTED || (s->mlp_input == MLP_INPUT_AUTO && gpu_llama_mlp_input_free(g))
+                       ? GPU_MLP_INPUT_RECOMPUTED
+                       : GPU_MLP_INPUT_SAVED;
 }
 
 int gpu_most_kept_layers(struct gpu_llama_options g, const struct model_config *c, size_t budget) {

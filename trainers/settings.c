@@ -36,7 +36,7 @@ void model_settings_from_options(struct model_settings *s, const struct train_op
     s->grouping = o->ungrouped ? ADAPTERS_UNGROUPED : ADAPTERS_GROUPED;
     s->folding = o->unfolded ? ADAPTERS_UNFOLDED : ADAPTERS_FOLDED;
     s->activations = o->offload ? ACTIVATIONS_OFFLOADED : ACTIVATIONS_ON_DEVICE;
-    s->mlp_input = o->recompute_mlp ? MLP_INPUT_RECOMPUTED : MLP_INPUT_KEPT;
+    s->mlp_input = o->recompute_mlp ? MLP_INPUT_RECOMPUTED : o->keep_mlp_input ? MLP_INPUT_KEPT : MLP_INPUT_AUTO;
     s->mlp_chunk = o->mlp_chunk;
     s->recompute_keep = o->recompute_keep;
 }

@@ -46,9 +46,10 @@ enum adapter_grouping { ADAPTERS_GROUPED = 0, ADAPTERS_UNGROUPED };
 enum adapter_folding { ADAPTERS_FOLDED = 0, ADAPTERS_UNFOLDED };
 /* Where the saved layer inputs live: on the device, or in pinned host memory (--offload). */
 enum activation_home { ACTIVATIONS_ON_DEVICE = 0, ACTIVATIONS_OFFLOADED };
-/* The MLP input, swiglu(gate, up): kept per layer, or recomputed before the down projection's
- * backward (--recompute-mlp). */
-enum mlp_input_policy { MLP_INPUT_KEPT = 0, MLP_INPUT_RECOMPUTED };
+/* The MLP input, swiglu(gate, up): kept per layer (--keep-mlp-input), recomputed before the down
+ * projection's backward (--recompute-mlp), or auto: recomputed where that costs no pass of its own
+ * (gpu_llama_mlp_input_free), else kept — the default. */
+enum mlp_input_policy { MLP_INPUT_KEPT = 0, MLP_INPUT_RECOMPUTED, MLP_INPUT_AUTO };
 
 struct model_settings {
     enum train_method method;

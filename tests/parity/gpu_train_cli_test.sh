@@ -43,6 +43,17 @@ check "//ref:train --recompute-mlp: exit status $rc (1), one message pointing to
     test $rc -eq 1 -a "$(grep -c '^refine: --recompute-mlp .*//gpu:train' "$tmp/rmlp.log")" -eq 1 \
     -a "$(wc -l <"$tmp/rmlp.log")" -eq 1
 
+"$ref" --keep-mlp-input --model "$tmp/none" >"$tmp/kmlp.log" 2>&1
+rc=$?
+check "//ref:train --keep-mlp-input: exit status $rc (1), one message pointing to //gpu:train" \
+    test $rc -eq 1 -a "$(grep -c '^refine: --keep-mlp-input .*//gpu:train' "$tmp/kmlp.log")" -eq 1 \
+    -a "$(wc -l <"$tmp/kmlp.log")" -eq 1
+"$gpu" --recompute-mlp --keep-mlp-input --model "$tmp/none" >"$tmp/both.log" 2>&1
+rc=$?
+check "--recompute-mlp with --keep-mlp-input: exit status $rc (1), one message" \
+    test $rc -eq 1 -a "$(grep -c '^refine: --recompute-mlp and --keep-mlp-input' "$tmp/both.log")" -eq 1 \
+    -a "$(wc -l <"$tmp/both.log")" -eq 1
+
 "$ref" --recompute layer --mlp-chunk 64 --model "$tmp/none" >"$tmp/chunk.log" 2>&1
 rc=$?
 check "//ref:train --mlp-chunk 64: exit status $rc (1), one message pointing to //gpu:train" \
@@ -104,14 +115,20 @@ else
     total=$(sed -n 's/.*"plan_GiB":{"total":\([0-9.]*\).*/\1/p' "$tmp/keep10.json")
     check "bench --plan-only: 1B full --recompute layer --recompute-keep 3 plans ${total:-?} GiB (9 to 10): exit status $rc (0)" \
         test $rc -eq 0 -a "$(awk -v t="${total:-0}" 'BEGIN {print (t > 9 && t < 10)}')" -eq 1
-    # --recompute-keep auto fills the card: 1B full on an 11 GiB card (10.25 GiB of budget) keeps 4 layers
-    # (10.02 GiB; 5 would be 10.5)
-    "$bench" --model llama-3.2-1b --method full --micro-batch 16 --seq 512 --recompute layer --recompute-keep auto \
-        --optimizer adamw8bit --master bf16-sr --grad-dtype bf16 --memory-limit 11 --plan-only >"$tmp/keepa.json" 2>"$tmp/keepa.log"
-    rc=$?
-    check "bench --plan-only --recompute-keep auto on an 11 GiB card: exit status $rc (0), 4 layers kept, fits" \
-        test $rc -eq 0 -a "$(grep -c '^recompute-keep auto: 4 layers kept from recomputation' "$tmp/keepa.log")" -eq 1 \
-        -a "$(grep -c '"fits":1' "$tmp/keepa.json")" -eq 1
+    # --recompute-keep auto fills the card: 1B full on an 11 GiB card (10.25 GiB of budget) keeps 5 layers
+    # (10.01 GiB: the kept layers' MLP inputs are formed again in the backward by default, not kept);
+    # with --keep-mlp-input 4 (10.02 GiB; 5 would be 10.5)
+    for k in 5 4; do
+        keep_flag=()
+        [ $k -eq 4 ] && keep_flag=(--keep-mlp-input)
+        "$bench" --model llama-3.2-1b --method full --micro-batch 16 --seq 512 --recompute layer --recompute-keep auto \
+            --optimizer adamw8bit --master bf16-sr --grad-dtype bf16 --memory-limit 11 --plan-only "${keep_flag[@]}" \
+            >"$tmp/keepa.json" 2>"$tmp/keepa.log"
+        rc=$?
+        check "bench --plan-only --recompute-keep auto on an 11 GiB card${keep_flag[*]:+ ${keep_flag[*]}}: exit status $rc (0), $k layers kept, fits" \
+            test $rc -eq 0 -a "$(grep -c "^recompute-keep auto: $k layers kept from recomputation" "$tmp/keepa.log")" -eq 1 \
+            -a "$(grep -c '"fits":1' "$tmp/keepa.json")" -eq 1
+    done
     "$bench" --model llama-3.2-1b --method lora --micro-batch 16 --seq 512 --recompute-keep auto --memory-limit 80 \
         --plan-only >"$tmp/keepan.json" 2>"$tmp/keepan.log"
     rc=$?

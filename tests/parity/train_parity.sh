@@ -35,7 +35,7 @@
 #     must be bitwise the uninterrupted run (if it finished before the kill, that is said, and the
 #     resume of the finished run must still be identical);
 #   - CUDA graphs change no number (the runs without them, REFINE_CUDA_GRAPHS=0, are bitwise the same);
-#   - recomputation changes no number (--recompute-keep and --recompute-mlp too; LoRA, QDoRA, full; full fine-tuning under FP8 with --recompute
+#   - recomputation changes no number (--recompute-keep, --recompute-mlp and --keep-mlp-input too; LoRA, QDoRA, full; full fine-tuning under FP8 with --recompute
 #     layer or attn, whose trained weights are then cast a layer at a time, in every recipe);
 #   - --base-dtype fp8 under --precision fp8 changes memory, not numbers: bitwise the run with the
 #     bf16 base, its Wᵀ codes kept or (--recompute attn, --recompute-mlp) formed a layer at a time (tiny Llama LoRA
@@ -465,26 +465,26 @@ if [ $cpu_only -eq 0 ]; then
             compare "$model $method $variant: --recompute $policy == none, bitwise" "$logs/$name-compare.log" identical \
                 "$tmp/runs/$(gpu_name "$model" "$method" "$variant")" "$tmp/runs/$name"
         done
-        # --recompute-mlp: the MLP input formed again from the same gate and up by the same arithmetic
-        # (SwiGLU's forward, or the backward's pass over gate and up: LoRA's joined down pass, full
-        # fine-tuning's SwiGLU backward with down's dW after it), so bitwise the run that keeps it
-        # (adapters; full fine-tuning with its Qwen2 biases; the 8-byte arrangement; under FP8, whose
-        # down dW then waits for the formed input's codes; with attention recomputation, itself
-        # bitwise none).
-        for mlp_case in "tiny-llama lora none" "tiny-qwen2 full none" "tiny-llama full-adamw8bit-split-g16 none" \
-            "tiny-llama qdora attn" "tiny-llama full none fp8-delayed" "tiny-qwen2 full none fp8-block" \
-            "tiny-llama full-adamw8bit-w16sr-g16 none fp8-delayed"; do
-            read -r model method policy variant <<<"$mlp_case"
-            variant=${variant:-bf16}
+        # The MLP input recomputed or kept: formed again from the same gate and up by the same
+        # arithmetic (SwiGLU's forward, or the backward's pass over gate and up: LoRA's joined down
+        # pass, full fine-tuning's SwiGLU backward with down's dW after it), so the runs are bitwise
+        # equal. Where the default recomputes it (LoRA and full fine-tuning with bf16 products) the
+        # row keeps it (--keep-mlp-input); elsewhere it recomputes (--recompute-mlp): adapters; full
+        # fine-tuning with its Qwen2 biases; the 8-byte arrangement; under FP8, whose down dW then
+        # waits for the formed input's codes; with attention recomputation, itself bitwise none.
+        for mlp_case in "tiny-llama lora none bf16 --keep-mlp-input" "tiny-qwen2 full none bf16 --keep-mlp-input" \
+            "tiny-llama full-adamw8bit-split-g16 none bf16 --keep-mlp-input" "tiny-llama qdora attn bf16 --recompute-mlp" \
+            "tiny-llama full none fp8-delayed --recompute-mlp" "tiny-qwen2 full none fp8-block --recompute-mlp" \
+            "tiny-llama full-adamw8bit-w16sr-g16 none fp8-delayed --recompute-mlp"; do
+            read -r model method policy variant mlp_flag <<<"$mlp_case"
             case " $variants_wanted " in *" $variant "*) ;; *) continue ;; esac
             name=$model-$method-mlp-$policy
             [ "$variant" != bf16 ] && name=$name-$variant
             # shellcheck disable=SC2046 # the variant's flags are words
             run_train "$gpu" "$model" "$method" "$tmp/runs/$name" "$logs/$name.log" $(variant_flags "$variant") \
-                --recompute "$policy" --recompute-mlp
-            check_log "$model $method $variant --recompute-mlp --recompute $policy: exits 0" "$logs/$name.log" \
-                test $? -eq 0
-            compare "$model $method $variant: --recompute-mlp --recompute $policy == neither, bitwise" \
+                --recompute "$policy" "$mlp_flag"
+            check_log "$model $method $variant $mlp_flag --recompute $policy: exits 0" "$logs/$name.log" test $? -eq 0
+            compare "$model $method $variant: $mlp_flag --recompute $policy == the default, bitwise" \
                 "$logs/$name-compare.log" identical "$tmp/runs/$(gpu_name "$model" "$method" "$variant")" "$tmp/runs/$name"
         done
         # Offloaded layer inputs: the same bits copied out and back, so bitwise the run without it
