@@ -412,6 +412,9 @@ const char *gpu_memory_hint(const struct gpu_llama_options *g, char *buf, size_t
     const char *opts[8];
     int n = 0;
     if (g->recompute_keep > 1) opts[n++] = "a smaller --recompute-keep"; /* the layers it keeps cost first */
+    /* the MLP input kept where it is not free to recompute (DoRA, dropout, rank > 16, FP8 products, or
+     * --keep-mlp-input): one SwiGLU pass a layer for B·T·F·2 bytes, cheaper than --recompute layer */
+    if (g->mlp_input == GPU_MLP_INPUT_SAVED && g->recompute != RECOMPUTE_LAYER) opts[n++] = "--recompute-mlp";
     if (g->recompute != RECOMPUTE_LAYER) opts[n++] = "--recompute layer";
     else if (g->offload == GPU_OFFLOAD_NONE) opts[n++] = "--offload";
     if (g->recompute == RECOMPUTE_LAYER && g->mlp_chunk == 0 && (int64_t)g->B * g->T > 8192 &&

@@ -475,6 +475,10 @@ int main(void) {
 
     /* the hint of a plan that does not fit names what is not in use yet */
     struct gpu_llama_options full32 = opts(LLAMA_FULL, 4, 512);
+    expect_hint("full fine-tuning with fp32 masters, the MLP input kept", &full32,
+                "try --recompute-mlp, --recompute layer, --master split, --optimizer adamw8bit, --grad-dtype bf16 or a "
+                "shorter --seq");
+    full32.mlp_input = GPU_MLP_INPUT_RECOMPUTED;
     expect_hint("full fine-tuning with fp32 masters", &full32,
                 "try --recompute layer, --master split, --optimizer adamw8bit, --grad-dtype bf16 or a shorter --seq");
     struct gpu_llama_options lean = full32;
