@@ -292,11 +292,16 @@ struct row_shape {
     int vw, vpt, tpr;
 };
 
-/* A thread holds at most 4 chunks (32 elements), 1 to 4 as the row needs (C 576 and 3072: 3). The
- * backward, which keeps more of a row live, halves that where a row fills exactly 4 chunks a
- * thread (C 2048, 4096: twice the threads a row, two chunks each, so that two blocks fit an SM) —
- * measured on the H100 (docs/RESULTS.md, 2026-11-27). A thread's chunks and their order do not
- * depend on VPT, so neither do the row sums' bits. */
+/* A thread holds at most 4 chunks (32 elements), 1 to 4 as the row needs. The forward takes the
+ * threads a row (32 to 256) that leave the fewest of its chunk slots idle, the most threads among
+ * equals: C 576: 32 × 3, C 2048: 256 × 1, 3072: 128 × 3, 4096: 256 × 2 (measured on an H200 in the
+ * step's sizes, docs/RESULTS.md 2026-11-28 seventh session: 76% → 87% of copy at C 2048, 80 → 85%
+ * at 4096; fewer threads a row keep fewer bytes in flight). The backward, which keeps more of a row
+ * live, takes 32 threads a row and more only where a row needs over 4 chunks a thread, and twice
+ * that where a row fills exactly 4 chunks a thread (C 2048, 4096: two chunks each, so that two
+ * blocks fit an SM) — measured on the H100 (docs/RESULTS.md, 2026-11-27). A thread's chunks and
+ * their order do not depend on VPT, so neither do the row sums' bits; they depend on the threads a
+ * row, a function of C alone. */
 row_shape pick_shape(int C, const void *const *ptrs, int nptrs, bool backward = false) {
     bool vec = C % 8 == 0;
     for (int i = 0; i < nptrs; i++)
@@ -308,6 +313,11 @@ row_shape pick_shape(int C, const void *const *ptrs, int nptrs, bool backward = 
     int tpr = 32;
     while (tpr < kBlock && chunks > 4 * tpr) tpr *= 2;
     if (backward && tpr < kBlock && chunks == 4 * tpr) tpr *= 2;
+    if (!backward) /* the fewest idle chunk slots, then the most threads */
+        for (int t = tpr * 2; t <= kBlock; t *= 2) {
+            const int idle_t = (chunks + t - 1) / t * t - chunks, idle = (chunks + tpr - 1) / tpr * tpr - chunks;
+            if (idle_t <= idle) tpr = t;
+        }
     const int need = (chunks + tpr - 1) / tpr;
     const int vpt = need <= 3 ? need : 4; /* 3: C 576 and 3072 without an idle chunk */
     return {vw, vpt, tpr};
