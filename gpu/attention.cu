@@ -119,7 +119,7 @@ template <int D>
 __global__ void __launch_bounds__(kThreads) attn_forward(bf16 *__restrict__ out, float *__restrict__ lse,
                                                           const bf16 *__restrict__ q, const bf16 *__restrict__ k,
                                                           const bf16 *__restrict__ v, int T, int H, int KVH,
-                                                          float scale) {
+                                                          float scale, int64_t ld_o) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16 *Qs = reinterpret_cast<bf16 *>(smem_raw);     /* [64][D+8] */
     bf16 *Ks = Qs + kRows * (D + 8);                    /* [64][D+8] */
@@ -200,7 +200,7 @@ __global__ void __launch_bounds__(kThreads) attn_forward(bf16 *__restrict__ out,
     for (int r = 0; r < 2; r++) {
         if (row[r] >= T) continue;
         const float inv = 1.0f / l[r];
-        bf16 *dst = out + (((int64_t)b * T + row[r]) * H + h) * D;
+        bf16 *dst = out + ((int64_t)b * T + row[r]) * ld_o + (int64_t)h * D;
 #pragma unroll
         for (int dn = 0; dn < D / 8; dn++) {
             const uint32_t w = pack_bf16(o[dn][2 * r] * inv, o[dn][2 * r + 1] * inv);
@@ -212,13 +212,14 @@ __global__ void __launch_bounds__(kThreads) attn_forward(bf16 *__restrict__ out,
 
 /* ---- backward ---------------------------------------------------------------------------- */
 
-/* Δ[b,h,i] = Σ_d dout·out: one warp per (b, i, h) row. */
+/* Δ[b,h,i] = Σ_d dout·out: one warp per (b, i, h) row (dout's and out's rows (b, i) at ld_o). */
 __global__ void attn_delta(float *__restrict__ delta, const bf16 *__restrict__ dout, const bf16 *__restrict__ out,
-                           int B, int T, int H, int D) {
+                           int B, int T, int H, int D, int64_t ld_o) {
     const int64_t row = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
     if (row >= (int64_t)B * T * H) return;
-    const bf16 *a = dout + row * D, *c = out + row * D;
+    const int64_t at = (row / H) * ld_o + (row % H) * D;
+    const bf16 *a = dout + at, *c = out + at;
     float s = 0.0f;
     for (int d = lane * 2; d < D; d += 64) {
         const float2 x = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(a + d));
@@ -242,7 +243,7 @@ __global__ void __launch_bounds__(kThreads) attn_backward_dkdv(bf16 *__restrict_
                                                                 const bf16 *__restrict__ v,
                                                                 const float *__restrict__ lse,
                                                                 const float *__restrict__ delta, int T, int H,
-                                                                int KVH, float scale) {
+                                                                int KVH, float scale, int64_t ld_o) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16 *Ks = reinterpret_cast<bf16 *>(smem_raw); /* [64 keys][D+8] */
     bf16 *Vs = Ks + kRows * (D + 8);                /* [64 keys][D+8] */
@@ -267,12 +268,12 @@ __global__ void __launch_bounds__(kThreads) attn_backward_dkdv(bf16 *__restrict_
 
     for (int hh = 0; hh < group; hh++) {
         const int h = kvh * group + hh;
-        const bf16 *qb = q + ((int64_t)b * T * H + h) * D, *gb = dout + ((int64_t)b * T * H + h) * D;
+        const bf16 *qb = q + ((int64_t)b * T * H + h) * D, *gb = dout + (int64_t)b * T * ld_o + (int64_t)h * D;
         const float *lb = lse + ((int64_t)b * H + h) * T, *db = delta + ((int64_t)b * H + h) * T;
         for (int c0 = (kt0 / kCols) * kCols; c0 < T; c0 += kCols) {
             __syncthreads();
             load_tile<D>(Qs, qb, qs, c0, T);
-            load_tile<D>(Gs, gb, qs, c0, T);
+            load_tile<D>(Gs, gb, ld_o, c0, T);
             for (int i = threadIdx.x; i < kCols; i += kThreads) {
                 Ls[i] = c0 + i < T ? lb[c0 + i] : 0.0f;
                 Ds[i] = c0 + i < T ? db[c0 + i] : 0.0f;
@@ -325,7 +326,7 @@ __global__ void __launch_bounds__(kThreads) attn_backward_dq(bf16 *__restrict__ 
                                                               const bf16 *__restrict__ v,
                                                               const float *__restrict__ lse,
                                                               const float *__restrict__ delta, int T, int H, int KVH,
-                                                              float scale) {
+                                                              float scale, int64_t ld_o) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16 *Qs = reinterpret_cast<bf16 *>(smem_raw); /* [64 q][D+8]  */
     bf16 *Gs = Qs + kRows * (D + 8);                /* dO [64][D+8] */
@@ -334,10 +335,10 @@ __global__ void __launch_bounds__(kThreads) attn_backward_dq(bf16 *__restrict__ 
     const int q0 = blockIdx.x * kRows, h = blockIdx.y, b = blockIdx.z, kvh = h / (H / KVH);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int64_t qs = (int64_t)H * D, kvs = (int64_t)KVH * D;
-    const bf16 *qb = q + ((int64_t)b * T * H + h) * D, *gb = dout + ((int64_t)b * T * H + h) * D;
+    const bf16 *qb = q + ((int64_t)b * T * H + h) * D, *gb = dout + (int64_t)b * T * ld_o + (int64_t)h * D;
     const bf16 *kb = k + ((int64_t)b * T * KVH + kvh) * D, *vb = v + ((int64_t)b * T * KVH + kvh) * D;
     load_tile<D>(Qs, qb, qs, q0, T);
-    load_tile<D>(Gs, gb, qs, q0, T);
+    load_tile<D>(Gs, gb, ld_o, q0, T);
     const int r0 = warp * 16;
     const int row[2] = {q0 + r0 + g, q0 + r0 + g + 8};
     float lrow[2], drow[2];
@@ -403,27 +404,27 @@ constexpr size_t dq_smem() {
 
 template <int D>
 void forward_launch(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int B, int T, int H, int KVH,
-                    float scale, cudaStream_t stream) {
+                    float scale, int64_t ld_o, cudaStream_t stream) {
     const size_t smem = forward_smem<D>();
     CUDA_CHECK(cudaFuncSetAttribute(attn_forward<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const dim3 grid((unsigned)((T + kRows - 1) / kRows), (unsigned)H, (unsigned)B);
-    attn_forward<D><<<grid, kThreads, smem, stream>>>(out, lse, q, k, v, T, H, KVH, scale);
+    attn_forward<D><<<grid, kThreads, smem, stream>>>(out, lse, q, k, v, T, H, KVH, scale, ld_o);
     KERNEL_CHECK(stream);
 }
 
 template <int D>
 void backward_launch(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const bf16 *q, const bf16 *k, const bf16 *v,
-                     const float *lse, const float *delta, int B, int T, int H, int KVH, float scale,
+                     const float *lse, const float *delta, int B, int T, int H, int KVH, float scale, int64_t ld_o,
                      cudaStream_t stream) {
     const size_t s1 = dkdv_smem<D>(), s2 = dq_smem<D>();
     CUDA_CHECK(cudaFuncSetAttribute(attn_backward_dkdv<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s1));
     CUDA_CHECK(cudaFuncSetAttribute(attn_backward_dq<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s2));
     const unsigned tiles = (unsigned)((T + kRows - 1) / kRows);
-    attn_backward_dkdv<D><<<dim3(tiles, (unsigned)KVH, (unsigned)B), kThreads, s1, stream>>>(dk, dv, dout, q, k, v, lse,
-                                                                                           delta, T, H, KVH, scale);
+    attn_backward_dkdv<D><<<dim3(tiles, (unsigned)KVH, (unsigned)B), kThreads, s1, stream>>>(
+        dk, dv, dout, q, k, v, lse, delta, T, H, KVH, scale, ld_o);
     KERNEL_CHECK(stream);
     attn_backward_dq<D><<<dim3(tiles, (unsigned)H, (unsigned)B), kThreads, s2, stream>>>(dq, dout, q, k, v, lse, delta,
-                                                                                       T, H, KVH, scale);
+                                                                                       T, H, KVH, scale, ld_o);
     KERNEL_CHECK(stream);
 }
 
@@ -431,6 +432,14 @@ void check_args(int B, int T, int H, int KVH, int D) {
     CHECK(B >= 1 && T >= 1 && H >= 1 && KVH >= 1 && H % KVH == 0 && (D == 16 || D == 32 || D == 64 || D == 128),
           "gpu_attention: unsupported shape B=%d T=%d H=%d KVH=%d D=%d (D must be 16, 32, 64 or 128, H %% KVH == 0)", B,
           T, H, KVH, D);
+}
+
+/* A row stride of out or dout: at least H·D, a multiple of 8 (16-byte rows: the tiles' 16-byte
+ * loads and the tensor maps' strides). */
+void check_ld(int64_t ld_o, int H, int D, const void *p) {
+    CHECK(ld_o >= (int64_t)H * D && ld_o % 8 == 0 && ((uintptr_t)p % 16) == 0,
+          "gpu_attention: row stride %lld must be at least H*D=%d and a multiple of 8, rows 16-byte aligned",
+          (long long)ld_o, H * D);
 }
 
 } // namespace
@@ -449,42 +458,47 @@ enum AttnKernel attention_auto_kernel(int D) {
 
 void attention_forward(enum AttnKernel kernel, uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k,
                        const uint16_t *v, int B, int T, int H, int KVH, int D, float scale, cudaStream_t stream,
-                       HangRecord *dbg) {
+                       HangRecord *dbg, int64_t ld_o) {
     check_args(B, T, H, KVH, D);
+    if (ld_o == 0) ld_o = (int64_t)H * D;
+    check_ld(ld_o, H, D, out);
     if (kernel == ATTN_KERNEL_AUTO) kernel = attention_auto_kernel(D);
     if (kernel == ATTN_KERNEL_SM90) {
-        attn90_forward(out, lse, q, k, v, B, T, H, KVH, D, scale, stream, dbg);
+        attn90_forward(out, lse, q, k, v, B, T, H, KVH, D, scale, stream, dbg, ld_o);
         return;
     }
     bf16 *o = reinterpret_cast<bf16 *>(out);
     const bf16 *qq = reinterpret_cast<const bf16 *>(q), *kk = reinterpret_cast<const bf16 *>(k),
                *vv = reinterpret_cast<const bf16 *>(v);
     ATTN_HEADDIM_SWITCH(D, [&](auto hd) {
-        forward_launch<decltype(hd)::value>(o, lse, qq, kk, vv, B, T, H, KVH, scale, stream);
+        forward_launch<decltype(hd)::value>(o, lse, qq, kk, vv, B, T, H, KVH, scale, ld_o, stream);
     });
 }
 
 void attention_backward(enum AttnKernel kernel, uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint16_t *dout,
                         const uint16_t *q, const uint16_t *k, const uint16_t *v, const uint16_t *out, const float *lse,
                         int B, int T, int H, int KVH, int D, float scale, void *workspace, cudaStream_t stream,
-                        HangRecord *dbg) {
+                        HangRecord *dbg, int64_t ld_o) {
     check_args(B, T, H, KVH, D);
+    if (ld_o == 0) ld_o = (int64_t)H * D;
+    check_ld(ld_o, H, D, out);
+    check_ld(ld_o, H, D, dout);
     if (kernel == ATTN_KERNEL_AUTO) kernel = attention_auto_kernel(D);
     if (kernel == ATTN_KERNEL_SM90) {
-        attn90_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, H, KVH, D, scale, workspace, stream, dbg);
+        attn90_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, H, KVH, D, scale, workspace, stream, dbg, ld_o);
         return;
     }
     float *delta = reinterpret_cast<float *>(static_cast<unsigned char *>(workspace) +
                                              attn90::bwd_workspace(B, T, H).delta80);
     const int64_t rows = (int64_t)B * T * H;
     attn_delta<<<(unsigned)((rows + 7) / 8), 256, 0, stream>>>(delta, reinterpret_cast<const bf16 *>(dout),
-                                                               reinterpret_cast<const bf16 *>(out), B, T, H, D);
+                                                               reinterpret_cast<const bf16 *>(out), B, T, H, D, ld_o);
     KERNEL_CHECK(stream);
     bf16 *a = reinterpret_cast<bf16 *>(dq), *bk = reinterpret_cast<bf16 *>(dk), *bv = reinterpret_cast<bf16 *>(dv);
     const bf16 *g = reinterpret_cast<const bf16 *>(dout), *qq = reinterpret_cast<const bf16 *>(q),
                *kk = reinterpret_cast<const bf16 *>(k), *vv = reinterpret_cast<const bf16 *>(v);
     ATTN_HEADDIM_SWITCH(D, [&](auto hd) {
-        backward_launch<decltype(hd)::value>(a, bk, bv, g, qq, kk, vv, lse, delta, B, T, H, KVH, scale, stream);
+        backward_launch<decltype(hd)::value>(a, bk, bv, g, qq, kk, vv, lse, delta, B, T, H, KVH, scale, ld_o, stream);
     });
 }
 
@@ -494,6 +508,13 @@ extern "C" void gpu_attention_forward_bf16(uint16_t *out, float *lse, const uint
                                            const uint16_t *v, int B, int T, int H, int KVH, int D, float scale,
                                            cudaStream_t stream) {
     refine::attention_forward(refine::ATTN_KERNEL_AUTO, out, lse, q, k, v, B, T, H, KVH, D, scale, stream, nullptr);
+}
+
+extern "C" void gpu_attention_forward_ld_bf16(uint16_t *out, int64_t ld_o, float *lse, const uint16_t *q,
+                                              const uint16_t *k, const uint16_t *v, int B, int T, int H, int KVH,
+                                              int D, float scale, cudaStream_t stream) {
+    refine::attention_forward(refine::ATTN_KERNEL_AUTO, out, lse, q, k, v, B, T, H, KVH, D, scale, stream, nullptr,
+                              ld_o);
 }
 
 extern "C" size_t gpu_attention_backward_workspace_size(int B, int T, int H) {
@@ -506,4 +527,13 @@ extern "C" void gpu_attention_backward_bf16(uint16_t *dq, uint16_t *dk, uint16_t
                                             int D, float scale, void *workspace, cudaStream_t stream) {
     refine::attention_backward(refine::ATTN_KERNEL_AUTO, dq, dk, dv, dout, q, k, v, out, lse, B, T, H, KVH, D, scale,
                                workspace, stream, nullptr);
+}
+
+extern "C" void gpu_attention_backward_ld_bf16(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint16_t *dout,
+                                               const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                                               const uint16_t *out, int64_t ld_o, const float *lse, int B, int T,
+                                               int H, int KVH, int D, float scale, void *workspace,
+                                               cudaStream_t stream) {
+    refine::attention_backward(refine::ATTN_KERNEL_AUTO, dq, dk, dv, dout, q, k, v, out, lse, B, T, H, KVH, D, scale,
+                               workspace, stream, nullptr, ld_o);
 }

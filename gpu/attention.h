@@ -45,11 +45,23 @@ extern "C" {
 void gpu_attention_forward_bf16(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k, const uint16_t *v,
                                 int B, int T, int H, int KVH, int D, float scale, cudaStream_t stream);
 
+/* The same with out's rows (b, t) at ld_o elements (≥ H·D, a multiple of 8): a caller's wider buffer
+ * whose further columns the kernels leave untouched (gpu/llama.cu's folded o projection keeps its
+ * adapter columns there). */
+void gpu_attention_forward_ld_bf16(uint16_t *out, int64_t ld_o, float *lse, const uint16_t *q, const uint16_t *k,
+                                   const uint16_t *v, int B, int T, int H, int KVH, int D, float scale,
+                                   cudaStream_t stream);
+
 size_t gpu_attention_backward_workspace_size(int B, int T, int H);
 
 void gpu_attention_backward_bf16(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint16_t *dout, const uint16_t *q,
                                  const uint16_t *k, const uint16_t *v, const uint16_t *out, const float *lse, int B,
                                  int T, int H, int KVH, int D, float scale, void *workspace, cudaStream_t stream);
+/* The same with dout's and out's rows at ld_o elements (as the forward's). */
+void gpu_attention_backward_ld_bf16(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint16_t *dout, const uint16_t *q,
+                                    const uint16_t *k, const uint16_t *v, const uint16_t *out, int64_t ld_o,
+                                    const float *lse, int B, int T, int H, int KVH, int D, float scale,
+                                    void *workspace, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -59,7 +59,8 @@ enum {
 
 /* Host: a 4-D bf16 tensor map over a (B, T, NH, D) row-major tensor, dims {D, NH, T, B}, box
  * {64, 1, box_rows, 1}, 128-byte swizzle, out-of-range rows read as zeros. */
-void make_tmap(CUtensorMap *map, const void *base, int B, int T, int NH, int D, int box_rows);
+/* rows (b, t) at ld elements (0: NH·D, packed) */
+void make_tmap(CUtensorMap *map, const void *base, int B, int T, int NH, int D, int box_rows, int64_t ld = 0);
 
 /* Two floats rounded to bf16 (RNE), low half first. */
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {

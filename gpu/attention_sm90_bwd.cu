@@ -60,7 +60,7 @@ constexpr int kPreRows = 8;
 template <int D>
 __global__ void __launch_bounds__(256) attn90_bwd_pre(float *__restrict__ delta, float *__restrict__ lse2,
                                                       int *__restrict__ sem, const __nv_bfloat16 *__restrict__ dout,
-                                                      const __nv_bfloat16 *__restrict__ out,
+                                                      const __nv_bfloat16 *__restrict__ out, int64_t ld_o,
                                                       const float *__restrict__ lse, int B, int T, int H, int T_pad,
                                                       int BM, int num_m) {
     constexpr int NP = D / 64; /* column pairs a lane takes in a row */
@@ -70,14 +70,15 @@ __global__ void __launch_bounds__(256) attn90_bwd_pre(float *__restrict__ delta,
     if (row0 >= rows) return;
     /* T_pad is a multiple of 128: the warp's rows are rows i0 … i0 + 7 of one (b, h) */
     const int bh = (int)(row0 / T_pad), i0 = (int)(row0 - (int64_t)bh * T_pad), b = bh / H, h = bh - b * H;
-    const __nv_bfloat16 *a = dout + (((int64_t)b * T + i0) * H + h) * D, *c = out + (((int64_t)b * T + i0) * H + h) * D;
+    const int64_t at = ((int64_t)b * T + i0) * ld_o + (int64_t)h * D; /* dout and out rows at ld_o */
+    const __nv_bfloat16 *a = dout + at, *c = out + at;
     float2 x[kPreRows][NP], y[kPreRows][NP];
 #pragma unroll
     for (int r = 0; r < kPreRows; r++) {
         const bool live = i0 + r < T;
 #pragma unroll
         for (int j = 0; j < NP; j++) {
-            const int64_t d = (int64_t)r * H * D + lane * 2 + 64 * j;
+            const int64_t d = (int64_t)r * ld_o + lane * 2 + 64 * j;
             x[r][j] = live ? __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(a + d)) : make_float2(0.0f, 0.0f);
             y[r][j] = live ? __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(c + d)) : make_float2(0.0f, 0.0f);
         }
@@ -300,14 +301,15 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_sm90(const __grid_constant__ 
 
 template <int D>
 static void backward_launch(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint16_t *dout, const uint16_t *q,
-                            const uint16_t *k, const uint16_t *v, const uint16_t *out, const float *lse, int B, int T,
-                            int H, int KVH, float scale, void *workspace, cudaStream_t stream, HangRecord *dbg) {
+                            const uint16_t *k, const uint16_t *v, const uint16_t *out, int64_t ld_o, const float *lse,
+                            int B, int T, int H, int KVH, float scale, void *workspace, cudaStream_t stream,
+                            HangRecord *dbg) {
     using C = attn90::BwdTile<D>;
     const attn90::BwdWorkspace ws = attn90::bwd_workspace(B, T, H);
     unsigned char *w = static_cast<unsigned char *>(workspace);
     attn90::BwdParams p;
     attn90::make_tmap(&p.tq, q, B, T, H, D, C::BM);
-    attn90::make_tmap(&p.tdo, dout, B, T, H, D, C::BM);
+    attn90::make_tmap(&p.tdo, dout, B, T, H, D, C::BM, ld_o);
     attn90::make_tmap(&p.tk, k, B, T, KVH, D, C::BN);
     attn90::make_tmap(&p.tv, v, B, T, KVH, D, C::BN);
     p.dk = reinterpret_cast<__nv_bfloat16 *>(dk);
@@ -328,7 +330,7 @@ static void backward_launch(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint
     const int64_t rows = (int64_t)B * H * p.T_pad, warps = rows / attn90::kPreRows; /* T_pad: a multiple of 128 */
     attn90::attn90_bwd_pre<D><<<(unsigned)((warps + 7) / 8), 256, 0, stream>>>(
         delta, lse2, p.sem, reinterpret_cast<const __nv_bfloat16 *>(dout), reinterpret_cast<const __nv_bfloat16 *>(out),
-        lse, B, T, H, p.T_pad, C::BM, p.num_m);
+        ld_o, lse, B, T, H, p.T_pad, C::BM, p.num_m);
     KERNEL_CHECK(stream);
     const size_t smem = attn90::BwdSmem<D>::BYTES;
     CUDA_CHECK(cudaFuncSetAttribute(attn90::attn_bwd_sm90<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -342,12 +344,14 @@ static void backward_launch(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint
 
 void attn90_backward(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint16_t *dout, const uint16_t *q,
                      const uint16_t *k, const uint16_t *v, const uint16_t *out, const float *lse, int B, int T, int H,
-                     int KVH, int D, float scale, void *workspace, cudaStream_t stream, HangRecord *dbg) {
+                     int KVH, int D, float scale, void *workspace, cudaStream_t stream, HangRecord *dbg,
+                     int64_t ld_o) {
     CHECK(attn90_available(D), "the Hopper attention kernels cannot run here (D=%d)", D);
     ATTN_HEADDIM_SWITCH(D, [&](auto hd) {
         constexpr int kD = decltype(hd)::value;
         if constexpr (kD == 64 || kD == 128)
-            backward_launch<kD>(dq, dk, dv, dout, q, k, v, out, lse, B, T, H, KVH, scale, workspace, stream, dbg);
+            backward_launch<kD>(dq, dk, dv, dout, q, k, v, out, ld_o > 0 ? ld_o : (int64_t)H * kD, lse, B, T, H, KVH,
+                                scale, workspace, stream, dbg);
     });
 }
 

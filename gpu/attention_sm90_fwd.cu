@@ -33,6 +33,7 @@ namespace attn90 {
 struct FwdParams {
     CUtensorMap tq, tk, tv;
     __nv_bfloat16 *out;
+    int64_t ld_o; /* out's row stride, elements */
     float *lse;
     int B, T, H, KVH, num_m, num_tiles;
     float scale_log2; /* softmax scale · log2(e) */
@@ -208,7 +209,7 @@ __global__ void __launch_bounds__(384, 1) attn_fwd_sm90(const __grid_constant__ 
             const int row = q_row0 + acc_row(tid, 2 * r);
             if (row >= p.T) continue;
             const float inv = 1.0f / l_run[r];
-            __nv_bfloat16 *dst = p.out + (((int64_t)w.b * p.T + row) * p.H + w.h) * D;
+            __nv_bfloat16 *dst = p.out + ((int64_t)w.b * p.T + row) * p.ld_o + (int64_t)w.h * D;
 #pragma unroll
             for (int j = 0; j < D / 8; j++) {
                 const int i = 4 * j + 2 * r;
@@ -226,7 +227,7 @@ __global__ void __launch_bounds__(384, 1) attn_fwd_sm90(const __grid_constant__ 
 using attn90::FwdParams;
 using attn90::FwdSmem;
 
-void attn90::make_tmap(CUtensorMap *map, const void *base, int B, int T, int NH, int D, int box_rows) {
+void attn90::make_tmap(CUtensorMap *map, const void *base, int B, int T, int NH, int D, int box_rows, int64_t ld) {
     static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
         void *fn = nullptr;
         cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
@@ -235,7 +236,8 @@ void attn90::make_tmap(CUtensorMap *map, const void *base, int B, int T, int NH,
         return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
     }();
     const cuuint64_t dims[4] = {(cuuint64_t)D, (cuuint64_t)NH, (cuuint64_t)T, (cuuint64_t)B};
-    const cuuint64_t strides[3] = {(cuuint64_t)D * 2, (cuuint64_t)NH * D * 2, (cuuint64_t)T * NH * D * 2};
+    const int64_t row = ld > 0 ? ld : (int64_t)NH * D;
+    const cuuint64_t strides[3] = {(cuuint64_t)D * 2, (cuuint64_t)row * 2, (cuuint64_t)T * row * 2};
     const cuuint32_t box[4] = {64, 1, (cuuint32_t)box_rows, 1}, estr[4] = {1, 1, 1, 1};
     const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void *>(base), dims, strides, box,
                               estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
@@ -267,14 +269,16 @@ bool attn90_available(int D) {
 }
 
 template <int D>
-static void forward_launch(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k, const uint16_t *v, int B,
-                           int T, int H, int KVH, float scale, cudaStream_t stream, HangRecord *dbg) {
+static void forward_launch(uint16_t *out, int64_t ld_o, float *lse, const uint16_t *q, const uint16_t *k,
+                           const uint16_t *v, int B, int T, int H, int KVH, float scale, cudaStream_t stream,
+                           HangRecord *dbg) {
     using C = attn90::FwdTile<D>;
     FwdParams p;
     attn90::make_tmap(&p.tq, q, B, T, H, D, C::BM);
     attn90::make_tmap(&p.tk, k, B, T, KVH, D, C::BN);
     attn90::make_tmap(&p.tv, v, B, T, KVH, D, C::BN);
     p.out = reinterpret_cast<__nv_bfloat16 *>(out);
+    p.ld_o = ld_o;
     p.lse = lse;
     p.B = B, p.T = T, p.H = H, p.KVH = KVH;
     p.num_m = attn90::ceil_div(T, C::BM);
@@ -290,11 +294,12 @@ static void forward_launch(uint16_t *out, float *lse, const uint16_t *q, const u
 }
 
 void attn90_forward(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k, const uint16_t *v, int B, int T,
-                    int H, int KVH, int D, float scale, cudaStream_t stream, HangRecord *dbg) {
+                    int H, int KVH, int D, float scale, cudaStream_t stream, HangRecord *dbg, int64_t ld_o) {
     CHECK(attn90_available(D), "the Hopper attention kernels cannot run here (D=%d)", D);
     ATTN_HEADDIM_SWITCH(D, [&](auto hd) {
         constexpr int kD = decltype(hd)::value;
-        if constexpr (kD == 64 || kD == 128) forward_launch<kD>(out, lse, q, k, v, B, T, H, KVH, scale, stream, dbg);
+        if constexpr (kD == 64 || kD == 128)
+            forward_launch<kD>(out, ld_o > 0 ? ld_o : (int64_t)H * kD, lse, q, k, v, B, T, H, KVH, scale, stream, dbg);
     });
 }
 

@@ -408,6 +408,59 @@ static void run_kernel(AttnKernel kern, const Refs &R, int B, int T, int H, int 
     cmp_exact_bytes(&c, again.data(), dqb.data(), nq * 2);
     cmp_exact_bytes(&c, againk.data(), dkb.data(), nk * 2);
     cmp_exact_bytes(&c, againv.data(), dvb.data(), nk * 2);
+
+    /* Rows at a wider stride (gpu_attention_*_ld_bf16; ld = H·D + 64, as a caller's adapter columns
+     * after each row): the forward's out bitwise the packed out, the columns past H·D untouched; the
+     * backward from dout and out at that stride bitwise the packed backward's dq, dk, dv. */
+    const int64_t HD = (int64_t)H * D, ld = HD + 64, rows = (int64_t)B * T;
+    const uint16_t kMark = 0x4321; /* finite (cmp_exact_bytes matches any NaN with any NaN): the mark the
+                                    * kernels must leave in the extra columns */
+    std::vector<uint16_t> gw((size_t)(rows * ld), kMark), ow((size_t)(rows * ld));
+    for (int64_t r = 0; r < rows; r++) memcpy(&gw[(size_t)(r * ld)], &R.gb[(size_t)(r * HD)], (size_t)HD * 2);
+    const std::vector<uint16_t> marks((size_t)(rows * ld), kMark);
+    struct dev_buf bow, bgw;
+    dev_buf_alloc(&bow, "out (row stride H*D + 64)", (size_t)(rows * ld) * 2, POISON_NONE, marks.data());
+    dev_buf_alloc(&bgw, "dout (row stride H*D + 64)", (size_t)(rows * ld) * 2, POISON_NONE, gw.data());
+    refine::attention_forward(kern, (uint16_t *)bow.data, (float *)bl.data, (const uint16_t *)bq.data,
+                              (const uint16_t *)bk.data, (const uint16_t *)bv.data, B, T, H, KVH, D, scale, g_stream,
+                              g_hang, ld);
+    hung = kern == refine::ATTN_KERNEL_SM90 && hang_check("forward (strided)", shape);
+    if (!hung) {
+        dev_buf_reset(&bdq, nullptr);
+        dev_buf_reset(&bdk, nullptr);
+        dev_buf_reset(&bdv, nullptr);
+        refine::attention_backward(kern, (uint16_t *)bdq.data, (uint16_t *)bdk.data, (uint16_t *)bdv.data,
+                                   (const uint16_t *)bgw.data, (const uint16_t *)bq.data, (const uint16_t *)bk.data,
+                                   (const uint16_t *)bv.data, (const uint16_t *)bow.data, (const float *)bl.data, B, T,
+                                   H, KVH, D, scale, bws.data, g_stream, g_hang, ld);
+        hung = kern == refine::ATTN_KERNEL_SM90 && hang_check("backward (strided)", shape);
+    }
+    if (!hung) {
+        CUDA_CHECK(cudaStreamSynchronize(g_stream));
+        dev_buf_download(&bow, ow.data(), 1);
+        std::vector<uint16_t> packed(nq), extra;
+        extra.reserve((size_t)(rows * 64));
+        for (int64_t r = 0; r < rows; r++) {
+            memcpy(&packed[(size_t)(r * HD)], &ow[(size_t)(r * ld)], (size_t)HD * 2);
+            extra.insert(extra.end(), ow.begin() + r * ld + HD, ow.begin() + (r + 1) * ld);
+        }
+        c.op = "attention_forward";
+        c.what = "out at row stride H*D + 64: bitwise the packed out";
+        cmp_exact_bytes(&c, packed.data(), ob.data(), nq * 2);
+        c.what = "out at row stride H*D + 64: the columns past H*D untouched";
+        const std::vector<uint16_t> want((size_t)(rows * 64), kMark);
+        cmp_exact_bytes(&c, extra.data(), want.data(), extra.size() * 2);
+        dev_buf_download(&bdq, again.data(), 1);
+        dev_buf_download(&bdk, againk.data(), 1);
+        dev_buf_download(&bdv, againv.data(), 1);
+        c.op = "attention_backward";
+        c.what = "dq/dk/dv from dout and out at row stride H*D + 64: bitwise the packed backward";
+        cmp_exact_bytes(&c, again.data(), dqb.data(), nq * 2);
+        cmp_exact_bytes(&c, againk.data(), dkb.data(), nk * 2);
+        cmp_exact_bytes(&c, againv.data(), dvb.data(), nk * 2);
+    }
+    dev_buf_free(&bow);
+    dev_buf_free(&bgw);
     release();
 }
 
