@@ -40,8 +40,10 @@ static inline gpu_nf4_tensor gl_nf4_tensor(const gl_nf4 &q) {
 /* Linears that read the same input: q/k/v (the attention's normed input) and gate/up (the MLP's).
  * Without dropout their LoRA adapters run as one group (gpu/lora.h's gpu_lora_group_*): the
  * members' A compute copies and A gradients are carved contiguously, in member order, so that the
- * first member's pointers address the stacked (n·R, C_in) matrices. */
-enum { GL_GROUP_QKV = 0, GL_GROUP_GATE_UP = 1, GL_N_GROUPS = 2 };
+ * first member's pointers address the stacked (n·R, C_in) matrices. The o projection is a group of
+ * one where it is folded (LoRA only: its input, the attention output, at row stride ld_att with u
+ * after the QD columns) and not grouped otherwise. */
+enum { GL_GROUP_QKV = 0, GL_GROUP_GATE_UP = 1, GL_GROUP_O = 2, GL_N_GROUPS = 3 };
 extern const int gl_group_first[GL_N_GROUPS], gl_group_n[GL_N_GROUPS];
 
 /* One linear of one layer. w is what the products read: the frozen bf16 base, the compute copy of
@@ -174,6 +176,7 @@ struct gpu_llama {
      * products, from the rescaled dy, give du as LoRA's do */
     int folded[GL_N_GROUPS];
     int64_t ld_n1, ld_n2;
+    int64_t ld_att; /* the attention output's and its gradient's row stride (QD, or folded o's QD + R padded) */
     struct lora_fold_slot *fold_slots; /* device: one per folded linear */
     int n_fold_slots, fold_max_c_out;
     cudaStream_t stream;

@@ -436,7 +436,7 @@ void activation_rows(gpu_llama *m, gl_rows &rs) {
             add(rs, SLAB_ACTS, &s->q, N * m->QD);
             add(rs, SLAB_ACTS, &s->k, N * m->KD);
             add(rs, SLAB_ACTS, &s->v, N * m->KD);
-            add(rs, SLAB_ACTS, &s->att, N * m->QD);
+            add(rs, SLAB_ACTS, &s->att, N * m->ld_att); /* folded o: u after the QD columns */
             add(rs, SLAB_ACTS, &s->lse, (int64_t)m->opt.B * c->H * m->opt.T);
             adapter_act_rows(m, rs, s, LLAMA_Q, LLAMA_V);
         }
@@ -507,7 +507,7 @@ void scratch_rows(gpu_llama *m, gl_rows &rs) {
     /* tmp (a layer forward's o and down outputs) and datt (a layer backward's attention-output
      * gradient) are one buffer: a layer's forward, recomputation included, ends before its backward
      * starts (point_views) */
-    add(rs, SLAB_SCRATCH, &m->tmp, N * (C > m->QD ? C : m->QD));
+    add(rs, SLAB_SCRATCH, &m->tmp, N * (C > m->ld_att ? C : m->ld_att)); /* datt: folded o's du after QD */
     add(rs, SLAB_SCRATCH, &m->G, N * C);
     add(rs, SLAB_SCRATCH, &m->dn, N * (m->ld_n1 > m->ld_n2 ? m->ld_n1 : m->ld_n2)); /* folded: du after C */
     add(rs, SLAB_SCRATCH, &m->dq, N * m->QD);
@@ -645,6 +645,7 @@ void point_views(gpu_llama *m) {
             s.gate = z.gate, s.up = z.up, s.mlp = z.mlp;
             for (int t = LLAMA_O; t < LLAMA_N_LINEAR; t++) s.u[t] = z.u[t], s.z[t] = z.z[t], s.wnorm[t] = z.wnorm[t];
             s.ug[GL_GROUP_GATE_UP] = z.ug[GL_GROUP_GATE_UP];
+            s.ug[GL_GROUP_O] = z.ug[GL_GROUP_O];
         }
     }
     if (m->opt.offload == GPU_OFFLOAD_INPUTS)
@@ -662,7 +663,7 @@ void point_views(gpu_llama *m) {
 
 }  // namespace
 
-const int gl_group_first[GL_N_GROUPS] = {LLAMA_Q, LLAMA_GATE}, gl_group_n[GL_N_GROUPS] = {3, 2};
+const int gl_group_first[GL_N_GROUPS] = {LLAMA_Q, LLAMA_GATE, LLAMA_O}, gl_group_n[GL_N_GROUPS] = {3, 2, 1};
 
 int gl_layer_of(const char *name) {
     int l = -1;
@@ -862,9 +863,12 @@ static void init_shape(gpu_llama *m, const model_config *c, const gpu_llama_opti
         m->grouped[g] = all;
         m->folded[g] = all && (o->base == GPU_BASE_BF16 || o->base == GPU_BASE_NF4) &&
                        o->linears == GPU_LINEAR_BF16 && o->folding == GPU_LORA_FOLDED;
+        /* o, a group of one: folded LoRA only (DoRA's o keeps its output: gl_keeps_o_out) */
+        if (g == GL_GROUP_O) m->folded[g] = m->grouped[g] = m->folded[g] && o->mode == LLAMA_LORA;
     }
     m->ld_n1 = fold_ld(c->C, m->folded[GL_GROUP_QKV] ? gl_group_n[GL_GROUP_QKV] * o->R : 0);
     m->ld_n2 = fold_ld(c->C, m->folded[GL_GROUP_GATE_UP] ? gl_group_n[GL_GROUP_GATE_UP] * o->R : 0);
+    m->ld_att = fold_ld(m->QD, m->folded[GL_GROUP_O] ? o->R : 0);
 }
 
 /* The host tables the layout's rows point into: layers, saved sets, layer inputs, trainable

@@ -209,15 +209,19 @@ int main(void) {
     const double na = (double)cs.L * ol.R *
                       ((cs.C + cs.H * cs.D) + 2.0 * (cs.C + cs.KVH * cs.D) + (cs.H * cs.D + cs.C) + 3.0 * (cs.C + cs.F));
     in_range("lora: gradient bytes = 4 per adapter parameter", (double)pl.grads, 4 * na, 4 * na + slack);
-    /* the folded groups' weights (the default: q/k/v and gate/up grouped on a bf16 base) have rows of
-     * C + n·R rounded up to 64 elements (gpu/llama_layout.cu); unfolded, 2 bytes a weight */
+    /* the folded groups' weights (the default: q/k/v and gate/up grouped on a bf16 base, and o — a
+     * group of one, its input the attention output of H·D columns) have rows of C_in + n·R rounded up
+     * to 64 elements (gpu/llama_layout.cu); unfolded, 2 bytes a weight */
     struct gpu_llama_options ou = ol;
     ou.folding = GPU_LORA_UNFOLDED;
     const struct gpu_llama_plan pu = plan_of(&cs, &ou);
     in_range("lora --unfolded: frozen bf16 weights = 2 bytes per weight", (double)pu.weights, 2 * np, 2 * np + slack);
     const double pad_qkv = (double)((cs.C + 3 * ol.R + 63) / 64 * 64 - cs.C),
-                 pad_gu = (double)((cs.C + 2 * ol.R + 63) / 64 * 64 - cs.C);
-    const double folded = 2 * np + 2.0 * cs.L * ((cs.H * cs.D + 2.0 * cs.KVH * cs.D) * pad_qkv + 2.0 * cs.F * pad_gu);
+                 pad_gu = (double)((cs.C + 2 * ol.R + 63) / 64 * 64 - cs.C),
+                 pad_o = (double)((cs.H * cs.D + ol.R + 63) / 64 * 64 - cs.H * cs.D);
+    const double folded = 2 * np + 2.0 * cs.L *
+                                       ((cs.H * cs.D + 2.0 * cs.KVH * cs.D) * pad_qkv + 2.0 * cs.F * pad_gu +
+                                        (double)cs.C * pad_o);
     in_range("lora: frozen bf16 weights = 2 bytes per weight and per folded adapter column", (double)pl.weights,
              folded, folded + slack);
 

@@ -1576,6 +1576,8 @@ int main(int argc, char **argv) {
         {{3, 256, 576, 16, {576, 192, 192}}, 0, 0},   /* SmolLM2's q/k/v: x_f 624 wide, no padding */
         {{2, 256, 576, 16, {1536, 1536}}, 0, 64},     /* SmolLM2's gate/up; dx_f 64 wider */
         {{3, 512, 2048, 16, {2048, 512, 512}}, 0, 0}, /* Llama-3.2-1B's q/k/v */
+        {{1, 256, 576, 16, {576}}, 0, 0},              /* SmolLM2's o, a group of one */
+        {{1, 512, 2048, 16, {2048}}, 0, 0},            /* Llama-3.2-1B's o */
         {{3, 33, 37, 8, {37, 9, 9}}, 8, 3},           /* u at odd columns, 3 padding columns; W_f wider than x_f */
         {{2, 40, 64, 6, {96, 80}}, 0, 4},             /* n·R = 12: 4 padding columns, u copied element by element */
     };
