@@ -153,7 +153,7 @@ void gpu_lora_group_backward_ld_bf16(struct gpu_gemm *g, uint16_t *dx, float *dl
                                      const int *C_out, int R, float scale, void *workspace, cudaStream_t stream);
 
 /* Folded groups (LoRA or DoRA without dropout on a bf16 or NF4 base with bf16 products: gpu/llama.cu
- * folds the q/k/v and gate/up groups; DoRA's forward products, its magnitude in the weight, are
+ * folds the q/k/v and gate/up groups, and LoRA's o as a group of one; DoRA's forward products, its magnitude in the weight, are
  * gpu/dora.h's gpu_dora_scale_weight_bf16). The adapters' products join the base products' K dimension, so that
  * no pass of their own reads and rewrites y:
  *   y_i = bf16( x_f W_f,iᵀ ) = bf16( x W_iᵀ + u_i S_iᵀ )          one fp32 sum, rounded once
