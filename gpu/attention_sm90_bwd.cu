@@ -4,7 +4,7 @@
  *
  * Three launches:
  *  1. attn90_bwd_pre: Δ = rowsum(dO ∘ O) and lse·log2 e into (b·H + h, T_pad) arrays (zeros in the
- *     padding), and the dQ order counters set to 0. One warp per 8 rows.
+ *     padding), and the dQ order counters set to 0. One warp per token row (all its heads).
  *  2. attn_bwd_sm90: one CTA per 128 keys (n) of one (b, kv head), 384 threads. Warpgroup 0: one
  *     thread loads K and V once and then, through a two-stage ring, Q, dO (TMA, swizzled) and the
  *     lse/Δ slices (bulk copies) of every query block m ≥ m_first(n) of every query head of the
@@ -49,13 +49,16 @@ struct BwdParams {
     HangRecord *dbg;
 };
 
-/* Δ, lse·log2 e (padded) and the counters: one warp per kPreRows consecutive rows (b·H + h, i),
- * i < T_pad, every row's loads issued before any row's sum. A warp per row (32768 blocks at
- * Llama-3.2-1B's shape) ran at a third of the copy rate, 66 µs of the backward's 290; this form
- * 31 µs (docs/RESULTS.md, 2026-11-28, third session). Each row's sum is formed as the warp per row
- * formed it — lane L the pairs at columns 2L + 64j, then the xor tree — and the trainers' losses
- * came out bitwise the same. */
-constexpr int kPreRows = 8;
+/* Δ, lse·log2 e (padded) and the counters. A block takes kPreRows consecutive token rows (b, i) of
+ * the padded (B, T_pad) grid, one warp a row: the row's H heads of dout and out, H·D contiguous
+ * elements each at row stride ld_o, read with 16-byte loads (D/8 lanes a head, 256/D heads a warp
+ * instruction, kPreLoads instructions of each in flight), each head's sum formed as a lane's 8
+ * products in column order, then the xor tree over the head's lanes; the block's Δ and lse·log2 e go
+ * out through shared memory as kPreRows consecutive floats a head (whole 32-byte sectors). Rows of
+ * the padding (i ≥ T): zeros. Reading the rows as they lie in memory, instead of 8 rows of one head
+ * 4 KB apart, moved Δ from 66% of the copy rate to ~85% (docs/RESULTS.md, 2026-11-28, seventh
+ * session). */
+constexpr int kPreRows = 8, kPreMaxHeads = 128, kPreLoads = 4;
 
 template <int D>
 __global__ void __launch_bounds__(256) attn90_bwd_pre(float *__restrict__ delta, float *__restrict__ lse2,
@@ -63,64 +66,89 @@ __global__ void __launch_bounds__(256) attn90_bwd_pre(float *__restrict__ delta,
                                                       const __nv_bfloat16 *__restrict__ out, int64_t ld_o,
                                                       const float *__restrict__ lse, int B, int T, int H, int T_pad,
                                                       int BM, int num_m) {
-    constexpr int NP = D / 64; /* column pairs a lane takes in a row */
-    const int64_t rows = (int64_t)B * H * T_pad;
-    const int64_t row0 = ((int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * kPreRows;
-    const int lane = threadIdx.x % 32;
-    if (row0 >= rows) return;
-    /* T_pad is a multiple of 128: the warp's rows are rows i0 … i0 + 7 of one (b, h) */
-    const int bh = (int)(row0 / T_pad), i0 = (int)(row0 - (int64_t)bh * T_pad), b = bh / H, h = bh - b * H;
-    const int64_t at = ((int64_t)b * T + i0) * ld_o + (int64_t)h * D; /* dout and out rows at ld_o */
-    const __nv_bfloat16 *a = dout + at, *c = out + at;
-    float2 x[kPreRows][NP], y[kPreRows][NP];
+    constexpr int LPH = D / 8, HPI = 32 / LPH; /* lanes a head, heads a warp instruction */
+    __shared__ float s_delta[kPreMaxHeads][kPreRows];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int64_t row0 = (int64_t)blockIdx.x * kPreRows; /* T_pad % kPreRows == 0: one b a block */
+    const int b = (int)(row0 / T_pad), i0 = (int)(row0 - (int64_t)b * T_pad), i = i0 + warp;
+    const int hl = lane / LPH, c = (lane % LPH) * 8;
+    if (i < T) {
+        const int64_t at = ((int64_t)b * T + i) * ld_o + c;
+        for (int h0 = 0; h0 < H; h0 += HPI * kPreLoads) {
+            uint4 x[kPreLoads], y[kPreLoads];
 #pragma unroll
-    for (int r = 0; r < kPreRows; r++) {
-        const bool live = i0 + r < T;
+            for (int k = 0; k < kPreLoads; k++) {
+                const int h = h0 + k * HPI + hl;
+                x[k] = y[k] = make_uint4(0, 0, 0, 0);
+                if (h < H) {
+                    x[k] = *reinterpret_cast<const uint4 *>(dout + at + (int64_t)h * D);
+                    y[k] = *reinterpret_cast<const uint4 *>(out + at + (int64_t)h * D);
+                }
+            }
 #pragma unroll
-        for (int j = 0; j < NP; j++) {
-            const int64_t d = (int64_t)r * ld_o + lane * 2 + 64 * j;
-            x[r][j] = live ? __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(a + d)) : make_float2(0.0f, 0.0f);
-            y[r][j] = live ? __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(c + d)) : make_float2(0.0f, 0.0f);
+            for (int k = 0; k < kPreLoads; k++) {
+                const __nv_bfloat162 *xa = reinterpret_cast<const __nv_bfloat162 *>(&x[k]);
+                const __nv_bfloat162 *ya = reinterpret_cast<const __nv_bfloat162 *>(&y[k]);
+                float s = 0.0f;
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    const float2 u = __bfloat1622float2(xa[j]), v = __bfloat1622float2(ya[j]);
+                    s = __fmaf_rn(u.x, v.x, s);
+                    s = __fmaf_rn(u.y, v.y, s);
+                }
+#pragma unroll
+                for (int o = LPH / 2; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
+                const int h = h0 + k * HPI + hl;
+                if (lane % LPH == 0 && h < H) s_delta[h][warp] = s;
+            }
         }
+    } else {
+        for (int h = lane; h < H; h += 32) s_delta[h][warp] = 0.0f;
     }
-    float mine = 0.0f; /* lane r: row i0 + r's sum */
-#pragma unroll
-    for (int r = 0; r < kPreRows; r++) {
-        float s = 0.0f;
-#pragma unroll
-        for (int j = 0; j < NP; j++) s += x[r][j].x * y[r][j].x + x[r][j].y * y[r][j].y;
-#pragma unroll
-        for (int o = 16; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
-        if (lane == r) mine = s;
-    }
-    if (lane < kPreRows) {
-        const int i = i0 + lane;
-        const int64_t row = row0 + lane;
-        delta[row] = i < T ? mine : 0.0f;
-        lse2[row] = i < T ? lse[(int64_t)bh * T + i] * 1.44269504088896341f : 0.0f;
-        if (i % BM == 0 && i / BM < num_m) sem[(int64_t)bh * num_m + i / BM] = 0;
+    __syncthreads();
+    for (int e = threadIdx.x; e < H * kPreRows; e += blockDim.x) {
+        const int h = e / kPreRows, r = e % kPreRows, ir = i0 + r;
+        const int64_t bh = (int64_t)b * H + h, row = bh * T_pad + ir;
+        delta[row] = s_delta[h][r];
+        lse2[row] = ir < T ? lse[bh * T + ir] * 1.44269504088896341f : 0.0f;
+        if (ir < T && ir % BM == 0 && ir / BM < num_m) sem[bh * num_m + ir / BM] = 0;
     }
 }
 
-/* dq (B, T, H, D) = bf16(scale · the fp32 tiles): one thread per 4 floats of a tile. A pass of its
- * own: the conversion inside attn_bwd_sm90 — by the writer as key block 0 completed each tile, or by
- * key block 0's consumers after their loop — measured slower and level (docs/RESULTS.md,
- * 2026-11-28, third session): key block 0's CTAs are the grid's longest and launch last. */
-__global__ void attn90_bwd_post(__nv_bfloat16 *__restrict__ dq, const float *__restrict__ dqacc, int T, int H, int D,
-                                int BM, int num_m, float scale, int64_t n4) {
-    const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= n4) return;
-    const int e = (int)(idx % 2048) * 4;
-    const int64_t tile = idx / 2048; /* (b·H + h)·num_m + m */
+/* dq (B, T, H, D) = bf16(scale · the fp32 tiles): one block a tile (8192 floats, BM = 8192/D query
+ * rows of one head), read in the accumulator's fragment order with 16-byte loads, rounded into a
+ * shared (BM, D) tile, then stored as 16-byte pieces of whole rows (the fragment order's own stores
+ * left each warp instruction's 4-byte pieces in 8 rows: 74% of the copy rate at Llama-3.2-1B's
+ * shape; docs/RESULTS.md, 2026-11-28, seventh session). The same products and roundings as before:
+ * the same bits. A pass of its own: the conversion inside attn_bwd_sm90 — by the writer as key block
+ * 0 completed each tile, or by key block 0's consumers after their loop — measured slower and level
+ * (docs/RESULTS.md, 2026-11-28, third session): key block 0's CTAs are the grid's longest and launch
+ * last. */
+template <int D>
+__global__ void __launch_bounds__(256) attn90_bwd_post(__nv_bfloat16 *__restrict__ dq,
+                                                       const float *__restrict__ dqacc, int T, int H, int num_m,
+                                                       float scale) {
+    /* the tile's rows, its pitch (rows 16 bytes apart in the banks), 16-byte pieces a row */
+    constexpr int BM = 8192 / D, P = D + 8, CPR = D / 8;
+    __shared__ __align__(16) __nv_bfloat16 t[BM][P];
+    const int64_t tile = blockIdx.x; /* (b·H + h)·num_m + m */
+    const float *src = dqacc + tile * 8192;
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        const int e = 4 * ((int)threadIdx.x + 256 * k);
+        const float4 v = *reinterpret_cast<const float4 *>(src + e);
+        const DqCoord c0 = dq_tile_coord(D, e); /* e + 1: column + 1; e + 2: row + 8; e + 3: both */
+        *reinterpret_cast<uint32_t *>(&t[c0.row][c0.col]) = pack_bf16(v.x * scale, v.y * scale);
+        *reinterpret_cast<uint32_t *>(&t[c0.row + 8][c0.col]) = pack_bf16(v.z * scale, v.w * scale);
+    }
+    __syncthreads();
     const int m = (int)(tile % num_m), h = (int)((tile / num_m) % H), b = (int)(tile / ((int64_t)num_m * H));
-    const float4 v = *reinterpret_cast<const float4 *>(dqacc + tile * 8192 + e);
-    const DqCoord c0 = dq_tile_coord(D, e); /* e + 1: column + 1; e + 2: row + 8; e + 3: both */
-    const int r0 = m * BM + c0.row;
-    if (r0 < T)
-        *reinterpret_cast<uint32_t *>(dq + (((int64_t)b * T + r0) * H + h) * D + c0.col) = pack_bf16(v.x * scale, v.y * scale);
-    if (r0 + 8 < T)
-        *reinterpret_cast<uint32_t *>(dq + (((int64_t)b * T + r0 + 8) * H + h) * D + c0.col) =
-            pack_bf16(v.z * scale, v.w * scale);
+    for (int c = threadIdx.x; c < BM * CPR; c += 256) {
+        const int r = c / CPR, c8 = (c % CPR) * 8, row = m * BM + r;
+        if (row < T)
+            *reinterpret_cast<uint4 *>(dq + (((int64_t)b * T + row) * H + h) * D + c8) =
+                *reinterpret_cast<const uint4 *>(&t[r][c8]);
+    }
 }
 
 template <int D>
@@ -327,8 +355,9 @@ static void backward_launch(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint
     p.scale = scale;
     p.dbg = dbg;
 
-    const int64_t rows = (int64_t)B * H * p.T_pad, warps = rows / attn90::kPreRows; /* T_pad: a multiple of 128 */
-    attn90::attn90_bwd_pre<D><<<(unsigned)((warps + 7) / 8), 256, 0, stream>>>(
+    CHECK(H <= attn90::kPreMaxHeads, "attention backward: H=%d query heads (at most %d)", H, attn90::kPreMaxHeads);
+    const int64_t blocks = (int64_t)B * p.T_pad / attn90::kPreRows; /* T_pad: a multiple of 128 */
+    attn90::attn90_bwd_pre<D><<<(unsigned)blocks, 32 * attn90::kPreRows, 0, stream>>>(
         delta, lse2, p.sem, reinterpret_cast<const __nv_bfloat16 *>(dout), reinterpret_cast<const __nv_bfloat16 *>(out),
         ld_o, lse, B, T, H, p.T_pad, C::BM, p.num_m);
     KERNEL_CHECK(stream);
@@ -336,9 +365,9 @@ static void backward_launch(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint
     CUDA_CHECK(cudaFuncSetAttribute(attn90::attn_bwd_sm90<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     attn90::attn_bwd_sm90<D><<<dim3((unsigned)p.num_n, (unsigned)KVH, (unsigned)B), 384, smem, stream>>>(p);
     KERNEL_CHECK(stream);
-    const int64_t n4 = (int64_t)B * H * p.num_m * 2048;
-    attn90::attn90_bwd_post<<<(unsigned)((n4 + 255) / 256), 256, 0, stream>>>(
-        reinterpret_cast<__nv_bfloat16 *>(dq), p.dqacc, T, H, D, C::BM, p.num_m, scale, n4);
+    static_assert(C::BM * D == 8192, "attn90_bwd_post: a dQ tile is 8192 floats");
+    attn90::attn90_bwd_post<D><<<(unsigned)((int64_t)B * H * p.num_m), 256, 0, stream>>>(
+        reinterpret_cast<__nv_bfloat16 *>(dq), p.dqacc, T, H, p.num_m, scale);
     KERNEL_CHECK(stream);
 }
 
