@@ -118,8 +118,11 @@ enum gpu_nvtx { GPU_NVTX_OFF = 0, GPU_NVTX_RANGES };
  * alone (for comparisons; dropout always runs them alone). */
 enum gpu_lora_grouping { GPU_LORA_GROUPED = 0, GPU_LORA_UNGROUPED };
 /* A grouped LoRA group on a bf16 or NF4 base with bf16 products folded into its base products
- * (gpu/lora.h: no pass of the adapter's own over y, du from the base dx products), or not (for
- * comparisons). A DoRA group folds its backward only (du; its forward keeps the magnitude pass). */
+ * (gpu/lora.h: no pass of the adapter's own over y, du from the base dx products) — q/k/v, gate/up
+ * and, for LoRA, o as a group of one (the attention's output at a padded row stride) — or not (for
+ * comparisons). A DoRA group's members without bias fold their forward with the magnitude in a
+ * scaled copy of the weight, a biased member keeps its magnitude pass; its backward takes du from
+ * the base dx products (gpu/llama_internal.h, folded). */
 enum gpu_lora_folding { GPU_LORA_FOLDED = 0, GPU_LORA_UNFOLDED };
 
 /* The vocabulary is ref/'s: enum llama_mode and enum recompute_policy (ref/llama.h), enum
