@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # ktrace_summary_test.sh — tools/ktrace/summary.py on two made-up ktrace files (tools/ktrace/ktrace.c's
 # format): the per-step figures are (B − A) / (steps_B − steps_A) — setup kernels that ran once in
-# both cancel out, a kernel only B ran counts —, the largest first, small ones left out, and a file
-# that is not ktrace's is refused with exit status 1 and one message.
+# both cancel out, a kernel only B ran counts —, the largest first, small ones left out, a file
+# that is not ktrace's is refused with exit status 1 and one message; --against compares two pairs
+# kernel by kernel.
 set -uo pipefail
 summary=${1:?usage: ktrace_summary_test.sh tools/ktrace/summary.py}
 tmp=${TEST_TMPDIR:-/tmp}/ktrace_summary_test.$$
@@ -33,6 +34,35 @@ check "a file that is not ktrace's: exit status $rc (1), one message" \
 python3 "$summary" "$tmp/a.tsv" 7 "$tmp/b.tsv" 3 >"$tmp/order.txt" 2>&1
 rc=$?
 check "STEPS_B not above STEPS_A: exit status $rc (1)" test $rc -eq 1
+# --against: a second build's pair — gemm at 450 µs, norm unchanged, tail gone, a new kernel "fused"
+# of 60 µs a step: the totals and each change at least --min-us, the largest saving first.
+printf '#total_kernel_ns	%d	span_ns	1
+gemm	6	2700000
+norm	12	300000
+setup	1	5000000
+' 8000000 >"$tmp/c.tsv"
+printf '#total_kernel_ns	%d	span_ns	1
+gemm	14	6300000
+norm	28	700000
+setup	1	5000000
+fused	4	240000
+' \
+    12240000 >"$tmp/d.tsv"
+python3 "$summary" "$tmp/a.tsv" 3 "$tmp/b.tsv" 7 --against "$tmp/c.tsv" 3 "$tmp/d.tsv" 7 >"$tmp/vs.txt" 2>&1
+rc=$?
+check "--against: exit status $rc (0)" test $rc -eq 0
+check "--against: kernel time a step 1.14 ms -> 1.06 ms (-0.08)" \
+    grep -q '^kernel time a step: 1.14 ms -> 1.06 ms (-0.08)$' "$tmp/vs.txt"
+check "--against: gemm first, -0.100 ms (1.000 ms, 2 launches -> 0.900 ms, 2)" \
+    test "$(sed -n 2p "$tmp/vs.txt" | tr -s ' ')" = " -0.100 ms 1.000 ms 2x -> 0.900 ms 2x gemm"
+check "--against: tail -0.040 ms (gone), fused +0.060 ms (new) last" \
+    test "$(sed -n '3,4p' "$tmp/vs.txt" | tr -s ' ' | paste -sd'|')" = \
+    " -0.040 ms 0.040 ms 1x -> 0.000 ms 0x tail| +0.060 ms 0.000 ms 0x -> 0.060 ms 1x fused"
+check "--against: norm (unchanged) left out" test "$(grep -c norm "$tmp/vs.txt")" -eq 0
+python3 "$summary" "$tmp/a.tsv" 3 "$tmp/b.tsv" 7 --against "$tmp/c.tsv" x "$tmp/d.tsv" 7 >"$tmp/vsbad.txt" 2>&1
+rc=$?
+check "--against with a step count that is not a number: exit status $rc (1), one message" \
+    test $rc -eq 1 -a "$(wc -l <"$tmp/vsbad.txt")" -eq 1
 rm -rf "$tmp"
 echo "ktrace_summary_test: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
