@@ -58,12 +58,13 @@ enum AttnKernel attention_auto_kernel(int D);
 
 /* ---- the Hopper kernels (gpu/attention_sm90_*.cu) ---- */
 bool attn90_available(int D);
+/* ld_o as attention_forward/backward resolved it (≥ H·D) */
 void attn90_forward(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k, const uint16_t *v, int B, int T,
-                    int H, int KVH, int D, float scale, cudaStream_t stream, HangRecord *dbg, int64_t ld_o = 0);
+                    int H, int KVH, int D, float scale, cudaStream_t stream, HangRecord *dbg, int64_t ld_o);
 void attn90_backward(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint16_t *dout, const uint16_t *q,
                      const uint16_t *k, const uint16_t *v, const uint16_t *out, const float *lse, int B, int T, int H,
                      int KVH, int D, float scale, void *workspace, cudaStream_t stream, HangRecord *dbg,
-                     int64_t ld_o = 0);
+                     int64_t ld_o);
 
 enum AttnProbe { ATTN_PROBE_QK = 0, ATTN_PROBE_PV, ATTN_PROBE_SDP, ATTN_PROBE_DKV, ATTN_PROBE_DQ, ATTN_PROBE_COUNT };
 void attn90_probe(enum AttnProbe which, int D, float *c, const uint16_t *a, const uint16_t *b, cudaStream_t stream,

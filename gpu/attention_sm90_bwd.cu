@@ -379,8 +379,8 @@ void attn90_backward(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint16_t *d
     ATTN_HEADDIM_SWITCH(D, [&](auto hd) {
         constexpr int kD = decltype(hd)::value;
         if constexpr (kD == 64 || kD == 128)
-            backward_launch<kD>(dq, dk, dv, dout, q, k, v, out, ld_o > 0 ? ld_o : (int64_t)H * kD, lse, B, T, H, KVH,
-                                scale, workspace, stream, dbg);
+            backward_launch<kD>(dq, dk, dv, dout, q, k, v, out, ld_o, lse, B, T, H, KVH, scale, workspace, stream,
+                                dbg);
     });
 }
 

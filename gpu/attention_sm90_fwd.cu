@@ -299,7 +299,7 @@ void attn90_forward(uint16_t *out, float *lse, const uint16_t *q, const uint16_t
     ATTN_HEADDIM_SWITCH(D, [&](auto hd) {
         constexpr int kD = decltype(hd)::value;
         if constexpr (kD == 64 || kD == 128)
-            forward_launch<kD>(out, ld_o > 0 ? ld_o : (int64_t)H * kD, lse, q, k, v, B, T, H, KVH, scale, stream, dbg);
+            forward_launch<kD>(out, ld_o, lse, q, k, v, B, T, H, KVH, scale, stream, dbg);
     });
 }
 

@@ -614,10 +614,8 @@ void layer_forward(gpu_llama *m, int l, int train, uint64_t micro, enum fwd_upto
     if (upto == FWD_ATTN) return;
     fp8_input(m, l, LLAMA_O, a.att, m->QD, whole(m));
     uint16_t *o = a.o_out ? a.o_out : m->tmp; /* kept (gl_keeps_o_out), or consumed by the residual */
-    if (m->grouped[GL_GROUP_O]) /* folded: u into att's spare columns, o over [att | u] */
-        group_forward(m, l, GL_GROUP_O, &o, a.att, m->ld_att, train, micro, whole(m));
-    else
-        proj_forward(m, l, LLAMA_O, o, a.att, train, micro, whole(m));
+    /* folded: u into att's spare columns, o over [att | u]; else o alone (group_forward's fallback) */
+    group_forward(m, l, GL_GROUP_O, &o, a.att, m->ld_att, train, micro, whole(m));
     {
         PROF(m, PROF_NORM);
         gpu_rmsnorm_residual_forward_strided_bf16(a.h, m->n2, m->ld_n2, a.rstd2, x, o, ly.mlp_norm, N, c.C,
@@ -736,12 +734,9 @@ void layer_backward(gpu_llama *m, int l, uint64_t micro) {
     }
     /* attention */
     fp8_input_t(m, l, LLAMA_O, a.att, m->QD, whole(m));
-    if (m->grouped[GL_GROUP_O]) { /* folded: datt at ld_att, du from the base dx product's adapter columns */
-        const uint16_t *dy_o = m->G;
-        group_backward(m, l, GL_GROUP_O, m->datt, &dy_o, a.att, m->ld_att, micro, whole(m), false);
-    } else {
-        proj_backward(m, l, LLAMA_O, m->datt, GEMM_OVERWRITE, m->G, a.att, micro, whole(m), false);
-    }
+    /* folded: datt at ld_att, du from the base dx product's adapter columns; else o alone */
+    const uint16_t *dy_o = m->G;
+    group_backward(m, l, GL_GROUP_O, m->datt, &dy_o, a.att, m->ld_att, micro, whole(m), false);
     {
         PROF(m, PROF_ATTN_BWD);
         gpu_attention_backward_ld_bf16(m->dq, m->dk, m->dv, m->datt, a.q, a.k, a.v, a.att, m->ld_att, a.lse,
