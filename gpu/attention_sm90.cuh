@@ -308,8 +308,8 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[
 /* ---- the warpgroup GEMMs of the kernels (issue only: the caller fences, commits and waits) ---- */
 
 /* d (64 × N) = A · Bᵀ, A = rows a_row0 … of a K-major tile (a_rows rows, D columns), B = rows
- * b_row0 … b_row0 + N of a K-major tile (b_rows rows): forward S = Q·Kᵀ, backward S = Q·Kᵀ and
- * dP = dO·Vᵀ. */
+ * b_row0 … b_row0 + N of a K-major tile (b_rows rows): forward S = Q·Kᵀ, backward Sᵀ = K·Qᵀ and
+ * dPᵀ = V·dOᵀ. */
 template <int N, int D>
 __device__ __forceinline__ void gemm_abt(float (&d)[N / 2], uint32_t a_tile, int a_rows, int a_row0, uint32_t b_tile,
                                          int b_rows, int b_row0) {
@@ -320,7 +320,8 @@ __device__ __forceinline__ void gemm_abt(float (&d)[N / 2], uint32_t a_tile, int
 }
 
 /* d (64 × N) += A · B, A in registers (KS k-steps: the accumulators of a 64 × 16·KS product), B the
- * tile of KS·16 rows (k) × N columns, MN-major: forward O += P·V. */
+ * tile of KS·16 rows (k) × N columns, MN-major: forward O += P·V, backward dV += Pᵀ·dO and
+ * dK += dSᵀ·Q. */
 template <int N, int KS>
 __device__ __forceinline__ void gemm_rs(float (&d)[N / 2], const uint32_t (&a)[KS][4], uint32_t b_tile) {
 #pragma unroll
@@ -328,26 +329,15 @@ __device__ __forceinline__ void gemm_rs(float (&d)[N / 2], const uint32_t (&a)[K
         wgmma_rs<N, 1>(d, a[ks], desc_mnmajor(b_tile, (uint32_t)(KS * 16), 0u, (uint32_t)ks), 1);
 }
 
-/* d (64 × N) += Aᵀ · B, both from tiles of KROWS rows (the k index): A = column block a_blk (64
- * columns: the M index), B = column blocks b_blk … (N columns), both MN-major: backward dV += Pᵀ·dO,
- * dK += dSᵀ·Q. */
+/* d (64 × N) = Aᵀ · B, both from tiles of KROWS rows (the k index): A = column block a_blk (64
+ * columns: the M index), B = column blocks b_blk … (N columns), both MN-major: backward dQ = dS·K
+ * from the dSᵀ tile (keys × queries) and the K tile; the first k-step overwrites d. */
 template <int N, int KROWS>
 __device__ __forceinline__ void gemm_tn(float (&d)[N / 2], uint32_t a_tile, int a_blk, uint32_t b_tile, int b_blk) {
 #pragma unroll
     for (int ks = 0; ks < KROWS / 16; ks++)
         wgmma_ss<N, 1, 1>(d, desc_mnmajor(a_tile, (uint32_t)KROWS, (uint32_t)a_blk, (uint32_t)ks),
-                          desc_mnmajor(b_tile, (uint32_t)KROWS, (uint32_t)b_blk, (uint32_t)ks), 1);
-}
-
-/* d (64 × N) = A · B, A = rows a_row0 … of a K-major tile (a_rows rows, KR columns: the k index),
- * B = column blocks b_blk … of a tile of KR rows (k), MN-major: backward dQ = dS·K. */
-template <int N, int KR>
-__device__ __forceinline__ void gemm_kn(float (&d)[N / 2], uint32_t a_tile, int a_rows, int a_row0, uint32_t b_tile,
-                                        int b_blk) {
-#pragma unroll
-    for (int ks = 0; ks < KR / 16; ks++)
-        wgmma_ss<N, 0, 1>(d, desc_kmajor(a_tile, (uint32_t)a_rows, (uint32_t)a_row0, (uint32_t)ks),
-                          desc_mnmajor(b_tile, (uint32_t)KR, (uint32_t)b_blk, (uint32_t)ks), 0 + (ks > 0));
+                          desc_mnmajor(b_tile, (uint32_t)KROWS, (uint32_t)b_blk, (uint32_t)ks), ks > 0);
 }
 
 /* A registers of KS k-steps from the accumulators of a 64 × 16·KS product, rounded to bf16. */
@@ -359,16 +349,18 @@ __device__ __forceinline__ void acc_to_a(uint32_t (&a)[KS][4], const float (&c)[
         for (int j = 0; j < 4; j++) a[ks][j] = pack_bf16(c[a_from_acc_index(ks, j, 0)], c[a_from_acc_index(ks, j, 1)]);
 }
 
-/* Stores a 64 × 64 accumulator block, rounded to bf16, at rows row0 …, columns col0 … of a swizzled
- * tile of `rows` rows: backward P and dS for the dV, dK and dQ products. */
-__device__ __forceinline__ void store_acc_tile(uint32_t tile, int rows, int row0, int col0, const float (&c)[32],
-                                               int tid) {
+/* Stores the A registers of KS k-steps (a 64 × 16·KS bf16 block: attention_sm90_layout.h §3) at rows
+ * row0 …, columns 0 … of a swizzled tile of `rows` rows: backward dSᵀ for the dQ product. */
+template <int KS>
+__device__ __forceinline__ void store_a_tile(uint32_t tile, int rows, int row0, const uint32_t (&a)[KS][4], int tid) {
 #pragma unroll
-    for (int i = 0; i < 32; i += 2) {
-        const uint32_t off =
-            tile_off((uint32_t)rows, (uint32_t)(row0 + acc_row(tid, i)), (uint32_t)(col0 + acc_col(tid, i)));
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile + off), "r"(pack_bf16(c[i], c[i + 1])) : "memory");
-    }
+    for (int ks = 0; ks < KS; ks++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const uint32_t off =
+                tile_off((uint32_t)rows, (uint32_t)(row0 + afrag_row(tid, j)), (uint32_t)(16 * ks + afrag_k(tid, j, 0)));
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile + off), "r"(a[ks][j]) : "memory");
+        }
 }
 
 #endif /* host pass or sm_90a */

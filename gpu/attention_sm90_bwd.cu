@@ -8,13 +8,17 @@
  *  2. attn_bwd_sm90: one CTA per 128 keys (n) of one (b, kv head), 384 threads. Warpgroup 0: one
  *     thread loads K and V once and then, through a two-stage ring, Q, dO (TMA, swizzled) and the
  *     lse/Δ slices (bulk copies) of every query block m ≥ m_first(n) of every query head of the
- *     group; a second thread writes dQ (below). Warpgroups 1 and 2 own 64 keys each and, per block:
- *       Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ          wgmma SS (m64 n{BM} k16), fp32
+ *     group; a second thread writes dQ (below). Warpgroups 1 and 2 own 64 keys each and, per block
+ *     (FlashAttention-3's form with S and dP computed transposed, "SdP_swapAB", and dK, dV from
+ *     registers, "Mma_dKV_is_RS"):
+ *       Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ          wgmma SS m64 n{BM} k16, fp32 (keys × queries)
  *       Pᵀ = 2^(Sᵀ·scale·log2 e − lse·log2 e) (0 where key > query), dSᵀ = Pᵀ ∘ (dPᵀ − Δ)
- *       dV += Pᵀ·dO, dK += dSᵀ·Q        wgmma RS (Pᵀ, dSᵀ as bf16 registers; dO, Q MN-major)
- *       dSᵀ → shared memory (bf16, swizzled), barrier of the two warpgroups, then
- *       dQ_blk = dS·K                    wgmma SS, both operands MN-major (m64n64k16 × 8): each
- *                                        warpgroup one half (D = 128: 64 columns; D = 64: 64 rows)
+ *       dV += Pᵀ·dO, dK += dSᵀ·Q        wgmma RS: the accumulators of Sᵀ and dPᵀ, rounded to bf16,
+ *                                        are the A registers (dO, Q MN-major), issued before
+ *       dSᵀ → shared memory (the same bf16 registers, swizzled), barrier of the two warpgroups, then
+ *       dQ_blk = dS·K                    wgmma SS from the dSᵀ tile, both operands MN-major (m64n64k16
+ *                                        × 8): each warpgroup one half (D = 128: 64 columns; D = 64:
+ *                                        64 rows)
  *     and hands the fp32 dQ tile (8192 floats) to the writer through shared memory. dK and dV stay
  *     in registers over the whole group of query heads (the GQA sum in a fixed order) and are
  *     stored once, dK scaled.
@@ -25,9 +29,10 @@
  *     CTA only waits on CTAs that started before it, and in steady state not at all (block n + 1 is
  *     two query blocks ahead of block n).
  *  3. attn90_bwd_post: dq = bf16(scale · dQ accumulation), from the tile order back to (B, T, H, D).
- * Shared memory (D = 128, BM = 64): K, V 32 KiB each, Q and dO 2 × 16 KiB each, dSᵀ 2 × 16 KiB, dQ
- * 2 × 32 KiB, lse/Δ 1 KiB: 226 KiB of the 227 KiB a CTA may have. D = 64 (BM = 128): one dQ buffer,
- * 195 KiB. Registers per consumer thread: dK, dV D/2 each, Sᵀ, dPᵀ BM/2 each, dQ 32.
+ * Shared memory (D = 128, BM = 64): K, V 32 KiB each, Q and dO 2 × 16 KiB each, dSᵀ 16 KiB, dQ
+ * 2 × 32 KiB, lse/Δ 1 KiB: 210 KiB of the 227 KiB a CTA may have; D = 64 (BM = 128): K, V 16 KiB,
+ * Q, dO 2 × 16 KiB, dSᵀ 32 KiB, dQ 2 × 32 KiB: 194 KiB. Registers per consumer thread: dK, dV D/2
+ * each, Sᵀ, dPᵀ BM/2 each (then their bf16 A registers, BM/4 each), dQ 32: 192 live at most.
  * Test: tests/parity/attention_parity.cu.
  */
 #include <math.h>
@@ -44,7 +49,7 @@ struct BwdParams {
     const float *lse2, *delta; /* (B·H, T_pad) */
     float *dqacc;              /* (B·H·num_m, 8192) */
     int *sem;                  /* (B·H·num_m) */
-    int B, T, H, KVH, T_pad, num_m, num_n;
+    int B, T, H, KVH, group, T_pad, num_m, num_n; /* group = H / KVH */
     float scale_log2, scale;
     HangRecord *dbg;
 };
@@ -174,7 +179,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_sm90(const __grid_constant__ 
         mbar_fence_init();
     }
     __syncthreads();
-    const int n = bwd_n_of_block(blockIdx.x, p.num_n), kvh = blockIdx.y, b = blockIdx.z, group = p.H / p.KVH;
+    const int n = bwd_n_of_block(blockIdx.x, p.num_n), kvh = blockIdx.y, b = blockIdx.z, group = p.group;
     const int m0 = bwd_m_first(n, BN, BM);
 
     if (wg == 0) { /* ---------------- producer and dQ writer ---------------- */
@@ -250,50 +255,58 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_sm90(const __grid_constant__ 
             const float *dl = reinterpret_cast<const float *>(gbase + L::DL + st * BM * 4);
             const bool masked = causal_block_masked(m, BM, n, BN);
             mbar_wait(base + L::Q_FULL + 8 * st, ph, p.dbg, HANG_BWD_Q_FULL, it);
-            /* the other warpgroup is done with the P and dS tiles of the previous block */
-            named_bar_sync(BAR_DS_FREE, 256);
-#pragma unroll 1
-            for (int mt = 0; mt < C::MT; mt++) {
-                /* S = Q·Kᵀ and dP = dO·Vᵀ for queries 64·mt … and this warpgroup's 64 keys */
-                float s[32], dp[32];
-                wgmma_fence();
-                gemm_abt<64, D>(s, sQ, BM, 64 * mt, base + L::K, BN, 64 * cw);
-                gemm_abt<64, D>(dp, sDO, BM, 64 * mt, base + L::V, BN, 64 * cw);
-                wgmma_commit();
-                wgmma_wait<0>();
-                fence_regs(s);
-                fence_regs(dp);
+            /* Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ for this warpgroup's 64 keys and the block's BM queries */
+            float sT[BM / 2], dpT[BM / 2];
+            wgmma_fence();
+            gemm_abt<BM, D>(sT, base + L::K, BN, 64 * cw, sQ, BM, 0);
+            gemm_abt<BM, D>(dpT, base + L::V, BN, 64 * cw, sDO, BM, 0);
+            wgmma_commit();
+            wgmma_wait<0>();
+            fence_regs(sT);
+            fence_regs(dpT);
+            /* Pᵀ, dSᵀ: accumulator i is key key0 + acc_row(tid, i), query m·BM + acc_col(tid, i); the
+             * two columns 2t, 2t + 1 of each group of 8 share one 8-byte load of lse·log2 e and of Δ */
 #pragma unroll
-                for (int r = 0; r < 2; r++) {
-                    const int row = 64 * mt + acc_row(tid, 2 * r); /* query m·BM + row */
-                    const float l2 = lse2[row], dlt = dl[row];
+            for (int j = 0; j < BM / 8; j++) {
+                const int col = acc_col(tid, 4 * j);
+                const float2 l2 = *reinterpret_cast<const float2 *>(lse2 + col);
+                const float2 dlt = *reinterpret_cast<const float2 *>(dl + col);
 #pragma unroll
-                    for (int j = 0; j < 8; j++)
+                for (int r = 0; r < 2; r++)
 #pragma unroll
-                        for (int e = 0; e < 2; e++) {
-                            const int i = 4 * j + 2 * r + e;
-                            float pv = ex2(fmaf(s[i], c, -l2));
-                            if (masked && key0 + acc_col(tid, i) > m * BM + row) pv = 0.0f;
-                            s[i] = pv;
-                            dp[i] = pv * (dp[i] - dlt);
-                        }
-                }
-                store_acc_tile(base + L::P, BM, 64 * mt, 64 * cw, s, tid);
-                store_acc_tile(base + L::DS, BM, 64 * mt, 64 * cw, dp, tid);
+                    for (int e = 0; e < 2; e++) {
+                        const int i = 4 * j + 2 * r + e;
+                        float pv = ex2(fmaf(sT[i], c, -(e ? l2.y : l2.x)));
+                        if (masked && key0 + acc_row(tid, i) > m * BM + col + e) pv = 0.0f;
+                        sT[i] = pv;
+                        dpT[i] = pv * (dpT[i] - (e ? dlt.y : dlt.x));
+                    }
             }
+            /* bf16 Pᵀ and dSᵀ as A registers: dV += Pᵀ·dO and dK += dSᵀ·Q from registers */
+            uint32_t aP[BM / 16][4], aDS[BM / 16][4];
+            acc_to_a<BM / 16>(aP, sT);
+            acc_to_a<BM / 16>(aDS, dpT);
+            wgmma_fence();
+            gemm_rs<D, BM / 16>(dv, aP, sDO);
+            gemm_rs<D, BM / 16>(dk, aDS, sQ);
+            wgmma_commit();
+            /* dSᵀ into shared memory for dQ = dS·K, once the other warpgroup's dQ product of the
+             * previous block no longer reads it */
+            named_bar_sync(BAR_DS_FREE, 256);
+            store_a_tile<BM / 16>(base + L::DS, BN, 64 * cw, aDS, tid);
             fence_proxy_async_smem();
-            named_bar_sync(BAR_DS, 256); /* both warpgroups' P and dS are in shared memory */
+            named_bar_sync(BAR_DS, 256); /* both warpgroups' dSᵀ rows are in shared memory */
+            /* dQ = dS·K (A = the dSᵀ tile, MN-major): D = 128, columns 64·cw …; D = 64, rows 64·cw … */
             float dq[32];
             wgmma_fence();
-            gemm_tn<D, BM>(dv, base + L::P, cw, sDO, 0); /* dV += Pᵀ·dO */
-            gemm_tn<D, BM>(dk, base + L::DS, cw, sQ, 0); /* dK += dSᵀ·Q */
-            /* dQ = dS·K: D = 128, columns 64·cw …; D = 64, rows 64·cw … */
-            gemm_kn<64, BN>(dq, base + L::DS, BM, D == 128 ? 0 : 64 * cw, base + L::K, D == 128 ? cw : 0);
+            gemm_tn<64, BN>(dq, base + L::DS, D == 128 ? 0 : cw, base + L::K, D == 128 ? cw : 0);
             wgmma_commit();
             wgmma_wait<0>();
             fence_regs(dv);
             fence_regs(dk);
             fence_regs(dq);
+            fence_regs(aP);
+            fence_regs(aDS);
             warp_arrive(base + L::Q_EMPTY + 8 * st);
 
             const int buf = it % DQS;
@@ -347,7 +360,7 @@ static void backward_launch(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint
     p.delta = delta;
     p.dqacc = reinterpret_cast<float *>(w + ws.dqacc);
     p.sem = reinterpret_cast<int *>(w + ws.sem);
-    p.B = B, p.T = T, p.H = H, p.KVH = KVH;
+    p.B = B, p.T = T, p.H = H, p.KVH = KVH, p.group = H / KVH;
     p.T_pad = attn90::ceil_div(T, 128) * 128;
     p.num_m = attn90::ceil_div(T, C::BM);
     p.num_n = attn90::ceil_div(T, C::BN);

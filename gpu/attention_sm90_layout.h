@@ -62,18 +62,16 @@ struct FwdTile {
     static constexpr int Q_BYTES = BM * D * 2, KV_BYTES = BN * D * 2;
 };
 
-/* Backward: 128 keys a CTA (two consumer warpgroups of 64 keys), query blocks of BM (MT = BM/64
- * row tiles of 64 for the S and dP products). */
+/* Backward: 128 keys a CTA (two consumer warpgroups of 64 keys), query blocks of BM. */
 template <int D>
 struct BwdTile {
     static_assert(D == 64 || D == 128, "the Hopper kernels take D = 64 or 128");
     static constexpr int BN = 128;
     static constexpr int BM = D == 128 ? 64 : 128;
-    static constexpr int MT = BM / 64;
-    static constexpr int STAGES = 2;                   /* Q, dO, lse, Δ */
-    static constexpr int DQ_STAGES = D == 128 ? 2 : 1; /* fp32 dQ tiles handed to the writer */
+    static constexpr int STAGES = 2;    /* Q, dO, lse, Δ */
+    static constexpr int DQ_STAGES = 2; /* fp32 dQ tiles handed to the writer */
     static constexpr int Q_BYTES = BM * D * 2, KV_BYTES = BN * D * 2;
-    static constexpr int PS_BYTES = BM * BN * 2; /* P or dS, bf16, BM rows × 128 keys */
+    static constexpr int DS_BYTES = BN * BM * 2; /* dSᵀ, bf16, 128 keys × BM queries */
     static constexpr int DQ_FLOATS = BM * D;     /* = 8192 for both head dims */
 };
 
@@ -100,7 +98,7 @@ template <int D>
 struct BwdSmem {
     using C = BwdTile<D>;
     static constexpr uint32_t K = 0, V = K + C::KV_BYTES, Q = V + C::KV_BYTES, DO = Q + C::STAGES * C::Q_BYTES,
-                              P = DO + C::STAGES * C::Q_BYTES, DS = P + C::PS_BYTES, DQ = DS + C::PS_BYTES,
+                              DS = DO + C::STAGES * C::Q_BYTES, DQ = DS + C::DS_BYTES,
                               LSE = DQ + C::DQ_STAGES * C::DQ_FLOATS * 4, DL = LSE + C::STAGES * C::BM * 4,
                               BAR = DL + C::STAGES * C::BM * 4;
     /* barriers: kv_full, q_full[S], q_empty[S], dq_full[DQS], dq_empty[DQS] */

@@ -132,16 +132,16 @@ static int hang_check(const char *what, const char *shape) {
 
 static void run_probe(refine::AttnProbe which, int D) {
     static const char *names[] = {"fwd S=Q·Kᵀ (SS, K-major)", "fwd O=P·V (RS, B MN-major)",
-                                  "bwd S=Q·Kᵀ per 64 keys (SS, K-major)", "bwd dV=Pᵀ·dO (SS, A and B MN-major)",
-                                  "bwd dQ=dS·K (SS, A K-major, B MN-major; dQ tile order)"};
+                                  "bwd Sᵀ=K·Qᵀ per 64 keys (SS, K-major)", "bwd dV=Pᵀ·dO (RS, B MN-major)",
+                                  "bwd dQ=dS·K (SS from the dSᵀ tile, A and B MN-major; dQ tile order)"};
     const int BM = D == 128 ? 64 : 128;
     int ar = 128, ac = D, br = 128, crows = 128, ccols = 128; /* a (ar × ac), b (br × D), c (crows × ccols) */
     switch (which) {
     case refine::ATTN_PROBE_QK: break;
     case refine::ATTN_PROBE_PV: ac = 128, ccols = D; break;
-    case refine::ATTN_PROBE_SDP: ar = BM, crows = BM; break;
-    case refine::ATTN_PROBE_DKV: ar = BM, ac = 128, br = BM, ccols = D; break;
-    default: ar = BM, ac = 128, crows = BM, ccols = D; break;
+    case refine::ATTN_PROBE_SDP: br = BM, ccols = BM; break;
+    case refine::ATTN_PROBE_DKV: ac = BM, br = BM, ccols = D; break;
+    default: ac = BM, crows = BM, ccols = D; break;
     }
     struct rng r;
     rng_init(&r, g_seed ^ (0x9b0be000ull + (uint64_t)which * 131 + (uint64_t)D));
@@ -161,11 +161,11 @@ static void run_probe(refine::AttnProbe which, int D) {
             case refine::ATTN_PROBE_PV:
                 for (int k = 0; k < 128; k++) s += (double)a[(size_t)i * 128 + k] * b[(size_t)k * D + j];
                 break;
-            case refine::ATTN_PROBE_DKV: /* c = aᵀ·b: i is a key (a's column), k a query */
-                for (int k = 0; k < BM; k++) s += (double)a[(size_t)k * 128 + i] * b[(size_t)k * D + j];
+            case refine::ATTN_PROBE_DKV: /* c = a·b, a (128 keys × BM queries), b (BM × D) */
+                for (int k = 0; k < BM; k++) s += (double)a[(size_t)i * BM + k] * b[(size_t)k * D + j];
                 break;
-            default: /* DQ: c = a·b, a (BM × 128), b (128 × D) */
-                for (int k = 0; k < 128; k++) s += (double)a[(size_t)i * 128 + k] * b[(size_t)k * D + j];
+            default: /* DQ: c = aᵀ·b, a (128 keys × BM queries), b (128 × D) */
+                for (int k = 0; k < 128; k++) s += (double)a[(size_t)k * BM + i] * b[(size_t)k * D + j];
                 break;
             }
             want[(size_t)i * ccols + j] = (float)s;
