@@ -25,9 +25,10 @@
  *     The writer adds the tile into the fp32 accumulation buffer with one bulk copy (rank 0: plain
  *     store) or one bulk fp32 add, in the order n = n_max(m), …, 0 that a counter per (b, h, m)
  *     enforces (acquire-spin, then release-increment): the sum of every dQ element has one order,
- *     whatever the timing. The grid launches the larger n first (attention_sm90_layout.h §4), so a
- *     CTA only waits on CTAs that started before it, and in steady state not at all (block n + 1 is
- *     two query blocks ahead of block n).
+ *     whatever the timing. The grid launches the larger key blocks first (per head, or for T ≤ 512
+ *     across every head: attention_sm90_layout.h §4, bwd_cta), so a CTA only waits on CTAs that
+ *     started before it, and in steady state not at all (a larger key block reaches each query
+ *     block earlier).
  *  3. attn90_bwd_post: dq = bf16(scale · dQ accumulation), from the tile order back to (B, T, H, D).
  * Shared memory (D = 128, BM = 64): K, V 32 KiB each, Q and dO 2 × 16 KiB each, dSᵀ 16 KiB, dQ
  * 2 × 32 KiB, lse/Δ 1 KiB: 210 KiB of the 227 KiB a CTA may have; D = 64 (BM = 128): K, V 16 KiB,
@@ -179,7 +180,8 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_sm90(const __grid_constant__ 
         mbar_fence_init();
     }
     __syncthreads();
-    const int n = bwd_n_of_block(blockIdx.x, p.num_n), kvh = blockIdx.y, b = blockIdx.z, group = p.group;
+    const BwdCta cta = bwd_cta(blockIdx.x, blockIdx.y, blockIdx.z, p.num_n);
+    const int n = cta.n, kvh = cta.kvh, b = cta.b, group = p.group;
     const int m0 = bwd_m_first(n, BN, BM);
 
     if (wg == 0) { /* ---------------- producer and dQ writer ---------------- */
@@ -376,7 +378,9 @@ static void backward_launch(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint
     KERNEL_CHECK(stream);
     const size_t smem = attn90::BwdSmem<D>::BYTES;
     CUDA_CHECK(cudaFuncSetAttribute(attn90::attn_bwd_sm90<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    attn90::attn_bwd_sm90<D><<<dim3((unsigned)p.num_n, (unsigned)KVH, (unsigned)B), 384, smem, stream>>>(p);
+    const dim3 grid = attn90::bwd_key_major(p.num_n) ? dim3((unsigned)KVH, (unsigned)B, (unsigned)p.num_n)
+                                                     : dim3((unsigned)p.num_n, (unsigned)KVH, (unsigned)B);
+    attn90::attn_bwd_sm90<D><<<grid, 384, smem, stream>>>(p);
     KERNEL_CHECK(stream);
     static_assert(C::BM * D == 8192, "attn90_bwd_post: a dQ tile is 8192 floats");
     attn90::attn90_bwd_post<D><<<(unsigned)((int64_t)B * H * p.num_m), 256, 0, stream>>>(

@@ -34,7 +34,9 @@
  *    a CTA owns 128 keys (n) of one (b, kv head) and walks the query blocks m ≥ m_first(n) of every
  *    query head of the group; dQ of a query block is summed over the key blocks in the fixed order
  *    n = n_max(m), …, 0 (rank 0 stores, the others add), enforced by one counter per (b, h, m).
- *    The grid dispatches n = num_n − 1 first, so every CTA waits only on CTAs launched before it.
+ *    The grid dispatches the larger key blocks first — per (b, kv head), or, for short sequences,
+ *    across every (b, kv head) at once (bwd_cta) — so that every CTA waits only on CTAs launched
+ *    before it (which reach each query block earlier).
  * 5. The dQ tile in the fp32 accumulation buffer: 8192 floats a (b, h, m) in the order the two
  *    consumer warpgroups hold them, dq_tile_index / dq_tile_coord.
  */
@@ -195,9 +197,23 @@ ATTN_HD constexpr int bwd_m_first(int n, int BN, int BM) { return n * BN / BM; }
 /* Last key block query block m sees; n_max(m) contributes first to dQ of block m. */
 ATTN_HD constexpr int bwd_n_max(int m, int BM, int BN, int T) { return fwd_n_max(m, BM, BN, T); }
 
-/* CTA bx of the grid's x dimension owns key block num_n − 1 − bx (the dQ order needs the larger
- * key blocks launched first). */
-ATTN_HD constexpr int bwd_n_of_block(int bx, int num_n) { return num_n - 1 - bx; }
+/* The backward's grid and what each CTA owns. The dQ order needs the larger key blocks launched
+ * first. Key-block-major (num_n ≤ kBwdKeyMajorMaxBlocks, T ≤ 512): grid (KVH, B, num_n), every
+ * (b, kv head) of key block num_n − 1 first, then of num_n − 2, …: at Llama-3.2-1B's shape (4 key
+ * blocks walking 4, 8, 12 and 16 query blocks, 512 CTAs on 132 SMs) this balances the SMs, which
+ * the per-head order left idle ~20% of the kernel (the longest CTA of each head launched last);
+ * the backward ran 5% faster. Otherwise head-major: grid (num_n, KVH, B), the key blocks of one
+ * (b, kv head) after one another, so that the CTAs adding into one head's dQ tiles run together
+ * and the tiles stay in L2 — at T 2048–4096 the key-block-major order ran 11–32% slower
+ * (docs/RESULTS.md, 2026-11-29). */
+constexpr int kBwdKeyMajorMaxBlocks = 4;
+struct BwdCta {
+    int n, kvh, b;
+};
+ATTN_HD constexpr bool bwd_key_major(int num_n) { return num_n <= kBwdKeyMajorMaxBlocks; }
+ATTN_HD constexpr BwdCta bwd_cta(int bx, int by, int bz, int num_n) {
+    return bwd_key_major(num_n) ? BwdCta{num_n - 1 - bz, bx, by} : BwdCta{num_n - 1 - bx, by, bz};
+}
 
 /* Position of key block n in the dQ summation order of query block m (0 = stores). */
 ATTN_HD constexpr int bwd_dq_rank(int m, int n, int BM, int BN, int T) { return bwd_n_max(m, BM, BN, T) - n; }

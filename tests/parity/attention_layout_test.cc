@@ -234,12 +234,22 @@ static void test_backward_schedule_case(int T, int BM, int BH, int group, int sm
     struct Cta {
         int g, n, hh, m, done;
     };
-    std::vector<Cta> order; /* launch order: x = n-block index fastest (n descending), then groups */
-    for (int g = 0; g < groups; g++)
-        for (int bx = 0; bx < num_n; bx++) {
-            const int n = bwd_n_of_block(bx, num_n);
-            order.push_back(Cta{g, n, 0, bwd_m_first(n, BN, BM), 0});
-        }
+    std::vector<Cta> order; /* launch order: the grid's x fastest, then y, then z (bwd_cta) */
+    const int gx = bwd_key_major(num_n) ? groups : num_n, gy = bwd_key_major(num_n) ? 1 : groups,
+              gz = bwd_key_major(num_n) ? num_n : 1;
+    for (int bz = 0; bz < gz; bz++)
+        for (int by = 0; by < gy; by++)
+            for (int bx = 0; bx < gx; bx++) {
+                const BwdCta c = bwd_cta(bx, by, bz, num_n); /* groups stand for (kv head, b): c.b = 0 */
+                bad += c.b != 0 || c.kvh < 0 || c.kvh >= groups || c.n < 0 || c.n >= num_n;
+                order.push_back(Cta{c.kvh, c.n, 0, bwd_m_first(c.n, BN, BM), 0});
+            }
+    {   /* every (group, key block) exactly once */
+        std::vector<int> owned((size_t)groups * num_n, 0);
+        for (const Cta &c : order)
+            if (c.g >= 0 && c.g < groups && c.n >= 0 && c.n < num_n) owned[(size_t)c.g * num_n + c.n]++;
+        for (int o : owned) bad += o != 1;
+    }
     std::vector<int> sem((size_t)BH * num_m, 0);
     std::vector<std::vector<int>> seq((size_t)BH * num_m);
     std::deque<int> resident;
