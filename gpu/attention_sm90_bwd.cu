@@ -378,9 +378,8 @@ static void backward_launch(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint
     KERNEL_CHECK(stream);
     const size_t smem = attn90::BwdSmem<D>::BYTES;
     CUDA_CHECK(cudaFuncSetAttribute(attn90::attn_bwd_sm90<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    const dim3 grid = attn90::bwd_key_major(p.num_n) ? dim3((unsigned)KVH, (unsigned)B, (unsigned)p.num_n)
-                                                     : dim3((unsigned)p.num_n, (unsigned)KVH, (unsigned)B);
-    attn90::attn_bwd_sm90<D><<<grid, 384, smem, stream>>>(p);
+    const attn90::BwdGrid grid = attn90::bwd_grid(p.num_n, KVH, B);
+    attn90::attn_bwd_sm90<D><<<dim3((unsigned)grid.x, (unsigned)grid.y, (unsigned)grid.z), 384, smem, stream>>>(p);
     KERNEL_CHECK(stream);
     static_assert(C::BM * D == 8192, "attn90_bwd_post: a dQ tile is 8192 floats");
     attn90::attn90_bwd_post<D><<<(unsigned)((int64_t)B * H * p.num_m), 256, 0, stream>>>(

@@ -211,6 +211,13 @@ struct BwdCta {
     int n, kvh, b;
 };
 ATTN_HD constexpr bool bwd_key_major(int num_n) { return num_n <= kBwdKeyMajorMaxBlocks; }
+/* The grid's dimensions (x, y, z) and the CTA (bx, by, bz) of it. */
+struct BwdGrid {
+    int x, y, z;
+};
+ATTN_HD constexpr BwdGrid bwd_grid(int num_n, int KVH, int B) {
+    return bwd_key_major(num_n) ? BwdGrid{KVH, B, num_n} : BwdGrid{num_n, KVH, B};
+}
 ATTN_HD constexpr BwdCta bwd_cta(int bx, int by, int bz, int num_n) {
     return bwd_key_major(num_n) ? BwdCta{num_n - 1 - bz, bx, by} : BwdCta{num_n - 1 - bx, by, bz};
 }

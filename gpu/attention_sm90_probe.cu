@@ -20,6 +20,7 @@ struct ProbeParams {
     float *c;
     const __nv_bfloat16 *a; /* register / shared-memory operand source (PV, DKV, DQ) */
     int which, a_cols;      /* a's columns (PV: 128; DKV, DQ: BM) */
+    int b_rows;             /* the TMA-loaded b's rows (SDP, DKV: BM; else 128) */
     HangRecord *dbg;
 };
 
@@ -32,7 +33,7 @@ __global__ void __launch_bounds__(256, 1) attn90_probe_kernel(const __grid_const
     const uint32_t sA = base, sB = base + 32768, sT = base + 65536, bar = base + 98304;
     const int cw = threadIdx.x / 128, tid = threadIdx.x % 128;
     const bool a_by_tma = p.which == ATTN_PROBE_QK || p.which == ATTN_PROBE_SDP;
-    const int b_rows = p.which == ATTN_PROBE_SDP || p.which == ATTN_PROBE_DKV ? BM : 128;
+    const int b_rows = p.b_rows;
     if (threadIdx.x == 0) {
         mbar_init(bar, 1);
         mbar_fence_init();
@@ -116,8 +117,8 @@ static void probe_launch(enum AttnProbe which, float *c, const uint16_t *a, cons
     p.which = which;
     p.a_cols = which == ATTN_PROBE_DKV || which == ATTN_PROBE_DQ ? BM : 128;
     p.dbg = dbg;
-    const int b_rows = which == ATTN_PROBE_SDP || which == ATTN_PROBE_DKV ? BM : 128;
-    make_tmap(&p.tb, b, 1, b_rows, 1, D, b_rows);
+    p.b_rows = which == ATTN_PROBE_SDP || which == ATTN_PROBE_DKV ? BM : 128;
+    make_tmap(&p.tb, b, 1, p.b_rows, 1, D, p.b_rows);
     if (which == ATTN_PROBE_QK || which == ATTN_PROBE_SDP) make_tmap(&p.ta, a, 1, 128, 1, D, 128);
     else p.ta = p.tb; /* unused */
     const size_t smem = 98304 + 64 + 1024;

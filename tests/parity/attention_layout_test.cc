@@ -235,12 +235,11 @@ static void test_backward_schedule_case(int T, int BM, int BH, int group, int sm
         int g, n, hh, m, done;
     };
     std::vector<Cta> order; /* launch order: the grid's x fastest, then y, then z (bwd_cta) */
-    const int gx = bwd_key_major(num_n) ? groups : num_n, gy = bwd_key_major(num_n) ? 1 : groups,
-              gz = bwd_key_major(num_n) ? num_n : 1;
-    for (int bz = 0; bz < gz; bz++)
-        for (int by = 0; by < gy; by++)
-            for (int bx = 0; bx < gx; bx++) {
-                const BwdCta c = bwd_cta(bx, by, bz, num_n); /* groups stand for (kv head, b): c.b = 0 */
+    const BwdGrid grid = bwd_grid(num_n, groups, 1); /* groups stand for (kv head, b) */
+    for (int bz = 0; bz < grid.z; bz++)
+        for (int by = 0; by < grid.y; by++)
+            for (int bx = 0; bx < grid.x; bx++) {
+                const BwdCta c = bwd_cta(bx, by, bz, num_n);
                 bad += c.b != 0 || c.kvh < 0 || c.kvh >= groups || c.n < 0 || c.n >= num_n;
                 order.push_back(Cta{c.kvh, c.n, 0, bwd_m_first(c.n, BN, BM), 0});
             }
