@@ -295,24 +295,39 @@ const uint16_t *dropped_input(gpu_llama *m, int l, int t, const uint16_t *x, uin
     return m->x_drop;
 }
 
-/* y (n, C_out) = linear t of layer l applied to x, rows sp, with its adapter (train: with dropout). */
-void proj_forward(gpu_llama *m, int l, int t, uint16_t *y, const uint16_t *x, int train, uint64_t micro, gl_span sp) {
+/* y (n, C_out) = linear t of layer l applied to x, rows sp, with its adapter (train: with dropout).
+ * With res: then out = bf16(res + y) (the residual add, rows sp of out and res) — for a LoRA linear in
+ * the adapter's own pass where that pass can (gpu_lora_forward_residual_bf16: the same bits, y then
+ * holds the base product alone), else as add_bf16. */
+bool proj_adapter_forward(gpu_llama *m, int l, int t, uint16_t *y, const uint16_t *x, int train, uint64_t micro,
+                          gl_span sp, uint16_t *out, const uint16_t *res) {
     gl_linear &lin = m->layers[l].lin[t];
     gl_acts &a = m->acts[l];
     const int N = sp.n;
-    base_forward(m, l, t, y, x, N);
-    if (!lin.target) return;
     PROF(m, PROF_ADAPTER_FWD);
     const int R = m->opt.R;
     const float s = m->opt.lora_scale;
     uint16_t *u = a.u[t] + (size_t)sp.r0 * R;
     if (m->opt.mode == LLAMA_LORA) {
         const uint16_t *xa = train && m->opt.dropout > 0 ? dropped_input(m, l, t, x, micro, sp) : x;
+        if (res && gpu_lora_forward_residual_bf16(m->gemm, out, res, y, u, xa, lin.a, lin.b, N, lin.c_in, lin.c_out, R,
+                                                  s, m->stream))
+            return true;
         gpu_lora_forward_bf16(m->gemm, y, u, xa, lin.a, lin.b, N, lin.c_in, lin.c_out, R, s, m->stream);
     } else {
         gpu_lora_u_bf16(m->gemm, u, x, lin.a, N, lin.c_in, R, m->stream);
         dora_output(m, l, t, y, u, R, N);
     }
+    return false;
+}
+
+void proj_forward(gpu_llama *m, int l, int t, uint16_t *y, const uint16_t *x, int train, uint64_t micro, gl_span sp,
+                  uint16_t *out = nullptr, const uint16_t *res = nullptr) {
+    base_forward(m, l, t, y, x, sp.n);
+    if (m->layers[l].lin[t].target && proj_adapter_forward(m, l, t, y, x, train, micro, sp, out, res)) return;
+    if (!res) return;
+    PROF(m, PROF_RESIDUAL);
+    add_bf16(out, res, y, (int64_t)sp.n * m->layers[l].lin[t].c_out, m->stream);
 }
 
 /* The adapter intermediate u = x_a Aᵀ of LoRA linear t, rows sp, alone (the product
@@ -560,7 +575,8 @@ enum fwd_upto { FWD_ATTN = 0, FWD_NORM2, FWD_MLP_INPUT, FWD_ALL };
 
 /* The MLP's forward on rows sp of layer l (n2 and, with `down`, tmp at their full-batch rows; gate,
  * up and the MLP input in their chunk-sized buffers): gate/up, SwiGLU, then the down projection
- * into tmp — or, without `down`, the down adapter's intermediate alone. */
+ * into tmp and the layer's output x[l + 1] = bf16(h + it) at those rows — or, without `down`, the
+ * down adapter's intermediate alone. */
 void mlp_forward(gpu_llama *m, int l, gl_span sp, int train, uint64_t micro, int down) {
     gl_acts &a = m->acts[l];
     const int F = m->cfg.F;
@@ -578,7 +594,7 @@ void mlp_forward(gpu_llama *m, int l, gl_span sp, int train, uint64_t micro, int
         return;
     }
     fp8_input(m, l, LLAMA_DOWN, a.mlp, F, sp);
-    proj_forward(m, l, LLAMA_DOWN, m->tmp + off, a.mlp, train, micro, sp);
+    proj_forward(m, l, LLAMA_DOWN, m->tmp + off, a.mlp, train, micro, sp, m->x[l + 1] + off, a.h + off);
 }
 
 /* Layer l from its input x[l], as far as upto; the whole layer writes x[l + 1]. The MLP runs in
@@ -622,13 +638,8 @@ void layer_forward(gpu_llama *m, int l, int train, uint64_t micro, enum fwd_upto
                                                   c.rms_norm_eps, s);
     }
     if (upto == FWD_NORM2) return;
-    for (int r0 = 0; r0 < N; r0 += m->mlp_rows)
+    for (int r0 = 0; r0 < N; r0 += m->mlp_rows) /* FWD_ALL: each chunk's rows of x[l + 1] */
         mlp_forward(m, l, gl_span{r0, N - r0 < m->mlp_rows ? N - r0 : m->mlp_rows}, train, micro, upto == FWD_ALL);
-    if (upto != FWD_ALL) return;
-    {
-        PROF(m, PROF_RESIDUAL);
-        add_bf16(m->x[l + 1], a.h, m->tmp, (int64_t)N * c.C, s);
-    }
 }
 
 /* LoRA's down adapter without dropout: its dx += du A joined to SwiGLU's backward (one pass over the

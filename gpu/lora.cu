@@ -150,6 +150,21 @@ struct lora_mma_epi {
     }
 };
 
+/* lora_mma_epi's y = bf16(y + s·(u Bᵀ)), then the residual add's out = bf16(res + y) (llama.cu's
+ * residual_add), y not stored */
+struct lora_residual_epi {
+    bf16 *out;
+    const bf16 *res;
+    __device__ __forceinline__ void columns(int) {}
+    __device__ __forceinline__ void row(float (&yv)[8], const float (&sl)[8], int64_t e) {
+        float rv[8], o[8];
+        refine::load_bf16<8>(rv, res + e);
+#pragma unroll
+        for (int c = 0; c < 8; c++) o[c] = __fadd_rn(rv[c], refine::bf16_round_dev(__fadd_rn(yv[c], sl[c])));
+        refine::store_bf16<8>(out + e, o);
+    }
+};
+
 /* dh + du A (fp32 sl from the pass) rounded as lora_mma_epi stores it, then SwiGLU's backward on it
  * (gpu/swiglu.cuh), the gate and up gradients into gate and up at the same element (row stride = dh's);
  * with h, also the forward's output h = bf16(bf16(silu(g))·up) there, from the same silu (the MLP
@@ -220,6 +235,23 @@ extern "C" void gpu_lora_forward_bf16(struct gpu_gemm *g, uint16_t *y, uint16_t 
                                   GEMM_OUT_BF16, GEMM_ACCUMULATE, N, C_in, C_out, R, scale);
     gpu_gemm(g, &p.fwd_u, stream);
     add_product<refine::ADAPTER_B_ROWS>(g, p.fwd_y, y, u, R, lora_b, R, N, C_out, R, scale, stream);
+}
+
+extern "C" int gpu_lora_forward_residual_bf16(struct gpu_gemm *g, uint16_t *out, const uint16_t *res,
+                                              const uint16_t *y, uint16_t *u, const uint16_t *x_a,
+                                              const uint16_t *lora_a, const uint16_t *lora_b, int N, int C_in,
+                                              int C_out, int R, float scale, cudaStream_t stream) {
+    check_dims(N, C_in, C_out, R);
+    if (!refine::adapter_mma_fits(C_out, R, R, u, lora_b, y) || ((uintptr_t)out | (uintptr_t)res) % 16 != 0) return 0;
+    const lora_plan p = make_plan(nullptr, u, x_a, lora_a, lora_b, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                  GEMM_OUT_BF16, GEMM_ACCUMULATE, N, C_in, C_out, R, scale);
+    gpu_gemm(g, &p.fwd_u, stream);
+    refine::adapter_mma_launch<refine::ADAPTER_B_ROWS>(
+        reinterpret_cast<const bf16 *>(y), reinterpret_cast<const bf16 *>(u), R, reinterpret_cast<const bf16 *>(lora_b),
+        R, scale, N, C_out, R, lora_residual_epi{reinterpret_cast<bf16 *>(out), reinterpret_cast<const bf16 *>(res)},
+        stream);
+    KERNEL_CHECK(stream);
+    return 1;
 }
 
 extern "C" void gpu_lora_u_bf16(struct gpu_gemm *g, uint16_t *u, const uint16_t *x_a, const uint16_t *lora_a, int N,

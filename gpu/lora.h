@@ -69,6 +69,17 @@ void gpu_lora_forward_bf16(struct gpu_gemm *g, uint16_t *y, uint16_t *u, const u
                            const uint16_t *lora_a, const uint16_t *lora_b, int N, int C_in, int C_out, int R,
                            float scale, cudaStream_t stream);
 
+/* The forward of an adapter whose output only feeds a residual add (the MLP's down projection, whose
+ * output the layer adds to h): u = x_a Aᵀ as gpu_lora_forward_bf16 forms it, then in one pass on tensor
+ * cores out = bf16(res + bf16(y + s·u Bᵀ)) — bit for bit gpu_lora_forward_bf16 followed by the
+ * residual add out = bf16(res + y), without y's write and second read (N·C_out·4 bytes); y (the base
+ * product) is left as it was, and out may be res. Returns 1; where that pass cannot run (the shape
+ * or alignment: adapter_mma_fits, out and res 16-byte aligned) it does nothing and returns 0, and the
+ * caller runs the two steps. */
+int gpu_lora_forward_residual_bf16(struct gpu_gemm *g, uint16_t *out, const uint16_t *res, const uint16_t *y,
+                                   uint16_t *u, const uint16_t *x_a, const uint16_t *lora_a, const uint16_t *lora_b,
+                                   int N, int C_in, int C_out, int R, float scale, cudaStream_t stream);
+
 /* u = bf16( x_a Aᵀ ) alone: the forward's first product (the same plan, the same bits), for a
  * caller that needs the saved intermediate without the output (a recomputation that stops before
  * the linear's output, gpu/llama.cu). */

@@ -316,6 +316,53 @@ static void run_case(const lora_case &c, int plant_inf, int id) {
                shape);
         dev_buf_free(&bu2);
     }
+    {   /* the forward joined to a residual add (the MLP's down projection, gpu_lora_forward_residual_bf16):
+         * out = bf16(res + y) of this forward's own y, bit for bit, every element written; u the
+         * forward's; y left as the base product it was; the pass taken exactly where the forward's
+         * y pass runs on tensor cores (adapter_mma_fits: R ≤ 64 and even, C_out % 32 == 0 for these
+         * aligned buffers), else nothing written and 0 returned; and in place (out = res). */
+        std::vector<float> res(y0.size());
+        struct rng r2;
+        rng_init(&r2, seed ^ 0x9e3779b97f4a7c15ull);
+        fill(&r2, res, c.rg, 1.0);
+        const std::vector<uint16_t> resb = bits_of(res);
+        struct dev_buf bres, bout, by2, bu3;
+        dev_buf_alloc(&bres, "res", resb.size() * 2, POISON_NONE, resb.data());
+        dev_buf_alloc(&bout, "out", resb.size() * 2, POISON_BF16, nullptr);
+        dev_buf_alloc(&by2, "y (base product)", y0b.size() * 2, POISON_NONE, y0b.data());
+        dev_buf_alloc(&bu3, "u (residual pass)", (size_t)N * R * 2, POISON_BF16, nullptr);
+        const int fits = R <= 64 && R % 2 == 0 && C_out % 32 == 0;
+        const int fused = gpu_lora_forward_residual_bf16(
+            g_gemm, (uint16_t *)bout.data, (const uint16_t *)bres.data, (const uint16_t *)by2.data, (uint16_t *)bu3.data,
+            (const uint16_t *)bx.data, (const uint16_t *)bA.data, (const uint16_t *)bB.data, N, C_in, C_out, R, s,
+            g_stream);
+        EXPECT(fused == fits, "lora %s: the residual pass %s (expected %s)", shape, fused ? "ran" : "did not run",
+               fits ? "to run" : "not to");
+        std::vector<uint16_t> outb(resb.size()), y2(y0b.size()), u3((size_t)N * R);
+        dev_buf_download(&bout, outb.data(), fused);
+        dev_buf_download(&by2, y2.data(), 0);
+        dev_buf_download(&bu3, u3.data(), fused);
+        EXPECT(memcmp(y2.data(), y0b.data(), y2.size() * 2) == 0, "lora %s: the residual pass changed y", shape);
+        if (fused) {
+            std::vector<uint16_t> want(resb.size());
+            for (size_t i = 0; i < want.size(); i++)
+                want[i] = bf16_from_float(bf16_to_float(resb[i]) + bf16_to_float(yb[i]));
+            EXPECT(memcmp(u3.data(), ub.data(), u3.size() * 2) == 0,
+                   "lora %s: the residual pass's u differs from the forward's", shape);
+            EXPECT(memcmp(outb.data(), want.data(), want.size() * 2) == 0,
+                   "lora %s: the residual pass's out is not bf16(res + the forward's y)", shape);
+            dev_buf_reset(&bu3, nullptr);
+            EXPECT(gpu_lora_forward_residual_bf16(g_gemm, (uint16_t *)bres.data, (const uint16_t *)bres.data,
+                                                  (const uint16_t *)by2.data, (uint16_t *)bu3.data,
+                                                  (const uint16_t *)bx.data, (const uint16_t *)bA.data,
+                                                  (const uint16_t *)bB.data, N, C_in, C_out, R, s, g_stream) == 1,
+                   "lora %s: the residual pass in place did not run", shape);
+            dev_buf_download(&bres, outb.data(), 0);
+            EXPECT(memcmp(outb.data(), want.data(), want.size() * 2) == 0,
+                   "lora %s: the residual pass in place (out = res) differs", shape);
+        }
+        for (struct dev_buf *b : {&bres, &bout, &by2, &bu3}) dev_buf_free(b);
+    }
     /* gpu_lora_reserve saw every product (all buffers here are 256-byte aligned) */
     EXPECT(gpu_gemm_plan_count(g_gemm) == plans, "lora %s: %d gemm plans created after gpu_lora_reserve", shape,
            gpu_gemm_plan_count(g_gemm) - plans);
