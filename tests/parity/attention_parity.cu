@@ -2,13 +2,14 @@
  * wgmma/TMA kernels) against ref/attention on random inputs.
  *
  *   bazel test --config=gpu //tests/parity:attention_parity
- *   attention_parity [--seed=N] [--kernel=sm80|sm90|both] [--debug] [--bench]
+ *   attention_parity [--seed=N] [--kernel=sm80|sm90|both] [--debug] [--bench | --bench-only]
  *
  * Order: (1) on a Hopper device, the probes (gpu/attention_internal.h, attn90_probe): each warpgroup
  * GEMM of the Hopper kernels alone on integer-valued tiles, bit for bit, so that a layout error is
  * named by the product it breaks; (2) every shape for each kernel family that takes it (sm80 always,
  * sm90 on a Hopper device for D = 64 and 128): forward, backward, backward determinism; (3) with
- * --bench, each shape of the benchmark for both families in the same run, then a summary table.
+ * --bench, each shape of the benchmark for both families in the same run, then a summary table
+ * (--bench-only: the benchmark alone, without (1) and (2), to time a build already checked).
  * REFINE_ATTENTION_KERNEL=sm80 in the environment makes no difference here (the families are named
  * explicitly), and --kernel=sm80 runs the fallback alone.
  *
@@ -613,7 +614,7 @@ int main(int argc, char **argv) {
     const bool hopper = refine::attn90_available(64);
     printf("attention_parity: Hopper kernels %s on this device; families tested:%s%s\n",
            hopper ? "available" : "not available", want_sm80 ? " sm80" : "", want_sm90 && hopper ? " sm90" : "");
-    if (want_sm90 && hopper)
+    if (want_sm90 && hopper && !test_has_flag(argc, argv, "--bench-only"))
         for (int D : {64, 128})
             for (int w = 0; w < refine::ATTN_PROBE_COUNT && !g_sm90_hung; w++) run_probe((refine::AttnProbe)w, D);
     if (g_sm90_hung) printf("attention_parity: a probe hung; the sm90 attention cases are skipped\n");
@@ -629,9 +630,11 @@ int main(int argc, char **argv) {
                             {8, 512, 8, 8, 64},   {8, 256, 16, 16, 128},
                             /* head dims of small models (the test models have D = 16): sm80 only */
                             {2, 33, 4, 1, 16},    {1, 130, 6, 2, 16},   {2, 65, 4, 2, 32}};
-    for (auto &cs : cases) run_case(cs[0], cs[1], cs[2], cs[3], cs[4], want_sm80, want_sm90);
+    const bool bench_only = test_has_flag(argc, argv, "--bench-only");
+    if (!bench_only)
+        for (auto &cs : cases) run_case(cs[0], cs[1], cs[2], cs[3], cs[4], want_sm80, want_sm90);
     const int rc = test_finish("attention_parity");
-    if (rc == 0 && test_has_flag(argc, argv, "--bench")) bench(want_sm80, want_sm90);
+    if (rc == 0 && (bench_only || test_has_flag(argc, argv, "--bench"))) bench(want_sm80, want_sm90);
     CUDA_CHECK(cudaFree(g_hang));
     CUDA_CHECK(cudaStreamDestroy(g_stream));
     return rc;
