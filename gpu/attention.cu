@@ -243,7 +243,7 @@ __global__ void __launch_bounds__(kThreads) attn_backward_dkdv(bf16 *__restrict_
                                                                 const bf16 *__restrict__ v,
                                                                 const float *__restrict__ lse,
                                                                 const float *__restrict__ delta, int T, int H,
-                                                                int KVH, float scale, int64_t ld_o) {
+                                                                int KVH, float scale, int64_t ld_o, int64_t ld_kv) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16 *Ks = reinterpret_cast<bf16 *>(smem_raw); /* [64 keys][D+8] */
     bf16 *Vs = Ks + kRows * (D + 8);                /* [64 keys][D+8] */
@@ -308,7 +308,7 @@ __global__ void __launch_bounds__(kThreads) attn_backward_dkdv(bf16 *__restrict_
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         if (key[r] >= T) continue;
-        const int64_t off = (((int64_t)b * T + key[r]) * KVH + kvh) * D;
+        const int64_t off = ((int64_t)b * T + key[r]) * ld_kv + (int64_t)kvh * D;
 #pragma unroll
         for (int dn = 0; dn < D / 8; dn++) {
             *reinterpret_cast<uint32_t *>(dk + off + dn * 8 + 2 * t) =
@@ -326,7 +326,7 @@ __global__ void __launch_bounds__(kThreads) attn_backward_dq(bf16 *__restrict__ 
                                                               const bf16 *__restrict__ v,
                                                               const float *__restrict__ lse,
                                                               const float *__restrict__ delta, int T, int H, int KVH,
-                                                              float scale, int64_t ld_o) {
+                                                              float scale, int64_t ld_o, int64_t ld_q) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16 *Qs = reinterpret_cast<bf16 *>(smem_raw); /* [64 q][D+8]  */
     bf16 *Gs = Qs + kRows * (D + 8);                /* dO [64][D+8] */
@@ -381,7 +381,7 @@ __global__ void __launch_bounds__(kThreads) attn_backward_dq(bf16 *__restrict__ 
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         if (row[r] >= T) continue;
-        bf16 *dst = dq + (((int64_t)b * T + row[r]) * H + h) * D;
+        bf16 *dst = dq + ((int64_t)b * T + row[r]) * ld_q + (int64_t)h * D;
 #pragma unroll
         for (int dn = 0; dn < D / 8; dn++)
             *reinterpret_cast<uint32_t *>(dst + dn * 8 + 2 * t) =
@@ -415,16 +415,16 @@ void forward_launch(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const b
 template <int D>
 void backward_launch(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const bf16 *q, const bf16 *k, const bf16 *v,
                      const float *lse, const float *delta, int B, int T, int H, int KVH, float scale, int64_t ld_o,
-                     cudaStream_t stream) {
+                     int64_t ld_q, int64_t ld_kv, cudaStream_t stream) {
     const size_t s1 = dkdv_smem<D>(), s2 = dq_smem<D>();
     CUDA_CHECK(cudaFuncSetAttribute(attn_backward_dkdv<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s1));
     CUDA_CHECK(cudaFuncSetAttribute(attn_backward_dq<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s2));
     const unsigned tiles = (unsigned)((T + kRows - 1) / kRows);
     attn_backward_dkdv<D><<<dim3(tiles, (unsigned)KVH, (unsigned)B), kThreads, s1, stream>>>(
-        dk, dv, dout, q, k, v, lse, delta, T, H, KVH, scale, ld_o);
+        dk, dv, dout, q, k, v, lse, delta, T, H, KVH, scale, ld_o, ld_kv);
     KERNEL_CHECK(stream);
     attn_backward_dq<D><<<dim3(tiles, (unsigned)H, (unsigned)B), kThreads, s2, stream>>>(dq, dout, q, k, v, lse, delta,
-                                                                                       T, H, KVH, scale, ld_o);
+                                                                                       T, H, KVH, scale, ld_o, ld_q);
     KERNEL_CHECK(stream);
 }
 
@@ -478,14 +478,19 @@ void attention_forward(enum AttnKernel kernel, uint16_t *out, float *lse, const 
 void attention_backward(enum AttnKernel kernel, uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint16_t *dout,
                         const uint16_t *q, const uint16_t *k, const uint16_t *v, const uint16_t *out, const float *lse,
                         int B, int T, int H, int KVH, int D, float scale, void *workspace, cudaStream_t stream,
-                        HangRecord *dbg, int64_t ld_o) {
+                        HangRecord *dbg, int64_t ld_o, int64_t ld_g) {
     check_args(B, T, H, KVH, D);
     if (ld_o == 0) ld_o = (int64_t)H * D;
     check_ld(ld_o, H, D, out);
     check_ld(ld_o, H, D, dout);
+    const int64_t ld_q = ld_g ? ld_g : (int64_t)H * D, ld_kv = ld_g ? ld_g : (int64_t)KVH * D;
+    check_ld(ld_q, H, D, dq);
+    check_ld(ld_kv, KVH, D, dk);
+    check_ld(ld_kv, KVH, D, dv);
     if (kernel == ATTN_KERNEL_AUTO) kernel = attention_auto_kernel(D);
     if (kernel == ATTN_KERNEL_SM90) {
-        attn90_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, H, KVH, D, scale, workspace, stream, dbg, ld_o);
+        attn90_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, H, KVH, D, scale, workspace, stream, dbg, ld_o, ld_q,
+                        ld_kv);
         return;
     }
     float *delta = reinterpret_cast<float *>(static_cast<unsigned char *>(workspace) +
@@ -498,7 +503,8 @@ void attention_backward(enum AttnKernel kernel, uint16_t *dq, uint16_t *dk, uint
     const bf16 *g = reinterpret_cast<const bf16 *>(dout), *qq = reinterpret_cast<const bf16 *>(q),
                *kk = reinterpret_cast<const bf16 *>(k), *vv = reinterpret_cast<const bf16 *>(v);
     ATTN_HEADDIM_SWITCH(D, [&](auto hd) {
-        backward_launch<decltype(hd)::value>(a, bk, bv, g, qq, kk, vv, lse, delta, B, T, H, KVH, scale, ld_o, stream);
+        backward_launch<decltype(hd)::value>(a, bk, bv, g, qq, kk, vv, lse, delta, B, T, H, KVH, scale, ld_o, ld_q, ld_kv,
+                                             stream);
     });
 }
 
@@ -536,4 +542,13 @@ extern "C" void gpu_attention_backward_ld_bf16(uint16_t *dq, uint16_t *dk, uint1
                                                cudaStream_t stream) {
     refine::attention_backward(refine::ATTN_KERNEL_AUTO, dq, dk, dv, dout, q, k, v, out, lse, B, T, H, KVH, D, scale,
                                workspace, stream, nullptr, ld_o);
+}
+
+extern "C" void gpu_attention_backward_strided_bf16(uint16_t *dq, uint16_t *dk, uint16_t *dv, int64_t ld_g,
+                                                    const uint16_t *dout, const uint16_t *q, const uint16_t *k,
+                                                    const uint16_t *v, const uint16_t *out, int64_t ld_o,
+                                                    const float *lse, int B, int T, int H, int KVH, int D, float scale,
+                                                    void *workspace, cudaStream_t stream) {
+    refine::attention_backward(refine::ATTN_KERNEL_AUTO, dq, dk, dv, dout, q, k, v, out, lse, B, T, H, KVH, D, scale,
+                               workspace, stream, nullptr, ld_o, ld_g);
 }

@@ -62,6 +62,14 @@ void gpu_attention_backward_ld_bf16(uint16_t *dq, uint16_t *dk, uint16_t *dv, co
                                     const uint16_t *k, const uint16_t *v, const uint16_t *out, int64_t ld_o,
                                     const float *lse, int B, int T, int H, int KVH, int D, float scale,
                                     void *workspace, cudaStream_t stream);
+/* The same with dq's, dk's and dv's rows (b, t) at ld_g elements, one stride for the three (≥ H·D, a
+ * multiple of 8; 0: packed): a caller's buffer holding them side by side, [dq │ dk │ dv] a row
+ * (gpu/llama.cu: q/k/v's input gradient as one product over the three). Columns beyond each one's
+ * heads are left untouched. */
+void gpu_attention_backward_strided_bf16(uint16_t *dq, uint16_t *dk, uint16_t *dv, int64_t ld_g, const uint16_t *dout,
+                                         const uint16_t *q, const uint16_t *k, const uint16_t *v, const uint16_t *out,
+                                         int64_t ld_o, const float *lse, int B, int T, int H, int KVH, int D,
+                                         float scale, void *workspace, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

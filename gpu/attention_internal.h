@@ -45,26 +45,28 @@ struct HangRecord {
     int info;   /* the wait's pipeline position (iteration counter) */
 };
 
-/* ld_o: out's (and the backward's dout's) row stride in elements; 0: H·D (packed rows). */
+/* ld_o: out's (and the backward's dout's) row stride in elements; 0: H·D (packed rows). ld_g: the
+ * backward's dq, dk and dv row stride, one for the three (a caller's buffer holding them side by
+ * side, gpu/llama.cu); 0: packed (H·D for dq, KVH·D for dk and dv). */
 void attention_forward(enum AttnKernel kernel, uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k,
                        const uint16_t *v, int B, int T, int H, int KVH, int D, float scale, cudaStream_t stream,
                        HangRecord *dbg, int64_t ld_o = 0);
 void attention_backward(enum AttnKernel kernel, uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint16_t *dout,
                         const uint16_t *q, const uint16_t *k, const uint16_t *v, const uint16_t *out, const float *lse,
                         int B, int T, int H, int KVH, int D, float scale, void *workspace, cudaStream_t stream,
-                        HangRecord *dbg, int64_t ld_o = 0);
+                        HangRecord *dbg, int64_t ld_o = 0, int64_t ld_g = 0);
 /* The family AUTO picks for head dim D on the current device. */
 enum AttnKernel attention_auto_kernel(int D);
 
 /* ---- the Hopper kernels (gpu/attention_sm90_*.cu) ---- */
 bool attn90_available(int D);
-/* ld_o as attention_forward/backward resolved it (≥ H·D) */
+/* ld_o as attention_forward/backward resolved it (≥ H·D); ld_q, ld_kv: dq's and dk/dv's row strides */
 void attn90_forward(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k, const uint16_t *v, int B, int T,
                     int H, int KVH, int D, float scale, cudaStream_t stream, HangRecord *dbg, int64_t ld_o);
 void attn90_backward(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint16_t *dout, const uint16_t *q,
                      const uint16_t *k, const uint16_t *v, const uint16_t *out, const float *lse, int B, int T, int H,
                      int KVH, int D, float scale, void *workspace, cudaStream_t stream, HangRecord *dbg,
-                     int64_t ld_o);
+                     int64_t ld_o, int64_t ld_q, int64_t ld_kv);
 
 enum AttnProbe { ATTN_PROBE_QK = 0, ATTN_PROBE_PV, ATTN_PROBE_SDP, ATTN_PROBE_DKV, ATTN_PROBE_DQ, ATTN_PROBE_COUNT };
 void attn90_probe(enum AttnProbe which, int D, float *c, const uint16_t *a, const uint16_t *b, cudaStream_t stream,

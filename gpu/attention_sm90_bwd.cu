@@ -29,7 +29,8 @@
  *     across every head: attention_sm90_layout.h §4, bwd_cta), so a CTA only waits on CTAs that
  *     started before it, and in steady state not at all (a larger key block reaches each query
  *     block earlier).
- *  3. attn90_bwd_post: dq = bf16(scale · dQ accumulation), from the tile order back to (B, T, H, D).
+ *  3. attn90_bwd_post: dq = bf16(scale · dQ accumulation), from the tile order back to (B, T, H, D)
+ *     (dq's rows, and dk's and dv's, at the caller's row stride: attention_internal.h ld_g).
  * Shared memory (D = 128, BM = 64): K, V 32 KiB each, Q and dO 2 × 16 KiB each, dSᵀ 16 KiB, dQ
  * 2 × 32 KiB, lse/Δ 1 KiB: 210 KiB of the 227 KiB a CTA may have; D = 64 (BM = 128): K, V 16 KiB,
  * Q, dO 2 × 16 KiB, dSᵀ 32 KiB, dQ 2 × 32 KiB: 194 KiB. Registers per consumer thread: dK, dV D/2
@@ -47,6 +48,7 @@ namespace attn90 {
 struct BwdParams {
     CUtensorMap tq, tdo, tk, tv;
     __nv_bfloat16 *dk, *dv;
+    int64_t ld_kv;             /* dk's and dv's row stride, elements */
     const float *lse2, *delta; /* (B·H, T_pad) */
     float *dqacc;              /* (B·H·num_m, 8192) */
     int *sem;                  /* (B·H·num_m) */
@@ -133,7 +135,7 @@ __global__ void __launch_bounds__(256) attn90_bwd_pre(float *__restrict__ delta,
 template <int D>
 __global__ void __launch_bounds__(256) attn90_bwd_post(__nv_bfloat16 *__restrict__ dq,
                                                        const float *__restrict__ dqacc, int T, int H, int num_m,
-                                                       float scale) {
+                                                       float scale, int64_t ld_q) {
     /* the tile's rows, its pitch (rows 16 bytes apart in the banks), 16-byte pieces a row */
     constexpr int BM = 8192 / D, P = D + 8, CPR = D / 8;
     __shared__ __align__(16) __nv_bfloat16 t[BM][P];
@@ -152,7 +154,7 @@ __global__ void __launch_bounds__(256) attn90_bwd_post(__nv_bfloat16 *__restrict
     for (int c = threadIdx.x; c < BM * CPR; c += 256) {
         const int r = c / CPR, c8 = (c % CPR) * 8, row = m * BM + r;
         if (row < T)
-            *reinterpret_cast<uint4 *>(dq + (((int64_t)b * T + row) * H + h) * D + c8) =
+            *reinterpret_cast<uint4 *>(dq + ((int64_t)b * T + row) * ld_q + (int64_t)h * D + c8) =
                 *reinterpret_cast<const uint4 *>(&t[r][c8]);
     }
 }
@@ -329,7 +331,7 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_sm90(const __grid_constant__ 
     for (int r = 0; r < 2; r++) {
         const int key = key0 + acc_row(tid, 2 * r);
         if (key >= p.T) continue;
-        const int64_t off = (((int64_t)b * p.T + key) * p.KVH + kvh) * D;
+        const int64_t off = ((int64_t)b * p.T + key) * p.ld_kv + (int64_t)kvh * D;
 #pragma unroll
         for (int j = 0; j < D / 8; j++) {
             const int i = 4 * j + 2 * r;
@@ -346,7 +348,7 @@ template <int D>
 static void backward_launch(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint16_t *dout, const uint16_t *q,
                             const uint16_t *k, const uint16_t *v, const uint16_t *out, int64_t ld_o, const float *lse,
                             int B, int T, int H, int KVH, float scale, void *workspace, cudaStream_t stream,
-                            HangRecord *dbg) {
+                            HangRecord *dbg, int64_t ld_q, int64_t ld_kv) {
     using C = attn90::BwdTile<D>;
     const attn90::BwdWorkspace ws = attn90::bwd_workspace(B, T, H);
     unsigned char *w = static_cast<unsigned char *>(workspace);
@@ -357,6 +359,7 @@ static void backward_launch(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint
     attn90::make_tmap(&p.tv, v, B, T, KVH, D, C::BN);
     p.dk = reinterpret_cast<__nv_bfloat16 *>(dk);
     p.dv = reinterpret_cast<__nv_bfloat16 *>(dv);
+    p.ld_kv = ld_kv;
     float *lse2 = reinterpret_cast<float *>(w + ws.lse2), *delta = reinterpret_cast<float *>(w + ws.delta);
     p.lse2 = lse2;
     p.delta = delta;
@@ -383,20 +386,20 @@ static void backward_launch(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint
     KERNEL_CHECK(stream);
     static_assert(C::BM * D == 8192, "attn90_bwd_post: a dQ tile is 8192 floats");
     attn90::attn90_bwd_post<D><<<(unsigned)((int64_t)B * H * p.num_m), 256, 0, stream>>>(
-        reinterpret_cast<__nv_bfloat16 *>(dq), p.dqacc, T, H, p.num_m, scale);
+        reinterpret_cast<__nv_bfloat16 *>(dq), p.dqacc, T, H, p.num_m, scale, ld_q);
     KERNEL_CHECK(stream);
 }
 
 void attn90_backward(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint16_t *dout, const uint16_t *q,
                      const uint16_t *k, const uint16_t *v, const uint16_t *out, const float *lse, int B, int T, int H,
                      int KVH, int D, float scale, void *workspace, cudaStream_t stream, HangRecord *dbg,
-                     int64_t ld_o) {
+                     int64_t ld_o, int64_t ld_q, int64_t ld_kv) {
     CHECK(attn90_available(D), "the Hopper attention kernels cannot run here (D=%d)", D);
     ATTN_HEADDIM_SWITCH(D, [&](auto hd) {
         constexpr int kD = decltype(hd)::value;
         if constexpr (kD == 64 || kD == 128)
             backward_launch<kD>(dq, dk, dv, dout, q, k, v, out, ld_o, lse, B, T, H, KVH, scale, workspace, stream,
-                                dbg);
+                                dbg, ld_q, ld_kv);
     });
 }
 

@@ -492,9 +492,11 @@ void group_forward(gpu_llama *m, int l, int g, uint16_t *const *y, uint16_t *x, 
 /* The backward of group g of layer l for dy[i], rows sp: dx (when non-NULL) OVERWRITTEN with the
  * sum of the members' input gradients; parameter gradients accumulate. x is the shared saved input
  * and dx's rows are at the same stride ldx (the group's ld_n: a folded group's dx carries its du
- * after the C columns). rescaled: as proj_backward's. */
+ * after the C columns). rescaled: as proj_backward's. ld_dy: the members' dy side by side in rows of
+ * that many elements (the q/k/v gradient where gl_qkv_grad_fused: the base dx one product over the
+ * stacked weights), 0: each packed. */
 void group_backward(gpu_llama *m, int l, int g, uint16_t *dx, const uint16_t *const *dy, const uint16_t *x,
-                    int64_t ldx, uint64_t micro, gl_span sp, bool rescaled) {
+                    int64_t ldx, uint64_t micro, gl_span sp, bool rescaled, int64_t ld_dy = 0) {
     const int first = gl_group_first[g], n = gl_group_n[g];
     gl_linear *lin = m->layers[l].lin + first;
     const uint16_t *g_dy[LORA_GROUP_MAX];
@@ -511,21 +513,35 @@ void group_backward(gpu_llama *m, int l, int g, uint16_t *dx, const uint16_t *co
         const int R = m->opt.R;
         float *db[LORA_GROUP_MAX];
         int c_out[LORA_GROUP_MAX];
+        int64_t c_all = 0;
+        for (int i = 0; i < n; i++) db[i] = lin[i].b_grad, c_out[i] = lin[i].c_out, c_all += lin[i].c_out;
         {
             PROF(m, PROF_LINEAR_DX);
-            for (int i = 0; i < n; i++) {
-                gpu_linear_backward_dx_ld_bf16(m->gemm, dx, ldx, g_dy[i], lin[i].w, lin[i].ldw, sp.n,
-                                               lin[i].c_in + n * R, lin[i].c_out,
-                                               i == 0 ? GEMM_OVERWRITE : GEMM_ACCUMULATE, m->stream);
-                db[i] = lin[i].b_grad, c_out[i] = lin[i].c_out;
+            if (ld_dy) { /* [dy_0 │ dy_1 │ …] (N, ld_dy) times the stacked rows: one product, K = Σ C_out */
+                CHECK(ld_dy == c_all, "layer %d: the group's dy rows of %lld elements, its members' %lld", l,
+                      (long long)ld_dy, (long long)c_all);
+                for (int i = 0; i + 1 < n; i++)
+                    CHECK(g_dy[i + 1] == g_dy[i] + lin[i].c_out &&
+                              lin[i + 1].w == lin[i].w + (int64_t)lin[i].c_out * lin[i].ldw,
+                          "layer %d: the group's dy or weights are not side by side", l);
+                gpu_linear_backward_dx_ld_bf16(m->gemm, dx, ldx, g_dy[0], lin[0].w, lin[0].ldw, sp.n,
+                                               lin[0].c_in + n * R, (int)c_all, GEMM_OVERWRITE, m->stream);
+            } else {
+                for (int i = 0; i < n; i++)
+                    gpu_linear_backward_dx_ld_bf16(m->gemm, dx, ldx, g_dy[i], lin[i].w, lin[i].ldw, sp.n,
+                                                   lin[i].c_in + n * R, lin[i].c_out,
+                                                   i == 0 ? GEMM_OVERWRITE : GEMM_ACCUMULATE, m->stream);
             }
         }
         PROF(m, PROF_ADAPTER_BWD);
-        gpu_lora_group_fold_backward_bf16(m->gemm, dx, ldx, lin[0].a_grad, db, g_dy, x, ldx,
-                                          m->acts[l].ug[g] + (size_t)sp.r0 * n * R, lin[0].a, n, sp.n, lin[0].c_in,
-                                          c_out, R, m->opt.lora_scale, m->ws, m->stream);
+        gpu_lora_group_fold_backward_strided_bf16(m->gemm, dx, ldx, lin[0].a_grad, db, g_dy, ld_dy, x, ldx,
+                                                  m->acts[l].ug[g] + (size_t)sp.r0 * n * R, lin[0].a, n, sp.n,
+                                                  lin[0].c_in, c_out, R, m->opt.lora_scale, m->ws, m->stream);
         return;
     }
+    /* side by side: the folded group's backward above, or its dx-less form below (layer 0) */
+    CHECK(ld_dy == 0 || (m->grouped[g] && m->opt.mode == LLAMA_LORA && !dx),
+          "layer %d: dy side by side for a group whose backward reads it packed", l);
     if (!m->grouped[g]) {
         for (int i = 0; i < n; i++)
             proj_backward(m, l, first + i, dx, i == 0 ? GEMM_OVERWRITE : GEMM_ACCUMULATE, dy[i], x, micro, sp,
@@ -540,9 +556,9 @@ void group_backward(gpu_llama *m, int l, int g, uint16_t *dx, const uint16_t *co
         b[i] = lin[i].b, db[i] = lin[i].b_grad, c_out[i] = lin[i].c_out;
     }
     PROF(m, PROF_ADAPTER_BWD);
-    gpu_lora_group_backward_ld_bf16(m->gemm, dx, lin[0].a_grad, db, g_dy, x, ldx,
-                                    m->acts[l].ug[g] + (size_t)sp.r0 * n * m->opt.R, lin[0].a, b, n, sp.n,
-                                    lin[0].c_in, c_out, m->opt.R, m->opt.lora_scale, m->ws, m->stream);
+    gpu_lora_group_backward_strided_bf16(m->gemm, dx, lin[0].a_grad, db, g_dy, ld_dy, x, ldx,
+                                         m->acts[l].ug[g] + (size_t)sp.r0 * n * m->opt.R, lin[0].a, b, n, sp.n,
+                                         lin[0].c_in, c_out, m->opt.R, m->opt.lora_scale, m->ws, m->stream);
 }
 
 /* n1 = rmsnorm(x[l]) into the scratch n1 (forward, and recomputed in backward: the same bits). */
@@ -750,19 +766,21 @@ void layer_backward(gpu_llama *m, int l, uint64_t micro) {
     group_backward(m, l, GL_GROUP_O, m->datt, &dy_o, a.att, m->ld_att, micro, whole(m), false);
     {
         PROF(m, PROF_ATTN_BWD);
-        gpu_attention_backward_ld_bf16(m->dq, m->dk, m->dv, m->datt, a.q, a.k, a.v, a.att, m->ld_att, a.lse,
-                                       m->opt.B, m->opt.T, c.H, c.KVH, c.D, (float)(1.0 / sqrt((double)c.D)), m->ws, s);
+        gpu_attention_backward_strided_bf16(m->dq, m->dk, m->dv, m->ld_dqkv, m->datt, a.q, a.k, a.v, a.att, m->ld_att,
+                                            a.lse, m->opt.B, m->opt.T, c.H, c.KVH, c.D,
+                                            (float)(1.0 / sqrt((double)c.D)), m->ws, s);
     }
     {
         PROF(m, PROF_ROPE);
-        gpu_rope_backward_bf16(m->dq, m->dk, m->rope_cos, m->rope_sin, m->pos, N, c.H, c.KVH, c.D, m->QD, m->KD, s);
+        gpu_rope_backward_bf16(m->dq, m->dk, m->rope_cos, m->rope_sin, m->pos, N, c.H, c.KVH, c.D,
+                               m->ld_dqkv ? m->ld_dqkv : m->QD, m->ld_dqkv ? m->ld_dqkv : m->KD, s);
     }
     const int need_dx = full || l > 0; /* the embedding is frozen in the adapter modes */
     uint16_t *dx = need_dx ? m->dn : nullptr;
     norm1(m, l);
     fp8_input_t(m, l, LLAMA_Q, m->n1, c.C, whole(m));
     const uint16_t *const d_qkv[3] = {m->dq, m->dk, m->dv};
-    group_backward(m, l, GL_GROUP_QKV, dx, d_qkv, m->n1, m->ld_n1, micro, whole(m), false);
+    group_backward(m, l, GL_GROUP_QKV, dx, d_qkv, m->n1, m->ld_n1, micro, whole(m), false, m->ld_dqkv);
     if (need_dx) {
         PROF(m, PROF_NORM);
         gpu_rmsnorm_backward_strided_bf16(m->G, full ? ly.attn_norm_grad : nullptr, gl_grad_type(m), m->dn, m->ld_n1,

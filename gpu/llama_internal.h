@@ -214,7 +214,12 @@ struct gpu_llama {
 
     /* scratch */
     uint16_t *n1, *n2; /* the current layer's normalized inputs (N, C) at row strides ld_n1, ld_n2 */
-    uint16_t *tmp, *G, *dn, *datt, *dq, *dk, *dv, *dmlp, *dy_s, *x_drop;
+    uint16_t *tmp, *G, *dn, *datt, *dmlp, *dy_s, *x_drop;
+    /* the attention's input gradients, views of one buffer dqkv (N·(QD + 2·KD)): side by side, [dq │
+     * dk │ dv] in rows of ld_dqkv = QD + 2·KD, where q/k/v's input gradient is one product over the
+     * three (gl_qkv_grad_fused); else packed one after another (ld_dqkv 0) */
+    uint16_t *dqkv, *dq, *dk, *dv;
+    int64_t ld_dqkv;
     /* gl_dora_weight_scaled: one group's scaled weights (its scaled members' rows at ldw, in member
      * order), of group dora_w_key % GL_N_GROUPS in layer dora_w_key / GL_N_GROUPS (−1: none; reset at
      * every forward's start, since the magnitude and B change with each optimizer step) */

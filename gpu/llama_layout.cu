@@ -510,9 +510,7 @@ void scratch_rows(gpu_llama *m, gl_rows &rs) {
     add(rs, SLAB_SCRATCH, &m->tmp, N * (C > m->ld_att ? C : m->ld_att)); /* datt: folded o's du after QD */
     add(rs, SLAB_SCRATCH, &m->G, N * C);
     add(rs, SLAB_SCRATCH, &m->dn, N * (m->ld_n1 > m->ld_n2 ? m->ld_n1 : m->ld_n2)); /* folded: du after C */
-    add(rs, SLAB_SCRATCH, &m->dq, N * m->QD);
-    add(rs, SLAB_SCRATCH, &m->dk, N * m->KD);
-    add(rs, SLAB_SCRATCH, &m->dv, N * m->KD);
+    add(rs, SLAB_SCRATCH, &m->dqkv, N * (m->QD + 2 * m->KD)); /* dq, dk, dv: point_views */
     add(rs, SLAB_SCRATCH, &m->dmlp, m->mlp_rows * F);
     add(rs, SLAB_SCRATCH, &m->dy_s, o->mode == LLAMA_DORA ? dy_s : 0);
     int64_t dora_w = 0; /* the largest group's scaled members' padded rows */
@@ -581,6 +579,22 @@ gl_rows make_rows(gpu_llama *m) {
 /* Buffers that are views of others, once the rows point: the trainable tensors' pointers into the
  * model's fields, LoRA group slices, NF4 dequantization slices, the layers that share layer 0's
  * saved set, the tied lm_head, the scalars after loss_dev and the second 8-bit map. */
+/* q/k/v's input gradient as one product over [dq │ dk │ dv] (gpu/llama.cu group_backward): LoRA's
+ * folded q/k/v group (bf16 products), whose padded weights lie stacked in every layer — k's rows right
+ * after q's, v's after k's, at one row stride (a bias between them, as Qwen2's, breaks the stack: the
+ * three products then run one by one over the packed gradients). */
+bool qkv_grad_fused(const gpu_llama *m) {
+    const int g = GL_GROUP_QKV;
+    if (m->opt.mode != LLAMA_LORA || !m->folded[g] || !m->grouped[g]) return false;
+    for (int l = 0; l < m->cfg.L; l++) {
+        const gl_linear *lin = m->layers[l].lin + gl_group_first[g];
+        for (int i = 0; i + 1 < gl_group_n[g]; i++)
+            if (!lin[i].w || lin[i + 1].ldw != lin[i].ldw || lin[i + 1].w != lin[i].w + (int64_t)lin[i].c_out * lin[i].ldw)
+                return false;
+    }
+    return true;
+}
+
 void point_views(gpu_llama *m) {
     const model_config *c = &m->cfg;
     const int64_t R = m->opt.R;
@@ -659,6 +673,11 @@ void point_views(gpu_llama *m) {
     m->map2 = m->map1 + 256;
     m->nf = m->n1;
     m->datt = m->tmp;
+    const int64_t N = m->N;
+    m->ld_dqkv = m->dqkv && qkv_grad_fused(m) ? m->QD + 2 * m->KD : 0;
+    m->dq = m->dqkv;
+    m->dk = m->dqkv ? m->dqkv + (m->ld_dqkv ? m->QD : N * m->QD) : nullptr;
+    m->dv = m->dk ? m->dk + (m->ld_dqkv ? m->KD : N * m->KD) : nullptr;
 }
 
 }  // namespace

@@ -93,17 +93,18 @@ gemm_args group_y(uint16_t *y, const uint16_t *u_i, const uint16_t *lora_b, int 
                      nullptr, N, C_out, R, 1, scale, GEMM_ACCUMULATE};
 }
 
-/* dB_i (C_out, R) += s · dy_iᵀ · u_i */
-gemm_args group_db(float *db, const uint16_t *dy, const uint16_t *u_i, int n, int N, int C_out, int R, float scale) {
-    return gemm_args{db, GEMM_OUT_F32, R, 0, dy, GEMM_TRANS, C_out, 0, u_i, GEMM_NO_TRANS, (int64_t)n * R, 0, nullptr,
-                     C_out, R, N, 1, scale, GEMM_ACCUMULATE};
+/* dB_i (C_out, R) += s · dy_iᵀ · u_i (dy_i's rows at ld_dy; 0: C_out) */
+gemm_args group_db(float *db, const uint16_t *dy, const uint16_t *u_i, int n, int N, int C_out, int R, float scale,
+                   int64_t ld_dy = 0) {
+    return gemm_args{db,      GEMM_OUT_F32, R, 0, dy, GEMM_TRANS, ld_dy ? ld_dy : C_out, 0, u_i, GEMM_NO_TRANS,
+                     (int64_t)n * R, 0, nullptr, C_out, R, N, 1, scale, GEMM_ACCUMULATE};
 }
 
-/* du_i (N, R; row stride n·R) = s · dy_i · B_i */
+/* du_i (N, R; row stride n·R) = s · dy_i · B_i (dy_i's rows at ld_dy; 0: C_out) */
 gemm_args group_du(uint16_t *du_i, const uint16_t *dy, const uint16_t *lora_b, int n, int N, int C_out, int R,
-                   float scale) {
-    return gemm_args{du_i, GEMM_OUT_BF16, (int64_t)n * R, 0, dy, GEMM_NO_TRANS, C_out, 0, lora_b, GEMM_NO_TRANS, R, 0,
-                     nullptr, N, R, C_out, 1, scale, GEMM_OVERWRITE};
+                   float scale, int64_t ld_dy = 0) {
+    return gemm_args{du_i, GEMM_OUT_BF16, (int64_t)n * R, 0, dy, GEMM_NO_TRANS, ld_dy ? ld_dy : C_out, 0, lora_b,
+                     GEMM_NO_TRANS, R, 0, nullptr, N, R, C_out, 1, scale, GEMM_OVERWRITE};
 }
 
 /* dA_g (n·R, C_in) += duᵀ · x (x at row stride ldx, du at ldu) */
@@ -405,14 +406,35 @@ extern "C" void gpu_lora_group_fold_backward_bf16(struct gpu_gemm *g, uint16_t *
                                                   int64_t ldx, const uint16_t *u, const uint16_t *lora_a, int n, int N,
                                                   int C_in, const int *C_out, int R, float scale, void *workspace,
                                                   cudaStream_t stream) {
+    gpu_lora_group_fold_backward_strided_bf16(g, dx_f, ldd, dlora_a, dlora_b, dy, 0, x, ldx, u, lora_a, n, N, C_in,
+                                              C_out, R, scale, workspace, stream);
+}
+
+namespace {
+
+void check_ld_dy(int64_t ld_dy, int n, const int *C_out) {
+    for (int i = 0; i < n; i++)
+        CHECK(ld_dy == 0 || ld_dy >= C_out[i], "lora group: dy's row stride %lld is below member %d's C_out %d",
+              (long long)ld_dy, i, C_out[i]);
+}
+
+}  // namespace
+
+extern "C" void gpu_lora_group_fold_backward_strided_bf16(struct gpu_gemm *g, uint16_t *dx_f, int64_t ldd,
+                                                          float *dlora_a, float *const *dlora_b,
+                                                          const uint16_t *const *dy, int64_t ld_dy, const uint16_t *x,
+                                                          int64_t ldx, const uint16_t *u, const uint16_t *lora_a, int n,
+                                                          int N, int C_in, const int *C_out, int R, float scale,
+                                                          void *workspace, cudaStream_t stream) {
     check_group(n, N, C_in, C_out, R);
+    check_ld_dy(ld_dy, n, C_out);
     const int K = n * R;
     CHECK(ldd >= C_in + K && ldx >= C_in,
           "lora fold backward: row strides %lld (dx_f) and %lld (x) for C_in %d + n·R %d", (long long)ldd,
           (long long)ldx, C_in, K);
     for (int i = 0; i < n; i++) {
         if (dlora_b && dlora_b[i]) {
-            const gemm_args p = group_db(dlora_b[i], dy[i], u + (size_t)i * R, n, N, C_out[i], R, scale);
+            const gemm_args p = group_db(dlora_b[i], dy[i], u + (size_t)i * R, n, N, C_out[i], R, scale, ld_dy);
             gpu_gemm(g, &p, stream);
         }
     }
@@ -472,7 +494,18 @@ extern "C" void gpu_lora_group_backward_ld_bf16(struct gpu_gemm *g, uint16_t *dx
                                                 const uint16_t *const *lora_b, int n, int N, int C_in,
                                                 const int *C_out, int R, float scale, void *workspace,
                                                 cudaStream_t stream) {
+    gpu_lora_group_backward_strided_bf16(g, dx, dlora_a, dlora_b, dy, 0, x, ldx, u, lora_a, lora_b, n, N, C_in, C_out,
+                                         R, scale, workspace, stream);
+}
+
+extern "C" void gpu_lora_group_backward_strided_bf16(struct gpu_gemm *g, uint16_t *dx, float *dlora_a,
+                                                     float *const *dlora_b, const uint16_t *const *dy, int64_t ld_dy,
+                                                     const uint16_t *x, int64_t ldx, const uint16_t *u,
+                                                     const uint16_t *lora_a, const uint16_t *const *lora_b, int n,
+                                                     int N, int C_in, const int *C_out, int R, float scale,
+                                                     void *workspace, cudaStream_t stream) {
     check_group(n, N, C_in, C_out, R);
+    check_ld_dy(ld_dy, n, C_out);
     CHECK(ldx >= C_in, "lora group backward: x's row stride %lld is below C_in=%d", (long long)ldx, C_in);
     CHECK(workspace != nullptr && (uintptr_t)workspace % kAlign == 0,
           "lora group backward: workspace of %zu bytes, 256-byte aligned, required",
@@ -480,13 +513,13 @@ extern "C" void gpu_lora_group_backward_ld_bf16(struct gpu_gemm *g, uint16_t *dx
     uint16_t *du = static_cast<uint16_t *>(workspace);
     for (int i = 0; i < n; i++) {
         if (dlora_b && dlora_b[i]) {
-            const gemm_args p = group_db(dlora_b[i], dy[i], u + (size_t)i * R, n, N, C_out[i], R, scale);
+            const gemm_args p = group_db(dlora_b[i], dy[i], u + (size_t)i * R, n, N, C_out[i], R, scale, ld_dy);
             gpu_gemm(g, &p, stream);
         }
     }
     if (!dlora_a && !dx) return;
     for (int i = 0; i < n; i++) {
-        const gemm_args p = group_du(du + (size_t)i * R, dy[i], lora_b[i], n, N, C_out[i], R, scale);
+        const gemm_args p = group_du(du + (size_t)i * R, dy[i], lora_b[i], n, N, C_out[i], R, scale, ld_dy);
         gpu_gemm(g, &p, stream);
     }
     if (dlora_a) {

@@ -153,6 +153,14 @@ void gpu_lora_group_backward_bf16(struct gpu_gemm *g, uint16_t *dx, float *dlora
                                   const uint16_t *lora_a, const uint16_t *const *lora_b, int n, int N, int C_in,
                                   const int *C_out, int R, float scale, void *workspace, cudaStream_t stream);
 
+/* The same with every member's dy rows at ld_dy elements (≥ each C_out; 0: each member's C_out): the
+ * members' gradients side by side in one buffer (gpu/llama.cu's q/k/v gradient, [dq │ dk │ dv] a row). */
+void gpu_lora_group_backward_strided_bf16(struct gpu_gemm *g, uint16_t *dx, float *dlora_a, float *const *dlora_b,
+                                          const uint16_t *const *dy, int64_t ld_dy, const uint16_t *x, int64_t ldx,
+                                          const uint16_t *u, const uint16_t *lora_a, const uint16_t *const *lora_b,
+                                          int n, int N, int C_in, const int *C_out, int R, float scale,
+                                          void *workspace, cudaStream_t stream);
+
 void gpu_lora_group_reserve(struct gpu_gemm *g, int n, int N, int C_in, const int *C_out, int R);
 
 /* The group backward with x read at row stride ldx ≥ C_in (a folded group's padded input, below):
@@ -209,6 +217,12 @@ void gpu_lora_group_fold_backward_bf16(struct gpu_gemm *g, uint16_t *dx_f, int64
                                        float *const *dlora_b, const uint16_t *const *dy, const uint16_t *x,
                                        int64_t ldx, const uint16_t *u, const uint16_t *lora_a, int n, int N, int C_in,
                                        const int *C_out, int R, float scale, void *workspace, cudaStream_t stream);
+/* The same with every member's dy rows at ld_dy elements (as gpu_lora_group_backward_strided_bf16). */
+void gpu_lora_group_fold_backward_strided_bf16(struct gpu_gemm *g, uint16_t *dx_f, int64_t ldd, float *dlora_a,
+                                               float *const *dlora_b, const uint16_t *const *dy, int64_t ld_dy,
+                                               const uint16_t *x, int64_t ldx, const uint16_t *u,
+                                               const uint16_t *lora_a, int n, int N, int C_in, const int *C_out, int R,
+                                               float scale, void *workspace, cudaStream_t stream);
 
 struct lora_fold_slot {
     uint16_t *s;       /* S_i's first element: W_f,i + C_in + i·R */

@@ -460,6 +460,42 @@ static void run_kernel(AttnKernel kern, const Refs &R, int B, int T, int H, int 
         cmp_exact_bytes(&c, againk.data(), dkb.data(), nk * 2);
         cmp_exact_bytes(&c, againv.data(), dvb.data(), nk * 2);
     }
+    if (!hung) {
+        /* dq, dk, dv side by side in one buffer (gpu_attention_backward_strided_bf16's ld_g = H·D + 2·KVH·D
+         * + 8, the layout gpu/llama.cu's fused q/k/v gradient uses, with 8 spare columns): each bitwise the
+         * packed one, the spare columns untouched */
+        const int64_t KD = (int64_t)KVH * D, lg = HD + 2 * KD + 8;
+        const std::vector<uint16_t> gmarks((size_t)(rows * lg), kMark);
+        struct dev_buf bg;
+        dev_buf_alloc(&bg, "dq|dk|dv (one buffer)", (size_t)(rows * lg) * 2, POISON_NONE, gmarks.data());
+        uint16_t *g0 = (uint16_t *)bg.data;
+        refine::attention_backward(kern, g0, g0 + HD, g0 + HD + KD, (const uint16_t *)bgw.data,
+                                   (const uint16_t *)bq.data, (const uint16_t *)bk.data, (const uint16_t *)bv.data,
+                                   (const uint16_t *)bow.data, (const float *)bl.data, B, T, H, KVH, D, scale, bws.data,
+                                   g_stream, g_hang, ld, lg);
+        hung = kern == refine::ATTN_KERNEL_SM90 && hang_check("backward (dq|dk|dv in one buffer)", shape);
+        if (!hung) {
+            std::vector<uint16_t> gall((size_t)(rows * lg));
+            dev_buf_download(&bg, gall.data(), 0);
+            std::vector<uint16_t> pq(nq), pk(nk), pv(nk), spare;
+            for (int64_t r = 0; r < rows; r++) {
+                const uint16_t *row = &gall[(size_t)(r * lg)];
+                memcpy(&pq[(size_t)(r * HD)], row, (size_t)HD * 2);
+                memcpy(&pk[(size_t)(r * KD)], row + HD, (size_t)KD * 2);
+                memcpy(&pv[(size_t)(r * KD)], row + HD + KD, (size_t)KD * 2);
+                spare.insert(spare.end(), row + HD + 2 * KD, row + lg);
+            }
+            c.op = "attention_backward";
+            c.what = "dq, dk, dv side by side at row stride H*D + 2*KVH*D + 8: bitwise the packed backward";
+            cmp_exact_bytes(&c, pq.data(), dqb.data(), nq * 2);
+            cmp_exact_bytes(&c, pk.data(), dkb.data(), nk * 2);
+            cmp_exact_bytes(&c, pv.data(), dvb.data(), nk * 2);
+            c.what = "dq, dk, dv side by side: the spare columns untouched";
+            const std::vector<uint16_t> want((size_t)(rows * 8), kMark);
+            cmp_exact_bytes(&c, spare.data(), want.data(), spare.size() * 2);
+        }
+        dev_buf_free(&bg);
+    }
     dev_buf_free(&bow);
     dev_buf_free(&bgw);
     release();

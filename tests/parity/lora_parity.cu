@@ -1289,6 +1289,107 @@ static void run_fold_case(const fold_case &f, enum regime rg, int id) {
         snprintf(what, sizeof what, "dlora_b_%d vs the unfolded path's", i);
         cmp_exact_bytes(&cc, dB_f[i].data(), dB_un[i].data(), dB_un[i].size() * 4);
     }
+
+    /* (f) the members' dy side by side in one buffer (N, Σ C_out) and W_f's rows stacked, as
+     * gpu/llama.cu lays out the q/k/v gradient (gl_qkv_grad_fused): the base products as one product
+     * (K = Σ C_out: one fp32 sum, rounded once), then the strided fold backward; and the strided
+     * dx-less group backward (layer 0's). dB, dA and du bitwise the packed calls' (the same products
+     * at another row stride of dy); the one product's base dx against Σ_i dy_i W_i by the same tier as
+     * the members' sum, and bitwise it where every value is exact. */
+    {
+        int64_t c_all = 0, off_c[LORA_GROUP_MAX];
+        for (int i = 0; i < n; i++) off_c[i] = c_all, c_all += c.C_out[i];
+        struct dev_buf bdys, bws_, bdxs;
+        dev_buf_alloc(&bdys, "dy side by side", (size_t)N * c_all * 2, POISON_BF16, nullptr);
+        dev_buf_alloc(&bws_, "W_f stacked", (size_t)c_all * ldw * 2, POISON_BF16, nullptr);
+        dev_buf_alloc(&bdxs, "dx_f (one product)", (size_t)N * ldd * 2, POISON_BF16, nullptr);
+        const uint16_t *dys_p[LORA_GROUP_MAX];
+        for (int i = 0; i < n; i++) {
+            uint16_t *col = (uint16_t *)bdys.data + off_c[i];
+            CUDA_CHECK(cudaMemcpy2D(col, (size_t)c_all * 2, dy_p[i], (size_t)c.C_out[i] * 2, (size_t)c.C_out[i] * 2, N,
+                                    cudaMemcpyDeviceToDevice));
+            CUDA_CHECK(cudaMemcpy((uint16_t *)bws_.data + off_c[i] * ldw, bWf[i].data, (size_t)c.C_out[i] * ldw * 2,
+                                  cudaMemcpyDeviceToDevice));
+            dys_p[i] = col;
+        }
+        dev_buf_reset(&bdA, dA0.data());
+        for (int i = 0; i < n; i++) dev_buf_reset(&bdB[i], dB0[i].data());
+        gpu_linear_backward_dx_ld_bf16(g_gemm, (uint16_t *)bdxs.data, ldd, (const uint16_t *)bdys.data,
+                                       (const uint16_t *)bws_.data, ldw, N, K, (int)c_all, GEMM_OVERWRITE, g_stream);
+        std::vector<uint16_t> dxs_base((size_t)N * ldd), dxs((size_t)N * ldd);
+        dev_buf_download(&bdxs, dxs_base.data(), 0);
+        gpu_lora_group_fold_backward_strided_bf16(g_gemm, (uint16_t *)bdxs.data, ldd, (float *)bdA.data, dB_p, dys_p,
+                                                  c_all, (const uint16_t *)bxf.data, ldx, (const uint16_t *)bu.data,
+                                                  (const uint16_t *)bA.data, n, N, C_in, c.C_out, R, s, bws.data,
+                                                  g_stream);
+        dev_buf_download(&bdxs, dxs.data(), 0);
+        std::vector<float> dA_s(dA0.size()), dB_s;
+        dev_buf_download(&bdA, dA_s.data(), 0);
+        cc.op = "lora_fold_backward (dy side by side)";
+        cc.dtype = "f32";
+        for (int i = 0; i < n; i++) {
+            dB_s.assign(dB0[i].size(), 0.0f);
+            dev_buf_download(&bdB[i], dB_s.data(), 0);
+            snprintf(what, sizeof what, "dlora_b_%d vs the packed dy's", i);
+            cmp_exact_bytes(&cc, dB_s.data(), dB_f[i].data(), dB_s.size() * 4);
+        }
+        const std::vector<float> dxs_f = floats_of(dxs), dxs_base_f = floats_of(dxs_base);
+        const std::vector<float> du_s = columns(dxs_f, N, ldd, C_in, nR);
+        cc.dtype = "bf16";
+        snprintf(what, sizeof what, "du (one product's adapter columns) vs Σ_o dy_i·S_i");
+        compare(&cc, du_s, du_n, du_ref, rg, 1);
+        snprintf(what, sizeof what, "base dx of the one product (%d rows) vs Σ_i dy_i W_i", n_rows);
+        {
+            const std::vector<float> b0 = columns(dxs_base_f, N, ldd, 0, C_in);
+            std::vector<float> base_got((size_t)n_rows * C_in);
+            for (int j = 0; j < n_rows; j++)
+                memcpy(&base_got[(size_t)j * C_in], &b0[(size_t)rows[j] * C_in], (size_t)C_in * 4);
+            compare(&cc, base_got, base_n, base_ref, rg, 1);
+        }
+        if (ex) { /* exact values: any order of the sums, any rounding placement gives the same bits */
+            snprintf(what, sizeof what, "dx_f of the one product and the fold backward vs the members' products");
+            const std::vector<uint16_t> a = columns(dxs, N, ldd, 0, K), b = columns(dxf, N, ldd, 0, K);
+            cmp_exact_bytes(&cc, a.data(), b.data(), a.size() * 2);
+            cc.dtype = "f32";
+            snprintf(what, sizeof what, "dlora_a vs the packed dy's");
+            cmp_exact_bytes(&cc, dA_s.data(), dA_f.data(), dA_s.size() * 4);
+        } else {
+            cc.dtype = "f32";
+            snprintf(what, sizeof what, "dlora_a (dy side by side)");
+            check_reduction(&cc, dA_s, dA0, du_s.data(), nR, x.data(), C_in, N, nR, C_in, 1.0);
+        }
+        /* the dx-less group backward (layer 0's) with dy side by side: dB bitwise the packed call's */
+        std::vector<std::vector<float>> dB_p0(n);
+        std::vector<float> dA_p0;
+        for (int pass = 0; pass < 2; pass++) {
+            dev_buf_reset(&bdA, dA0.data());
+            dev_buf_reset(&bws, nullptr);
+            for (int i = 0; i < n; i++) dev_buf_reset(&bdB[i], dB0[i].data());
+            gpu_lora_group_backward_strided_bf16(g_gemm, nullptr, (float *)bdA.data, dB_p, pass ? dys_p : dy_p,
+                                                 pass ? c_all : 0, (const uint16_t *)bxf.data, ldx,
+                                                 (const uint16_t *)bu.data, (const uint16_t *)bA.data, B_p, n, N, C_in,
+                                                 c.C_out, R, s, bws.data, g_stream);
+            std::vector<float> dA_p(dA0.size());
+            dev_buf_download(&bdA, dA_p.data(), 0);
+            for (int i = 0; i < n; i++) {
+                std::vector<float> d(dB0[i].size());
+                dev_buf_download(&bdB[i], d.data(), 0);
+                if (pass == 0) {
+                    dB_p0[i] = d;
+                    continue;
+                }
+                snprintf(what, sizeof what, "dx-less group backward: dlora_b_%d vs the packed dy's", i);
+                cmp_exact_bytes(&cc, d.data(), dB_p0[i].data(), d.size() * 4);
+            }
+            if (pass == 0) {
+                dA_p0 = dA_p;
+            } else {
+                snprintf(what, sizeof what, "dx-less group backward: dlora_a vs the packed dy's");
+                cmp_exact_bytes(&cc, dA_p.data(), dA_p0.data(), dA_p.size() * 4);
+            }
+        }
+        for (struct dev_buf *b : {&bdys, &bws_, &bdxs}) dev_buf_free(b);
+    }
     for (struct dev_buf *b : {&bx, &bxf, &bA, &bu}) {
         std::vector<unsigned char> tmp(b->nbytes);
         dev_buf_download(b, tmp.data(), 0); /* guards of the fold backward's inputs */
