@@ -576,9 +576,6 @@ gl_rows make_rows(gpu_llama *m) {
     return rs;
 }
 
-/* Buffers that are views of others, once the rows point: the trainable tensors' pointers into the
- * model's fields, LoRA group slices, NF4 dequantization slices, the layers that share layer 0's
- * saved set, the tied lm_head, the scalars after loss_dev and the second 8-bit map. */
 /* q/k/v's input gradient as one product over [dq │ dk │ dv] (gpu/llama.cu group_backward): LoRA's
  * folded q/k/v group (bf16 products), whose padded weights lie stacked in every layer — k's rows right
  * after q's, v's after k's, at one row stride (a bias between them, as Qwen2's, breaks the stack: the
@@ -589,12 +586,17 @@ bool qkv_grad_fused(const gpu_llama *m) {
     for (int l = 0; l < m->cfg.L; l++) {
         const gl_linear *lin = m->layers[l].lin + gl_group_first[g];
         for (int i = 0; i + 1 < gl_group_n[g]; i++)
-            if (!lin[i].w || lin[i + 1].ldw != lin[i].ldw || lin[i + 1].w != lin[i].w + (int64_t)lin[i].c_out * lin[i].ldw)
+            if (!lin[i].w || lin[i + 1].ldw != lin[i].ldw ||
+                lin[i + 1].w != lin[i].w + (int64_t)lin[i].c_out * lin[i].ldw)
                 return false;
     }
     return true;
 }
 
+/* Buffers that are views of others, once the rows point: the trainable tensors' pointers into the
+ * model's fields, LoRA group slices, NF4 dequantization slices, the layers that share layer 0's
+ * saved set, the tied lm_head, the scalars after loss_dev, the second 8-bit map and the attention's
+ * input gradients dq, dk, dv in dqkv (side by side where qkv_grad_fused, else packed). */
 void point_views(gpu_llama *m) {
     const model_config *c = &m->cfg;
     const int64_t R = m->opt.R;
