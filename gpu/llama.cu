@@ -295,10 +295,8 @@ const uint16_t *dropped_input(gpu_llama *m, int l, int t, const uint16_t *x, uin
     return m->x_drop;
 }
 
-/* y (n, C_out) = linear t of layer l applied to x, rows sp, with its adapter (train: with dropout).
- * With res: then out = bf16(res + y) (the residual add, rows sp of out and res) — for a LoRA linear in
- * the adapter's own pass where that pass can (gpu_lora_forward_residual_bf16: the same bits, y then
- * holds the base product alone), else as add_bf16. */
+/* The adapter's part of proj_forward (y holds the base product); true when it has also written
+ * out = bf16(res + y) (gpu_lora_forward_residual_bf16: LoRA's pass where it can run). */
 bool proj_adapter_forward(gpu_llama *m, int l, int t, uint16_t *y, const uint16_t *x, int train, uint64_t micro,
                           gl_span sp, uint16_t *out, const uint16_t *res) {
     gl_linear &lin = m->layers[l].lin[t];
@@ -321,6 +319,10 @@ bool proj_adapter_forward(gpu_llama *m, int l, int t, uint16_t *y, const uint16_
     return false;
 }
 
+/* y (n, C_out) = linear t of layer l applied to x, rows sp, with its adapter (train: with dropout).
+ * With res: then out = bf16(res + y) (the residual add, rows sp of out and res) — for a LoRA linear in
+ * the adapter's own pass where that pass can (the same bits, y then holding the base product alone),
+ * else as add_bf16. */
 void proj_forward(gpu_llama *m, int l, int t, uint16_t *y, const uint16_t *x, int train, uint64_t micro, gl_span sp,
                   uint16_t *out = nullptr, const uint16_t *res = nullptr) {
     base_forward(m, l, t, y, x, sp.n);

@@ -244,9 +244,7 @@ extern "C" int gpu_lora_forward_residual_bf16(struct gpu_gemm *g, uint16_t *out,
                                               int C_out, int R, float scale, cudaStream_t stream) {
     check_dims(N, C_in, C_out, R);
     if (!refine::adapter_mma_fits(C_out, R, R, u, lora_b, y) || ((uintptr_t)out | (uintptr_t)res) % 16 != 0) return 0;
-    const lora_plan p = make_plan(nullptr, u, x_a, lora_a, lora_b, nullptr, nullptr, nullptr, nullptr, nullptr,
-                                  GEMM_OUT_BF16, GEMM_ACCUMULATE, N, C_in, C_out, R, scale);
-    gpu_gemm(g, &p.fwd_u, stream);
+    gpu_lora_u_bf16(g, u, x_a, lora_a, N, C_in, R, stream); /* the forward's u product */
     refine::adapter_mma_launch<refine::ADAPTER_B_ROWS>(
         reinterpret_cast<const bf16 *>(y), reinterpret_cast<const bf16 *>(u), R, reinterpret_cast<const bf16 *>(lora_b),
         R, scale, N, C_out, R, lora_residual_epi{reinterpret_cast<bf16 *>(out), reinterpret_cast<const bf16 *>(res)},
