@@ -24,9 +24,10 @@
  *
  * The epilogue (a struct passed by value):
  *   __device__ void columns(int oc)   loads its constants of columns oc … oc + 7 (once a warp)
- *   __device__ void row(float (&y)[8], const float (&sl)[8], int64_t e)
- *                                     y: the 8 values of y at element e (row · ldy + oc), sl: s·(u Bᵀ)
+ *   __device__ void row(float (&y)[8], const float (&sl)[8], int64_t e, int r, int oc)
+ *                                     y: the 8 values of y at element e (r · ldy + oc), sl: s·(u Bᵀ)
  *                                     there (fp32, s applied after the sum); writes its outputs at e
+ *                                     (or, for outputs at a stride of their own, at row r, column oc)
  * y's row stride ldy: C_out (every caller but a folded group's backward, whose dx shares its rows
  * with du: gpu/lora.h).
  */
@@ -130,7 +131,7 @@ __global__ void __launch_bounds__(32 * kAdapterMmaWarps)
 #pragma unroll
                 for (int e = 0; e < 8; e++) /* column oc + e: n-tile e / 2, fragment column 2t + e % 2 */
                     sl[e] = __fmul_rn(s, acc[e / 2][2 * q + e % 2]);
-                epi.row(yv, sl, (int64_t)row[h][q] * ldy + oc);
+                epi.row(yv, sl, (int64_t)row[h][q] * ldy + oc, row[h][q], oc);
             }
         }
     }

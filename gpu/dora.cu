@@ -287,7 +287,7 @@ struct dora_mma_epi {
             bv[e] = bias ? __bfloat162float(bias[oc + e]) : 0.0f;
         }
     }
-    __device__ __forceinline__ void row(float (&yv)[8], const float (&sl)[8], int64_t e) {
+    __device__ __forceinline__ void row(float (&yv)[8], const float (&sl)[8], int64_t e, int, int) {
         float out[8], zv[8];
 #pragma unroll
         for (int c = 0; c < 8; c++) dora_element(yv[c], bv[c], bias, mns[c], sl[c], out[c], zv[c]);

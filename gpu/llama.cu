@@ -436,6 +436,12 @@ void group_forward(gpu_llama *m, int l, int g, uint16_t *const *y, uint16_t *x, 
         }
         if (m->opt.mode == LLAMA_LORA) {
             PROF(m, PROF_LINEAR_FWD);
+            if (g == GL_GROUP_GATE_UP && m->ld_gu == 2 * m->cfg.F) { /* [gate │ up] over the stacked rows */
+                CHECK(y[1] == y[0] + m->cfg.F, "layer %d: gate and up not side by side", l);
+                gpu_linear_forward_ld_bf16(m->gemm, y[0], x, ldx, lin[0].w, lin[0].ldw, nullptr, sp.n,
+                                           lin[0].c_in + n * R, 2 * m->cfg.F, m->stream);
+                return;
+            }
             for (int i = 0; i < n; i++)
                 gpu_linear_forward_ld_bf16(m->gemm, y[i], x, ldx, lin[i].w, lin[i].ldw, lin[i].bias, sp.n,
                                            lin[i].c_in + n * R, lin[i].c_out, m->stream);
@@ -495,7 +501,7 @@ void group_forward(gpu_llama *m, int l, int g, uint16_t *const *y, uint16_t *x, 
  * sum of the members' input gradients; parameter gradients accumulate. x is the shared saved input
  * and dx's rows are at the same stride ldx (the group's ld_n: a folded group's dx carries its du
  * after the C columns). rescaled: as proj_backward's. ld_dy: the members' dy side by side in rows of
- * that many elements (the q/k/v gradient where gl_qkv_grad_fused: the base dx one product over the
+ * that many elements (q/k/v's and gate/up's where the group lies stacked: the base dx one product over the
  * stacked weights), 0: each packed. */
 void group_backward(gpu_llama *m, int l, int g, uint16_t *dx, const uint16_t *const *dy, const uint16_t *x,
                     int64_t ldx, uint64_t micro, gl_span sp, bool rescaled, int64_t ld_dy = 0) {
@@ -605,7 +611,7 @@ void mlp_forward(gpu_llama *m, int l, gl_span sp, int train, uint64_t micro, int
     group_forward(m, l, GL_GROUP_GATE_UP, gate_up, n2, m->ld_n2, train, micro, sp);
     {
         PROF(m, PROF_SWIGLU);
-        gpu_swiglu_forward_bf16(a.mlp, a.gate, a.up, sp.n, F, F, m->stream);
+        gpu_swiglu_forward_bf16(a.mlp, a.gate, a.up, sp.n, F, (int)m->ld_gu, m->stream);
     }
     if (!down) {
         if (m->opt.mode == LLAMA_LORA) proj_adapter_u(m, l, LLAMA_DOWN, a.mlp, micro, sp);
@@ -696,12 +702,13 @@ void mlp_backward(gpu_llama *m, int l, gl_span sp, uint64_t micro, bool form_inp
         gpu_lora_backward_swiglu_bf16(m->gemm, a.gate, a.up, m->dmlp, ld.a_grad, ld.b_grad, m->G + off,
                                       form_input ? nullptr : a.mlp, form_input ? a.mlp : nullptr,
                                       a.u[LLAMA_DOWN] + (size_t)sp.r0 * m->opt.R, ld.a, ld.b, sp.n, F, ld.c_out,
-                                      m->opt.R, m->opt.lora_scale, m->ws, m->stream);
+                                      m->opt.R, m->opt.lora_scale, m->ld_gu, m->ws, m->stream);
     } else if (form_input) { /* full fine-tuning: dx, SwiGLU's backward forming the input, then dW */
         base_backward(m, l, LLAMA_DOWN, m->dmlp, GEMM_OVERWRITE, m->G + off, sp, true);
         {
             PROF(m, PROF_SWIGLU);
-            gpu_swiglu_backward_forming_bf16(a.gate, a.up, a.mlp, m->dmlp, a.gate, a.up, sp.n, F, F, F, m->stream);
+            gpu_swiglu_backward_forming_bf16(a.gate, a.up, a.mlp, m->dmlp, a.gate, a.up, sp.n, F, (int)m->ld_gu,
+                                             (int)m->ld_gu, m->stream);
         }
         if (m->fp8.on) { /* the formed input's transposed codes, then dW on them and dy's */
             fp8_input_t(m, l, LLAMA_DOWN, a.mlp, F, sp);
@@ -711,19 +718,22 @@ void mlp_backward(gpu_llama *m, int l, gl_span sp, uint64_t micro, bool form_inp
     } else {
         proj_backward(m, l, LLAMA_DOWN, m->dmlp, GEMM_OVERWRITE, m->G + off, a.mlp, micro, sp, false);
         PROF(m, PROF_SWIGLU);
+        CHECK(!dora || m->ld_gu == F, "layer %d: DoRA's gate and up side by side", l);
         if (dora) /* SwiGLU's backward and the gate/up rescale in one pass, in place, from gate and up */
             gpu_dora_swiglu_backward_bf16(a.gate, a.up, lg.target ? lg.mag_grad : nullptr,
                                           lu.target ? lu.mag_grad : nullptr, m->dmlp, nullptr, nullptr, DORA_SAVED_Y,
                                           lg.target ? lg.mag : nullptr, a.wnorm[LLAMA_GATE],
                                           lu.target ? lu.mag : nullptr, a.wnorm[LLAMA_UP], sp.n, F, m->ws, m->stream);
         else
-            gpu_swiglu_backward_bf16(a.gate, a.up, m->dmlp, a.gate, a.up, sp.n, F, F, F, m->stream); /* in place */
+            gpu_swiglu_backward_bf16(a.gate, a.up, m->dmlp, a.gate, a.up, sp.n, F, (int)m->ld_gu, (int)m->ld_gu,
+                                     m->stream); /* in place */
     }
     const uint16_t *n2 = m->n2 + (size_t)sp.r0 * m->ld_n2;
     fp8_input_t(m, l, LLAMA_GATE, n2, m->cfg.C, sp);
     const uint16_t *const d_gate_up[2] = {a.gate, a.up};
     uint16_t *dn = m->dn + (size_t)sp.r0 * m->ld_n2; /* at n2's stride: a folded group's du after C */
-    group_backward(m, l, GL_GROUP_GATE_UP, dn, d_gate_up, n2, m->ld_n2, micro, sp, dora);
+    group_backward(m, l, GL_GROUP_GATE_UP, dn, d_gate_up, n2, m->ld_n2, micro, sp, dora,
+                   m->ld_gu == F ? 0 : m->ld_gu); /* side by side: one dx product */
 }
 
 /* G holds d x[l + 1] on entry and d x[l] on exit (unless layer 0's is not needed). */
@@ -751,7 +761,7 @@ void layer_backward(gpu_llama *m, int l, uint64_t micro) {
             m->opt.mlp_input == GPU_MLP_INPUT_RECOMPUTED && !formed && mlp_input_formed_in_backward(m, l);
         if (m->opt.mlp_input == GPU_MLP_INPUT_RECOMPUTED && !formed && !form_in_pass) {
             PROF(m, PROF_SWIGLU);
-            gpu_swiglu_forward_bf16(a.mlp, a.gate, a.up, N, F, F, s);
+            gpu_swiglu_forward_bf16(a.mlp, a.gate, a.up, N, F, (int)m->ld_gu, s);
         }
         if (!formed) norm2(m, l);
         mlp_backward(m, l, whole(m), micro, form_in_pass);

@@ -209,6 +209,11 @@ struct gpu_llama {
     cudaEvent_t *x_out, *x_in;     /* per layer input: its copy to the host / back to the device is done */
     cudaEvent_t *x_free;           /* per layer input: its device buffer may be overwritten */
     gl_acts *acts;
+    /* each saved set's gate and up (mlp_rows, F): one buffer, side by side [gate │ up] in rows of
+     * ld_gu = 2F where gate/up's forward and input gradient are each one product over the stacked
+     * weights (a folded LoRA group: gpu/llama_layout.cu group_stacked), else packed (up after gate's
+     * mlp_rows·F, ld_gu = F) */
+    int64_t ld_gu;
     float *rstd_f;
     uint16_t *nf;
 
@@ -217,7 +222,7 @@ struct gpu_llama {
     uint16_t *tmp, *G, *dn, *datt, *dmlp, *dy_s, *x_drop;
     /* the attention's input gradients, views of one buffer dqkv (N·(QD + 2·KD)): side by side, [dq │
      * dk │ dv] in rows of ld_dqkv = QD + 2·KD, where q/k/v's input gradient is one product over the
-     * three (gl_qkv_grad_fused); else packed one after another (ld_dqkv 0) */
+     * three (group_stacked in gpu/llama_layout.cu); else packed one after another (ld_dqkv 0) */
     uint16_t *dqkv, *dq, *dk, *dv;
     int64_t ld_dqkv;
     /* gl_dora_weight_scaled: one group's scaled weights (its scaled members' rows at ldw, in member

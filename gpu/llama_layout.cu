@@ -445,8 +445,7 @@ void activation_rows(gpu_llama *m, gl_rows &rs) {
             add(rs, SLAB_ACTS, gl_keeps_o_out(m) ? &s->o_out : &s->h, N * C);
             add(rs, SLAB_ACTS, &s->rstd2, N);
             /* MLP chunks (LAYER only: one shared set) hold mlp_rows rows; u stays (N, R) */
-            add(rs, SLAB_ACTS, &s->gate, m->mlp_rows * F);
-            add(rs, SLAB_ACTS, &s->up, m->mlp_rows * F);
+            add(rs, SLAB_ACTS, &s->gate, m->mlp_rows * 2 * F); /* and up: point_views */
             if (m->opt.mlp_input == GPU_MLP_INPUT_SAVED) add(rs, SLAB_ACTS, &s->mlp, m->mlp_rows * F);
             adapter_act_rows(m, rs, s, LLAMA_O, LLAMA_DOWN);
         }
@@ -576,18 +575,20 @@ gl_rows make_rows(gpu_llama *m) {
     return rs;
 }
 
-/* q/k/v's input gradient as one product over [dq │ dk │ dv] (gpu/llama.cu group_backward): LoRA's
- * folded q/k/v group (bf16 products), whose padded weights lie stacked in every layer — k's rows right
- * after q's, v's after k's, at one row stride (a bias between them, as Qwen2's, breaks the stack: the
- * three products then run one by one over the packed gradients). */
-bool qkv_grad_fused(const gpu_llama *m) {
-    const int g = GL_GROUP_QKV;
+/* A folded LoRA group whose padded weights lie stacked in every layer — each member's rows right after
+ * the one before, at one row stride (bf16 products): q/k/v's input gradient is then one product over
+ * [dq │ dk │ dv], and gate/up's forward and input gradient each one product over [gate │ up]
+ * (gpu/llama.cu group_forward, group_backward). A bias between q, k and v (Qwen2's) breaks the stack
+ * for the gradient: the three products then run one by one over the packed gradients; gate/up's
+ * forward adds no bias, so neither of them may have one. */
+bool group_stacked(const gpu_llama *m, int g) {
     if (m->opt.mode != LLAMA_LORA || !m->folded[g] || !m->grouped[g]) return false;
     for (int l = 0; l < m->cfg.L; l++) {
         const gl_linear *lin = m->layers[l].lin + gl_group_first[g];
+        for (int i = 0; i < gl_group_n[g]; i++)
+            if (!lin[i].w || (g == GL_GROUP_GATE_UP && lin[i].bias)) return false;
         for (int i = 0; i + 1 < gl_group_n[g]; i++)
-            if (!lin[i].w || lin[i + 1].ldw != lin[i].ldw ||
-                lin[i + 1].w != lin[i].w + (int64_t)lin[i].c_out * lin[i].ldw)
+            if (lin[i + 1].ldw != lin[i].ldw || lin[i + 1].w != lin[i].w + (int64_t)lin[i].c_out * lin[i].ldw)
                 return false;
     }
     return true;
@@ -596,7 +597,8 @@ bool qkv_grad_fused(const gpu_llama *m) {
 /* Buffers that are views of others, once the rows point: the trainable tensors' pointers into the
  * model's fields, LoRA group slices, NF4 dequantization slices, the layers that share layer 0's
  * saved set, the tied lm_head, the scalars after loss_dev, the second 8-bit map and the attention's
- * input gradients dq, dk, dv in dqkv (side by side where qkv_grad_fused, else packed). */
+ * input gradients dq, dk, dv in dqkv (side by side where group_stacked, else packed); each saved set's
+ * up in its gate buffer (side by side with gate where group_stacked, else after it). */
 void point_views(gpu_llama *m) {
     const model_config *c = &m->cfg;
     const int64_t R = m->opt.R;
@@ -643,6 +645,11 @@ void point_views(gpu_llama *m) {
                 off_w += (int64_t)lin.c_out * lin.ldw;
             }
         }
+    /* a saved set's gate and up: one buffer (activation_rows), side by side in rows of ld_gu = 2F where
+     * the gate/up group lies stacked, else up after gate's mlp_rows·F */
+    m->ld_gu = group_stacked(m, GL_GROUP_GATE_UP) ? 2 * c->F : c->F;
+    for (int l = 0; l < c->L; l++)
+        if (m->acts[l].gate) m->acts[l].up = m->acts[l].gate + (m->ld_gu == c->F ? (int64_t)m->mlp_rows * c->F : c->F);
     if (m->opt.mlp_input == GPU_MLP_INPUT_RECOMPUTED)
         for (int l = 0; l < c->L; l++) m->acts[l].mlp = m->mlp_buf;
     if (gl_keeps_o_out(m))
@@ -676,7 +683,7 @@ void point_views(gpu_llama *m) {
     m->nf = m->n1;
     m->datt = m->tmp;
     const int64_t N = m->N;
-    m->ld_dqkv = m->dqkv && qkv_grad_fused(m) ? m->QD + 2 * m->KD : 0;
+    m->ld_dqkv = m->dqkv && group_stacked(m, GL_GROUP_QKV) ? m->QD + 2 * m->KD : 0;
     m->dq = m->dqkv;
     m->dk = m->dqkv ? m->dqkv + (m->ld_dqkv ? m->QD : N * m->QD) : nullptr;
     m->dv = m->dk ? m->dk + (m->ld_dqkv ? m->KD : N * m->KD) : nullptr;

@@ -143,7 +143,7 @@ lora_plan make_plan(uint16_t *y, uint16_t *u, const uint16_t *x_a, const uint16_
 struct lora_mma_epi {
     bf16 *y;
     __device__ __forceinline__ void columns(int) {}
-    __device__ __forceinline__ void row(float (&yv)[8], const float (&sl)[8], int64_t e) {
+    __device__ __forceinline__ void row(float (&yv)[8], const float (&sl)[8], int64_t e, int, int) {
         float out[8];
 #pragma unroll
         for (int c = 0; c < 8; c++) out[c] = __fadd_rn(yv[c], sl[c]);
@@ -157,7 +157,7 @@ struct lora_residual_epi {
     bf16 *out;
     const bf16 *res;
     __device__ __forceinline__ void columns(int) {}
-    __device__ __forceinline__ void row(float (&yv)[8], const float (&sl)[8], int64_t e) {
+    __device__ __forceinline__ void row(float (&yv)[8], const float (&sl)[8], int64_t e, int, int) {
         float rv[8], o[8];
         refine::load_bf16<8>(rv, res + e);
 #pragma unroll
@@ -167,24 +167,26 @@ struct lora_residual_epi {
 };
 
 /* dh + du A (fp32 sl from the pass) rounded as lora_mma_epi stores it, then SwiGLU's backward on it
- * (gpu/swiglu.cuh), the gate and up gradients into gate and up at the same element (row stride = dh's);
- * with h, also the forward's output h = bf16(bf16(silu(g))·up) there, from the same silu (the MLP
- * input, formed again from the gate and up values before they are overwritten) */
+ * (gpu/swiglu.cuh), the gate and up gradients into gate and up at the same row and column (row
+ * stride ld_gu); with h, also the forward's output h = bf16(bf16(silu(g))·up) at dh's element, from
+ * the same silu (the MLP input, formed again from the gate and up values before they are overwritten) */
 struct lora_swiglu_epi {
     bf16 *gate, *up, *h;
+    int64_t ld_gu;
     __device__ __forceinline__ void columns(int) {}
-    __device__ __forceinline__ void row(float (&yv)[8], const float (&sl)[8], int64_t e) {
+    __device__ __forceinline__ void row(float (&yv)[8], const float (&sl)[8], int64_t e, int r, int oc) {
         float gv[8], uv[8], dg[8], du[8], hv[8];
-        refine::load_bf16<8>(gv, gate + e);
-        refine::load_bf16<8>(uv, up + e);
+        const int64_t ge = (int64_t)r * ld_gu + oc;
+        refine::load_bf16<8>(gv, gate + ge);
+        refine::load_bf16<8>(uv, up + ge);
 #pragma unroll
         for (int c = 0; c < 8; c++) {
             const float a = refine::swiglu_backward_elem(gv[c], uv[c],
                                                          refine::bf16_round_dev(__fadd_rn(yv[c], sl[c])), dg[c], du[c]);
             hv[c] = refine::swiglu_forward_elem(a, uv[c]);
         }
-        refine::store_bf16<8>(gate + e, dg);
-        refine::store_bf16<8>(up + e, du);
+        refine::store_bf16<8>(gate + ge, dg);
+        refine::store_bf16<8>(up + ge, du);
         if (h) refine::store_bf16<8>(h + e, hv);
     }
 };
@@ -303,18 +305,21 @@ extern "C" void gpu_lora_backward_swiglu_bf16(struct gpu_gemm *g, uint16_t *gate
                                                float *dlora_a, float *dlora_b, const uint16_t *dy,
                                                const uint16_t *x_a, uint16_t *h_out, const uint16_t *u,
                                                const uint16_t *lora_a, const uint16_t *lora_b, int N, int C_in,
-                                               int C_out, int R, float scale, void *workspace, cudaStream_t stream) {
+                                               int C_out, int R, float scale, int64_t ld_gu, void *workspace,
+                                               cudaStream_t stream) {
     check_dims(N, C_in, C_out, R);
     CHECK((x_a == nullptr) != (h_out == nullptr),
           "lora backward (joined to SwiGLU's): the MLP input x_a or h_out to form it in, one of them");
+    CHECK(ld_gu >= C_in && ld_gu <= INT32_MAX,
+          "lora backward (joined to SwiGLU's): gate/up row stride %lld, C_in %d", (long long)ld_gu, C_in);
     const bool joined = refine::adapter_mma_fits(C_in, R, R, workspace, lora_a, dh, refine::ADAPTER_B_COLS) &&
-                        (uintptr_t)gate % 16 == 0 && (uintptr_t)up % 16 == 0 &&
+                        (uintptr_t)gate % 16 == 0 && (uintptr_t)up % 16 == 0 && ld_gu % 8 == 0 &&
                         (uintptr_t)h_out % 16 == 0; /* h_out may be null */
     if (!joined) { /* the two passes (the MLP input formed first, while gate and up hold the forward's) */
-        if (h_out) gpu_swiglu_forward_bf16(h_out, gate, up, N, C_in, C_in, stream);
+        if (h_out) gpu_swiglu_forward_bf16(h_out, gate, up, N, C_in, (int)ld_gu, stream);
         gpu_lora_backward_bf16(g, dh, dlora_a, dlora_b, dy, h_out ? h_out : x_a, nullptr, 1.0f, u, lora_a, lora_b, N,
                                C_in, C_out, R, scale, workspace, stream);
-        gpu_swiglu_backward_bf16(gate, up, dh, gate, up, N, C_in, C_in, C_in, stream);
+        gpu_swiglu_backward_bf16(gate, up, dh, gate, up, N, C_in, (int)ld_gu, (int)ld_gu, stream);
         return;
     }
     CHECK(workspace != nullptr && (uintptr_t)workspace % kAlign == 0,
@@ -328,7 +333,8 @@ extern "C" void gpu_lora_backward_swiglu_bf16(struct gpu_gemm *g, uint16_t *gate
     refine::adapter_mma_launch<refine::ADAPTER_B_COLS>(
         reinterpret_cast<const bf16 *>(dh), reinterpret_cast<const bf16 *>(du), R,
         reinterpret_cast<const bf16 *>(lora_a), C_in, 1.0f, N, C_in, R,
-        lora_swiglu_epi{reinterpret_cast<bf16 *>(gate), reinterpret_cast<bf16 *>(up), reinterpret_cast<bf16 *>(h_out)},
+        lora_swiglu_epi{reinterpret_cast<bf16 *>(gate), reinterpret_cast<bf16 *>(up), reinterpret_cast<bf16 *>(h_out),
+                        ld_gu},
         stream);
     KERNEL_CHECK(stream);
     if (h_out && dlora_a) gpu_gemm(g, &p.bwd_da, stream);

@@ -94,23 +94,26 @@ void gpu_lora_backward_bf16(struct gpu_gemm *g, uint16_t *dx, float *dlora_a, fl
                             float scale, void *workspace, cudaStream_t stream);
 
 /* The MLP's down projection's adapter backward joined to SwiGLU's backward (no dropout). On entry
- * dh (N, C_in) holds the base product dy W (C_in = the MLP's width F), and gate and up (N, C_in) the
- * forward's gate and up outputs. dB and dA accumulate as gpu_lora_backward_bf16's; then one pass on
- * tensor cores forms each element of bf16(dh + du A) in registers and SwiGLU's backward from it,
+ * dh (N, C_in) holds the base product dy W (C_in = the MLP's width F), and gate and up (N, C_in, row
+ * stride ld_gu ≥ C_in: C_in packed, 2·C_in for the halves of one [gate │ up] buffer, up = gate + C_in)
+ * the forward's gate and up outputs. dB and dA accumulate as gpu_lora_backward_bf16's; then one pass
+ * on tensor cores forms each element of bf16(dh + du A) in registers and SwiGLU's backward from it,
  * writing the gate and up gradients into gate and up (in place): bit for bit gpu_lora_backward_bf16
- * (dx = dh) followed by gpu_swiglu_backward_bf16(gate, up, dh, gate, up, N, C_in, C_in, C_in),
+ * (dx = dh) followed by gpu_swiglu_backward_bf16(gate, up, dh, gate, up, N, C_in, ld_gu, ld_gu),
  * without dh's write and second read (N·C_in·4 bytes). dh is left as the base product where the
- * pass applies (adapter_mma_fits, 16-byte-aligned gate, up and h_out); elsewhere the two calls run
- * and dh holds bf16(dh + du A). The adapter's input, the MLP input (N, C_in), is x_a, or — x_a NULL —
- * formed here into h_out from gate and up before they are overwritten: by the pass itself (each
- * element's silu is SwiGLU's backward's), bit for bit gpu_swiglu_forward_bf16(h_out, gate, up, N,
- * C_in, C_in), with dA accumulated from it after the pass (--recompute-mlp without a SwiGLU forward
- * of its own: N·C_in·2 bytes written instead of 6 moved). Exactly one of x_a and h_out.
+ * pass applies (adapter_mma_fits, 16-byte-aligned gate, up and h_out, ld_gu a multiple of 8);
+ * elsewhere the two calls run and dh holds bf16(dh + du A). The adapter's input, the MLP input
+ * (N, C_in), is x_a, or — x_a NULL — formed here into h_out from gate and up before they are
+ * overwritten: by the pass itself (each element's silu is SwiGLU's backward's), bit for bit
+ * gpu_swiglu_forward_bf16(h_out, gate, up, N, C_in, ld_gu), with dA accumulated from it after the
+ * pass (--recompute-mlp without a SwiGLU forward of its own: N·C_in·2 bytes written instead of 6
+ * moved). Exactly one of x_a and h_out.
  * Workspace: gpu_lora_backward_workspace_size(N, C_in, R, LORA_NO_MASK). */
 void gpu_lora_backward_swiglu_bf16(struct gpu_gemm *g, uint16_t *gate, uint16_t *up, uint16_t *dh, float *dlora_a,
                                    float *dlora_b, const uint16_t *dy, const uint16_t *x_a, uint16_t *h_out,
                                    const uint16_t *u, const uint16_t *lora_a, const uint16_t *lora_b, int N, int C_in,
-                                   int C_out, int R, float scale, void *workspace, cudaStream_t stream);
+                                   int C_out, int R, float scale, int64_t ld_gu, void *workspace,
+                                   cudaStream_t stream);
 
 /* Creates the gemm plans of the forward and backward of this shape (launches nothing). */
 void gpu_lora_reserve(struct gpu_gemm *g, int N, int C_in, int C_out, int R, enum lora_mask mask);

@@ -1409,8 +1409,18 @@ static void run_fold_case(const fold_case &f, enum regime rg, int id) {
  * pass applies (R even, ≤ 64, F % 32 == 0), else the two calls' dh. Twice: with the MLP input given
  * (x, independent values), and formed by the call into a poisoned h_out from gate and up — h_out
  * bitwise gpu_swiglu_forward_bf16(gate, up), every element written, and the gradients bitwise the two
- * calls' on that input. Normal values. */
-enum joined_variant { TWO_PASSES, JOINED, TWO_PASSES_ON_SWIGLU, JOINED_FORMING, JOINED_VARIANTS };
+ * calls' on that input. Each joined call also with gate and up side by side in one (N, 2F) buffer
+ * (ld_gu = 2F, as the trainer lays them out where gate/up's products are one): the same bits in
+ * each half. Normal values. */
+enum joined_variant {
+    TWO_PASSES,
+    JOINED,
+    TWO_PASSES_ON_SWIGLU,
+    JOINED_FORMING,
+    JOINED_SIDE,
+    JOINED_FORMING_SIDE,
+    JOINED_VARIANTS
+};
 
 static void run_joined_case(int N, int F, int C, int R, int id) {
     const uint64_t seed = g_seed * 1000003u + (uint64_t)id;
@@ -1444,25 +1454,37 @@ static void run_joined_case(int N, int F, int C, int R, int id) {
     std::vector<uint16_t> out_g[JOINED_VARIANTS], out_u[JOINED_VARIANTS], out_dh[JOINED_VARIANTS],
         out_h[JOINED_VARIANTS];
     std::vector<float> out_dA[JOINED_VARIANTS], out_dB[JOINED_VARIANTS];
+    std::vector<uint16_t> gub((size_t)N * 2 * F); /* [gate │ up] rows */
+    for (int i = 0; i < N; i++) {
+        memcpy(&gub[(size_t)i * 2 * F], &gb[(size_t)i * F], (size_t)F * 2);
+        memcpy(&gub[(size_t)i * 2 * F + F], &ub[(size_t)i * F], (size_t)F * 2);
+    }
     for (int v = 0; v < JOINED_VARIANTS; v++) {
+        const bool side = v == JOINED_SIDE || v == JOINED_FORMING_SIDE;
         struct dev_buf bg, bup, bdh, bdA, bdB, bh;
-        dev_buf_alloc(&bg, "gate", gb.size() * 2, POISON_NONE, gb.data());
-        dev_buf_alloc(&bup, "up", ub.size() * 2, POISON_NONE, ub.data());
+        if (side) {
+            dev_buf_alloc(&bg, "gate │ up", gub.size() * 2, POISON_NONE, gub.data());
+            dev_buf_alloc(&bup, "up (unused)", 2, POISON_NONE, nullptr);
+        } else {
+            dev_buf_alloc(&bg, "gate", gb.size() * 2, POISON_NONE, gb.data());
+            dev_buf_alloc(&bup, "up", ub.size() * 2, POISON_NONE, ub.data());
+        }
         dev_buf_alloc(&bdh, "dh (base product)", dhb.size() * 2, POISON_NONE, dhb.data());
         dev_buf_alloc(&bdA, "dlora_a", dA0.size() * 4, POISON_NONE, dA0.data());
         dev_buf_alloc(&bdB, "dlora_b", dB0.size() * 4, POISON_NONE, dB0.data());
         dev_buf_alloc(&bh, "h (the MLP input formed from gate and up)", xb.size() * 2, POISON_BF16, nullptr);
         dev_buf_reset(&bws, nullptr);
-        uint16_t *g16 = (uint16_t *)bg.data, *up16 = (uint16_t *)bup.data, *dh16 = (uint16_t *)bdh.data,
-                 *h16 = (uint16_t *)bh.data;
+        uint16_t *g16 = (uint16_t *)bg.data, *up16 = side ? g16 + F : (uint16_t *)bup.data,
+                 *dh16 = (uint16_t *)bdh.data, *h16 = (uint16_t *)bh.data;
         float *dA = (float *)bdA.data, *dB = (float *)bdB.data;
         const uint16_t *dy16 = (const uint16_t *)by.data, *x16 = (const uint16_t *)bx.data,
                        *uu = (const uint16_t *)bu.data, *A16 = (const uint16_t *)bA.data,
                        *B16 = (const uint16_t *)bB.data;
-        if (v == JOINED || v == JOINED_FORMING) {
-            gpu_lora_backward_swiglu_bf16(g_gemm, g16, up16, dh16, dA, dB, dy16, v == JOINED ? x16 : nullptr,
-                                          v == JOINED ? nullptr : h16, uu, A16, B16, N, F, C, R, s, bws.data,
-                                          g_stream);
+        if (v == JOINED || v == JOINED_FORMING || side) {
+            const bool given = v == JOINED || v == JOINED_SIDE;
+            gpu_lora_backward_swiglu_bf16(g_gemm, g16, up16, dh16, dA, dB, dy16, given ? x16 : nullptr,
+                                          given ? nullptr : h16, uu, A16, B16, N, F, C, R, s, side ? 2 * F : F,
+                                          bws.data, g_stream);
         } else {
             if (v == TWO_PASSES_ON_SWIGLU) gpu_swiglu_forward_bf16(h16, g16, up16, N, F, F, g_stream);
             gpu_lora_backward_bf16(g_gemm, dh16, dA, dB, dy16, v == TWO_PASSES ? x16 : h16, nullptr, 1.0f, uu, A16,
@@ -1471,20 +1493,32 @@ static void run_joined_case(int N, int F, int C, int R, int id) {
         }
         out_g[v].resize(gb.size()), out_u[v].resize(ub.size()), out_dh[v].resize(dhb.size());
         out_dA[v].resize(dA0.size()), out_dB[v].resize(dB0.size()), out_h[v].resize(xb.size());
-        dev_buf_download(&bg, out_g[v].data(), 0);
-        dev_buf_download(&bup, out_u[v].data(), 0);
+        if (side) {
+            std::vector<uint16_t> both(gub.size());
+            dev_buf_download(&bg, both.data(), 0);
+            for (int i = 0; i < N; i++) {
+                memcpy(&out_g[v][(size_t)i * F], &both[(size_t)i * 2 * F], (size_t)F * 2);
+                memcpy(&out_u[v][(size_t)i * F], &both[(size_t)i * 2 * F + F], (size_t)F * 2);
+            }
+        } else {
+            dev_buf_download(&bg, out_g[v].data(), 0);
+            dev_buf_download(&bup, out_u[v].data(), 0);
+        }
         dev_buf_download(&bdh, out_dh[v].data(), 0);
         dev_buf_download(&bdA, out_dA[v].data(), 0);
         dev_buf_download(&bdB, out_dB[v].data(), 0);
         /* h written everywhere where it is formed; in the other variants it must stay untouched */
-        dev_buf_download(&bh, out_h[v].data(), v == TWO_PASSES_ON_SWIGLU || v == JOINED_FORMING);
+        dev_buf_download(&bh, out_h[v].data(), v == TWO_PASSES_ON_SWIGLU || v == JOINED_FORMING ||
+                                                   v == JOINED_FORMING_SIDE);
         for (struct dev_buf *b : {&bg, &bup, &bdh, &bdA, &bdB, &bh}) dev_buf_free(b);
     }
     for (struct dev_buf *b : {&by, &bx, &bu, &bA, &bB, &bws}) dev_buf_free(b);
     const bool pass_applies = R <= 64 && R % 2 == 0 && F % 32 == 0;
-    for (int k = 0; k < 2; k++) {
-        const int ref = k ? TWO_PASSES_ON_SWIGLU : TWO_PASSES, cand = k ? JOINED_FORMING : JOINED;
-        const char *how = k ? " (input formed)" : "";
+    for (int k = 0; k < 4; k++) {
+        const int ref = k % 2 ? TWO_PASSES_ON_SWIGLU : TWO_PASSES;
+        const int cand = k == 0 ? JOINED : k == 1 ? JOINED_FORMING : k == 2 ? JOINED_SIDE : JOINED_FORMING_SIDE;
+        const char *how = k == 0 ? "" : k == 1 ? " (input formed)" : k == 2 ? " (side by side)"
+                                                                            : " (input formed, side by side)";
         EXPECT(out_g[cand] == out_g[ref], "lora joined %s%s: the gate gradient differs from the two passes'", shape,
                how);
         EXPECT(out_u[cand] == out_u[ref], "lora joined %s%s: the up gradient differs from the two passes'", shape, how);
@@ -1494,9 +1528,10 @@ static void run_joined_case(int N, int F, int C, int R, int id) {
                pass_applies ? "the base product (the joined pass writes no dh)" : "the two passes' dh");
         EXPECT(out_g[cand] != gb, "lora joined %s%s: the gate buffer was not written", shape, how);
     }
-    EXPECT(out_h[JOINED_FORMING] == out_h[TWO_PASSES_ON_SWIGLU],
+    EXPECT(out_h[JOINED_FORMING] == out_h[TWO_PASSES_ON_SWIGLU] &&
+               out_h[JOINED_FORMING_SIDE] == out_h[TWO_PASSES_ON_SWIGLU],
            "lora joined %s: the MLP input formed by the call differs from gpu_swiglu_forward_bf16's", shape);
-    EXPECT(out_h[JOINED] == out_h[TWO_PASSES],
+    EXPECT(out_h[JOINED] == out_h[TWO_PASSES] && out_h[JOINED_SIDE] == out_h[TWO_PASSES],
            "lora joined %s: h_out was written though the input was given", shape);
     EXPECT(out_dA[JOINED_FORMING] != out_dA[JOINED],
            "lora joined %s: dA does not depend on which MLP input it was given", shape);
@@ -1565,7 +1600,7 @@ static void lora_bwd_joined(void *p, cudaStream_t s) {
     bench_ctx *b = (bench_ctx *)p;
     gate_up_restore(p, s);
     gpu_lora_backward_swiglu_bf16(g_gemm, b->gate, b->up, b->dx, b->dA, b->dB, b->dy, b->x, nullptr, b->u, b->A, b->B,
-                                  b->N, b->C_in, b->C_out, b->R, 2.0f, b->ws, s);
+                                  b->N, b->C_in, b->C_out, b->R, 2.0f, b->C_in, b->ws, s);
 }
 /* --recompute-mlp's MLP input: SwiGLU's forward into x, then the joined call; or formed by the call */
 static void swiglu_fwd_then_joined(void *p, cudaStream_t s) {
@@ -1573,13 +1608,13 @@ static void swiglu_fwd_then_joined(void *p, cudaStream_t s) {
     gate_up_restore(p, s);
     gpu_swiglu_forward_bf16(b->x, b->gate, b->up, b->N, b->C_in, b->C_in, s);
     gpu_lora_backward_swiglu_bf16(g_gemm, b->gate, b->up, b->dx, b->dA, b->dB, b->dy, b->x, nullptr, b->u, b->A, b->B,
-                                  b->N, b->C_in, b->C_out, b->R, 2.0f, b->ws, s);
+                                  b->N, b->C_in, b->C_out, b->R, 2.0f, b->C_in, b->ws, s);
 }
 static void lora_bwd_joined_forming(void *p, cudaStream_t s) {
     bench_ctx *b = (bench_ctx *)p;
     gate_up_restore(p, s);
     gpu_lora_backward_swiglu_bf16(g_gemm, b->gate, b->up, b->dx, b->dA, b->dB, b->dy, nullptr, b->x, b->u, b->A, b->B,
-                                  b->N, b->C_in, b->C_out, b->R, 2.0f, b->ws, s);
+                                  b->N, b->C_in, b->C_out, b->R, 2.0f, b->C_in, b->ws, s);
 }
 
 static void bench(double copy_gbps) {
