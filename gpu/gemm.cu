@@ -650,11 +650,18 @@ void gpu_linear_backward_dx_bf16(struct gpu_gemm *g, uint16_t *dx, const uint16_
 
 void gpu_linear_backward_dw(struct gpu_gemm *g, void *dw, enum gemm_out dw_type, const uint16_t *dy, const uint16_t *x,
                             int N, int C_in, int C_out, cudaStream_t stream) {
+    gpu_linear_backward_dw_ld(g, dw, dw_type, dy, C_out, x, C_in, N, C_in, C_out, stream);
+}
+
+void gpu_linear_backward_dw_ld(struct gpu_gemm *g, void *dw, enum gemm_out dw_type, const uint16_t *dy, int64_t lddy,
+                               const uint16_t *x, int64_t ldx, int N, int C_in, int C_out, cudaStream_t stream) {
+    CHECK(lddy >= C_out && ldx >= C_in, "linear dW: row strides %lld, %lld below C_out %d, C_in %d", (long long)lddy,
+          (long long)ldx, C_out, C_in);
     gemm_args p;
     memset(&p, 0, sizeof p);
     p.d = dw, p.d_type = dw_type, p.ldd = C_in;
-    p.a = dy, p.op_a = GEMM_TRANS, p.lda = C_out;
-    p.b = x, p.op_b = GEMM_NO_TRANS, p.ldb = C_in;
+    p.a = dy, p.op_a = GEMM_TRANS, p.lda = lddy;
+    p.b = x, p.op_b = GEMM_NO_TRANS, p.ldb = ldx;
     p.m = C_out, p.n = C_in, p.k = N, p.batch = 1;
     p.alpha = 1.0f, p.beta = GEMM_ACCUMULATE;
     gpu_gemm(g, &p, stream);

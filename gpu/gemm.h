@@ -177,6 +177,10 @@ void gpu_linear_backward_dx_ld_bf16(struct gpu_gemm *g, uint16_t *dx, int64_t ld
  * dW = bf16(dyᵀx + dW), the sum formed in fp32 — NUMERICS.md §5.6). */
 void gpu_linear_backward_dw(struct gpu_gemm *g, void *dw, enum gemm_out dw_type, const uint16_t *dy, const uint16_t *x,
                             int N, int C_in, int C_out, cudaStream_t stream);
+/* The same with dy's rows lddy ≥ C_out and x's ldx ≥ C_in elements apart (a member of products side
+ * by side: full fine-tuning's stacked q/k/v and gate/up). */
+void gpu_linear_backward_dw_ld(struct gpu_gemm *g, void *dw, enum gemm_out dw_type, const uint16_t *dy, int64_t lddy,
+                               const uint16_t *x, int64_t ldx, int N, int C_in, int C_out, cudaStream_t stream);
 
 /* The three products of a linear layer in FP8 (Transformer Engine's HYBRID recipe: E4M3 forward
  * tensors, E5M2 gradients), each a TN product of K-major operands. An operand is FP8 codes

@@ -387,6 +387,16 @@ void proj_dw(gpu_llama *m, int l, int t, const uint16_t *dy, const uint16_t *x, 
     }
 }
 
+/* proj_dw's weight gradient for dy in rows of ld_dy elements and x in rows of ldx (bf16 products, no
+ * bias: a member of full fine-tuning's stacked group, group_backward). */
+void proj_dw_ld(gpu_llama *m, int l, int t, const uint16_t *dy, int64_t ld_dy, const uint16_t *x, int64_t ldx, int N) {
+    gl_linear &lin = m->layers[l].lin[t];
+    CHECK(!m->fp8.on && !lin.bias_grad, "layer %d: a strided weight gradient for an FP8 or biased linear", l);
+    PROF(m, PROF_LINEAR_DW);
+    gpu_linear_backward_dw_ld(m->gemm, lin.w_grad, gl_grad_type(m), dy, ld_dy, x, ldx, N, lin.c_in, lin.c_out,
+                              m->stream);
+}
+
 void proj_backward(gpu_llama *m, int l, int t, uint16_t *dx, enum gemm_beta beta, const uint16_t *dy,
                    const uint16_t *x, uint64_t micro, gl_span sp, bool rescaled) {
     gl_linear &lin = m->layers[l].lin[t];
@@ -423,6 +433,14 @@ void group_forward(gpu_llama *m, int l, int g, uint16_t *const *y, uint16_t *x, 
                    uint64_t micro, gl_span sp) {
     const int first = gl_group_first[g], n = gl_group_n[g];
     if (!m->grouped[g]) {
+        if (g == GL_GROUP_GATE_UP && m->ld_gu == 2 * m->cfg.F) { /* full fine-tuning's stacked copies */
+            CHECK(m->opt.mode == LLAMA_FULL && y[1] == y[0] + m->cfg.F, "layer %d: gate and up not side by side", l);
+            const gl_linear &lg = m->layers[l].lin[first];
+            PROF(m, PROF_LINEAR_FWD);
+            gpu_linear_forward_ld_bf16(m->gemm, y[0], x, ldx, lg.w, lg.ldw, nullptr, sp.n, lg.c_in, 2 * m->cfg.F,
+                                       m->stream);
+            return;
+        }
         for (int i = 0; i < n; i++) proj_forward(m, l, first + i, y[i], x, train, micro, sp);
         return;
     }
@@ -545,6 +563,23 @@ void group_backward(gpu_llama *m, int l, int g, uint16_t *dx, const uint16_t *co
         gpu_lora_group_fold_backward_strided_bf16(m->gemm, dx, ldx, lin[0].a_grad, db, g_dy, ld_dy, x, ldx,
                                                   m->acts[l].ug[g] + (size_t)sp.r0 * n * R, lin[0].a, n, sp.n,
                                                   lin[0].c_in, c_out, R, m->opt.lora_scale, m->ws, m->stream);
+        return;
+    }
+    if (ld_dy && m->opt.mode == LLAMA_FULL) { /* full fine-tuning's stacked copies (group_stacked) */
+        int64_t c_all = 0;
+        for (int i = 0; i < n; i++) {
+            CHECK(!lin[i].bias && (i == 0 || (dy[i] == dy[i - 1] + lin[i - 1].c_out &&
+                                              lin[i].w == lin[i - 1].w + (int64_t)lin[i - 1].c_out * lin[i].ldw)),
+                  "layer %d: the group's dy or weights are not side by side", l);
+            c_all += lin[i].c_out;
+        }
+        CHECK(ld_dy == c_all, "layer %d: the group's dy rows of %lld elements, its members' %lld", l,
+              (long long)ld_dy, (long long)c_all);
+        for (int i = 0; i < n; i++) proj_dw_ld(m, l, first + i, dy[i], ld_dy, x, ldx, sp.n);
+        if (!dx) return;
+        PROF(m, PROF_LINEAR_DX);
+        gpu_linear_backward_dx_ld_bf16(m->gemm, dx, ldx, dy[0], lin[0].w, lin[0].ldw, sp.n, lin[0].c_in, (int)c_all,
+                                       GEMM_OVERWRITE, m->stream);
         return;
     }
     /* side by side: the folded group's backward above, or its dx-less form below (layer 0) */

@@ -62,21 +62,36 @@ struct gl_row {
     size_t elem;
 };
 
-/* The table, and the bytes others allocate for the model (the optimizer's chunk tables). */
+/* The table, and the bytes others allocate for the model (the optimizer's chunk tables); `later`:
+ * rows placed after the trainable tensors' (add_param's masters, make_rows). */
 struct gl_rows {
     gl_row *r;
     int n, cap;
     size_t outside;
+    gl_row *later;
+    int n_later, cap_later;
 };
+
+void append_row(gl_row *&r, int &n, int &cap, gl_row row) {
+    if (n == cap) {
+        cap = cap ? 2 * cap : 256;
+        r = static_cast<gl_row *>(realloc(r, (size_t)cap * sizeof(gl_row)));
+        CHECK(r != nullptr, "out of host memory for the layout table");
+    }
+    r[n++] = row;
+}
 
 void add_row(gl_rows &rs, gl_slab slab, void **ptr, int64_t count, size_t elem) {
     CHECK(count >= 0, "layout: negative element count %lld", (long long)count);
-    if (rs.n == rs.cap) {
-        rs.cap = rs.cap ? 2 * rs.cap : 256;
-        rs.r = static_cast<gl_row *>(realloc(rs.r, (size_t)rs.cap * sizeof(gl_row)));
-        CHECK(rs.r != nullptr, "out of host memory for the layout table");
-    }
-    rs.r[rs.n++] = gl_row{slab, ptr, count, elem};
+    append_row(rs.r, rs.n, rs.cap, gl_row{slab, ptr, count, elem});
+}
+
+/* A row placed after every row made before make_rows takes the deferred ones (add_param's masters and
+ * low halves: so that the bf16 copies of consecutive tensors lie side by side in every layout). */
+template <class T>
+void add_later(gl_rows &rs, gl_slab slab, T **ptr, int64_t count) {
+    CHECK(count >= 0, "layout: negative element count %lld", (long long)count);
+    append_row(rs.later, rs.n_later, rs.cap_later, gl_row{slab, reinterpret_cast<void **>(ptr), count, sizeof(T)});
 }
 
 void add_row_cb(void *rs, gl_slab slab, void **ptr, int64_t count, size_t elem) {
@@ -164,8 +179,9 @@ int add_param(gpu_llama *m, gl_rows &rs, const char *name, int ndim, int64_t d0,
     /* the sharded optimizer keeps masters and state in its own flat rows (gpu/llama_shard.cu) */
     const int sharded = m->sharded, in_copy = gl_master_in_copy(m);
     if (in_copy) CHECK(storage == PARAM_OWN, "layout: a master kept in the copy needs its own bf16 copy (%s)", name);
-    if (m->opt.master == MASTER_SPLIT) add(rs, SLAB_PARAMS, &p.lo, p.n);
-    else if (!sharded && !in_copy) add(rs, SLAB_PARAMS, &p.master, p.n); /* bf16 weights: the copy is all */
+    /* the copies side by side (q, k, v's and gate, up's stacked: group_stacked), the masters after them */
+    if (m->opt.master == MASTER_SPLIT) add_later(rs, SLAB_PARAMS, &p.lo, p.n);
+    else if (!sharded && !in_copy) add_later(rs, SLAB_PARAMS, &p.master, p.n); /* bf16 weights: the copy is all */
     if (storage == PARAM_OWN) add(rs, SLAB_PARAMS, &p.copy, p.n);
     /* sharded gradients: layer l ≥ 2 writes into layer l − 2's rows (point_views) */
     const int shared_grad = m->shard_grads && gl_layer_of(name) >= 2;
@@ -555,10 +571,13 @@ void fixed_rows(gpu_llama *m, gl_rows &rs) {
 
 /* The table of (config, options). */
 gl_rows make_rows(gpu_llama *m) {
-    gl_rows rs = {nullptr, 0, 0, 0};
+    gl_rows rs = {nullptr, 0, 0, 0, nullptr, 0, 0};
     m->n_params = 0;
     weight_rows(m, rs);
     adapter_rows(m, rs);
+    for (int i = 0; i < rs.n_later; i++) append_row(rs.r, rs.n, rs.cap, rs.later[i]);
+    free(rs.later);
+    rs.later = nullptr, rs.n_later = rs.cap_later = 0;
     CHECK(m->n_params == m->cap_params, "layout: %d trainable tensors registered, %d counted", m->n_params,
           m->cap_params);
     if (gl_stage_shared(m)) { /* the slab must hold the largest master in fp32 (gl_take_staged) */
@@ -575,18 +594,22 @@ gl_rows make_rows(gpu_llama *m) {
     return rs;
 }
 
-/* A folded LoRA group whose padded weights lie stacked in every layer — each member's rows right after
- * the one before, at one row stride (bf16 products): q/k/v's input gradient is then one product over
- * [dq │ dk │ dv], and gate/up's forward and input gradient each one product over [gate │ up]
- * (gpu/llama.cu group_forward, group_backward). A bias between q, k and v (Qwen2's) breaks the stack
- * for the gradient: the three products then run one by one over the packed gradients; gate/up's
- * forward adds no bias, so neither of them may have one. */
+/* Whether group g's weights lie stacked in every layer — each member's rows right after the one before,
+ * at one row stride — for bf16 products: LoRA's folded groups (their padded base weights), and full
+ * fine-tuning's bf16 copies (add_param places them side by side in every layout, the masters after
+ * them: the sharded and unsharded models take the same products). Then q/k/v's input gradient is one
+ * product over [dq │ dk │ dv], and gate/up's forward and input gradient are each one product over
+ * [gate │ up] (gpu/llama.cu group_forward, group_backward; full fine-tuning's dW per member, from dy at
+ * that stride). A bias between q, k and v (Qwen2's) breaks the stack: the three products then run one
+ * by one over the packed gradients; gate/up's forward adds no bias, so neither of them may have one. */
 bool group_stacked(const gpu_llama *m, int g) {
-    if (m->opt.mode != LLAMA_LORA || !m->folded[g] || !m->grouped[g]) return false;
+    const bool full = m->opt.mode == LLAMA_FULL && m->opt.linears == GPU_LINEAR_BF16;
+    if (!full && (m->opt.mode != LLAMA_LORA || !m->folded[g] || !m->grouped[g])) return false;
+    if (g == GL_GROUP_O) return false;
     for (int l = 0; l < m->cfg.L; l++) {
         const gl_linear *lin = m->layers[l].lin + gl_group_first[g];
         for (int i = 0; i < gl_group_n[g]; i++)
-            if (!lin[i].w || (g == GL_GROUP_GATE_UP && lin[i].bias)) return false;
+            if (!lin[i].w || ((full || g == GL_GROUP_GATE_UP) && lin[i].bias)) return false;
         for (int i = 0; i + 1 < gl_group_n[g]; i++)
             if (lin[i + 1].ldw != lin[i].ldw || lin[i + 1].w != lin[i].w + (int64_t)lin[i].c_out * lin[i].ldw)
                 return false;

@@ -482,6 +482,30 @@ static void run_linear_case(int N, int C_in, int C_out, int with_bias, int plant
         cmp_exact_f32(&cc, dw_g.data(), dw_r.data(), (int64_t)dw_r.size());
     }
 
+    /* dW with dy and x in wider rows (gpu_linear_backward_dw_ld: a member of products side by side):
+     * the spare columns hold large values that must not reach dW; exact on integer values */
+    if (!plant_inf) {
+        const int64_t lddy = C_out + 24, ldx = C_in + 8;
+        std::vector<uint16_t> dyw((size_t)N * lddy, bf16_from_float(4096.0f)),
+            xw((size_t)N * ldx, bf16_from_float(-512.0f));
+        for (int i = 0; i < N; i++) {
+            memcpy(&dyw[(size_t)i * lddy], &dyb[(size_t)i * C_out], (size_t)C_out * 2);
+            memcpy(&xw[(size_t)i * ldx], &xb[(size_t)i * C_in], (size_t)C_in * 2);
+        }
+        struct dev_buf bdyw, bxw, bdww;
+        dev_buf_alloc(&bdyw, "dy (wide rows)", dyw.size() * 2, POISON_NONE, dyw.data());
+        dev_buf_alloc(&bxw, "x (wide rows)", xw.size() * 2, POISON_NONE, xw.data());
+        dev_buf_alloc(&bdww, "dw (strided operands)", dw0.size() * 4, POISON_NONE, dw0.data());
+        gpu_linear_backward_dw_ld(g_gemm, bdww.data, GEMM_OUT_F32, (const uint16_t *)bdyw.data, lddy,
+                                  (const uint16_t *)bxw.data, ldx, N, C_in, C_out, g_stream);
+        std::vector<float> dww(dw0.size());
+        dev_buf_download(&bdww, dww.data(), 0);
+        cc.what = "dw (strided dy and x, accumulated)";
+        cc.dtype = "f32";
+        cmp_exact_f32(&cc, dww.data(), dw_r.data(), (int64_t)dw_r.size());
+        for (struct dev_buf *bf : {&bdyw, &bxw, &bdww}) dev_buf_free(bf);
+    }
+
     /* dx accumulate mode: dx_old + dy W, rounded once or with dy W rounded to bf16 first
      * (epilogue_bf16_candidate). */
     if (!plant_inf) {
