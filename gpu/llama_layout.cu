@@ -490,9 +490,13 @@ size_t workspace_bytes(const gpu_llama *m) {
             ws = max_sz(ws, gpu_dora_rescale_workspace_size(n, lin.c_out));
         }
     }
-    for (int g = 0; g < GL_N_GROUPS; g++)
-        if (m->grouped[g])
-            ws = max_sz(ws, gpu_lora_group_backward_workspace_size((int)rows_of(m, gl_group_first[g]), gl_group_n[g], o->R));
+    for (int g = 0; g < GL_N_GROUPS; g++) {
+        if (!m->grouped[g]) continue;
+        int64_t c_all = 0; /* dy side by side (group_stacked): the one dB product's output */
+        for (int i = 0; i < gl_group_n[g]; i++) c_all += m->layers[0].lin[gl_group_first[g] + i].c_out;
+        ws = max_sz(ws, gpu_lora_group_backward_workspace_size((int)rows_of(m, gl_group_first[g]), gl_group_n[g], o->R,
+                                                               c_all));
+    }
     if (dora && (gl_is_target(m, LLAMA_GATE) || gl_is_target(m, LLAMA_UP))) /* the fused SwiGLU + rescale */
         ws = max_sz(ws, gpu_dora_swiglu_backward_workspace_size((int)rows_of(m, LLAMA_GATE), c->F));
     return ws;

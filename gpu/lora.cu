@@ -422,6 +422,58 @@ void check_ld_dy(int64_t ld_dy, int n, const int *C_out) {
               (long long)ld_dy, i, C_out[i]);
 }
 
+struct db_blocks {
+    float *db[LORA_GROUP_MAX];
+    int row0[LORA_GROUP_MAX + 1]; /* member i's rows of P: row0[i] .. row0[i + 1] − 1 */
+};
+
+/* dB_i (C_out_i, R) += P's diagonal block i: rows row0[i].., columns i·R.. of P (c_all, n·R) */
+__global__ void __launch_bounds__(kBlock) lora_db_add_blocks(db_blocks b, const float *P, int n, int R) {
+    const int64_t e = (int64_t)blockIdx.x * kBlock + threadIdx.x, nR = (int64_t)n * R;
+    if (e >= (int64_t)b.row0[n] * R) return;
+    const int o = (int)(e / R), r = (int)(e % R);
+    int i = 0;
+    while (o >= b.row0[i + 1]) i++;
+    float *d = b.db[i] + (int64_t)(o - b.row0[i]) * R + r;
+    *d = __fadd_rn(*d, P[(int64_t)o * nR + (int64_t)i * R + r]);
+}
+
+/* Every member's dB_i += s·dy_iᵀ u_i: with the members' dy side by side (ld_dy = Σ C_out) as one
+ * product P = s·dyᵀ u (Σ C_out, n·R) into the workspace, whose diagonal blocks are the members'
+ * (the off-diagonal ones, n − 1 times the flops, are not read) — one product and one split-K
+ * reduction for the group instead of n (SmolLM2 LoRA +1.3–1.5% a step, level at 1B: RESULTS.md
+ * 2026-11-29, third session); else one product per member accumulating into its dB_i. */
+void group_db_all(struct gpu_gemm *g, float *const *dlora_b, const uint16_t *const *dy, int64_t ld_dy,
+                  const uint16_t *u, int n, int N, const int *C_out, int R, float scale, void *workspace,
+                  cudaStream_t stream) {
+    if (!dlora_b) return;
+    int64_t c_all = 0;
+    bool all = n > 1 && ld_dy > 0 && workspace != nullptr;
+    for (int i = 0; i < n; i++) {
+        all = all && dlora_b[i] && (i == 0 || dy[i] == dy[i - 1] + C_out[i - 1]);
+        c_all += C_out[i];
+    }
+    if (all && ld_dy == c_all) {
+        float *P = static_cast<float *>(workspace);
+        const gemm_args p{P,       GEMM_OUT_F32, (int64_t)n * R, 0, dy[0], GEMM_TRANS, ld_dy, 0, u, GEMM_NO_TRANS,
+                          (int64_t)n * R, 0, nullptr, (int)c_all, n * R, N, 1, scale, GEMM_OVERWRITE};
+        gpu_gemm(g, &p, stream);
+        db_blocks b;
+        b.row0[0] = 0;
+        for (int i = 0; i < n; i++) b.db[i] = dlora_b[i], b.row0[i + 1] = b.row0[i] + C_out[i];
+        const int64_t e = c_all * R;
+        lora_db_add_blocks<<<(unsigned)((e + kBlock - 1) / kBlock), kBlock, 0, stream>>>(b, P, n, R);
+        KERNEL_CHECK(stream);
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        if (dlora_b[i]) {
+            const gemm_args p = group_db(dlora_b[i], dy[i], u + (size_t)i * R, n, N, C_out[i], R, scale, ld_dy);
+            gpu_gemm(g, &p, stream);
+        }
+    }
+}
+
 }  // namespace
 
 extern "C" void gpu_lora_group_fold_backward_strided_bf16(struct gpu_gemm *g, uint16_t *dx_f, int64_t ldd,
@@ -436,12 +488,7 @@ extern "C" void gpu_lora_group_fold_backward_strided_bf16(struct gpu_gemm *g, ui
     CHECK(ldd >= C_in + K && ldx >= C_in,
           "lora fold backward: row strides %lld (dx_f) and %lld (x) for C_in %d + n·R %d", (long long)ldd,
           (long long)ldx, C_in, K);
-    for (int i = 0; i < n; i++) {
-        if (dlora_b && dlora_b[i]) {
-            const gemm_args p = group_db(dlora_b[i], dy[i], u + (size_t)i * R, n, N, C_out[i], R, scale, ld_dy);
-            gpu_gemm(g, &p, stream);
-        }
-    }
+    group_db_all(g, dlora_b, dy, ld_dy, u, n, N, C_out, R, scale, workspace, stream);
     const uint16_t *du = dx_f + C_in; /* the base products' by-product */
     if (dlora_a) {
         const gemm_args p = group_da(dlora_a, du, x, n, N, C_in, R, ldx, ldd);
@@ -460,7 +507,7 @@ extern "C" void gpu_lora_group_fold_backward_strided_bf16(struct gpu_gemm *g, ui
      * address range, gpu/gemm.h) */
     CHECK(workspace != nullptr && (uintptr_t)workspace % kAlign == 0,
           "lora fold backward: workspace of %zu bytes, 256-byte aligned, required",
-          gpu_lora_group_backward_workspace_size(N, n, R));
+          gpu_lora_group_backward_workspace_size(N, n, R, ld_dy));
     uint16_t *du_c = static_cast<uint16_t *>(workspace);
     const int64_t threads = (int64_t)N * K;
     lora_copy_cols<1><<<(unsigned)((threads + kBlock - 1) / kBlock), kBlock, 0, stream>>>(du_c, K, du, ldd, N, K);
@@ -479,8 +526,10 @@ extern "C" void gpu_lora_fold_b_bf16(const struct lora_fold_slot *slots, int n_s
     KERNEL_CHECK(stream);
 }
 
-extern "C" size_t gpu_lora_group_backward_workspace_size(int N, int n, int R) {
-    return align_up((size_t)N * n * R * sizeof(uint16_t));
+extern "C" size_t gpu_lora_group_backward_workspace_size(int N, int n, int R, int64_t c_all) {
+    const size_t du = align_up((size_t)N * n * R * sizeof(uint16_t));
+    const size_t p = align_up((size_t)c_all * n * R * sizeof(float));
+    return du > p ? du : p;
 }
 
 extern "C" void gpu_lora_group_backward_bf16(struct gpu_gemm *g, uint16_t *dx, float *dlora_a, float *const *dlora_b,
@@ -513,14 +562,9 @@ extern "C" void gpu_lora_group_backward_strided_bf16(struct gpu_gemm *g, uint16_
     CHECK(ldx >= C_in, "lora group backward: x's row stride %lld is below C_in=%d", (long long)ldx, C_in);
     CHECK(workspace != nullptr && (uintptr_t)workspace % kAlign == 0,
           "lora group backward: workspace of %zu bytes, 256-byte aligned, required",
-          gpu_lora_group_backward_workspace_size(N, n, R));
+          gpu_lora_group_backward_workspace_size(N, n, R, ld_dy));
     uint16_t *du = static_cast<uint16_t *>(workspace);
-    for (int i = 0; i < n; i++) {
-        if (dlora_b && dlora_b[i]) {
-            const gemm_args p = group_db(dlora_b[i], dy[i], u + (size_t)i * R, n, N, C_out[i], R, scale, ld_dy);
-            gpu_gemm(g, &p, stream);
-        }
-    }
+    group_db_all(g, dlora_b, dy, ld_dy, u, n, N, C_out, R, scale, workspace, stream); /* before du is written */
     if (!dlora_a && !dx) return;
     for (int i = 0; i < n; i++) {
         const gemm_args p = group_du(du + (size_t)i * R, dy[i], lora_b[i], n, N, C_out[i], R, scale, ld_dy);

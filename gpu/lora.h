@@ -128,7 +128,11 @@ void gpu_lora_reserve(struct gpu_gemm *g, int N, int C_in, int C_out, int R, enu
  *   u   = bf16( x A_gᵀ )                   one product
  *   y_i = bf16( y_i + s·(u_i B_iᵀ) )       per member
  * Backward, for dy_i:
- *   dB_i += s·dy_iᵀ u_i                    per member
+ *   dB_i += s·dy_iᵀ u_i                    per member; with the members' dy side by side (ld_dy =
+ *                                          Σ C_out: the strided forms) one product P = s·dyᵀ u
+ *                                          (Σ C_out, n·R) in the workspace, P's diagonal blocks then
+ *                                          added: dB_i = dB_i + fp32(s·Σ) (the gemm's own epilogue
+ *                                          forms dB_i + s·Σ)
  *   du_i  = bf16( s·dy_i B_i )             per member, into du (N, n·R) in the workspace
  *   dA_g += duᵀ x                          one product
  *   dx    = bf16( dx + du A_g )            one product (K = n·R; the tensor-core pass for n·R ≤ 64):
@@ -136,7 +140,8 @@ void gpu_lora_reserve(struct gpu_gemm *g, int N, int C_in, int C_out, int R, enu
  *                                          dy_i W_i summed first)
  * Each u_i, y_i, du_i, dB_i and dA_i is the same sum as gpu_lora's per member (fp32 in cuBLASLt's
  * order); dx is rounded once for the group where the per-member path rounds after each member.
- * Workspace: gpu_lora_group_backward_workspace_size(N, n, R). dx may be NULL (no input gradient).
+ * Workspace: gpu_lora_group_backward_workspace_size(N, n, R, c_all). dx may be NULL (no input
+ * gradient).
  * gpu_lora_group_reserve creates the plans (setup). Same conventions otherwise as above. */
 #define LORA_GROUP_MAX 4
 
@@ -149,7 +154,9 @@ void gpu_lora_group_forward_bf16(struct gpu_gemm *g, uint16_t *const *y, uint16_
 void gpu_lora_group_u_bf16(struct gpu_gemm *g, uint16_t *u, const uint16_t *x, const uint16_t *lora_a, int n, int N,
                            int C_in, int R, cudaStream_t stream);
 
-size_t gpu_lora_group_backward_workspace_size(int N, int n, int R);
+/* c_all: Σ C_out of the members when the backward gets their dy side by side (ld_dy = c_all: the
+ * one dB product's (c_all, n·R) fp32 output lives there first), else 0. */
+size_t gpu_lora_group_backward_workspace_size(int N, int n, int R, int64_t c_all);
 
 void gpu_lora_group_backward_bf16(struct gpu_gemm *g, uint16_t *dx, float *dlora_a, float *const *dlora_b,
                                   const uint16_t *const *dy, const uint16_t *x, const uint16_t *u,
@@ -213,9 +220,10 @@ void gpu_lora_group_fold_u_bf16(struct gpu_gemm *g, uint16_t *u, uint16_t *x_f, 
 /* dx_f (N, ldd ≥ C_in + n·R) holds Σ_i dy_i W_f,i on entry (above): dB_i and dA_g ACCUMULATE, dx_f's
  * first C_in columns become bf16(dx + du A_g). du equals the unfolded group's bf16(s·dy_i B_i) where s
  * is a power of two, up to the order of the fp32 sums (another kernel's product). dlora_b may be
- * NULL (or an entry of it), dlora_a NULL. Workspace: gpu_lora_group_backward_workspace_size(N, n, R)
- * bytes, used where the adapter pass does not fit (n·R > 64, C_in % 32 ≠ 0: du is copied out of dx_f
- * for gemm's dx += du A_g, which must not read the rows it writes). */
+ * NULL (or an entry of it), dlora_a NULL. Workspace: gpu_lora_group_backward_workspace_size(N, n, R,
+ * c_all) bytes: with dy side by side, the one dB product's output; and where the adapter pass does
+ * not fit (n·R > 64, C_in % 32 ≠ 0), du copied out of dx_f for gemm's dx += du A_g, which must not
+ * read the rows it writes. */
 void gpu_lora_group_fold_backward_bf16(struct gpu_gemm *g, uint16_t *dx_f, int64_t ldd, float *dlora_a,
                                        float *const *dlora_b, const uint16_t *const *dy, const uint16_t *x,
                                        int64_t ldx, const uint16_t *u, const uint16_t *lora_a, int n, int N, int C_in,

@@ -615,7 +615,7 @@ static void run_group_case(const group_case &c, enum regime rg, int id) {
     dev_buf_alloc(&bu, "u (group)", (size_t)N * nR * 2, POISON_BF16, nullptr);
     dev_buf_alloc(&bdx, "dx", dx0b.size() * 2, POISON_BF16, dx0b.data());
     dev_buf_alloc(&bdA, "dlora_a (stacked)", dA0.size() * 4, POISON_F32, dA0.data());
-    dev_buf_alloc(&bws, "workspace", gpu_lora_group_backward_workspace_size(N, n, R), POISON_NONE, nullptr);
+    dev_buf_alloc(&bws, "workspace", gpu_lora_group_backward_workspace_size(N, n, R, 0), POISON_NONE, nullptr);
     uint16_t *y_p[LORA_GROUP_MAX];
     const uint16_t *B_p[LORA_GROUP_MAX], *dy_p[LORA_GROUP_MAX];
     for (int i = 0; i < n; i++) {
@@ -987,7 +987,9 @@ static void run_fold_case(const fold_case &f, enum regime rg, int id) {
     dev_buf_alloc(&bu2, "u (group)", (size_t)N * nR * 2, POISON_BF16, nullptr);
     dev_buf_alloc(&bdx, "dx", dx0b.size() * 2, POISON_BF16, dx0b.data());
     dev_buf_alloc(&bdA, "dlora_a (stacked)", dA0.size() * 4, POISON_F32, dA0.data());
-    dev_buf_alloc(&bws, "workspace", gpu_lora_group_backward_workspace_size(N, n, R), POISON_NONE, nullptr);
+    int64_t c_sum = 0; /* (f)'s dy side by side: the one dB product's rows */
+    for (int i = 0; i < n; i++) c_sum += c.C_out[i];
+    dev_buf_alloc(&bws, "workspace", gpu_lora_group_backward_workspace_size(N, n, R, c_sum), POISON_NONE, nullptr);
     dev_buf_alloc(&bdxw, "dx (base)", dx0b.size() * 2, POISON_BF16, nullptr);
     std::vector<std::vector<uint16_t>> Wf_img(n), Bb(n), dyb(n);
     uint16_t *y_p[LORA_GROUP_MAX];
@@ -1293,9 +1295,11 @@ static void run_fold_case(const fold_case &f, enum regime rg, int id) {
     /* (f) the members' dy side by side in one buffer (N, Σ C_out) and W_f's rows stacked, as
      * gpu/llama.cu lays out the q/k/v gradient (gl_qkv_grad_fused): the base products as one product
      * (K = Σ C_out: one fp32 sum, rounded once), then the strided fold backward; and the strided
-     * dx-less group backward (layer 0's). dB, dA and du bitwise the packed calls' (the same products
-     * at another row stride of dy); the one product's base dx against Σ_i dy_i W_i by the same tier as
-     * the members' sum, and bitwise it where every value is exact. */
+     * dx-less group backward (layer 0's). dA and du bitwise the packed calls' (the same products at
+     * another row stride of dy); dB from the one product over the group (its diagonal blocks added)
+     * against s·Σ dyᵀu by the reduction tier, bitwise the packed calls' where every value is exact;
+     * the one product's base dx against Σ_i dy_i W_i by the same tier as the members' sum, and
+     * bitwise it where every value is exact. */
     {
         int64_t c_all = 0, off_c[LORA_GROUP_MAX];
         for (int i = 0; i < n; i++) off_c[i] = c_all, c_all += c.C_out[i];
@@ -1327,11 +1331,20 @@ static void run_fold_case(const fold_case &f, enum regime rg, int id) {
         dev_buf_download(&bdA, dA_s.data(), 0);
         cc.op = "lora_fold_backward (dy side by side)";
         cc.dtype = "f32";
+        const std::vector<float> uf = floats_of(u);
+        std::vector<std::vector<float>> dB_side(n);
         for (int i = 0; i < n; i++) {
             dB_s.assign(dB0[i].size(), 0.0f);
             dev_buf_download(&bdB[i], dB_s.data(), 0);
-            snprintf(what, sizeof what, "dlora_b_%d vs the packed dy's", i);
-            cmp_exact_bytes(&cc, dB_s.data(), dB_f[i].data(), dB_s.size() * 4);
+            dB_side[i] = dB_s;
+            if (ex) {
+                snprintf(what, sizeof what, "dlora_b_%d vs the packed dy's", i);
+                cmp_exact_bytes(&cc, dB_s.data(), dB_f[i].data(), dB_s.size() * 4);
+            } else {
+                snprintf(what, sizeof what, "dlora_b_%d (one product over the group)", i);
+                check_reduction(&cc, dB_s, dB0[i], dy[i].data(), c.C_out[i], uf.data() + (size_t)i * R, nR, N,
+                                c.C_out[i], R, s);
+            }
         }
         const std::vector<float> dxs_f = floats_of(dxs), dxs_base_f = floats_of(dxs_base);
         const std::vector<float> du_s = columns(dxs_f, N, ldd, C_in, nR);
@@ -1358,7 +1371,8 @@ static void run_fold_case(const fold_case &f, enum regime rg, int id) {
             snprintf(what, sizeof what, "dlora_a (dy side by side)");
             check_reduction(&cc, dA_s, dA0, du_s.data(), nR, x.data(), C_in, N, nR, C_in, 1.0);
         }
-        /* the dx-less group backward (layer 0's) with dy side by side: dB bitwise the packed call's */
+        /* the dx-less group backward (layer 0's) with dy side by side: dB bitwise the fold backward's
+         * (the same one product), dA bitwise the packed call's */
         std::vector<std::vector<float>> dB_p0(n);
         std::vector<float> dA_p0;
         for (int pass = 0; pass < 2; pass++) {
@@ -1378,8 +1392,13 @@ static void run_fold_case(const fold_case &f, enum regime rg, int id) {
                     dB_p0[i] = d;
                     continue;
                 }
-                snprintf(what, sizeof what, "dx-less group backward: dlora_b_%d vs the packed dy's", i);
-                cmp_exact_bytes(&cc, d.data(), dB_p0[i].data(), d.size() * 4);
+                snprintf(what, sizeof what, "dx-less group backward (dy side by side): dlora_b_%d vs the fold's",
+                         i);
+                cmp_exact_bytes(&cc, d.data(), dB_side[i].data(), d.size() * 4);
+                if (ex) {
+                    snprintf(what, sizeof what, "dx-less group backward: dlora_b_%d vs the packed dy's", i);
+                    cmp_exact_bytes(&cc, d.data(), dB_p0[i].data(), d.size() * 4);
+                }
             }
             if (pass == 0) {
                 dA_p0 = dA_p;
