@@ -604,10 +604,14 @@ void group_backward(gpu_llama *m, int l, int g, uint16_t *dx, const uint16_t *co
                                          lin[0].c_in, c_out, m->opt.R, m->opt.lora_scale, m->ws, m->stream);
 }
 
-/* n1 = rmsnorm(x[l]) into the scratch n1 (forward, and recomputed in backward: the same bits). */
+/* Layer l's normalized inputs: its own (options.keep_norms), else the scratch ones every layer shares. */
+uint16_t *n1_of(gpu_llama *m, int l) { return m->acts[l].n1 ? m->acts[l].n1 : m->n1; }
+uint16_t *n2_of(gpu_llama *m, int l) { return m->acts[l].n2 ? m->acts[l].n2 : m->n2; }
+
+/* n1 = rmsnorm(x[l]) into n1_of (forward, and recomputed in backward: the same bits). */
 void norm1(gpu_llama *m, int l) {
     PROF(m, PROF_NORM);
-    gpu_rmsnorm_forward_strided_bf16(m->n1, m->ld_n1, m->acts[l].rstd1, m->x[l], m->layers[l].attn_norm, m->N,
+    gpu_rmsnorm_forward_strided_bf16(n1_of(m, l), m->ld_n1, m->acts[l].rstd1, m->x[l], m->layers[l].attn_norm, m->N,
                                      m->cfg.C, m->cfg.rms_norm_eps, m->stream);
 }
 
@@ -618,11 +622,11 @@ void norm2(gpu_llama *m, int l) {
     PROF(m, PROF_NORM);
     gl_acts &a = m->acts[l];
     if (a.o_out)
-        gpu_rmsnorm_residual_forward_strided_bf16(a.h, m->n2, m->ld_n2, a.rstd2, m->x[l], a.o_out,
+        gpu_rmsnorm_residual_forward_strided_bf16(a.h, n2_of(m, l), m->ld_n2, a.rstd2, m->x[l], a.o_out,
                                                   m->layers[l].mlp_norm, m->N, m->cfg.C, m->cfg.rms_norm_eps,
                                                   m->stream);
     else
-        gpu_rmsnorm_forward_strided_bf16(m->n2, m->ld_n2, a.rstd2, a.h, m->layers[l].mlp_norm, m->N, m->cfg.C,
+        gpu_rmsnorm_forward_strided_bf16(n2_of(m, l), m->ld_n2, a.rstd2, a.h, m->layers[l].mlp_norm, m->N, m->cfg.C,
                                          m->cfg.rms_norm_eps, m->stream);
 }
 
@@ -640,7 +644,7 @@ void mlp_forward(gpu_llama *m, int l, gl_span sp, int train, uint64_t micro, int
     gl_acts &a = m->acts[l];
     const int F = m->cfg.F;
     const size_t off = (size_t)sp.r0 * m->cfg.C;
-    uint16_t *n2 = m->n2 + (size_t)sp.r0 * m->ld_n2;
+    uint16_t *n2 = n2_of(m, l) + (size_t)sp.r0 * m->ld_n2;
     fp8_input(m, l, LLAMA_GATE, n2, m->cfg.C, sp); /* one quantization for gate, up */
     uint16_t *const gate_up[2] = {a.gate, a.up};
     group_forward(m, l, GL_GROUP_GATE_UP, gate_up, n2, m->ld_n2, train, micro, sp);
@@ -666,13 +670,14 @@ void layer_forward(gpu_llama *m, int l, int train, uint64_t micro, enum fwd_upto
     const uint16_t *x = m->x[l];
     cudaStream_t s = m->stream;
     norm1(m, l);
-    fp8_input(m, l, LLAMA_Q, m->n1, c.C, whole(m)); /* one quantization for q, k, v */
+    uint16_t *n1 = n1_of(m, l);
+    fp8_input(m, l, LLAMA_Q, n1, c.C, whole(m)); /* one quantization for q, k, v */
     /* DoRA's q and k with the magnitude in their weight: the pre-RoPE output into z, which their
      * magnitude gradient reads (gl_dora_weight_scaled), and RoPE from there */
     const bool qk_pre = gl_dora_weight_scaled(m, LLAMA_Q);
     CHECK(qk_pre == (bool)gl_dora_weight_scaled(m, LLAMA_K), "layer %d: q and k scaled unlike", l);
     uint16_t *const qkv[3] = {qk_pre ? a.z[LLAMA_Q] : a.q, qk_pre ? a.z[LLAMA_K] : a.k, a.v};
-    group_forward(m, l, GL_GROUP_QKV, qkv, m->n1, m->ld_n1, train, micro, whole(m));
+    group_forward(m, l, GL_GROUP_QKV, qkv, n1, m->ld_n1, train, micro, whole(m));
     {
         PROF(m, PROF_ROPE);
         if (qk_pre)
@@ -693,7 +698,7 @@ void layer_forward(gpu_llama *m, int l, int train, uint64_t micro, enum fwd_upto
     group_forward(m, l, GL_GROUP_O, &o, a.att, m->ld_att, train, micro, whole(m));
     {
         PROF(m, PROF_NORM);
-        gpu_rmsnorm_residual_forward_strided_bf16(a.h, m->n2, m->ld_n2, a.rstd2, x, o, ly.mlp_norm, N, c.C,
+        gpu_rmsnorm_residual_forward_strided_bf16(a.h, n2_of(m, l), m->ld_n2, a.rstd2, x, o, ly.mlp_norm, N, c.C,
                                                   c.rms_norm_eps, s);
     }
     if (upto == FWD_NORM2) return;
@@ -763,7 +768,7 @@ void mlp_backward(gpu_llama *m, int l, gl_span sp, uint64_t micro, bool form_inp
             gpu_swiglu_backward_bf16(a.gate, a.up, m->dmlp, a.gate, a.up, sp.n, F, (int)m->ld_gu, (int)m->ld_gu,
                                      m->stream); /* in place */
     }
-    const uint16_t *n2 = m->n2 + (size_t)sp.r0 * m->ld_n2;
+    const uint16_t *n2 = n2_of(m, l) + (size_t)sp.r0 * m->ld_n2;
     fp8_input_t(m, l, LLAMA_GATE, n2, m->cfg.C, sp);
     const uint16_t *const d_gate_up[2] = {a.gate, a.up};
     uint16_t *dn = m->dn + (size_t)sp.r0 * m->ld_n2; /* at n2's stride: a folded group's du after C */
@@ -798,7 +803,7 @@ void layer_backward(gpu_llama *m, int l, uint64_t micro) {
             PROF(m, PROF_SWIGLU);
             gpu_swiglu_forward_bf16(a.mlp, a.gate, a.up, N, F, (int)m->ld_gu, s);
         }
-        if (!formed) norm2(m, l);
+        if (!formed && (!a.n2 || a.o_out)) norm2(m, l); /* kept n2: formed again only with h (o_out) */
         mlp_backward(m, l, whole(m), micro, form_in_pass);
     }
     {
@@ -824,10 +829,10 @@ void layer_backward(gpu_llama *m, int l, uint64_t micro) {
     }
     const int need_dx = full || l > 0; /* the embedding is frozen in the adapter modes */
     uint16_t *dx = need_dx ? m->dn : nullptr;
-    norm1(m, l);
-    fp8_input_t(m, l, LLAMA_Q, m->n1, c.C, whole(m));
+    if (!a.n1) norm1(m, l); /* kept (options.keep_norms): the forward's */
+    fp8_input_t(m, l, LLAMA_Q, n1_of(m, l), c.C, whole(m));
     const uint16_t *const d_qkv[3] = {m->dq, m->dk, m->dv};
-    group_backward(m, l, GL_GROUP_QKV, dx, d_qkv, m->n1, m->ld_n1, micro, whole(m), false, m->ld_dqkv);
+    group_backward(m, l, GL_GROUP_QKV, dx, d_qkv, n1_of(m, l), m->ld_n1, micro, whole(m), false, m->ld_dqkv);
     if (need_dx) {
         PROF(m, PROF_NORM);
         gpu_rmsnorm_backward_strided_bf16(m->G, full ? ly.attn_norm_grad : nullptr, gl_grad_type(m), m->dn, m->ld_n1,

@@ -165,6 +165,11 @@ struct gpu_llama_options {
      * forward left), so 0 and 1 plan the same. Fewer than L; not with MLP chunks (a kept layer holds
      * its whole gate and up). The same bits as recomputing them. */
     int recompute_keep;
+    /* Without recomputation: each layer keeps its two normalized inputs n1 = rmsnorm(x) and n2 =
+     * rmsnorm(h) (at the row strides ld_n1, ld_n2, the folded groups' u after C) instead of forming
+     * them again before its backward — two elementwise passes a layer fewer for B·T·(ld_n1 + ld_n2)·2
+     * bytes a layer more; the same kernels wrote them: the same bits. */
+    int keep_norms;
     /* The sharded optimizer (ZeRO-1, full fine-tuning; gpu/llama_shard.cu): this rank, of
      * shard_world > 1, keeps the fp32 masters and optimizer state of its pieces only (ref/shard.h);
      * 0 or 1: of every tensor. The plan is then this rank's. */

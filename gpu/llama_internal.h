@@ -77,10 +77,12 @@ struct gl_layer {
 
 /* A layer's saved activations; layers share the attention part (ATTN) or everything (LAYER).
  * The normalized inputs n1 = rmsnorm(x) and n2 = rmsnorm(h) are not saved: they live in two
- * scratch buffers and backward recomputes them (one cheap pass each, the same bits). */
+ * scratch buffers and backward recomputes them (one cheap pass each, the same bits) — unless
+ * options.keep_norms, where n1 and n2 are the layer's own (gl_n1, gl_n2). */
 struct gl_acts {
     float *rstd1, *rstd2, *lse;
     uint16_t *q, *k, *v, *att, *h, *gate, *up, *mlp;
+    uint16_t *n1, *n2;           /* options.keep_norms: the normalized inputs (N, ld_n1) and (N, ld_n2) */
     uint16_t *o_out;             /* gl_keeps_o_out: o's output (N, C); h is then h_buf, formed again */
     uint16_t *u[LLAMA_N_LINEAR]; /* adapter intermediates x Aᵀ (N, R) */
     uint16_t *z[LLAMA_N_LINEAR]; /* DoRA pre-magnitude outputs (N, C_out) */

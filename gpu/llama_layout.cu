@@ -463,6 +463,10 @@ void activation_rows(gpu_llama *m, gl_rows &rs) {
             /* MLP chunks (LAYER only: one shared set) hold mlp_rows rows; u stays (N, R) */
             add(rs, SLAB_ACTS, &s->gate, m->mlp_rows * 2 * F); /* and up: point_views */
             if (m->opt.mlp_input == GPU_MLP_INPUT_SAVED) add(rs, SLAB_ACTS, &s->mlp, m->mlp_rows * F);
+            if (m->opt.keep_norms) { /* without recomputation: every layer's own */
+                add(rs, SLAB_ACTS, &s->n1, N * m->ld_n1);
+                add(rs, SLAB_ACTS, &s->n2, N * m->ld_n2);
+            }
             adapter_act_rows(m, rs, s, LLAMA_O, LLAMA_DOWN);
         }
     }
@@ -870,6 +874,10 @@ static int check_options(const model_config *c, const gpu_llama_options *o, io_e
                               : NULL;
         if (why) return io_fail(e, "--mlp-chunk %d %s", o->mlp_chunk, why);
     }
+    if (o->keep_norms && o->recompute != RECOMPUTE_NONE)
+        return io_fail(e, "--keep-norms with --recompute %s: the recomputation forms each layer's normalized inputs "
+                          "again anyway; keep them without recomputation",
+                       o->recompute == RECOMPUTE_LAYER ? "layer" : "attn");
     if (o->recompute_keep < 0 || (o->recompute_keep > 0 && o->recompute == RECOMPUTE_NONE))
         return io_fail(e, "--recompute-keep %d: the layers kept from recomputation need --recompute layer or attn",
                        o->recompute_keep);

@@ -30,7 +30,7 @@ static const char *const k_changeable[] = {
     "beta2",     "eps",          "max-steps", "epochs",     "dropout",          "eval-every", "eval-batches",
     "log-every", "export",       "recompute", "auto-batch", "checkpoint-every", "stop-after", "out",
     "model",     "data",         "nvtx",      "memory-limit", "offload",        "gguf-type",  "sample-every",
-    "sample-prompts", "recompute-mlp", "keep-mlp-input", "mlp-chunk", "recompute-keep", "sample-tokens", "shard-optimizer",
+    "sample-prompts", "recompute-mlp", "keep-mlp-input", "keep-norms", "mlp-chunk", "recompute-keep", "sample-tokens", "shard-optimizer",
     "shard-gradients", NULL};
 /* How this invocation was asked to start: never compared, never recorded as a change. */
 static const char *const k_meta_options[] = {"resume", "overwrite", "resume-anyway", NULL};

@@ -134,6 +134,10 @@ static const struct opt_def k_opts[] = {
     {"keep-mlp-input", BOTH, K_FLAG, OFF(keep_mlp_input), NULL, 0, 0,
      "keep the MLP input where it would be recomputed by default (GPU; the same results, B·T·F·2 bytes a layer "
      "more)"},
+    {"keep-norms", BOTH, K_FLAG, OFF(keep_norms), NULL, 0, 0,
+     "keep each layer's two RMSNorm outputs (the q/k/v and gate/up inputs) instead of forming them again before "
+     "the layer's backward: two passes a layer fewer for about B·T·hidden·4 bytes a layer more (GPU; the same "
+     "results; without --recompute, which forms them again anyway)"},
     {"mlp-chunk", BOTH, K_INT, OFF(mlp_chunk), NULL, 0, 1 << 30,
      "with --recompute layer: run the MLP on at most N tokens at a time (a multiple of 64; 0: the whole "
      "micro-batch), so that its intermediate-size buffers hold N rows instead of micro-batch × seq — the memory of "

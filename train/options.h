@@ -112,6 +112,7 @@ struct train_options {
     int offload;            /* the saved layer inputs in pinned host memory (GPU) */
     int recompute_mlp;      /* the MLP input recomputed in backward, not kept (GPU) */
     int keep_mlp_input;     /* the MLP input kept where recomputing it would cost nothing (GPU) */
+    int keep_norms;         /* each layer's normalized inputs kept, not formed again in backward (GPU) */
     int mlp_chunk;          /* rows of the MLP at a time under --recompute layer; 0: all (GPU) */
     int recompute_keep;     /* under --recompute: the top N layers keep their saved sets, or
                                OPT_KEEP_AUTO until the GPU trainer resolves it (GPU) */

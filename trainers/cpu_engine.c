@@ -721,12 +721,13 @@ int cpu_engine_create(struct train_engine *eng, struct train_options *o, const s
 }
 
 int cpu_engine_check(const struct train_options *o, struct io_err *e) {
-    if (o->offload || o->recompute_mlp || o->keep_mlp_input || o->mlp_chunk > 0 || o->recompute_keep != 0 ||
-        o->memory_limit > 0 || o->nvtx)
+    if (o->offload || o->recompute_mlp || o->keep_mlp_input || o->keep_norms || o->mlp_chunk > 0 ||
+        o->recompute_keep != 0 || o->memory_limit > 0 || o->nvtx)
         return io_fail(e, "--%s places or traces GPU memory; //ref:train computes on the CPU (use //gpu:train)",
                        o->offload              ? "offload"
                        : o->recompute_mlp      ? "recompute-mlp"
                        : o->keep_mlp_input     ? "keep-mlp-input"
+                       : o->keep_norms         ? "keep-norms"
                        : o->mlp_chunk > 0      ? "mlp-chunk"
                        : o->recompute_keep != 0 ? "recompute-keep"
                        : o->memory_limit > 0 ? "memory-limit"

@@ -26,7 +26,7 @@
  *      and cuBLASLt), model_tflops (PERFORMANCE.md's FLOP convention, train/metrics.h), mfu,
  *      gemm_tflops, loss (the last step's, to 9 digits: a float's every bit, so that two builds' runs
  *      compare bitwise), device, precision, fp8_recipe, base_dtype, master, grad_dtype, recompute_mlp (1 when the MLP input is recomputed: --recompute-mlp, or the default where
- *      that is free), mlp_chunk, recompute_keep; with
+ *      that is free), mlp_chunk, recompute_keep, keep_norms; with
  *      --profile a second JSON line with the
  *      device time of each op
  *      category per step (CUDA events around each op, over the timed steps run again).
@@ -279,7 +279,7 @@ int main(int argc, char **argv) {
     if (root) {
         printf("{\"system\":\"refine\",\"model\":\"%s\",\"method\":\"%s\",\"rank\":%d,\"batch\":%d,\"seq\":%d,"
                "\"grad_accum\":%d,\"recompute\":\"%s\",\"optimizer\":\"%s\",\"precision\":\"%s\",\"fp8_recipe\":\"%s\","
-               "\"base_dtype\":\"%s\",\"master\":\"%s\",\"grad_dtype\":\"%s\",\"recompute_mlp\":%d,\"mlp_chunk\":%d,\"recompute_keep\":%d,\"ungrouped\":%d,\"unfolded\":%d,"
+               "\"base_dtype\":\"%s\",\"master\":\"%s\",\"grad_dtype\":\"%s\",\"recompute_mlp\":%d,\"mlp_chunk\":%d,\"recompute_keep\":%d,\"keep_norms\":%d,\"ungrouped\":%d,\"unfolded\":%d,"
                "\"step_s\":%.4f,"
                "\"tokens_per_s\":%.0f,\"model_tflops\":%.1f,\"mfu\":%.3f,\"peak_mem_GiB\":%.2f,\"cuda_mem_GiB\":%.2f,"
                "\"gemm_tflops\":%.1f,\"loss\":%.9g,\"first_loss\":%.4f,\"plan_GiB\":{%s},\"memory_limit_GiB\":%g,"
@@ -288,7 +288,7 @@ int main(int argc, char **argv) {
                compute_precision_names[set.precision],
                set.precision == COMPUTE_FP8 ? fp8_recipe_names[set.fp8_recipe] : "none",
                set.base == BASE_FP8 ? "fp8" : set.base == BASE_NF4 ? "nf4" : "bf16", master_storage_names[o.master],
-               grad_storage_names[o.grad_dtype], g.mlp_input == GPU_MLP_INPUT_RECOMPUTED ? 1 : 0, o.mlp_chunk, o.recompute_keep, o.ungrouped, o.unfolded, step_s, tps, fpt * tps / W / 1e12, peak > 0 ? fpt * tps / W / peak : 0.0, plan.total / GIB,
+               grad_storage_names[o.grad_dtype], g.mlp_input == GPU_MLP_INPUT_RECOMPUTED ? 1 : 0, o.mlp_chunk, o.recompute_keep, o.keep_norms, o.ungrouped, o.unfolded, step_s, tps, fpt * tps / W / 1e12, peak > 0 ? fpt * tps / W / peak : 0.0, plan.total / GIB,
                (double)(free0 - free1) / GIB, peak / 1e12, (double)loss, (double)loss0, fields, (double)o.memory_limit, o.offload, plan.host / GIB, device, extra);
         fflush(stdout);
     }

@@ -218,6 +218,7 @@ void gpu_model_options(struct gpu_llama_options *g, const struct model_settings 
     g->offload = s->activations == ACTIVATIONS_OFFLOADED ? GPU_OFFLOAD_INPUTS : GPU_OFFLOAD_NONE;
     g->mlp_chunk = s->mlp_chunk;
     g->recompute_keep = s->recompute_keep > 0 ? s->recompute_keep : 0; /* auto: resolved by gpu_resolve_keep */
+    g->keep_norms = s->keep_norms;
     /* auto: recomputed where it costs no pass of its own (the options above decide) */
     g->mlp_input = s->mlp_input == MLP_INPUT_RECOMPUTED || (s->mlp_input == MLP_INPUT_AUTO && gpu_llama_mlp_input_free(g))
                        ? GPU_MLP_INPUT_RECOMPUTED

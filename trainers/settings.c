@@ -39,6 +39,7 @@ void model_settings_from_options(struct model_settings *s, const struct train_op
     s->mlp_input = o->recompute_mlp ? MLP_INPUT_RECOMPUTED : o->keep_mlp_input ? MLP_INPUT_KEPT : MLP_INPUT_AUTO;
     s->mlp_chunk = o->mlp_chunk;
     s->recompute_keep = o->recompute_keep;
+    s->keep_norms = o->keep_norms;
 }
 
 int settings_check_ranks(const struct train_options *o, int ranks, struct io_err *e) {

@@ -77,6 +77,7 @@ struct model_settings {
     enum mlp_input_policy mlp_input;
     int mlp_chunk; /* rows of the MLP at a time under --recompute layer; 0: all (--mlp-chunk) */
     int recompute_keep; /* the top layers not recomputed under --recompute (--recompute-keep) */
+    int keep_norms;     /* each layer's normalized inputs kept (--keep-norms) */
 };
 
 /* s from o; --precision auto becomes auto_precision (the trainer's own arithmetic). */

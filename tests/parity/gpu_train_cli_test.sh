@@ -48,6 +48,11 @@ rc=$?
 check "//ref:train --keep-mlp-input: exit status $rc (1), one message pointing to //gpu:train" \
     test $rc -eq 1 -a "$(grep -c '^refine: --keep-mlp-input .*//gpu:train' "$tmp/kmlp.log")" -eq 1 \
     -a "$(wc -l <"$tmp/kmlp.log")" -eq 1
+"$ref" --keep-norms --model "$tmp/none" >"$tmp/knorm.log" 2>&1
+rc=$?
+check "//ref:train --keep-norms: exit status $rc (1), one message pointing to //gpu:train" \
+    test $rc -eq 1 -a "$(grep -c '^refine: --keep-norms .*//gpu:train' "$tmp/knorm.log")" -eq 1 \
+    -a "$(wc -l <"$tmp/knorm.log")" -eq 1
 "$gpu" --recompute-mlp --keep-mlp-input --model "$tmp/none" >"$tmp/both.log" 2>&1
 rc=$?
 check "--recompute-mlp with --keep-mlp-input: exit status $rc (1), one message" \
@@ -118,6 +123,16 @@ else
         check "bench --plan-only 1B $m: the MLP input not kept by default (${a:-?} GiB; --keep-mlp-input ${b:-?})" \
             less_by_2gib "$a" "$b"
     done
+    # --keep-norms: each layer's n1 and n2 at their folded strides (2112 columns each at 1B LoRA, r 16):
+    # 16 · 8192 · 4224 · 2 bytes = 1.031 GiB more; with --recompute it is refused with one message
+    a=$(plan_total --method lora) b=$(plan_total --method lora --keep-norms)
+    check "bench --plan-only 1B lora --keep-norms: 1.031 GiB more (${a:-?} → ${b:-?} GiB)" \
+        awk -v a="${a:-0}" -v b="${b:-0}" 'BEGIN { d = b - a; exit !(a > 0 && d > 1.025 && d < 1.04) }'
+    "$bench" --model llama-3.2-1b --method lora --micro-batch 16 --seq 512 --recompute layer --keep-norms \
+        --memory-limit 80 --plan-only >"$tmp/knr.json" 2>"$tmp/knr.log"
+    rc=$?
+    check "bench --plan-only --keep-norms --recompute layer: exit status $rc (1), one message" \
+        test $rc -eq 1 -a "$(grep -c '^refine: --keep-norms with --recompute layer' "$tmp/knr.log")" -eq 1
     for flags in "--method dora" "--method lora --dropout 0.1" "--method lora --rank 32"; do
         # shellcheck disable=SC2086 # the flags are words
         a=$(plan_total $flags) b=$(plan_total $flags --keep-mlp-input) r=$(plan_total $flags --recompute-mlp)

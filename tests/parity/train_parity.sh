@@ -472,13 +472,19 @@ if [ $cpu_only -eq 0 ]; then
         # row keeps it (--keep-mlp-input); elsewhere it recomputes (--recompute-mlp): adapters; full
         # fine-tuning with its Qwen2 biases; the 8-byte arrangement; under FP8, whose down dW then
         # waits for the formed input's codes; with attention recomputation, itself bitwise none.
+        # Likewise each layer's normalized inputs kept (--keep-norms) instead of formed again before
+        # its backward: LoRA, QDoRA (whose kept o output forms h and n2 again), full fine-tuning with
+        # Qwen2's biases, under FP8.
         for mlp_case in "tiny-llama lora none bf16 --keep-mlp-input" "tiny-qwen2 full none bf16 --keep-mlp-input" \
             "tiny-llama full-adamw8bit-split-g16 none bf16 --keep-mlp-input" "tiny-llama qdora attn bf16 --recompute-mlp" \
             "tiny-llama full none fp8-delayed --recompute-mlp" "tiny-qwen2 full none fp8-block --recompute-mlp" \
-            "tiny-llama full-adamw8bit-w16sr-g16 none fp8-delayed --recompute-mlp"; do
+            "tiny-llama full-adamw8bit-w16sr-g16 none fp8-delayed --recompute-mlp" "tiny-llama lora none bf16 --keep-norms" \
+            "tiny-llama qdora none bf16 --keep-norms" "tiny-qwen2 full none bf16 --keep-norms" \
+            "tiny-llama full none fp8-delayed --keep-norms"; do
             read -r model method policy variant mlp_flag <<<"$mlp_case"
             case " $variants_wanted " in *" $variant "*) ;; *) continue ;; esac
             name=$model-$method-mlp-$policy
+            [ "$mlp_flag" = --keep-norms ] && name=$model-$method-norms-$policy
             [ "$variant" != bf16 ] && name=$name-$variant
             # shellcheck disable=SC2046 # the variant's flags are words
             run_train "$gpu" "$model" "$method" "$tmp/runs/$name" "$logs/$name.log" $(variant_flags "$variant") \
