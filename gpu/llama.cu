@@ -575,14 +575,8 @@ void group_backward(gpu_llama *m, int l, int g, uint16_t *dx, const uint16_t *co
         }
         CHECK(ld_dy == c_all, "layer %d: the group's dy rows of %lld elements, its members' %lld", l,
               (long long)ld_dy, (long long)c_all);
-        /* the members' gradients side by side too (add_param's rows, in every layout): one dW product */
-        const size_t elem = gl_grads_bf16(m) ? 2 : 4;
-        bool dw_one = !m->fp8.on;
-        for (int i = 1; i < n; i++)
-            dw_one = dw_one && static_cast<char *>(lin[i].w_grad) ==
-                                   static_cast<char *>(lin[i - 1].w_grad) +
-                                       (size_t)lin[i - 1].c_out * lin[i - 1].c_in * elem;
-        if (dw_one) {
+        if (m->dw_one[g]) { /* the members' gradients side by side too: one dW product */
+            CHECK(!m->fp8.on, "layer %d: one bf16 dW product under FP8", l);
             PROF(m, PROF_LINEAR_DW);
             gpu_linear_backward_dw_ld(m->gemm, lin[0].w_grad, gl_grad_type(m), dy[0], ld_dy, x, ldx, sp.n,
                                       lin[0].c_in, (int)c_all, m->stream);

@@ -217,6 +217,13 @@ int gpu_llama_mlp_chunks_supported(const struct gpu_llama_options *o);
 /* The plan of (c, o); 0, or -1 with e saying which option or shape the model cannot run. */
 int gpu_llama_plan_bytes(struct gpu_llama_plan *p, const struct model_config *c, const struct gpu_llama_options *o,
                          struct io_err *e);
+/* The layout's stacking decisions for (c, o), found on the host with the rows placed as the allocation
+ * places them (no device memory touched): bit 0 q/k/v's input gradient one product over [dq │ dk │ dv],
+ * bit 1 gate and up side by side (their forward and input gradient one product each), bits 2 and 3
+ * q/k/v's and gate/up's dW one product each (full fine-tuning). Every layout of one model (sharded or
+ * not, any master form) must decide alike, or the sharded and unsharded runs differ; 0, or -1 with e. */
+int gpu_llama_layout_stacking(const struct model_config *c, const struct gpu_llama_options *o, int *bits,
+                              struct io_err *e);
 /* One line: "plan for B×T: 12.3 GiB = weights 2.3 + parameters 0.1 + ... ". */
 void gpu_llama_plan_describe(char *buf, size_t cap, const struct gpu_llama_plan *p, int B, int T);
 /* The plan's seven categories as JSON members in GiB with `digits` decimals, no braces:

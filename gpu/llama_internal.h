@@ -177,6 +177,9 @@ struct gpu_llama {
      * member over x alone and its magnitude pass adds the adapter's term; DoRA's backward base dx
      * products, from the rescaled dy, give du as LoRA's do */
     int folded[GL_N_GROUPS];
+    /* full fine-tuning's stacked group (ld_dqkv, ld_gu side by side) whose members' gradients lie side
+     * by side too, in every layer: its dW is one product (point_views, group_grads_stacked) */
+    int dw_one[GL_N_GROUPS];
     int64_t ld_n1, ld_n2;
     int64_t ld_att; /* the attention output's and its gradient's row stride (QD, or folded o's QD + R padded) */
     struct lora_fold_slot *fold_slots; /* device: one per folded linear */

@@ -625,6 +625,23 @@ bool group_stacked(const gpu_llama *m, int g) {
     return true;
 }
 
+/* Whether group g's members' weight gradients lie side by side in every layer — each right after the
+ * one before (add_param's rows: sharded gradients view rows laid out the same way) — for full
+ * fine-tuning's stacked groups, whose dW is then one product (gpu/llama.cu group_backward). */
+bool group_grads_stacked(const gpu_llama *m, int g) {
+    if (m->opt.mode != LLAMA_FULL || !group_stacked(m, g)) return false;
+    const size_t elem = gl_grads_bf16(m) ? 2 : 4;
+    for (int l = 0; l < m->cfg.L; l++) {
+        const gl_linear *lin = m->layers[l].lin + gl_group_first[g];
+        for (int i = 0; i + 1 < gl_group_n[g]; i++)
+            if (!lin[i].w_grad ||
+                static_cast<const char *>(lin[i + 1].w_grad) !=
+                    static_cast<const char *>(lin[i].w_grad) + (size_t)lin[i].c_out * lin[i].c_in * elem)
+                return false;
+    }
+    return true;
+}
+
 /* Buffers that are views of others, once the rows point: the trainable tensors' pointers into the
  * model's fields, LoRA group slices, NF4 dequantization slices, the layers that share layer 0's
  * saved set, the tied lm_head, the scalars after loss_dev, the second 8-bit map and the attention's
@@ -715,6 +732,7 @@ void point_views(gpu_llama *m) {
     m->datt = m->tmp;
     const int64_t N = m->N;
     m->ld_dqkv = m->dqkv && group_stacked(m, GL_GROUP_QKV) ? m->QD + 2 * m->KD : 0;
+    for (int g = 0; g < GL_N_GROUPS; g++) m->dw_one[g] = group_grads_stacked(m, g);
     m->dq = m->dqkv;
     m->dk = m->dqkv ? m->dqkv + (m->ld_dqkv ? m->QD : N * m->QD) : nullptr;
     m->dv = m->dk ? m->dk + (m->ld_dqkv ? m->KD : N * m->KD) : nullptr;
@@ -965,6 +983,28 @@ extern "C" int gpu_llama_plan_bytes(gpu_llama_plan *p, const model_config *c, co
     gl_layout(&m, GL_PLAN);
     free_tables(&m);
     *p = m.plan;
+    return 0;
+}
+
+extern "C" int gpu_llama_layout_stacking(const model_config *c, const gpu_llama_options *o, int *bits, io_err *e) {
+    if (check_options(c, o, e)) return -1;
+    gpu_llama m;
+    memset(&m, 0, sizeof m);
+    init_shape(&m, c, o);
+    alloc_tables(&m);
+    gl_rows rs = make_rows(&m);
+    size_t size[N_SLABS];
+    unsigned char *none[N_SLABS] = {nullptr};
+    place_rows(rs, none, size);
+    /* each slab at an address of its own, never dereferenced: the rows and views as allocation places them */
+    for (int s = 0; s < N_SLABS; s++) m.slab[s] = reinterpret_cast<unsigned char *>((uintptr_t)(s + 1) << 40);
+    place_rows(rs, m.slab, size);
+    point_views(&m);
+    *bits = (m.ld_dqkv ? 1 : 0) | (m.ld_gu == 2 * (int64_t)c->F ? 2 : 0) | (m.dw_one[GL_GROUP_QKV] ? 4 : 0) |
+            (m.dw_one[GL_GROUP_GATE_UP] ? 8 : 0);
+    for (int s = 0; s < N_SLABS; s++) m.slab[s] = nullptr;
+    free(rs.r);
+    free_tables(&m);
     return 0;
 }
 

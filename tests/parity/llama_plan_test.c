@@ -35,7 +35,11 @@
  *     plans inside an 80 GB card, and the longest-sequence search honours a host-memory bound;
  *   - --recompute-keep N plans N − 1 layers' saved sets beyond the recomputation's shared one (LAYER
  *     and ATTN), N = 1 as none; refused without recomputation, for every layer, with MLP chunks;
- *   - options the kernels cannot run are refused with a message, not a crash.
+ *   - options the kernels cannot run are refused with a message, not a crash;
+ *   - the layout's stacking decisions (gpu_llama_layout_stacking, rows placed at fake addresses):
+ *     q/k/v and gate/up one product each for LoRA and QLoRA, and full fine-tuning's dW too, alike in
+ *     every layout (fp32, split or bf16 masters, ZeRO-1 and ZeRO-2 ranks); none for DoRA and FP8
+ *     products; a q/k/v bias leaves q/k/v packed.
  * Alignment (256 B per buffer) is the only slack: bounds allow it explicitly.
  */
 #include <math.h>
@@ -710,6 +714,59 @@ int main(void) {
         if (rc != -1 || strstr(e.msg, refused[i].want) == NULL) {
             failures++;
             printf("FAIL refusal %zu: rc=%d message '%s' (expected one naming %s)\n", i, rc, e.msg, refused[i].want);
+        }
+    }
+    /* The layout's stacking decisions (gpu_llama_layout_stacking): q/k/v and gate/up run as one
+     * product each where their weights lie stacked, and full fine-tuning's dW too where the gradients
+     * do — decided alike in every layout of one model, or a sharded run would take other products
+     * than the unsharded one (llama_dp_parity compares them bitwise on the GPU). */
+    {
+        struct model_config cb = cs;
+        cb.attention_bias = 1; /* Qwen2's q/k/v biases */
+        struct stack_case {
+            const char *what;
+            const struct model_config *c;
+            enum llama_mode mode;
+            int tweak; /* 0 plain; 1 split masters; 2 bf16 weights, bf16 gradients, 8-bit; 3 ZeRO-1 rank 0;
+                          4 ZeRO-1 rank 1; 5 ZeRO-2 rank 1; 6 FP8 products; 7 NF4 base */
+            int want;
+        } cases[] = {
+            {"LoRA", &cs, LLAMA_LORA, 0, 1 | 2},
+            {"QLoRA", &cs, LLAMA_LORA, 7, 1 | 2},
+            {"DoRA (dy rescaled packed)", &cs, LLAMA_DORA, 0, 0},
+            {"LoRA, q/k/v biases", &cb, LLAMA_LORA, 0, 2},
+            {"full, fp32 masters", &cs, LLAMA_FULL, 0, 1 | 2 | 4 | 8},
+            {"full, split masters", &cs, LLAMA_FULL, 1, 1 | 2 | 4 | 8},
+            {"full, bf16 weights and gradients, 8-bit", &cs, LLAMA_FULL, 2, 1 | 2 | 4 | 8},
+            {"full, ZeRO-1 rank 0 of 2", &cs, LLAMA_FULL, 3, 1 | 2 | 4 | 8},
+            {"full, ZeRO-1 rank 1 of 2", &cs, LLAMA_FULL, 4, 1 | 2 | 4 | 8},
+            {"full, ZeRO-2 rank 1 of 2", &cs, LLAMA_FULL, 5, 1 | 2 | 4 | 8},
+            {"full, FP8 products", &cs, LLAMA_FULL, 6, 0},
+            {"full, q/k/v biases", &cb, LLAMA_FULL, 0, 2 | 8},
+        };
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            struct gpu_llama_options o = opts(cases[i].mode, 2, 128);
+            switch (cases[i].tweak) {
+            case 1: o.master = MASTER_SPLIT; break;
+            case 2:
+                o.master = MASTER_BF16, o.grads = GRAD_BF16, o.optimizer = OPTIMIZER_ADAMW8BIT;
+                break;
+            case 3: o.shard_world = 2, o.shard_rank = 0; break;
+            case 4: o.shard_world = 2, o.shard_rank = 1; break;
+            case 5: o.shard_world = 2, o.shard_rank = 1, o.shard_grads = 1; break;
+            case 6: o.linears = GPU_LINEAR_FP8; break;
+            case 7: o.base = GPU_BASE_NF4; break;
+            default: break;
+            }
+            int bits = -1;
+            memset(&e, 0, sizeof e);
+            const int rc = gpu_llama_layout_stacking(cases[i].c, &o, &bits, &e);
+            checks++;
+            if (rc != 0 || bits != cases[i].want) {
+                failures++;
+                printf("FAIL stacking, %s: rc=%d bits %d (expected %d) %s\n", cases[i].what, rc, bits, cases[i].want,
+                       e.msg);
+            }
         }
     }
     printf("llama_plan_test: %d checks, %d failed\n", checks, failures);
