@@ -427,6 +427,14 @@ void proj_backward(gpu_llama *m, int l, int t, uint16_t *dx, enum gemm_beta beta
                            m->opt.lora_scale, m->ws, m->stream);
 }
 
+/* [gate │ up] of layer l (n rows of 2F) as one product over its stacked gate/up rows (ld_gu = 2F),
+ * reading K columns of x (a folded group's: C and its adapters' columns). */
+void gate_up_forward(gpu_llama *m, int l, uint16_t *const *y, const uint16_t *x, int64_t ldx, int K, int n) {
+    const gl_linear &lg = m->layers[l].lin[LLAMA_GATE];
+    CHECK(y[1] == y[0] + m->cfg.F, "layer %d: gate and up not side by side", l);
+    gpu_linear_forward_ld_bf16(m->gemm, y[0], x, ldx, lg.w, lg.ldw, nullptr, n, K, 2 * m->cfg.F, m->stream);
+}
+
 /* The linears of group g of layer l on their shared input x (row stride ldx: the group's ld_n), rows
  * sp: y[i] for member i. A folded group writes its u into x's spare columns. */
 void group_forward(gpu_llama *m, int l, int g, uint16_t *const *y, uint16_t *x, int64_t ldx, int train,
@@ -434,11 +442,9 @@ void group_forward(gpu_llama *m, int l, int g, uint16_t *const *y, uint16_t *x, 
     const int first = gl_group_first[g], n = gl_group_n[g];
     if (!m->grouped[g]) {
         if (g == GL_GROUP_GATE_UP && m->ld_gu == 2 * m->cfg.F) { /* full fine-tuning's stacked copies */
-            CHECK(m->opt.mode == LLAMA_FULL && y[1] == y[0] + m->cfg.F, "layer %d: gate and up not side by side", l);
-            const gl_linear &lg = m->layers[l].lin[first];
+            CHECK(m->opt.mode == LLAMA_FULL, "layer %d: gate and up stacked outside full fine-tuning's groups", l);
             PROF(m, PROF_LINEAR_FWD);
-            gpu_linear_forward_ld_bf16(m->gemm, y[0], x, ldx, lg.w, lg.ldw, nullptr, sp.n, lg.c_in, 2 * m->cfg.F,
-                                       m->stream);
+            gate_up_forward(m, l, y, x, ldx, m->cfg.C, sp.n);
             return;
         }
         for (int i = 0; i < n; i++) proj_forward(m, l, first + i, y[i], x, train, micro, sp);
@@ -455,9 +461,7 @@ void group_forward(gpu_llama *m, int l, int g, uint16_t *const *y, uint16_t *x, 
         if (m->opt.mode == LLAMA_LORA) {
             PROF(m, PROF_LINEAR_FWD);
             if (g == GL_GROUP_GATE_UP && m->ld_gu == 2 * m->cfg.F) { /* [gate │ up] over the stacked rows */
-                CHECK(y[1] == y[0] + m->cfg.F, "layer %d: gate and up not side by side", l);
-                gpu_linear_forward_ld_bf16(m->gemm, y[0], x, ldx, lin[0].w, lin[0].ldw, nullptr, sp.n,
-                                           lin[0].c_in + n * R, 2 * m->cfg.F, m->stream);
+                gate_up_forward(m, l, y, x, ldx, lin[0].c_in + n * R, sp.n);
                 return;
             }
             for (int i = 0; i < n; i++)
@@ -515,6 +519,21 @@ void group_forward(gpu_llama *m, int l, int g, uint16_t *const *y, uint16_t *x, 
     gpu_lora_group_forward_bf16(m->gemm, y, ug, x, lin[0].a, b, n, sp.n, lin[0].c_in, c_out, R, s, m->stream);
 }
 
+/* Σ C_out of group members lin[0 .. n) whose dy lie side by side in rows of ld_dy elements and whose
+ * weights lie stacked (group_stacked) — checked, as the one product over them reads them so. */
+int64_t stacked_width(int l, const gl_linear *lin, int n, const uint16_t *const *dy, int64_t ld_dy) {
+    int64_t c_all = 0;
+    for (int i = 0; i < n; i++) {
+        CHECK(i == 0 || (dy[i] == dy[i - 1] + lin[i - 1].c_out &&
+                         lin[i].w == lin[i - 1].w + (int64_t)lin[i - 1].c_out * lin[i - 1].ldw),
+              "layer %d: the group's dy or weights are not side by side", l);
+        c_all += lin[i].c_out;
+    }
+    CHECK(ld_dy == c_all, "layer %d: the group's dy rows of %lld elements, its members' %lld", l, (long long)ld_dy,
+          (long long)c_all);
+    return c_all;
+}
+
 /* The backward of group g of layer l for dy[i], rows sp: dx (when non-NULL) OVERWRITTEN with the
  * sum of the members' input gradients; parameter gradients accumulate. x is the shared saved input
  * and dx's rows are at the same stride ldx (the group's ld_n: a folded group's dx carries its du
@@ -539,17 +558,11 @@ void group_backward(gpu_llama *m, int l, int g, uint16_t *dx, const uint16_t *co
         const int R = m->opt.R;
         float *db[LORA_GROUP_MAX];
         int c_out[LORA_GROUP_MAX];
-        int64_t c_all = 0;
-        for (int i = 0; i < n; i++) db[i] = lin[i].b_grad, c_out[i] = lin[i].c_out, c_all += lin[i].c_out;
+        for (int i = 0; i < n; i++) db[i] = lin[i].b_grad, c_out[i] = lin[i].c_out;
         {
             PROF(m, PROF_LINEAR_DX);
             if (ld_dy) { /* [dy_0 │ dy_1 │ …] (N, ld_dy) times the stacked rows: one product, K = Σ C_out */
-                CHECK(ld_dy == c_all, "layer %d: the group's dy rows of %lld elements, its members' %lld", l,
-                      (long long)ld_dy, (long long)c_all);
-                for (int i = 0; i + 1 < n; i++)
-                    CHECK(g_dy[i + 1] == g_dy[i] + lin[i].c_out &&
-                              lin[i + 1].w == lin[i].w + (int64_t)lin[i].c_out * lin[i].ldw,
-                          "layer %d: the group's dy or weights are not side by side", l);
+                const int64_t c_all = stacked_width(l, lin, n, g_dy, ld_dy);
                 gpu_linear_backward_dx_ld_bf16(m->gemm, dx, ldx, g_dy[0], lin[0].w, lin[0].ldw, sp.n,
                                                lin[0].c_in + n * R, (int)c_all, GEMM_OVERWRITE, m->stream);
             } else {
@@ -566,15 +579,8 @@ void group_backward(gpu_llama *m, int l, int g, uint16_t *dx, const uint16_t *co
         return;
     }
     if (ld_dy && m->opt.mode == LLAMA_FULL) { /* full fine-tuning's stacked copies (group_stacked) */
-        int64_t c_all = 0;
-        for (int i = 0; i < n; i++) {
-            CHECK(!lin[i].bias && (i == 0 || (dy[i] == dy[i - 1] + lin[i - 1].c_out &&
-                                              lin[i].w == lin[i - 1].w + (int64_t)lin[i - 1].c_out * lin[i].ldw)),
-                  "layer %d: the group's dy or weights are not side by side", l);
-            c_all += lin[i].c_out;
-        }
-        CHECK(ld_dy == c_all, "layer %d: the group's dy rows of %lld elements, its members' %lld", l,
-              (long long)ld_dy, (long long)c_all);
+        for (int i = 0; i < n; i++) CHECK(!lin[i].bias, "layer %d: a biased member of a stacked group", l);
+        const int64_t c_all = stacked_width(l, lin, n, dy, ld_dy);
         if (m->dw_one[g]) { /* the members' gradients side by side too: one dW product */
             CHECK(!m->fp8.on, "layer %d: one bf16 dW product under FP8", l);
             PROF(m, PROF_LINEAR_DW);

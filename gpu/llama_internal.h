@@ -325,7 +325,10 @@ int gl_layer_of(const char *name);
  * trainable tensors into m->params (the host tables must exist); GL_ALLOCATE also allocates every
  * slab (zeroed) and points every buffer into them: 0, or −1 when a slab does not fit (the slabs
  * allocated so far stay in m->slab for free_gpu_llama). */
-enum gl_layout_mode { GL_PLAN = 0, GL_ALLOCATE };
+/* GL_PLAN: sizes only; GL_ALLOCATE: the slabs allocated, every row and view pointed; GL_POINT_HOST:
+ * rows and views pointed into slabs at host addresses that are never dereferenced (the layout's
+ * decisions read on a machine without a device: gpu_llama_layout_stacking). */
+enum gl_layout_mode { GL_PLAN = 0, GL_ALLOCATE, GL_POINT_HOST };
 int gl_layout(gpu_llama *m, enum gl_layout_mode mode);
 int gl_is_target(const gpu_llama *m, int t);
 /* DoRA with o a target: each layer keeps o's output (o_out), which o's magnitude gradient reads

@@ -799,6 +799,10 @@ int gl_layout(gpu_llama *m, enum gl_layout_mode mode) {
             }
             CUDA_CHECK(cudaMemset(m->slab[s], 0, size[s]));
         }
+    } else if (mode == GL_POINT_HOST) { /* each slab at an address of its own, never dereferenced */
+        for (int s = 0; s < N_SLABS; s++) m->slab[s] = reinterpret_cast<unsigned char *>((uintptr_t)(s + 1) << 40);
+    }
+    if (mode != GL_PLAN) {
         place_rows(rs, m->slab, size);
         point_views(m);
     }
@@ -992,18 +996,10 @@ extern "C" int gpu_llama_layout_stacking(const model_config *c, const gpu_llama_
     memset(&m, 0, sizeof m);
     init_shape(&m, c, o);
     alloc_tables(&m);
-    gl_rows rs = make_rows(&m);
-    size_t size[N_SLABS];
-    unsigned char *none[N_SLABS] = {nullptr};
-    place_rows(rs, none, size);
-    /* each slab at an address of its own, never dereferenced: the rows and views as allocation places them */
-    for (int s = 0; s < N_SLABS; s++) m.slab[s] = reinterpret_cast<unsigned char *>((uintptr_t)(s + 1) << 40);
-    place_rows(rs, m.slab, size);
-    point_views(&m);
+    gl_layout(&m, GL_POINT_HOST); /* the rows and views as allocation places them */
     *bits = (m.ld_dqkv ? 1 : 0) | (m.ld_gu == 2 * (int64_t)c->F ? 2 : 0) | (m.dw_one[GL_GROUP_QKV] ? 4 : 0) |
             (m.dw_one[GL_GROUP_GATE_UP] ? 8 : 0);
     for (int s = 0; s < N_SLABS; s++) m.slab[s] = nullptr;
-    free(rs.r);
     free_tables(&m);
     return 0;
 }

@@ -455,8 +455,9 @@ void group_db_all(struct gpu_gemm *g, float *const *dlora_b, const uint16_t *con
     }
     if (all && ld_dy == c_all) {
         float *P = static_cast<float *>(workspace);
-        const gemm_args p{P,       GEMM_OUT_F32, (int64_t)n * R, 0, dy[0], GEMM_TRANS, ld_dy, 0, u, GEMM_NO_TRANS,
-                          (int64_t)n * R, 0, nullptr, (int)c_all, n * R, N, 1, scale, GEMM_OVERWRITE};
+        /* group_db's product over every member at once: C_out Σ C_out, R n·R, written over P */
+        gemm_args p = group_db(P, dy[0], u, 1, N, (int)c_all, n * R, scale, ld_dy);
+        p.beta = GEMM_OVERWRITE;
         gpu_gemm(g, &p, stream);
         db_blocks b;
         b.row0[0] = 0;
