@@ -23,6 +23,7 @@
 #include "gpu/attention_switch.h"
 #include "gpu/cuda_check.h"
 #include "gpu/mma.cuh"
+#include "gpu/rope.h"
 #include "gpu/vec.cuh"
 #include "io/check.h"
 
@@ -478,7 +479,7 @@ void attention_forward(enum AttnKernel kernel, uint16_t *out, float *lse, const 
 void attention_backward(enum AttnKernel kernel, uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint16_t *dout,
                         const uint16_t *q, const uint16_t *k, const uint16_t *v, const uint16_t *out, const float *lse,
                         int B, int T, int H, int KVH, int D, float scale, void *workspace, cudaStream_t stream,
-                        HangRecord *dbg, int64_t ld_o, int64_t ld_g) {
+                        HangRecord *dbg, int64_t ld_o, int64_t ld_g, const RopeBwd *rope) {
     check_args(B, T, H, KVH, D);
     if (ld_o == 0) ld_o = (int64_t)H * D;
     check_ld(ld_o, H, D, out);
@@ -488,9 +489,20 @@ void attention_backward(enum AttnKernel kernel, uint16_t *dq, uint16_t *dk, uint
     check_ld(ld_kv, KVH, D, dk);
     check_ld(ld_kv, KVH, D, dv);
     if (kernel == ATTN_KERNEL_AUTO) kernel = attention_auto_kernel(D);
+    if (rope) CHECK(rope->cos && rope->sin && rope->pos, "attention backward: RoPE tables or positions are NULL");
+    /* the Hopper kernels apply RoPE's backward as they store dq and dk where the tables allow
+     * 16-byte loads (D/2 a multiple of 8: D ∈ {64, 128}); else the RoPE pass after the kernels */
+    const bool rope_in_kernel =
+        rope && ((uintptr_t)rope->cos & 15u) == 0 && ((uintptr_t)rope->sin & 15u) == 0 && ((uintptr_t)dq & 15u) == 0;
+    auto rope_pass = [&]() {
+        if (rope)
+            gpu_rope_backward_bf16(dq, dk, rope->cos, rope->sin, rope->pos, B * T, H, KVH, D, (int)ld_q, (int)ld_kv,
+                                   stream);
+    };
     if (kernel == ATTN_KERNEL_SM90) {
         attn90_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, H, KVH, D, scale, workspace, stream, dbg, ld_o, ld_q,
-                        ld_kv);
+                        ld_kv, rope_in_kernel ? rope : nullptr);
+        if (!rope_in_kernel) rope_pass();
         return;
     }
     float *delta = reinterpret_cast<float *>(static_cast<unsigned char *>(workspace) +
@@ -506,6 +518,7 @@ void attention_backward(enum AttnKernel kernel, uint16_t *dq, uint16_t *dk, uint
         backward_launch<decltype(hd)::value>(a, bk, bv, g, qq, kk, vv, lse, delta, B, T, H, KVH, scale, ld_o, ld_q, ld_kv,
                                              stream);
     });
+    rope_pass();
 }
 
 } // namespace refine
@@ -551,4 +564,16 @@ extern "C" void gpu_attention_backward_strided_bf16(uint16_t *dq, uint16_t *dk, 
                                                     void *workspace, cudaStream_t stream) {
     refine::attention_backward(refine::ATTN_KERNEL_AUTO, dq, dk, dv, dout, q, k, v, out, lse, B, T, H, KVH, D, scale,
                                workspace, stream, nullptr, ld_o, ld_g);
+}
+
+extern "C" void gpu_attention_rope_backward_strided_bf16(uint16_t *dq, uint16_t *dk, uint16_t *dv, int64_t ld_g,
+                                                         const uint16_t *dout, const uint16_t *q, const uint16_t *k,
+                                                         const uint16_t *v, const uint16_t *out, int64_t ld_o,
+                                                         const float *lse, const uint16_t *rope_cos,
+                                                         const uint16_t *rope_sin, const int32_t *pos, int B, int T,
+                                                         int H, int KVH, int D, float scale, void *workspace,
+                                                         cudaStream_t stream) {
+    const refine::RopeBwd rope{rope_cos, rope_sin, pos};
+    refine::attention_backward(refine::ATTN_KERNEL_AUTO, dq, dk, dv, dout, q, k, v, out, lse, B, T, H, KVH, D, scale,
+                               workspace, stream, nullptr, ld_o, ld_g, &rope);
 }

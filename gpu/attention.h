@@ -70,6 +70,18 @@ void gpu_attention_backward_strided_bf16(uint16_t *dq, uint16_t *dk, uint16_t *d
                                          const uint16_t *q, const uint16_t *k, const uint16_t *v, const uint16_t *out,
                                          int64_t ld_o, const float *lse, int B, int T, int H, int KVH, int D,
                                          float scale, void *workspace, cudaStream_t stream);
+/* The same with RoPE's backward applied to dq and dk (gpu/rope.h: rope_cos, rope_sin (max_pos, D/2)
+ * bf16, pos (B·T) int32 in [0, max_pos)): dq and dk are the gradients of the pre-RoPE q and k, bitwise
+ * gpu_attention_backward_strided_bf16 followed by gpu_rope_backward_bf16 over dq and dk at their
+ * strides. The Hopper kernels rotate dq in their dQ conversion and dk as they store it, so that the
+ * gradients are not read and written once more (gpu/attention_sm90_bwd.cu); the sm_80 kernels are
+ * followed by the RoPE pass. */
+void gpu_attention_rope_backward_strided_bf16(uint16_t *dq, uint16_t *dk, uint16_t *dv, int64_t ld_g,
+                                              const uint16_t *dout, const uint16_t *q, const uint16_t *k,
+                                              const uint16_t *v, const uint16_t *out, int64_t ld_o, const float *lse,
+                                              const uint16_t *rope_cos, const uint16_t *rope_sin, const int32_t *pos,
+                                              int B, int T, int H, int KVH, int D, float scale, void *workspace,
+                                              cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -45,16 +45,27 @@ struct HangRecord {
     int info;   /* the wait's pipeline position (iteration counter) */
 };
 
+/* RoPE's backward applied to dq and dk by the attention backward (gpu/attention.h,
+ * gpu_attention_rope_backward_strided_bf16): gpu/rope.h's bf16 tables (max_pos, D/2) and the
+ * positions (B·T) of q's and k's rows. */
+struct RopeBwd {
+    const uint16_t *cos, *sin;
+    const int32_t *pos;
+};
+
 /* ld_o: out's (and the backward's dout's) row stride in elements; 0: H·D (packed rows). ld_g: the
  * backward's dq, dk and dv row stride, one for the three (a caller's buffer holding them side by
- * side, gpu/llama.cu); 0: packed (H·D for dq, KVH·D for dk and dv). */
+ * side, gpu/llama.cu); 0: packed (H·D for dq, KVH·D for dk and dv). rope (or nullptr): dq and dk come
+ * out as the gradients of the pre-RoPE q and k, bitwise the backward followed by
+ * gpu_rope_backward_bf16 — applied by the Hopper kernels as they store dq and dk where they run and
+ * the tables are 16-byte aligned, else by that pass after the kernels. */
 void attention_forward(enum AttnKernel kernel, uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k,
                        const uint16_t *v, int B, int T, int H, int KVH, int D, float scale, cudaStream_t stream,
                        HangRecord *dbg, int64_t ld_o = 0);
 void attention_backward(enum AttnKernel kernel, uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint16_t *dout,
                         const uint16_t *q, const uint16_t *k, const uint16_t *v, const uint16_t *out, const float *lse,
                         int B, int T, int H, int KVH, int D, float scale, void *workspace, cudaStream_t stream,
-                        HangRecord *dbg, int64_t ld_o = 0, int64_t ld_g = 0);
+                        HangRecord *dbg, int64_t ld_o = 0, int64_t ld_g = 0, const RopeBwd *rope = nullptr);
 /* The family AUTO picks for head dim D on the current device. */
 enum AttnKernel attention_auto_kernel(int D);
 
@@ -66,7 +77,7 @@ void attn90_forward(uint16_t *out, float *lse, const uint16_t *q, const uint16_t
 void attn90_backward(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint16_t *dout, const uint16_t *q,
                      const uint16_t *k, const uint16_t *v, const uint16_t *out, const float *lse, int B, int T, int H,
                      int KVH, int D, float scale, void *workspace, cudaStream_t stream, HangRecord *dbg,
-                     int64_t ld_o, int64_t ld_q, int64_t ld_kv);
+                     int64_t ld_o, int64_t ld_q, int64_t ld_kv, const RopeBwd *rope);
 
 enum AttnProbe { ATTN_PROBE_QK = 0, ATTN_PROBE_PV, ATTN_PROBE_SDP, ATTN_PROBE_DKV, ATTN_PROBE_DQ, ATTN_PROBE_COUNT };
 void attn90_probe(enum AttnProbe which, int D, float *c, const uint16_t *a, const uint16_t *b, cudaStream_t stream,

@@ -31,6 +31,11 @@
  *     block earlier).
  *  3. attn90_bwd_post: dq = bf16(scale · dQ accumulation), from the tile order back to (B, T, H, D)
  *     (dq's rows, and dk's and dv's, at the caller's row stride: attention_internal.h ld_g).
+ * With RoPE's backward (attention_internal.h RopeBwd): the dQ conversion rotates each row's pairs
+ * (d, d + D/2) of the rounded tile as it stores them, and the consumers rotate dK's — a thread's
+ * accumulators hold both columns of a pair (acc_col(i + D/4) = acc_col(i) + D/2) — with gpu/rope.cuh's
+ * arithmetic on the same bf16 values gpu_rope_backward_bf16 would read: the same bits, without that
+ * pass's read and write of dq and dk.
  * Shared memory (D = 128, BM = 64): K, V 32 KiB each, Q and dO 2 × 16 KiB each, dSᵀ 16 KiB, dQ
  * 2 × 32 KiB, lse/Δ 1 KiB: 210 KiB of the 227 KiB a CTA may have; D = 64 (BM = 128): K, V 16 KiB,
  * Q, dO 2 × 16 KiB, dSᵀ 32 KiB, dQ 2 × 32 KiB: 194 KiB. Registers per consumer thread: dK, dV D/2
@@ -41,6 +46,7 @@
 
 #include "gpu/attention_sm90.cuh"
 #include "gpu/attention_switch.h"
+#include "gpu/rope.cuh"
 
 namespace refine {
 namespace attn90 {
@@ -54,6 +60,8 @@ struct BwdParams {
     int *sem;                  /* (B·H·num_m) */
     int B, T, H, KVH, group, T_pad, num_m, num_n; /* group = H / KVH */
     float scale_log2, scale;
+    const __nv_bfloat16 *rope_cos, *rope_sin; /* RoPE's backward on dk (nullptr: none) */
+    const int32_t *rope_pos;
     HangRecord *dbg;
 };
 
@@ -135,7 +143,8 @@ __global__ void __launch_bounds__(256) attn90_bwd_pre(float *__restrict__ delta,
 template <int D>
 __global__ void __launch_bounds__(256) attn90_bwd_post(__nv_bfloat16 *__restrict__ dq,
                                                        const float *__restrict__ dqacc, int T, int H, int num_m,
-                                                       float scale, int64_t ld_q) {
+                                                       float scale, int64_t ld_q, const __nv_bfloat16 *rope_cos,
+                                                       const __nv_bfloat16 *rope_sin, const int32_t *rope_pos) {
     /* the tile's rows, its pitch (rows 16 bytes apart in the banks), 16-byte pieces a row */
     constexpr int BM = 8192 / D, P = D + 8, CPR = D / 8;
     __shared__ __align__(16) __nv_bfloat16 t[BM][P];
@@ -151,6 +160,25 @@ __global__ void __launch_bounds__(256) attn90_bwd_post(__nv_bfloat16 *__restrict
     }
     __syncthreads();
     const int m = (int)(tile % num_m), h = (int)((tile / num_m) % H), b = (int)(tile / ((int64_t)num_m * H));
+    if (rope_cos) { /* RoPE's backward: a thread 8 pairs (d, d + D/2) of a row */
+        constexpr int HALF = D / 2, GPR = HALF / 8;
+        for (int c = threadIdx.x; c < BM * GPR; c += 256) {
+            const int r = c / GPR, c8 = (c % GPR) * 8, row = m * BM + r;
+            if (row >= T) continue;
+            const int64_t pos = rope_pos[(int64_t)b * T + row];
+            float x1[8], x2[8], cs[8], sn[8], y1[8], y2[8];
+            load_bf16<8>(x1, &t[r][c8]);
+            load_bf16<8>(x2, &t[r][c8 + HALF]);
+            load_bf16<8>(cs, rope_cos + pos * HALF + c8);
+            load_bf16<8>(sn, rope_sin + pos * HALF + c8);
+#pragma unroll
+            for (int j = 0; j < 8; j++) rope_rotate_pair(x1[j], x2[j], cs[j], -sn[j], y1[j], y2[j]);
+            __nv_bfloat16 *dst = dq + ((int64_t)b * T + row) * ld_q + (int64_t)h * D + c8;
+            store_bf16<8>(dst, y1);
+            store_bf16<8>(dst + HALF, y2);
+        }
+        return;
+    }
     for (int c = threadIdx.x; c < BM * CPR; c += 256) {
         const int r = c / CPR, c8 = (c % CPR) * 8, row = m * BM + r;
         if (row < T)
@@ -332,10 +360,31 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_sm90(const __grid_constant__ 
         const int key = key0 + acc_row(tid, 2 * r);
         if (key >= p.T) continue;
         const int64_t off = ((int64_t)b * p.T + key) * p.ld_kv + (int64_t)kvh * D;
+        if (p.rope_cos) { /* RoPE's backward on the rounded dK: pair (i, i + D/4) is columns (d, d + D/2) */
+            const int64_t pos = p.rope_pos[(int64_t)b * p.T + key];
+#pragma unroll
+            for (int j = 0; j < D / 16; j++) {
+                const int i = 4 * j + 2 * r, col = acc_col(tid, i);
+                const float2 cs = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(p.rope_cos + pos * (D / 2) + col));
+                const float2 sn = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(p.rope_sin + pos * (D / 2) + col));
+                float y1[2], y2[2];
+                rope_rotate_pair(bf16_round_dev(dk[i] * p.scale), bf16_round_dev(dk[i + D / 4] * p.scale), cs.x, -sn.x,
+                                 y1[0], y2[0]);
+                rope_rotate_pair(bf16_round_dev(dk[i + 1] * p.scale), bf16_round_dev(dk[i + 1 + D / 4] * p.scale), cs.y,
+                                 -sn.y, y1[1], y2[1]);
+                *reinterpret_cast<uint32_t *>(p.dk + off + col) = pack_bf16(y1[0], y1[1]);
+                *reinterpret_cast<uint32_t *>(p.dk + off + col + D / 2) = pack_bf16(y2[0], y2[1]);
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < D / 8; j++) {
+                const int i = 4 * j + 2 * r;
+                *reinterpret_cast<uint32_t *>(p.dk + off + acc_col(tid, i)) = pack_bf16(dk[i] * p.scale, dk[i + 1] * p.scale);
+            }
+        }
 #pragma unroll
         for (int j = 0; j < D / 8; j++) {
             const int i = 4 * j + 2 * r;
-            *reinterpret_cast<uint32_t *>(p.dk + off + acc_col(tid, i)) = pack_bf16(dk[i] * p.scale, dk[i + 1] * p.scale);
             *reinterpret_cast<uint32_t *>(p.dv + off + acc_col(tid, i)) = pack_bf16(dv[i], dv[i + 1]);
         }
     }
@@ -348,7 +397,7 @@ template <int D>
 static void backward_launch(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint16_t *dout, const uint16_t *q,
                             const uint16_t *k, const uint16_t *v, const uint16_t *out, int64_t ld_o, const float *lse,
                             int B, int T, int H, int KVH, float scale, void *workspace, cudaStream_t stream,
-                            HangRecord *dbg, int64_t ld_q, int64_t ld_kv) {
+                            HangRecord *dbg, int64_t ld_q, int64_t ld_kv, const RopeBwd *rope) {
     using C = attn90::BwdTile<D>;
     const attn90::BwdWorkspace ws = attn90::bwd_workspace(B, T, H);
     unsigned char *w = static_cast<unsigned char *>(workspace);
@@ -371,6 +420,9 @@ static void backward_launch(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint
     p.num_n = attn90::ceil_div(T, C::BN);
     p.scale_log2 = scale * 1.44269504088896341f;
     p.scale = scale;
+    p.rope_cos = rope ? reinterpret_cast<const __nv_bfloat16 *>(rope->cos) : nullptr;
+    p.rope_sin = rope ? reinterpret_cast<const __nv_bfloat16 *>(rope->sin) : nullptr;
+    p.rope_pos = rope ? rope->pos : nullptr;
     p.dbg = dbg;
 
     CHECK(H <= attn90::kPreMaxHeads, "attention backward: H=%d query heads (at most %d)", H, attn90::kPreMaxHeads);
@@ -386,20 +438,20 @@ static void backward_launch(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint
     KERNEL_CHECK(stream);
     static_assert(C::BM * D == 8192, "attn90_bwd_post: a dQ tile is 8192 floats");
     attn90::attn90_bwd_post<D><<<(unsigned)((int64_t)B * H * p.num_m), 256, 0, stream>>>(
-        reinterpret_cast<__nv_bfloat16 *>(dq), p.dqacc, T, H, p.num_m, scale, ld_q);
+        reinterpret_cast<__nv_bfloat16 *>(dq), p.dqacc, T, H, p.num_m, scale, ld_q, p.rope_cos, p.rope_sin, p.rope_pos);
     KERNEL_CHECK(stream);
 }
 
 void attn90_backward(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint16_t *dout, const uint16_t *q,
                      const uint16_t *k, const uint16_t *v, const uint16_t *out, const float *lse, int B, int T, int H,
                      int KVH, int D, float scale, void *workspace, cudaStream_t stream, HangRecord *dbg,
-                     int64_t ld_o, int64_t ld_q, int64_t ld_kv) {
+                     int64_t ld_o, int64_t ld_q, int64_t ld_kv, const RopeBwd *rope) {
     CHECK(attn90_available(D), "the Hopper attention kernels cannot run here (D=%d)", D);
     ATTN_HEADDIM_SWITCH(D, [&](auto hd) {
         constexpr int kD = decltype(hd)::value;
         if constexpr (kD == 64 || kD == 128)
             backward_launch<kD>(dq, dk, dv, dout, q, k, v, out, ld_o, lse, B, T, H, KVH, scale, workspace, stream,
-                                dbg, ld_q, ld_kv);
+                                dbg, ld_q, ld_kv, rope);
     });
 }
 

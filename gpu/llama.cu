@@ -9,8 +9,8 @@
  *             once per step;
  *   backward  final rmsnorm, then per layer from the last: [dequantization unless the layer is
  *             still in the buffer] [recomputation] down, swiglu (in place over gate/up), gate +
- *             up into one dx (GEMM beta = 1), residual rmsnorm backward, o, attention, rope, q + k
- *             + v, residual rmsnorm backward; the embedding's scatter-add in full fine-tuning.
+ *             up into one dx (GEMM beta = 1), residual rmsnorm backward, o, attention with rope's
+ *             backward in its stores, q + k + v, residual rmsnorm backward; the embedding's scatter-add in full fine-tuning.
  *             Layer 0's input gradient is skipped when nothing upstream trains (adapter modes).
  * A linear's backward: dW (full), DoRA's rescale of dy (dm and mns⊙dy), the base dx GEMM
  * (overwriting, or accumulating the q/k/v and gate/up paths), the adapter's products
@@ -830,15 +830,11 @@ void layer_backward(gpu_llama *m, int l, uint64_t micro) {
     const uint16_t *dy_o = m->G;
     group_backward(m, l, GL_GROUP_O, m->datt, &dy_o, a.att, m->ld_att, micro, whole(m), false);
     {
+        /* dq and dk of the pre-RoPE q and k: RoPE's backward inside the attention backward */
         PROF(m, PROF_ATTN_BWD);
-        gpu_attention_backward_strided_bf16(m->dq, m->dk, m->dv, m->ld_dqkv, m->datt, a.q, a.k, a.v, a.att, m->ld_att,
-                                            a.lse, m->opt.B, m->opt.T, c.H, c.KVH, c.D,
-                                            (float)(1.0 / sqrt((double)c.D)), m->ws, s);
-    }
-    {
-        PROF(m, PROF_ROPE);
-        gpu_rope_backward_bf16(m->dq, m->dk, m->rope_cos, m->rope_sin, m->pos, N, c.H, c.KVH, c.D,
-                               m->ld_dqkv ? m->ld_dqkv : m->QD, m->ld_dqkv ? m->ld_dqkv : m->KD, s);
+        gpu_attention_rope_backward_strided_bf16(m->dq, m->dk, m->dv, m->ld_dqkv, m->datt, a.q, a.k, a.v, a.att,
+                                                 m->ld_att, a.lse, m->rope_cos, m->rope_sin, m->pos, m->opt.B,
+                                                 m->opt.T, c.H, c.KVH, c.D, (float)(1.0 / sqrt((double)c.D)), m->ws, s);
     }
     const int need_dx = full || l > 0; /* the embedding is frozen in the adapter modes */
     uint16_t *dx = need_dx ? m->dn : nullptr;

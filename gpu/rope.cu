@@ -14,6 +14,7 @@
 #include "gpu/rope.h"
 
 #include "gpu/cuda_check.h"
+#include "gpu/rope.cuh"
 #include "gpu/vec.cuh"
 #include "io/check.h"
 
@@ -46,11 +47,7 @@ __global__ void __launch_bounds__(kBlock) rope_rotate_pairs(bf16 *q, bf16 *k, co
         load_bf16<VP>(c, cos_t + t * half + i);
         load_bf16<VP>(s, sin_t + t * half + i);
 #pragma unroll
-        for (int j = 0; j < VP; j++) {
-            const float sj = sin_sign * s[j];
-            y1[j] = __fsub_rn(bf16_round_dev(__fmul_rn(x1[j], c[j])), bf16_round_dev(__fmul_rn(x2[j], sj)));
-            y2[j] = __fadd_rn(bf16_round_dev(__fmul_rn(x2[j], c[j])), bf16_round_dev(__fmul_rn(x1[j], sj)));
-        }
+        for (int j = 0; j < VP; j++) rope_rotate_pair(x1[j], x2[j], c[j], sin_sign * s[j], y1[j], y2[j]);
         store_bf16<VP>(x + i, y1);
         store_bf16<VP>(x + i + half, y2);
     }

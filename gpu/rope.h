@@ -16,6 +16,9 @@
  * Preconditions: N ≥ 1, H ≥ 1, KVH ≥ 0, D even. 8 pairs per thread when D/2, ld_q, ld_k are
  * multiples of 8 and q, k 16-byte aligned; else one pair per thread.
  * Aliasing: q and k must not overlap; tables and pos are read-only.
+ * The trainers' backward does not call gpu_rope_backward_bf16: the attention backward applies it as it
+ * stores dq and dk (gpu/attention.h, gpu_attention_rope_backward_strided_bf16; the per-pair arithmetic
+ * of both in gpu/rope.cuh).
  */
 #ifndef REFINE_GPU_ROPE_H
 #define REFINE_GPU_ROPE_H

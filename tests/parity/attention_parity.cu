@@ -35,6 +35,9 @@
  * exactly), both sides are left with the rounding of the fp32 subtraction dP − Δ, each term of
  * magnitude ≈ √D·rms(dout)·rms(v) = √D for unit inputs, so ≤ 2·FLT_EPSILON·√D per dS element,
  * times |k| or |q| (≈ 1) and the softmax scale, over a handful of such terms: 4·FLT_EPSILON·√D·scale.
+ * RoPE's backward inside the backward (gpu_attention_rope_backward_strided_bf16): dq, dk, dv bitwise the
+ * backward followed by gpu_rope_backward_bf16 (rope_parity proves that pass against ref/rope), at the
+ * trainers' side-by-side stride and packed, positions restarting at random rows.
  * Determinism: the backward run twice gives the same bits (sm80: no atomics; sm90: the dQ sum in a
  * fixed order, gpu/attention_sm90_bwd.cu).
  * Diagnosis: a failed comparison (or every comparison with --debug) prints the first and worst
@@ -57,8 +60,10 @@
 #include "gpu/attention_sm90_layout.h"
 #include "gpu/cuda_check.h"
 #include "gpu/gemm.h"
+#include "gpu/rope.h"
 #include "ref/attention.h"
 #include "ref/bf16.h"
+#include "ref/rope.h"
 #include "tests/common/compare.h"
 #include "tests/common/harness.h"
 #include "tests/common/rng.h"
@@ -307,6 +312,88 @@ struct Refs {
     std::vector<uint16_t> qb, kb, vb, gb;
 };
 
+/* RoPE's backward inside the attention backward (gpu_attention_rope_backward_strided_bf16, attention_internal.h
+ * RopeBwd): dq, dk, dv bitwise the backward followed by gpu_rope_backward_bf16 (rope_parity's pass against
+ * ref/rope), for dq, dk, dv side by side at the trainers' stride (spare columns untouched) and packed into
+ * poisoned buffers. Positions restart at random rows (packed sequences) and reach the table's last row;
+ * the tables are ref/rope's (Llama 3's θ) rounded to bf16, as gpu/llama_layout.cu uploads them. Returns
+ * whether a kernel hung. */
+static int rope_case(AttnKernel kern, int B, int T, int H, int KVH, int D, float scale, const char *shape,
+                     uint64_t seed, const uint16_t *dout, const uint16_t *out, int64_t ld_o, dev_buf &bq, dev_buf &bk,
+                     dev_buf &bv, dev_buf &bl, dev_buf &bws) {
+    const int T_max = T + 40, half = D / 2;
+    const int64_t rows = (int64_t)B * T, HD = (int64_t)H * D, KD = (int64_t)KVH * D, lg = HD + 2 * KD + 8;
+    struct ref_rope_cache cache;
+    ref_rope_cache_build(&cache, T_max, D, 500000.0f, nullptr);
+    std::vector<uint16_t> cs((size_t)T_max * half), sn((size_t)T_max * half);
+    bf16_from_float_array(cs.data(), cache.cos, (int64_t)cs.size());
+    bf16_from_float_array(sn.data(), cache.sin, (int64_t)sn.size());
+    ref_rope_cache_free(&cache);
+    struct rng r;
+    rng_init(&r, seed ^ 0x524f5045ull);
+    std::vector<int32_t> pos((size_t)rows);
+    for (int64_t n = 0, t = 0; n < rows; n++, t++) {
+        if (rng_int(&r, 16) == 0) t = 0; /* a new packed sequence */
+        pos[(size_t)n] = n == rows - 1 ? T_max - 1 : (int32_t)(t % T_max);
+    }
+    struct dev_buf bcos, bsin, bpos, bsep, bfus, pdq, pdk, pdv;
+    dev_buf_alloc(&bcos, "rope cos", cs.size() * 2, POISON_NONE, cs.data());
+    dev_buf_alloc(&bsin, "rope sin", sn.size() * 2, POISON_NONE, sn.data());
+    dev_buf_alloc(&bpos, "positions", pos.size() * 4, POISON_NONE, pos.data());
+    const uint16_t kMark = 0x4321;
+    const std::vector<uint16_t> marks((size_t)(rows * lg), kMark);
+    dev_buf_alloc(&bsep, "dq|dk|dv, then RoPE's pass", (size_t)(rows * lg) * 2, POISON_NONE, marks.data());
+    dev_buf_alloc(&bfus, "dq|dk|dv with RoPE inside", (size_t)(rows * lg) * 2, POISON_NONE, marks.data());
+    const size_t nq = (size_t)(rows * HD), nk = (size_t)(rows * KD);
+    dev_buf_alloc(&pdq, "dq (packed, RoPE inside)", nq * 2, POISON_BF16, nullptr);
+    dev_buf_alloc(&pdk, "dk (packed, RoPE inside)", nk * 2, POISON_BF16, nullptr);
+    dev_buf_alloc(&pdv, "dv (packed, RoPE inside)", nk * 2, POISON_BF16, nullptr);
+    const refine::RopeBwd rope{(const uint16_t *)bcos.data, (const uint16_t *)bsin.data, (const int32_t *)bpos.data};
+    const uint16_t *q = (const uint16_t *)bq.data, *k = (const uint16_t *)bk.data, *v = (const uint16_t *)bv.data;
+    const float *lse = (const float *)bl.data;
+    auto run = [&](uint16_t *dq, uint16_t *dk, uint16_t *dv, int64_t ldg, const refine::RopeBwd *rp, const char *what) {
+        refine::attention_backward(kern, dq, dk, dv, dout, q, k, v, out, lse, B, T, H, KVH, D, scale, bws.data,
+                                   g_stream, g_hang, ld_o, ldg, rp);
+        return kern == refine::ATTN_KERNEL_SM90 && hang_check(what, shape);
+    };
+    uint16_t *s0 = (uint16_t *)bsep.data, *f0 = (uint16_t *)bfus.data;
+    int hung = run(s0, s0 + HD, s0 + HD + KD, lg, nullptr, "backward (before RoPE's pass)");
+    if (!hung) {
+        gpu_rope_backward_bf16(s0, s0 + HD, (const uint16_t *)bcos.data, (const uint16_t *)bsin.data,
+                               (const int32_t *)bpos.data, (int)rows, H, KVH, D, (int)lg, (int)lg, g_stream);
+        hung = run(f0, f0 + HD, f0 + HD + KD, lg, &rope, "backward (RoPE inside, side by side)");
+    }
+    if (!hung) hung = run((uint16_t *)pdq.data, (uint16_t *)pdk.data, (uint16_t *)pdv.data, 0, &rope,
+                          "backward (RoPE inside, packed)");
+    if (!hung) {
+        CUDA_CHECK(cudaStreamSynchronize(g_stream));
+        std::vector<uint16_t> sep((size_t)(rows * lg)), fus((size_t)(rows * lg)), gq(nq), gk(nk), gv(nk);
+        dev_buf_download(&bsep, sep.data(), 0);
+        dev_buf_download(&bfus, fus.data(), 0);
+        dev_buf_download(&pdq, gq.data(), 1);
+        dev_buf_download(&pdk, gk.data(), 1);
+        dev_buf_download(&pdv, gv.data(), 1);
+        std::vector<uint16_t> wq(nq), wk(nk), wv(nk);
+        for (int64_t i = 0; i < rows; i++) {
+            const uint16_t *row = &sep[(size_t)(i * lg)];
+            memcpy(&wq[(size_t)(i * HD)], row, (size_t)HD * 2);
+            memcpy(&wk[(size_t)(i * KD)], row + HD, (size_t)KD * 2);
+            memcpy(&wv[(size_t)(i * KD)], row + HD + KD, (size_t)KD * 2);
+        }
+        struct cmp_case c = {"attention_backward", "", shape, "bf16", seed};
+        c.what = "RoPE inside, dq|dk|dv side by side: bitwise the backward then RoPE's pass (spare columns too)";
+        cmp_exact_bytes(&c, fus.data(), sep.data(), fus.size() * 2);
+        c.what = "RoPE inside, packed dq: bitwise the backward then RoPE's pass";
+        cmp_exact_bytes(&c, gq.data(), wq.data(), nq * 2);
+        c.what = "RoPE inside, packed dk: bitwise the backward then RoPE's pass";
+        cmp_exact_bytes(&c, gk.data(), wk.data(), nk * 2);
+        c.what = "RoPE inside, packed dv: bitwise the backward";
+        cmp_exact_bytes(&c, gv.data(), wv.data(), nk * 2);
+    }
+    for (struct dev_buf *b : {&bcos, &bsin, &bpos, &bsep, &bfus, &pdq, &pdk, &pdv}) dev_buf_free(b);
+    return hung;
+}
+
 static void run_kernel(AttnKernel kern, const Refs &R, int B, int T, int H, int KVH, int D, uint64_t seed) {
     const size_t nq = (size_t)B * T * H * D, nk = (size_t)B * T * KVH * D, nl = (size_t)B * H * T;
     const float scale = 1.0f / sqrtf((float)D);
@@ -496,6 +583,8 @@ static void run_kernel(AttnKernel kern, const Refs &R, int B, int T, int H, int 
         }
         dev_buf_free(&bg);
     }
+    if (!hung) hung = rope_case(kern, B, T, H, KVH, D, scale, shape, seed, (const uint16_t *)bgw.data,
+                                (const uint16_t *)bow.data, ld, bq, bk, bv, bl, bws);
     dev_buf_free(&bow);
     dev_buf_free(&bgw);
     release();
