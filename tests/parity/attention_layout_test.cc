@@ -150,6 +150,24 @@ static void test_fragments() {
             }
     EXPECT(bad == 0, "A fragment map: %d collisions", bad);
     EXPECT(mism == 0, "A registers from accumulators: %d elements moved", mism);
+    /* RoPE's backward on dK from the accumulators (gpu/attention_sm90_bwd.cu): accumulator i < D/4 of a
+     * thread pairs with i + D/4, the same row and the column D/2 further — every pair (d, d + D/2) of
+     * every row exactly once */
+    for (int D : {64, 128}) {
+        std::vector<int> pairs(64 * (D / 2), 0);
+        int off = 0;
+        for (int tid = 0; tid < 128; tid++)
+            for (int i = 0; i < D / 2; i++) {
+                const int r = acc_row(tid, i), c = acc_col(tid, i);
+                if (c >= D / 2) continue;
+                const int j = i + D / 4;
+                if (j >= D / 2 || acc_row(tid, j) != r || acc_col(tid, j) != c + D / 2) off++;
+                else pairs[r * (D / 2) + c]++;
+            }
+        int missing = 0;
+        for (int n : pairs) missing += n != 1;
+        EXPECT(off == 0 && missing == 0, "RoPE pairs in the dK accumulators D=%d: %d off, %d not once", D, off, missing);
+    }
 }
 
 /* ---- 4. dQ tile ---- */
