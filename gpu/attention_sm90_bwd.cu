@@ -362,11 +362,12 @@ __global__ void __launch_bounds__(384, 1) attn_bwd_sm90(const __grid_constant__ 
         const int64_t off = ((int64_t)b * p.T + key) * p.ld_kv + (int64_t)kvh * D;
         if (p.rope_cos) { /* RoPE's backward on the rounded dK: pair (i, i + D/4) is columns (d, d + D/2) */
             const int64_t pos = p.rope_pos[(int64_t)b * p.T + key];
+            const __nv_bfloat162 *cos2 = reinterpret_cast<const __nv_bfloat162 *>(p.rope_cos + pos * (D / 2));
+            const __nv_bfloat162 *sin2 = reinterpret_cast<const __nv_bfloat162 *>(p.rope_sin + pos * (D / 2));
 #pragma unroll
             for (int j = 0; j < D / 16; j++) {
                 const int i = 4 * j + 2 * r, col = acc_col(tid, i);
-                const float2 cs = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(p.rope_cos + pos * (D / 2) + col));
-                const float2 sn = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(p.rope_sin + pos * (D / 2) + col));
+                const float2 cs = __bfloat1622float2(cos2[col / 2]), sn = __bfloat1622float2(sin2[col / 2]);
                 float y1[2], y2[2];
                 rope_rotate_pair(bf16_round_dev(dk[i] * p.scale), bf16_round_dev(dk[i + D / 4] * p.scale), cs.x, -sn.x,
                                  y1[0], y2[0]);

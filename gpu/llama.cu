@@ -10,7 +10,8 @@
  *   backward  final rmsnorm, then per layer from the last: [dequantization unless the layer is
  *             still in the buffer] [recomputation] down, swiglu (in place over gate/up), gate +
  *             up into one dx (GEMM beta = 1), residual rmsnorm backward, o, attention with rope's
- *             backward in its stores, q + k + v, residual rmsnorm backward; the embedding's scatter-add in full fine-tuning.
+ *             backward in its stores, q + k + v, residual rmsnorm backward; the embedding's
+ *             scatter-add in full fine-tuning.
  *             Layer 0's input gradient is skipped when nothing upstream trains (adapter modes).
  * A linear's backward: dW (full), DoRA's rescale of dy (dm and mns⊙dy), the base dx GEMM
  * (overwriting, or accumulating the q/k/v and gate/up paths), the adapter's products
