@@ -26,7 +26,9 @@
 # gradients, the 8-bit optimizer, the MLP input recomputed; beside the peers); with none given, the
 # default list below runs. A peer runs only where it has the
 # method. Prints one line per workload and peer: both tokens/s, the ratio, both peak memories and
-# each side's settings; a row the peer wins in speed or in memory is marked GAP.
+# each side's settings; a row the peer wins in speed or in memory is marked GAP. PEER_TIMEOUT=S stops a
+# peer's run after S seconds (torch.compile's first compilation of a small model can take minutes):
+# its row says so, an error line goes to bench.jsonl, and the table goes on.
 set -u
 bench=${1:?usage: tools/bench_table.sh BENCH PEER.py OUTDIR [WORKLOAD...]}
 peer=${2:?usage: tools/bench_table.sh BENCH PEER.py OUTDIR [WORKLOAD...]}
@@ -102,15 +104,26 @@ for w in "${workloads[@]}"; do
             if [ "$p" = unsloth ]; then args+=(--checkpointing unsloth); else args+=(--recompute); fi
         fi
         theirs_settings="${args[*]:8}"
-        theirs=$(PYTHONUNBUFFERED=1 python3 "$script" "${args[@]}" 2>"$out/$name.$p.log" | tee -a "$out/$name.$p.log" |
-            grep '^{' | sed "s/^{/{\"peer\":\"$p\",/" | tee -a "$out/bench.jsonl")
-        [ -z "$theirs" ] && echo "{\"peer\":\"$p\",\"workload\":\"$name\",\"error\":\"$(tail -c 300 "$out/$name.$p.log" | tr '\n"' ' ')\"}" >>"$out/bench.jsonl"
+        limit=()
+        [ -n "${PEER_TIMEOUT:-}" ] && limit=(timeout --kill-after=10 "$PEER_TIMEOUT")
+        PYTHONUNBUFFERED=1 "${limit[@]}" python3 "$script" "${args[@]}" >"$out/$name.$p.out" 2>"$out/$name.$p.log"
+        prc=$?
+        cat "$out/$name.$p.out" >>"$out/$name.$p.log"
+        theirs=$(grep '^{' "$out/$name.$p.out" | sed "s/^{/{\"peer\":\"$p\",/" | tee -a "$out/bench.jsonl")
+        rm -f "$out/$name.$p.out"
+        timed=
+        [ -n "${PEER_TIMEOUT:-}" ] && { [ $prc -eq 124 ] || [ $prc -eq 137 ]; } && timed=" (stopped after ${PEER_TIMEOUT} s)"
+        if [ -z "$theirs" ]; then
+            why=${timed:+stopped after $PEER_TIMEOUT s: }$(tail -c 300 "$out/$name.$p.log" | tr '\n"' ' ')
+            echo "{\"peer\":\"$p\",\"workload\":\"$name\",\"error\":\"$why\"}" >>"$out/bench.jsonl"
+        fi
         t2=$(field "$theirs" tokens_per_s)
         m2=$(field "$theirs" peak_mem_GiB)
         ratio=$(awk -v a="${t1:-0}" -v b="${t2:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a / b; else print "-" }')
         gap=$(awk -v a="${t1:-0}" -v b="${t2:-0}" -v ma="${m1:-0}" -v mb="${m2:-0}" \
             'BEGIN { if (b > 0 && (a < b || (mb > 0 && ma > mb))) print "GAP" }')
-        printf '%-40s refine %8s tok/s %6s GiB | %-7s %8s tok/s %6s GiB | ratio %s%s [refine %s; %s %s]\n' "$name" \
-            "${t1:-fail}" "$m1" "$p" "${t2:--}" "$m2" "$ratio" "${gap:+ $gap}" "$settings" "$p" "${theirs_settings:-defaults}"
+        printf '%-40s refine %8s tok/s %6s GiB | %-7s %8s tok/s %6s GiB | ratio %s%s [refine %s; %s %s]%s\n' "$name" \
+            "${t1:-fail}" "$m1" "$p" "${t2:--}" "$m2" "$ratio" "${gap:+ $gap}" "$settings" "$p" "${theirs_settings:-defaults}" \
+            "$timed"
     done
 done

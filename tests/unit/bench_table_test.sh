@@ -9,7 +9,9 @@
 #     and lean rows (bf16-sr weights, bf16 gradients, 8-bit AdamW, the MLP input recomputed) run
 #     beside the peers; an unknown flag is refused (exit 1);
 #   - refine's figure is the plain run's, and a second run with --profile (not with PROFILE=0)
-#     records the parts, its JSON lines tagged "profiled".
+#     records the parts, its JSON lines tagged "profiled";
+#   - PEER_TIMEOUT stops a peer that runs too long: its row says so, an error line is kept, and the
+#     next peer and workload still run.
 set -uo pipefail
 table=${1:?usage: bench_table_test.sh tools/bench_table.sh}
 tmp=${TEST_TMPDIR:-/tmp}/bench_table_test.$$
@@ -31,6 +33,9 @@ for p in hf_peer unsloth_peer; do
 import json, os, sys
 open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "$p.args"), "a").write(" ".join(sys.argv[1:]) + "\n")
 mem = 2.0 if "unsloth" in sys.argv else 12.0
+if "--compile" in sys.argv:  # a compilation that takes minutes
+    import time
+    time.sleep(60)
 print(json.dumps({"system": "$p", "tokens_per_s": 80, "peak_mem_GiB": mem}))
 PY
 done
@@ -76,6 +81,17 @@ check "refine's figure from the run without --profile; each workload run once mo
     -a "$(grep -cE 'refine +(93|46) tok/s' "$tmp/table.txt")" -eq 0 -a "$(grep -cE 'refine +(100|50) tok/s' "$tmp/table.txt")" -eq 9
 PROFILE=0 PEER=none bash "$table" "$tmp/bench" "$tmp/peers/hf_peer.py" "$tmp/out3" llama-3.2-1b:lora:16:512 >"$tmp/table3.txt"
 check "PROFILE=0: no --profile run" test "$(grep -c -- '--profile' "$tmp/bench.args")" -eq 5 -a "$(wc -l <"$tmp/table3.txt")" -eq 1
+start=$(date +%s)
+PEERS=compile,hf PEER_TIMEOUT=1 PROFILE=0 bash "$table" "$tmp/bench" "$tmp/peers/hf_peer.py" "$tmp/out4" \
+    llama-3.2-1b:lora:16:512 smollm2-135m:lora:32:512 >"$tmp/table4.txt" 2>/dev/null
+rc=$? took=$(($(date +%s) - start))
+cat "$tmp/table4.txt"
+check "PEER_TIMEOUT=1: exit status $rc (0), the compiling peer stopped twice (${took} s), four rows" \
+    test $rc -eq 0 -a "$took" -lt 30 -a "$(wc -l <"$tmp/table4.txt")" -eq 4 \
+    -a "$(grep -c '| compile        - tok/s .*ratio - \[refine --recompute none; compile --compile\] (stopped after 1 s)$' "$tmp/table4.txt")" -eq 2
+check "PEER_TIMEOUT: the other peer's rows as before, an error line for each stopped run" \
+    test "$(grep -c '| hf .*ratio 1.25 \[' "$tmp/table4.txt")" -eq 2 \
+    -a "$(grep -c '"peer":"compile",.*"error":"stopped after 1 s: ' "$tmp/out4/bench.jsonl")" -eq 2
 bash "$table" "$tmp/bench" "$tmp/peers/hf_peer.py" "$tmp/out2" llama-3.2-1b:lora:16:512:none:offlaod >/dev/null 2>"$tmp/bad.err"
 rc=$?
 check "an unknown flag: exit status $rc (1), named" test $rc -eq 1 -a "$(grep -c "unknown flag 'offlaod'" "$tmp/bad.err")" -eq 1
