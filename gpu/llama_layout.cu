@@ -552,11 +552,8 @@ void scratch_rows(gpu_llama *m, gl_rows &rs) {
     add(rs, SLAB_SCRATCH, &m->mlp_buf, m->opt.mlp_input == GPU_MLP_INPUT_RECOMPUTED ? m->mlp_rows * F : 0);
     add(rs, SLAB_SCRATCH, &m->h_buf, gl_keeps_o_out(m) ? N * C : 0);
     add(rs, SLAB_SCRATCH, &m->keep, o->dropout > 0 ? max_in : 0);
-    {
-        size_t cb = m->opt.recompute == RECOMPUTE_LAYER ? kCeChunkBytesLeast : kCeChunkBytes;
-        if (getenv("REFINE_CE_CHUNK_MIB")) cb = (size_t)atoi(getenv("REFINE_CE_CHUNK_MIB")) << 20;
-        m->plan.ce_rows = ce_chunk_rows(N, m->cfg.V, cb);
-    }
+    m->plan.ce_rows =
+        ce_chunk_rows(N, m->cfg.V, m->opt.recompute == RECOMPUTE_LAYER ? kCeChunkBytesLeast : kCeChunkBytes);
     add_row(rs, SLAB_SCRATCH, &m->ws, (int64_t)workspace_bytes(m), 1);
 }
 
