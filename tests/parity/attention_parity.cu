@@ -312,6 +312,24 @@ struct Refs {
     std::vector<uint16_t> qb, kb, vb, gb;
 };
 
+/* Finite (cmp_exact_bytes matches any NaN with any NaN): the mark the kernels must leave in the columns
+ * of a caller's wider rows that are not theirs. */
+static const uint16_t kMark = 0x4321;
+
+/* dq, dk, dv side by side (rows of lg = H·D + 2·KVH·D + spare elements) split into packed dq (rows·HD),
+ * dk and dv (rows·KD each); each row's spare columns appended to *spare when given. */
+static void split_side_by_side(const std::vector<uint16_t> &all, int64_t rows, int64_t HD, int64_t KD, int64_t lg,
+                               std::vector<uint16_t> &dq, std::vector<uint16_t> &dk, std::vector<uint16_t> &dv,
+                               std::vector<uint16_t> *spare) {
+    for (int64_t r = 0; r < rows; r++) {
+        const uint16_t *row = &all[(size_t)(r * lg)];
+        memcpy(&dq[(size_t)(r * HD)], row, (size_t)HD * 2);
+        memcpy(&dk[(size_t)(r * KD)], row + HD, (size_t)KD * 2);
+        memcpy(&dv[(size_t)(r * KD)], row + HD + KD, (size_t)KD * 2);
+        if (spare) spare->insert(spare->end(), row + HD + 2 * KD, row + lg);
+    }
+}
+
 /* RoPE's backward inside the attention backward (gpu_attention_rope_backward_strided_bf16, attention_internal.h
  * RopeBwd): dq, dk, dv bitwise the backward followed by gpu_rope_backward_bf16 (rope_parity's pass against
  * ref/rope), for dq, dk, dv side by side at the trainers' stride (spare columns untouched) and packed into
@@ -340,7 +358,6 @@ static int rope_case(AttnKernel kern, int B, int T, int H, int KVH, int D, float
     dev_buf_alloc(&bcos, "rope cos", cs.size() * 2, POISON_NONE, cs.data());
     dev_buf_alloc(&bsin, "rope sin", sn.size() * 2, POISON_NONE, sn.data());
     dev_buf_alloc(&bpos, "positions", pos.size() * 4, POISON_NONE, pos.data());
-    const uint16_t kMark = 0x4321;
     const std::vector<uint16_t> marks((size_t)(rows * lg), kMark);
     dev_buf_alloc(&bsep, "dq|dk|dv, then RoPE's pass", (size_t)(rows * lg) * 2, POISON_NONE, marks.data());
     dev_buf_alloc(&bfus, "dq|dk|dv with RoPE inside", (size_t)(rows * lg) * 2, POISON_NONE, marks.data());
@@ -374,12 +391,7 @@ static int rope_case(AttnKernel kern, int B, int T, int H, int KVH, int D, float
         dev_buf_download(&pdk, gk.data(), 1);
         dev_buf_download(&pdv, gv.data(), 1);
         std::vector<uint16_t> wq(nq), wk(nk), wv(nk);
-        for (int64_t i = 0; i < rows; i++) {
-            const uint16_t *row = &sep[(size_t)(i * lg)];
-            memcpy(&wq[(size_t)(i * HD)], row, (size_t)HD * 2);
-            memcpy(&wk[(size_t)(i * KD)], row + HD, (size_t)KD * 2);
-            memcpy(&wv[(size_t)(i * KD)], row + HD + KD, (size_t)KD * 2);
-        }
+        split_side_by_side(sep, rows, HD, KD, lg, wq, wk, wv, nullptr);
         struct cmp_case c = {"attention_backward", "", shape, "bf16", seed};
         c.what = "RoPE inside, dq|dk|dv side by side: bitwise the backward then RoPE's pass (spare columns too)";
         cmp_exact_bytes(&c, fus.data(), sep.data(), fus.size() * 2);
@@ -501,8 +513,6 @@ static void run_kernel(AttnKernel kern, const Refs &R, int B, int T, int H, int 
      * after each row): the forward's out bitwise the packed out, the columns past H·D untouched; the
      * backward from dout and out at that stride bitwise the packed backward's dq, dk, dv. */
     const int64_t HD = (int64_t)H * D, ld = HD + 64, rows = (int64_t)B * T;
-    const uint16_t kMark = 0x4321; /* finite (cmp_exact_bytes matches any NaN with any NaN): the mark the
-                                    * kernels must leave in the extra columns */
     std::vector<uint16_t> gw((size_t)(rows * ld), kMark), ow((size_t)(rows * ld));
     for (int64_t r = 0; r < rows; r++) memcpy(&gw[(size_t)(r * ld)], &R.gb[(size_t)(r * HD)], (size_t)HD * 2);
     const std::vector<uint16_t> marks((size_t)(rows * ld), kMark);
@@ -565,13 +575,7 @@ static void run_kernel(AttnKernel kern, const Refs &R, int B, int T, int H, int 
             std::vector<uint16_t> gall((size_t)(rows * lg));
             dev_buf_download(&bg, gall.data(), 0);
             std::vector<uint16_t> pq(nq), pk(nk), pv(nk), spare;
-            for (int64_t r = 0; r < rows; r++) {
-                const uint16_t *row = &gall[(size_t)(r * lg)];
-                memcpy(&pq[(size_t)(r * HD)], row, (size_t)HD * 2);
-                memcpy(&pk[(size_t)(r * KD)], row + HD, (size_t)KD * 2);
-                memcpy(&pv[(size_t)(r * KD)], row + HD + KD, (size_t)KD * 2);
-                spare.insert(spare.end(), row + HD + 2 * KD, row + lg);
-            }
+            split_side_by_side(gall, rows, HD, KD, lg, pq, pk, pv, &spare);
             c.op = "attention_backward";
             c.what = "dq, dk, dv side by side at row stride H*D + 2*KVH*D + 8: bitwise the packed backward";
             cmp_exact_bytes(&c, pq.data(), dqb.data(), nq * 2);
