@@ -491,9 +491,9 @@ void attention_backward(enum AttnKernel kernel, uint16_t *dq, uint16_t *dk, uint
     if (kernel == ATTN_KERNEL_AUTO) kernel = attention_auto_kernel(D);
     if (rope) CHECK(rope->cos && rope->sin && rope->pos, "attention backward: RoPE tables or positions are NULL");
     /* the Hopper kernels apply RoPE's backward as they store dq and dk where the tables allow
-     * 16-byte loads (D/2 a multiple of 8: D ∈ {64, 128}); else the RoPE pass after the kernels */
-    const bool rope_in_kernel =
-        rope && ((uintptr_t)rope->cos & 15u) == 0 && ((uintptr_t)rope->sin & 15u) == 0 && ((uintptr_t)dq & 15u) == 0;
+     * 16-byte loads (D/2 a multiple of 8: D ∈ {64, 128}; dq's 16-byte alignment is checked above
+     * by check_ld); else the RoPE pass after the kernels */
+    const bool rope_in_kernel = rope && ((uintptr_t)rope->cos & 15u) == 0 && ((uintptr_t)rope->sin & 15u) == 0;
     auto rope_pass = [&]() {
         if (rope)
             gpu_rope_backward_bf16(dq, dk, rope->cos, rope->sin, rope->pos, B * T, H, KVH, D, (int)ld_q, (int)ld_kv,
