@@ -264,8 +264,9 @@ void fp8_input(gpu_llama *m, int l, int first, const uint16_t *x, int ci, gl_spa
     gl_fp8_input(m, l, first, x, ci, sp.n, sp.r0 == 0);
 }
 
+/* (gl_fp8_inputs_kept: the forward's quantization wrote them; nothing to do.) */
 void fp8_input_t(gpu_llama *m, int l, int first, const uint16_t *x, int ci, gl_span sp) {
-    if (!m->fp8.on || m->opt.mode != LLAMA_FULL) return;
+    if (!m->fp8.on || m->opt.mode != LLAMA_FULL || gl_fp8_inputs_kept(&m->opt)) return;
     PROF(m, PROF_FP8);
     gl_fp8_input_t(m, l, first, x, ci, sp.n, sp.r0 == 0);
 }
@@ -811,13 +812,15 @@ void layer_backward(gpu_llama *m, int l, uint64_t micro) {
         const bool formed = m->opt.recompute == RECOMPUTE_LAYER && !gl_keeps_set(m, l);
         /* the shared MLP input buffer gets this layer's, the same bits: from the backward's pass over
          * gate and up where it can (mlp_input_formed_in_backward), else from SwiGLU's forward first */
+        const bool none = gl_fp8_inputs_kept(&m->opt); /* the backward reads the kept codes instead */
         const bool form_in_pass =
-            m->opt.mlp_input == GPU_MLP_INPUT_RECOMPUTED && !formed && mlp_input_formed_in_backward(m, l);
-        if (m->opt.mlp_input == GPU_MLP_INPUT_RECOMPUTED && !formed && !form_in_pass) {
+            m->opt.mlp_input == GPU_MLP_INPUT_RECOMPUTED && !formed && !none && mlp_input_formed_in_backward(m, l);
+        if (m->opt.mlp_input == GPU_MLP_INPUT_RECOMPUTED && !formed && !none && !form_in_pass) {
             PROF(m, PROF_SWIGLU);
             gpu_swiglu_forward_bf16(a.mlp, a.gate, a.up, N, F, (int)m->ld_gu, s);
         }
-        if (!formed && (!a.n2 || a.o_out)) norm2(m, l); /* kept n2: formed again only with h (o_out) */
+        /* kept n2, or n2's codes (gl_fp8_inputs_kept): formed again only with h (o_out) */
+        if (!formed && (a.o_out || (!a.n2 && !gl_fp8_inputs_kept(&m->opt)))) norm2(m, l);
         mlp_backward(m, l, whole(m), micro, form_in_pass);
     }
     {
@@ -839,7 +842,9 @@ void layer_backward(gpu_llama *m, int l, uint64_t micro) {
     }
     const int need_dx = full || l > 0; /* the embedding is frozen in the adapter modes */
     uint16_t *dx = need_dx ? m->dn : nullptr;
-    if (!a.n1) norm1(m, l); /* kept (options.keep_norms): the forward's */
+    /* kept (options.keep_norms): the forward's; gl_fp8_inputs_kept: nothing reads n1 (FP8 full
+     * fine-tuning's products read codes, its weight gradients the forward's transposed ones) */
+    if (!a.n1 && !gl_fp8_inputs_kept(&m->opt)) norm1(m, l);
     fp8_input_t(m, l, LLAMA_Q, n1_of(m, l), c.C, whole(m));
     const uint16_t *const d_qkv[3] = {m->dq, m->dk, m->dv};
     group_backward(m, l, GL_GROUP_QKV, dx, d_qkv, n1_of(m, l), m->ld_n1, micro, whole(m), false, m->ld_dqkv);

@@ -36,7 +36,10 @@
  *                        swiglu(gate, up) is recomputed before the down projection's backward —
  *                        by the pass of LoRA's down adapter joined to SwiGLU's backward where it
  *                        runs (it reads gate and up anyway: 2 bytes an element written instead
- *                        of a SwiGLU forward's 6 moved), else by SwiGLU's forward first.
+ *                        of a SwiGLU forward's 6 moved), else by SwiGLU's forward first —
+ *                        or by nothing under FP8 full fine-tuning with per-tensor scaling and
+ *                        nothing recomputed, whose weight gradients read the forward's kept
+ *                        transposed codes of it (llama_internal.h gl_fp8_inputs_kept).
  *                        The recomputation of LAYER stops at the MLP input: the down projection's
  *                        output is not needed by the backward (a LoRA's intermediate u is formed
  *                        alone; DoRA, whose backward reads the product, runs it whole), so the
@@ -209,7 +212,9 @@ int gpu_llama_size_verified(const struct model_config *c, const struct gpu_llama
  * the backward's own pass over gate and up forms it as it overwrites them (LoRA's down adapter
  * joined to SwiGLU's backward — no dropout, rank ≤ 16 —, and full fine-tuning's SwiGLU backward),
  * with bf16 products (the combination measured at the speed of keeping it: docs/RESULTS.md,
- * 2026-11-28, sixth session). The trainers' default there (--keep-mlp-input keeps it). */
+ * 2026-11-28, sixth session) — and FP8 full fine-tuning under per-tensor scaling with nothing
+ * recomputed, whose backward reads the forward's transposed codes of the input instead (nothing to
+ * form). The trainers' default there (--keep-mlp-input keeps it). */
 int gpu_llama_mlp_input_free(const struct gpu_llama_options *o);
 /* 1 when options.mlp_chunk can split o's MLP (not under FP8's current scaling, whose scales are the
  * whole micro-batch's tensors'), else 0. */

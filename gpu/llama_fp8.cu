@@ -10,7 +10,9 @@
  *             1×128), then every member's product x̂ Ŵᵀ (+ b);
  *   backward  dy (DoRA: dy_s) cast for dx = dŷ Ŵ (Ŵᵀ: the transposed codes) and, in full
  *             fine-tuning, with its transposed copy for dW += dŷᵀ x̂ᵀ, x̂ᵀ from the group's input
- *             recast (per tensor: the forward's scale, nothing recorded; 1×128: recorded);
+ *             recast (per tensor: the forward's scale, nothing recorded; 1×128: recorded) — or,
+ *             per tensor with nothing recomputed, the forward's cast wrote x̂ᵀ beside x̂ and the
+ *             layer kept it (gl_fp8_inputs_kept: the same codes, one pass over x fewer);
  *   weights   frozen ones quantized once (power-of-two per-tensor scale or 128×128 blocks) after
  *             loading, W_eff = dequant(quant(W)) written back into a bf16 base; an FP8-stored base
  *             keeps the codes alone and forms Wᵀ a layer at a time (gpu/fp8_weights.h), an NF4 base
@@ -216,7 +218,9 @@ void quantize_frozen(gpu_llama *m, int l, int t, const uint16_t *x, uint8_t *q, 
 void gl_fp8_input(gpu_llama *m, int l, int first, const uint16_t *x, int ci, int rows, int fresh) {
     gl_fp8 &F = m->fp8;
     const int rec = F.recording == FP8_RECORD;
-    quantize(m, row_of(m, FP8_ROLE_X, l, first), rule_of(m, FP8_ROLE_X), FP8_E4M3, F.xq, F.xq_s, nullptr, nullptr, x,
+    /* a training forward with the inputs' codes kept: the transposed copy too (gl_fp8_inputs_kept) */
+    uint8_t *q_t = rec && gl_fp8_inputs_kept(&m->opt) ? m->acts[l].xt8[first] : nullptr;
+    quantize(m, row_of(m, FP8_ROLE_X, l, first), rule_of(m, FP8_ROLE_X), FP8_E4M3, F.xq, F.xq_s, q_t, nullptr, x,
              rows, ci, rec, rec, fresh);
 }
 
@@ -262,7 +266,8 @@ gl_fp8_pair gl_fp8_operands(const gpu_llama *m, int l, int t, enum gl_fp8_produc
         break;
     case GL_FP8_DW:
         p.a = {F.dt, gd, bd ? F.dt_s : row_scale(m, rowd), bd ? GEMM_SCALE_1X128 : GEMM_SCALE_TENSOR};
-        p.b = {F.xt, GEMM_E4M3, bx ? F.xt_s : row_scale(m, rowx), bx ? GEMM_SCALE_1X128 : GEMM_SCALE_TENSOR};
+        p.b = {gl_fp8_inputs_kept(&m->opt) ? m->acts[l].xt8[group_first(t)] : F.xt, GEMM_E4M3,
+               bx ? F.xt_s : row_scale(m, rowx), bx ? GEMM_SCALE_1X128 : GEMM_SCALE_TENSOR};
         break;
     }
     return p;

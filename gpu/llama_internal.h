@@ -88,6 +88,8 @@ struct gl_acts {
     uint16_t *z[LLAMA_N_LINEAR]; /* DoRA pre-magnitude outputs (N, C_out) */
     float *wnorm[LLAMA_N_LINEAR]; /* DoRA row norms (C_out) */
     uint16_t *ug[GL_N_GROUPS];    /* grouped adapters: u of the group (N, n·R); u[t] is unused then */
+    uint8_t *xt8[LLAMA_N_LINEAR]; /* gl_fp8_inputs_kept: the transposed E4M3 codes (C_in, N) of the
+                                     inputs of q (n1), o (att), gate (n2) and down (the MLP input) */
 };
 
 /* A trainable tensor with its gradient and optimizer state. */
@@ -401,6 +403,16 @@ static inline int gl_fp8_trained_per_layer(const gpu_llama *m) {
 static inline int gl_fp8_base_wt_stored(const gpu_llama *m) {
     return m->opt.base == GPU_BASE_FP8 && m->opt.linears == GPU_LINEAR_FP8 && m->opt.recompute == RECOMPUTE_NONE &&
            m->opt.mlp_input == GPU_MLP_INPUT_SAVED;
+}
+/* FP8 full fine-tuning under per-tensor scaling (delayed or current) with nothing recomputed: the
+ * forward's quantization of each group's input also writes its transposed codes, kept a layer
+ * (gl_acts.xt8) for the weight gradients. They are the codes the backward's recast would form
+ * (the forward's scale on the same bits: the saved input, or n1 / n2 / the MLP input formed again
+ * bit for bit), so the backward recasts no input, forms n1 and n2 again only where it needs h, and
+ * never needs the MLP input (gpu_llama_mlp_input_free: one shared buffer, nothing formed again). */
+static inline int gl_fp8_inputs_kept(const gpu_llama_options *o) {
+    return o->mode == LLAMA_FULL && o->linears == GPU_LINEAR_FP8 && o->fp8_recipe != FP8_RECIPE_BLOCK &&
+           o->recompute == RECOMPUTE_NONE;
 }
 /* The base's bf16 W_eff of layer l into dq_buf from the FP8 codes (NF4 under FP8, FP8-stored). */
 void gl_fp8_dequantize_layer(gpu_llama *m, int l);

@@ -401,7 +401,7 @@ void fp8_rows(gpu_llama *m, gl_rows &rs) {
     add(rs, SLAB_SCRATCH, &F.dq, dq);
     add(rs, SLAB_SCRATCH, &F.dq_s, dq_s);
     if (!full) return;
-    add(rs, SLAB_SCRATCH, &F.xt, xq);
+    add(rs, SLAB_SCRATCH, &F.xt, gl_fp8_inputs_kept(&m->opt) ? 0 : xq); /* kept: each layer's (gl_acts.xt8) */
     add(rs, SLAB_SCRATCH, &F.xt_s, xt_s);
     add(rs, SLAB_SCRATCH, &F.dt, dq);
     add(rs, SLAB_SCRATCH, &F.dt_s, dt_s);
@@ -469,6 +469,9 @@ void activation_rows(gpu_llama *m, gl_rows &rs) {
             }
             adapter_act_rows(m, rs, s, LLAMA_O, LLAMA_DOWN);
         }
+        if (gl_fp8_inputs_kept(&m->opt)) /* the groups' inputs' transposed codes (nothing recomputed) */
+            for (int t : {LLAMA_Q, LLAMA_O, LLAMA_GATE, LLAMA_DOWN})
+                add(rs, SLAB_ACTS, &s->xt8[t], (int64_t)m->layers[l].lin[t].c_in * N);
     }
     add(rs, SLAB_ACTS, &m->rstd_f, N);
     /* the final norm's output nf is n1's buffer (point_views): it lives from the final norm to the
@@ -835,7 +838,8 @@ extern "C" int gpu_llama_size_verified(const model_config *c, const gpu_llama_op
 }
 
 extern "C" int gpu_llama_mlp_input_free(const gpu_llama_options *o) {
-    return o->linears == GPU_LINEAR_BF16 && (o->mode == LLAMA_FULL || gl_lora_down_joined(o));
+    return (o->linears == GPU_LINEAR_BF16 && (o->mode == LLAMA_FULL || gl_lora_down_joined(o))) ||
+           gl_fp8_inputs_kept(o); /* the backward reads the kept codes, not the input */
 }
 
 extern "C" int gpu_llama_mlp_chunks_supported(const gpu_llama_options *o) {

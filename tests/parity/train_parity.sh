@@ -468,17 +468,21 @@ if [ $cpu_only -eq 0 ]; then
         # The MLP input recomputed or kept: formed again from the same gate and up by the same
         # arithmetic (SwiGLU's forward, or the backward's pass over gate and up: LoRA's joined down
         # pass, full fine-tuning's SwiGLU backward with down's dW after it), so the runs are bitwise
-        # equal. Where the default recomputes it (LoRA and full fine-tuning with bf16 products) the
-        # row keeps it (--keep-mlp-input); elsewhere it recomputes (--recompute-mlp): adapters; full
-        # fine-tuning with its Qwen2 biases; the 8-byte arrangement; under FP8, whose down dW then
-        # waits for the formed input's codes; with attention recomputation, itself bitwise none.
+        # equal. Where the default recomputes it (LoRA and full fine-tuning with bf16 products) or
+        # does not read it (full fine-tuning under FP8 with per-tensor scaling and nothing recomputed:
+        # down's dW reads the forward's transposed codes) the row keeps it (--keep-mlp-input);
+        # elsewhere it recomputes (--recompute-mlp): adapters; full fine-tuning with its Qwen2 biases;
+        # the 8-byte arrangement; under FP8's block scaling, whose down dW then waits for the formed
+        # input's codes; with attention recomputation, itself bitwise none. (Full fine-tuning under
+        # FP8 with per-tensor scaling and nothing recomputed keeps each input's transposed codes from
+        # the forward, where recomputation recasts them: the recomputation rows above are bitwise.)
         # Likewise each layer's normalized inputs kept (--keep-norms) instead of formed again before
         # its backward: LoRA, QDoRA (whose kept o output forms h and n2 again), full fine-tuning with
         # Qwen2's biases, under FP8.
         for mlp_case in "tiny-llama lora none bf16 --keep-mlp-input" "tiny-qwen2 full none bf16 --keep-mlp-input" \
             "tiny-llama full-adamw8bit-split-g16 none bf16 --keep-mlp-input" "tiny-llama qdora attn bf16 --recompute-mlp" \
-            "tiny-llama full none fp8-delayed --recompute-mlp" "tiny-qwen2 full none fp8-block --recompute-mlp" \
-            "tiny-llama full-adamw8bit-w16sr-g16 none fp8-delayed --recompute-mlp" "tiny-llama lora none bf16 --keep-norms" \
+            "tiny-llama full none fp8-delayed --keep-mlp-input" "tiny-qwen2 full none fp8-block --recompute-mlp" \
+            "tiny-llama full-adamw8bit-w16sr-g16 none fp8-delayed --keep-mlp-input" "tiny-llama lora none bf16 --keep-norms" \
             "tiny-llama qdora none bf16 --keep-norms" "tiny-qwen2 full none bf16 --keep-norms" \
             "tiny-llama full none fp8-delayed --keep-norms"; do
             read -r model method policy variant mlp_flag <<<"$mlp_case"
