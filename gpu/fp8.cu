@@ -55,6 +55,7 @@
 
 #include "gpu/cuda_check.h"
 #include "gpu/fp8_codes.cuh"
+#include "gpu/swiglu.cuh"
 #include "io/check.h"
 
 namespace {
@@ -356,6 +357,158 @@ __global__ void __launch_bounds__(2 * TR, 512 / TR) cast_tile(tile_params p) {
     }
 }
 
+/* ---- SwiGLU straight into codes (gpu_fp8_swiglu_forward / _backward) ----
+ * The cast of the delayed per-tensor path above with its producer in front: each thread forms its
+ * items' bf16 values as gpu/swiglu.cu does (gpu/swiglu.cuh's arithmetic, the pair conversion of
+ * store_bf16) instead of loading them, then codes, statistics and the transposed copy exactly as
+ * cast_tile<MODE_TENSOR_DELAYED, true, TR, TRANS> forms them from those values. The backward's
+ * two outputs (dg, du; each its own scale and records) share the tile: 64 rows, 4 items a thread,
+ * half the threads transposing each output; the forward's one output has 128-row tiles. */
+struct swiglu_out {
+    uint8_t *q, *q_t;
+    const float *scale;
+    float *amax_rec; /* history slot 0 (max-recorded), or NULL */
+    unsigned *flags;
+    __nv_fp8_interpretation_t fmt;
+};
+
+struct swiglu_params {
+    const uint16_t *g, *u, *dh; /* g, u at row stride ld_in; dh at cols */
+    int64_t rows, cols, ld_in;
+    swiglu_out out[2];
+    unsigned long long *saturated;
+};
+
+__device__ __forceinline__ uint4 load16(const uint16_t *p) { return *reinterpret_cast<const uint4 *>(p); }
+
+/* Element e (0..7) of 8 bf16 in a uint4. */
+__device__ __forceinline__ float elem8(const uint4 &w, int e) {
+    const uint32_t v = e < 2 ? w.x : e < 4 ? w.y : e < 6 ? w.z : w.w;
+    return bf16_bits_to_float(e & 1 ? v >> 16 : v & 0xFFFFu);
+}
+
+/* Two floats as the bf16 pair store_bf16 writes (RNE, low element in the low half). */
+__device__ __forceinline__ uint32_t bf16_pair_bits(float a, float b) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<const uint32_t *>(&h);
+}
+
+template <bool BWD, bool TRANS>
+__global__ void __launch_bounds__(kThreads, 3) swiglu_cast_tile(swiglu_params p) {
+    constexpr int NOUT = BWD ? 2 : 1, TR = kTile / NOUT, ITEMS = 8 / NOUT, RSTEP = kThreads / 16;
+    constexpr int RG = TR / 16, CGW = 32 / RG, WPO = kThreads / 32 / NOUT; /* warps per output */
+    static_assert(ITEMS * RSTEP == TR && RG == WPO, "the tile's geometry");
+    __shared__ __align__(16) uint32_t sm[TRANS ? NOUT * TR * (kTile / 4) : 4];
+    __shared__ float red_f[kThreads / 32];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, seg = tid & 15, rb = tid >> 4;
+    const int64_t row0 = (int64_t)blockIdx.y * TR, col0 = (int64_t)blockIdx.x * kTile;
+    const int64_t rows = p.rows, cols = p.cols, gc = col0 + seg * 8;
+    float scale[NOUT], tmax[NOUT];
+    bool bad[NOUT];
+#pragma unroll
+    for (int o = 0; o < NOUT; o++) scale[o] = *p.out[o].scale, tmax[o] = 0.0f, bad[o] = false;
+
+    /* 1. Loads: item k is 8 columns of row rb + k·RSTEP; zeros outside (they form zeros). */
+    uint4 gw[ITEMS], uw[ITEMS], dw[ITEMS];
+#pragma unroll
+    for (int k = 0; k < ITEMS; k++) {
+        const int64_t gr = row0 + rb + k * RSTEP;
+        const bool in = gr < rows && gc < cols;
+        gw[k] = in ? load16(p.g + gr * p.ld_in + gc) : make_uint4(0, 0, 0, 0);
+        uw[k] = in ? load16(p.u + gr * p.ld_in + gc) : make_uint4(0, 0, 0, 0);
+        if (BWD) dw[k] = in ? load16(p.dh + gr * cols + gc) : make_uint4(0, 0, 0, 0);
+    }
+
+    /* 2. Each item's values, then its codes (row store, shared memory for the transposed copy) and
+     * statistics, per output as cast_tile forms them. */
+    int sat = 0;
+#pragma unroll
+    for (int k = 0; k < ITEMS; k++) {
+        const int r = rb + k * RSTEP;
+        const int64_t gr = row0 + r;
+        uint32_t w[NOUT][4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            float v[NOUT][2];
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const float g = elem8(gw[k], 2 * j + h), u = elem8(uw[k], 2 * j + h);
+                if (BWD) {
+                    float dg, du;
+                    refine::swiglu_backward_elem(g, u, elem8(dw[k], 2 * j + h), dg, du);
+                    v[0][h] = dg;
+                    v[NOUT - 1][h] = du;
+                } else {
+                    v[0][h] = refine::swiglu_forward_elem(refine::bf16_round_dev(refine::silu_dev(g)), u);
+                }
+            }
+#pragma unroll
+            for (int o = 0; o < NOUT; o++) w[o][j] = bf16_pair_bits(v[o][0], v[o][1]);
+        }
+#pragma unroll
+        for (int o = 0; o < NOUT; o++) {
+            const swiglu_out &out = p.out[o];
+            float m = 0.0f;
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                const float a = elem(w[o], e);
+                m = fmaxf(m, fabsf(a));
+                bad[o] |= !isfinite(a);
+            }
+            tmax[o] = fmaxf(tmax[o], m);
+            if (saturates(__fmul_rn(m, scale[o]), out.fmt)) {
+#pragma unroll
+                for (int e = 0; e < 8; e++)
+                    if (gr < rows && gc + e < cols) sat += saturates(__fmul_rn(elem(w[o], e), scale[o]), out.fmt);
+            }
+            const uint32_t c0 = cvt4(w[o][0], w[o][1], scale[o], out.fmt), c1 = cvt4(w[o][2], w[o][3], scale[o], out.fmt);
+            if (out.q && gr < rows && gc < cols) *reinterpret_cast<uint2 *>(out.q + gr * cols + gc) = make_uint2(c0, c1);
+            if (TRANS)
+                *reinterpret_cast<uint2 *>(&sm[(o * TR + r) * (kTile / 4) + ((2 * seg) ^ ((r >> 4) * CGW))]) =
+                    make_uint2(c0, c1);
+        }
+    }
+
+    /* 3. The transposed copies: output o's WPO warps, thread = 4 columns × 16 rows, as cast_tile. */
+    if (TRANS) {
+        __syncthreads();
+        const int o = warp / WPO, rg = lane % RG, cg = (warp % WPO) * CGW + lane / RG;
+        const int64_t gr0 = row0 + rg * 16, gcb = col0 + 4 * cg;
+        uint32_t v[16], out[4][4];
+#pragma unroll
+        for (int i = 0; i < 16; i++) v[i] = sm[(o * TR + rg * 16 + i) * (kTile / 4) + (cg ^ (rg * CGW))];
+#pragma unroll
+        for (int g = 0; g < 4; g++) {
+            uint32_t t[4];
+            transpose4(v[4 * g], v[4 * g + 1], v[4 * g + 2], v[4 * g + 3], t);
+#pragma unroll
+            for (int j = 0; j < 4; j++) out[j][g] = t[j];
+        }
+        uint8_t *q_t = p.out[o].q_t;
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            if (gcb + j < cols && gr0 < rows)
+                *reinterpret_cast<uint4 *>(q_t + (gcb + j) * rows + gr0) = make_uint4(out[j][0], out[j][1], out[j][2], out[j][3]);
+    }
+
+    /* 4. Statistics, as cast_tile records them (the saturations of every output in one counter). */
+    if (p.saturated) {
+        const unsigned ws = __reduce_add_sync(0xffffffffu, (unsigned)sat);
+        if (lane == 0 && ws) atomicAdd(p.saturated, (unsigned long long)ws);
+    }
+#pragma unroll
+    for (int o = 0; o < NOUT; o++) {
+        if (p.out[o].flags) {
+            const unsigned fl = __reduce_or_sync(0xffffffffu, bad[o] ? (unsigned)FP8_FLAG_INPUT_NONFINITE : 0u);
+            if (lane == 0 && fl) atomicOr(p.out[o].flags, fl);
+        }
+        if (p.out[o].amax_rec) {
+            const float bm = block_max<kThreads>(tmax[o], red_f);
+            if (tid == 0 && bm > 0.0f) atomic_max_nonneg(p.out[o].amax_rec, bm);
+        }
+    }
+}
+
 /* ---- amax ---- */
 
 template <typename T>
@@ -562,6 +715,54 @@ void gpu_fp8_block_quantize_bf16(uint8_t *q, float *s_inv, uint8_t *q_t, float *
         p.s_ld = fp8_block_scale_ld(block, rows, cols), p.s_ld_t = fp8_block_scale_ld(block, cols, rows);
         launch_tile<MODE_BLOCK_128X128>(p, stream);
     }
+}
+
+/* The fast path's shape (else 0: the caller takes SwiGLU and the cast apart): rows and F multiples of
+ * 16, ld_in of 8, every pointer 16-byte aligned, delayed scaling. */
+static int swiglu_fp8_launch(bool bwd, const struct gpu_fp8_out *const *outs, const uint16_t *dh, const uint16_t *g,
+                             const uint16_t *u, int64_t rows, int64_t F, int64_t ld_in, unsigned long long *saturated,
+                             cudaStream_t stream) {
+    CHECK(rows >= 1 && F >= 1 && ld_in >= F && g && u && (!bwd || dh), "fp8 swiglu: rows=%lld F=%lld ld_in=%lld",
+          (long long)rows, (long long)F, (long long)ld_in);
+    const int nout = bwd ? 2 : 1;
+    swiglu_params p;
+    memset(&p, 0, sizeof p);
+    bool vec = rows % 16 == 0 && F % 16 == 0 && ld_in % 8 == 0 && aligned16(g) && aligned16(u) && aligned16(dh);
+    bool trans = false;
+    for (int o = 0; o < nout; o++) {
+        const gpu_fp8_out *x = outs[o];
+        CHECK(x && (x->q || x->q_t) && x->s && x->s->scale, "fp8 swiglu: output %d has no codes or no scale", o);
+        CHECK(o == 0 || (x->q_t != nullptr) == (outs[0]->q_t != nullptr), "fp8 swiglu: one output transposed");
+        vec = vec && x->s->recipe == GPU_FP8_DELAYED && aligned16(x->q) && aligned16(x->q_t);
+        trans = x->q_t != nullptr;
+        p.out[o] = {x->q, x->q_t, x->s->scale, x->s->amax, x->flags, interp(x->s->format)};
+    }
+    if (!vec) return 0;
+    p.g = g, p.u = u, p.dh = dh, p.rows = rows, p.cols = F, p.ld_in = ld_in, p.saturated = saturated;
+    const int64_t tr = kTile / nout;
+    CHECK((rows + tr - 1) / tr <= 65535, "fp8 swiglu: rows=%lld beyond the grid's y limit", (long long)rows);
+    const dim3 grid((unsigned)((F + kTile - 1) / kTile), (unsigned)((rows + tr - 1) / tr));
+    if (bwd)
+        trans ? swiglu_cast_tile<true, true><<<grid, kThreads, 0, stream>>>(p)
+              : swiglu_cast_tile<true, false><<<grid, kThreads, 0, stream>>>(p);
+    else
+        trans ? swiglu_cast_tile<false, true><<<grid, kThreads, 0, stream>>>(p)
+              : swiglu_cast_tile<false, false><<<grid, kThreads, 0, stream>>>(p);
+    KERNEL_CHECK(stream);
+    return 1;
+}
+
+int gpu_fp8_swiglu_forward(const struct gpu_fp8_out *h, const uint16_t *g, const uint16_t *u, int64_t rows, int64_t F,
+                           int64_t ld_in, unsigned long long *saturated, cudaStream_t stream) {
+    const gpu_fp8_out *outs[1] = {h};
+    return swiglu_fp8_launch(false, outs, nullptr, g, u, rows, F, ld_in, saturated, stream);
+}
+
+int gpu_fp8_swiglu_backward(const struct gpu_fp8_out *dg, const struct gpu_fp8_out *du, const uint16_t *dh,
+                            const uint16_t *g, const uint16_t *u, int64_t rows, int64_t F, int64_t ld_in,
+                            unsigned long long *saturated, cudaStream_t stream) {
+    const gpu_fp8_out *outs[2] = {dg, du};
+    return swiglu_fp8_launch(true, outs, dh, g, u, rows, F, ld_in, saturated, stream);
 }
 
 void gpu_fp8_delayed_update(float *history, float *scale, float *scale_inv, int n, int history_len,

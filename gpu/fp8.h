@@ -31,6 +31,16 @@
  *                        VEC128_32F / BLK128x128_32F layouts (padding slots 0), and optionally the
  *                        transposed outputs (1×128: a second quantization of xᵀ from x, 128×128: qᵀ).
  *                        *amax (optional) max-records the whole tensor's amax (for the metrics).
+ *   gpu_fp8_swiglu_forward / _backward  SwiGLU (gpu/swiglu.h) with the cast behind it in one pass:
+ *                        the codes of h = swiglu(g, u) (forward), or of dg and du (backward, dh of
+ *                        row stride F), each output exactly what gpu_fp8_cast_bf16 writes and records
+ *                        for the bf16 tensor gpu_swiglu_forward_bf16 / gpu_swiglu_backward_bf16 form
+ *                        (their arithmetic, their rounding), under its own DELAYED scaling (struct
+ *                        gpu_fp8_out: q and/or q_t, both outputs alike; flags optional); *saturated
+ *                        counts every output's clamped codes. Nothing else is written: no bf16 h, dg
+ *                        or du. Only the fast path's shapes run (rows and F multiples of 16, ld_in
+ *                        of 8, every pointer 16-byte aligned, delayed scaling): else 0 is returned
+ *                        and nothing is launched (the caller runs SwiGLU and the cast apart).
  * Statistics (each optional: NULL skips it; device; ACCUMULATED across calls): *flags |= ref/fp8.h's
  *   FP8_FLAG_INPUT_NONFINITE (an input is NaN or ±Inf) and FP8_FLAG_AMAX_NONFINITE (an amax a
  *   scale was computed from was not finite: the scale fell back, TE's rules) — a caller folds
@@ -79,6 +89,18 @@ void gpu_fp8_cast_bf16(uint8_t *q, uint8_t *q_t, const uint16_t *x, int64_t rows
                        const struct gpu_fp8_scaling *s, unsigned *flags, unsigned long long *saturated,
                        cudaStream_t stream);
 
+/* One output of a fused producer + cast: codes, transposed codes (either may be NULL), its scaling
+ * and flags. */
+struct gpu_fp8_out {
+    uint8_t *q, *q_t;
+    const struct gpu_fp8_scaling *s;
+    unsigned *flags;
+};
+int gpu_fp8_swiglu_forward(const struct gpu_fp8_out *h, const uint16_t *g, const uint16_t *u, int64_t rows, int64_t F,
+                           int64_t ld_in, unsigned long long *saturated, cudaStream_t stream);
+int gpu_fp8_swiglu_backward(const struct gpu_fp8_out *dg, const struct gpu_fp8_out *du, const uint16_t *dh,
+                            const uint16_t *g, const uint16_t *u, int64_t rows, int64_t F, int64_t ld_in,
+                            unsigned long long *saturated, cudaStream_t stream);
 void gpu_fp8_delayed_update(float *history, float *scale, float *scale_inv, int n, int history_len,
                             enum fp8_amax_algo algo, int margin, enum fp8_format format, unsigned *flags,
                             cudaStream_t stream);

@@ -663,15 +663,17 @@ void mlp_forward(gpu_llama *m, int l, gl_span sp, int train, uint64_t micro, int
     fp8_input(m, l, LLAMA_GATE, n2, m->cfg.C, sp); /* one quantization for gate, up */
     uint16_t *const gate_up[2] = {a.gate, a.up};
     group_forward(m, l, GL_GROUP_GATE_UP, gate_up, n2, m->ld_n2, train, micro, sp);
+    bool coded = false; /* down's input codes from SwiGLU's pass itself, no bf16 input (FP8, kept codes) */
     {
         PROF(m, PROF_SWIGLU);
-        gpu_swiglu_forward_bf16(a.mlp, a.gate, a.up, sp.n, F, (int)m->ld_gu, m->stream);
+        coded = down && m->fp8.on && gl_fp8_swiglu_forward(m, l, a.gate, a.up, (int)m->ld_gu, sp.n);
+        if (!coded) gpu_swiglu_forward_bf16(a.mlp, a.gate, a.up, sp.n, F, (int)m->ld_gu, m->stream);
     }
     if (!down) {
         if (m->opt.mode == LLAMA_LORA) proj_adapter_u(m, l, LLAMA_DOWN, a.mlp, micro, sp);
         return;
     }
-    fp8_input(m, l, LLAMA_DOWN, a.mlp, F, sp);
+    if (!coded) fp8_input(m, l, LLAMA_DOWN, a.mlp, F, sp);
     proj_forward(m, l, LLAMA_DOWN, m->tmp + off, a.mlp, train, micro, sp, m->x[l + 1] + off, a.h + off);
 }
 
@@ -779,9 +781,9 @@ void mlp_backward(gpu_llama *m, int l, gl_span sp, uint64_t micro, bool form_inp
                                           lu.target ? lu.mag_grad : nullptr, m->dmlp, nullptr, nullptr, DORA_SAVED_Y,
                                           lg.target ? lg.mag : nullptr, a.wnorm[LLAMA_GATE],
                                           lu.target ? lu.mag : nullptr, a.wnorm[LLAMA_UP], sp.n, F, m->ws, m->stream);
-        else
+        else if (!(m->fp8.on && gl_fp8_swiglu_backward(m, l, m->dmlp, a.gate, a.up, (int)m->ld_gu, sp.n)))
             gpu_swiglu_backward_bf16(a.gate, a.up, m->dmlp, a.gate, a.up, sp.n, F, (int)m->ld_gu, (int)m->ld_gu,
-                                     m->stream); /* in place */
+                                     m->stream); /* in place (FP8, delayed: gate's and up's dŷ codes instead) */
     }
     const uint16_t *n2 = n2_of(m, l) + (size_t)sp.r0 * m->ld_n2;
     fp8_input_t(m, l, LLAMA_GATE, n2, m->cfg.C, sp);
@@ -789,6 +791,7 @@ void mlp_backward(gpu_llama *m, int l, gl_span sp, uint64_t micro, bool form_inp
     uint16_t *dn = m->dn + (size_t)sp.r0 * m->ld_n2; /* at n2's stride: a folded group's du after C */
     group_backward(m, l, GL_GROUP_GATE_UP, dn, d_gate_up, n2, m->ld_n2, micro, sp, dora,
                    m->ld_gu == F ? 0 : m->ld_gu); /* side by side: one dx product */
+    m->fp8.gate_up_ready = 0;
 }
 
 /* G holds d x[l + 1] on entry and d x[l] on exit (unless layer 0's is not needed). */

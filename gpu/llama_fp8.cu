@@ -232,10 +232,41 @@ void gl_fp8_input_t(gpu_llama *m, int l, int first, const uint16_t *x, int ci, i
              ci, 0, block && F.recording == FP8_RECORD, fresh);
 }
 
+bool gl_fp8_swiglu_forward(gpu_llama *m, int l, const uint16_t *g, const uint16_t *u, int ld_gu, int rows) {
+    gl_fp8 &F = m->fp8;
+    if (!gl_fp8_inputs_kept(&m->opt) || rule_of(m, FP8_ROLE_X) != FP8_RULE_GIVEN) return false;
+    const int rec = F.recording == FP8_RECORD, row = row_of(m, FP8_ROLE_X, l, LLAMA_DOWN);
+    const gpu_fp8_scaling sc = {FP8_E4M3, GPU_FP8_DELAYED, &F.scale[row], F.sinv16 + 4 * (int64_t)row,
+                                rec ? F.history + (int64_t)row * F.history_len : F.discard, 0.0f, 0};
+    const gpu_fp8_out out = {F.xq, rec ? m->acts[l].xt8[LLAMA_DOWN] : nullptr, &sc, rec ? &F.flags[row] : nullptr};
+    return gpu_fp8_swiglu_forward(&out, g, u, rows, m->cfg.F, ld_gu, rec ? F.saturated : nullptr, m->stream);
+}
+
+bool gl_fp8_swiglu_backward(gpu_llama *m, int l, const uint16_t *dh, const uint16_t *g, const uint16_t *u, int ld_gu,
+                            int rows) {
+    gl_fp8 &F = m->fp8;
+    if (m->opt.mode != LLAMA_FULL || rule_of(m, FP8_ROLE_DY) != FP8_RULE_GIVEN || !F.dq2) return false;
+    const int rec = F.recording == FP8_RECORD;
+    const fp8_format f = fp8_role_format(m->opt.fp8_recipe, FP8_ROLE_DY);
+    gpu_fp8_scaling sc[2];
+    gpu_fp8_out out[2];
+    for (int i = 0; i < 2; i++) {
+        const int t = i ? LLAMA_UP : LLAMA_GATE, row = row_of(m, FP8_ROLE_DY, l, t);
+        CHECK(!m->layers[l].lin[t].bias, "layer %d: a biased gate or up (its bias gradient reads dy)", l);
+        sc[i] = {f, GPU_FP8_DELAYED, &F.scale[row], F.sinv16 + 4 * (int64_t)row,
+                 rec ? F.history + (int64_t)row * F.history_len : F.discard, 0.0f, 0};
+        out[i] = {i ? F.dq2 : F.dq, i ? F.dt2 : F.dt, &sc[i], rec ? &F.flags[row] : nullptr};
+    }
+    F.gate_up_ready =
+        gpu_fp8_swiglu_backward(&out[0], &out[1], dh, g, u, rows, m->cfg.F, ld_gu, rec ? F.saturated : nullptr, m->stream);
+    return F.gate_up_ready;
+}
+
 void gl_fp8_grad(gpu_llama *m, int l, int t, const uint16_t *dy, int want_dx, int rows, int fresh) {
     gl_fp8 &F = m->fp8;
     const int full = m->opt.mode == LLAMA_FULL;
     if (!want_dx && !full) return; /* layer 0 of the adapter methods: nothing reads dŷ */
+    if (F.gate_up_ready && (t == LLAMA_GATE || t == LLAMA_UP)) return; /* SwiGLU's backward wrote them */
     const fp8_rule rule = rule_of(m, FP8_ROLE_DY);
     const int rec = F.recording == FP8_RECORD;
     quantize(m, row_of(m, FP8_ROLE_DY, l, t), rule, fp8_role_format(m->opt.fp8_recipe, FP8_ROLE_DY),
@@ -251,6 +282,7 @@ gl_fp8_pair gl_fp8_operands(const gpu_llama *m, int l, int t, enum gl_fp8_produc
               rowd = row_of(m, FP8_ROLE_DY, l, t);
     const int bx = rx == FP8_RULE_BLOCK_1X128, bw = rw == FP8_RULE_BLOCK_128X128, bd = rd == FP8_RULE_BLOCK_1X128;
     const gemm_dtype gd = fp8_role_format(m->opt.fp8_recipe, FP8_ROLE_DY) == FP8_E5M2 ? GEMM_E5M2 : GEMM_E4M3;
+    const bool up2 = F.gate_up_ready && t == LLAMA_UP; /* up's dŷ beside gate's (gl_fp8_swiglu_backward) */
     gl_fp8_pair p;
     memset(&p, 0, sizeof p);
     p.accum = GEMM_ACCUM_PRECISE;
@@ -261,11 +293,11 @@ gl_fp8_pair gl_fp8_operands(const gpu_llama *m, int l, int t, enum gl_fp8_produc
         if (!bx && !bw) p.accum = GEMM_ACCUM_FAST; /* TE: fprop fast under per-tensor scaling */
         break;
     case GL_FP8_DX:
-        p.a = {F.dq, gd, bd ? F.dq_s : row_scale(m, rowd), bd ? GEMM_SCALE_1X128 : GEMM_SCALE_TENSOR};
+        p.a = {up2 ? F.dq2 : F.dq, gd, bd ? F.dq_s : row_scale(m, rowd), bd ? GEMM_SCALE_1X128 : GEMM_SCALE_TENSOR};
         p.b = {lin.w8_t, GEMM_E4M3, bw ? lin.w8_s_t : row_scale(m, roww), bw ? GEMM_SCALE_128X128 : GEMM_SCALE_TENSOR};
         break;
     case GL_FP8_DW:
-        p.a = {F.dt, gd, bd ? F.dt_s : row_scale(m, rowd), bd ? GEMM_SCALE_1X128 : GEMM_SCALE_TENSOR};
+        p.a = {up2 ? F.dt2 : F.dt, gd, bd ? F.dt_s : row_scale(m, rowd), bd ? GEMM_SCALE_1X128 : GEMM_SCALE_TENSOR};
         p.b = {gl_fp8_inputs_kept(&m->opt) ? m->acts[l].xt8[group_first(t)] : F.xt, GEMM_E4M3,
                bx ? F.xt_s : row_scale(m, rowx), bx ? GEMM_SCALE_1X128 : GEMM_SCALE_TENSOR};
         break;

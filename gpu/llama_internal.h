@@ -142,6 +142,10 @@ struct gl_fp8 {
     /* scratch operands: an input, its transposed copy, dy, dyᵀ, with their 1×128 scales */
     uint8_t *xq, *xt, *dq, *dt;
     float *xq_s, *xt_s, *dq_s, *dt_s;
+    /* up's dŷ and dŷᵀ beside gate's in dq, dt when SwiGLU's backward wrote both (gl_fp8_swiglu_backward:
+     * full fine-tuning, delayed scaling); gate_up_ready: they hold this chunk's, gl_fp8_grad skips them */
+    uint8_t *dq2, *dt2;
+    int gate_up_ready;
     /* one layer's codes (NF4 base: W and Wᵀ; FP8-stored base: Wᵀ) */
     uint8_t *w8_buf, *wt8_buf;
     uint16_t *stage; /* an FP8-stored base with its Wᵀ kept and no bf16 layer buffer: one linear in
@@ -365,6 +369,14 @@ enum gl_fp8_need { GL_FP8_W = 1, GL_FP8_WT = 2, GL_FP8_W_QKV = 4 };
  * element's code depends on the row's scale or the recipe's given one, not on the chunking). */
 /* The forward quantization of x (rows, ci), the input of linear `first` and of those sharing it. */
 void gl_fp8_input(gpu_llama *m, int l, int first, const uint16_t *x, int ci, int rows, int fresh);
+/* SwiGLU's forward straight into down's input codes (gl_fp8_input's, x̂ᵀ kept; no bf16 MLP input),
+ * and its backward straight into gate's and up's dŷ codes (gl_fp8_grad's; gate_up_ready) — with
+ * gpu/fp8.h's fused passes, the same codes and records as SwiGLU's bf16 pass and the casts. False
+ * (nothing done) where they do not apply: the forward needs gl_fp8_inputs_kept, both delayed
+ * scaling (full fine-tuning) and the fused passes' shapes. g and u at row stride ld_gu. */
+bool gl_fp8_swiglu_forward(gpu_llama *m, int l, const uint16_t *g, const uint16_t *u, int ld_gu, int rows);
+bool gl_fp8_swiglu_backward(gpu_llama *m, int l, const uint16_t *dh, const uint16_t *g, const uint16_t *u, int ld_gu,
+                            int rows);
 /* The weight gradient's x̂ᵀ of the same input (full fine-tuning, before the group's backward). */
 void gl_fp8_input_t(gpu_llama *m, int l, int first, const uint16_t *x, int ci, int rows, int fresh);
 /* dy (rows, C_out) of linear t quantized: for dx = dŷ Ŵ (want_dx) and, in full fine-tuning, with its

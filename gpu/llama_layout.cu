@@ -402,6 +402,12 @@ void fp8_rows(gpu_llama *m, gl_rows &rs) {
     add(rs, SLAB_SCRATCH, &F.dq_s, dq_s);
     if (!full) return;
     add(rs, SLAB_SCRATCH, &F.xt, gl_fp8_inputs_kept(&m->opt) ? 0 : xq); /* kept: each layer's (gl_acts.xt8) */
+    /* up's dŷ and dŷᵀ beside gate's: SwiGLU's backward writes both (delayed scaling) */
+    const int64_t gate_up = m->opt.fp8_recipe == FP8_RECIPE_DELAYED
+                                ? rows_of(m, LLAMA_UP) * m->layers[0].lin[LLAMA_UP].c_out
+                                : 0;
+    add(rs, SLAB_SCRATCH, &F.dq2, gate_up);
+    add(rs, SLAB_SCRATCH, &F.dt2, gate_up);
     add(rs, SLAB_SCRATCH, &F.xt_s, xt_s);
     add(rs, SLAB_SCRATCH, &F.dt, dq);
     add(rs, SLAB_SCRATCH, &F.dt_s, dt_s);

@@ -25,6 +25,10 @@
  *    most_recent, margins 0 and 3, windows of zeros, Inf, NaN; three iterations.
  *  - the delayed recipe end to end on one tensor over four iterations (cast records into the
  *    history, the update rotates it and sets the next scale), against fp8_delayed.
+ *  - SwiGLU straight into codes (gpu_fp8_swiglu_forward / _backward) against SwiGLU's bf16 kernels
+ *    followed by the cast, bit for bit (run_swiglu's comment): tile edges, gate and up side by side,
+ *    planted NaN/Inf, both formats, every output choice; the shapes off the fused path return 0
+ *    and write nothing.
  * Codes are compared decoded (exact tier: NaN matches NaN — the device writes 0x7F for every NaN
  * —, −0 must stay −0); scales, amax and counters must be equal. Every code output is written
  * twice over different poison bytes (0x5A, 0xA5) and must match both times (so every element was
@@ -44,6 +48,7 @@
 
 #include "gpu/cuda_check.h"
 #include "gpu/fp8.h"
+#include "gpu/swiglu.h"
 #include "ref/bf16.h"
 #include "ref/fp8.h"
 #include "tests/common/compare.h"
@@ -261,6 +266,143 @@ static void run_cast(int64_t rows, int64_t cols, enum fp8_format f, enum gpu_fp8
     sc.free_all();
 }
 
+/* ---- SwiGLU straight into codes ---- */
+
+/* gpu_fp8_swiglu_forward / _backward against the two passes they replace — gpu_swiglu_forward_bf16 /
+ * gpu_swiglu_backward_bf16, then gpu_fp8_cast_bf16 of each bf16 output under the same delayed
+ * scaling —, bit for bit: codes, transposed codes, the recorded amax, flags, the saturated count.
+ * (Those passes are checked against ref/ by swiglu_parity and the cast cases above.) g and u at row
+ * stride ld_in (ld_in = 2F: gate and up side by side, the spare columns NaN so that a read of them
+ * would show in the flags); special plants NaN / ±Inf into g (and dh); the stale scale is 1.5× what
+ * each output's data asks for, so its largest values saturate. fast 0: a shape or alignment off
+ * the fused path, which must return 0 and write nothing. */
+static void run_swiglu(int64_t rows, int64_t F, int64_t ld_in, int bwd, enum fp8_format f, enum outputs outs,
+                       int special, int misalign, int fast, int id) {
+    const uint64_t seed = g_seed * 104729u + 5000u + (uint64_t)id;
+    const int nout = bwd ? 2 : 1;
+    const int64_t n = rows * F;
+    std::vector<uint16_t> g = make_x(rows, ld_in, seed, 0), u = make_x(rows, ld_in, seed + 1, 0),
+                          dh = make_x(rows, F, seed + 2, special);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = F; c < ld_in; c++) g[(size_t)(r * ld_in + c)] = u[(size_t)(r * ld_in + c)] = 0x7FC0;
+    if (special) g[(size_t)((rows / 3) * ld_in + F / 2)] = 0x7F80, g[(size_t)(rows * ld_in - ld_in)] = 0x7FC0;
+    char shape[160];
+    snprintf(shape, sizeof shape, "%s %lldx%lld ld %lld %s %s%s%s", bwd ? "backward" : "forward", (long long)rows,
+             (long long)F, (long long)ld_in, fmt_name(f), outs == OUT_BOTH ? "q+q_t" : outs == OUT_Q ? "q" : "q_t",
+             special ? " special" : "", misalign ? " misaligned" : "");
+    const size_t off = misalign ? 1 : 0;
+    struct dev_buf bg, bu, bdh, bv[2], bq[2], bqt[2];
+    auto up = [&](struct dev_buf *b, const char *name, const std::vector<uint16_t> &h) {
+        std::vector<uint16_t> img(h.size() + off, 0);
+        memcpy(img.data() + off, h.data(), h.size() * 2);
+        dev_buf_alloc(b, name, img.size() * 2, POISON_NONE, img.data());
+    };
+    up(&bg, "g", g), up(&bu, "u", u), up(&bdh, "dh", dh);
+    const uint16_t *dg_ = (const uint16_t *)bg.data + off, *du_ = (const uint16_t *)bu.data + off,
+                   *ddh = (const uint16_t *)bdh.data + off;
+    for (int o = 0; o < nout; o++) {
+        dev_buf_alloc(&bv[o], "bf16 output", (size_t)n * 2, POISON_BF16, nullptr);
+        dev_buf_alloc(&bq[o], "q", (size_t)n + off, POISON_NONE, nullptr);
+        dev_buf_alloc(&bqt[o], "q_t", (size_t)n + off, POISON_NONE, nullptr);
+    }
+    /* the two passes: the bf16 outputs, their amax (for the stale scale), then the cast */
+    if (bwd)
+        gpu_swiglu_backward_bf16((uint16_t *)bv[0].data, (uint16_t *)bv[1].data, ddh, dg_, du_, (int)rows, (int)F,
+                                 (int)ld_in, (int)F, g_stream);
+    else
+        gpu_swiglu_forward_bf16((uint16_t *)bv[0].data, dg_, du_, (int)rows, (int)F, (int)ld_in, g_stream);
+    float scale[2], amax0[2];
+    std::vector<uint8_t> wq[2], wqt[2];
+    float want_amax[2];
+    unsigned want_flags[2];
+    unsigned long long want_sat = 0;
+    scalars sc[2];
+    for (int o = 0; o < nout; o++) {
+        std::vector<uint16_t> vb((size_t)n);
+        dev_buf_download(&bv[o], vb.data(), 1);
+        std::vector<float> vf = floats(vb);
+        const float am = fp8_amax(vf.data(), n);
+        scale[o] = isfinite(am) && am > 0 ? 1.5f * fp8_max(f) / am : 3.0f;
+        amax0[o] = (id + o) % 2 ? 2.0f * (isfinite(am) ? am : 1.0f) : 0.25f * am;
+        if (!isfinite(amax0[o])) amax0[o] = 1.0f;
+        sc[o].alloc(scale[o], amax0[o]);
+        struct gpu_fp8_scaling s = {f, GPU_FP8_DELAYED, (float *)sc[o].scale.data, (float *)sc[o].scale_inv.data,
+                                    (float *)sc[o].amax.data, 0.0f, 0};
+        gpu_fp8_cast_bf16((uint8_t *)bq[o].data, (uint8_t *)bqt[o].data, (const uint16_t *)bv[o].data, rows, F, &s,
+                          (unsigned *)sc[o].flags.data, (unsigned long long *)sc[o].sat.data, g_stream);
+        wq[o].resize((size_t)n), wqt[o].resize((size_t)n);
+        dev_buf_download(&bq[o], wq[o].data(), 0), dev_buf_download(&bqt[o], wqt[o].data(), 0);
+        float sc_, sci_;
+        unsigned long long st_;
+        sc[o].read(&sc_, &sci_, &want_amax[o], &want_flags[o], &st_);
+        want_sat += st_;
+    }
+    /* the fused pass, twice over different poison */
+    unsigned long long first_sat = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        std::vector<unsigned char> poison((size_t)n + off, pass ? 0xA5 : 0x5A);
+        struct gpu_fp8_scaling s[2];
+        struct gpu_fp8_out out[2];
+        for (int o = 0; o < nout; o++) {
+            dev_buf_reset(&bq[o], poison.data()), dev_buf_reset(&bqt[o], poison.data());
+            sc[o].reset(scale[o], amax0[o]);
+            s[o] = {f, GPU_FP8_DELAYED, (float *)sc[o].scale.data, (float *)sc[o].scale_inv.data,
+                    (float *)sc[o].amax.data, 0.0f, 0};
+            out[o] = {outs == OUT_QT ? nullptr : (uint8_t *)bq[o].data + off,
+                      outs == OUT_Q ? nullptr : (uint8_t *)bqt[o].data + off, &s[o], (unsigned *)sc[o].flags.data};
+        }
+        unsigned long long *sat = (unsigned long long *)sc[0].sat.data;
+        const int ran = bwd ? gpu_fp8_swiglu_backward(&out[0], &out[1], ddh, dg_, du_, rows, F, ld_in, sat, g_stream)
+                            : gpu_fp8_swiglu_forward(&out[0], dg_, du_, rows, F, ld_in, sat, g_stream);
+        CUDA_CHECK(cudaStreamSynchronize(g_stream));
+        EXPECT(ran == fast, "fp8_swiglu %s: returned %d, want %d", shape, ran, fast);
+        unsigned long long total_sat = 0;
+        for (int o = 0; o < nout; o++) {
+            std::vector<uint8_t> gq((size_t)n + off), gqt((size_t)n + off);
+            dev_buf_download(&bq[o], gq.data(), 0), dev_buf_download(&bqt[o], gqt.data(), 0);
+            float g_scale, g_scale_inv, g_amax;
+            unsigned g_flags;
+            unsigned long long g_sat;
+            sc[o].read(&g_scale, &g_scale_inv, &g_amax, &g_flags, &g_sat);
+            total_sat += g_sat;
+            if (!fast) {
+                bool untouched = true;
+                for (size_t i = 0; i < gq.size(); i++) untouched &= gq[i] == poison[i] && gqt[i] == poison[i];
+                EXPECT(untouched && g_flags == 0 && g_sat == 0 && g_amax == amax0[o],
+                       "fp8_swiglu %s: off the fused path yet something was written", shape);
+                continue;
+            }
+            const char *what = o == 0 ? (pass ? "codes (h / dg) over poison 0xA5" : "codes (h / dg) over poison 0x5A")
+                                      : (pass ? "codes (du) over poison 0xA5" : "codes (du) over poison 0x5A");
+            if (outs != OUT_QT) cmp_codes("fp8_swiglu", what, shape, f, seed, gq.data() + off, wq[o].data(), n);
+            if (outs != OUT_Q) cmp_codes("fp8_swiglu_transposed", what, shape, f, seed, gqt.data() + off, wqt[o].data(), n);
+            if (outs == OUT_QT) EXPECT(gq[off] == poison[0], "fp8_swiglu %s: wrote q though NULL", shape);
+            if (outs == OUT_Q) EXPECT(gqt[off] == poison[0], "fp8_swiglu %s: wrote q_t though NULL", shape);
+            EXPECT(!misalign || (gq[0] == poison[0] && gqt[0] == poison[0]), "fp8_swiglu %s: wrote before q", shape);
+            struct cmp_case c = {"fp8_swiglu", o == 0 ? "amax recorded (h / dg)" : "amax recorded (du)", shape, "f32", seed};
+            cmp_exact_f32(&c, &g_amax, &want_amax[o], 1);
+            EXPECT(g_flags == want_flags[o], "fp8_swiglu %s: output %d flags %u, want %u", shape, o, g_flags, want_flags[o]);
+        }
+        if (fast) {
+            EXPECT(total_sat == want_sat, "fp8_swiglu %s: saturated %llu, want %llu", shape, total_sat, want_sat);
+            if (pass == 0) first_sat = total_sat;
+            else EXPECT(first_sat == total_sat, "fp8_swiglu %s: the second run's count differs", shape);
+        }
+    }
+    /* the inputs untouched */
+    for (int k = 0; k < 3; k++) {
+        const std::vector<uint16_t> &h = k == 0 ? g : k == 1 ? u : dh;
+        std::vector<uint16_t> got(h.size() + off);
+        dev_buf_download(k == 0 ? &bg : k == 1 ? &bu : &bdh, got.data(), 0);
+        EXPECT(memcmp(got.data() + off, h.data(), h.size() * 2) == 0, "fp8_swiglu %s: input %d changed", shape, k);
+    }
+    for (int o = 0; o < nout; o++) {
+        for (struct dev_buf *b : {&bv[o], &bq[o], &bqt[o]}) dev_buf_free(b);
+        sc[o].free_all();
+    }
+    for (struct dev_buf *b : {&bg, &bu, &bdh}) dev_buf_free(b);
+}
+
 /* ---- block quantization ---- */
 
 static void run_block(int64_t rows, int64_t cols, enum fp8_block b, enum fp8_format f, int p2, float eps, int transposed,
@@ -474,6 +616,37 @@ static void bench_call(void *vp, cudaStream_t st) {
     }
 }
 
+struct swiglu_bench_ctx {
+    const uint16_t *g, *u, *dh;
+    uint16_t *bf; /* the two passes' bf16 outputs (2 × R × F) */
+    uint8_t *codes; /* q, q_t of each output */
+    float *scale, *scale_inv, *amax;
+    int64_t R, F;
+    int bwd, fused;
+};
+
+static void swiglu_bench_call(void *vp, cudaStream_t st) {
+    swiglu_bench_ctx *b = (swiglu_bench_ctx *)vp;
+    const int64_t n = b->R * b->F;
+    struct gpu_fp8_scaling s = {FP8_E4M3, GPU_FP8_DELAYED, b->scale, b->scale_inv, b->amax, 0, 0};
+    struct gpu_fp8_out o0 = {b->codes, b->codes + n, &s, nullptr}, o1 = {b->codes + 2 * n, b->codes + 3 * n, &s, nullptr};
+    if (b->fused) {
+        const int ran = b->bwd ? gpu_fp8_swiglu_backward(&o0, &o1, b->dh, b->g, b->u, b->R, b->F, b->F, nullptr, st)
+                               : gpu_fp8_swiglu_forward(&o0, b->g, b->u, b->R, b->F, b->F, nullptr, st);
+        if (!ran) {
+            fprintf(stderr, "fp8_parity bench: the fused SwiGLU did not run\n");
+            exit(1);
+        }
+    } else if (b->bwd) {
+        gpu_swiglu_backward_bf16(b->bf, b->bf + n, b->dh, b->g, b->u, (int)b->R, (int)b->F, (int)b->F, (int)b->F, st);
+        gpu_fp8_cast_bf16(o0.q, o0.q_t, b->bf, b->R, b->F, &s, nullptr, nullptr, st);
+        gpu_fp8_cast_bf16(o1.q, o1.q_t, b->bf + n, b->R, b->F, &s, nullptr, nullptr, st);
+    } else {
+        gpu_swiglu_forward_bf16(b->bf, b->g, b->u, (int)b->R, (int)b->F, (int)b->F, st);
+        gpu_fp8_cast_bf16(o0.q, o0.q_t, b->bf, b->R, b->F, &s, nullptr, nullptr, st);
+    }
+}
+
 static void bench(double ceiling) {
     /* (rows, cols): activations N = 8192 rows × C (1B 2048, 8B 4096), × F (1B 8192, 8B 14336); the 8B
      * down_proj weight (4096 × 14336); Llama-3.2-1B's weights (q/o 2048², k/v 512 × 2048, the MLP's
@@ -519,6 +692,30 @@ static void bench(double ceiling) {
             if (kind != 0 && n >= 8192.0 * 4096) worst = fmin(worst, pct);
             if (kind != 0 && n < 8192.0 * 4096) worst_small = fmin(worst_small, pct);
         }
+    /* SwiGLU into codes at Llama-3.2-1B's MLP (8192 × 8192), against SwiGLU's bf16 pass and the cast(s)
+     * behind it: bytes that must move — forward g, u read, q and q_t written (6 an element); backward
+     * g, u, dh read, two outputs' q and q_t (10) */
+    {
+        const int64_t R = 8192, F = 8192;
+        uint16_t *gu, *bfo;
+        uint8_t *codes;
+        CUDA_CHECK(cudaMalloc(&gu, (size_t)R * 2 * F * 2));
+        CUDA_CHECK(cudaMalloc(&bfo, (size_t)R * 2 * F * 2));
+        CUDA_CHECK(cudaMalloc(&codes, (size_t)R * F * 4));
+        CUDA_CHECK(cudaMemcpy(gu, x, (size_t)R * F * 2, cudaMemcpyDeviceToDevice));
+        CUDA_CHECK(cudaMemcpy(gu + (size_t)R * F, x + 1, (size_t)R * F * 2, cudaMemcpyDeviceToDevice));
+        for (int bwd = 0; bwd < 2; bwd++)
+            for (int fused = 0; fused < 2; fused++) {
+                swiglu_bench_ctx c = {gu, gu + (size_t)R * F, x + 64, bfo, codes, scal, scal + 1, scal + 2, R, F, bwd, fused};
+                char shape[64];
+                snprintf(shape, sizeof shape, "%lldx%lld E4M3 q+q_t", (long long)R, (long long)F);
+                bench_json(bwd ? (fused ? "fp8_swiglu_backward_fused" : "swiglu_backward_then_casts")
+                               : (fused ? "fp8_swiglu_forward_fused" : "swiglu_forward_then_cast"),
+                           shape, (double)R * F * (bwd ? 10 : 6), 0, bench_time(swiglu_bench_call, &c, g_stream, 3, 15, 5),
+                           ceiling);
+            }
+        for (void *p : {(void *)gu, (void *)bfo, (void *)codes}) CUDA_CHECK(cudaFree(p));
+    }
     /* the delayed update of every per-tensor scale of Llama-3.2-1B: 16 layers × 7 linears × 3 tensors */
     const int nt = 16 * 7 * 3, len = 1024;
     float *hist, *sc2;
@@ -604,6 +801,25 @@ int main(int argc, char **argv) {
                 run_block(sh[0], sh[1], (enum fp8_block)b, (enum fp8_format)((b + t) % 2), 1 - t, 0.0f, t, 0, 1, id++);
     run_block(2064, 4240, FP8_BLOCK_1X128, FP8_E4M3, 1, 0.0f, 1, 1, 1, id++);
     run_block(2064, 4240, FP8_BLOCK_128X128, FP8_E5M2, 0, 0.0f, 1, 1, 0, id++);
+
+    /* SwiGLU into codes: tile edges and partial tiles in both dimensions (64-row backward and 128-row
+     * forward tiles), gate and up side by side (ld 2F), the trainers' shapes (SmolLM2's F 1536, a
+     * 1B-wide F 8192 on fewer rows), both formats, every output choice, planted NaN/Inf; then the
+     * shapes and alignments off the fused path (rows or F not multiples of 16, a misaligned input). */
+    id = 0;
+    const int64_t sw[][3] = {{16, 128, 128},   {64, 256, 512},     {272, 1024, 2048}, {1040, 4112, 4112},
+                             {2064, 576, 576}, {512, 1536, 3072}, {256, 8192, 8192}};
+    for (const auto &sh : sw)
+        for (int bwd = 0; bwd < 2; bwd++)
+            for (int o = 0; o < 3; o++) {
+                if (sh[0] * sh[1] > 1000000 && o != OUT_BOTH) continue;
+                run_swiglu(sh[0], sh[1], sh[2], bwd, (enum fp8_format)((id + bwd) % 2), (enum outputs)o, (id % 3) == 1,
+                           0, 1, id);
+                id++;
+            }
+    run_swiglu(17, 128, 128, 1, FP8_E5M2, OUT_BOTH, 0, 0, 0, id++);  /* rows off 16 */
+    run_swiglu(32, 120, 120, 0, FP8_E4M3, OUT_BOTH, 0, 0, 0, id++);  /* F off 16 */
+    run_swiglu(64, 256, 256, 1, FP8_E4M3, OUT_Q, 1, 1, 0, id++);     /* misaligned */
 
     id = 0;
     const int lens[] = {1, 3, 16, 1000, 1024, 4096};
