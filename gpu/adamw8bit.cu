@@ -10,7 +10,9 @@
  * launch, which a step of 113 tensors paid 113 times):
  *   map1, map2   the maps, for the dequantization map[q] · absmax;
  *   eyt1, eyt2   the 255 encode thresholds of each map in Eytzinger (BFS) order, [1..255];
- *   sign1        the sign bits of map1 (the code nudge), 8 words.
+ *   sign1        the sign bits of map1 (the code nudge), 8 words; where they are exactly the
+ *                codes below their count zneg (an ascending map; each CTA checks), the fast
+ *                path's nudge compares the code with zneg instead of reading them.
  * Encode (QUANT8_CUDA): for an ascending map, bitsandbytes' dQuantize<0> binary search and
  * midpoint rule return exactly the number of thresholds t_c ≤ x (ref/quant8.h
  * quant8_cuda_threshold: t_c = mid_c for odd c, the next float above mid_c for even c; NaN counts
@@ -22,8 +24,12 @@
  * the pairs (t_c, t_c+1); the code is then c0 + (x ≥ t_c0) + (x ≥ t_c0+1), and m/absmax1, v/absmax2
  * become q = m·y, q + (m − absmax·q)·y with y = RN(1/absmax) per block (= the IEEE quotient, or
  * both below every threshold). A block takes this path when both maxima lie in [2^−70, 2^100] and
- * the CTA's checks of the maps held (thresholds ascending, ≤ 2 per bucket, none near 0); else
- * the tree and IEEE division. About 39 instead of 88 instructions per element for the two codes.
+ * the CTA's checks of the maps held (thresholds ascending, ≤ 2 per bucket, none near 0, map1's
+ * sign bits a prefix); else the tree and IEEE division. There each quotient lies in [−1, 1] or is
+ * NaN, so the count is count_by_table_unit's (encode.h): NaN → −2 by one clamp, the magnitude
+ * raised to 2^−23 by a float maximum, the entry's shared address one multiply-add and one shifted
+ * add, the two compares two masks subtracted: 14 instructions a code with the division (21 with
+ * count_by_table). The codes are packed by byte permutes.
  * Vector loads need p and grad 16-byte aligned (grad_bf16 8-byte), copy 8-byte and q1, q2 4-byte
  * aligned; otherwise (and for a short last block) the same lanes take scalar, bounds-checked
  * loads. Every fp32 operation is written with __f*_rn so that nvcc cannot contract it, and the
@@ -40,8 +46,12 @@
  * element against ~131 warp instructions per 32 elements (ncu, a 16.8M-element tensor: 68.5M
  * instructions; the two IEEE operations of the update and the two table encodes are most of them):
  * 80% of copy (240 G elements/s) would need 94% of the H100's ~1.05e12 warp-instruction issue slots
- * a second (132 SMs × 4 schedulers × 1.98 GHz); it runs at ~190 G elements/s, 63% of copy, 65% of
- * the slots issued (docs/RESULTS.md, 2026-11-28, fourth session).
+ * a second (132 SMs × 4 schedulers × 1.98 GHz); it ran at ~190 G elements/s, 63% of copy, 65% of
+ * the slots issued (docs/RESULTS.md, 2026-11-28, fourth session). One iteration of the main loop
+ * (a full block, the table encode, the fast IEEE paths, weight decay on) then executed 1028 SASS
+ * instructions (sm_90a, bf16 weights and gradients: 128.5 an element; stochastic rounding 1195);
+ * with the encode above, the zneg nudge, the byte-permute packing and one bf16 gradient layout for
+ * both load paths it executes 904 (113.0; stochastic rounding 1068), 80 registers.
  *
  * Test and benchmark: bazel test --config=gpu //tests/parity:adamw8bit_parity
  *                     (binary) adamw8bit_parity --bench
@@ -129,23 +139,18 @@ __device__ __forceinline__ unsigned encode_count(unsigned e, float x) {
 
 /* A bf16 gradient is loaded as its bits (load_block) and widened when its block's turn comes
  * (widen_grads), not at the load: an operation on the prefetched registers there would wait for the
- * load and undo the prefetch. As loaded, slot 4h + k holds the bits of element 128h + 4·lane + k;
- * after a vector load, slots 4h and 4h + 1 hold the two words of elements 128h + 4·lane + 0..3
- * (k = 0, 1 in slot 4h, k = 2, 3 in slot 4h + 1, the lower k in the low half). Widening is
- * ref/bf16.h's bf16_to_float (the bits shifted up): exact. */
+ * load and undo the prefetch. As loaded (either load path), slots 4h and 4h + 1 hold the two words of
+ * elements 128h + 4·lane + 0..3 (k = 0, 1 in slot 4h, k = 2, 3 in slot 4h + 1, the lower k in the low
+ * half; a missing element's half 0). Widening is ref/bf16.h's bf16_to_float (the bits shifted up):
+ * exact. */
 template <bool kBf16>
-__device__ __forceinline__ void widen_grads(float (&g)[8], bool vector_loaded) {
+__device__ __forceinline__ void widen_grads(float (&g)[8]) {
     if constexpr (kBf16) {
-        if (vector_loaded) {
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const uint32_t x = __float_as_uint(g[4 * h]), y = __float_as_uint(g[4 * h + 1]);
-                g[4 * h] = __uint_as_float(x << 16), g[4 * h + 1] = __uint_as_float(x & 0xFFFF0000u);
-                g[4 * h + 2] = __uint_as_float(y << 16), g[4 * h + 3] = __uint_as_float(y & 0xFFFF0000u);
-            }
-        } else {
-#pragma unroll
-            for (int j = 0; j < 8; j++) g[j] = __uint_as_float(__float_as_uint(g[j]) << 16);
+        for (int h = 0; h < 2; h++) {
+            const uint32_t x = __float_as_uint(g[4 * h]), y = __float_as_uint(g[4 * h + 1]);
+            g[4 * h] = __uint_as_float(x << 16), g[4 * h + 1] = __uint_as_float(x & 0xFFFF0000u);
+            g[4 * h + 2] = __uint_as_float(y << 16), g[4 * h + 3] = __uint_as_float(y & 0xFFFF0000u);
         }
     }
 }
@@ -206,14 +211,17 @@ __device__ __forceinline__ void load_block(const gpu_adamw8bit_tensor &t, int64_
         return;
     }
 #pragma unroll
+    for (int j = 0; j < 8; j++) g[j] = p[j] = 0.0f;
+#pragma unroll
     for (int h = 0; h < 2; h++) {
         q1w[h] = q2w[h] = 0u;
 #pragma unroll
         for (int k = 0; k < 4; k++) {
             const int64_t i = base + 128 * h + 4 * lane + k;
-            g[4 * h + k] = p[4 * h + k] = 0.0f;
             if (i < t.n) {
-                if constexpr (kBf16) g[4 * h + k] = __uint_as_float((uint32_t)t.grad_bf16[i]); /* widen_grads */
+                if constexpr (kBf16) /* the vector load's layout (widen_grads) */
+                    g[4 * h + (k >> 1)] = __uint_as_float(__float_as_uint(g[4 * h + (k >> 1)]) |
+                                                          (uint32_t)t.grad_bf16[i] << (16 * (k & 1)));
                 else g[4 * h + k] = t.grad[i];
                 p[4 * h + k] = has_p<kForm>(t) ? t.p[i] : pair_join(t.copy[i], pair_lo(lo_of<kForm>(t), i));
                 q1w[h] |= (uint32_t)t.q1[i] << (8 * k);
@@ -310,6 +318,42 @@ __device__ __forceinline__ void decode_slot(const scalars &s, float gs, const fl
     w2 = fmaxf(w2, fabsf(v[j]));
 }
 
+/* enc::count_by_table_unit(c0, tp, x) with c0 and tp given as 32-bit shared-memory addresses (smem_addr):
+ * c0 + entry_unit(x) formed as (c0 − kLo >> kShift + sign·kBuckets) + (mag's bits >> kShift), the
+ * first sum one multiply-add (in PTX: nvcc would make the product a mask and the base a third add). */
+__device__ __forceinline__ unsigned count_unit_smem(unsigned c0, unsigned tp, float x) {
+    const float xc = x >= -2.0f ? x : -2.0f;
+    const float mag = fmaxf(fabsf(xc), enc::kLoF);
+    unsigned side, c;
+    asm("mad.lo.u32 %0, %1, %2, %3;"
+        : "=r"(side)
+        : "r"(__float_as_uint(xc) >> 31), "n"(enc::kBuckets), "r"(c0 - (enc::kLo >> enc::kShift)));
+    float lo, hi;
+    asm("ld.shared.u8 %0, [%1];" : "=r"(c) : "r"(side + (__float_as_uint(mag) >> enc::kShift)));
+    asm("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(lo), "=f"(hi) : "r"(tp + 8u * c));
+    return c - enc::ge_mask(x, lo) - enc::ge_mask(x, hi);
+}
+
+/* The code nudge (ref/adamw8bit.c): a code c whose map value's sign bit differs from m's moves one
+ * step towards m's side (up for m > 0, else down; the store keeps the low byte). nudge_bits reads
+ * the sign bits of the map (sign1, 8 words); nudge_prefix is the same where those bits are exactly
+ * the codes below zneg (an ascending map: the CTA checks it, sign_prefix). */
+__device__ __forceinline__ unsigned nudge_bits(const unsigned *sign1, unsigned c, float m) {
+    const bool neg_code = (sign1[c >> 5] >> (c & 31)) & 1u;
+    return neg_code != (signbit(m) != 0) ? (m > 0.0f ? c + 1u : c - 1u) : c;
+}
+__device__ __forceinline__ unsigned nudge_prefix(unsigned c, float m, unsigned zneg) {
+    return (c < zneg) != (signbit(m) != 0) ? (m > 0.0f ? c + 1u : c - 1u) : c;
+}
+
+/* Slot j's code (its low byte) into byte j & 3 of word j >> 2. */
+__device__ __forceinline__ void pack_codes(const unsigned (&c)[8], uint32_t (&o)[2]) {
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+        o[h] = __byte_perm(__byte_perm(c[4 * h], c[4 * h + 1], 0x0040), __byte_perm(c[4 * h + 2], c[4 * h + 3], 0x0040),
+                           0x5410);
+}
+
 /* Two masters rounded to bf16 (RNE, subnormals kept, every NaN 0x7FC0), packed with a in the low
  * half: master_pair_split_bits's high halves, by the hardware conversion and a NaN fix. */
 __device__ __forceinline__ unsigned bf16x2_of(float a, float b) {
@@ -333,11 +377,20 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) adamw8bit_warp_step(gpu_
         build_tables(T, t.map1, t.map2);
     }
     const float *const map1 = T.map1, *const map2 = T.map2;
-    const uint8_t *const tab1 = T.tab1, *const tab2 = T.tab2;
-    const enc::pair *const tp1 = T.tp1, *const tp2 = T.tp2;
     const unsigned *const sign1 = T.sign1;
-    const bool use_table = T.bad == 0;
+    /* zneg: the number of map1's sign bits; sign_prefix: they are exactly the codes below zneg */
+    unsigned zneg = 0u;
+#pragma unroll
+    for (int w = 0; w < kWarps; w++) zneg += __popc(sign1[w]);
+    bool sign_prefix = true;
+#pragma unroll
+    for (int w = 0; w < kWarps; w++) {
+        const unsigned below = zneg > 32u * w ? zneg - 32u * w : 0u; /* codes of word w below zneg */
+        sign_prefix = sign_prefix && sign1[w] == (below >= 32u ? ~0u : (1u << below) - 1u);
+    }
+    const bool use_table = T.bad == 0 && sign_prefix;
     const unsigned e1 = smem_addr(T.eyt1), e2 = smem_addr(T.eyt2);
+    const unsigned b1 = smem_addr(T.tab1), b2 = smem_addr(T.tab2), t1 = smem_addr(T.tp1), t2 = smem_addr(T.tp2);
 
     const int64_t nblocks = (t.n + kBlock - 1) / kBlock, stride = (int64_t)gridDim.x * kWarps;
     int64_t blk = (int64_t)blockIdx.x * kWarps + (tid >> 5);
@@ -351,7 +404,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) adamw8bit_warp_step(gpu_
     for (;;) {
         const int64_t base = blk * kBlock, next = blk + stride;
         const bool full = base + kBlock <= t.n;
-        widen_grads<kBf16>(g, kVec && full); /* load_block took the vector path iff kVec && full */
+        widen_grads<kBf16>(g);
         float gn[8], pn[8];
         uint32_t q1n[2], q2n[2];
         float a1n = 0.0f, a2n = 0.0f;
@@ -378,7 +431,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) adamw8bit_warp_step(gpu_
             t.absmax1[blk] = w1;
             t.absmax2[blk] = w2;
         }
-        uint32_t o1[2] = {0u, 0u}, o2[2] = {0u, 0u};
 #pragma unroll
         for (int j = 0; j < 8; j++) {
             float pj = __fadd_rn(p[j], __fmul_rn(s.step_size, __fdiv_rn(m[j], __fadd_rn(__fsqrt_rn(v[j]), s.c2_eps))));
@@ -387,28 +439,26 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) adamw8bit_warp_step(gpu_
         }
         /* the codes: by the bucket table and the short division where they are exact (uniform over
          * the warp), else by the tree and IEEE division */
-        unsigned c1s[8], c2s[8];
+        uint32_t o1[2], o2[2];
         if (use_table && w1 >= enc::kDivLo && w1 <= enc::kDivHi && w2 >= enc::kDivLo && w2 <= enc::kDivHi) {
             const float y1 = __frcp_rn(w1), y2 = __frcp_rn(w2);
+            unsigned c1s[8], c2s[8];
 #pragma unroll
             for (int j = 0; j < 8; j++) {
-                c1s[j] = enc::count_by_table(tab1, tp1, enc::div_by_recip(m[j], w1, y1));
-                c2s[j] = enc::count_by_table(tab2, tp2, enc::div_by_recip(v[j], w2, y2));
+                c1s[j] = nudge_prefix(count_unit_smem(b1, t1, enc::div_by_recip(m[j], w1, y1)), m[j], zneg);
+                c2s[j] = count_unit_smem(b2, t2, enc::div_by_recip(v[j], w2, y2));
             }
+            pack_codes(c1s, o1);
+            pack_codes(c2s, o2);
         } else {
+            unsigned c1s[8], c2s[8];
 #pragma unroll
             for (int j = 0; j < 8; j++) {
-                c1s[j] = encode_count(e1, __fdiv_rn(m[j], w1));
+                c1s[j] = nudge_bits(sign1, encode_count(e1, __fdiv_rn(m[j], w1)), m[j]);
                 c2s[j] = encode_count(e2, __fdiv_rn(v[j], w2));
             }
-        }
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            unsigned c1 = c1s[j];
-            const bool neg_code = (sign1[c1 >> 5] >> (c1 & 31)) & 1u;
-            if (neg_code != (signbit(m[j]) != 0)) c1 = m[j] > 0.0f ? c1 + 1u : c1 - 1u;
-            o1[j >> 2] |= (c1 & 0xffu) << (8 * (j & 3));
-            o2[j >> 2] |= c2s[j] << (8 * (j & 3));
+            pack_codes(c1s, o1);
+            pack_codes(c2s, o2);
         }
         if (kVec && full) {
 #pragma unroll

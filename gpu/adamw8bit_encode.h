@@ -113,6 +113,36 @@ A8E_HD unsigned count_by_table(const uint8_t *c0, const pair *tp, float x) {
     return c + (xc >= t.lo ? 1u : 0u) + (xc >= t.hi ? 1u : 0u);
 }
 
+/* The entry of x in [−2, 2] or a NaN, = entry(clamp2(x)) there (the kernel's quotients: RN(a/w) with
+ * |a| ≤ w, or NaN): NaN → −2 by the lower clamp alone; the magnitude raised to kLo by a float maximum
+ * (on |x| the order of the bits, and fmaxf's NaN rule never applies); the bucket (bits >> kShift) −
+ * (kLo >> kShift) (kLo a multiple of 2^kShift). */
+constexpr float kLoF = 0x1p-23f; /* float_of(kLo) */
+A8E_HD uint32_t entry_unit(float x) {
+    const float xc = x >= -2.0f ? x : -2.0f;
+    const float mag = fmaxf(fabsf(xc), kLoF);
+    return (bits_of(mag) >> kShift) - (kLo >> kShift) + (bits_of(xc) >> 31) * (uint32_t)kBuckets;
+}
+
+/* ~0u if x ≥ t, else 0 (NaN: 0). */
+A8E_HD uint32_t ge_mask(float x, float t) {
+#if defined(__CUDA_ARCH__)
+    uint32_t r;
+    asm("set.ge.u32.f32 %0, %1, %2;" : "=r"(r) : "f"(x), "f"(t));
+    return r;
+#else
+    return x >= t ? ~0u : 0u;
+#endif
+}
+
+/* count(x) for x in [−2, 2] or a NaN, = count_by_table(c0, tp, x) there: the entry by entry_unit,
+ * the two compares as masks subtracted (x itself compared: a NaN compares false, as −2 would). */
+A8E_HD unsigned count_by_table_unit(const uint8_t *c0, const pair *tp, float x) {
+    const unsigned c = c0[entry_unit(x)];
+    const pair t = tp[c];
+    return c - ge_mask(x, t.lo) - ge_mask(x, t.hi);
+}
+
 /* RN(a / w) by the reciprocal y = RN(1/w) (header comment for where it holds). */
 A8E_HD float div_by_recip(float a, float w, float y) {
 #if defined(__CUDA_ARCH__)

@@ -8,7 +8,10 @@
  *      and midpoint ± 3 ulp, each entry's first and last value ± 2 ulp, ±0, ±Inf, NaNs, ±FLT_MIN;
  *   3. div_by_recip(a, w, RN(1/w)) = a / w bit for bit when |a/w| ≥ 2^−30, and below that gives
  *      the same code as a / w, for random w in [2^−70, 2^100] (log-uniform and powers of two) and
- *      a = ±w·u, u log-uniform in [2^−160, 1] and u = 1, plus ±0 and NaN.
+ *      a = ±w·u, u log-uniform in [2^−160, 1] and u = 1, plus ±0 and NaN; each quotient lies in
+ *      [−1, 1] or is NaN, and count_by_table_unit gives it count_by_table's code;
+ *   4. entry_unit(x) = entry(clamp2(x)) on every fp32 x in [−2, 2] and every NaN (all 2^32 patterns
+ *      looked at), and count_by_table_unit = count_by_table on the points of 2. that lie there.
  *
  *   bazel test //tests/parity:adamw8bit_encode_test       (replay: --test_arg=--seed=N)
  */
@@ -102,6 +105,46 @@ static void check_encode(const table *t, int sgn) {
            sgn, bad, checked, (double)first_x, got0, want0);
 }
 
+/* entry_unit against entry(clamp2(x)) on all of its domain ([−2, 2] and the NaNs). */
+static void check_entry_unit(void) {
+    long bad = 0, checked = 0;
+    uint32_t first = 0;
+    for (uint64_t b = 0; b < ((uint64_t)1 << 32); b++) {
+        const float x = float_of((uint32_t)b);
+        if (!(isnan(x) || fabsf(x) <= 2.0f)) continue;
+        if (entry_unit(x) != entry(clamp2(x)) && bad++ == 0) first = (uint32_t)b;
+        checked++;
+    }
+    EXPECT(bad == 0 && checked > (1L << 31), "entry_unit: %ld of %ld differ from entry(clamp2(x)), first bits 0x%08x",
+           bad, checked, first);
+}
+
+/* count_by_table_unit against count_by_table on the encode points of [−2, 2] and NaNs. */
+static void check_count_unit(const table *t, int sgn) {
+    long bad = 0, checked = 0;
+    float first_x = 0;
+    auto one = [&](float x) {
+        if (!(isnan(x) || fabsf(x) <= 2.0f)) return;
+        if (count_by_table_unit(t->c0, t->tp, x) != count_by_table(t->c0, t->tp, x) && bad++ == 0) first_x = x;
+        checked++;
+    };
+    for (uint64_t b = 0; b < ((uint64_t)1 << 32); b += 64) one(float_of((uint32_t)b ^ (uint32_t)(b >> 11)));
+    for (int c = 0; c < 255; c++) {
+        float x = t->tp[c].lo;
+        for (int s = 0; s < 3; s++) x = nextafterf(x, -INFINITY);
+        for (int s = 0; s < 7; s++, x = nextafterf(x, INFINITY)) one(x);
+    }
+    for (uint32_t e = 0; e < (uint32_t)kEntries; e++)
+        for (float x0 : {entry_lowest(e), entry_highest(e)}) {
+            float x = nextafterf(nextafterf(x0, -INFINITY), -INFINITY);
+            for (int s = 0; s < 5; s++, x = nextafterf(x, INFINITY)) one(x);
+        }
+    for (float x : {0.0f, -0.0f, NAN, -NAN, 1.0f, -1.0f, FLT_MIN, -FLT_MIN, 2.0f, -2.0f, 0x1p-149f, -0x1p-149f}) one(x);
+    one(float_of(0x7fffffffu)), one(float_of(0xffffffffu)), one(float_of(0x7f800001u)), one(float_of(0xffc00001u));
+    EXPECT(bad == 0, "count_by_table_unit = count_by_table (signed=%d): %ld of %ld differ, first x=%a", sgn, bad,
+           checked, (double)first_x);
+}
+
 static void check_division(const table *ts, uint64_t seed) {
     struct rng r;
     rng_init(&r, seed);
@@ -114,9 +157,11 @@ static void check_division(const table *ts, uint64_t seed) {
         if (isnan(ref)) ok = isnan(q);
         else if (fabsf(ref) >= 0x1p-30f) ok = bits_of(q) == bits_of(ref), exact++;
         else ok = fabsf(q) < kTiny;
+        ok = ok && (isnan(q) || fabsf(q) <= 1.0f);
         for (int s = 0; s < 2; s++)
             ok = ok && quant8_encode(ts[s].map, q, QUANT8_CUDA) == quant8_encode(ts[s].map, ref, QUANT8_CUDA) &&
-                 count_by_table(ts[s].c0, ts[s].tp, q) == quant8_encode(ts[s].map, ref, QUANT8_CUDA);
+                 count_by_table(ts[s].c0, ts[s].tp, q) == quant8_encode(ts[s].map, ref, QUANT8_CUDA) &&
+                 count_by_table_unit(ts[s].c0, ts[s].tp, q) == count_by_table(ts[s].c0, ts[s].tp, q);
         if (!ok && bad++ == 0) fa = a, fw = w;
         checked++;
     };
@@ -142,7 +187,9 @@ int main(int argc, char **argv) {
         build(&ts[sgn], sgn);
         check_table(&ts[sgn], sgn);
         check_encode(&ts[sgn], sgn);
+        check_count_unit(&ts[sgn], sgn);
     }
+    check_entry_unit();
     check_division(ts, seed);
     return test_finish("adamw8bit_encode_test");
 }
