@@ -1,4 +1,4 @@
-/* fp8.cu — FP8 amax, scaling recipes, cast + transpose and block quantization (gpu/fp8.h).
+/* fp8.cu — FP8 amax, scaling recipes, cast + transpose, block quantization, and SwiGLU cast in the same pass (gpu/fp8.h).
  *
  * Strategy: every cast is one pass over a tile of TR rows × 128 columns of x per thread block
  * (2·TR threads; TR = 128, or 64 / 32 for per-tensor casts and 1×128 without the transposed copy
