@@ -363,7 +363,8 @@ __global__ void __launch_bounds__(2 * TR, 512 / TR) cast_tile(tile_params p) {
  * store_bf16) instead of loading them, then codes, statistics and the transposed copy exactly as
  * cast_tile<MODE_TENSOR_DELAYED, true, TR, TRANS> forms them from those values. The backward's
  * two outputs (dg, du; each its own scale and records) share the tile: 64 rows, 4 items a thread,
- * half the threads transposing each output; the forward's one output has 128-row tiles. */
+ * half the threads transposing each output; the forward's one output has 128-row tiles, and may
+ * also store its bf16 values (h: where an adapter or the backward reads the MLP input). */
 struct swiglu_out {
     uint8_t *q, *q_t;
     const float *scale;
@@ -374,6 +375,7 @@ struct swiglu_out {
 
 struct swiglu_params {
     const uint16_t *g, *u, *dh; /* g, u at row stride ld_in; dh at cols */
+    uint16_t *h;                /* forward: the bf16 values too (row stride cols), or NULL */
     int64_t rows, cols, ld_in;
     swiglu_out out[2];
     unsigned long long *saturated;
@@ -445,6 +447,8 @@ __global__ void __launch_bounds__(kThreads, 3) swiglu_cast_tile(swiglu_params p)
 #pragma unroll
             for (int o = 0; o < NOUT; o++) w[o][j] = bf16_pair_bits(v[o][0], v[o][1]);
         }
+        if (!BWD && p.h && gr < rows && gc < cols)
+            *reinterpret_cast<uint4 *>(p.h + gr * cols + gc) = make_uint4(w[0][0], w[0][1], w[0][2], w[0][3]);
 #pragma unroll
         for (int o = 0; o < NOUT; o++) {
             const swiglu_out &out = p.out[o];
@@ -719,15 +723,16 @@ void gpu_fp8_block_quantize_bf16(uint8_t *q, float *s_inv, uint8_t *q_t, float *
 
 /* The fast path's shape (else 0: the caller takes SwiGLU and the cast apart): rows and F multiples of
  * 16, ld_in of 8, every pointer 16-byte aligned, delayed scaling. */
-static int swiglu_fp8_launch(bool bwd, const struct gpu_fp8_out *const *outs, const uint16_t *dh, const uint16_t *g,
-                             const uint16_t *u, int64_t rows, int64_t F, int64_t ld_in, unsigned long long *saturated,
-                             cudaStream_t stream) {
+static int swiglu_fp8_launch(bool bwd, const struct gpu_fp8_out *const *outs, uint16_t *h, const uint16_t *dh,
+                             const uint16_t *g, const uint16_t *u, int64_t rows, int64_t F, int64_t ld_in,
+                             unsigned long long *saturated, cudaStream_t stream) {
     CHECK(rows >= 1 && F >= 1 && ld_in >= F && g && u && (!bwd || dh), "fp8 swiglu: rows=%lld F=%lld ld_in=%lld",
           (long long)rows, (long long)F, (long long)ld_in);
     const int nout = bwd ? 2 : 1;
     swiglu_params p;
     memset(&p, 0, sizeof p);
-    bool vec = rows % 16 == 0 && F % 16 == 0 && ld_in % 8 == 0 && aligned16(g) && aligned16(u) && aligned16(dh);
+    bool vec = rows % 16 == 0 && F % 16 == 0 && ld_in % 8 == 0 && aligned16(g) && aligned16(u) && aligned16(dh) &&
+               aligned16(h);
     bool trans = false;
     for (int o = 0; o < nout; o++) {
         const gpu_fp8_out *x = outs[o];
@@ -738,7 +743,7 @@ static int swiglu_fp8_launch(bool bwd, const struct gpu_fp8_out *const *outs, co
         p.out[o] = {x->q, x->q_t, x->s->scale, x->s->amax, x->flags, interp(x->s->format)};
     }
     if (!vec) return 0;
-    p.g = g, p.u = u, p.dh = dh, p.rows = rows, p.cols = F, p.ld_in = ld_in, p.saturated = saturated;
+    p.g = g, p.u = u, p.dh = dh, p.h = h, p.rows = rows, p.cols = F, p.ld_in = ld_in, p.saturated = saturated;
     const int64_t tr = kTile / nout;
     CHECK((rows + tr - 1) / tr <= 65535, "fp8 swiglu: rows=%lld beyond the grid's y limit", (long long)rows);
     const dim3 grid((unsigned)((F + kTile - 1) / kTile), (unsigned)((rows + tr - 1) / tr));
@@ -752,17 +757,17 @@ static int swiglu_fp8_launch(bool bwd, const struct gpu_fp8_out *const *outs, co
     return 1;
 }
 
-int gpu_fp8_swiglu_forward(const struct gpu_fp8_out *h, const uint16_t *g, const uint16_t *u, int64_t rows, int64_t F,
-                           int64_t ld_in, unsigned long long *saturated, cudaStream_t stream) {
-    const gpu_fp8_out *outs[1] = {h};
-    return swiglu_fp8_launch(false, outs, nullptr, g, u, rows, F, ld_in, saturated, stream);
+int gpu_fp8_swiglu_forward(const struct gpu_fp8_out *hq, uint16_t *h, const uint16_t *g, const uint16_t *u, int64_t rows,
+                           int64_t F, int64_t ld_in, unsigned long long *saturated, cudaStream_t stream) {
+    const gpu_fp8_out *outs[1] = {hq};
+    return swiglu_fp8_launch(false, outs, h, nullptr, g, u, rows, F, ld_in, saturated, stream);
 }
 
 int gpu_fp8_swiglu_backward(const struct gpu_fp8_out *dg, const struct gpu_fp8_out *du, const uint16_t *dh,
                             const uint16_t *g, const uint16_t *u, int64_t rows, int64_t F, int64_t ld_in,
                             unsigned long long *saturated, cudaStream_t stream) {
     const gpu_fp8_out *outs[2] = {dg, du};
-    return swiglu_fp8_launch(true, outs, dh, g, u, rows, F, ld_in, saturated, stream);
+    return swiglu_fp8_launch(true, outs, nullptr, dh, g, u, rows, F, ld_in, saturated, stream);
 }
 
 void gpu_fp8_delayed_update(float *history, float *scale, float *scale_inv, int n, int history_len,

@@ -37,8 +37,9 @@
  *                        for the bf16 tensor gpu_swiglu_forward_bf16 / gpu_swiglu_backward_bf16 form
  *                        (their arithmetic, their rounding), under its own DELAYED scaling (struct
  *                        gpu_fp8_out: q and/or q_t, both outputs alike; flags optional); *saturated
- *                        counts every output's clamped codes. Nothing else is written: no bf16 h, dg
- *                        or du. Only the fast path's shapes run (rows and F multiples of 16, ld_in
+ *                        counts every output's clamped codes. Nothing else is written — no bf16 dg or
+ *                        du, and h (row stride F) only when given: the forward's bf16 values too,
+ *                        gpu_swiglu_forward_bf16's bits. Only the fast path's shapes run (rows and F multiples of 16, ld_in
  *                        of 8, every pointer 16-byte aligned, delayed scaling): else 0 is returned
  *                        and nothing is launched (the caller runs SwiGLU and the cast apart).
  * Statistics (each optional: NULL skips it; device; ACCUMULATED across calls): *flags |= ref/fp8.h's
@@ -96,8 +97,8 @@ struct gpu_fp8_out {
     const struct gpu_fp8_scaling *s;
     unsigned *flags;
 };
-int gpu_fp8_swiglu_forward(const struct gpu_fp8_out *h, const uint16_t *g, const uint16_t *u, int64_t rows, int64_t F,
-                           int64_t ld_in, unsigned long long *saturated, cudaStream_t stream);
+int gpu_fp8_swiglu_forward(const struct gpu_fp8_out *hq, uint16_t *h, const uint16_t *g, const uint16_t *u, int64_t rows,
+                           int64_t F, int64_t ld_in, unsigned long long *saturated, cudaStream_t stream);
 int gpu_fp8_swiglu_backward(const struct gpu_fp8_out *dg, const struct gpu_fp8_out *du, const uint16_t *dh,
                             const uint16_t *g, const uint16_t *u, int64_t rows, int64_t F, int64_t ld_in,
                             unsigned long long *saturated, cudaStream_t stream);

@@ -663,10 +663,10 @@ void mlp_forward(gpu_llama *m, int l, gl_span sp, int train, uint64_t micro, int
     fp8_input(m, l, LLAMA_GATE, n2, m->cfg.C, sp); /* one quantization for gate, up */
     uint16_t *const gate_up[2] = {a.gate, a.up};
     group_forward(m, l, GL_GROUP_GATE_UP, gate_up, n2, m->ld_n2, train, micro, sp);
-    bool coded = false; /* down's input codes from SwiGLU's pass itself, no bf16 input (FP8, kept codes) */
+    bool coded = false; /* down's input codes from SwiGLU's pass itself (FP8, delayed scaling) */
     {
         PROF(m, PROF_SWIGLU);
-        coded = down && m->fp8.on && gl_fp8_swiglu_forward(m, l, a.gate, a.up, (int)m->ld_gu, sp.n);
+        coded = down && m->fp8.on && gl_fp8_swiglu_forward(m, l, a.gate, a.up, (int)m->ld_gu, sp.n, a.mlp);
         if (!coded) gpu_swiglu_forward_bf16(a.mlp, a.gate, a.up, sp.n, F, (int)m->ld_gu, m->stream);
     }
     if (!down) {

@@ -232,14 +232,18 @@ void gl_fp8_input_t(gpu_llama *m, int l, int first, const uint16_t *x, int ci, i
              ci, 0, block && F.recording == FP8_RECORD, fresh);
 }
 
-bool gl_fp8_swiglu_forward(gpu_llama *m, int l, const uint16_t *g, const uint16_t *u, int ld_gu, int rows) {
+bool gl_fp8_swiglu_forward(gpu_llama *m, int l, const uint16_t *g, const uint16_t *u, int ld_gu, int rows,
+                           uint16_t *h) {
     gl_fp8 &F = m->fp8;
-    if (!gl_fp8_inputs_kept(&m->opt) || rule_of(m, FP8_ROLE_X) != FP8_RULE_GIVEN) return false;
+    if (rule_of(m, FP8_ROLE_X) != FP8_RULE_GIVEN) return false;
     const int rec = F.recording == FP8_RECORD, row = row_of(m, FP8_ROLE_X, l, LLAMA_DOWN);
+    const bool kept = gl_fp8_inputs_kept(&m->opt); /* x̂ᵀ kept, nothing reads the bf16 input */
     const gpu_fp8_scaling sc = {FP8_E4M3, GPU_FP8_DELAYED, &F.scale[row], F.sinv16 + 4 * (int64_t)row,
                                 rec ? F.history + (int64_t)row * F.history_len : F.discard, 0.0f, 0};
-    const gpu_fp8_out out = {F.xq, rec ? m->acts[l].xt8[LLAMA_DOWN] : nullptr, &sc, rec ? &F.flags[row] : nullptr};
-    return gpu_fp8_swiglu_forward(&out, g, u, rows, m->cfg.F, ld_gu, rec ? F.saturated : nullptr, m->stream);
+    const gpu_fp8_out out = {F.xq, kept && rec ? m->acts[l].xt8[LLAMA_DOWN] : nullptr, &sc,
+                             rec ? &F.flags[row] : nullptr};
+    return gpu_fp8_swiglu_forward(&out, kept ? nullptr : h, g, u, rows, m->cfg.F, ld_gu, rec ? F.saturated : nullptr,
+                                  m->stream);
 }
 
 bool gl_fp8_swiglu_backward(gpu_llama *m, int l, const uint16_t *dh, const uint16_t *g, const uint16_t *u, int ld_gu,

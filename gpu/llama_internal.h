@@ -369,12 +369,14 @@ enum gl_fp8_need { GL_FP8_W = 1, GL_FP8_WT = 2, GL_FP8_W_QKV = 4 };
  * element's code depends on the row's scale or the recipe's given one, not on the chunking). */
 /* The forward quantization of x (rows, ci), the input of linear `first` and of those sharing it. */
 void gl_fp8_input(gpu_llama *m, int l, int first, const uint16_t *x, int ci, int rows, int fresh);
-/* SwiGLU's forward straight into down's input codes (gl_fp8_input's, x̂ᵀ kept; no bf16 MLP input),
- * and its backward straight into gate's and up's dŷ codes (gl_fp8_grad's; gate_up_ready) — with
- * gpu/fp8.h's fused passes, the same codes and records as SwiGLU's bf16 pass and the casts. False
- * (nothing done) where they do not apply: the forward needs gl_fp8_inputs_kept, both delayed
- * scaling (full fine-tuning) and the fused passes' shapes. g and u at row stride ld_gu. */
-bool gl_fp8_swiglu_forward(gpu_llama *m, int l, const uint16_t *g, const uint16_t *u, int ld_gu, int rows);
+/* SwiGLU's forward straight into down's input codes (gl_fp8_input's: with gl_fp8_inputs_kept x̂ᵀ
+ * too and no bf16 MLP input, else the bf16 input into h as well), and its backward straight into
+ * gate's and up's dŷ codes (gl_fp8_grad's; gate_up_ready) — with gpu/fp8.h's fused passes, the same
+ * codes, records and bf16 values as SwiGLU's bf16 pass and the casts. False (nothing done) where
+ * they do not apply: both need delayed scaling and the fused passes' shapes, the backward full
+ * fine-tuning. g and u at row stride ld_gu. */
+bool gl_fp8_swiglu_forward(gpu_llama *m, int l, const uint16_t *g, const uint16_t *u, int ld_gu, int rows,
+                           uint16_t *h);
 bool gl_fp8_swiglu_backward(gpu_llama *m, int l, const uint16_t *dh, const uint16_t *g, const uint16_t *u, int ld_gu,
                             int rows);
 /* The weight gradient's x̂ᵀ of the same input (full fine-tuning, before the group's backward). */

@@ -277,7 +277,7 @@ static void run_cast(int64_t rows, int64_t cols, enum fp8_format f, enum gpu_fp8
  * each output's data asks for, so its largest values saturate. fast 0: a shape or alignment off
  * the fused path, which must return 0 and write nothing. */
 static void run_swiglu(int64_t rows, int64_t F, int64_t ld_in, int bwd, enum fp8_format f, enum outputs outs,
-                       int special, int misalign, int fast, int id) {
+                       int special, int misalign, int fast, int with_h, int id) {
     const uint64_t seed = g_seed * 104729u + 5000u + (uint64_t)id;
     const int nout = bwd ? 2 : 1;
     const int64_t n = rows * F;
@@ -287,11 +287,11 @@ static void run_swiglu(int64_t rows, int64_t F, int64_t ld_in, int bwd, enum fp8
         for (int64_t c = F; c < ld_in; c++) g[(size_t)(r * ld_in + c)] = u[(size_t)(r * ld_in + c)] = 0x7FC0;
     if (special) g[(size_t)((rows / 3) * ld_in + F / 2)] = 0x7F80, g[(size_t)(rows * ld_in - ld_in)] = 0x7FC0;
     char shape[160];
-    snprintf(shape, sizeof shape, "%s %lldx%lld ld %lld %s %s%s%s", bwd ? "backward" : "forward", (long long)rows,
+    snprintf(shape, sizeof shape, "%s %lldx%lld ld %lld %s %s%s%s%s", bwd ? "backward" : "forward", (long long)rows,
              (long long)F, (long long)ld_in, fmt_name(f), outs == OUT_BOTH ? "q+q_t" : outs == OUT_Q ? "q" : "q_t",
-             special ? " special" : "", misalign ? " misaligned" : "");
+             with_h ? " +h" : "", special ? " special" : "", misalign ? " misaligned" : "");
     const size_t off = misalign ? 1 : 0;
-    struct dev_buf bg, bu, bdh, bv[2], bq[2], bqt[2];
+    struct dev_buf bg, bu, bdh, bv[2], bq[2], bqt[2], bh;
     auto up = [&](struct dev_buf *b, const char *name, const std::vector<uint16_t> &h) {
         std::vector<uint16_t> img(h.size() + off, 0);
         memcpy(img.data() + off, h.data(), h.size() * 2);
@@ -305,6 +305,7 @@ static void run_swiglu(int64_t rows, int64_t F, int64_t ld_in, int bwd, enum fp8
         dev_buf_alloc(&bq[o], "q", (size_t)n + off, POISON_NONE, nullptr);
         dev_buf_alloc(&bqt[o], "q_t", (size_t)n + off, POISON_NONE, nullptr);
     }
+    dev_buf_alloc(&bh, "h", (size_t)n * 2, POISON_BF16, nullptr); /* the forward's bf16 values, when asked */
     /* the two passes: the bf16 outputs, their amax (for the stale scale), then the cast */
     if (bwd)
         gpu_swiglu_backward_bf16((uint16_t *)bv[0].data, (uint16_t *)bv[1].data, ddh, dg_, du_, (int)rows, (int)F,
@@ -313,6 +314,7 @@ static void run_swiglu(int64_t rows, int64_t F, int64_t ld_in, int bwd, enum fp8
         gpu_swiglu_forward_bf16((uint16_t *)bv[0].data, dg_, du_, (int)rows, (int)F, (int)ld_in, g_stream);
     float scale[2], amax0[2];
     std::vector<uint8_t> wq[2], wqt[2];
+    std::vector<uint16_t> want_h((size_t)n);
     float want_amax[2];
     unsigned want_flags[2];
     unsigned long long want_sat = 0;
@@ -320,6 +322,7 @@ static void run_swiglu(int64_t rows, int64_t F, int64_t ld_in, int bwd, enum fp8
     for (int o = 0; o < nout; o++) {
         std::vector<uint16_t> vb((size_t)n);
         dev_buf_download(&bv[o], vb.data(), 1);
+        if (o == 0) want_h = vb;
         std::vector<float> vf = floats(vb);
         const float am = fp8_amax(vf.data(), n);
         scale[o] = isfinite(am) && am > 0 ? 1.5f * fp8_max(f) / am : 3.0f;
@@ -352,10 +355,25 @@ static void run_swiglu(int64_t rows, int64_t F, int64_t ld_in, int bwd, enum fp8
                       outs == OUT_Q ? nullptr : (uint8_t *)bqt[o].data + off, &s[o], (unsigned *)sc[o].flags.data};
         }
         unsigned long long *sat = (unsigned long long *)sc[0].sat.data;
+        dev_buf_reset(&bh, nullptr);
+        uint16_t *h = with_h ? (uint16_t *)bh.data : nullptr;
         const int ran = bwd ? gpu_fp8_swiglu_backward(&out[0], &out[1], ddh, dg_, du_, rows, F, ld_in, sat, g_stream)
-                            : gpu_fp8_swiglu_forward(&out[0], dg_, du_, rows, F, ld_in, sat, g_stream);
+                            : gpu_fp8_swiglu_forward(&out[0], h, dg_, du_, rows, F, ld_in, sat, g_stream);
         CUDA_CHECK(cudaStreamSynchronize(g_stream));
         EXPECT(ran == fast, "fp8_swiglu %s: returned %d, want %d", shape, ran, fast);
+        {
+            std::vector<uint16_t> got_h((size_t)n);
+            if (with_h && fast) { /* every element written, SwiGLU's forward's bits */
+                dev_buf_download(&bh, got_h.data(), 1);
+                EXPECT(memcmp(got_h.data(), want_h.data(), (size_t)n * 2) == 0, "fp8_swiglu %s: h differs from "
+                       "gpu_swiglu_forward_bf16's", shape);
+            } else { /* not asked for, or off the path: untouched */
+                dev_buf_download(&bh, got_h.data(), 0);
+                bool poisoned = true;
+                for (uint16_t v : got_h) poisoned &= v == POISON_BF16_BITS;
+                EXPECT(poisoned, "fp8_swiglu %s: wrote h though %s", shape, with_h ? "off the fused path" : "NULL");
+            }
+        }
         unsigned long long total_sat = 0;
         for (int o = 0; o < nout; o++) {
             std::vector<uint8_t> gq((size_t)n + off), gqt((size_t)n + off);
@@ -400,7 +418,7 @@ static void run_swiglu(int64_t rows, int64_t F, int64_t ld_in, int bwd, enum fp8
         for (struct dev_buf *b : {&bv[o], &bq[o], &bqt[o]}) dev_buf_free(b);
         sc[o].free_all();
     }
-    for (struct dev_buf *b : {&bg, &bu, &bdh}) dev_buf_free(b);
+    for (struct dev_buf *b : {&bg, &bu, &bdh, &bh}) dev_buf_free(b);
 }
 
 /* ---- block quantization ---- */
@@ -632,7 +650,7 @@ static void swiglu_bench_call(void *vp, cudaStream_t st) {
     struct gpu_fp8_out o0 = {b->codes, b->codes + n, &s, nullptr}, o1 = {b->codes + 2 * n, b->codes + 3 * n, &s, nullptr};
     if (b->fused) {
         const int ran = b->bwd ? gpu_fp8_swiglu_backward(&o0, &o1, b->dh, b->g, b->u, b->R, b->F, b->F, nullptr, st)
-                               : gpu_fp8_swiglu_forward(&o0, b->g, b->u, b->R, b->F, b->F, nullptr, st);
+                               : gpu_fp8_swiglu_forward(&o0, nullptr, b->g, b->u, b->R, b->F, b->F, nullptr, st);
         if (!ran) {
             fprintf(stderr, "fp8_parity bench: the fused SwiGLU did not run\n");
             exit(1);
@@ -813,13 +831,16 @@ int main(int argc, char **argv) {
         for (int bwd = 0; bwd < 2; bwd++)
             for (int o = 0; o < 3; o++) {
                 if (sh[0] * sh[1] > 1000000 && o != OUT_BOTH) continue;
+                /* the forward with its bf16 values too (h) where only q is asked, as the adapter methods run it */
                 run_swiglu(sh[0], sh[1], sh[2], bwd, (enum fp8_format)((id + bwd) % 2), (enum outputs)o, (id % 3) == 1,
-                           0, 1, id);
+                           0, 1, !bwd && o == OUT_Q, id);
                 id++;
             }
-    run_swiglu(17, 128, 128, 1, FP8_E5M2, OUT_BOTH, 0, 0, 0, id++);  /* rows off 16 */
-    run_swiglu(32, 120, 120, 0, FP8_E4M3, OUT_BOTH, 0, 0, 0, id++);  /* F off 16 */
-    run_swiglu(64, 256, 256, 1, FP8_E4M3, OUT_Q, 1, 1, 0, id++);     /* misaligned */
+    run_swiglu(512, 1536, 3072, 0, FP8_E4M3, OUT_BOTH, 1, 0, 1, 1, id++); /* h with both code copies */
+    run_swiglu(17, 128, 128, 1, FP8_E5M2, OUT_BOTH, 0, 0, 0, 0, id++);  /* rows off 16 */
+    run_swiglu(32, 120, 120, 0, FP8_E4M3, OUT_BOTH, 0, 0, 0, 1, id++);  /* F off 16 */
+    run_swiglu(64, 256, 256, 1, FP8_E4M3, OUT_Q, 1, 1, 0, 0, id++);     /* misaligned */
+    run_swiglu(64, 256, 256, 0, FP8_E4M3, OUT_Q, 0, 1, 0, 1, id++);     /* misaligned, h asked */
 
     id = 0;
     const int lens[] = {1, 3, 16, 1000, 1024, 4096};
