@@ -10,6 +10,8 @@
  * launch, which a step of 113 tensors paid 113 times):
  *   map1, map2   the maps, for the dequantization map[q] · absmax;
  *   eyt1, eyt2   the 255 encode thresholds of each map in Eytzinger (BFS) order, [1..255];
+ *   th1, th2,    the fast encode's thresholds and bucket tables (below);
+ *   tab1, tab2
  *   sign1        the sign bits of map1 (the code nudge), 8 words; where they are exactly the
  *                codes below their count zneg (an ascending map; each CTA checks), the fast
  *                path's nudge compares the code with zneg instead of reading them.
@@ -19,17 +21,22 @@
  * none), equal to the search on every fp32 x. The count is a branch-free descent of the
  * Eytzinger tree: 8 × (load, compare, select, add); the top levels are broadcasts and the levels
  * of ≤ 32 nodes are conflict-free, where the search's pivots 127 ± 64 ± … share one bank.
- * Fast encode (gpu/adamw8bit_encode.h, tested on the CPU): each CTA also builds a byte table of
- * the count at the bottom of 1537 buckets per sign of [−2, 2] (bits of |x| above 2^−23, >> 17) and
- * the pairs (t_c, t_c+1); the code is then c0 + (x ≥ t_c0) + (x ≥ t_c0+1), and m/absmax1, v/absmax2
- * become q = m·y, q + (m − absmax·q)·y with y = RN(1/absmax) per block (= the IEEE quotient, or
- * both below every threshold). A block takes this path when both maxima lie in [2^−70, 2^100] and
- * the CTA's checks of the maps held (thresholds ascending, ≤ 2 per bucket, none near 0, map1's
- * sign bits a prefix); else the tree and IEEE division. There each quotient lies in [−1, 1] or is
- * NaN, so the count is count_by_table_unit's (encode.h): NaN → −2 by one clamp, the magnitude
- * raised to 2^−23 by a float maximum, the entry's shared address one multiply-add and one shifted
- * add, the two compares two masks subtracted: 14 instructions a code with the division (21 with
- * count_by_table). The codes are packed by byte permutes.
+ * Fast encode (gpu/adamw8bit_encode.h, tested on the CPU): each CTA also builds, per map, a byte
+ * table (tab1, tab2) of the count at the bottom of each bucket of [−2, 2] (bits of |x| above 2^−23,
+ * >> 17 for map1: 1537 buckets per sign; >> 16 for map2: 3073, where 2^−7-wide buckets near 1
+ * would hold two thresholds) and the thresholds in order (th1, th2); the code is then
+ * c0 + (x ≥ t_c0), and m/absmax1, v/absmax2 become q = m·y, q + (m − absmax·q)·y with
+ * y = RN(1/absmax) per block (= the IEEE quotient, or both below every threshold; y by rcp_fast,
+ * __frcp_rn's own sequence in that range). A block takes this path when both maxima lie in
+ * [2^−70, 2^100] and the CTA's checks of the maps held (thresholds ascending, ≤ 1 per bucket, none
+ * near 0, map1's sign bits a prefix); else the tree and IEEE division. There each quotient lies in
+ * [−1, 1] or is NaN, so the count is count_by_table_unit's (encode.h): NaN → −2 by one clamp, the
+ * magnitude raised to 2^−23 by a float maximum, the entry's shared address one multiply-add and one
+ * shifted add, the compare one mask subtracted: 11 instructions a code and 3 for the division. The
+ * codes are packed by byte permutes.
+ * Square roots of the update: a thread whose 8 v all lie in [2^−101, FLT_MAX] (one fused
+ * add-and-maximum each and one test) takes ptxas's own fast sequence for __fsqrt_rn there
+ * (sqrt_fast: its range test per value and branch gone), else __fsqrt_rn per value.
  * Vector loads need p and grad 16-byte aligned (grad_bf16 8-byte), copy 8-byte and q1, q2 4-byte
  * aligned; otherwise (and for a short last block) the same lanes take scalar, bounds-checked
  * loads. Every fp32 operation is written with __f*_rn so that nvcc cannot contract it, and the
@@ -48,10 +55,14 @@
  * 80% of copy (240 G elements/s) would need 94% of the H100's ~1.05e12 warp-instruction issue slots
  * a second (132 SMs × 4 schedulers × 1.98 GHz); it ran at ~190 G elements/s, 63% of copy, 65% of
  * the slots issued (docs/RESULTS.md, 2026-11-28, fourth session). One iteration of the main loop
- * (a full block, the table encode, the fast IEEE paths, weight decay on) then executed 1028 SASS
- * instructions (sm_90a, bf16 weights and gradients: 128.5 an element; stochastic rounding 1195);
- * with the encode above, the zneg nudge, the byte-permute packing and one bf16 gradient layout for
- * both load paths it executes 904 (113.0; stochastic rounding 1068), 80 registers.
+ * (a full block, the table encode, the fast IEEE paths, weight decay on, every gradient finite) then
+ * executed 1053 SASS instructions (sm_90a, bf16 weights and gradients: 131.6 an element;
+ * stochastic rounding 1220); with the encode by buckets of ≤ 2 thresholds, the zneg nudge, the
+ * byte-permute packing and one bf16 gradient layout for both load paths 929 (116.1; stochastic
+ * rounding 1093); with buckets of ≤ 1 threshold, sqrt_fast and rcp_fast 857 (107.1; stochastic
+ * rounding 1021; fp32 gradients the same), ≤ 80 registers, 15408 bytes of shared memory a CTA;
+ * on an H200 (--bench, bf16 weights and gradients, tables prebuilt) 268M elements 1.304 → 1.16 ms
+ * (48.7 → 54.6% of copy), a Llama-3.2-1B layer 0.340 → 0.305 ms.
  *
  * Test and benchmark: bazel test --config=gpu //tests/parity:adamw8bit_parity
  *                     (binary) adamw8bit_parity --bench
@@ -235,10 +246,10 @@ __device__ __forceinline__ void load_block(const gpu_adamw8bit_tensor &t, int64_
  * copied from a prebuilt copy in global memory (gpu_adamw8bit_tables_build). */
 struct alignas(16) tables {
     float eyt1[256], eyt2[256], map1[256], map2[256];
-    enc::pair tp1[256], tp2[256];
+    float th1[256], th2[256]; /* the thresholds in order, NaN at 255 */
     unsigned sign1[kWarps];
     int bad; /* the bucket table's conditions failed: the tree and IEEE division */
-    uint8_t tab1[enc::kEntries], tab2[enc::kEntries];
+    uint8_t tab1[enc::entries<enc::kShiftM>], tab2[enc::entries<enc::kShiftV>];
 };
 
 /* T from the maps, by every thread of a CTA of kThreads (its barriers included). */
@@ -255,27 +266,27 @@ __device__ __forceinline__ void build_tables(tables &T, const float *m1, const f
         T.eyt1[node] = encode_threshold(T.map1, tid);
         T.eyt2[node] = encode_threshold(T.map2, tid);
     }
-    /* the bucket tables (gpu/adamw8bit_encode.h): pairs (T_c, T_c+1), NaN past 254 */
-    T.tp1[tid] = enc::pair{tid < 255 ? encode_threshold(T.map1, tid) : NAN,
-                           tid < 254 ? encode_threshold(T.map1, tid + 1) : NAN};
-    T.tp2[tid] = enc::pair{tid < 255 ? encode_threshold(T.map2, tid) : NAN,
-                           tid < 254 ? encode_threshold(T.map2, tid + 1) : NAN};
+    /* the bucket tables (gpu/adamw8bit_encode.h): the thresholds, NaN at 255 */
+    T.th1[tid] = tid < 255 ? encode_threshold(T.map1, tid) : NAN;
+    T.th2[tid] = tid < 255 ? encode_threshold(T.map2, tid) : NAN;
     __syncthreads();
-    for (int e = tid; e < enc::kEntries; e += kThreads) {
-        const float x = enc::entry_lowest((uint32_t)e);
-        T.tab1[e] = (uint8_t)enc::count_sorted(T.tp1, x);
-        T.tab2[e] = (uint8_t)enc::count_sorted(T.tp2, x);
-    }
+    for (int e = tid; e < enc::entries<enc::kShiftM>; e += kThreads)
+        T.tab1[e] = (uint8_t)enc::count_sorted(T.th1, enc::entry_lowest<enc::kShiftM>((uint32_t)e));
+    for (int e = tid; e < enc::entries<enc::kShiftV>; e += kThreads)
+        T.tab2[e] = (uint8_t)enc::count_sorted(T.th2, enc::entry_lowest<enc::kShiftV>((uint32_t)e));
     __syncthreads();
-    /* the table's conditions: thresholds ascending, none in (−2^−29, 2^−29], ≤ 2 per entry */
+    /* the table's conditions: thresholds ascending, none in (−2^−29, 2^−29], ≤ 1 per entry */
     bool bad = false;
-    if (tid < 254) bad = !(T.tp1[tid].lo <= T.tp1[tid + 1].lo) || !(T.tp2[tid].lo <= T.tp2[tid + 1].lo);
+    if (tid < 254) bad = !(T.th1[tid] <= T.th1[tid + 1]) || !(T.th2[tid] <= T.th2[tid + 1]);
     if (tid == 0)
-        bad = bad || enc::count_sorted(T.tp1, -enc::kTiny) != enc::count_sorted(T.tp1, enc::kTiny) ||
-              enc::count_sorted(T.tp2, -enc::kTiny) != enc::count_sorted(T.tp2, enc::kTiny);
-    for (int e = tid; e < enc::kEntries; e += kThreads)
-        bad = bad || enc::count_bound_above(T.tab1, T.tp1, (uint32_t)e) - T.tab1[e] > (unsigned)enc::kMaxPerBucket ||
-              enc::count_bound_above(T.tab2, T.tp2, (uint32_t)e) - T.tab2[e] > (unsigned)enc::kMaxPerBucket;
+        bad = bad || enc::count_sorted(T.th1, -enc::kTiny) != enc::count_sorted(T.th1, enc::kTiny) ||
+              enc::count_sorted(T.th2, -enc::kTiny) != enc::count_sorted(T.th2, enc::kTiny);
+    for (int e = tid; e < enc::entries<enc::kShiftM>; e += kThreads)
+        bad = bad || enc::count_bound_above<enc::kShiftM>(T.tab1, T.th1, (uint32_t)e) - T.tab1[e] >
+                         (unsigned)enc::kMaxPerBucket;
+    for (int e = tid; e < enc::entries<enc::kShiftV>; e += kThreads)
+        bad = bad || enc::count_bound_above<enc::kShiftV>(T.tab2, T.th2, (uint32_t)e) - T.tab2[e] >
+                         (unsigned)enc::kMaxPerBucket;
     if (bad) T.bad = 1;
     __syncthreads();
 }
@@ -318,20 +329,21 @@ __device__ __forceinline__ void decode_slot(const scalars &s, float gs, const fl
     w2 = fmaxf(w2, fabsf(v[j]));
 }
 
-/* enc::count_by_table_unit(c0, tp, x) with c0 and tp given as 32-bit shared-memory addresses (smem_addr):
- * c0 + entry_unit(x) formed as (c0 − kLo >> kShift + sign·kBuckets) + (mag's bits >> kShift), the
- * first sum one multiply-add (in PTX: nvcc would make the product a mask and the base a third add). */
-__device__ __forceinline__ unsigned count_unit_smem(unsigned c0, unsigned tp, float x) {
+/* enc::count_by_table_unit<S>(c0, t, x) with c0 and t given as 32-bit shared-memory addresses
+ * (smem_addr): c0 + entry_unit<S>(x) formed as (c0 − kLo >> S + sign·buckets<S>) + (mag's bits >> S),
+ * the first sum one multiply-add (in PTX: nvcc would make the product a mask and the base a third add). */
+template <int S>
+__device__ __forceinline__ unsigned count_unit_smem(unsigned c0, unsigned t, float x) {
     const float xc = x >= -2.0f ? x : -2.0f;
     const float mag = fmaxf(fabsf(xc), enc::kLoF);
     unsigned side, c;
     asm("mad.lo.u32 %0, %1, %2, %3;"
         : "=r"(side)
-        : "r"(__float_as_uint(xc) >> 31), "n"(enc::kBuckets), "r"(c0 - (enc::kLo >> enc::kShift)));
-    float lo, hi;
-    asm("ld.shared.u8 %0, [%1];" : "=r"(c) : "r"(side + (__float_as_uint(mag) >> enc::kShift)));
-    asm("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(lo), "=f"(hi) : "r"(tp + 8u * c));
-    return c - enc::ge_mask(x, lo) - enc::ge_mask(x, hi);
+        : "r"(__float_as_uint(xc) >> 31), "n"(enc::buckets<S>), "r"(c0 - (enc::kLo >> S)));
+    float th;
+    asm("ld.shared.u8 %0, [%1];" : "=r"(c) : "r"(side + (__float_as_uint(mag) >> S)));
+    asm("ld.shared.f32 %0, [%1];" : "=f"(th) : "r"(t + 4u * c));
+    return c - enc::ge_mask(x, th);
 }
 
 /* The code nudge (ref/adamw8bit.c): a code c whose map value's sign bit differs from m's moves one
@@ -352,6 +364,72 @@ __device__ __forceinline__ void pack_codes(const unsigned (&c)[8], uint32_t (&o)
     for (int h = 0; h < 2; h++)
         o[h] = __byte_perm(__byte_perm(c[4 * h], c[4 * h + 1], 0x0040), __byte_perm(c[4 * h + 2], c[4 * h + 3], 0x0040),
                            0x5410);
+}
+
+/* __fsqrt_rn(v) for v in [2^−101, FLT_MAX] (bits 0x0D000000..0x7F7FFFFF, sqrt_fast_range): the
+ * sequence that ptxas emits for sqrt.rn.f32 there, its fast path (MUFU.RSQ r; s = v·r, h = r/2 with
+ * flush to zero; s + (v − s·s)·h), written out so that a thread whose 8 values all lie in that range
+ * takes one test instead of one per value (bit for bit __fsqrt_rn there: checked on every such v). */
+__device__ __forceinline__ float sqrt_fast(float v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 /* checked on sm_90; elsewhere the intrinsic */
+    float r;
+    asm("{\n\t.reg .f32 r, s, h, e, n;\n\t"
+        "rsqrt.approx.ftz.f32 r, %1;\n\t"
+        "mul.ftz.f32 s, r, %1;\n\t"
+        "mul.ftz.f32 h, r, 0f3F000000;\n\t"
+        "neg.f32 n, s;\n\t"
+        "fma.rn.f32 e, n, s, %1;\n\t"
+        "fma.rn.f32 %0, e, h, s;\n\t}"
+        : "=f"(r)
+        : "f"(v));
+    return r;
+#else
+    return __fsqrt_rn(v);
+#endif
+}
+/* __frcp_rn(w) for w in [2^−126, 2^126) (exponent field 1..252), the range of the short division
+ * (enc::kDivLo..kDivHi) among it: ptxas's sequence for rcp.rn.f32 there, its fast path (MUFU.RCP r;
+ * e = −(w·r − 1) with flush to zero; r + e·r), written out so that it needs no test of its own (bit
+ * for bit __frcp_rn there: checked on every such w). */
+__device__ __forceinline__ float rcp_fast(float w) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 /* checked on sm_90; elsewhere the intrinsic */
+    float r;
+    asm("{\n\t.reg .f32 r, t, e;\n\t"
+        "rcp.approx.ftz.f32 r, %1;\n\t"
+        "fma.rn.f32 t, %1, r, 0fBF800000;\n\t"
+        "neg.f32 t, t;\n\t"
+        "add.ftz.f32 e, t, 0f80000000;\n\t"
+        "fma.rn.f32 %0, e, r, r;\n\t}"
+        : "=f"(r)
+        : "f"(w));
+    return r;
+#else
+    return __frcp_rn(w);
+#endif
+}
+
+/* Every input of sqrt_fast's and rcp_fast's ranges against the intrinsics (gpu_adamw8bit_fast_math_check). */
+__global__ void fast_math_check(unsigned long long *bad) {
+    unsigned long long n = 0;
+    const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < 0x727FFFFFull + 1; i += stride) {
+        const float v = __uint_as_float(0x0D000000u + (uint32_t)i);
+        n += __float_as_uint(sqrt_fast(v)) != __float_as_uint(__fsqrt_rn(v));
+    }
+    for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < 2ull * 252 * (1u << 23); i += stride) {
+        const uint32_t sign = (uint32_t)(i / (252ull << 23)) << 31, rest = (uint32_t)(i % (252ull << 23));
+        const float w = __uint_as_float(sign | (0x00800000u + rest)); /* exponent field 1 .. 252 */
+        n += __float_as_uint(rcp_fast(w)) != __float_as_uint(__frcp_rn(w));
+    }
+    for (int o = 16; o > 0; o >>= 1) n += __shfl_xor_sync(0xffffffffu, n, o);
+    if ((threadIdx.x & 31) == 0 && n) atomicAdd(bad, n);
+}
+/* Whether every v[j] lies in sqrt_fast's range. */
+__device__ __forceinline__ bool sqrt_fast_range(const float (&v)[8]) {
+    unsigned hi = 0u;
+#pragma unroll
+    for (int j = 0; j < 8; j++) hi = max(hi, __float_as_uint(v[j]) - 0x0D000000u);
+    return hi <= 0x727FFFFFu;
 }
 
 /* Two masters rounded to bf16 (RNE, subnormals kept, every NaN 0x7FC0), packed with a in the low
@@ -390,7 +468,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) adamw8bit_warp_step(gpu_
     }
     const bool use_table = T.bad == 0 && sign_prefix;
     const unsigned e1 = smem_addr(T.eyt1), e2 = smem_addr(T.eyt2);
-    const unsigned b1 = smem_addr(T.tab1), b2 = smem_addr(T.tab2), t1 = smem_addr(T.tp1), t2 = smem_addr(T.tp2);
+    const unsigned b1 = smem_addr(T.tab1), b2 = smem_addr(T.tab2), t1 = smem_addr(T.th1), t2 = smem_addr(T.th2);
 
     const int64_t nblocks = (t.n + kBlock - 1) / kBlock, stride = (int64_t)gridDim.x * kWarps;
     int64_t blk = (int64_t)blockIdx.x * kWarps + (tid >> 5);
@@ -431,9 +509,17 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) adamw8bit_warp_step(gpu_
             t.absmax1[blk] = w1;
             t.absmax2[blk] = w2;
         }
+        float sq[8];
+        if (sqrt_fast_range(v)) {
+#pragma unroll
+            for (int j = 0; j < 8; j++) sq[j] = sqrt_fast(v[j]);
+        } else {
+#pragma unroll
+            for (int j = 0; j < 8; j++) sq[j] = __fsqrt_rn(v[j]);
+        }
 #pragma unroll
         for (int j = 0; j < 8; j++) {
-            float pj = __fadd_rn(p[j], __fmul_rn(s.step_size, __fdiv_rn(m[j], __fadd_rn(__fsqrt_rn(v[j]), s.c2_eps))));
+            float pj = __fadd_rn(p[j], __fmul_rn(s.step_size, __fdiv_rn(m[j], __fadd_rn(sq[j], s.c2_eps))));
             if (s.has_decay) pj = __fmul_rn(pj, s.decay);
             if (finite >> j & 1u) p[j] = pj;
         }
@@ -441,12 +527,12 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) adamw8bit_warp_step(gpu_
          * the warp), else by the tree and IEEE division */
         uint32_t o1[2], o2[2];
         if (use_table && w1 >= enc::kDivLo && w1 <= enc::kDivHi && w2 >= enc::kDivLo && w2 <= enc::kDivHi) {
-            const float y1 = __frcp_rn(w1), y2 = __frcp_rn(w2);
+            const float y1 = rcp_fast(w1), y2 = rcp_fast(w2);
             unsigned c1s[8], c2s[8];
 #pragma unroll
             for (int j = 0; j < 8; j++) {
-                c1s[j] = nudge_prefix(count_unit_smem(b1, t1, enc::div_by_recip(m[j], w1, y1)), m[j], zneg);
-                c2s[j] = count_unit_smem(b2, t2, enc::div_by_recip(v[j], w2, y2));
+                c1s[j] = nudge_prefix(count_unit_smem<enc::kShiftM>(b1, t1, enc::div_by_recip(m[j], w1, y1)), m[j], zneg);
+                c2s[j] = count_unit_smem<enc::kShiftV>(b2, t2, enc::div_by_recip(v[j], w2, y2));
             }
             pack_codes(c1s, o1);
             pack_codes(c2s, o2);
@@ -635,6 +721,17 @@ extern "C" void gpu_adamw8bit_step(const struct gpu_adamw8bit_tensor *t, const s
 }
 
 extern "C" size_t gpu_adamw8bit_tables_bytes(void) { return sizeof(tables); }
+
+extern "C" unsigned long long gpu_adamw8bit_fast_math_check(void) {
+    unsigned long long *bad = nullptr, h = 0;
+    CUDA_CHECK(cudaMalloc(&bad, sizeof *bad));
+    CUDA_CHECK(cudaMemset(bad, 0, sizeof *bad));
+    fast_math_check<<<4 * refine_sm_count(), 256>>>(bad);
+    KERNEL_CHECK(0);
+    CUDA_CHECK(cudaMemcpy(&h, bad, sizeof h, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaFree(bad));
+    return h;
+}
 
 extern "C" void gpu_adamw8bit_tables_build(void *out, const float *map1, const float *map2, cudaStream_t stream) {
     CHECK(out && map1 && map2 && aligned(out, 16), "adamw8bit tables: out %p (16-byte aligned), maps %p %p", out,

@@ -84,6 +84,11 @@ void gpu_adamw8bit_step(const struct gpu_adamw8bit_tensor *t, const struct gpu_a
  * (device, 16-byte aligned): the same tables a step's CTAs build from map1, map2, for the tensors'
  * `tables` field. The maps are read when the build runs; the tables stay valid while they hold. */
 size_t gpu_adamw8bit_tables_bytes(void);
+/* The step's fast IEEE sequences checked on this device (adamw8bit_parity): the number of inputs of
+ * their ranges — the square root's [2^−101, FLT_MAX], the reciprocal's exponent fields 1..252 of
+ * either sign, every one — where they differ from __fsqrt_rn / __frcp_rn (0 is required; sm_90
+ * runs the written-out sequences, other devices the intrinsics themselves). Synchronous. */
+unsigned long long gpu_adamw8bit_fast_math_check(void);
 void gpu_adamw8bit_tables_build(void *out, const float *map1, const float *map2, cudaStream_t stream);
 
 #ifdef __cplusplus

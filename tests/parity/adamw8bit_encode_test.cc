@@ -1,9 +1,10 @@
 /* adamw8bit_encode_test.cc — the 8-bit AdamW kernel's bucket encode and short division
  * (gpu/adamw8bit_encode.h) on the CPU, in every `bazel test //...`. For both dynamic maps:
  *
- *   1. the table built as the kernel builds it (c0 = count of each entry's lowest value) meets the
- *      kernel's checks: thresholds ascending, none in (−2^−29, 2^−29], at most 2 thresholds per
- *      entry by the bound the kernel uses, and that bound is ≥ the exact count at the entry's top;
+ *   1. the table built as the kernel builds it (c0 = count of each entry's lowest value; shift
+ *      kShiftM for the signed map, kShiftV for the unsigned one) meets the kernel's checks:
+ *      thresholds ascending, none in (−2^−29, 2^−29], at most 1 threshold per entry by the bound
+ *      the kernel uses, and that bound is ≥ the exact count at the entry's top;
  *   2. count_by_table = quant8_encode(QUANT8_CUDA) on every 64th fp32 bit pattern, each threshold
  *      and midpoint ± 3 ulp, each entry's first and last value ± 2 ulp, ±0, ±Inf, NaNs, ±FLT_MIN;
  *   3. div_by_recip(a, w, RN(1/w)) = a / w bit for bit when |a/w| ≥ 2^−30, and below that gives
@@ -11,7 +12,8 @@
  *      a = ±w·u, u log-uniform in [2^−160, 1] and u = 1, plus ±0 and NaN; each quotient lies in
  *      [−1, 1] or is NaN, and count_by_table_unit gives it count_by_table's code;
  *   4. entry_unit(x) = entry(clamp2(x)) on every fp32 x in [−2, 2] and every NaN (all 2^32 patterns
- *      looked at), and count_by_table_unit = count_by_table on the points of 2. that lie there.
+ *      looked at, both shifts), and count_by_table_unit = count_by_table on the points of 2. that
+ *      lie there.
  *
  *   bazel test //tests/parity:adamw8bit_encode_test       (replay: --test_arg=--seed=N)
  */
@@ -31,30 +33,31 @@ using namespace refine::adamw8bit_encode;
 
 struct table {
     float map[256];
-    pair tp[256];
-    uint8_t c0[kEntries];
+    float th[256]; /* t[c] = T_c, NaN at 255 */
+    uint8_t c0[entries<kShiftV>];
 };
 
+/* The shift of a map's table: kShiftM for the signed map, kShiftV for the unsigned one (the kernel's). */
+template <int S>
 static void build(table *t, int is_signed) {
     quant8_dynamic_map(t->map, is_signed);
-    float th[257];
-    for (int c = 0; c < 255; c++) th[c] = quant8_cuda_threshold(t->map, c);
-    th[255] = th[256] = NAN;
-    for (int c = 0; c < 256; c++) t->tp[c] = pair{th[c], th[c + 1]};
-    for (uint32_t e = 0; e < (uint32_t)kEntries; e++) t->c0[e] = (uint8_t)count_sorted(t->tp, entry_lowest(e));
+    for (int c = 0; c < 255; c++) t->th[c] = quant8_cuda_threshold(t->map, c);
+    t->th[255] = NAN;
+    for (uint32_t e = 0; e < (uint32_t)entries<S>; e++) t->c0[e] = (uint8_t)count_sorted(t->th, entry_lowest<S>(e));
 }
 
+template <int S>
 static void check_table(const table *t, int sgn) {
     int unsorted = 0;
-    for (int c = 0; c + 1 < 255; c++) unsorted += !(t->tp[c].lo <= t->tp[c + 1].lo);
+    for (int c = 0; c + 1 < 255; c++) unsorted += !(t->th[c] <= t->th[c + 1]);
     EXPECT(unsorted == 0, "signed=%d: %d thresholds out of order", sgn, unsorted);
-    EXPECT(count_sorted(t->tp, -kTiny) == count_sorted(t->tp, kTiny), "signed=%d: a threshold in (-2^-29, 2^-29]",
+    EXPECT(count_sorted(t->th, -kTiny) == count_sorted(t->th, kTiny), "signed=%d: a threshold in (-2^-29, 2^-29]",
            sgn);
     int over = 0, loose = 0, worst = 0;
-    for (uint32_t e = 0; e < (uint32_t)kEntries; e++) {
-        const unsigned lo = count_sorted(t->tp, entry_lowest(e)), hi = count_sorted(t->tp, entry_highest(e));
-        const unsigned bound = count_bound_above(t->c0, t->tp, e);
-        if (!(entry_lowest(e) <= entry_highest(e)) || hi < lo) loose++;
+    for (uint32_t e = 0; e < (uint32_t)entries<S>; e++) {
+        const unsigned lo = count_sorted(t->th, entry_lowest<S>(e)), hi = count_sorted(t->th, entry_highest<S>(e));
+        const unsigned bound = count_bound_above<S>(t->c0, t->th, e);
+        if (!(entry_lowest<S>(e) <= entry_highest<S>(e)) || hi < lo) loose++;
         if (bound < hi) loose++;
         if ((int)(bound - t->c0[e]) > worst) worst = (int)(bound - t->c0[e]);
         over += bound - t->c0[e] > (unsigned)kMaxPerBucket;
@@ -64,36 +67,38 @@ static void check_table(const table *t, int sgn) {
            worst);
     /* the entries tile [-2, 2]: consecutive positive entries meet, negative ones mirror them */
     int gaps = 0;
-    for (uint32_t k = 0; k + 1 < (uint32_t)kBuckets; k++) {
-        gaps += bits_of(entry_highest(k)) + 1u != bits_of(entry_lowest(k + 1));
-        gaps += entry_lowest(kBuckets + k) != -entry_highest(k) || entry_highest(kBuckets + k) != -entry_lowest(k);
-        gaps += entry(entry_lowest(k)) != k || entry(entry_highest(k)) != k;
-        gaps += entry(entry_lowest(kBuckets + k)) != kBuckets + k || entry(entry_highest(kBuckets + k)) != kBuckets + k;
+    constexpr uint32_t B = (uint32_t)buckets<S>;
+    for (uint32_t k = 0; k + 1 < B; k++) {
+        gaps += bits_of(entry_highest<S>(k)) + 1u != bits_of(entry_lowest<S>(k + 1));
+        gaps += entry_lowest<S>(B + k) != -entry_highest<S>(k) || entry_highest<S>(B + k) != -entry_lowest<S>(k);
+        gaps += entry<S>(entry_lowest<S>(k)) != k || entry<S>(entry_highest<S>(k)) != k;
+        gaps += entry<S>(entry_lowest<S>(B + k)) != B + k || entry<S>(entry_highest<S>(B + k)) != B + k;
     }
-    gaps += entry_highest(kBuckets - 1) != 2.0f || entry_lowest(0) != 0.0f || entry(-0.0f) != (uint32_t)kBuckets;
+    gaps += entry_highest<S>(B - 1) != 2.0f || entry_lowest<S>(0) != 0.0f || entry<S>(-0.0f) != B;
     EXPECT(gaps == 0, "signed=%d: %d breaks in the tiling of [-2, 2] by entries", sgn, gaps);
 }
 
+template <int S>
 static void check_encode(const table *t, int sgn) {
     long bad = 0, checked = 0;
     float first_x = 0;
     unsigned got0 = 0, want0 = 0;
     auto one = [&](float x) {
-        const unsigned got = count_by_table(t->c0, t->tp, x), want = quant8_encode(t->map, x, QUANT8_CUDA);
+        const unsigned got = count_by_table<S>(t->c0, t->th, x), want = quant8_encode(t->map, x, QUANT8_CUDA);
         if (got != want && bad++ == 0) first_x = x, got0 = got, want0 = want;
         checked++;
     };
     for (uint64_t b = 0; b < ((uint64_t)1 << 32); b += 64) one(float_of((uint32_t)b ^ (uint32_t)(b >> 11)));
     for (int c = 0; c < 255; c++) {
-        const float centers[3] = {t->tp[c].lo, (t->map[c] + t->map[c + 1]) * 0.5f, t->map[c]};
+        const float centers[3] = {t->th[c], (t->map[c] + t->map[c + 1]) * 0.5f, t->map[c]};
         for (float x0 : centers) {
             float x = x0;
             for (int s = 0; s < 3; s++) x = nextafterf(x, -INFINITY);
             for (int s = 0; s < 7; s++, x = nextafterf(x, INFINITY)) one(x);
         }
     }
-    for (uint32_t e = 0; e < (uint32_t)kEntries; e++)
-        for (float x0 : {entry_lowest(e), entry_highest(e)}) {
+    for (uint32_t e = 0; e < (uint32_t)entries<S>; e++)
+        for (float x0 : {entry_lowest<S>(e), entry_highest<S>(e)}) {
             float x = nextafterf(nextafterf(x0, -INFINITY), -INFINITY);
             for (int s = 0; s < 5; s++, x = nextafterf(x, INFINITY)) one(x);
         }
@@ -106,36 +111,38 @@ static void check_encode(const table *t, int sgn) {
 }
 
 /* entry_unit against entry(clamp2(x)) on all of its domain ([−2, 2] and the NaNs). */
+template <int S>
 static void check_entry_unit(void) {
     long bad = 0, checked = 0;
     uint32_t first = 0;
     for (uint64_t b = 0; b < ((uint64_t)1 << 32); b++) {
         const float x = float_of((uint32_t)b);
         if (!(isnan(x) || fabsf(x) <= 2.0f)) continue;
-        if (entry_unit(x) != entry(clamp2(x)) && bad++ == 0) first = (uint32_t)b;
+        if (entry_unit<S>(x) != entry<S>(clamp2(x)) && bad++ == 0) first = (uint32_t)b;
         checked++;
     }
-    EXPECT(bad == 0 && checked > (1L << 31), "entry_unit: %ld of %ld differ from entry(clamp2(x)), first bits 0x%08x",
-           bad, checked, first);
+    EXPECT(bad == 0 && checked > (1L << 31),
+           "entry_unit<%d>: %ld of %ld differ from entry(clamp2(x)), first bits 0x%08x", S, bad, checked, first);
 }
 
 /* count_by_table_unit against count_by_table on the encode points of [−2, 2] and NaNs. */
+template <int S>
 static void check_count_unit(const table *t, int sgn) {
     long bad = 0, checked = 0;
     float first_x = 0;
     auto one = [&](float x) {
         if (!(isnan(x) || fabsf(x) <= 2.0f)) return;
-        if (count_by_table_unit(t->c0, t->tp, x) != count_by_table(t->c0, t->tp, x) && bad++ == 0) first_x = x;
+        if (count_by_table_unit<S>(t->c0, t->th, x) != count_by_table<S>(t->c0, t->th, x) && bad++ == 0) first_x = x;
         checked++;
     };
     for (uint64_t b = 0; b < ((uint64_t)1 << 32); b += 64) one(float_of((uint32_t)b ^ (uint32_t)(b >> 11)));
     for (int c = 0; c < 255; c++) {
-        float x = t->tp[c].lo;
+        float x = t->th[c];
         for (int s = 0; s < 3; s++) x = nextafterf(x, -INFINITY);
         for (int s = 0; s < 7; s++, x = nextafterf(x, INFINITY)) one(x);
     }
-    for (uint32_t e = 0; e < (uint32_t)kEntries; e++)
-        for (float x0 : {entry_lowest(e), entry_highest(e)}) {
+    for (uint32_t e = 0; e < (uint32_t)entries<S>; e++)
+        for (float x0 : {entry_lowest<S>(e), entry_highest<S>(e)}) {
             float x = nextafterf(nextafterf(x0, -INFINITY), -INFINITY);
             for (int s = 0; s < 5; s++, x = nextafterf(x, INFINITY)) one(x);
         }
@@ -158,10 +165,14 @@ static void check_division(const table *ts, uint64_t seed) {
         else if (fabsf(ref) >= 0x1p-30f) ok = bits_of(q) == bits_of(ref), exact++;
         else ok = fabsf(q) < kTiny;
         ok = ok && (isnan(q) || fabsf(q) <= 1.0f);
-        for (int s = 0; s < 2; s++)
-            ok = ok && quant8_encode(ts[s].map, q, QUANT8_CUDA) == quant8_encode(ts[s].map, ref, QUANT8_CUDA) &&
-                 count_by_table(ts[s].c0, ts[s].tp, q) == quant8_encode(ts[s].map, ref, QUANT8_CUDA) &&
-                 count_by_table_unit(ts[s].c0, ts[s].tp, q) == count_by_table(ts[s].c0, ts[s].tp, q);
+        for (int s = 0; s < 2; s++) {
+            const unsigned want = quant8_encode(ts[s].map, ref, QUANT8_CUDA);
+            const unsigned tab = s ? count_by_table<kShiftM>(ts[s].c0, ts[s].th, q)
+                                   : count_by_table<kShiftV>(ts[s].c0, ts[s].th, q);
+            const unsigned unit = s ? count_by_table_unit<kShiftM>(ts[s].c0, ts[s].th, q)
+                                    : count_by_table_unit<kShiftV>(ts[s].c0, ts[s].th, q);
+            ok = ok && quant8_encode(ts[s].map, q, QUANT8_CUDA) == want && tab == want && unit == tab;
+        }
         if (!ok && bad++ == 0) fa = a, fw = w;
         checked++;
     };
@@ -182,14 +193,17 @@ static void check_division(const table *ts, uint64_t seed) {
 
 int main(int argc, char **argv) {
     const uint64_t seed = test_seed(argc, argv, 20260117);
-    static table ts[2];
-    for (int sgn = 0; sgn < 2; sgn++) {
-        build(&ts[sgn], sgn);
-        check_table(&ts[sgn], sgn);
-        check_encode(&ts[sgn], sgn);
-        check_count_unit(&ts[sgn], sgn);
-    }
-    check_entry_unit();
+    static table ts[2]; /* [0] the unsigned map (kShiftV), [1] the signed one (kShiftM) */
+    build<kShiftV>(&ts[0], 0);
+    check_table<kShiftV>(&ts[0], 0);
+    check_encode<kShiftV>(&ts[0], 0);
+    check_count_unit<kShiftV>(&ts[0], 0);
+    build<kShiftM>(&ts[1], 1);
+    check_table<kShiftM>(&ts[1], 1);
+    check_encode<kShiftM>(&ts[1], 1);
+    check_count_unit<kShiftM>(&ts[1], 1);
+    check_entry_unit<kShiftM>();
+    check_entry_unit<kShiftV>();
     check_division(ts, seed);
     return test_finish("adamw8bit_encode_test");
 }

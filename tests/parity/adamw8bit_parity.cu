@@ -14,6 +14,10 @@
  * After every step: p, the codes q1 and q2, absmax1 and absmax2 (8-bit) or m and v (32-bit), and
  * the bf16 copy (= bf16(p), poisoned before each step) are compared; guards on every buffer.
  *
+ * The step's written-out square root and reciprocal (gpu/adamw8bit.cu sqrt_fast, rcp_fast) against
+ * __fsqrt_rn / __frcp_rn on every input of their ranges (gpu_adamw8bit_fast_math_check), on the
+ * device at hand: they are sm_90's own sequences, so a new device is checked, not assumed.
+ *
  * Split masters (ref/master_pair.h: t.p NULL, the master is join(copy, t.lo)) on both paths and
  * both load paths, non-finite gradients included: the reference's p kept as master_pair_round of
  * itself after every step, the GPU's read back as join(copy, lo), bit for bit.
@@ -632,6 +636,11 @@ int main(int argc, char **argv) {
     parity_init();
     CUDA_CHECK(cudaStreamCreate(&g_stream));
     for (g_prebuilt = 0; g_prebuilt < 2; g_prebuilt++) run_cases();
+    { /* the step's written-out square root and reciprocal, every input of their ranges */
+        const unsigned long long bad = gpu_adamw8bit_fast_math_check();
+        EXPECT(bad == 0, "adamw8bit: the fast square root / reciprocal differ from __fsqrt_rn / __frcp_rn on %llu "
+               "inputs of their ranges", bad);
+    }
     const int rc = test_finish("adamw8bit_parity");
     if (rc == 0 && test_has_flag(argc, argv, "--bench")) bench(bench_copy_ceiling(g_stream));
     CUDA_CHECK(cudaStreamDestroy(g_stream));
