@@ -146,6 +146,24 @@ __device__ __forceinline__ void transpose4(uint32_t a, uint32_t b, uint32_t c, u
     o[2] = __byte_perm(t1, t3, 0x5410), o[3] = __byte_perm(t1, t3, 0x7632);
 }
 
+/* The transposed pass's codes of one thread (4 columns × 16 rows) from a tile of codes in shared
+ * memory starting at row r0 of sm (rows of kTile/4 words, each 16-row group g's words XOR-swizzled
+ * by g·CGW): out[j][k] = rows 4k .. 4k + 3 of column j, for the tile's rows rg·16 .. rg·16 + 15 and
+ * word (4 columns) cg. */
+template <int CGW>
+__device__ __forceinline__ void transposed_codes(const uint32_t *sm, int r0, int rg, int cg, uint32_t (&out)[4][4]) {
+    uint32_t v[16];
+#pragma unroll
+    for (int i = 0; i < 16; i++) v[i] = sm[(r0 + rg * 16 + i) * (kTile / 4) + (cg ^ (rg * CGW))];
+#pragma unroll
+    for (int g = 0; g < 4; g++) {
+        uint32_t o[4];
+        transpose4(v[4 * g], v[4 * g + 1], v[4 * g + 2], v[4 * g + 3], o);
+#pragma unroll
+        for (int j = 0; j < 4; j++) out[j][g] = o[j];
+    }
+}
+
 /* One tile: TR rows × 128 columns of x, 2·TR threads (the file comment has the plan).
  * TRANS: q_t is written. Per-tensor and 128×128: the transposed pass moves the row pass's codes
  * through shared memory; 1×128 (TR 128 only): it re-quantizes the bf16 values column-wise. */
@@ -285,16 +303,7 @@ __global__ void __launch_bounds__(2 * TR, 512 / TR) cast_tile(tile_params p) {
         const int64_t gr0 = row0 + rg * 16, gcb = col0 + 4 * cg;
         uint32_t out[4][4]; /* [column j][row quad] */
         if (!VALUES) {
-            uint32_t v[16];
-#pragma unroll
-            for (int i = 0; i < 16; i++) v[i] = sm[(rg * 16 + i) * (kTile / 4) + (cg ^ (rg * CGW))];
-#pragma unroll
-            for (int g = 0; g < 4; g++) {
-                uint32_t o[4];
-                transpose4(v[4 * g], v[4 * g + 1], v[4 * g + 2], v[4 * g + 3], o);
-#pragma unroll
-                for (int j = 0; j < 4; j++) out[j][g] = o[j];
-            }
+            transposed_codes<CGW>(sm, 0, rg, cg, out);
         } else {
             uint32_t v[16][2];
 #pragma unroll
@@ -478,16 +487,8 @@ __global__ void __launch_bounds__(kThreads, 3) swiglu_cast_tile(swiglu_params p)
         __syncthreads();
         const int o = warp / WPO, rg = lane % RG, cg = (warp % WPO) * CGW + lane / RG;
         const int64_t gr0 = row0 + rg * 16, gcb = col0 + 4 * cg;
-        uint32_t v[16], out[4][4];
-#pragma unroll
-        for (int i = 0; i < 16; i++) v[i] = sm[(o * TR + rg * 16 + i) * (kTile / 4) + (cg ^ (rg * CGW))];
-#pragma unroll
-        for (int g = 0; g < 4; g++) {
-            uint32_t t[4];
-            transpose4(v[4 * g], v[4 * g + 1], v[4 * g + 2], v[4 * g + 3], t);
-#pragma unroll
-            for (int j = 0; j < 4; j++) out[j][g] = t[j];
-        }
+        uint32_t out[4][4];
+        transposed_codes<CGW>(sm, o * TR, rg, cg, out);
         uint8_t *q_t = p.out[o].q_t;
 #pragma unroll
         for (int j = 0; j < 4; j++)
