@@ -78,16 +78,11 @@ static void check_table(const table *t, int sgn) {
     EXPECT(gaps == 0, "signed=%d: %d breaks in the tiling of [-2, 2] by entries", sgn, gaps);
 }
 
-template <int S>
-static void check_encode(const table *t, int sgn) {
-    long bad = 0, checked = 0;
-    float first_x = 0;
-    unsigned got0 = 0, want0 = 0;
-    auto one = [&](float x) {
-        const unsigned got = count_by_table<S>(t->c0, t->th, x), want = quant8_encode(t->map, x, QUANT8_CUDA);
-        if (got != want && bad++ == 0) first_x = x, got0 = got, want0 = want;
-        checked++;
-    };
+/* The points the encode checks visit: a spread of 2^26 bit patterns, seven floats around each
+ * threshold, midpoint and map value, five around each entry's ends, the special values (zeros,
+ * infinities, NaNs with either sign and payload, the extremes, ±1, ±2, the smallest subnormal). */
+template <int S, class F>
+static void encode_points(const table *t, F one) {
     for (uint64_t b = 0; b < ((uint64_t)1 << 32); b += 64) one(float_of((uint32_t)b ^ (uint32_t)(b >> 11)));
     for (int c = 0; c < 255; c++) {
         const float centers[3] = {t->th[c], (t->map[c] + t->map[c + 1]) * 0.5f, t->map[c]};
@@ -103,9 +98,22 @@ static void check_encode(const table *t, int sgn) {
             for (int s = 0; s < 5; s++, x = nextafterf(x, INFINITY)) one(x);
         }
     for (float x : {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, 1.0f, -1.0f, FLT_MIN, -FLT_MIN, 2.0f, -2.0f, FLT_MAX,
-                    -FLT_MAX})
+                    -FLT_MAX, 0x1p-149f, -0x1p-149f})
         one(x);
-    one(float_of(0x7fffffffu)), one(float_of(0xffc00001u));
+    one(float_of(0x7fffffffu)), one(float_of(0xffffffffu)), one(float_of(0x7f800001u)), one(float_of(0xffc00001u));
+}
+
+template <int S>
+static void check_encode(const table *t, int sgn) {
+    long bad = 0, checked = 0;
+    float first_x = 0;
+    unsigned got0 = 0, want0 = 0;
+    auto one = [&](float x) {
+        const unsigned got = count_by_table<S>(t->c0, t->th, x), want = quant8_encode(t->map, x, QUANT8_CUDA);
+        if (got != want && bad++ == 0) first_x = x, got0 = got, want0 = want;
+        checked++;
+    };
+    encode_points<S>(t, one);
     EXPECT(bad == 0, "table count = QUANT8_CUDA search (signed=%d): %ld of %ld differ, first x=%a table %u search %u",
            sgn, bad, checked, (double)first_x, got0, want0);
 }
@@ -125,7 +133,7 @@ static void check_entry_unit(void) {
            "entry_unit<%d>: %ld of %ld differ from entry(clamp2(x)), first bits 0x%08x", S, bad, checked, first);
 }
 
-/* count_by_table_unit against count_by_table on the encode points of [−2, 2] and NaNs. */
+/* count_by_table_unit against count_by_table on the encode points (encode_points) of [−2, 2] and NaNs. */
 template <int S>
 static void check_count_unit(const table *t, int sgn) {
     long bad = 0, checked = 0;
@@ -135,19 +143,7 @@ static void check_count_unit(const table *t, int sgn) {
         if (count_by_table_unit<S>(t->c0, t->th, x) != count_by_table<S>(t->c0, t->th, x) && bad++ == 0) first_x = x;
         checked++;
     };
-    for (uint64_t b = 0; b < ((uint64_t)1 << 32); b += 64) one(float_of((uint32_t)b ^ (uint32_t)(b >> 11)));
-    for (int c = 0; c < 255; c++) {
-        float x = t->th[c];
-        for (int s = 0; s < 3; s++) x = nextafterf(x, -INFINITY);
-        for (int s = 0; s < 7; s++, x = nextafterf(x, INFINITY)) one(x);
-    }
-    for (uint32_t e = 0; e < (uint32_t)entries<S>; e++)
-        for (float x0 : {entry_lowest<S>(e), entry_highest<S>(e)}) {
-            float x = nextafterf(nextafterf(x0, -INFINITY), -INFINITY);
-            for (int s = 0; s < 5; s++, x = nextafterf(x, INFINITY)) one(x);
-        }
-    for (float x : {0.0f, -0.0f, NAN, -NAN, 1.0f, -1.0f, FLT_MIN, -FLT_MIN, 2.0f, -2.0f, 0x1p-149f, -0x1p-149f}) one(x);
-    one(float_of(0x7fffffffu)), one(float_of(0xffffffffu)), one(float_of(0x7f800001u)), one(float_of(0xffc00001u));
+    encode_points<S>(t, one);
     EXPECT(bad == 0, "count_by_table_unit = count_by_table (signed=%d): %ld of %ld differ, first x=%a", sgn, bad,
            checked, (double)first_x);
 }
