@@ -429,6 +429,20 @@ void proj_backward(gpu_llama *m, int l, int t, uint16_t *dx, enum gemm_beta beta
                            m->opt.lora_scale, m->ws, m->stream);
 }
 
+/* The weight-gradient stream (gl_wg_side): the folded groups' dB and dA (group_backward) read the
+ * group's dy, input x, u and du (the dx product's adapter columns) and write only their gradients,
+ * so they run beside the rest of the backward until one of those buffers is written again. Every
+ * such write waits here first: q/k/v's and gate/up's dx products (dn: the last groups' du; and
+ * after them the attention backward, n1 and n2 of the layer below), RMSNorm's input gradient into
+ * G (o's dy) comes after q/k/v's product; the data-parallel hooks, which hand a layer's gradients
+ * on, and the backward's end join it too. One stream, so the products run in the order and with
+ * the bits of the step's stream alone. */
+void wg_join(gpu_llama *m) {
+    if (!m->wg_pending) return;
+    CUDA_CHECK(cudaStreamWaitEvent(m->stream, m->wg_done, 0));
+    m->wg_pending = 0;
+}
+
 /* [gate │ up] of layer l (n rows of 2F) as one product over its stacked gate/up rows (ld_gu = 2F),
  * reading K columns of x (a folded group's: C and its adapters' columns). */
 void gate_up_forward(gpu_llama *m, int l, uint16_t *const *y, const uint16_t *x, int64_t ldx, int K, int n) {
@@ -544,6 +558,8 @@ int64_t stacked_width(int l, const gl_linear *lin, int n, const uint16_t *const 
  * stacked weights), 0: each packed. */
 void group_backward(gpu_llama *m, int l, int g, uint16_t *dx, const uint16_t *const *dy, const uint16_t *x,
                     int64_t ldx, uint64_t micro, gl_span sp, bool rescaled, int64_t ld_dy = 0) {
+    /* q/k/v's and gate/up's dx product writes dn, whose du columns the last groups' dA reads */
+    if (g != GL_GROUP_O) wg_join(m);
     const int first = gl_group_first[g], n = gl_group_n[g];
     gl_linear *lin = m->layers[l].lin + first;
     const uint16_t *g_dy[LORA_GROUP_MAX];
@@ -575,8 +591,18 @@ void group_backward(gpu_llama *m, int l, int g, uint16_t *dx, const uint16_t *co
             }
         }
         PROF(m, PROF_ADAPTER_BWD);
-        gpu_lora_group_fold_backward_strided_bf16(m->gemm, dx, ldx, lin[0].a_grad, db, g_dy, ld_dy, x, ldx,
-                                                  m->acts[l].ug[g] + (size_t)sp.r0 * n * R, lin[0].a, n, sp.n,
+        const uint16_t *u = m->acts[l].ug[g] + (size_t)sp.r0 * n * R;
+        if (m->wg_side) { /* dB and dA on the weight-gradient stream, after the dx product */
+            CUDA_CHECK(cudaEventRecord(m->wg_fork, m->stream));
+            CUDA_CHECK(cudaStreamWaitEvent(m->wg_stream, m->wg_fork, 0));
+            gpu_lora_group_fold_grads_strided_bf16(m->wg_gemm, dx, ldx, lin[0].a_grad, db, g_dy, ld_dy, x, ldx, u, n,
+                                                   sp.n, lin[0].c_in, c_out, R, m->opt.lora_scale, m->wg_ws,
+                                                   m->wg_stream);
+            CUDA_CHECK(cudaEventRecord(m->wg_done, m->wg_stream));
+            m->wg_pending = 1;
+        }
+        gpu_lora_group_fold_backward_strided_bf16(m->gemm, dx, ldx, m->wg_side ? nullptr : lin[0].a_grad,
+                                                  m->wg_side ? nullptr : db, g_dy, ld_dy, x, ldx, u, lin[0].a, n, sp.n,
                                                   lin[0].c_in, c_out, R, m->opt.lora_scale, m->ws, m->stream);
         return;
     }
@@ -979,8 +1005,12 @@ void backward(gpu_llama *m, uint64_t micro) {
         if (offloaded(m) && l >= 1) offload_in(m, l - 1);
         if (m->grad_gate) m->grad_gate(m->grad_gate_ctx, c.L - l);
         layer_backward(m, l, micro);
-        if (m->grad_hook) m->grad_hook(m->grad_hook_ctx, c.L - l);
+        if (m->grad_hook) {
+            wg_join(m);
+            m->grad_hook(m->grad_hook_ctx, c.L - l);
+        }
     }
+    wg_join(m);
     if (full) {
         PROF(m, PROF_EMBED);
         gpu_embedding_backward(m->embed_grad, gl_grad_type(m), m->G, m->tokens, N, c.C, c.V, s);

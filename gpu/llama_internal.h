@@ -217,6 +217,15 @@ struct gpu_llama {
      * in the last one's tail instead of after it (gl_adamw8bit_steps). */
     cudaStream_t opt_side[GL_OPT_SIDE];
     cudaEvent_t opt_fork, opt_join[GL_OPT_SIDE];
+    /* The folded LoRA groups' parameter gradients (dB, dA: nothing later in the backward reads them)
+     * on a stream of their own, beside the critical path (gl_wg_side; gpu/llama.cu group_backward):
+     * its own cuBLASLt context (workspace) and dB product buffer; wg_fork orders its work after the
+     * group's dx product, wg_done joins it back (wg_pending: work not yet joined). */
+    int wg_side, wg_pending;
+    cudaStream_t wg_stream;
+    struct gpu_gemm *wg_gemm;
+    cudaEvent_t wg_fork, wg_done;
+    void *wg_ws;
     cudaEvent_t *x_out, *x_in;     /* per layer input: its copy to the host / back to the device is done */
     cudaEvent_t *x_free;           /* per layer input: its device buffer may be overwritten */
     gl_acts *acts;

@@ -515,6 +515,19 @@ size_t workspace_bytes(const gpu_llama *m) {
     return ws;
 }
 
+/* The weight-gradient stream's dB product buffer (gl_wg_side): the folded groups' need. */
+size_t wg_workspace_bytes(const gpu_llama *m) {
+    size_t ws = 0;
+    for (int g = 0; g < GL_N_GROUPS; g++) {
+        if (!m->folded[g]) continue;
+        int64_t c_all = 0;
+        for (int i = 0; i < gl_group_n[g]; i++) c_all += m->layers[0].lin[gl_group_first[g] + i].c_out;
+        ws = max_sz(ws, gpu_lora_group_backward_workspace_size((int)rows_of(m, gl_group_first[g]), gl_group_n[g],
+                                                               m->opt.R, c_all));
+    }
+    return ws;
+}
+
 /* Scratch: the backward's buffers (one layer at a time), DoRA's rescaled dy, dropout's masked
  * input and mask, the recomputed normalized inputs, and the op workspace. */
 void scratch_rows(gpu_llama *m, gl_rows &rs) {
@@ -564,6 +577,7 @@ void scratch_rows(gpu_llama *m, gl_rows &rs) {
     m->plan.ce_rows =
         ce_chunk_rows(N, m->cfg.V, m->opt.recompute == RECOMPUTE_LAYER ? kCeChunkBytesLeast : kCeChunkBytes);
     add_row(rs, SLAB_SCRATCH, &m->ws, (int64_t)workspace_bytes(m), 1);
+    add_row(rs, SLAB_SCRATCH, &m->wg_ws, m->wg_side ? (int64_t)wg_workspace_bytes(m) : 0, 1);
 }
 
 /* Fixed: the batch, positions, RoPE tables, a ones vector (bias gradients), the device scalars
@@ -795,7 +809,7 @@ int gl_layout(gpu_llama *m, enum gl_layout_mode mode) {
     pl->acts = size[SLAB_ACTS];
     pl->scratch = size[SLAB_SCRATCH];
     m->fixed_slab = size[SLAB_FIXED];
-    pl->fixed = size[SLAB_FIXED] + GEMM_DEFAULT_WORKSPACE + rs.outside;
+    pl->fixed = size[SLAB_FIXED] + GEMM_DEFAULT_WORKSPACE * (m->wg_side ? 2 : 1) + rs.outside;
     pl->mlp_rows = m->mlp_rows;
     pl->total = pl->weights + pl->params + pl->grads + pl->optim + pl->acts + pl->scratch + pl->fixed;
     if (mode == GL_ALLOCATE) {
@@ -961,6 +975,13 @@ static void init_shape(gpu_llama *m, const model_config *c, const gpu_llama_opti
         /* o, a group of one: folded LoRA only (DoRA's o keeps its output: gl_keeps_o_out) */
         if (g == GL_GROUP_O) m->folded[g] = m->grouped[g] = m->folded[g] && o->mode == LLAMA_LORA;
     }
+    /* the folded groups' dB and dA on their own stream: LoRA with nothing recomputed, the MLP whole,
+     * nothing offloaded and no op timing (which times the step's stream alone); REFINE_WG_STREAM=0
+     * keeps them on the step's stream (the same bits either way) */
+    const char *wg = getenv("REFINE_WG_STREAM");
+    m->wg_side = o->mode == LLAMA_LORA && (m->folded[GL_GROUP_QKV] || m->folded[GL_GROUP_O] || m->folded[GL_GROUP_GATE_UP]) &&
+                 o->recompute == RECOMPUTE_NONE && m->mlp_rows == m->N && o->offload == GPU_OFFLOAD_NONE &&
+                 o->profile == GPU_PROFILE_OFF && !(wg && strcmp(wg, "0") == 0);
     m->ld_n1 = fold_ld(c->C, m->folded[GL_GROUP_QKV] ? gl_group_n[GL_GROUP_QKV] * o->R : 0);
     m->ld_n2 = fold_ld(c->C, m->folded[GL_GROUP_GATE_UP] ? gl_group_n[GL_GROUP_GATE_UP] * o->R : 0);
     m->ld_att = fold_ld(m->QD, m->folded[GL_GROUP_O] ? o->R : 0);
@@ -1294,6 +1315,12 @@ extern "C" gpu_llama *build_gpu_llama(const model_config *c, const gpu_llama_opt
     m->use_graphs = !(graphs && strcmp(graphs, "0") == 0);
     CUDA_CHECK(cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking));
     m->gemm = build_gpu_gemm(GEMM_DEFAULT_WORKSPACE);
+    if (m->wg_side) {
+        m->wg_gemm = build_gpu_gemm(GEMM_DEFAULT_WORKSPACE);
+        CUDA_CHECK(cudaStreamCreateWithFlags(&m->wg_stream, cudaStreamNonBlocking));
+        CUDA_CHECK(cudaEventCreateWithFlags(&m->wg_fork, cudaEventDisableTiming));
+        CUDA_CHECK(cudaEventCreateWithFlags(&m->wg_done, cudaEventDisableTiming));
+    }
     build_optimizer(m);
     upload_fixed(m);
     upload_fold_slots(m);
@@ -1342,9 +1369,14 @@ extern "C" gpu_llama *build_gpu_llama(const model_config *c, const gpu_llama_opt
 extern "C" void free_gpu_llama(gpu_llama *m) {
     if (!m) return;
     if (m->stream) CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    if (m->wg_stream) CUDA_CHECK(cudaStreamSynchronize(m->wg_stream));
     for (int s = 0; s < N_SLABS; s++)
         if (m->slab[s]) CUDA_CHECK(cudaFree(m->slab[s]));
     if (m->gemm) free_gpu_gemm(m->gemm);
+    if (m->wg_stream) CUDA_CHECK(cudaStreamDestroy(m->wg_stream));
+    if (m->wg_gemm) free_gpu_gemm(m->wg_gemm);
+    if (m->wg_fork) CUDA_CHECK(cudaEventDestroy(m->wg_fork));
+    if (m->wg_done) CUDA_CHECK(cudaEventDestroy(m->wg_done));
     if (m->adamw) free_gpu_adamw(m->adamw);
     for (int i = 0; i < m->n_graphs; i++)
         if (m->graphs[i].exec) CUDA_CHECK(cudaGraphExecDestroy(m->graphs[i].exec));

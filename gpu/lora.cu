@@ -477,24 +477,34 @@ void group_db_all(struct gpu_gemm *g, float *const *dlora_b, const uint16_t *con
 
 }  // namespace
 
+extern "C" void gpu_lora_group_fold_grads_strided_bf16(struct gpu_gemm *g, const uint16_t *dx_f, int64_t ldd,
+                                                       float *dlora_a, float *const *dlora_b,
+                                                       const uint16_t *const *dy, int64_t ld_dy, const uint16_t *x,
+                                                       int64_t ldx, const uint16_t *u, int n, int N, int C_in,
+                                                       const int *C_out, int R, float scale, void *workspace,
+                                                       cudaStream_t stream) {
+    check_group(n, N, C_in, C_out, R);
+    check_ld_dy(ld_dy, n, C_out);
+    CHECK(ldd >= C_in + n * R && ldx >= C_in,
+          "lora fold backward: row strides %lld (dx_f) and %lld (x) for C_in %d + n·R %d", (long long)ldd,
+          (long long)ldx, C_in, n * R);
+    group_db_all(g, dlora_b, dy, ld_dy, u, n, N, C_out, R, scale, workspace, stream);
+    if (dlora_a) { /* du: the base products' by-product, after dx_f's C_in columns */
+        const gemm_args p = group_da(dlora_a, dx_f + C_in, x, n, N, C_in, R, ldx, ldd);
+        gpu_gemm(g, &p, stream);
+    }
+}
+
 extern "C" void gpu_lora_group_fold_backward_strided_bf16(struct gpu_gemm *g, uint16_t *dx_f, int64_t ldd,
                                                           float *dlora_a, float *const *dlora_b,
                                                           const uint16_t *const *dy, int64_t ld_dy, const uint16_t *x,
                                                           int64_t ldx, const uint16_t *u, const uint16_t *lora_a, int n,
                                                           int N, int C_in, const int *C_out, int R, float scale,
                                                           void *workspace, cudaStream_t stream) {
-    check_group(n, N, C_in, C_out, R);
-    check_ld_dy(ld_dy, n, C_out);
+    gpu_lora_group_fold_grads_strided_bf16(g, dx_f, ldd, dlora_a, dlora_b, dy, ld_dy, x, ldx, u, n, N, C_in, C_out, R,
+                                           scale, workspace, stream);
     const int K = n * R;
-    CHECK(ldd >= C_in + K && ldx >= C_in,
-          "lora fold backward: row strides %lld (dx_f) and %lld (x) for C_in %d + n·R %d", (long long)ldd,
-          (long long)ldx, C_in, K);
-    group_db_all(g, dlora_b, dy, ld_dy, u, n, N, C_out, R, scale, workspace, stream);
     const uint16_t *du = dx_f + C_in; /* the base products' by-product */
-    if (dlora_a) {
-        const gemm_args p = group_da(dlora_a, du, x, n, N, C_in, R, ldx, ldd);
-        gpu_gemm(g, &p, stream);
-    }
     if (refine::adapter_mma_fits(C_in, K, ldd, du, lora_a, dx_f, refine::ADAPTER_B_COLS, ldd)) {
         /* the adapter pass: dx and du are one row's disjoint columns, du only read */
         bf16 *o = reinterpret_cast<bf16 *>(dx_f);

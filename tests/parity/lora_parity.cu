@@ -1371,6 +1371,56 @@ static void run_fold_case(const fold_case &f, enum regime rg, int id) {
             snprintf(what, sizeof what, "dlora_a (dy side by side)");
             check_reduction(&cc, dA_s, dA0, du_s.data(), nR, x.data(), C_in, N, nR, C_in, 1.0);
         }
+        /* (g) the split form of the trainer's weight-gradient stream (gpu/llama.cu wg_join): the
+         * gradients alone (gpu_lora_group_fold_grads_strided_bf16) on a second stream with a second
+         * gemm context and workspace, beside the fold backward without them on this one, from the
+         * same base product — dx_f, dA and every dB bitwise the joined call's */
+        {
+            struct dev_buf bws2;
+            dev_buf_alloc(&bws2, "second workspace", bws.nbytes, POISON_BF16, nullptr);
+            struct gpu_gemm *g2 = build_gpu_gemm(GEMM_DEFAULT_WORKSPACE);
+            cudaStream_t s2;
+            cudaEvent_t fork, done;
+            CUDA_CHECK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+            CUDA_CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+            CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+            dev_buf_reset(&bdA, dA0.data());
+            for (int i = 0; i < n; i++) dev_buf_reset(&bdB[i], dB0[i].data());
+            CUDA_CHECK(cudaMemcpy(bdxs.data, dxs_base.data(), dxs_base.size() * 2, cudaMemcpyHostToDevice));
+            CUDA_CHECK(cudaEventRecord(fork, g_stream));
+            CUDA_CHECK(cudaStreamWaitEvent(s2, fork, 0));
+            gpu_lora_group_fold_grads_strided_bf16(g2, (const uint16_t *)bdxs.data, ldd, (float *)bdA.data, dB_p, dys_p,
+                                                   c_all, (const uint16_t *)bxf.data, ldx, (const uint16_t *)bu.data,
+                                                   n, N, C_in, c.C_out, R, s, bws2.data, s2);
+            gpu_lora_group_fold_backward_strided_bf16(g_gemm, (uint16_t *)bdxs.data, ldd, nullptr, nullptr, dys_p, c_all,
+                                                      (const uint16_t *)bxf.data, ldx, (const uint16_t *)bu.data,
+                                                      (const uint16_t *)bA.data, n, N, C_in, c.C_out, R, s, bws.data,
+                                                      g_stream);
+            CUDA_CHECK(cudaEventRecord(done, s2));
+            CUDA_CHECK(cudaStreamWaitEvent(g_stream, done, 0));
+            CUDA_CHECK(cudaStreamSynchronize(g_stream));
+            std::vector<uint16_t> dx2((size_t)N * ldd);
+            std::vector<float> dA2(dA0.size());
+            dev_buf_download(&bdxs, dx2.data(), 0);
+            dev_buf_download(&bdA, dA2.data(), 0);
+            cc.dtype = "bf16";
+            snprintf(what, sizeof what, "split on two streams: dx_f vs the joined call's");
+            cmp_exact_bytes(&cc, dx2.data(), dxs.data(), dx2.size() * 2);
+            cc.dtype = "f32";
+            snprintf(what, sizeof what, "split on two streams: dlora_a vs the joined call's");
+            cmp_exact_bytes(&cc, dA2.data(), dA_s.data(), dA2.size() * 4);
+            for (int i = 0; i < n; i++) {
+                std::vector<float> d(dB0[i].size());
+                dev_buf_download(&bdB[i], d.data(), 0);
+                snprintf(what, sizeof what, "split on two streams: dlora_b_%d vs the joined call's", i);
+                cmp_exact_bytes(&cc, d.data(), dB_side[i].data(), d.size() * 4);
+            }
+            CUDA_CHECK(cudaEventDestroy(fork));
+            CUDA_CHECK(cudaEventDestroy(done));
+            CUDA_CHECK(cudaStreamDestroy(s2));
+            free_gpu_gemm(g2);
+            dev_buf_free(&bws2);
+        }
         /* the dx-less group backward (layer 0's) with dy side by side: dB bitwise the fold backward's
          * (the same one product), dA bitwise the packed call's */
         std::vector<std::vector<float>> dB_p0(n);

@@ -35,6 +35,8 @@
 #     must be bitwise the uninterrupted run (if it finished before the kill, that is said, and the
 #     resume of the finished run must still be identical);
 #   - CUDA graphs change no number (the runs without them, REFINE_CUDA_GRAPHS=0, are bitwise the same);
+#   - the weight-gradient stream changes no number (LoRA's folded dB and dA on the step's stream,
+#     REFINE_WG_STREAM=0, with and without CUDA graphs: bitwise the same);
 #   - recomputation changes no number (--recompute-keep, --recompute-mlp and --keep-mlp-input too; LoRA, QDoRA, full; full fine-tuning under FP8 with --recompute
 #     layer or attn, whose trained weights are then cast a layer at a time, in every recipe);
 #   - --base-dtype fp8 under --precision fp8 changes memory, not numbers: bitwise the run with the
@@ -596,6 +598,26 @@ if [ $cpu_only -eq 0 ]; then
             check_log "$model $method $variant without CUDA graphs: exits 0" "$logs/$name.log" test $? -eq 0
             compare "$model $method $variant: CUDA graphs == none, bitwise" "$logs/$name-compare.log" identical \
                 "$tmp/runs/$(gpu_name "$model" "$method" "$variant")" "$tmp/runs/$name"
+        done
+    fi
+    if [ "$only" != smollm2 ]; then
+        # The folded LoRA groups' dB and dA on their own stream (on by default where eligible:
+        # gpu/llama.cu wg_join) run the same products in the same order: bitwise the run with them on
+        # the step's stream (REFINE_WG_STREAM=0); with CUDA graphs and without.
+        for w_case in "tiny-llama lora bf16" "tiny-qwen2 lora bf16" "tiny-llama qlora bf16"; do
+            read -r model method variant <<<"$w_case"
+            case " $variants_wanted " in *" $variant "*) ;; *) continue ;; esac
+            for graphs in 1 0; do
+                name=$model-$method-wg0-g$graphs-$variant
+                # shellcheck disable=SC2046 # the variant's flags are words
+                REFINE_WG_STREAM=0 REFINE_CUDA_GRAPHS=$graphs run_train "$gpu" "$model" "$method" "$tmp/runs/$name" \
+                    "$logs/$name.log" $(variant_flags "$variant")
+                check_log "$model $method $variant, dB and dA on the step's stream (graphs $graphs): exits 0" \
+                    "$logs/$name.log" test $? -eq 0
+                compare "$model $method $variant: the weight-gradient stream == none (graphs $graphs), bitwise" \
+                    "$logs/$name-compare.log" identical "$tmp/runs/$(gpu_name "$model" "$method" "$variant")" \
+                    "$tmp/runs/$name"
+            done
         done
     fi
     if [ "$only" != smollm2 ] && [ $bf16_ran -eq 1 ]; then
