@@ -680,8 +680,27 @@ int main(void) {
         const double ld1 = (c1.C + 3 * 16 + 63) / 64 * 64, ld2 = (c1.C + 2 * 16 + 63) / 64 * 64;
         const double qkv_w = (QD + 2 * KD) * ld1, gu_w = 2.0 * c1.F * ld2;
         const double w_s = (qkv_w > gu_w ? qkv_w : gu_w) * 2;
+        /* LoRA's weight-gradient stream (gpu/llama_internal.h wg_side; not under op timing): its dB
+         * product buffer in scratch — the largest folded group's (c_all, n·R) fp32 product or (N, n·R)
+         * bf16 du, 256-byte rounded — and a second cuBLASLt workspace in fixed */
+        struct gpu_llama_options olt = olr;
+        olt.profile = GPU_PROFILE_OPS;
+        const double g_all[3][2] = {{QD + 2 * KD, 3}, {c1.C, 1}, {2.0 * c1.F, 2}};
+        double wg = 0;
+        for (int i = 0; i < 3; i++) {
+            const double nR = g_all[i][1] * 16, b = fmax(g_all[i][0] * nR * 4, N * nR * 2);
+            wg = fmax(wg, ceil(b / 256) * 256);
+        }
+        in_range("LoRA 2x128: the weight-gradient stream's dB buffer in scratch",
+                 (double)plan_of(&c1, &olr).scratch - (double)plan_of(&c1, &olt).scratch, wg, wg + 256);
+        in_range("LoRA 2x128: the weight-gradient stream's cuBLASLt workspace in fixed",
+                 (double)plan_of(&c1, &olr).fixed - (double)plan_of(&c1, &olt).fixed, 32 << 20, 32 << 20);
+        struct gpu_llama_options odt = odr;
+        odt.profile = GPU_PROFILE_OPS;
+        in_range("DoRA 2x128: no weight-gradient stream (the same plan as with op timing)",
+                 (double)plan_of(&c1, &odr).total - (double)plan_of(&c1, &odt).total, 0, 0);
         in_range("DoRA 2x128: scratch beyond LoRA's is the rescaled dy, the shared h and the scaled weights",
-                 (double)plan_of(&c1, &odr).scratch - (double)plan_of(&c1, &olr).scratch,
+                 (double)plan_of(&c1, &odr).scratch - (double)plan_of(&c1, &olt).scratch,
                  dy_s + N * c1.C * 2 + w_s - slack, dy_s + N * c1.C * 2 + w_s + slack + 8.0 * (N / 32) * c1.F * 2);
     }
     in_range("--mlp-chunk ≥ B·T: one chunk", plan_of(&c1, &ochm).mlp_rows, 256, 256);
