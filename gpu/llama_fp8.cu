@@ -69,6 +69,13 @@ const float *row_scale(const gpu_llama *m, int row) { return m->fp8.sinv16 + 4 *
 /* The group's first linear: the row its shared input is recorded in. */
 int group_first(int t) { return t == LLAMA_K || t == LLAMA_V ? LLAMA_Q : t == LLAMA_UP ? LLAMA_GATE : t; }
 
+/* Row's delayed (given) scaling in format f: its scale, its sinv16 slot, and its amax recorded into
+ * the row's history slot 0 (record) or into the discard slot. */
+gpu_fp8_scaling delayed_scaling(const gl_fp8 &F, fp8_format f, int row, int record) {
+    return gpu_fp8_scaling{f, GPU_FP8_DELAYED, &F.scale[row], F.sinv16 + 4 * (int64_t)row,
+                           record ? F.history + (int64_t)row * F.history_len : F.discard, 0.0f, 0};
+}
+
 /* Casts x (rows, cols) under rule for row into q / q_t (either may be NULL for the per-tensor
  * rules) with the block scales into s / s_t. record_amax: delayed max-records the amax into the
  * row's history slot 0 (else into the discard slot); record_stats: flags and (not for weights:
@@ -83,8 +90,7 @@ void quantize(gpu_llama *m, int row, fp8_rule rule, fp8_format f, uint8_t *q, fl
     float *sinv = F.sinv16 + 4 * (int64_t)row;
     switch (rule) {
     case FP8_RULE_GIVEN: {
-        const gpu_fp8_scaling sc = {f, GPU_FP8_DELAYED, &F.scale[row], sinv,
-                                    record_amax ? F.history + (int64_t)row * F.history_len : F.discard, 0.0f, 0};
+        const gpu_fp8_scaling sc = delayed_scaling(F, f, row, record_amax);
         gpu_fp8_cast_bf16(q, q_t, x, rows, cols, &sc, flags, sat, st);
         break;
     }
@@ -238,8 +244,7 @@ bool gl_fp8_swiglu_forward(gpu_llama *m, int l, const uint16_t *g, const uint16_
     if (rule_of(m, FP8_ROLE_X) != FP8_RULE_GIVEN) return false;
     const int rec = F.recording == FP8_RECORD, row = row_of(m, FP8_ROLE_X, l, LLAMA_DOWN);
     const bool kept = gl_fp8_inputs_kept(&m->opt); /* x̂ᵀ kept, nothing reads the bf16 input */
-    const gpu_fp8_scaling sc = {FP8_E4M3, GPU_FP8_DELAYED, &F.scale[row], F.sinv16 + 4 * (int64_t)row,
-                                rec ? F.history + (int64_t)row * F.history_len : F.discard, 0.0f, 0};
+    const gpu_fp8_scaling sc = delayed_scaling(F, FP8_E4M3, row, rec);
     const gpu_fp8_out out = {F.xq, kept && rec ? m->acts[l].xt8[LLAMA_DOWN] : nullptr, &sc,
                              rec ? &F.flags[row] : nullptr};
     return gpu_fp8_swiglu_forward(&out, kept ? nullptr : h, g, u, rows, m->cfg.F, ld_gu, rec ? F.saturated : nullptr,
@@ -257,8 +262,7 @@ bool gl_fp8_swiglu_backward(gpu_llama *m, int l, const uint16_t *dh, const uint1
     for (int i = 0; i < 2; i++) {
         const int t = i ? LLAMA_UP : LLAMA_GATE, row = row_of(m, FP8_ROLE_DY, l, t);
         CHECK(!m->layers[l].lin[t].bias, "layer %d: a biased gate or up (its bias gradient reads dy)", l);
-        sc[i] = {f, GPU_FP8_DELAYED, &F.scale[row], F.sinv16 + 4 * (int64_t)row,
-                 rec ? F.history + (int64_t)row * F.history_len : F.discard, 0.0f, 0};
+        sc[i] = delayed_scaling(F, f, row, rec);
         out[i] = {i ? F.dq2 : F.dq, i ? F.dt2 : F.dt, &sc[i], rec ? &F.flags[row] : nullptr};
     }
     F.gate_up_ready =
