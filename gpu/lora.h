@@ -238,7 +238,7 @@ void gpu_lora_group_fold_backward_strided_bf16(struct gpu_gemm *g, uint16_t *dx_
 /* Its parameter gradients alone: dB_i and dA_g ACCUMULATE as above (dx_f's du columns and dy, x, u
  * read; nothing written but the gradients and the workspace's dB product). With dlora_a and
  * dlora_b NULL the fold backward forms dx alone, so that the two can run on two streams (the
- * trainer's weight-gradient stream, gpu/llama.h): the same products, the same bits. */
+ * trainer's weight-gradient stream, gpu/llama.cu wg_join): the same products, the same bits. */
 void gpu_lora_group_fold_grads_strided_bf16(struct gpu_gemm *g, const uint16_t *dx_f, int64_t ldd, float *dlora_a,
                                             float *const *dlora_b, const uint16_t *const *dy, int64_t ld_dy,
                                             const uint16_t *x, int64_t ldx, const uint16_t *u, int n, int N, int C_in,
