@@ -484,6 +484,14 @@ void activation_rows(gpu_llama *m, gl_rows &rs) {
      * head's loss, when no layer's n1 is live (the backward forms each layer's n1 again) */
 }
 
+/* A grouped adapter backward's workspace for group g (its dy side by side, group_stacked: the one
+ * dB product's (Σ C_out, n·R) output). */
+size_t group_workspace_bytes(const gpu_llama *m, int g) {
+    int64_t c_all = 0;
+    for (int i = 0; i < gl_group_n[g]; i++) c_all += m->layers[0].lin[gl_group_first[g] + i].c_out;
+    return gpu_lora_group_backward_workspace_size((int)rows_of(m, gl_group_first[g]), gl_group_n[g], m->opt.R, c_all);
+}
+
 /* The one op workspace: the largest need of any op the step runs. */
 size_t workspace_bytes(const gpu_llama *m) {
     const model_config *c = &m->cfg;
@@ -503,13 +511,8 @@ size_t workspace_bytes(const gpu_llama *m) {
             ws = max_sz(ws, gpu_dora_rescale_workspace_size(n, lin.c_out));
         }
     }
-    for (int g = 0; g < GL_N_GROUPS; g++) {
-        if (!m->grouped[g]) continue;
-        int64_t c_all = 0; /* dy side by side (group_stacked): the one dB product's output */
-        for (int i = 0; i < gl_group_n[g]; i++) c_all += m->layers[0].lin[gl_group_first[g] + i].c_out;
-        ws = max_sz(ws, gpu_lora_group_backward_workspace_size((int)rows_of(m, gl_group_first[g]), gl_group_n[g], o->R,
-                                                               c_all));
-    }
+    for (int g = 0; g < GL_N_GROUPS; g++)
+        if (m->grouped[g]) ws = max_sz(ws, group_workspace_bytes(m, g));
     if (dora && (gl_is_target(m, LLAMA_GATE) || gl_is_target(m, LLAMA_UP))) /* the fused SwiGLU + rescale */
         ws = max_sz(ws, gpu_dora_swiglu_backward_workspace_size((int)rows_of(m, LLAMA_GATE), c->F));
     return ws;
@@ -518,13 +521,8 @@ size_t workspace_bytes(const gpu_llama *m) {
 /* The weight-gradient stream's dB product buffer (gl_wg_side): the folded groups' need. */
 size_t wg_workspace_bytes(const gpu_llama *m) {
     size_t ws = 0;
-    for (int g = 0; g < GL_N_GROUPS; g++) {
-        if (!m->folded[g]) continue;
-        int64_t c_all = 0;
-        for (int i = 0; i < gl_group_n[g]; i++) c_all += m->layers[0].lin[gl_group_first[g] + i].c_out;
-        ws = max_sz(ws, gpu_lora_group_backward_workspace_size((int)rows_of(m, gl_group_first[g]), gl_group_n[g],
-                                                               m->opt.R, c_all));
-    }
+    for (int g = 0; g < GL_N_GROUPS; g++)
+        if (m->folded[g]) ws = max_sz(ws, group_workspace_bytes(m, g));
     return ws;
 }
 
