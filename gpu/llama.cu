@@ -849,7 +849,7 @@ void layer_backward(gpu_llama *m, int l, uint64_t micro) {
             gpu_swiglu_forward_bf16(a.mlp, a.gate, a.up, N, F, (int)m->ld_gu, s);
         }
         /* kept n2, or n2's codes (gl_fp8_inputs_kept): formed again only with h (o_out) */
-        if (!formed && (a.o_out || (!a.n2 && !gl_fp8_inputs_kept(&m->opt)))) norm2(m, l);
+        if (!formed && (a.o_out || (!a.n2 && !none))) norm2(m, l);
         mlp_backward(m, l, whole(m), micro, form_in_pass);
     }
     {
