@@ -3,13 +3,15 @@
  *
  *   bazel test --config=gpu //tests/parity:attention_parity
  *   attention_parity [--seed=N] [--kernel=sm80|sm90|both] [--debug] [--bench | --bench-only]
+ *                    [--bench-shape=B,T,H,KVH,D]
  *
  * Order: (1) on a Hopper device, the probes (gpu/attention_internal.h, attn90_probe): each warpgroup
  * GEMM of the Hopper kernels alone on integer-valued tiles, bit for bit, so that a layout error is
  * named by the product it breaks; (2) every shape for each kernel family that takes it (sm80 always,
  * sm90 on a Hopper device for D = 64 and 128): forward, backward, backward determinism; (3) with
  * --bench, each shape of the benchmark for both families in the same run, then a summary table
- * (--bench-only: the benchmark alone, without (1) and (2), to time a build already checked).
+ * (--bench-only: the benchmark alone, without (1) and (2), to time a build already checked;
+ * --bench-shape: one shape instead of the list, e.g. to profile it).
  * REFINE_ATTENTION_KERNEL=sm80 in the environment makes no difference here (the families are named
  * explicitly), and --kernel=sm80 runs the fallback alone.
  *
@@ -660,11 +662,12 @@ static void bench_call(void *p, cudaStream_t s) {
 }
 
 /* FLOPs (flash-attention's convention): forward 4·B·H·T²·D / 2 (causal), backward 2.5× forward. */
-static void bench(int want_sm80, int want_sm90) {
+static void bench(int want_sm80, int want_sm90, const int *only) {
     const double ceiling = gpu_gemm_measure_bf16_rate(8192) / 1e12;
     printf("attention_parity: measured bf16 GEMM ceiling (8192³, cuBLASLt) %.1f TFLOP/s\n", ceiling);
-    const int shapes[][5] = {{4, 4096, 16, 16, 128}, {16, 512, 32, 8, 64}, {4, 4096, 32, 32, 64},
-                             {8, 2048, 16, 16, 128}, {16, 512, 9, 3, 64}};
+    std::vector<std::vector<int>> shapes = {{4, 4096, 16, 16, 128}, {16, 512, 32, 8, 64}, {4, 4096, 32, 32, 64},
+                                            {8, 2048, 16, 16, 128}, {16, 512, 9, 3, 64}};
+    if (only) shapes = {std::vector<int>(only, only + 5)};
     struct Row {
         char shape[64];
         double tf[2][2]; /* [sm80, sm90][forward, backward], 0 when not run */
@@ -757,13 +760,28 @@ int main(int argc, char **argv) {
                             /* more tiles and backward CTAs than an H100 has SMs (persistent forward, the dQ order
                              * across waves) */
                             {8, 512, 8, 8, 64},   {8, 256, 16, 16, 128},
+                            /* several tiles a CTA (the forward's step from one tile to the next, its Q stages
+                             * reused, single-block tiles among them), at the 1B model's head counts */
+                            {6, 512, 32, 8, 64},  {4, 300, 24, 8, 128},
                             /* head dims of small models (the test models have D = 16): sm80 only */
                             {2, 33, 4, 1, 16},    {1, 130, 6, 2, 16},   {2, 65, 4, 2, 32}};
     const bool bench_only = test_has_flag(argc, argv, "--bench-only");
     if (!bench_only)
         for (auto &cs : cases) run_case(cs[0], cs[1], cs[2], cs[3], cs[4], want_sm80, want_sm90);
     const int rc = test_finish("attention_parity");
-    if (rc == 0 && (bench_only || test_has_flag(argc, argv, "--bench"))) bench(want_sm80, want_sm90);
+    /* --bench-shape=B,T,H,KVH,D: that shape alone (e.g. under a profiler) */
+    int only[5], *shape = nullptr;
+    for (int i = 1; i < argc; i++)
+        if (strncmp(argv[i], "--bench-shape=", 14) == 0) {
+            if (sscanf(argv[i] + 14, "%d,%d,%d,%d,%d", &only[0], &only[1], &only[2], &only[3], &only[4]) != 5 ||
+                only[0] < 1 || only[1] < 1 || only[2] < 1 || only[3] < 1 || only[2] % only[3] != 0 || only[4] < 1) {
+                fprintf(stderr, "attention_parity: --bench-shape wants B,T,H,KVH,D (H a multiple of KVH), got %s\n",
+                        argv[i] + 14);
+                return 1;
+            }
+            shape = only;
+        }
+    if (rc == 0 && (bench_only || shape || test_has_flag(argc, argv, "--bench"))) bench(want_sm80, want_sm90, shape);
     CUDA_CHECK(cudaFree(g_hang));
     CUDA_CHECK(cudaStreamDestroy(g_stream));
     return rc;
