@@ -320,13 +320,14 @@ __device__ __forceinline__ void gemm_abt(float (&d)[N / 2], uint32_t a_tile, int
 }
 
 /* d (64 × N) += A · B, A in registers (KS k-steps: the accumulators of a 64 × 16·KS product), B the
- * tile of KS·16 rows (k) × N columns, MN-major: forward O += P·V, backward dV += Pᵀ·dO and
- * dK += dSᵀ·Q. */
-template <int N, int KS>
+ * first KS·16 rows (k) × N columns of a tile of BROWS rows, MN-major: forward O += P·V (KS < BROWS/16:
+ * the half block), backward dV += Pᵀ·dO and dK += dSᵀ·Q. */
+template <int N, int KS, int BROWS = KS * 16>
 __device__ __forceinline__ void gemm_rs(float (&d)[N / 2], const uint32_t (&a)[KS][4], uint32_t b_tile) {
+    static_assert(KS * 16 <= BROWS, "more k-steps than the tile's rows");
 #pragma unroll
     for (int ks = 0; ks < KS; ks++)
-        wgmma_rs<N, 1>(d, a[ks], desc_mnmajor(b_tile, (uint32_t)(KS * 16), 0u, (uint32_t)ks), 1);
+        wgmma_rs<N, 1>(d, a[ks], desc_mnmajor(b_tile, (uint32_t)BROWS, 0u, (uint32_t)ks), 1);
 }
 
 /* d (64 × N) = Aᵀ · B, both from tiles of KROWS rows (the k index): A = column block a_blk (64

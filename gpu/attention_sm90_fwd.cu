@@ -4,23 +4,30 @@
  *
  * Strategy. A persistent grid (one CTA per SM, 384 threads) walks tiles of 128 queries of one
  * (b, h), heaviest first (attention_sm90_layout.h §4). Warpgroup 0 is the producer: one thread
- * issues the tensor-copy loads (Q once a tile, then K and V blocks of 128 keys through two-stage
- * ring buffers, each stage a full/empty mbarrier pair) and the warpgroup gives its registers away
- * (setmaxnreg 40). Warpgroups 1 and 2 are consumers (setmaxnreg 232), 64 query rows each: per key
- * block n = n_max … 0 (descending, so the one block under the causal mask comes first)
+ * issues the tensor-copy loads (Q once a tile into two stages, so that the next tile's queries load
+ * while this tile runs; K and V blocks of 128 keys through two-stage ring buffers; each stage a
+ * full/empty mbarrier pair) and the warpgroup gives its registers away (setmaxnreg 40). Warpgroups 1
+ * and 2 are consumers (setmaxnreg 232), 64 query rows each: per key block n = n_max … 0 (descending,
+ * so the one block under the causal mask comes first)
  *   S = Q·Kᵀ (wgmma SS, m64n128k16, K-major from swizzled tiles) — issued for block n while
  *   O += P·V of block n + 1 (wgmma RS: P stays in registers as bf16, V MN-major) runs, then the
  *   online softmax of block n (exp2 with scale·log2 e folded in, running max and sum in fp32)
  *   overlaps the tail of P·V; O is rescaled once P·V is done.
+ * The same step joins two tiles: the next tile's first S is issued beside this tile's last P·V, its
+ * softmax runs under it, and the epilogue (out = bf16(O / l), lse = (m·scale·log2 e + log2 l)·ln 2,
+ * stored from registers) follows — at short sequences (T 512: one to four key blocks a tile) a
+ * tile's start and end were otherwise the consumers' critical path. The first consumer's diagonal
+ * block is a half block (fwd_half_block: its queries see the block's first 64 keys only): its
+ * softmax takes those 64, the other keys' P are zeros — the same bits as the masked whole block.
  * The two consumers take turns issuing their GEMMs (named barriers BAR_SCHED0/1, "ping-pong"), so
- * that one's softmax runs under the other's tensor-core work. Epilogue: out = bf16(O / l) and
- * lse = (m·scale·log2 e + log2 l)·ln 2 stored straight from registers.
- * Shared memory (D = 128): Q 32 KiB + K 2 × 32 KiB + V 2 × 32 KiB = 160 KiB (D = 64: 80 KiB).
+ * that one's softmax runs under the other's tensor-core work.
+ * Shared memory (D = 128): Q 2 × 32 KiB + K 2 × 32 KiB + V 2 × 32 KiB = 192 KiB (D = 64: 96 KiB).
  * Rounding points: those of the sm_80 kernel (P relative to the running max, rounded to bf16 for the
  * P·V product; fp32 accumulation), with the key blocks visited in descending order.
  * Test: tests/parity/attention_parity.cu (both kernel families, `--bench` times them side by side).
  */
 #include <atomic>
+#include <type_traits>
 #include <cudaTypedefs.h>
 #include <math.h>
 
@@ -40,18 +47,56 @@ struct FwdParams {
     HangRecord *dbg;
 };
 
-template <int D>
+/* The online-softmax update of one key block for one warpgroup: NS of the thread's NA scores (NA/2 for
+ * a half block). Masks keys after their query where the block is under the causal mask (key0 the
+ * block's first key, q_row0 the warpgroup's first query), then s becomes P = 2^(S·c − m_new), m_run
+ * and l_run move on, corr = 2^((m_old − m_new)·c). */
+template <int NS, int NA>
+__device__ __forceinline__ void softmax_update(float (&s)[NA], bool masked, int key0, int q_row0, int tid, float c,
+                                               float (&m_run)[2], float (&l_run)[2], float (&corr)[2]) {
+    static_assert(NS <= NA, "more scores than the thread holds");
+    if (masked) {
+#pragma unroll
+        for (int i = 0; i < NS; i++)
+            if (key0 + acc_col(tid, i) > q_row0 + acc_row(tid, i)) s[i] = -INFINITY;
+    }
+    float mx[2] = {m_run[0], m_run[1]};
+#pragma unroll
+    for (int i = 0; i < NS; i++) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+        corr[r] = ex2((m_run[r] - mx[r]) * c);
+        m_run[r] = mx[r];
+    }
+    const float mc[2] = {mx[0] * c, mx[1] * c};
+    float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int i = 0; i < NS; i++) {
+        s[i] = ex2(fmaf(s[i], c, -mc[(i >> 1) & 1]));
+        sum[(i >> 1) & 1] += s[i];
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) l_run[r] = l_run[r] * corr[r] + sum[r];
+}
+
+template <int D, bool JOIN>
 __global__ void __launch_bounds__(384, 1) attn_fwd_sm90(const __grid_constant__ FwdParams p) {
 #ifdef ATTN_SM90_ENABLED
     using C = FwdTile<D>;
-    using L = FwdSmem<D>;
+    constexpr int QS = JOIN ? 2 : 1; /* query stages */
+    using L = FwdSmem<D, QS>;
     constexpr int BM = C::BM, BN = C::BN, S = C::STAGES;
+    static_assert(BM == BN, "the half block assumes square tiles");
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
     const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
     if (threadIdx.x == 0) {
-        mbar_init(base + L::Q_FULL, 1);
-        mbar_init(base + L::Q_EMPTY, 8);
+        for (int s = 0; s < QS; s++) {
+            mbar_init(base + L::Q_FULL + 8 * s, 1);
+            mbar_init(base + L::Q_EMPTY + 8 * s, 8);
+        }
         for (int s = 0; s < S; s++) {
             mbar_init(base + L::K_FULL + 8 * s, 1);
             mbar_init(base + L::K_EMPTY + 8 * s, 8);
@@ -69,15 +114,20 @@ __global__ void __launch_bounds__(384, 1) attn_fwd_sm90(const __grid_constant__ 
         int it = 0, tcount = 0;
         for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x, tcount++) {
             const FwdWork w = fwd_tile(tile, p.num_m, p.B, p.H);
-            const int n_max = fwd_n_max(w.m, BM, BN, p.T), kvh = w.h / group;
+            const int n_max = fwd_n_max(w.m, BM, BN, p.T), kvh = w.h / group, qs = tcount % QS;
+            const uint32_t qph = (uint32_t)(tcount / QS) & 1u;
+            auto load_q = [&] {
+                mbar_wait(base + L::Q_EMPTY + 8 * qs, qph ^ 1u, p.dbg, HANG_FWD_Q_EMPTY, tcount);
+                mbar_expect_tx(base + L::Q_FULL + 8 * qs, C::Q_BYTES);
+                tma_load_tile<D>(base + L::Q + qs * C::Q_BYTES, &p.tq, BM, w.h, w.m * BM, w.b, base + L::Q_FULL + 8 * qs);
+            };
+            if (JOIN) load_q(); /* its stage was freed a tile ago */
             int st = it % S;
             uint32_t ph = (uint32_t)(it / S) & 1u;
             mbar_wait(base + L::K_EMPTY + 8 * st, ph ^ 1u, p.dbg, HANG_FWD_K_EMPTY, it);
             mbar_expect_tx(base + L::K_FULL + 8 * st, C::KV_BYTES);
             tma_load_tile<D>(base + L::K + st * C::KV_BYTES, &p.tk, BN, kvh, n_max * BN, w.b, base + L::K_FULL + 8 * st);
-            mbar_wait(base + L::Q_EMPTY, ((uint32_t)tcount & 1u) ^ 1u, p.dbg, HANG_FWD_Q_EMPTY, tcount);
-            mbar_expect_tx(base + L::Q_FULL, C::Q_BYTES);
-            tma_load_tile<D>(base + L::Q, &p.tq, BM, w.h, w.m * BM, w.b, base + L::Q_FULL);
+            if (!JOIN) load_q(); /* once the previous tile's last S is done */
             for (int n = n_max - 1; n >= 0; n--) {
                 const int st1 = (it + 1) % S;
                 const uint32_t ph1 = (uint32_t)((it + 1) / S) & 1u;
@@ -108,97 +158,39 @@ __global__ void __launch_bounds__(384, 1) attn_fwd_sm90(const __grid_constant__ 
     if (cw == 1) named_bar_arrive(BAR_SCHED0, 256); /* consumer 0 issues first */
     float o[D / 2], s[BN / 2];
     uint32_t pa[BN / 16][4];
-    int it = 0, tcount = 0;
-    for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x, tcount++) {
-        const FwdWork w = fwd_tile(tile, p.num_m, p.B, p.H);
-        const int n_max = fwd_n_max(w.m, BM, BN, p.T);
-        const int q_row0 = w.m * BM + 64 * cw; /* first query row of this warpgroup */
-        float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f}, corr[2];
-#pragma unroll
-        for (int i = 0; i < D / 2; i++) o[i] = 0.0f;
+    /* a half block (fwd_half_block): the softmax of the first 64 keys' scores, the A registers of the
+     * other 64 zeros (what their P would round to) */
+    float(&s_half)[BN / 4] = reinterpret_cast<float(&)[BN / 4]>(s);
+    uint32_t(&pa_half)[BN / 32][4] = reinterpret_cast<uint32_t(&)[BN / 32][4]>(pa);
 
-        /* Masks keys after the query (block n), then the online-softmax update: s becomes
-         * P = 2^(S·c − m_new), m_run and l_run move on, corr = 2^((m_old − m_new)·c). */
-        auto softmax = [&](int n) {
-            if (causal_block_masked(w.m, BM, n, BN)) {
+    /* S = Q·Kᵀ of Q stage qs and K stage kst; P·V of V stage vst with the A registers of pa. Both
+     * whole blocks always: a product whose shape depended on the half block would be a wgmma in a
+     * divergent path, which ptxas serializes (every wgmma of the kernel waits for the previous; the
+     * build checks for it, tests/unit/wgmma_serial_test.sh). */
+    auto issue_s = [&](int qs, int kst) {
+        gemm_abt<BN, D>(s, base + L::Q + qs * C::Q_BYTES, BM, 64 * cw, base + L::K + kst * C::KV_BYTES, BN, 0);
+    };
+    auto issue_pv = [&](int vst) { gemm_rs<D, BN / 16, BN>(o, pa, base + L::V + vst * C::KV_BYTES); };
+    auto softmax = [&](bool half, const FwdWork &w, int n, int q_row0, float(&m_run)[2], float(&l_run)[2],
+                       float(&corr)[2]) {
+        const bool masked = causal_block_masked(w.m, BM, n, BN);
+        if (half) softmax_update<BN / 4>(s, masked, n * BN, q_row0, tid, c, m_run, l_run, corr);
+        else softmax_update<BN / 2>(s, masked, n * BN, q_row0, tid, c, m_run, l_run, corr);
+    };
+    auto to_a = [&](bool half) {
+        if (half) {
+            acc_to_a<BN / 32>(pa_half, s_half);
 #pragma unroll
-                for (int i = 0; i < BN / 2; i++)
-                    if (n * BN + acc_col(tid, i) > q_row0 + acc_row(tid, i)) s[i] = -INFINITY;
-            }
-            float mx[2] = {m_run[0], m_run[1]};
+            for (int ks = BN / 32; ks < BN / 16; ks++)
 #pragma unroll
-            for (int i = 0; i < BN / 2; i++) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-                corr[r] = ex2((m_run[r] - mx[r]) * c);
-                m_run[r] = mx[r];
-            }
-            const float mc[2] = {mx[0] * c, mx[1] * c};
-            float sum[2] = {0.0f, 0.0f};
-#pragma unroll
-            for (int i = 0; i < BN / 2; i++) {
-                s[i] = ex2(fmaf(s[i], c, -mc[(i >> 1) & 1]));
-                sum[(i >> 1) & 1] += s[i];
-            }
-#pragma unroll
-            for (int r = 0; r < 2; r++) l_run[r] = l_run[r] * corr[r] + sum[r];
-        };
-
-        mbar_wait(base + L::Q_FULL, (uint32_t)tcount & 1u, p.dbg, HANG_FWD_Q_FULL, tcount);
-        int st = it % S;
-        uint32_t ph = (uint32_t)(it / S) & 1u;
-        mbar_wait(base + L::K_FULL + 8 * st, ph, p.dbg, HANG_FWD_K_FULL, it);
-        wgmma_fence();
-        gemm_abt<BN, D>(s, base + L::Q, BM, 64 * cw, base + L::K + st * C::KV_BYTES, BN, 0);
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_regs(s);
-        warp_arrive(base + L::K_EMPTY + 8 * st);
-        if (n_max == 0) warp_arrive(base + L::Q_EMPTY);
-        softmax(n_max);
-        acc_to_a<BN / 16>(pa, s);
-
-        for (int n = n_max - 1; n >= 0; n--) {
-            const int st1 = (it + 1) % S;
-            const uint32_t ph1 = (uint32_t)((it + 1) / S) & 1u;
-            mbar_wait(base + L::K_FULL + 8 * st1, ph1, p.dbg, HANG_FWD_K_FULL, it + 1);
-            mbar_wait(base + L::V_FULL + 8 * st, ph, p.dbg, HANG_FWD_V_FULL, it);
-            named_bar_sync(BAR_SCHED0 + cw, 256);
-            wgmma_fence();
-            gemm_abt<BN, D>(s, base + L::Q, BM, 64 * cw, base + L::K + st1 * C::KV_BYTES, BN, 0);
-            wgmma_commit();
-            gemm_rs<D, BN / 16>(o, pa, base + L::V + st * C::KV_BYTES);
-            wgmma_commit();
-            named_bar_arrive(BAR_SCHED0 + (1 - cw), 256);
-            wgmma_wait<1>(); /* S of block n */
-            fence_regs(s);
-            warp_arrive(base + L::K_EMPTY + 8 * st1);
-            if (n == 0) warp_arrive(base + L::Q_EMPTY);
-            softmax(n);
-            wgmma_wait<0>(); /* P·V of block n + 1 */
-            fence_regs(o);
-            fence_regs(pa);
-            warp_arrive(base + L::V_EMPTY + 8 * st);
-#pragma unroll
-            for (int i = 0; i < D / 2; i++) o[i] *= corr[(i >> 1) & 1];
+                for (int j = 0; j < 4; j++) pa[ks][j] = 0u;
+        } else {
             acc_to_a<BN / 16>(pa, s);
-            it++;
-            st = st1;
-            ph = ph1;
         }
-        mbar_wait(base + L::V_FULL + 8 * st, ph, p.dbg, HANG_FWD_V_FULL, it);
-        wgmma_fence();
-        gemm_rs<D, BN / 16>(o, pa, base + L::V + st * C::KV_BYTES);
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_regs(o);
-        fence_regs(pa);
-        warp_arrive(base + L::V_EMPTY + 8 * st);
-        it++;
-
-        /* epilogue: rows of this thread are q_row0 + acc_row(tid, 0 or 2) */
+    };
+    /* out = bf16(O / l), lse = (m·scale·log2 e + log2 l)·ln 2 from registers: this thread's rows are
+     * q_row0 + acc_row(tid, 0 or 2) */
+    auto epilogue = [&](const FwdWork &w, int q_row0, const float(&m_run)[2], float(&l_run)[2]) {
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
@@ -218,6 +210,164 @@ __global__ void __launch_bounds__(384, 1) attn_fwd_sm90(const __grid_constant__ 
             if ((lane & 3) == 0)
                 p.lse[((int64_t)w.b * p.H + w.h) * p.T + row] = (m_run[r] * c + log2f(l_run[r])) * 0.69314718055994531f;
         }
+    };
+    /* One key block n < n_max of a tile (never a half block: only the diagonal n_max can be): S of
+     * block n and P·V of block n + 1 (K stage st1, V stage st), the softmax of n under the P·V. */
+    auto block_step = [&](const FwdWork &w, int n, int q_row0, int qs, int st, uint32_t ph, int st1, uint32_t ph1,
+                          int it, float(&m_run)[2], float(&l_run)[2], float(&corr)[2]) {
+        mbar_wait(base + L::K_FULL + 8 * st1, ph1, p.dbg, HANG_FWD_K_FULL, it + 1);
+        mbar_wait(base + L::V_FULL + 8 * st, ph, p.dbg, HANG_FWD_V_FULL, it);
+        named_bar_sync(BAR_SCHED0 + cw, 256);
+        wgmma_fence();
+        issue_s(qs, st1);
+        wgmma_commit();
+        issue_pv(st);
+        wgmma_commit();
+        named_bar_arrive(BAR_SCHED0 + (1 - cw), 256);
+        wgmma_wait<1>(); /* S of block n */
+        fence_regs(s);
+        warp_arrive(base + L::K_EMPTY + 8 * st1);
+        if (n == 0) warp_arrive(base + L::Q_EMPTY + 8 * qs);
+        softmax(false, w, n, q_row0, m_run, l_run, corr);
+        wgmma_wait<0>(); /* P·V of block n + 1 */
+        fence_regs(o);
+        fence_regs(pa);
+        warp_arrive(base + L::V_EMPTY + 8 * st);
+#pragma unroll
+        for (int i = 0; i < D / 2; i++) o[i] *= corr[(i >> 1) & 1];
+        to_a(false);
+    };
+
+    if constexpr (!JOIN) {
+        /* Tile by tile: the first S alone, the blocks, the last P·V alone, the epilogue (the diagonal
+         * block whole: its half-block softmax measured no faster here). */
+        int it = 0, tcount = 0;
+        for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x, tcount++) {
+            const FwdWork w = fwd_tile(tile, p.num_m, p.B, p.H);
+            const int n_max = fwd_n_max(w.m, BM, BN, p.T), q_row0 = w.m * BM + 64 * cw;
+            float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f}, corr[2];
+#pragma unroll
+            for (int i = 0; i < D / 2; i++) o[i] = 0.0f;
+            mbar_wait(base + L::Q_FULL, (uint32_t)tcount & 1u, p.dbg, HANG_FWD_Q_FULL, tcount);
+            int st = it % S;
+            uint32_t ph = (uint32_t)(it / S) & 1u;
+            mbar_wait(base + L::K_FULL + 8 * st, ph, p.dbg, HANG_FWD_K_FULL, it);
+            wgmma_fence();
+            issue_s(0, st);
+            wgmma_commit();
+            wgmma_wait<0>();
+            fence_regs(s);
+            warp_arrive(base + L::K_EMPTY + 8 * st);
+            if (n_max == 0) warp_arrive(base + L::Q_EMPTY);
+            softmax(false, w, n_max, q_row0, m_run, l_run, corr);
+            to_a(false);
+            for (int n = n_max - 1; n >= 0; n--) {
+                const int st1 = (it + 1) % S;
+                const uint32_t ph1 = (uint32_t)((it + 1) / S) & 1u;
+                block_step(w, n, q_row0, 0, st, ph, st1, ph1, it, m_run, l_run, corr);
+                it++;
+                st = st1;
+                ph = ph1;
+            }
+            mbar_wait(base + L::V_FULL + 8 * st, ph, p.dbg, HANG_FWD_V_FULL, it);
+            wgmma_fence();
+            issue_pv(st);
+            wgmma_commit();
+            wgmma_wait<0>();
+            fence_regs(o);
+            fence_regs(pa);
+            warp_arrive(base + L::V_EMPTY + 8 * st);
+            it++;
+            epilogue(w, q_row0, m_run, l_run);
+        }
+    } else {
+        /* Joined (fwd_join): the key blocks of this CTA's tiles form one sequence — from one tile to
+         * the next, the next tile's first S (its queries loaded into the other Q stage while this tile
+         * ran) is issued beside this tile's last P·V and its softmax runs under it, then this tile's
+         * epilogue. The enclosing one-trip loop is for ptxas: without it, it serializes every wgmma of
+         * this path ("insufficient register resources for the wgmma pipeline", C7511). */
+        for (int once = 0; once < 1 + (p.num_tiles < 0 ? 1 : 0); once++) {
+            int tile = blockIdx.x, tcount = 0, it = 0, qs = 0;
+            FwdWork w = fwd_tile(tile, p.num_m, p.B, p.H);
+            int n_max = fwd_n_max(w.m, BM, BN, p.T), q_row0 = w.m * BM + 64 * cw;
+            float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f}, corr[2];
+#pragma unroll
+            for (int i = 0; i < D / 2; i++) o[i] = 0.0f;
+            int st = 0;
+            uint32_t ph = 0;
+            const bool half = fwd_half_block(q_row0, n_max, BN);
+            mbar_wait(base + L::Q_FULL, 0u, p.dbg, HANG_FWD_Q_FULL, 0);
+            mbar_wait(base + L::K_FULL, 0u, p.dbg, HANG_FWD_K_FULL, 0);
+            wgmma_fence();
+            issue_s(0, 0);
+            wgmma_commit();
+            wgmma_wait<0>();
+            fence_regs(s);
+            warp_arrive(base + L::K_EMPTY);
+            if (n_max == 0) warp_arrive(base + L::Q_EMPTY);
+            softmax(half, w, n_max, q_row0, m_run, l_run, corr);
+            to_a(half);
+            for (;;) {
+                for (int n = n_max - 1; n >= 0; n--) {
+                    const int st1 = (it + 1) % S;
+                    const uint32_t ph1 = (uint32_t)((it + 1) / S) & 1u;
+                    block_step(w, n, q_row0, qs, st, ph, st1, ph1, it, m_run, l_run, corr);
+                    it++;
+                    st = st1;
+                    ph = ph1;
+                }
+                const int next = tile + (int)gridDim.x;
+                if (next >= p.num_tiles) break;
+
+                /* to the next tile: its first S beside this tile's last P·V */
+                const FwdWork w2 = fwd_tile(next, p.num_m, p.B, p.H);
+                const int n_max2 = fwd_n_max(w2.m, BM, BN, p.T), q_row2 = w2.m * BM + 64 * cw, qs2 = (tcount + 1) % QS;
+                const bool half2 = fwd_half_block(q_row2, n_max2, BN);
+                const int st1 = (it + 1) % S;
+                const uint32_t ph1 = (uint32_t)((it + 1) / S) & 1u;
+                mbar_wait(base + L::Q_FULL + 8 * qs2, (uint32_t)((tcount + 1) / QS) & 1u, p.dbg, HANG_FWD_Q_FULL,
+                          tcount + 1);
+                mbar_wait(base + L::K_FULL + 8 * st1, ph1, p.dbg, HANG_FWD_K_FULL, it + 1);
+                mbar_wait(base + L::V_FULL + 8 * st, ph, p.dbg, HANG_FWD_V_FULL, it);
+                named_bar_sync(BAR_SCHED0 + cw, 256);
+                wgmma_fence();
+                issue_s(qs2, st1);
+                wgmma_commit();
+                issue_pv(st);
+                wgmma_commit();
+                named_bar_arrive(BAR_SCHED0 + (1 - cw), 256);
+                wgmma_wait<1>(); /* S of the next tile's first block */
+                fence_regs(s);
+                warp_arrive(base + L::K_EMPTY + 8 * st1);
+                if (n_max2 == 0) warp_arrive(base + L::Q_EMPTY + 8 * qs2);
+                float m2[2] = {-INFINITY, -INFINITY}, l2[2] = {0.0f, 0.0f}, corr2[2];
+                softmax(half2, w2, n_max2, q_row2, m2, l2, corr2);
+                wgmma_wait<0>(); /* this tile's last P·V */
+                fence_regs(o);
+                fence_regs(pa);
+                warp_arrive(base + L::V_EMPTY + 8 * st);
+                to_a(half2);
+                epilogue(w, q_row0, m_run, l_run);
+#pragma unroll
+                for (int i = 0; i < D / 2; i++) o[i] = 0.0f;
+#pragma unroll
+                for (int r = 0; r < 2; r++) m_run[r] = m2[r], l_run[r] = l2[r];
+                it++;
+                st = st1;
+                ph = ph1;
+                tile = next, tcount++, w = w2, n_max = n_max2, q_row0 = q_row2, qs = qs2;
+            }
+            /* the last tile's last P·V */
+            mbar_wait(base + L::V_FULL + 8 * st, ph, p.dbg, HANG_FWD_V_FULL, it);
+            wgmma_fence();
+            issue_pv(st);
+            wgmma_commit();
+            wgmma_wait<0>();
+            fence_regs(o);
+            fence_regs(pa);
+            warp_arrive(base + L::V_EMPTY + 8 * st);
+            epilogue(w, q_row0, m_run, l_run);
+        }
     }
 #endif
 }
@@ -225,7 +375,6 @@ __global__ void __launch_bounds__(384, 1) attn_fwd_sm90(const __grid_constant__ 
 } // namespace attn90
 
 using attn90::FwdParams;
-using attn90::FwdSmem;
 
 void attn90::make_tmap(CUtensorMap *map, const void *base, int B, int T, int NH, int D, int box_rows, int64_t ld) {
     static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
@@ -260,7 +409,7 @@ bool attn90_available(int D) {
         CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
         cudaFuncAttributes a;
         v = 1;
-        if (major == 9 && cudaFuncGetAttributes(&a, attn90::attn_fwd_sm90<128>) == cudaSuccess && a.binaryVersion == 90)
+        if (major == 9 && cudaFuncGetAttributes(&a, attn90::attn_fwd_sm90<128, false>) == cudaSuccess && a.binaryVersion == 90)
             v = 2;
         (void)cudaGetLastError(); /* a kernel image absent for this device is an answer, not an error */
         cache[dev].store(v, std::memory_order_relaxed);
@@ -286,10 +435,16 @@ static void forward_launch(uint16_t *out, int64_t ld_o, float *lse, const uint16
     p.scale_log2 = scale * 1.44269504088896341f;
     p.dbg = dbg;
     const int sms = refine_sm_count();
-    const size_t smem = FwdSmem<D>::BYTES;
-    CUDA_CHECK(cudaFuncSetAttribute(attn90::attn_fwd_sm90<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const int grid = p.num_tiles < sms ? p.num_tiles : sms;
-    attn90::attn_fwd_sm90<D><<<grid, 384, smem, stream>>>(p);
+    auto launch = [&](auto join) {
+        constexpr bool kJoin = decltype(join)::value;
+        const size_t smem = attn90::FwdSmem<D, kJoin ? 2 : 1>::BYTES;
+        CUDA_CHECK(cudaFuncSetAttribute(attn90::attn_fwd_sm90<D, kJoin>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)smem));
+        attn90::attn_fwd_sm90<D, kJoin><<<grid, 384, smem, stream>>>(p);
+    };
+    if (attn90::fwd_join(p.num_m)) launch(std::true_type{});
+    else launch(std::false_type{});
     KERNEL_CHECK(stream);
 }
 

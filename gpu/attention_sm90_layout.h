@@ -56,7 +56,7 @@ namespace attn90 {
 
 /* ---- tiles ------------------------------------------------------------------------------------ */
 
-/* Forward: 128 queries (two consumer warpgroups of 64 rows) × key blocks of 128, two stages. */
+/* Forward: 128 queries (two consumer warpgroups of 64 rows) × key blocks of 128, two K/V stages. */
 template <int D>
 struct FwdTile {
     static_assert(D == 64 || D == 128, "the Hopper kernels take D = 64 or 128");
@@ -83,13 +83,17 @@ ATTN_HD constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
 /* Byte offsets from a 1024-aligned base (the kernels align the dynamic shared memory, hence the
  * extra 1024 in BYTES); every tile starts on a 1024-byte boundary (tests check both). */
-template <int D>
+/* QS query stages: one, or two when the forward joins its tiles (fwd_join: the next tile's queries
+ * load while this tile runs). */
+template <int D, int QS>
 struct FwdSmem {
     using C = FwdTile<D>;
-    static constexpr uint32_t Q = 0, K = Q + C::Q_BYTES, V = K + C::STAGES * C::KV_BYTES,
+    static_assert(QS == 1 || QS == 2, "one or two query stages");
+    static constexpr uint32_t Q = 0, K = Q + QS * C::Q_BYTES, V = K + C::STAGES * C::KV_BYTES,
                               BAR = V + C::STAGES * C::KV_BYTES;
-    /* barriers: q_full, q_empty, k_full[S], k_empty[S], v_full[S], v_empty[S] (8 bytes each) */
-    static constexpr uint32_t Q_FULL = BAR, Q_EMPTY = BAR + 8, K_FULL = BAR + 16, K_EMPTY = K_FULL + 8 * C::STAGES,
+    /* barriers: q_full[QS], q_empty[QS], k_full[S], k_empty[S], v_full[S], v_empty[S] (8 bytes each) */
+    static constexpr uint32_t Q_FULL = BAR, Q_EMPTY = Q_FULL + 8 * QS, K_FULL = Q_EMPTY + 8 * QS,
+                              K_EMPTY = K_FULL + 8 * C::STAGES,
                               V_FULL = K_EMPTY + 8 * C::STAGES, V_EMPTY = V_FULL + 8 * C::STAGES,
                               END = V_EMPTY + 8 * C::STAGES;
     static constexpr uint32_t BYTES = END + 1024;
@@ -188,6 +192,20 @@ ATTN_HD constexpr int fwd_n_max(int m, int BM, int BN, int T) {
 
 /* Whether key block n holds a key after some query of block m (so that the causal mask applies). */
 ATTN_HD constexpr bool causal_block_masked(int m, int BM, int n, int BN) { return n * BN + BN - 1 > m * BM; }
+
+/* Whether the forward joins its tiles (gpu/attention_sm90_fwd.cu: a tile's last P·V and epilogue
+ * beside the next tile's first S and softmax, two query stages): short sequences, whose tiles have
+ * one to four key blocks, so that a tile's start and end weigh as much as its blocks — at T 512,
+ * 4–5% faster (Llama-3.2-1B's and SmolLM2's heads); at T 4096 with D 64, 2% slower (docs/RESULTS.md,
+ * 2026-11-29, seventh session). */
+constexpr int kFwdJoinMaxBlocks = 4;
+ATTN_HD constexpr bool fwd_join(int num_m) { return num_m <= kFwdJoinMaxBlocks; }
+
+/* Whether every key of the second half of block n (keys n·BN + 64 …) comes after the last of the 64
+ * queries from q_row0 — the first consumer's diagonal block: the forward's softmax then takes the
+ * block's first 64 keys only and the others' P are zeros (what ex2(−∞) rounds to), so the results
+ * are those of the whole block, bit for bit. */
+ATTN_HD constexpr bool fwd_half_block(int q_row0, int n, int BN) { return n * BN + 64 > q_row0 + 63; }
 
 /* ---- backward schedule ------------------------------------------------------------------------ */
 

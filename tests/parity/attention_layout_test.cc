@@ -221,6 +221,15 @@ static void test_forward_schedule() {
                 for (int i = m * BM; i < (m + 1) * BM; i++)
                     for (int j = n * BN; j < (n + 1) * BN; j++) any |= j > i;
                 if (causal_block_masked(m, BM, n, BN) != any) bad++;
+                /* a half block: no query of the warpgroup sees keys 64 … of block n; the diagonal
+                 * block of the first warpgroup is one, nothing else is */
+                for (int cw = 0; cw < 2; cw++) {
+                    bool late = false;
+                    for (int i = m * BM + 64 * cw; i < m * BM + 64 * cw + 64; i++)
+                        for (int j = n * BN + 64; j < (n + 1) * BN; j++) late |= j <= i;
+                    if (fwd_half_block(m * BM + 64 * cw, n, BN) == late) bad++;
+                    if (fwd_half_block(m * BM + 64 * cw, n, BN) != (cw == 0 && n == m)) bad++;
+                }
             }
         }
     }
@@ -337,6 +346,8 @@ static void test_element_masks() {
                     for (int tid = 0; tid < 128; tid++)
                         for (int i = 0; i < 64; i++) {
                             const int q = m * 128 + 64 * cw + acc_row(tid, i), key = n * 128 + acc_col(tid, i);
+                            /* the half block leaves out accumulators 32 … 63 (keys 64 … 127 of block n) */
+                            if (fwd_half_block(m * 128 + 64 * cw, n, 128) && i >= 32) continue;
                             const bool off = causal_block_masked(m, 128, n, 128) && key > q;
                             if (off || q >= T || key >= T) continue;
                             if (key > q) bad++;
@@ -369,12 +380,17 @@ static void test_element_masks() {
 /* ---- 6. budgets ---- */
 template <int D>
 static void test_budgets() {
-    using F = FwdSmem<D>;
+    using F = FwdSmem<D, 1>;
+    using F2 = FwdSmem<D, 2>;
     using Bw = BwdSmem<D>;
-    EXPECT(F::BYTES <= 232448 && Bw::BYTES <= 232448, "D=%d shared memory %u / %u bytes", D, F::BYTES, Bw::BYTES);
-    for (uint32_t off : {F::Q, F::K, F::V, Bw::K, Bw::V, Bw::Q, Bw::DO, Bw::DS, Bw::DQ})
+    EXPECT(F::BYTES <= 232448 && F2::BYTES <= 232448 && Bw::BYTES <= 232448, "D=%d shared memory %u / %u / %u bytes",
+           D, F::BYTES, F2::BYTES, Bw::BYTES);
+    for (uint32_t off : {F::Q, F::K, F::V, F2::Q, F2::K, F2::V, Bw::K, Bw::V, Bw::Q, Bw::DO, Bw::DS, Bw::DQ})
         EXPECT(off % 1024 == 0, "D=%d tile offset %u not 1024-aligned", D, off);
-    EXPECT(F::BAR % 8 == 0 && Bw::BAR % 8 == 0 && Bw::LSE % 16 == 0 && Bw::DL % 16 == 0, "D=%d barrier alignment", D);
+    EXPECT(F::BAR % 8 == 0 && F2::BAR % 8 == 0 && Bw::BAR % 8 == 0 && Bw::LSE % 16 == 0 && Bw::DL % 16 == 0,
+           "D=%d barrier alignment", D);
+    EXPECT(F2::K == F::K + FwdTile<D>::Q_BYTES && F2::END == F::END + 16 + FwdTile<D>::Q_BYTES,
+           "D=%d the second query stage and its two barriers", D);
 }
 
 static void test_workspace() {
