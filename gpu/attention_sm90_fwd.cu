@@ -237,6 +237,17 @@ __global__ void __launch_bounds__(384, 1) attn_fwd_sm90(const __grid_constant__ 
         for (int i = 0; i < D / 2; i++) o[i] *= corr[(i >> 1) & 1];
         to_a(false);
     };
+    /* A tile's last P·V alone (V stage st of block it). */
+    auto last_pv = [&](int st, uint32_t ph, int it) {
+        mbar_wait(base + L::V_FULL + 8 * st, ph, p.dbg, HANG_FWD_V_FULL, it);
+        wgmma_fence();
+        issue_pv(st);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(o);
+        fence_regs(pa);
+        warp_arrive(base + L::V_EMPTY + 8 * st);
+    };
 
     if constexpr (!JOIN) {
         /* Tile by tile: the first S alone, the blocks, the last P·V alone, the epilogue (the diagonal
@@ -269,14 +280,7 @@ __global__ void __launch_bounds__(384, 1) attn_fwd_sm90(const __grid_constant__ 
                 st = st1;
                 ph = ph1;
             }
-            mbar_wait(base + L::V_FULL + 8 * st, ph, p.dbg, HANG_FWD_V_FULL, it);
-            wgmma_fence();
-            issue_pv(st);
-            wgmma_commit();
-            wgmma_wait<0>();
-            fence_regs(o);
-            fence_regs(pa);
-            warp_arrive(base + L::V_EMPTY + 8 * st);
+            last_pv(st, ph, it);
             it++;
             epilogue(w, q_row0, m_run, l_run);
         }
@@ -357,15 +361,7 @@ __global__ void __launch_bounds__(384, 1) attn_fwd_sm90(const __grid_constant__ 
                 ph = ph1;
                 tile = next, tcount++, w = w2, n_max = n_max2, q_row0 = q_row2, qs = qs2;
             }
-            /* the last tile's last P·V */
-            mbar_wait(base + L::V_FULL + 8 * st, ph, p.dbg, HANG_FWD_V_FULL, it);
-            wgmma_fence();
-            issue_pv(st);
-            wgmma_commit();
-            wgmma_wait<0>();
-            fence_regs(o);
-            fence_regs(pa);
-            warp_arrive(base + L::V_EMPTY + 8 * st);
+            last_pv(st, ph, it); /* the last tile's */
             epilogue(w, q_row0, m_run, l_run);
         }
     }
