@@ -249,6 +249,34 @@ __global__ void __launch_bounds__(384, 1) attn_fwd_sm90(const __grid_constant__ 
         warp_arrive(base + L::V_EMPTY + 8 * st);
     };
 
+    /* A tile's first S alone (Q stage qs, K stage st of block it), its softmax and A registers. */
+    auto first_s = [&](const FwdWork &w, int n_max, int q_row0, bool half, int qs, uint32_t qph, int st, uint32_t ph,
+                       int it, int tcount, float(&m_run)[2], float(&l_run)[2], float(&corr)[2]) {
+        mbar_wait(base + L::Q_FULL + 8 * qs, qph, p.dbg, HANG_FWD_Q_FULL, tcount);
+        mbar_wait(base + L::K_FULL + 8 * st, ph, p.dbg, HANG_FWD_K_FULL, it);
+        wgmma_fence();
+        issue_s(qs, st);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(s);
+        warp_arrive(base + L::K_EMPTY + 8 * st);
+        if (n_max == 0) warp_arrive(base + L::Q_EMPTY + 8 * qs);
+        softmax(half, w, n_max, q_row0, m_run, l_run, corr);
+        to_a(half);
+    };
+    /* The key blocks n_max − 1 … 0 of a tile after its first S (block_step each; it, st and ph move on). */
+    auto key_blocks = [&](const FwdWork &w, int n_max, int q_row0, int qs, int &it, int &st, uint32_t &ph,
+                          float(&m_run)[2], float(&l_run)[2], float(&corr)[2]) {
+        for (int n = n_max - 1; n >= 0; n--) {
+            const int st1 = (it + 1) % S;
+            const uint32_t ph1 = (uint32_t)((it + 1) / S) & 1u;
+            block_step(w, n, q_row0, qs, st, ph, st1, ph1, it, m_run, l_run, corr);
+            it++;
+            st = st1;
+            ph = ph1;
+        }
+    };
+
     if constexpr (!JOIN) {
         /* Tile by tile: the first S alone, the blocks, the last P·V alone, the epilogue (the diagonal
          * block whole: its half-block softmax measured no faster here). */
@@ -259,27 +287,10 @@ __global__ void __launch_bounds__(384, 1) attn_fwd_sm90(const __grid_constant__ 
             float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f}, corr[2];
 #pragma unroll
             for (int i = 0; i < D / 2; i++) o[i] = 0.0f;
-            mbar_wait(base + L::Q_FULL, (uint32_t)tcount & 1u, p.dbg, HANG_FWD_Q_FULL, tcount);
             int st = it % S;
             uint32_t ph = (uint32_t)(it / S) & 1u;
-            mbar_wait(base + L::K_FULL + 8 * st, ph, p.dbg, HANG_FWD_K_FULL, it);
-            wgmma_fence();
-            issue_s(0, st);
-            wgmma_commit();
-            wgmma_wait<0>();
-            fence_regs(s);
-            warp_arrive(base + L::K_EMPTY + 8 * st);
-            if (n_max == 0) warp_arrive(base + L::Q_EMPTY);
-            softmax(false, w, n_max, q_row0, m_run, l_run, corr);
-            to_a(false);
-            for (int n = n_max - 1; n >= 0; n--) {
-                const int st1 = (it + 1) % S;
-                const uint32_t ph1 = (uint32_t)((it + 1) / S) & 1u;
-                block_step(w, n, q_row0, 0, st, ph, st1, ph1, it, m_run, l_run, corr);
-                it++;
-                st = st1;
-                ph = ph1;
-            }
+            first_s(w, n_max, q_row0, false, 0, (uint32_t)tcount & 1u, st, ph, it, tcount, m_run, l_run, corr);
+            key_blocks(w, n_max, q_row0, 0, it, st, ph, m_run, l_run, corr);
             last_pv(st, ph, it);
             it++;
             epilogue(w, q_row0, m_run, l_run);
@@ -299,27 +310,9 @@ __global__ void __launch_bounds__(384, 1) attn_fwd_sm90(const __grid_constant__ 
             for (int i = 0; i < D / 2; i++) o[i] = 0.0f;
             int st = 0;
             uint32_t ph = 0;
-            const bool half = fwd_half_block(q_row0, n_max, BN);
-            mbar_wait(base + L::Q_FULL, 0u, p.dbg, HANG_FWD_Q_FULL, 0);
-            mbar_wait(base + L::K_FULL, 0u, p.dbg, HANG_FWD_K_FULL, 0);
-            wgmma_fence();
-            issue_s(0, 0);
-            wgmma_commit();
-            wgmma_wait<0>();
-            fence_regs(s);
-            warp_arrive(base + L::K_EMPTY);
-            if (n_max == 0) warp_arrive(base + L::Q_EMPTY);
-            softmax(half, w, n_max, q_row0, m_run, l_run, corr);
-            to_a(half);
+            first_s(w, n_max, q_row0, fwd_half_block(q_row0, n_max, BN), 0, 0u, 0, 0u, 0, 0, m_run, l_run, corr);
             for (;;) {
-                for (int n = n_max - 1; n >= 0; n--) {
-                    const int st1 = (it + 1) % S;
-                    const uint32_t ph1 = (uint32_t)((it + 1) / S) & 1u;
-                    block_step(w, n, q_row0, qs, st, ph, st1, ph1, it, m_run, l_run, corr);
-                    it++;
-                    st = st1;
-                    ph = ph1;
-                }
+                key_blocks(w, n_max, q_row0, qs, it, st, ph, m_run, l_run, corr);
                 const int next = tile + (int)gridDim.x;
                 if (next >= p.num_tiles) break;
 
