@@ -3,12 +3,12 @@
  * Dao-AILab/flash-attention hopper/flash_fwd_kernel_sm90.h and mainloop_fwd_sm90_tma_gmma_ws.hpp).
  *
  * Strategy. A persistent grid (one CTA per SM, 384 threads) walks tiles of 128 queries of one
- * (b, h), heaviest first (attention_sm90_layout.h §4). Warpgroup 0 is the producer: one thread
- * issues the tensor-copy loads (Q once a tile into two stages, so that the next tile's queries load
- * while this tile runs; K and V blocks of 128 keys through two-stage ring buffers; each stage a
- * full/empty mbarrier pair) and the warpgroup gives its registers away (setmaxnreg 40). Warpgroups 1
- * and 2 are consumers (setmaxnreg 232), 64 query rows each: per key block n = n_max … 0 (descending,
- * so the one block under the causal mask comes first)
+ * (b, h), heaviest first, dealt in a snake (attention_sm90_layout.h §4, fwd_cta_tile). Warpgroup 0
+ * is the producer: one thread issues the tensor-copy loads (Q once a tile into two stages, so that
+ * the next tile's queries load while this tile runs; K and V blocks of 128 keys through two-stage
+ * ring buffers; each stage a full/empty mbarrier pair) and the warpgroup gives its registers away
+ * (setmaxnreg 40). Warpgroups 1 and 2 are consumers (setmaxnreg 232), 64 query rows each: per key
+ * block n = n_max … 0 (descending, so the one block under the causal mask comes first)
  *   S = Q·Kᵀ (wgmma SS, m64n128k16, K-major from swizzled tiles) — issued for block n while
  *   O += P·V of block n + 1 (wgmma RS: P stays in registers as bf16, V MN-major) runs, then the
  *   online softmax of block n (exp2 with scale·log2 e folded in, running max and sum in fp32)
@@ -112,7 +112,7 @@ __global__ void __launch_bounds__(384, 1) attn_fwd_sm90(const __grid_constant__ 
         setmaxnreg_dec<kRegsProducer>();
         if (tid != 0) return;
         int it = 0, tcount = 0;
-        for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x, tcount++) {
+        for (int tile; (tile = fwd_cta_tile(tcount, blockIdx.x, gridDim.x)) < p.num_tiles; tcount++) {
             const FwdWork w = fwd_tile(tile, p.num_m, p.B, p.H);
             const int n_max = fwd_n_max(w.m, BM, BN, p.T), kvh = w.h / group, qs = tcount % QS;
             const uint32_t qph = (uint32_t)(tcount / QS) & 1u;
@@ -281,7 +281,7 @@ __global__ void __launch_bounds__(384, 1) attn_fwd_sm90(const __grid_constant__ 
         /* Tile by tile: the first S alone, the blocks, the last P·V alone, the epilogue (the diagonal
          * block whole: its half-block softmax measured no faster here). */
         int it = 0, tcount = 0;
-        for (int tile = blockIdx.x; tile < p.num_tiles; tile += gridDim.x, tcount++) {
+        for (int tile; (tile = fwd_cta_tile(tcount, blockIdx.x, gridDim.x)) < p.num_tiles; tcount++) {
             const FwdWork w = fwd_tile(tile, p.num_m, p.B, p.H);
             const int n_max = fwd_n_max(w.m, BM, BN, p.T), q_row0 = w.m * BM + 64 * cw;
             float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f}, corr[2];
@@ -302,7 +302,7 @@ __global__ void __launch_bounds__(384, 1) attn_fwd_sm90(const __grid_constant__ 
          * epilogue. The enclosing one-trip loop is for ptxas: without it, it serializes every wgmma of
          * this path ("insufficient register resources for the wgmma pipeline", C7511). */
         for (int once = 0; once < 1 + (p.num_tiles < 0 ? 1 : 0); once++) {
-            int tile = blockIdx.x, tcount = 0, it = 0, qs = 0;
+            int tile = fwd_cta_tile(0, blockIdx.x, gridDim.x), tcount = 0, it = 0, qs = 0;
             FwdWork w = fwd_tile(tile, p.num_m, p.B, p.H);
             int n_max = fwd_n_max(w.m, BM, BN, p.T), q_row0 = w.m * BM + 64 * cw;
             float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f}, corr[2];
@@ -313,7 +313,7 @@ __global__ void __launch_bounds__(384, 1) attn_fwd_sm90(const __grid_constant__ 
             first_s(w, n_max, q_row0, fwd_half_block(q_row0, n_max, BN), 0, 0u, 0, 0u, 0, 0, m_run, l_run, corr);
             for (;;) {
                 key_blocks(w, n_max, q_row0, qs, it, st, ph, m_run, l_run, corr);
-                const int next = tile + (int)gridDim.x;
+                const int next = fwd_cta_tile(tcount + 1, blockIdx.x, gridDim.x);
                 if (next >= p.num_tiles) break;
 
                 /* to the next tile: its first S beside this tile's last P·V */

@@ -30,7 +30,8 @@
  *    So the accumulators of a 64 × 16·s product are the A registers of s k-steps (P·V, Pᵀ·dO and
  *    dSᵀ·Q take their A operand from the registers of S, dP): a_from_acc_index.
  * 4. Schedules. Forward: a persistent grid walks tiles (m, b, h) of 128 queries, heaviest (largest m,
- *    most key blocks under the causal mask) first; each tile visits key blocks n = n_max … 0. Backward:
+ *    most key blocks under the causal mask) first, dealt to the CTAs in a snake (fwd_cta_tile); each
+ *    tile visits key blocks n = n_max … 0. Backward:
  *    a CTA owns 128 keys (n) of one (b, kv head) and walks the query blocks m ≥ m_first(n) of every
  *    query head of the group; dQ of a query block is summed over the key blocks in the fixed order
  *    n = n_max(m), …, 0 (rank 0 stores, the others add), enforced by one counter per (b, h, m).
@@ -183,6 +184,14 @@ struct FwdWork {
 ATTN_HD constexpr FwdWork fwd_tile(int tile, int num_m, int B, int H) {
     return FwdWork{num_m - 1 - tile / (B * H), (tile % (B * H)) / H, tile % H};
 }
+
+/* The k-th tile (k = 0, 1, …) that CTA `cta` of a persistent grid of `grid` CTAs takes: the tiles
+ * (heaviest first) in rounds of `grid`, walked forward in even rounds and backward in odd ones (a
+ * snake), so that a CTA given one of a round's heavier tiles gets one of the next round's lighter
+ * ones. Each CTA's tiles ascend with k, so it stops at its first index ≥ num_tiles. At B 4, T 4096 on
+ * 132 SMs the busiest CTA's key blocks fall from 272 to 256 (D 128, the mean) and from 528 to 512
+ * (D 64); at T 512 (1–4 blocks a tile) they stay 40 (Llama-3.2-1B's heads) and 24 (SmolLM2's). */
+ATTN_HD constexpr int fwd_cta_tile(int k, int cta, int grid) { return k * grid + ((k & 1) ? grid - 1 - cta : cta); }
 
 /* Last key block a query block needs (causal): the block of its last query, within the sequence. */
 ATTN_HD constexpr int fwd_n_max(int m, int BM, int BN, int T) {

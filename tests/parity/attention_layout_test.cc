@@ -236,6 +236,49 @@ static void test_forward_schedule() {
     EXPECT(bad == 0, "forward schedule: %d bad", bad);
 }
 
+/* The busiest CTA's key blocks when `grid` CTAs deal num_m·B·H tiles by fwd_cta_tile; every tile taken
+ * exactly once, each CTA's indices ascending (bad counts the violations). */
+static int forward_busiest(int T, int B, int H, int grid, int *bad) {
+    const int num_m = ceil_div(T, 128), tiles = num_m * B * H;
+    std::vector<int> seen(tiles, 0);
+    int busiest = 0;
+    for (int cta = 0; cta < grid; cta++) {
+        int blocks = 0, prev = -1;
+        for (int k = 0, t; (t = fwd_cta_tile(k, cta, grid)) < tiles; k++) {
+            if (t < 0 || t <= prev || seen[t]++) (*bad)++;
+            prev = t;
+            blocks += fwd_n_max(fwd_tile(t, num_m, B, H).m, 128, 128, T) + 1;
+        }
+        busiest = std::max(busiest, blocks);
+    }
+    for (int t = 0; t < tiles; t++)
+        if (seen[t] != 1) (*bad)++;
+    return busiest;
+}
+
+/* The snake deal: a cover at every grid size (full and partial last rounds, odd and even), and the
+ * balance it was chosen for (attention_sm90_layout.h, fwd_cta_tile) on 132 SMs. */
+static void test_forward_deal() {
+    int bad = 0;
+    for (int grid : {1, 2, 7, 132})
+        for (int T : {128, 512, 1000, 4096})
+            for (int B : {1, 3})
+                for (int H : {1, 5, 16}) {
+                    const int tiles = ceil_div(T, 128) * B * H;
+                    forward_busiest(T, B, H, tiles < grid ? tiles : grid, &bad);
+                }
+    EXPECT(bad == 0, "forward deal: %d bad", bad);
+    const struct {
+        int T, B, H, busiest;
+    } want[] = {{4096, 4, 16, 256}, {4096, 4, 32, 512}, {512, 16, 32, 40}, {512, 32, 9, 24}};
+    for (const auto &w : want) {
+        int b = 0;
+        const int got = forward_busiest(w.T, w.B, w.H, 132, &b);
+        EXPECT(b == 0 && got == w.busiest, "forward deal B=%d T=%d H=%d: busiest CTA %d key blocks, want %d", w.B, w.T,
+               w.H, got, w.busiest);
+    }
+}
+
 /* The backward over (T, BM) with `sms` resident CTAs dispatched in launch order: every causal pair
  * (query i ≥ key j) in exactly one (n, m) step, the mask flag wherever a pair j > i shares the tile,
  * and the dQ counters: ranks n_max(m) − n, no deadlock, every block summed in order. */
@@ -422,6 +465,7 @@ int main(int argc, char **argv) {
     test_fragments();
     test_dq_tile();
     test_forward_schedule();
+    test_forward_deal();
     test_backward_schedule();
     test_element_masks();
     test_budgets<64>();
