@@ -213,10 +213,9 @@ __global__ void __launch_bounds__(384, 1) attn_fwd_sm90(const __grid_constant__ 
     };
     /* One key block n < n_max of a tile (never a half block: only the diagonal n_max can be): S of
      * block n and P·V of block n + 1 (K stage st1, V stage st), the softmax of n under the P·V. */
-    auto block_step = [&](const FwdWork &w, int n, int q_row0, int qs, int st, uint32_t ph, int st1, uint32_t ph1,
-                          int it, float(&m_run)[2], float(&l_run)[2], float(&corr)[2]) {
-        mbar_wait(base + L::K_FULL + 8 * st1, ph1, p.dbg, HANG_FWD_K_FULL, it + 1);
-        mbar_wait(base + L::V_FULL + 8 * st, ph, p.dbg, HANG_FWD_V_FULL, it);
+    /* In this consumer's turn (the ping-pong barriers): S of Q stage qs and K stage st1 beside P·V of V
+     * stage st; returns with S done (its K stage released), the P·V still running. */
+    auto issue_pair = [&](int qs, int st1, int st) {
         named_bar_sync(BAR_SCHED0 + cw, 256);
         wgmma_fence();
         issue_s(qs, st1);
@@ -224,9 +223,15 @@ __global__ void __launch_bounds__(384, 1) attn_fwd_sm90(const __grid_constant__ 
         issue_pv(st);
         wgmma_commit();
         named_bar_arrive(BAR_SCHED0 + (1 - cw), 256);
-        wgmma_wait<1>(); /* S of block n */
+        wgmma_wait<1>(); /* S */
         fence_regs(s);
         warp_arrive(base + L::K_EMPTY + 8 * st1);
+    };
+    auto block_step = [&](const FwdWork &w, int n, int q_row0, int qs, int st, uint32_t ph, int st1, uint32_t ph1,
+                          int it, float(&m_run)[2], float(&l_run)[2], float(&corr)[2]) {
+        mbar_wait(base + L::K_FULL + 8 * st1, ph1, p.dbg, HANG_FWD_K_FULL, it + 1);
+        mbar_wait(base + L::V_FULL + 8 * st, ph, p.dbg, HANG_FWD_V_FULL, it);
+        issue_pair(qs, st1, st); /* S of block n, P·V of block n + 1 */
         if (n == 0) warp_arrive(base + L::Q_EMPTY + 8 * qs);
         softmax(false, w, n, q_row0, m_run, l_run, corr);
         wgmma_wait<0>(); /* P·V of block n + 1 */
@@ -326,16 +331,7 @@ __global__ void __launch_bounds__(384, 1) attn_fwd_sm90(const __grid_constant__ 
                           tcount + 1);
                 mbar_wait(base + L::K_FULL + 8 * st1, ph1, p.dbg, HANG_FWD_K_FULL, it + 1);
                 mbar_wait(base + L::V_FULL + 8 * st, ph, p.dbg, HANG_FWD_V_FULL, it);
-                named_bar_sync(BAR_SCHED0 + cw, 256);
-                wgmma_fence();
-                issue_s(qs2, st1);
-                wgmma_commit();
-                issue_pv(st);
-                wgmma_commit();
-                named_bar_arrive(BAR_SCHED0 + (1 - cw), 256);
-                wgmma_wait<1>(); /* S of the next tile's first block */
-                fence_regs(s);
-                warp_arrive(base + L::K_EMPTY + 8 * st1);
+                issue_pair(qs2, st1, st); /* S of the next tile's first block, this tile's last P·V */
                 if (n_max2 == 0) warp_arrive(base + L::Q_EMPTY + 8 * qs2);
                 float m2[2] = {-INFINITY, -INFINITY}, l2[2] = {0.0f, 0.0f}, corr2[2];
                 softmax(half2, w2, n_max2, q_row2, m2, l2, corr2);
