@@ -119,6 +119,16 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity, HangRec
         if (!watchdog(spins, t0, dbg, code, info)) return;
 }
 
+/* mbar_wait for a thread that is not on a critical path (a producer a stage ahead): a failed try
+ * sleeps ~0.2 µs before the next, so that its scheduler issues for the other warps. */
+__device__ __forceinline__ void mbar_wait_sleep(uint32_t bar, uint32_t parity, HangRecord *dbg, int code, int info) {
+    uint32_t spins = 0, t0 = 0;
+    while (!mbar_try_wait(bar, parity)) {
+        if (!watchdog(spins, t0, dbg, code, info)) return;
+        __nanosleep(200);
+    }
+}
+
 /* One arrival per warp (the barriers' counts are in warps): the warp's lanes are done first. */
 __device__ __forceinline__ void warp_arrive(uint32_t bar) {
     __syncwarp();

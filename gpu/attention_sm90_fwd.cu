@@ -27,6 +27,8 @@
  * Test: tests/parity/attention_parity.cu (both kernel families, `--bench` times them side by side).
  */
 #include <atomic>
+#include <stdlib.h>
+#include <string.h>
 #include <type_traits>
 #include <cudaTypedefs.h>
 #include <math.h>
@@ -49,15 +51,16 @@ struct FwdParams {
 
 /* The online-softmax update of one key block for one warpgroup: NS of the thread's NA scores (NA/2 for
  * a half block). Masks keys after their query where the block is under the causal mask (key0 the
- * block's first key, q_row0 the warpgroup's first query), then s becomes P = 2^(S·c − m_new), m_run
+ * block's first key, q_row0 the warpgroup's first query; scores i < MASK_FROM, the block's first
+ * 8·MASK_FROM/4 keys, where the caller knows none is after a query), then s becomes P = 2^(S·c − m_new), m_run
  * and l_run move on, corr = 2^((m_old − m_new)·c). */
-template <int NS, int NA>
+template <int NS, int NA, int MASK_FROM = 0>
 __device__ __forceinline__ void softmax_update(float (&s)[NA], bool masked, int key0, int q_row0, int tid, float c,
                                                float (&m_run)[2], float (&l_run)[2], float (&corr)[2]) {
     static_assert(NS <= NA, "more scores than the thread holds");
     if (masked) {
 #pragma unroll
-        for (int i = 0; i < NS; i++)
+        for (int i = MASK_FROM; i < NS; i++)
             if (key0 + acc_col(tid, i) > q_row0 + acc_row(tid, i)) s[i] = -INFINITY;
     }
     float mx[2] = {m_run[0], m_run[1]};
@@ -357,6 +360,183 @@ __global__ void __launch_bounds__(384, 1) attn_fwd_sm90(const __grid_constant__ 
 #endif
 }
 
+/* The forward by whole heads (fwd_heads_fits: D = 64, T ≤ 512, B·KVH CTAs filling the SMs): one CTA
+ * a (b, kv head) holds the head's K and V whole (up to 4 blocks of 128 keys: 64 KiB each), loaded once
+ * in the order the consumers first need them (the last block first); three consumer warpgroups (160
+ * registers each) walk strips of 64 queries of the group's heads (fwd_strip, dealt in a snake), each
+ * with two query stages of its own, so a third warpgroup's products run while two take their
+ * softmax — two consumers a scheduler left the tile kernel latency-bound at D = 64 (docs/PERFORMANCE.md).
+ * A strip is the tile kernel's consumer of the same rows, step for step: key blocks n_max … 0, S of
+ * block n issued beside P·V of block n + 1, the diagonal block masked (a half block for a strip whose
+ * first query starts its block), the same rounding points — so the same bits. The producer
+ * warpgroup's warp 0 loads K and V, warp c + 1 the queries of consumer c. */
+struct FwdHeadsParams {
+    CUtensorMap tq, tk, tv; /* tq: boxes of 64 rows; tk, tv: 128 */
+    __nv_bfloat16 *out;
+    int64_t ld_o;
+    float *lse;
+    int B, T, H, KVH, group, num_r, num_n, num_strips;
+    float scale_log2;
+    HangRecord *dbg;
+};
+constexpr int kRegsHeadsProducer = 24, kRegsHeadsConsumer = 160;
+static_assert(128 * kRegsHeadsProducer + 384 * kRegsHeadsConsumer <= 128 * 512, "register split beyond the CTA's allocation");
+
+template <int D>
+__global__ void __launch_bounds__(512, 1) attn_fwd_sm90_heads(const __grid_constant__ FwdHeadsParams p) {
+#ifdef ATTN_SM90_ENABLED
+    using C = FwdHeadsTile<D>;
+    using L = FwdHeadsSmem<D>;
+    constexpr int BN = C::BN, NC = C::CONSUMERS, QS = C::QSTAGES;
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+    const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+    const int kvh = blockIdx.x % p.KVH, b = blockIdx.x / p.KVH;
+    if (threadIdx.x == 0) {
+        for (int n = 0; n < C::MAX_N; n++) {
+            mbar_init(base + L::K_FULL + 8 * n, 1);
+            mbar_init(base + L::V_FULL + 8 * n, 1);
+        }
+        for (int i = 0; i < NC * QS; i++) {
+            mbar_init(base + L::Q_FULL + 8 * i, 1);
+            mbar_init(base + L::Q_EMPTY + 8 * i, 4);
+        }
+        mbar_fence_init();
+    }
+    __syncthreads();
+
+    if (wg == 0) { /* ---------------- producer ---------------- */
+        setmaxnreg_dec<kRegsHeadsProducer>();
+        const int warp = tid / 32;
+        if (tid % 32 != 0) return;
+        if (warp == 0) {
+            for (int n = p.num_n - 1; n >= 0; n--) {
+                mbar_expect_tx(base + L::K_FULL + 8 * n, C::KV_BYTES);
+                tma_load_tile<D>(base + L::K + n * C::KV_BYTES, &p.tk, BN, kvh, n * BN, b, base + L::K_FULL + 8 * n);
+                mbar_expect_tx(base + L::V_FULL + 8 * n, C::KV_BYTES);
+                tma_load_tile<D>(base + L::V + n * C::KV_BYTES, &p.tv, BN, kvh, n * BN, b, base + L::V_FULL + 8 * n);
+            }
+            return;
+        }
+        const int c = warp - 1;
+        for (int k = 0, j; (j = fwd_cta_tile(k, c, NC)) < p.num_strips; k++) {
+            const FwdStrip st = fwd_strip(j, p.num_r, p.group, kvh);
+            const int qs = k % QS, bar = (c * QS + qs) * 8;
+            /* the stage frees a strip ahead of its use: tries spaced by a sleep leave the issue slots to
+             * the consumers of this scheduler (spinning here took a fifth of the kernel's instructions) */
+            mbar_wait_sleep(base + L::Q_EMPTY + bar, ((uint32_t)(k / QS) & 1u) ^ 1u, p.dbg, HANG_FWD_Q_EMPTY, k);
+            mbar_expect_tx(base + L::Q_FULL + bar, C::Q_BYTES);
+            tma_load_tile<D>(base + L::Q + (c * QS + qs) * C::Q_BYTES, &p.tq, C::BM, st.h, st.row0, b,
+                             base + L::Q_FULL + bar);
+        }
+        return;
+    }
+
+    /* ---------------- consumers ---------------- */
+    setmaxnreg_inc<kRegsHeadsConsumer>();
+    const int cw = wg - 1;
+    const float c = p.scale_log2;
+    float o[D / 2], s[BN / 2];
+    uint32_t pa[BN / 16][4];
+    float(&s_half)[BN / 4] = reinterpret_cast<float(&)[BN / 4]>(s);
+    uint32_t(&pa_half)[BN / 32][4] = reinterpret_cast<uint32_t(&)[BN / 32][4]>(pa);
+    /* descriptors by addition (desc_lo): Q of stage qs, K and V of block n */
+    const uint32_t k_lo = desc_lo(base + L::K, 16), v_lo = desc_lo(base + L::V, BN * 128);
+    auto issue_s = [&](uint32_t q_lo, int n) {
+        const uint32_t kn = k_lo + (uint32_t)n * (C::KV_BYTES >> 4);
+#pragma unroll
+        for (int ks = 0; ks < D / 16; ks++)
+            wgmma_ss<BN, 0, 0>(s, desc_join(q_lo + 2 * ks), desc_join(kn + 2 * ks), ks > 0);
+    };
+    auto issue_pv = [&](int n) {
+        const uint32_t vn = v_lo + (uint32_t)n * (C::KV_BYTES >> 4);
+#pragma unroll
+        for (int ks = 0; ks < BN / 16; ks++) wgmma_rs<D, 1>(o, pa[ks], desc_join(vn + 128 * ks), 1);
+    };
+
+    for (int k = 0, j; (j = fwd_cta_tile(k, cw, NC)) < p.num_strips; k++) {
+        const int q_row0 = fwd_strip(j, p.num_r, p.group, kvh).row0;
+        const int n_max = (q_row0 + 63 < p.T - 1 ? q_row0 + 63 : p.T - 1) / BN;
+        const int qs = k % QS;
+        const uint32_t q_lo = desc_lo(base + L::Q + (cw * QS + qs) * C::Q_BYTES, 16),
+                       q_empty = base + L::Q_EMPTY + (cw * QS + qs) * 8;
+        float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f}, corr[2];
+#pragma unroll
+        for (int i = 0; i < D / 2; i++) o[i] = 0.0f;
+
+        /* the diagonal block: S alone, masked (half of it when the strip starts its block) */
+        mbar_wait(base + L::Q_FULL + (cw * QS + qs) * 8, (uint32_t)(k / QS) & 1u, p.dbg, HANG_FWD_Q_FULL, k);
+        mbar_wait(base + L::K_FULL + 8 * n_max, 0u, p.dbg, HANG_FWD_K_FULL, n_max);
+        wgmma_fence();
+        issue_s(q_lo, n_max);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(s);
+        if (n_max == 0) warp_arrive(q_empty);
+        if (fwd_half_block(q_row0, n_max, BN)) {
+            softmax_update<BN / 4>(s, true, n_max * BN, q_row0, tid, c, m_run, l_run, corr);
+            acc_to_a<BN / 32>(pa_half, s_half);
+#pragma unroll
+            for (int ks = BN / 32; ks < BN / 16; ks++)
+#pragma unroll
+                for (int jj = 0; jj < 4; jj++) pa[ks][jj] = 0u;
+        } else { /* the strip starts 64 keys into its diagonal block: the block's first 64 keys are before all its queries */
+            softmax_update<BN / 2, BN / 2, BN / 4>(s, true, n_max * BN, q_row0, tid, c, m_run, l_run, corr);
+            acc_to_a<BN / 16>(pa, s);
+        }
+        /* blocks n_max − 1 … 0: S of n beside P·V of n + 1, the softmax of n under the P·V */
+        for (int n = n_max - 1; n >= 0; n--) {
+            mbar_wait(base + L::K_FULL + 8 * n, 0u, p.dbg, HANG_FWD_K_FULL, n);
+            mbar_wait(base + L::V_FULL + 8 * (n + 1), 0u, p.dbg, HANG_FWD_V_FULL, n + 1);
+            wgmma_fence();
+            issue_s(q_lo, n);
+            wgmma_commit();
+            issue_pv(n + 1);
+            wgmma_commit();
+            wgmma_wait<1>();
+            fence_regs(s);
+            if (n == 0) warp_arrive(q_empty);
+            softmax_update<BN / 2>(s, false, n * BN, q_row0, tid, c, m_run, l_run, corr);
+            wgmma_wait<0>();
+            fence_regs(o);
+            fence_regs(pa);
+#pragma unroll
+            for (int i = 0; i < D / 2; i++) o[i] *= corr[(i >> 1) & 1];
+            acc_to_a<BN / 16>(pa, s);
+        }
+        mbar_wait(base + L::V_FULL, 0u, p.dbg, HANG_FWD_V_FULL, 0);
+        wgmma_fence();
+        issue_pv(0);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(o);
+        fence_regs(pa);
+
+        /* out = bf16(O / l), lse (the tile kernel's epilogue) */
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
+            l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
+        }
+        const int h = fwd_strip(j, p.num_r, p.group, kvh).h;
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int row = q_row0 + acc_row(tid, 2 * r);
+            if (row >= p.T) continue;
+            const float inv = 1.0f / l_run[r];
+            __nv_bfloat16 *dst = p.out + ((int64_t)b * p.T + row) * p.ld_o + (int64_t)h * D;
+#pragma unroll
+            for (int jj = 0; jj < D / 8; jj++) {
+                const int i = 4 * jj + 2 * r;
+                *reinterpret_cast<uint32_t *>(dst + acc_col(tid, i)) = pack_bf16(o[i] * inv, o[i + 1] * inv);
+            }
+            if ((tid & 3) == 0)
+                p.lse[((int64_t)b * p.H + h) * p.T + row] = (m_run[r] * c + log2f(l_run[r])) * 0.69314718055994531f;
+        }
+    }
+#endif
+}
+
 } // namespace attn90
 
 using attn90::FwdParams;
@@ -402,10 +582,54 @@ bool attn90_available(int D) {
     return v == 2;
 }
 
+/* REFINE_ATTENTION_FWD=tiles keeps the tile kernel where the whole-head one would run, =heads takes the
+ * whole-head one wherever it can (D = 64, T ≤ 512) however few CTAs it fills the SMs with: for
+ * measuring one against the other (attention_parity --bench). */
+static int env_fwd_choice() {
+    const char *e = getenv("REFINE_ATTENTION_FWD");
+    if (e == nullptr || *e == '\0') return 0;
+    if (strcmp(e, "tiles") == 0) return 1;
+    if (strcmp(e, "heads") == 0) return 2;
+    CHECK(false, "REFINE_ATTENTION_FWD=%s: expected tiles or heads", e);
+    return 0;
+}
+
+static void forward_heads_launch(uint16_t *out, int64_t ld_o, float *lse, const uint16_t *q, const uint16_t *k,
+                                 const uint16_t *v, int B, int T, int H, int KVH, float scale, cudaStream_t stream,
+                                 HangRecord *dbg) {
+    constexpr int D = 64;
+    using C = attn90::FwdHeadsTile<D>;
+    attn90::FwdHeadsParams p;
+    attn90::make_tmap(&p.tq, q, B, T, H, D, C::BM);
+    attn90::make_tmap(&p.tk, k, B, T, KVH, D, C::BN);
+    attn90::make_tmap(&p.tv, v, B, T, KVH, D, C::BN);
+    p.out = reinterpret_cast<__nv_bfloat16 *>(out);
+    p.ld_o = ld_o;
+    p.lse = lse;
+    p.B = B, p.T = T, p.H = H, p.KVH = KVH, p.group = H / KVH;
+    p.num_r = attn90::ceil_div(T, C::BM);
+    p.num_n = attn90::ceil_div(T, C::BN);
+    p.num_strips = p.group * p.num_r;
+    p.scale_log2 = scale * 1.44269504088896341f;
+    p.dbg = dbg;
+    const size_t smem = attn90::FwdHeadsSmem<D>::BYTES;
+    CUDA_CHECK(cudaFuncSetAttribute(attn90::attn_fwd_sm90_heads<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)smem));
+    attn90::attn_fwd_sm90_heads<D><<<B * KVH, 512, smem, stream>>>(p);
+    KERNEL_CHECK(stream);
+}
+
 template <int D>
 static void forward_launch(uint16_t *out, int64_t ld_o, float *lse, const uint16_t *q, const uint16_t *k,
                            const uint16_t *v, int B, int T, int H, int KVH, float scale, cudaStream_t stream,
                            HangRecord *dbg) {
+    if constexpr (D == 64) {
+        const int choice = env_fwd_choice();
+        if (T <= 512 && (choice == 2 || (choice == 0 && attn90::fwd_heads_fits(B, T, KVH, D, refine_sm_count())))) {
+            forward_heads_launch(out, ld_o, lse, q, k, v, B, T, H, KVH, scale, stream, dbg);
+            return;
+        }
+    }
     using C = attn90::FwdTile<D>;
     FwdParams p;
     attn90::make_tmap(&p.tq, q, B, T, H, D, C::BM);

@@ -101,6 +101,29 @@ struct FwdSmem {
     static_assert(BYTES <= 232448, "more shared memory than a Hopper CTA may have");
 };
 
+/* The forward by whole heads (gpu/attention_sm90_fwd.cu, attn_fwd_sm90_heads): for T ≤ 512 at D = 64 a
+ * CTA holds all of one (b, kv head)'s keys and values (up to four blocks of 128) and its three
+ * consumer warpgroups each walk strips of 64 queries of the group's heads; each consumer has two
+ * query stages of its own. */
+template <int D>
+struct FwdHeadsTile {
+    static_assert(D == 64, "the whole-head forward holds K and V of 512 keys at D = 64 only");
+    static constexpr int BM = 64, BN = 128, MAX_N = 4, CONSUMERS = 3, QSTAGES = 2;
+    static constexpr int Q_BYTES = BM * D * 2, KV_BYTES = BN * D * 2;
+};
+template <int D>
+struct FwdHeadsSmem {
+    using C = FwdHeadsTile<D>;
+    static constexpr uint32_t K = 0, V = K + C::MAX_N * C::KV_BYTES, Q = V + C::MAX_N * C::KV_BYTES,
+                              BAR = Q + C::CONSUMERS * C::QSTAGES * C::Q_BYTES;
+    /* barriers: k_full[MAX_N], v_full[MAX_N], q_full[CONSUMERS][QSTAGES], q_empty[CONSUMERS][QSTAGES] */
+    static constexpr uint32_t K_FULL = BAR, V_FULL = K_FULL + 8 * C::MAX_N, Q_FULL = V_FULL + 8 * C::MAX_N,
+                              Q_EMPTY = Q_FULL + 8 * C::CONSUMERS * C::QSTAGES,
+                              END = Q_EMPTY + 8 * C::CONSUMERS * C::QSTAGES;
+    static constexpr uint32_t BYTES = END + 1024;
+    static_assert(BYTES <= 232448, "more shared memory than a Hopper CTA may have");
+};
+
 template <int D>
 struct BwdSmem {
     using C = BwdTile<D>;
@@ -164,6 +187,15 @@ ATTN_HD constexpr uint64_t desc_mnmajor(uint32_t tile, uint32_t rows, uint32_t b
     return desc_encode(tile + blk0 * rows * 128u + ks * 2048u, rows * 128u, 1024u);
 }
 
+/* A descriptor as its two 32-bit words: the high word (SBO 1024, 128-byte swizzle) is the same for every
+ * operand of the kernels, and the low word of k-step ks or of the block n tiles further is the low
+ * word of the first plus their start's offset >> 4 (shared-memory addresses stay below 2^18, so the
+ * 14-bit start field never carries), so a loop forms each descriptor with one integer add:
+ * K-major k-step ks of a 64-column block + 2·ks, MN-major k-step ks + 128·ks (16 rows of 128 bytes). */
+constexpr uint32_t kDescHi = (1024u >> 4) | (1u << 30);
+ATTN_HD constexpr uint32_t desc_lo(uint32_t addr, uint32_t lbo) { return ((addr & 0x3FFFFu) >> 4) | (((lbo >> 4) & 0x3FFFu) << 16); }
+ATTN_HD constexpr uint64_t desc_join(uint32_t lo) { return ((uint64_t)kDescHi << 32) | lo; }
+
 /* ---- register fragments ----------------------------------------------------------------------- */
 
 ATTN_HD constexpr int acc_row(int tid, int i) { return 16 * (tid >> 5) + ((tid & 31) >> 2) + 8 * ((i >> 1) & 1); }
@@ -215,6 +247,25 @@ ATTN_HD constexpr bool fwd_join(int num_m) { return num_m <= kFwdJoinMaxBlocks; 
  * block's first 64 keys only and the others' P are zeros (what ex2(−∞) rounds to), so the results
  * are those of the whole block, bit for bit. */
 ATTN_HD constexpr bool fwd_half_block(int q_row0, int n, int BN) { return n * BN + 64 > q_row0 + 63; }
+
+/* The whole-head forward's schedule. One CTA a (b, kv head); its strips (64 queries of one head of the
+ * group: G·⌈T/64⌉ of them) heaviest first — strip j is query rows 64·r …, r = ⌈T/64⌉ − 1 − j / G, of
+ * head kvh·G + j mod G, and needs key blocks r/2 … 0 (r/2 + 1 of them) — dealt to the three consumers
+ * in a snake (fwd_cta_tile with a grid of 3). */
+struct FwdStrip {
+    int row0, h;
+};
+ATTN_HD constexpr FwdStrip fwd_strip(int j, int num_r, int G, int kvh) {
+    return FwdStrip{64 * (num_r - 1 - j / G), kvh * G + j % G};
+}
+/* Whether the whole-head forward takes a shape: D = 64, at most four key blocks (T ≤ 512), and enough
+ * (b, kv head) pairs to keep the SMs busy — a CTA each, at most one per SM (its shared memory), so the
+ * waves' fill B·KVH / (waves · SMs) must be at least 0.9 (Llama-3.2-1B at B 16: 128 CTAs on 132 SMs;
+ * SmolLM2's 3 kv heads at B 32, 96 CTAs, keep the tile kernel). */
+ATTN_HD constexpr bool fwd_heads_fits(int B, int T, int KVH, int D, int sms) {
+    const int items = B * KVH, waves = ceil_div(items, sms > 0 ? sms : 1);
+    return D == 64 && T <= 512 && sms > 0 && 10 * items >= 9 * waves * sms;
+}
 
 /* ---- backward schedule ------------------------------------------------------------------------ */
 

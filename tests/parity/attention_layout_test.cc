@@ -118,9 +118,29 @@ static void test_descriptors() {
             check("bwd K (dQ)", desc_mnmajor(kTileB, 128, b_blk, ks), true, 64,
                   [&](int mn, int k) { return kTileB + tile_off(128, 16 * ks + k, 64 * b_blk + mn); });
         }
+    /* the whole-head forward (D = 64): Q strips of 64 rows, K and V blocks of 128, descriptors by addition */
+    if (D == 64) {
+        for (uint32_t ks = 0; ks < 4; ks++) {
+            check("fwd heads Q", desc_join(desc_lo(kTileA, 16) + 2 * ks), false, 64,
+                  [&](int mn, int k) { return kTileA + tile_off(64, mn, 16 * ks + k); });
+            check("fwd heads K", desc_join(desc_lo(kTileB, 16) + 2 * ks), false, 128,
+                  [&](int mn, int k) { return kTileB + tile_off(128, mn, 16 * ks + k); });
+        }
+        for (uint32_t ks = 0; ks < 8; ks++)
+            check("fwd heads V", desc_join(desc_lo(kTileB, 128 * 128) + 128 * ks), true, 64,
+                  [&](int mn, int k) { return kTileB + tile_off(128, 16 * ks + k, mn); });
+    }
     EXPECT(bad == 0, "descriptors D=%d: %d of %d operand elements misplaced", D, bad, checked);
     /* the start-address field holds any address of the 227 KiB window */
     for (uint32_t a = 0; a < 232448; a += 16) bad += desc_start(desc_encode(a, 16, 1024)) != a;
+    /* the two-word form the whole-head forward adds offsets to: the same descriptors */
+    for (uint32_t a = 0; a < 232448; a += 16)
+        for (uint32_t lbo : {16u, 8192u, 16384u}) bad += desc_join(desc_lo(a, lbo)) != desc_encode(a, lbo, 1024);
+    for (uint32_t ks = 0; ks < 4; ks++)
+        bad += desc_join(desc_lo(kTileB, 16) + 2 * ks) != desc_kmajor(kTileB, 128, 0, ks) ||
+               desc_join(desc_lo(kTileA, 16) + 2 * ks) != desc_kmajor(kTileA, 64, 0, ks);
+    for (uint32_t ks = 0; ks < 8; ks++)
+        bad += desc_join(desc_lo(kTileB, 128 * 128) + 128 * ks) != desc_mnmajor(kTileB, 128, 0, ks);
     EXPECT(bad == 0, "descriptor start address field");
 }
 
@@ -279,6 +299,58 @@ static void test_forward_deal() {
     }
 }
 
+/* The whole-head forward (fwd_strip, fwd_heads_fits): the three consumers' snake deals cover every
+ * strip of a (b, kv head) once, each consumer's strips heaviest first; each strip's key blocks
+ * n_max … 0 hold every key its queries see and keys after a query only in block n_max (the only block
+ * the kernel masks), within the blocks the producer loads; where the first 64 queries of a block
+ * take the half block, no key of its second half comes before any of them. At the Llama-3.2-1B shape
+ * (G 4, T 512) the busiest consumer has 27 of the 80 strip-blocks. */
+static void test_forward_heads() {
+    int bad = 0;
+    for (int T : {1, 63, 64, 65, 100, 128, 200, 383, 448, 511, 512})
+        for (int G : {1, 3, 4, 16}) {
+            const int num_r = ceil_div(T, 64), num_n = ceil_div(T, 128), strips = G * num_r, kvh = 2;
+            std::vector<int> seen((size_t)strips, 0);
+            for (int c = 0; c < 3; c++) {
+                int last_w = 1 << 30;
+                for (int k = 0, j; (j = fwd_cta_tile(k, c, 3)) < strips; k++) {
+                    seen[(size_t)j]++;
+                    const FwdStrip st = fwd_strip(j, num_r, G, kvh);
+                    const int n_max = (st.row0 + 63 < T - 1 ? st.row0 + 63 : T - 1) / 128;
+                    bad += st.h / G != kvh || st.row0 % 64 != 0 || st.row0 >= T || n_max >= num_n;
+                    bad += n_max + 1 > last_w;
+                    last_w = n_max + 1;
+                    for (int q = st.row0; q < st.row0 + 64 && q < T; q++)
+                        for (int key = 0; key < T; key++) {
+                            const int n = key / 128;
+                            if (key <= q) bad += n > n_max;                /* a key it sees, outside its blocks */
+                            else bad += n <= n_max && n != n_max;          /* a key after it, in an unmasked block */
+                            if (fwd_half_block(st.row0, n_max, 128) && n == n_max && key >= n * 128 + 64)
+                                bad += key <= q;                           /* the half block drops a key it sees */
+                            if (!fwd_half_block(st.row0, n_max, 128) && n == n_max && key < n * 128 + 64)
+                                bad += key > q;                            /* a key the mask skips is after it */
+                        }
+                }
+            }
+            for (int v : seen) bad += v != 1;
+        }
+    EXPECT(bad == 0, "whole-head forward schedule: %d bad", bad);
+    int busiest = 0;
+    for (int c = 0; c < 3; c++) {
+        int w = 0;
+        for (int k = 0, j; (j = fwd_cta_tile(k, c, 3)) < 32; k++) w += fwd_strip(j, 8, 4, 0).row0 / 128 + 1;
+        busiest = std::max(busiest, w);
+    }
+    EXPECT(busiest == 27, "whole-head forward at G 4, T 512: busiest consumer %d strip-blocks, want 27", busiest);
+    EXPECT(fwd_heads_fits(16, 512, 8, 64, 132) && fwd_heads_fits(40, 100, 3, 64, 132) &&
+               fwd_heads_fits(12, 448, 10, 64, 132) && fwd_heads_fits(32, 512, 8, 64, 132),
+           "whole-head forward: shapes that fill the SMs taken");
+    EXPECT(!fwd_heads_fits(32, 512, 3, 64, 132) && !fwd_heads_fits(8, 512, 8, 64, 132) &&
+               !fwd_heads_fits(16, 513, 8, 64, 132) && !fwd_heads_fits(16, 512, 8, 128, 132) &&
+               !fwd_heads_fits(16, 512, 8, 64, 0),
+           "whole-head forward: shapes it does not take");
+}
+
 /* The backward over (T, BM) with `sms` resident CTAs dispatched in launch order: every causal pair
  * (query i ≥ key j) in exactly one (n, m) step, the mask flag wherever a pair j > i shares the tile,
  * and the dQ counters: ranks n_max(m) − n, no deadlock, every block summed in order. */
@@ -432,6 +504,12 @@ static void test_budgets() {
         EXPECT(off % 1024 == 0, "D=%d tile offset %u not 1024-aligned", D, off);
     EXPECT(F::BAR % 8 == 0 && F2::BAR % 8 == 0 && Bw::BAR % 8 == 0 && Bw::LSE % 16 == 0 && Bw::DL % 16 == 0,
            "D=%d barrier alignment", D);
+    if constexpr (D == 64) {
+        using Hd = FwdHeadsSmem<D>;
+        EXPECT(Hd::BYTES <= 232448, "whole-head forward: %u bytes of shared memory", Hd::BYTES);
+        for (uint32_t off : {Hd::K, Hd::V, Hd::Q}) EXPECT(off % 1024 == 0, "whole-head tile offset %u", off);
+        EXPECT(Hd::BAR % 8 == 0 && Hd::END - Hd::BAR == 8 * (2 * 4 + 2 * 3 * 2), "whole-head forward's barriers");
+    }
     EXPECT(F2::K == F::K + FwdTile<D>::Q_BYTES && F2::END == F::END + 16 + FwdTile<D>::Q_BYTES,
            "D=%d the second query stage and its two barriers", D);
 }
@@ -466,6 +544,7 @@ int main(int argc, char **argv) {
     test_dq_tile();
     test_forward_schedule();
     test_forward_deal();
+    test_forward_heads();
     test_backward_schedule();
     test_element_masks();
     test_budgets<64>();

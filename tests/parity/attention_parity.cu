@@ -511,6 +511,43 @@ static void run_kernel(AttnKernel kern, const Refs &R, int B, int T, int H, int 
     cmp_exact_bytes(&c, againk.data(), dkb.data(), nk * 2);
     cmp_exact_bytes(&c, againv.data(), dvb.data(), nk * 2);
 
+    /* The Hopper forward's two kernels where both apply (D = 64, T ≤ 512: the whole-head kernel and the
+     * tile kernel, REFINE_ATTENTION_FWD): each into poisoned buffers, out and lse bitwise the other's —
+     * the same arithmetic in the same order — so whichever the shape picks is checked above. */
+    if (kern == refine::ATTN_KERNEL_SM90 && D == 64 && T <= 512) {
+        std::vector<uint16_t> fo[2];
+        std::vector<float> fl[2];
+        const char *choice[2] = {"heads", "tiles"};
+        for (int i = 0; i < 2 && !hung; i++) {
+            setenv("REFINE_ATTENTION_FWD", choice[i], 1);
+            dev_buf_reset(&bo, nullptr);
+            dev_buf_reset(&bl, nullptr);
+            refine::attention_forward(kern, (uint16_t *)bo.data, (float *)bl.data, (const uint16_t *)bq.data,
+                                      (const uint16_t *)bk.data, (const uint16_t *)bv.data, B, T, H, KVH, D, scale,
+                                      g_stream, g_hang);
+            unsetenv("REFINE_ATTENTION_FWD");
+            hung = hang_check(i == 0 ? "forward (whole heads)" : "forward (tiles)", shape);
+            fo[i].resize(nq), fl[i].resize(nl);
+            if (!hung) {
+                CUDA_CHECK(cudaStreamSynchronize(g_stream));
+                dev_buf_download(&bo, fo[i].data(), 1);
+                dev_buf_download(&bl, fl[i].data(), 1);
+            }
+        }
+        if (hung) {
+            release();
+            return;
+        }
+        c.op = "attention_forward";
+        c.what = "out, whole heads vs tiles";
+        cmp_exact_bytes(&c, fo[0].data(), fo[1].data(), nq * 2);
+        c.what = "lse, whole heads vs tiles";
+        cmp_exact_bytes(&c, fl[0].data(), fl[1].data(), nl * 4);
+        c.what = "out, the shape's own choice vs tiles";
+        cmp_exact_bytes(&c, ob.data(), fo[1].data(), nq * 2);
+        c.op = "attention_backward";
+    }
+
     /* Rows at a wider stride (gpu_attention_*_ld_bf16; ld = H·D + 64, as a caller's adapter columns
      * after each row): the forward's out bitwise the packed out, the columns past H·D untouched; the
      * backward from dout and out at that stride bitwise the packed backward's dq, dk, dv. */
@@ -763,6 +800,10 @@ int main(int argc, char **argv) {
                             /* several tiles a CTA (the forward's step from one tile to the next, its Q stages
                              * reused, single-block tiles among them), at the 1B model's head counts */
                             {6, 512, 32, 8, 64},  {4, 300, 24, 8, 128},
+                            /* enough (b, kv head) pairs for the whole-head forward (gpu/attention_sm90_fwd.cu) to be
+                             * the shape's own choice on an H100 or H200; T 100 a partial key block, T 448 three
+                             * and a half */
+                            {40, 100, 6, 3, 64},  {12, 448, 20, 10, 64},
                             /* head dims of small models (the test models have D = 16): sm80 only */
                             {2, 33, 4, 1, 16},    {1, 130, 6, 2, 16},   {2, 65, 4, 2, 32}};
     const bool bench_only = test_has_flag(argc, argv, "--bench-only");
