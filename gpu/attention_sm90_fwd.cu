@@ -84,6 +84,33 @@ __device__ __forceinline__ void softmax_update(float (&s)[NA], bool masked, int 
     for (int r = 0; r < 2; r++) l_run[r] = l_run[r] * corr[r] + sum[r];
 }
 
+/* A warpgroup's 64 finished query rows from q_row0 (head h, batch b): out = bf16(O / l) and
+ * lse = (m·scale·log2 e + log2 l)·ln 2, stored from registers; this thread's rows are
+ * q_row0 + acc_row(tid, 0 or 2), those at or past T skipped. */
+template <int D>
+__device__ __forceinline__ void store_rows(const float (&o)[D / 2], const float (&m_run)[2], float (&l_run)[2], int b,
+                                           int h, int q_row0, int tid, float c, __nv_bfloat16 *out, int64_t ld_o,
+                                           float *lse, int T, int H) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
+        l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = q_row0 + acc_row(tid, 2 * r);
+        if (row >= T) continue;
+        const float inv = 1.0f / l_run[r];
+        __nv_bfloat16 *dst = out + ((int64_t)b * T + row) * ld_o + (int64_t)h * D;
+#pragma unroll
+        for (int j = 0; j < D / 8; j++) {
+            const int i = 4 * j + 2 * r;
+            *reinterpret_cast<uint32_t *>(dst + acc_col(tid, i)) = pack_bf16(o[i] * inv, o[i + 1] * inv);
+        }
+        if ((tid & 3) == 0) lse[((int64_t)b * H + h) * T + row] = (m_run[r] * c + log2f(l_run[r])) * 0.69314718055994531f;
+    }
+}
+
 template <int D, bool JOIN>
 __global__ void __launch_bounds__(384, 1) attn_fwd_sm90(const __grid_constant__ FwdParams p) {
 #ifdef ATTN_SM90_ENABLED
@@ -156,7 +183,7 @@ __global__ void __launch_bounds__(384, 1) attn_fwd_sm90(const __grid_constant__ 
 
     /* ---------------- consumers ---------------- */
     setmaxnreg_inc<kRegsConsumer>();
-    const int cw = wg - 1, lane = tid % 32;
+    const int cw = wg - 1;
     const float c = p.scale_log2;
     if (cw == 1) named_bar_arrive(BAR_SCHED0, 256); /* consumer 0 issues first */
     float o[D / 2], s[BN / 2];
@@ -191,28 +218,8 @@ __global__ void __launch_bounds__(384, 1) attn_fwd_sm90(const __grid_constant__ 
             acc_to_a<BN / 16>(pa, s);
         }
     };
-    /* out = bf16(O / l), lse = (m·scale·log2 e + log2 l)·ln 2 from registers: this thread's rows are
-     * q_row0 + acc_row(tid, 0 or 2) */
     auto epilogue = [&](const FwdWork &w, int q_row0, const float(&m_run)[2], float(&l_run)[2]) {
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
-            l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
-        }
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int row = q_row0 + acc_row(tid, 2 * r);
-            if (row >= p.T) continue;
-            const float inv = 1.0f / l_run[r];
-            __nv_bfloat16 *dst = p.out + ((int64_t)w.b * p.T + row) * p.ld_o + (int64_t)w.h * D;
-#pragma unroll
-            for (int j = 0; j < D / 8; j++) {
-                const int i = 4 * j + 2 * r;
-                *reinterpret_cast<uint32_t *>(dst + acc_col(tid, i)) = pack_bf16(o[i] * inv, o[i + 1] * inv);
-            }
-            if ((lane & 3) == 0)
-                p.lse[((int64_t)w.b * p.H + w.h) * p.T + row] = (m_run[r] * c + log2f(l_run[r])) * 0.69314718055994531f;
-        }
+        store_rows<D>(o, m_run, l_run, w.b, w.h, q_row0, tid, c, p.out, p.ld_o, p.lse, p.T, p.H);
     };
     /* One key block n < n_max of a tile (never a half block: only the diagonal n_max can be): S of
      * block n and P·V of block n + 1 (K stage st1, V stage st), the softmax of n under the P·V. */
@@ -512,27 +519,8 @@ __global__ void __launch_bounds__(512, 1) attn_fwd_sm90_heads(const __grid_const
         fence_regs(o);
         fence_regs(pa);
 
-        /* out = bf16(O / l), lse (the tile kernel's epilogue) */
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
-            l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
-        }
-        const int h = fwd_strip(j, p.num_r, p.group, kvh).h;
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int row = q_row0 + acc_row(tid, 2 * r);
-            if (row >= p.T) continue;
-            const float inv = 1.0f / l_run[r];
-            __nv_bfloat16 *dst = p.out + ((int64_t)b * p.T + row) * p.ld_o + (int64_t)h * D;
-#pragma unroll
-            for (int jj = 0; jj < D / 8; jj++) {
-                const int i = 4 * jj + 2 * r;
-                *reinterpret_cast<uint32_t *>(dst + acc_col(tid, i)) = pack_bf16(o[i] * inv, o[i + 1] * inv);
-            }
-            if ((tid & 3) == 0)
-                p.lse[((int64_t)b * p.H + h) * p.T + row] = (m_run[r] * c + log2f(l_run[r])) * 0.69314718055994531f;
-        }
+        store_rows<D>(o, m_run, l_run, b, fwd_strip(j, p.num_r, p.group, kvh).h, q_row0, tid, c, p.out, p.ld_o, p.lse,
+                      p.T, p.H);
     }
 #endif
 }
