@@ -461,55 +461,103 @@ __global__ void __launch_bounds__(512, 1) attn_fwd_sm90_heads(const __grid_const
         for (int ks = 0; ks < BN / 16; ks++) wgmma_rs<D, 1>(o, pa[ks], desc_join(vn + 128 * ks), 1);
     };
 
-    for (int k = 0, j; (j = fwd_cta_tile(k, cw, NC)) < p.num_strips; k++) {
-        const int q_row0 = fwd_strip(j, p.num_r, p.group, kvh).row0;
-        const int n_max = (q_row0 + 63 < p.T - 1 ? q_row0 + 63 : p.T - 1) / BN;
-        const int qs = k % QS;
-        const uint32_t q_lo = desc_lo(base + L::Q + (cw * QS + qs) * C::Q_BYTES, 16),
-                       q_empty = base + L::Q_EMPTY + (cw * QS + qs) * 8;
-        float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f}, corr[2];
-#pragma unroll
-        for (int i = 0; i < D / 2; i++) o[i] = 0.0f;
-
-        /* the diagonal block: S alone, masked (half of it when the strip starts its block) */
-        mbar_wait(base + L::Q_FULL + (cw * QS + qs) * 8, (uint32_t)(k / QS) & 1u, p.dbg, HANG_FWD_Q_FULL, k);
-        mbar_wait(base + L::K_FULL + 8 * n_max, 0u, p.dbg, HANG_FWD_K_FULL, n_max);
-        wgmma_fence();
-        issue_s(q_lo, n_max);
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_regs(s);
-        if (n_max == 0) warp_arrive(q_empty);
+    auto strip_row0 = [&](int j) { return fwd_strip(j, p.num_r, p.group, kvh).row0; };
+    auto strip_n_max = [&](int q_row0) { return (q_row0 + 63 < p.T - 1 ? q_row0 + 63 : p.T - 1) / BN; };
+    auto q_lo_of = [&](int k) { return desc_lo(base + L::Q + (cw * QS + k % QS) * C::Q_BYTES, 16); };
+    auto q_bar = [&](uint32_t bars, int k) { return base + bars + (cw * QS + k % QS) * 8; };
+    /* the diagonal block's softmax (masked; half of it when the strip starts its block) and its A
+     * registers, in two steps: between them a P·V may still be reading pa */
+    auto diag_softmax = [&](int q_row0, int n_max, float(&m)[2], float(&l)[2], float(&cr)[2]) {
+        if (fwd_half_block(q_row0, n_max, BN))
+            softmax_update<BN / 4>(s, true, n_max * BN, q_row0, tid, c, m, l, cr);
+        else /* the strip starts 64 keys into its diagonal block: the block's first 64 keys are before all its queries */
+            softmax_update<BN / 2, BN / 2, BN / 4>(s, true, n_max * BN, q_row0, tid, c, m, l, cr);
+    };
+    auto diag_to_a = [&](int q_row0, int n_max) {
         if (fwd_half_block(q_row0, n_max, BN)) {
-            softmax_update<BN / 4>(s, true, n_max * BN, q_row0, tid, c, m_run, l_run, corr);
             acc_to_a<BN / 32>(pa_half, s_half);
 #pragma unroll
             for (int ks = BN / 32; ks < BN / 16; ks++)
 #pragma unroll
                 for (int jj = 0; jj < 4; jj++) pa[ks][jj] = 0u;
-        } else { /* the strip starts 64 keys into its diagonal block: the block's first 64 keys are before all its queries */
-            softmax_update<BN / 2, BN / 2, BN / 4>(s, true, n_max * BN, q_row0, tid, c, m_run, l_run, corr);
+        } else {
             acc_to_a<BN / 16>(pa, s);
         }
-        /* blocks n_max − 1 … 0: S of n beside P·V of n + 1, the softmax of n under the P·V */
-        for (int n = n_max - 1; n >= 0; n--) {
-            mbar_wait(base + L::K_FULL + 8 * n, 0u, p.dbg, HANG_FWD_K_FULL, n);
-            mbar_wait(base + L::V_FULL + 8 * (n + 1), 0u, p.dbg, HANG_FWD_V_FULL, n + 1);
+    };
+
+    /* A consumer's strips form one sequence (as the tile kernel's joined tiles): from one strip to the
+     * next, the next strip's diagonal S is issued beside this strip's last P·V, its softmax runs under
+     * it, then this strip's rows are stored. The one-trip loop is for ptxas (attn_fwd_sm90's joined
+     * path: without it every wgmma of the path is serialized). */
+    for (int once = 0; once < 1 + (p.num_strips < 0 ? 1 : 0); once++) {
+        int k = 0, j = fwd_cta_tile(0, cw, NC);
+        if (j >= p.num_strips) break;
+        int q_row0 = strip_row0(j), n_max = strip_n_max(q_row0);
+        float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f}, corr[2];
+#pragma unroll
+        for (int i = 0; i < D / 2; i++) o[i] = 0.0f;
+        /* the first strip's diagonal S alone */
+        mbar_wait(q_bar(L::Q_FULL, 0), 0u, p.dbg, HANG_FWD_Q_FULL, 0);
+        mbar_wait(base + L::K_FULL + 8 * n_max, 0u, p.dbg, HANG_FWD_K_FULL, n_max);
+        wgmma_fence();
+        issue_s(q_lo_of(0), n_max);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(s);
+        if (n_max == 0) warp_arrive(q_bar(L::Q_EMPTY, 0));
+        diag_softmax(q_row0, n_max, m_run, l_run, corr);
+        diag_to_a(q_row0, n_max);
+        for (;;) {
+            /* blocks n_max − 1 … 0: S of n beside P·V of n + 1, the softmax of n under the P·V */
+            const uint32_t q_lo = q_lo_of(k);
+            for (int n = n_max - 1; n >= 0; n--) {
+                mbar_wait(base + L::K_FULL + 8 * n, 0u, p.dbg, HANG_FWD_K_FULL, n);
+                mbar_wait(base + L::V_FULL + 8 * (n + 1), 0u, p.dbg, HANG_FWD_V_FULL, n + 1);
+                wgmma_fence();
+                issue_s(q_lo, n);
+                wgmma_commit();
+                issue_pv(n + 1);
+                wgmma_commit();
+                wgmma_wait<1>();
+                fence_regs(s);
+                if (n == 0) warp_arrive(q_bar(L::Q_EMPTY, k));
+                softmax_update<BN / 2>(s, false, n * BN, q_row0, tid, c, m_run, l_run, corr);
+                wgmma_wait<0>();
+                fence_regs(o);
+                fence_regs(pa);
+#pragma unroll
+                for (int i = 0; i < D / 2; i++) o[i] *= corr[(i >> 1) & 1];
+                acc_to_a<BN / 16>(pa, s);
+            }
+            const int j2 = fwd_cta_tile(k + 1, cw, NC);
+            if (j2 >= p.num_strips) break;
+
+            /* to the next strip: its diagonal S beside this strip's last P·V */
+            const int q_row2 = strip_row0(j2), n_max2 = strip_n_max(q_row2);
+            mbar_wait(q_bar(L::Q_FULL, k + 1), (uint32_t)((k + 1) / QS) & 1u, p.dbg, HANG_FWD_Q_FULL, k + 1);
+            mbar_wait(base + L::K_FULL + 8 * n_max2, 0u, p.dbg, HANG_FWD_K_FULL, n_max2);
+            mbar_wait(base + L::V_FULL, 0u, p.dbg, HANG_FWD_V_FULL, 0);
             wgmma_fence();
-            issue_s(q_lo, n);
+            issue_s(q_lo_of(k + 1), n_max2);
             wgmma_commit();
-            issue_pv(n + 1);
+            issue_pv(0);
             wgmma_commit();
             wgmma_wait<1>();
             fence_regs(s);
-            if (n == 0) warp_arrive(q_empty);
-            softmax_update<BN / 2>(s, false, n * BN, q_row0, tid, c, m_run, l_run, corr);
-            wgmma_wait<0>();
+            if (n_max2 == 0) warp_arrive(q_bar(L::Q_EMPTY, k + 1));
+            float m2[2] = {-INFINITY, -INFINITY}, l2[2] = {0.0f, 0.0f}, corr2[2];
+            diag_softmax(q_row2, n_max2, m2, l2, corr2);
+            wgmma_wait<0>(); /* this strip's last P·V */
             fence_regs(o);
             fence_regs(pa);
+            diag_to_a(q_row2, n_max2);
+            store_rows<D>(o, m_run, l_run, b, fwd_strip(j, p.num_r, p.group, kvh).h, q_row0, tid, c, p.out, p.ld_o,
+                          p.lse, p.T, p.H);
 #pragma unroll
-            for (int i = 0; i < D / 2; i++) o[i] *= corr[(i >> 1) & 1];
-            acc_to_a<BN / 16>(pa, s);
+            for (int i = 0; i < D / 2; i++) o[i] = 0.0f;
+#pragma unroll
+            for (int r = 0; r < 2; r++) m_run[r] = m2[r], l_run[r] = l2[r];
+            k++, j = j2, q_row0 = q_row2, n_max = n_max2;
         }
         mbar_wait(base + L::V_FULL, 0u, p.dbg, HANG_FWD_V_FULL, 0);
         wgmma_fence();
@@ -518,7 +566,6 @@ __global__ void __launch_bounds__(512, 1) attn_fwd_sm90_heads(const __grid_const
         wgmma_wait<0>();
         fence_regs(o);
         fence_regs(pa);
-
         store_rows<D>(o, m_run, l_run, b, fwd_strip(j, p.num_r, p.group, kvh).h, q_row0, tid, c, p.out, p.ld_o, p.lse,
                       p.T, p.H);
     }
