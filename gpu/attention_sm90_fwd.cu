@@ -2,6 +2,8 @@
  * wgmma, TMA, warp specialization), after FlashAttention-3's design (Shah et al. 2024,
  * Dao-AILab/flash-attention hopper/flash_fwd_kernel_sm90.h and mainloop_fwd_sm90_tma_gmma_ws.hpp).
  *
+ * Two kernels: attn_fwd_sm90 (below; any T) and, for D = 64 at T ≤ 512 where B·KVH CTAs fill the
+ * SMs, attn_fwd_sm90_heads (further below: a CTA a whole kv head, three consumers).
  * Strategy. A persistent grid (one CTA per SM, 384 threads) walks tiles of 128 queries of one
  * (b, h), heaviest first, dealt in a snake (attention_sm90_layout.h §4, fwd_cta_tile). Warpgroup 0
  * is the producer: one thread issues the tensor-copy loads (Q once a tile into two stages, so that
@@ -375,8 +377,10 @@ __global__ void __launch_bounds__(384, 1) attn_fwd_sm90(const __grid_constant__ 
  * softmax — two consumers a scheduler left the tile kernel latency-bound at D = 64 (docs/PERFORMANCE.md).
  * A strip is the tile kernel's consumer of the same rows, step for step: key blocks n_max … 0, S of
  * block n issued beside P·V of block n + 1, the diagonal block masked (a half block for a strip whose
- * first query starts its block), the same rounding points — so the same bits. The producer
- * warpgroup's warp 0 loads K and V, warp c + 1 the queries of consumer c. */
+ * first query starts its block), the same rounding points — so the same bits; and a consumer joins
+ * its strips as the tile kernel joins its tiles (the next strip's diagonal S beside this strip's last
+ * P·V). The producer warpgroup's warp 0 loads K and V, warp c + 1 the queries of consumer c.
+ * At B 16, T 512, H 32, KVH 8 on an H200: 274 TFLOP/s against the tile kernel's 238–240. */
 struct FwdHeadsParams {
     CUtensorMap tq, tk, tv; /* tq: boxes of 64 rows; tk, tv: 128 */
     __nv_bfloat16 *out;
