@@ -86,6 +86,21 @@ __device__ __forceinline__ void softmax_update(float (&s)[NA], bool masked, int 
     for (int r = 0; r < 2; r++) l_run[r] = l_run[r] * corr[r] + sum[r];
 }
 
+/* P's A registers from the softmax's scores: all BN keys, or a half block's first 64 (the other
+ * keys' registers zeros, what their P would round to). */
+template <int BN>
+__device__ __forceinline__ void scores_to_a(bool half, uint32_t (&pa)[BN / 16][4], float (&s)[BN / 2]) {
+    if (half) {
+        acc_to_a<BN / 32>(reinterpret_cast<uint32_t(&)[BN / 32][4]>(pa), reinterpret_cast<float(&)[BN / 4]>(s));
+#pragma unroll
+        for (int ks = BN / 32; ks < BN / 16; ks++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) pa[ks][j] = 0u;
+    } else {
+        acc_to_a<BN / 16>(pa, s);
+    }
+}
+
 /* A warpgroup's 64 finished query rows from q_row0 (head h, batch b): out = bf16(O / l) and
  * lse = (m·scale·log2 e + log2 l)·ln 2, stored from registers; this thread's rows are
  * q_row0 + acc_row(tid, 0 or 2), those at or past T skipped. */
@@ -190,10 +205,6 @@ __global__ void __launch_bounds__(384, 1) attn_fwd_sm90(const __grid_constant__ 
     if (cw == 1) named_bar_arrive(BAR_SCHED0, 256); /* consumer 0 issues first */
     float o[D / 2], s[BN / 2];
     uint32_t pa[BN / 16][4];
-    /* a half block (fwd_half_block): the softmax of the first 64 keys' scores, the A registers of the
-     * other 64 zeros (what their P would round to) */
-    float(&s_half)[BN / 4] = reinterpret_cast<float(&)[BN / 4]>(s);
-    uint32_t(&pa_half)[BN / 32][4] = reinterpret_cast<uint32_t(&)[BN / 32][4]>(pa);
 
     /* S = Q·Kᵀ of Q stage qs and K stage kst; P·V of V stage vst with the A registers of pa. Both
      * whole blocks always: a product whose shape depended on the half block would be a wgmma in a
@@ -209,17 +220,7 @@ __global__ void __launch_bounds__(384, 1) attn_fwd_sm90(const __grid_constant__ 
         if (half) softmax_update<BN / 4>(s, masked, n * BN, q_row0, tid, c, m_run, l_run, corr);
         else softmax_update<BN / 2>(s, masked, n * BN, q_row0, tid, c, m_run, l_run, corr);
     };
-    auto to_a = [&](bool half) {
-        if (half) {
-            acc_to_a<BN / 32>(pa_half, s_half);
-#pragma unroll
-            for (int ks = BN / 32; ks < BN / 16; ks++)
-#pragma unroll
-                for (int j = 0; j < 4; j++) pa[ks][j] = 0u;
-        } else {
-            acc_to_a<BN / 16>(pa, s);
-        }
-    };
+    auto to_a = [&](bool half) { scores_to_a<BN>(half, pa, s); };
     auto epilogue = [&](const FwdWork &w, int q_row0, const float(&m_run)[2], float(&l_run)[2]) {
         store_rows<D>(o, m_run, l_run, w.b, w.h, q_row0, tid, c, p.out, p.ld_o, p.lse, p.T, p.H);
     };
@@ -449,8 +450,6 @@ __global__ void __launch_bounds__(512, 1) attn_fwd_sm90_heads(const __grid_const
     const float c = p.scale_log2;
     float o[D / 2], s[BN / 2];
     uint32_t pa[BN / 16][4];
-    float(&s_half)[BN / 4] = reinterpret_cast<float(&)[BN / 4]>(s);
-    uint32_t(&pa_half)[BN / 32][4] = reinterpret_cast<uint32_t(&)[BN / 32][4]>(pa);
     /* descriptors by addition (desc_lo): Q of stage qs, K and V of block n */
     const uint32_t k_lo = desc_lo(base + L::K, 16), v_lo = desc_lo(base + L::V, BN * 128);
     auto issue_s = [&](uint32_t q_lo, int n) {
@@ -477,17 +476,7 @@ __global__ void __launch_bounds__(512, 1) attn_fwd_sm90_heads(const __grid_const
         else /* the strip starts 64 keys into its diagonal block: the block's first 64 keys are before all its queries */
             softmax_update<BN / 2, BN / 2, BN / 4>(s, true, n_max * BN, q_row0, tid, c, m, l, cr);
     };
-    auto diag_to_a = [&](int q_row0, int n_max) {
-        if (fwd_half_block(q_row0, n_max, BN)) {
-            acc_to_a<BN / 32>(pa_half, s_half);
-#pragma unroll
-            for (int ks = BN / 32; ks < BN / 16; ks++)
-#pragma unroll
-                for (int jj = 0; jj < 4; jj++) pa[ks][jj] = 0u;
-        } else {
-            acc_to_a<BN / 16>(pa, s);
-        }
-    };
+    auto diag_to_a = [&](int q_row0, int n_max) { scores_to_a<BN>(fwd_half_block(q_row0, n_max, BN), pa, s); };
 
     /* A consumer's strips form one sequence (as the tile kernel's joined tiles): from one strip to the
      * next, the next strip's diagonal S is issued beside this strip's last P·V, its softmax runs under
