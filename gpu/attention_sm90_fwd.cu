@@ -622,24 +622,35 @@ static int env_fwd_choice() {
     return 0;
 }
 
+/* The fields both forward kernels' parameters share: tensor maps (queries in boxes of q_rows, keys
+ * and values of 128), outputs, shape, the scale. */
+template <class P>
+static void fill_forward_params(P *p, int q_rows, uint16_t *out, int64_t ld_o, float *lse, const uint16_t *q,
+                                const uint16_t *k, const uint16_t *v, int B, int T, int H, int KVH, int D, float scale,
+                                HangRecord *dbg) {
+    attn90::make_tmap(&p->tq, q, B, T, H, D, q_rows);
+    attn90::make_tmap(&p->tk, k, B, T, KVH, D, 128);
+    attn90::make_tmap(&p->tv, v, B, T, KVH, D, 128);
+    p->out = reinterpret_cast<__nv_bfloat16 *>(out);
+    p->ld_o = ld_o;
+    p->lse = lse;
+    p->B = B, p->T = T, p->H = H, p->KVH = KVH;
+    p->scale_log2 = scale * 1.44269504088896341f;
+    p->dbg = dbg;
+}
+
 static void forward_heads_launch(uint16_t *out, int64_t ld_o, float *lse, const uint16_t *q, const uint16_t *k,
                                  const uint16_t *v, int B, int T, int H, int KVH, float scale, cudaStream_t stream,
                                  HangRecord *dbg) {
     constexpr int D = 64;
     using C = attn90::FwdHeadsTile<D>;
+    static_assert(C::BN == 128, "fill_forward_params maps keys and values in boxes of 128");
     attn90::FwdHeadsParams p;
-    attn90::make_tmap(&p.tq, q, B, T, H, D, C::BM);
-    attn90::make_tmap(&p.tk, k, B, T, KVH, D, C::BN);
-    attn90::make_tmap(&p.tv, v, B, T, KVH, D, C::BN);
-    p.out = reinterpret_cast<__nv_bfloat16 *>(out);
-    p.ld_o = ld_o;
-    p.lse = lse;
-    p.B = B, p.T = T, p.H = H, p.KVH = KVH, p.group = H / KVH;
+    fill_forward_params(&p, C::BM, out, ld_o, lse, q, k, v, B, T, H, KVH, D, scale, dbg);
+    p.group = H / KVH;
     p.num_r = attn90::ceil_div(T, C::BM);
     p.num_n = attn90::ceil_div(T, C::BN);
     p.num_strips = p.group * p.num_r;
-    p.scale_log2 = scale * 1.44269504088896341f;
-    p.dbg = dbg;
     const size_t smem = attn90::FwdHeadsSmem<D>::BYTES;
     CUDA_CHECK(cudaFuncSetAttribute(attn90::attn_fwd_sm90_heads<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     (int)smem));
@@ -659,18 +670,11 @@ static void forward_launch(uint16_t *out, int64_t ld_o, float *lse, const uint16
         }
     }
     using C = attn90::FwdTile<D>;
+    static_assert(C::BN == 128, "fill_forward_params maps keys and values in boxes of 128");
     FwdParams p;
-    attn90::make_tmap(&p.tq, q, B, T, H, D, C::BM);
-    attn90::make_tmap(&p.tk, k, B, T, KVH, D, C::BN);
-    attn90::make_tmap(&p.tv, v, B, T, KVH, D, C::BN);
-    p.out = reinterpret_cast<__nv_bfloat16 *>(out);
-    p.ld_o = ld_o;
-    p.lse = lse;
-    p.B = B, p.T = T, p.H = H, p.KVH = KVH;
+    fill_forward_params(&p, C::BM, out, ld_o, lse, q, k, v, B, T, H, KVH, D, scale, dbg);
     p.num_m = attn90::ceil_div(T, C::BM);
     p.num_tiles = p.num_m * B * H;
-    p.scale_log2 = scale * 1.44269504088896341f;
-    p.dbg = dbg;
     const int sms = refine_sm_count();
     const int grid = p.num_tiles < sms ? p.num_tiles : sms;
     auto launch = [&](auto join) {
