@@ -132,7 +132,7 @@ __device__ __forceinline__ uint32_t mbar_try_wait_suspend(uint32_t bar, uint32_t
         : "memory");
     return ok;
 }
-__device__ __forceinline__ void mbar_wait_sleep(uint32_t bar, uint32_t parity, HangRecord *dbg, int code, int info) {
+__device__ __forceinline__ void mbar_wait_suspend(uint32_t bar, uint32_t parity, HangRecord *dbg, int code, int info) {
     uint32_t spins = 0, t0 = 0;
     while (!mbar_try_wait_suspend(bar, parity))
         if (!watchdog(spins, t0, dbg, code, info)) return;

@@ -434,9 +434,9 @@ __global__ void __launch_bounds__(512, 1) attn_fwd_sm90_heads(const __grid_const
         for (int k = 0, j; (j = fwd_cta_tile(k, c, NC)) < p.num_strips; k++) {
             const FwdStrip st = fwd_strip(j, p.num_r, p.group, kvh);
             const int qs = k % QS, bar = (c * QS + qs) * 8;
-            /* the stage frees a strip ahead of its use: tries spaced by a sleep leave the issue slots to
-             * the consumers of this scheduler (spinning here took a fifth of the kernel's instructions) */
-            mbar_wait_sleep(base + L::Q_EMPTY + bar, ((uint32_t)(k / QS) & 1u) ^ 1u, p.dbg, HANG_FWD_Q_EMPTY, k);
+            /* the stage frees a strip ahead of its use: the wait suspends the warp instead of spinning,
+             * leaving the issue slots to the consumers of this scheduler */
+            mbar_wait_suspend(base + L::Q_EMPTY + bar, ((uint32_t)(k / QS) & 1u) ^ 1u, p.dbg, HANG_FWD_Q_EMPTY, k);
             mbar_expect_tx(base + L::Q_FULL + bar, C::Q_BYTES);
             tma_load_tile<D>(base + L::Q + (c * QS + qs) * C::Q_BYTES, &p.tq, C::BM, st.h, st.row0, b,
                              base + L::Q_FULL + bar);
@@ -465,7 +465,6 @@ __global__ void __launch_bounds__(512, 1) attn_fwd_sm90_heads(const __grid_const
     };
 
     auto strip_row0 = [&](int j) { return fwd_strip(j, p.num_r, p.group, kvh).row0; };
-    auto strip_n_max = [&](int q_row0) { return (q_row0 + 63 < p.T - 1 ? q_row0 + 63 : p.T - 1) / BN; };
     auto q_lo_of = [&](int k) { return desc_lo(base + L::Q + (cw * QS + k % QS) * C::Q_BYTES, 16); };
     auto q_bar = [&](uint32_t bars, int k) { return base + bars + (cw * QS + k % QS) * 8; };
     /* the diagonal block's softmax (masked; half of it when the strip starts its block) and its A
@@ -485,7 +484,7 @@ __global__ void __launch_bounds__(512, 1) attn_fwd_sm90_heads(const __grid_const
     for (int once = 0; once < 1 + (p.num_strips < 0 ? 1 : 0); once++) {
         int k = 0, j = fwd_cta_tile(0, cw, NC);
         if (j >= p.num_strips) break;
-        int q_row0 = strip_row0(j), n_max = strip_n_max(q_row0);
+        int q_row0 = strip_row0(j), n_max = fwd_strip_n_max(q_row0, p.T);
         float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f}, corr[2];
 #pragma unroll
         for (int i = 0; i < D / 2; i++) o[i] = 0.0f;
@@ -526,7 +525,7 @@ __global__ void __launch_bounds__(512, 1) attn_fwd_sm90_heads(const __grid_const
             if (j2 >= p.num_strips) break;
 
             /* to the next strip: its diagonal S beside this strip's last P·V */
-            const int q_row2 = strip_row0(j2), n_max2 = strip_n_max(q_row2);
+            const int q_row2 = strip_row0(j2), n_max2 = fwd_strip_n_max(q_row2, p.T);
             mbar_wait(q_bar(L::Q_FULL, k + 1), (uint32_t)((k + 1) / QS) & 1u, p.dbg, HANG_FWD_Q_FULL, k + 1);
             mbar_wait(base + L::K_FULL + 8 * n_max2, 0u, p.dbg, HANG_FWD_K_FULL, n_max2);
             mbar_wait(base + L::V_FULL, 0u, p.dbg, HANG_FWD_V_FULL, 0);

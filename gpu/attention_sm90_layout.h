@@ -258,6 +258,9 @@ struct FwdStrip {
 ATTN_HD constexpr FwdStrip fwd_strip(int j, int num_r, int G, int kvh) {
     return FwdStrip{64 * (num_r - 1 - j / G), kvh * G + j % G};
 }
+/* The last key block (of 128) a strip from query row0 needs: the block of its last query within T
+ * (fwd_n_max for a 64-row block). */
+ATTN_HD constexpr int fwd_strip_n_max(int row0, int T) { return (row0 + 63 < T - 1 ? row0 + 63 : T - 1) / 128; }
 /* Whether the whole-head forward takes a shape: D = 64, at most four key blocks (T ≤ 512), and enough
  * (b, kv head) pairs to keep the SMs busy — a CTA each, at most one per SM (its shared memory), so the
  * waves' fill B·KVH / (waves · SMs) must be at least 0.9 (Llama-3.2-1B at B 16: 128 CTAs on 132 SMs;

@@ -316,7 +316,7 @@ static void test_forward_heads() {
                 for (int k = 0, j; (j = fwd_cta_tile(k, c, 3)) < strips; k++) {
                     seen[(size_t)j]++;
                     const FwdStrip st = fwd_strip(j, num_r, G, kvh);
-                    const int n_max = (st.row0 + 63 < T - 1 ? st.row0 + 63 : T - 1) / 128;
+                    const int n_max = fwd_strip_n_max(st.row0, T);
                     bad += st.h / G != kvh || st.row0 % 64 != 0 || st.row0 >= T || n_max >= num_n;
                     bad += n_max + 1 > last_w;
                     last_w = n_max + 1;
@@ -335,6 +335,9 @@ static void test_forward_heads() {
             for (int v : seen) bad += v != 1;
         }
     EXPECT(bad == 0, "whole-head forward schedule: %d bad", bad);
+    for (int T : {1, 100, 448, 512})
+        for (int row0 = 0; row0 < T; row0 += 64)
+            EXPECT(fwd_strip_n_max(row0, T) == fwd_n_max(row0 / 64, 64, 128, T), "strip n_max T=%d row0=%d", T, row0);
     int busiest = 0;
     for (int c = 0; c < 3; c++) {
         int w = 0;
