@@ -402,7 +402,9 @@ __global__ void __launch_bounds__(512, 1) attn_fwd_sm90_heads(const __grid_const
     constexpr int BN = C::BN, NC = C::CONSUMERS, QS = C::QSTAGES;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
-    const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+    /* the warpgroup index as the compiler sees it warp-uniform (from lane 0): what derives from it — a
+     * consumer's strips, key blocks, descriptors — then lives in uniform registers */
+    const int wg = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0), tid = threadIdx.x % 128;
     const int kvh = blockIdx.x % p.KVH, b = blockIdx.x / p.KVH;
     if (threadIdx.x == 0) {
         for (int n = 0; n < C::MAX_N; n++) {
@@ -421,17 +423,8 @@ __global__ void __launch_bounds__(512, 1) attn_fwd_sm90_heads(const __grid_const
         setmaxnreg_dec<kRegsHeadsProducer>();
         const int warp = tid / 32;
         if (tid % 32 != 0) return;
-        if (warp == 0) {
-            for (int n = p.num_n - 1; n >= 0; n--) {
-                mbar_expect_tx(base + L::K_FULL + 8 * n, C::KV_BYTES);
-                tma_load_tile<D>(base + L::K + n * C::KV_BYTES, &p.tk, BN, kvh, n * BN, b, base + L::K_FULL + 8 * n);
-                mbar_expect_tx(base + L::V_FULL + 8 * n, C::KV_BYTES);
-                tma_load_tile<D>(base + L::V + n * C::KV_BYTES, &p.tv, BN, kvh, n * BN, b, base + L::V_FULL + 8 * n);
-            }
-            return;
-        }
-        const int c = warp - 1;
-        for (int k = 0, j; (j = fwd_cta_tile(k, c, NC)) < p.num_strips; k++) {
+        /* strip k of consumer c into its query stage (the stage's previous strip done) */
+        auto load_q = [&](int c, int k, int j) {
             const FwdStrip st = fwd_strip(j, p.num_r, p.group, kvh);
             const int qs = k % QS, bar = (c * QS + qs) * 8;
             /* the stage frees a strip ahead of its use: the wait suspends the warp instead of spinning,
@@ -440,7 +433,29 @@ __global__ void __launch_bounds__(512, 1) attn_fwd_sm90_heads(const __grid_const
             mbar_expect_tx(base + L::Q_FULL + bar, C::Q_BYTES);
             tma_load_tile<D>(base + L::Q + (c * QS + qs) * C::Q_BYTES, &p.tq, C::BM, st.h, st.row0, b,
                              base + L::Q_FULL + bar);
+        };
+        auto load_kv = [&](uint32_t bars, uint32_t tile, const CUtensorMap *map, int n) {
+            mbar_expect_tx(base + bars + 8 * n, C::KV_BYTES);
+            tma_load_tile<D>(base + tile + n * C::KV_BYTES, map, BN, kvh, n * BN, b, base + bars + 8 * n);
+        };
+        /* The copies complete about in the order issued, and every CTA starts at once: what the first
+         * products need goes first — the last key block's K and each consumer's first queries — then
+         * the rest of K and V in the order the key blocks are visited, and the consumers' further
+         * queries only once the last K has landed (issued together, the first S waited for all of it). */
+        if (warp == 0) {
+            const int last = p.num_n - 1;
+            load_kv(L::K_FULL, L::K, &p.tk, last);
+            for (int c = 0; c < NC; c++)
+                if (fwd_cta_tile(0, c, NC) < p.num_strips) load_q(c, 0, fwd_cta_tile(0, c, NC));
+            for (int n = last; n >= 0; n--) {
+                load_kv(L::V_FULL, L::V, &p.tv, n);
+                if (n > 0) load_kv(L::K_FULL, L::K, &p.tk, n - 1);
+            }
+            return;
         }
+        const int c = warp - 1;
+        mbar_wait_suspend(base + L::K_FULL, 0u, p.dbg, HANG_FWD_K_FULL, 0);
+        for (int k = 1, j; (j = fwd_cta_tile(k, c, NC)) < p.num_strips; k++) load_q(c, k, j);
         return;
     }
 
@@ -476,6 +491,17 @@ __global__ void __launch_bounds__(512, 1) attn_fwd_sm90_heads(const __grid_const
             softmax_update<BN / 2, BN / 2, BN / 4>(s, true, n_max * BN, q_row0, tid, c, m, l, cr);
     };
     auto diag_to_a = [&](int q_row0, int n_max) { scores_to_a<BN>(fwd_half_block(q_row0, n_max, BN), pa, s); };
+    /* K and V stay for the whole kernel: a consumer waits for each block's arrival once (bit n of
+     * `landed` for K, bit MAX_N + n for V) and after that only tests a register */
+    uint32_t landed = 0;
+    auto wait_k = [&](int n) {
+        if (!(landed >> n & 1u)) mbar_wait(base + L::K_FULL + 8 * n, 0u, p.dbg, HANG_FWD_K_FULL, n);
+        landed |= 1u << n;
+    };
+    auto wait_v = [&](int n) {
+        if (!(landed >> (C::MAX_N + n) & 1u)) mbar_wait(base + L::V_FULL + 8 * n, 0u, p.dbg, HANG_FWD_V_FULL, n);
+        landed |= 1u << (C::MAX_N + n);
+    };
 
     /* A consumer's strips form one sequence (as the tile kernel's joined tiles): from one strip to the
      * next, the next strip's diagonal S is issued beside this strip's last P·V, its softmax runs under
@@ -490,7 +516,7 @@ __global__ void __launch_bounds__(512, 1) attn_fwd_sm90_heads(const __grid_const
         for (int i = 0; i < D / 2; i++) o[i] = 0.0f;
         /* the first strip's diagonal S alone */
         mbar_wait(q_bar(L::Q_FULL, 0), 0u, p.dbg, HANG_FWD_Q_FULL, 0);
-        mbar_wait(base + L::K_FULL + 8 * n_max, 0u, p.dbg, HANG_FWD_K_FULL, n_max);
+        wait_k(n_max);
         wgmma_fence();
         issue_s(q_lo_of(0), n_max);
         wgmma_commit();
@@ -503,8 +529,8 @@ __global__ void __launch_bounds__(512, 1) attn_fwd_sm90_heads(const __grid_const
             /* blocks n_max − 1 … 0: S of n beside P·V of n + 1, the softmax of n under the P·V */
             const uint32_t q_lo = q_lo_of(k);
             for (int n = n_max - 1; n >= 0; n--) {
-                mbar_wait(base + L::K_FULL + 8 * n, 0u, p.dbg, HANG_FWD_K_FULL, n);
-                mbar_wait(base + L::V_FULL + 8 * (n + 1), 0u, p.dbg, HANG_FWD_V_FULL, n + 1);
+                wait_k(n);
+                wait_v(n + 1);
                 wgmma_fence();
                 issue_s(q_lo, n);
                 wgmma_commit();
@@ -527,8 +553,8 @@ __global__ void __launch_bounds__(512, 1) attn_fwd_sm90_heads(const __grid_const
             /* to the next strip: its diagonal S beside this strip's last P·V */
             const int q_row2 = strip_row0(j2), n_max2 = fwd_strip_n_max(q_row2, p.T);
             mbar_wait(q_bar(L::Q_FULL, k + 1), (uint32_t)((k + 1) / QS) & 1u, p.dbg, HANG_FWD_Q_FULL, k + 1);
-            mbar_wait(base + L::K_FULL + 8 * n_max2, 0u, p.dbg, HANG_FWD_K_FULL, n_max2);
-            mbar_wait(base + L::V_FULL, 0u, p.dbg, HANG_FWD_V_FULL, 0);
+            wait_k(n_max2);
+            wait_v(0);
             wgmma_fence();
             issue_s(q_lo_of(k + 1), n_max2);
             wgmma_commit();
@@ -551,7 +577,7 @@ __global__ void __launch_bounds__(512, 1) attn_fwd_sm90_heads(const __grid_const
             for (int r = 0; r < 2; r++) m_run[r] = m2[r], l_run[r] = l2[r];
             k++, j = j2, q_row0 = q_row2, n_max = n_max2;
         }
-        mbar_wait(base + L::V_FULL, 0u, p.dbg, HANG_FWD_V_FULL, 0);
+        wait_v(0);
         wgmma_fence();
         issue_pv(0);
         wgmma_commit();
