@@ -47,8 +47,9 @@ namespace attn90 {
 constexpr int kRegsProducer = 40, kRegsConsumer = 232;
 static_assert(128 * kRegsProducer + 256 * kRegsConsumer <= 168 * 384, "register split beyond the CTA's allocation");
 
-/* Named barriers (id 0 is __syncthreads). */
-enum { BAR_SCHED0 = 1, BAR_SCHED1 = 2, BAR_DS = 3, BAR_DS_FREE = 4 };
+/* Named barriers (id 0 is __syncthreads); BAR_STORE0 + c: consumer c of the whole-head forward
+ * writing its rows into its staging tile. */
+enum { BAR_SCHED0 = 1, BAR_SCHED1 = 2, BAR_DS = 3, BAR_DS_FREE = 4, BAR_STORE0 = 5 };
 
 /* Watchdog codes: which wait hung (HangRecord.code). */
 enum {
@@ -163,6 +164,15 @@ __device__ __forceinline__ void tma_load_tile(uint32_t dst, const CUtensorMap *m
     for (int c = 0; c < D / 64; c++) tma_load_4d(dst + (uint32_t)(c * rows * 128), map, 64 * c, head, row0, b, bar);
 }
 
+/* A swizzled tile in shared memory → the box of `map` at (c0, c1, c2, c3) in global memory (rows past
+ * the tensor's end are not written); completed by bulk_wait_read_all / bulk_wait_all. */
+__device__ __forceinline__ void tma_store_4d(const CUtensorMap *map, uint32_t src, int c0, int c1, int c2, int c3) {
+    asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(
+                     reinterpret_cast<uint64_t>(map)),
+                 "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+                 : "memory");
+}
+
 /* Plain bulk copy global → shared (16-byte aligned, a multiple of 16 bytes). */
 __device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
@@ -183,6 +193,8 @@ __device__ __forceinline__ void bulk_s2g_add_f32(void *dst, uint32_t src, uint32
 }
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+/* This thread's bulk copies have read their shared-memory sources (which may then be written again). */
+__device__ __forceinline__ void bulk_wait_read_all() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
 
 /* Ordinary shared-memory stores before reads by the tensor cores or the copy engine (async proxy). */
 __device__ __forceinline__ void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }

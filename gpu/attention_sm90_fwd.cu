@@ -104,15 +104,21 @@ __device__ __forceinline__ void scores_to_a(bool half, uint32_t (&pa)[BN / 16][4
 /* A warpgroup's 64 finished query rows from q_row0 (head h, batch b): out = bf16(O / l) and
  * lse = (m·scale·log2 e + log2 l)·ln 2, stored from registers; this thread's rows are
  * q_row0 + acc_row(tid, 0 or 2), those at or past T skipped. */
-template <int D>
-__device__ __forceinline__ void store_rows(const float (&o)[D / 2], const float (&m_run)[2], float (&l_run)[2], int b,
-                                           int h, int q_row0, int tid, float c, __nv_bfloat16 *out, int64_t ld_o,
-                                           float *lse, int T, int H) {
+/* The row sums l whole (each thread held a quarter of its two rows' columns), and a row's logsumexp. */
+__device__ __forceinline__ void sum_rows(float (&l_run)[2]) {
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
         l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
     }
+}
+__device__ __forceinline__ float row_lse(float m, float l, float c) { return (m * c + log2f(l)) * 0.69314718055994531f; }
+
+template <int D>
+__device__ __forceinline__ void store_rows(const float (&o)[D / 2], const float (&m_run)[2], float (&l_run)[2], int b,
+                                           int h, int q_row0, int tid, float c, __nv_bfloat16 *out, int64_t ld_o,
+                                           float *lse, int T, int H) {
+    sum_rows(l_run);
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int row = q_row0 + acc_row(tid, 2 * r);
@@ -124,7 +130,41 @@ __device__ __forceinline__ void store_rows(const float (&o)[D / 2], const float 
             const int i = 4 * j + 2 * r;
             *reinterpret_cast<uint32_t *>(dst + acc_col(tid, i)) = pack_bf16(o[i] * inv, o[i + 1] * inv);
         }
-        if ((tid & 3) == 0) lse[((int64_t)b * H + h) * T + row] = (m_run[r] * c + log2f(l_run[r])) * 0.69314718055994531f;
+        if ((tid & 3) == 0) lse[((int64_t)b * H + h) * T + row] = row_lse(m_run[r], l_run[r], c);
+    }
+}
+
+/* store_rows through shared memory (the whole-head forward, D = 64): the same values written into the
+ * consumer's swizzled staging tile, then stored by the copy engine as one 64-row box of the tensor map
+ * `to` (rows past T not written) — a thread's sixteen 4-byte global stores, eight rows apart, became
+ * sixteen conflict-free shared stores. The thread that issues the box waits, before the tile is
+ * written again, until its previous box has been read (bar: the consumer's named barrier). */
+template <int D>
+__device__ __forceinline__ void store_rows_staged(const float (&o)[D / 2], const float (&m_run)[2], float (&l_run)[2],
+                                                  int b, int h, int q_row0, int tid, float c, uint32_t stage,
+                                                  const CUtensorMap *to, int bar, float *lse, int T, int H) {
+    static_assert(D == 64, "one 64-column block a row");
+    sum_rows(l_run);
+    if (tid == 0) bulk_wait_read_all();
+    named_bar_sync(bar, 128);
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = acc_row(tid, 2 * r);
+        const float inv = 1.0f / l_run[r];
+#pragma unroll
+        for (int j = 0; j < D / 8; j++) {
+            const int i = 4 * j + 2 * r;
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(stage + sw128(row, acc_col(tid, i))),
+                         "r"(pack_bf16(o[i] * inv, o[i + 1] * inv))
+                         : "memory");
+        }
+        if ((tid & 3) == 0 && q_row0 + row < T) lse[((int64_t)b * H + h) * T + q_row0 + row] = row_lse(m_run[r], l_run[r], c);
+    }
+    fence_proxy_async_smem();
+    named_bar_sync(bar, 128);
+    if (tid == 0) {
+        tma_store_4d(to, stage, 0, h, q_row0, b);
+        bulk_commit();
     }
 }
 
@@ -380,11 +420,13 @@ __global__ void __launch_bounds__(384, 1) attn_fwd_sm90(const __grid_constant__ 
  * block n issued beside P·V of block n + 1, the diagonal block masked (a half block for a strip whose
  * first query starts its block), the same rounding points — so the same bits; and a consumer joins
  * its strips as the tile kernel joins its tiles (the next strip's diagonal S beside this strip's last
- * P·V). The producer warpgroup's warp 0 loads K and V, warp c + 1 the queries of consumer c.
- * At B 16, T 512, H 32, KVH 8 on an H200: 274 TFLOP/s against the tile kernel's 238–240. */
+ * P·V). The producer warpgroup's warp 0 loads K and V (and each consumer's first queries), warp
+ * c + 1 the further queries of consumer c. A strip's rows go out through the consumer's staging
+ * tile and the copy engine (store_rows_staged).
+ * At B 16, T 512, H 32, KVH 8 on an H200: 281–282 TFLOP/s against the tile kernel's 238–240. */
 struct FwdHeadsParams {
-    CUtensorMap tq, tk, tv; /* tq: boxes of 64 rows; tk, tv: 128 */
-    __nv_bfloat16 *out;
+    CUtensorMap tq, tk, tv, to; /* tq, to (out): boxes of 64 rows; tk, tv: 128 */
+    __nv_bfloat16 *out;         /* out and ld_o: fill_forward_params's; the kernel stores through `to` */
     int64_t ld_o;
     float *lse;
     int B, T, H, KVH, group, num_r, num_n, num_strips;
@@ -491,6 +533,10 @@ __global__ void __launch_bounds__(512, 1) attn_fwd_sm90_heads(const __grid_const
             softmax_update<BN / 2, BN / 2, BN / 4>(s, true, n_max * BN, q_row0, tid, c, m, l, cr);
     };
     auto diag_to_a = [&](int q_row0, int n_max) { scores_to_a<BN>(fwd_half_block(q_row0, n_max, BN), pa, s); };
+    auto store_strip = [&](int j, int q_row0, const float(&m)[2], float(&l)[2]) {
+        store_rows_staged<D>(o, m, l, b, fwd_strip(j, p.num_r, p.group, kvh).h, q_row0, tid, c,
+                             base + L::O + cw * C::O_BYTES, &p.to, BAR_STORE0 + cw, p.lse, p.T, p.H);
+    };
     /* K and V stay for the whole kernel: a consumer waits for each block's arrival once (bit n of
      * `landed` for K, bit MAX_N + n for V) and after that only tests a register */
     uint32_t landed = 0;
@@ -569,8 +615,7 @@ __global__ void __launch_bounds__(512, 1) attn_fwd_sm90_heads(const __grid_const
             fence_regs(o);
             fence_regs(pa);
             diag_to_a(q_row2, n_max2);
-            store_rows<D>(o, m_run, l_run, b, fwd_strip(j, p.num_r, p.group, kvh).h, q_row0, tid, c, p.out, p.ld_o,
-                          p.lse, p.T, p.H);
+            store_strip(j, q_row0, m_run, l_run);
 #pragma unroll
             for (int i = 0; i < D / 2; i++) o[i] = 0.0f;
 #pragma unroll
@@ -584,9 +629,9 @@ __global__ void __launch_bounds__(512, 1) attn_fwd_sm90_heads(const __grid_const
         wgmma_wait<0>();
         fence_regs(o);
         fence_regs(pa);
-        store_rows<D>(o, m_run, l_run, b, fwd_strip(j, p.num_r, p.group, kvh).h, q_row0, tid, c, p.out, p.ld_o, p.lse,
-                      p.T, p.H);
+        store_strip(j, q_row0, m_run, l_run);
     }
+    if (tid == 0) bulk_wait_all(); /* the last box stored before the CTA's shared memory goes */
 #endif
 }
 
@@ -672,6 +717,7 @@ static void forward_heads_launch(uint16_t *out, int64_t ld_o, float *lse, const 
     static_assert(C::BN == 128, "fill_forward_params maps keys and values in boxes of 128");
     attn90::FwdHeadsParams p;
     fill_forward_params(&p, C::BM, out, ld_o, lse, q, k, v, B, T, H, KVH, D, scale, dbg);
+    attn90::make_tmap(&p.to, out, B, T, H, D, C::BM, ld_o); /* attention.cu's check_ld: 16-byte rows */
     p.group = H / KVH;
     p.num_r = attn90::ceil_div(T, C::BM);
     p.num_n = attn90::ceil_div(T, C::BN);
