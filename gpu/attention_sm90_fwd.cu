@@ -150,7 +150,7 @@ __device__ __forceinline__ void store_rows_staged(const float (&o)[D / 2], const
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int row = acc_row(tid, 2 * r);
-        const float inv = 1.0f / l_run[r];
+        const float inv = rcp_row_sum(l_run[r]); /* 1.0f / l without MUFU */
 #pragma unroll
         for (int j = 0; j < D / 8; j++) {
             const int i = 4 * j + 2 * r;
@@ -430,6 +430,7 @@ struct FwdHeadsParams {
     int64_t ld_o;
     float *lse;
     int B, T, H, KVH, group, num_r, num_n, num_strips;
+    FwdStripDiv div; /* the division by the group size, as a multiply-high */
     float scale_log2;
     HangRecord *dbg;
 };
@@ -467,7 +468,7 @@ __global__ void __launch_bounds__(512, 1) attn_fwd_sm90_heads(const __grid_const
         if (tid % 32 != 0) return;
         /* strip k of consumer c into its query stage (the stage's previous strip done) */
         auto load_q = [&](int c, int k, int j) {
-            const FwdStrip st = fwd_strip(j, p.num_r, p.group, kvh);
+            const FwdStrip st = fwd_strip(j, p.num_r, p.div, kvh);
             const int qs = k % QS, bar = (c * QS + qs) * 8;
             /* the stage frees a strip ahead of its use: the wait suspends the warp instead of spinning,
              * leaving the issue slots to the consumers of this scheduler */
@@ -521,7 +522,7 @@ __global__ void __launch_bounds__(512, 1) attn_fwd_sm90_heads(const __grid_const
         for (int ks = 0; ks < BN / 16; ks++) wgmma_rs<D, 1>(o, pa[ks], desc_join(vn + 128 * ks), 1);
     };
 
-    auto strip_row0 = [&](int j) { return fwd_strip(j, p.num_r, p.group, kvh).row0; };
+    auto strip_row0 = [&](int j) { return fwd_strip(j, p.num_r, p.div, kvh).row0; };
     auto q_lo_of = [&](int k) { return desc_lo(base + L::Q + (cw * QS + k % QS) * C::Q_BYTES, 16); };
     auto q_bar = [&](uint32_t bars, int k) { return base + bars + (cw * QS + k % QS) * 8; };
     /* the diagonal block's softmax (masked; half of it when the strip starts its block) and its A
@@ -534,7 +535,7 @@ __global__ void __launch_bounds__(512, 1) attn_fwd_sm90_heads(const __grid_const
     };
     auto diag_to_a = [&](int q_row0, int n_max) { scores_to_a<BN>(fwd_half_block(q_row0, n_max, BN), pa, s); };
     auto store_strip = [&](int j, int q_row0, const float(&m)[2], float(&l)[2]) {
-        store_rows_staged<D>(o, m, l, b, fwd_strip(j, p.num_r, p.group, kvh).h, q_row0, tid, c,
+        store_rows_staged<D>(o, m, l, b, fwd_strip(j, p.num_r, p.div, kvh).h, q_row0, tid, c,
                              base + L::O + cw * C::O_BYTES, &p.to, BAR_STORE0 + cw, p.lse, p.T, p.H);
     };
     /* K and V stay for the whole kernel: a consumer waits for each block's arrival once (bit n of
@@ -719,6 +720,7 @@ static void forward_heads_launch(uint16_t *out, int64_t ld_o, float *lse, const 
     fill_forward_params(&p, C::BM, out, ld_o, lse, q, k, v, B, T, H, KVH, D, scale, dbg);
     attn90::make_tmap(&p.to, out, B, T, H, D, C::BM, ld_o); /* attention.cu's check_ld: 16-byte rows */
     p.group = H / KVH;
+    p.div = attn90::fwd_strip_div(p.group);
     p.num_r = attn90::ceil_div(T, C::BM);
     p.num_n = attn90::ceil_div(T, C::BN);
     p.num_strips = p.group * p.num_r;

@@ -338,6 +338,29 @@ static void test_forward_heads() {
     for (int T : {1, 100, 448, 512})
         for (int row0 = 0; row0 < T; row0 += 64)
             EXPECT(fwd_strip_n_max(row0, T) == fwd_n_max(row0 / 64, 64, 128, T), "strip n_max T=%d row0=%d", T, row0);
+    {   /* the strips by multiply-high: those by division, for every group size a model may have */
+        int wrong = 0;
+        for (int G = 1; G <= 256; G++)
+            for (int num_r = 1; num_r <= 8; num_r++)
+                for (int j = 0; j < G * num_r; j++) {
+                    const FwdStrip a = fwd_strip(j, num_r, G, 3), d = fwd_strip(j, num_r, fwd_strip_div(G), 3);
+                    wrong += a.row0 != d.row0 || a.h != d.h;
+                }
+        EXPECT(wrong == 0, "whole-head forward: %d strips by multiply-high differ from the division", wrong);
+    }
+    {   /* rcp_row_sum: the bits of 1.0f / l for every float l of [1, 2^24) */
+        long long wrong = 0;
+        uint32_t first = 0;
+        for (uint32_t u = 0x3F800000u; u < 0x4B800000u; u++) {
+            float l, want, got;
+            memcpy(&l, &u, 4);
+            volatile float one = 1.0f;
+            want = one / l;
+            got = rcp_row_sum(l);
+            if (memcmp(&want, &got, 4) != 0 && wrong++ == 0) first = u;
+        }
+        EXPECT(wrong == 0, "rcp_row_sum: %lld of [1, 2^24) differ from 1.0f / l (first l bits 0x%08x)", wrong, first);
+    }
     int busiest = 0;
     for (int c = 0; c < 3; c++) {
         int w = 0;
