@@ -101,9 +101,6 @@ __device__ __forceinline__ void scores_to_a(bool half, uint32_t (&pa)[BN / 16][4
     }
 }
 
-/* A warpgroup's 64 finished query rows from q_row0 (head h, batch b): out = bf16(O / l) and
- * lse = (m·scale·log2 e + log2 l)·ln 2, stored from registers; this thread's rows are
- * q_row0 + acc_row(tid, 0 or 2), those at or past T skipped. */
 /* The row sums l whole (each thread held a quarter of its two rows' columns), and a row's logsumexp. */
 __device__ __forceinline__ void sum_rows(float (&l_run)[2]) {
 #pragma unroll
@@ -114,6 +111,9 @@ __device__ __forceinline__ void sum_rows(float (&l_run)[2]) {
 }
 __device__ __forceinline__ float row_lse(float m, float l, float c) { return (m * c + log2f(l)) * 0.69314718055994531f; }
 
+/* A warpgroup's 64 finished query rows from q_row0 (head h, batch b): out = bf16(O / l) and
+ * lse = (m·scale·log2 e + log2 l)·ln 2, stored from registers; this thread's rows are
+ * q_row0 + acc_row(tid, 0 or 2), those at or past T skipped. */
 template <int D>
 __device__ __forceinline__ void store_rows(const float (&o)[D / 2], const float (&m_run)[2], float (&l_run)[2], int b,
                                            int h, int q_row0, int tid, float c, __nv_bfloat16 *out, int64_t ld_o,
@@ -137,8 +137,9 @@ __device__ __forceinline__ void store_rows(const float (&o)[D / 2], const float 
 /* store_rows through shared memory (the whole-head forward, D = 64): the same values written into the
  * consumer's swizzled staging tile, then stored by the copy engine as one 64-row box of the tensor map
  * `to` (rows past T not written) — a thread's sixteen 4-byte global stores, eight rows apart, became
- * sixteen conflict-free shared stores. The thread that issues the box waits, before the tile is
- * written again, until its previous box has been read (bar: the consumer's named barrier). */
+ * sixteen conflict-free shared stores; 1/l by rcp_row_sum (the bits of 1.0f / l, off MUFU). The
+ * thread that issues the box waits, before the tile is written again, until its previous box has
+ * been read (bar: the consumer's named barrier). */
 template <int D>
 __device__ __forceinline__ void store_rows_staged(const float (&o)[D / 2], const float (&m_run)[2], float (&l_run)[2],
                                                   int b, int h, int q_row0, int tid, float c, uint32_t stage,
