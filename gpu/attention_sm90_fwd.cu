@@ -542,14 +542,12 @@ __global__ void __launch_bounds__(512, 1) attn_fwd_sm90_heads(const __grid_const
     /* K and V stay for the whole kernel: a consumer waits for each block's arrival once (bit n of
      * `landed` for K, bit MAX_N + n for V) and after that only tests a register */
     uint32_t landed = 0;
-    auto wait_k = [&](int n) {
-        if (!(landed >> n & 1u)) mbar_wait(base + L::K_FULL + 8 * n, 0u, p.dbg, HANG_FWD_K_FULL, n);
-        landed |= 1u << n;
+    auto wait_landed = [&](uint32_t bars, int bit, int n, int code) {
+        if (!(landed >> bit & 1u)) mbar_wait(base + bars + 8 * n, 0u, p.dbg, code, n);
+        landed |= 1u << bit;
     };
-    auto wait_v = [&](int n) {
-        if (!(landed >> (C::MAX_N + n) & 1u)) mbar_wait(base + L::V_FULL + 8 * n, 0u, p.dbg, HANG_FWD_V_FULL, n);
-        landed |= 1u << (C::MAX_N + n);
-    };
+    auto wait_k = [&](int n) { wait_landed(L::K_FULL, n, n, HANG_FWD_K_FULL); };
+    auto wait_v = [&](int n) { wait_landed(L::V_FULL, C::MAX_N + n, n, HANG_FWD_V_FULL); };
 
     /* A consumer's strips form one sequence (as the tile kernel's joined tiles): from one strip to the
      * next, the next strip's diagonal S is issued beside this strip's last P·V, its softmax runs under

@@ -282,29 +282,29 @@ ATTN_HD constexpr FwdStrip fwd_strip(int j, int num_r, FwdStripDiv d, int kvh) {
  * rounds it down (mantissa all ones: the reciprocal is one ulp above) — attention_layout_test checks
  * every float of [1, 2^24). MUFU's reciprocal, which 1.0f / l takes, queues behind the softmax's
  * exponentials. */
-ATTN_HD float rcp_row_sum(float l) {
+ATTN_HD uint32_t f32_bits(float x) {
+#if defined(__CUDA_ARCH__)
+    return __float_as_uint(x);
+#else
     uint32_t u;
-    float y;
-#if defined(__CUDA_ARCH__)
-    u = __float_as_uint(l);
-    y = __uint_as_float(0x7EF311C7u - u);
-#else
-    memcpy(&u, &l, 4);
-    const uint32_t e = 0x7EF311C7u - u;
-    memcpy(&y, &e, 4);
+    memcpy(&u, &x, 4);
+    return u;
 #endif
+}
+ATTN_HD float bits_f32(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+    return __uint_as_float(u);
+#else
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+#endif
+}
+ATTN_HD float rcp_row_sum(float l) {
+    const uint32_t u = f32_bits(l);
+    float y = bits_f32(0x7EF311C7u - u);
     for (int i = 0; i < 4; i++) y = fmaf(y, fmaf(-l, y, 1.0f), y);
-    if ((u & 0x7FFFFFu) == 0x7FFFFFu) {
-#if defined(__CUDA_ARCH__)
-        y = __uint_as_float(__float_as_uint(y) + 1u);
-#else
-        uint32_t b;
-        memcpy(&b, &y, 4);
-        b++;
-        memcpy(&y, &b, 4);
-#endif
-    }
-    return y;
+    return (u & 0x7FFFFFu) == 0x7FFFFFu ? bits_f32(f32_bits(y) + 1u) : y;
 }
 /* The last key block (of 128) a strip from query row0 needs: the block of its last query within T
  * (fwd_n_max for a 64-row block). */
