@@ -134,20 +134,20 @@ __device__ __forceinline__ void store_rows(const float (&o)[D / 2], const float 
     }
 }
 
-/* store_rows through shared memory (the whole-head forward, D = 64): the same values written into the
- * consumer's swizzled staging tile, then stored by the copy engine as one 64-row box of the tensor map
- * `to` (rows past T not written) — a thread's sixteen 4-byte global stores, eight rows apart, became
- * sixteen conflict-free shared stores; 1/l by rcp_row_sum (the bits of 1.0f / l, off MUFU). The
- * thread that issues the box waits, before the tile is written again, until its previous box has
- * been read (bar: the consumer's named barrier). */
+/* store_rows through shared memory (the whole-head forward, D = 64), in two steps so that tensor-core
+ * work can be issued between them. stage_rows: the same values as store_rows written into one of the
+ * consumer's two swizzled staging tiles, lse stored (a thread's sixteen 4-byte global stores, eight
+ * rows apart, became sixteen conflict-free shared stores; 1/l by rcp_row_sum, the bits of 1.0f / l,
+ * off MUFU). store_staged: the tile stored by the copy engine as one 64-row box of the tensor map `to`
+ * (rows past T not written). A tile is written again two strips later: before the barrier that
+ * releases a box, its issuing thread waits until every earlier box has been read — the one from the
+ * same tile among them (bar: the consumer's named barrier). */
 template <int D>
-__device__ __forceinline__ void store_rows_staged(const float (&o)[D / 2], const float (&m_run)[2], float (&l_run)[2],
-                                                  int b, int h, int q_row0, int tid, float c, uint32_t stage,
-                                                  const CUtensorMap *to, int bar, float *lse, int T, int H) {
+__device__ __forceinline__ void stage_rows(const float (&o)[D / 2], const float (&m_run)[2], float (&l_run)[2], int b,
+                                           int h, int q_row0, int tid, float c, uint32_t stage, float *lse, int T,
+                                           int H) {
     static_assert(D == 64, "one 64-column block a row");
     sum_rows(l_run);
-    if (tid == 0) bulk_wait_read_all();
-    named_bar_sync(bar, 128);
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int row = acc_row(tid, 2 * r);
@@ -161,7 +161,12 @@ __device__ __forceinline__ void store_rows_staged(const float (&o)[D / 2], const
         }
         if ((tid & 3) == 0 && q_row0 + row < T) lse[((int64_t)b * H + h) * T + q_row0 + row] = row_lse(m_run[r], l_run[r], c);
     }
+}
+template <int D>
+__device__ __forceinline__ void store_staged(int h, int q_row0, int b, int tid, uint32_t stage, const CUtensorMap *to,
+                                             int bar) {
     fence_proxy_async_smem();
+    if (tid == 0) bulk_wait_read_all();
     named_bar_sync(bar, 128);
     if (tid == 0) {
         tma_store_4d(to, stage, 0, h, q_row0, b);
@@ -421,10 +426,13 @@ __global__ void __launch_bounds__(384, 1) attn_fwd_sm90(const __grid_constant__ 
  * block n issued beside P·V of block n + 1, the diagonal block masked (a half block for a strip whose
  * first query starts its block), the same rounding points — so the same bits; and a consumer joins
  * its strips as the tile kernel joins its tiles (the next strip's diagonal S beside this strip's last
- * P·V). The producer warpgroup's warp 0 loads K and V (and each consumer's first queries), warp
- * c + 1 the further queries of consumer c. A strip's rows go out through the consumer's staging
- * tile and the copy engine (store_rows_staged).
- * At B 16, T 512, H 32, KVH 8 on an H200: 296 TFLOP/s against the tile kernel's 238–240. */
+ * P·V), then — where the next strip has a block before its diagonal one — issues that block's S and
+ * the diagonal block's P·V (into a fresh O: the tile kernel's zeros plus P·V) around this strip's
+ * epilogue, so that the rows' way out has tensor-core work under it. The producer warpgroup's warp 0
+ * loads K and V (and each consumer's first queries), warp c + 1 the further queries of consumer c. A
+ * strip's rows go out through one of the consumer's two staging tiles and the copy engine
+ * (stage_rows, store_staged).
+ * At B 16, T 512, H 32, KVH 8 on an H200: 302–304 TFLOP/s against the tile kernel's 238–240. */
 struct FwdHeadsParams {
     CUtensorMap tq, tk, tv, to; /* tq, to (out): boxes of 64 rows; tk, tv: 128 */
     __nv_bfloat16 *out;         /* out and ld_o: fill_forward_params's; the kernel stores through `to` */
@@ -517,10 +525,11 @@ __global__ void __launch_bounds__(512, 1) attn_fwd_sm90_heads(const __grid_const
         for (int ks = 0; ks < D / 16; ks++)
             wgmma_ss<BN, 0, 0>(s, desc_join(q_lo + 2 * ks), desc_join(kn + 2 * ks), ks > 0);
     };
-    auto issue_pv = [&](int n) {
+    /* O += P·V of block n, or O = P·V (fresh: the old O not read) */
+    auto issue_pv = [&](int n, bool fresh = false) {
         const uint32_t vn = v_lo + (uint32_t)n * (C::KV_BYTES >> 4);
 #pragma unroll
-        for (int ks = 0; ks < BN / 16; ks++) wgmma_rs<D, 1>(o, pa[ks], desc_join(vn + 128 * ks), 1);
+        for (int ks = 0; ks < BN / 16; ks++) wgmma_rs<D, 1>(o, pa[ks], desc_join(vn + 128 * ks), ks > 0 || !fresh);
     };
 
     auto strip_row0 = [&](int j) { return fwd_strip(j, p.num_r, p.div, kvh).row0; };
@@ -535,9 +544,13 @@ __global__ void __launch_bounds__(512, 1) attn_fwd_sm90_heads(const __grid_const
             softmax_update<BN / 2, BN / 2, BN / 4>(s, true, n_max * BN, q_row0, tid, c, m, l, cr);
     };
     auto diag_to_a = [&](int q_row0, int n_max) { scores_to_a<BN>(fwd_half_block(q_row0, n_max, BN), pa, s); };
-    auto store_strip = [&](int j, int q_row0, const float(&m)[2], float(&l)[2]) {
-        store_rows_staged<D>(o, m, l, b, fwd_strip(j, p.num_r, p.div, kvh).h, q_row0, tid, c,
-                             base + L::O + cw * C::O_BYTES, &p.to, BAR_STORE0 + cw, p.lse, p.T, p.H);
+    /* strip k's rows (strip j) into staging tile k % 2, then stored */
+    auto stage_of = [&](int k) { return base + L::O + (2 * cw + (k & 1)) * C::O_BYTES; };
+    auto stage_strip = [&](int k, int j, int q_row0, const float(&m)[2], float(&l)[2]) {
+        stage_rows<D>(o, m, l, b, fwd_strip(j, p.num_r, p.div, kvh).h, q_row0, tid, c, stage_of(k), p.lse, p.T, p.H);
+    };
+    auto store_strip = [&](int k, int j, int q_row0) {
+        store_staged<D>(fwd_strip(j, p.num_r, p.div, kvh).h, q_row0, b, tid, stage_of(k), &p.to, BAR_STORE0 + cw);
     };
     /* K and V stay for the whole kernel: a consumer waits for each block's arrival once (bit n of
      * `landed` for K, bit MAX_N + n for V) and after that only tests a register */
@@ -571,10 +584,11 @@ __global__ void __launch_bounds__(512, 1) attn_fwd_sm90_heads(const __grid_const
         if (n_max == 0) warp_arrive(q_bar(L::Q_EMPTY, 0));
         diag_softmax(q_row0, n_max, m_run, l_run, corr);
         diag_to_a(q_row0, n_max);
+        int n_top = n_max - 1; /* the strip's next block for the loop (a joined strip's first is done at the join) */
         for (;;) {
-            /* blocks n_max − 1 … 0: S of n beside P·V of n + 1, the softmax of n under the P·V */
+            /* blocks n_top … 0: S of n beside P·V of n + 1, the softmax of n under the P·V */
             const uint32_t q_lo = q_lo_of(k);
-            for (int n = n_max - 1; n >= 0; n--) {
+            for (int n = n_top; n >= 0; n--) {
                 wait_k(n);
                 wait_v(n + 1);
                 wgmma_fence();
@@ -601,8 +615,9 @@ __global__ void __launch_bounds__(512, 1) attn_fwd_sm90_heads(const __grid_const
             mbar_wait(q_bar(L::Q_FULL, k + 1), (uint32_t)((k + 1) / QS) & 1u, p.dbg, HANG_FWD_Q_FULL, k + 1);
             wait_k(n_max2);
             wait_v(0);
+            const uint32_t q_lo2 = q_lo_of(k + 1);
             wgmma_fence();
-            issue_s(q_lo_of(k + 1), n_max2);
+            issue_s(q_lo2, n_max2);
             wgmma_commit();
             issue_pv(0);
             wgmma_commit();
@@ -615,12 +630,39 @@ __global__ void __launch_bounds__(512, 1) attn_fwd_sm90_heads(const __grid_const
             fence_regs(o);
             fence_regs(pa);
             diag_to_a(q_row2, n_max2);
-            store_strip(j, q_row0, m_run, l_run);
+            if (n_max2 > 0) {
+                /* the next strip's block n_max2 − 1: its S, then its diagonal block's P·V into a fresh O,
+                 * issued around this strip's rows going to the staging tile, so that the store has the
+                 * tensor cores' work under it */
+                wait_k(n_max2 - 1);
+                wgmma_fence();
+                issue_s(q_lo2, n_max2 - 1);
+                wgmma_commit();
+                stage_strip(k, j, q_row0, m_run, l_run);
+                wait_v(n_max2);
+                wgmma_fence();
+                issue_pv(n_max2, true);
+                wgmma_commit();
+                store_strip(k, j, q_row0);
+                wgmma_wait<1>();
+                fence_regs(s);
+                if (n_max2 == 1) warp_arrive(q_bar(L::Q_EMPTY, k + 1));
+                softmax_update<BN / 2>(s, false, (n_max2 - 1) * BN, q_row2, tid, c, m2, l2, corr2);
+                wgmma_wait<0>();
+                fence_regs(o);
+                fence_regs(pa);
 #pragma unroll
-            for (int i = 0; i < D / 2; i++) o[i] = 0.0f;
+                for (int i = 0; i < D / 2; i++) o[i] *= corr2[(i >> 1) & 1];
+                acc_to_a<BN / 16>(pa, s);
+            } else {
+                stage_strip(k, j, q_row0, m_run, l_run);
+                store_strip(k, j, q_row0);
+#pragma unroll
+                for (int i = 0; i < D / 2; i++) o[i] = 0.0f;
+            }
 #pragma unroll
             for (int r = 0; r < 2; r++) m_run[r] = m2[r], l_run[r] = l2[r];
-            k++, j = j2, q_row0 = q_row2, n_max = n_max2;
+            k++, j = j2, q_row0 = q_row2, n_max = n_max2, n_top = n_max2 - 2; /* n_max2 − 1, if any, done above */
         }
         wait_v(0);
         wgmma_fence();
@@ -629,7 +671,8 @@ __global__ void __launch_bounds__(512, 1) attn_fwd_sm90_heads(const __grid_const
         wgmma_wait<0>();
         fence_regs(o);
         fence_regs(pa);
-        store_strip(j, q_row0, m_run, l_run);
+        stage_strip(k, j, q_row0, m_run, l_run);
+        store_strip(k, j, q_row0);
     }
     if (tid == 0) bulk_wait_all(); /* the last box stored before the CTA's shared memory goes */
 #endif

@@ -112,13 +112,13 @@ struct FwdHeadsTile {
     static_assert(D == 64, "the whole-head forward holds K and V of 512 keys at D = 64 only");
     static constexpr int BM = 64, BN = 128, MAX_N = 4, CONSUMERS = 3, QSTAGES = 2;
     static constexpr int Q_BYTES = BM * D * 2, KV_BYTES = BN * D * 2;
-    static constexpr int O_BYTES = BM * D * 2; /* a consumer's staging tile for its finished rows */
+    static constexpr int O_BYTES = BM * D * 2; /* a consumer's staging tile for its finished rows (two each) */
 };
 template <int D>
 struct FwdHeadsSmem {
     using C = FwdHeadsTile<D>;
     static constexpr uint32_t K = 0, V = K + C::MAX_N * C::KV_BYTES, Q = V + C::MAX_N * C::KV_BYTES,
-                              O = Q + C::CONSUMERS * C::QSTAGES * C::Q_BYTES, BAR = O + C::CONSUMERS * C::O_BYTES;
+                              O = Q + C::CONSUMERS * C::QSTAGES * C::Q_BYTES, BAR = O + 2 * C::CONSUMERS * C::O_BYTES;
     /* barriers: k_full[MAX_N], v_full[MAX_N], q_full[CONSUMERS][QSTAGES], q_empty[CONSUMERS][QSTAGES] */
     static constexpr uint32_t K_FULL = BAR, V_FULL = K_FULL + 8 * C::MAX_N, Q_FULL = V_FULL + 8 * C::MAX_N,
                               Q_EMPTY = Q_FULL + 8 * C::CONSUMERS * C::QSTAGES,

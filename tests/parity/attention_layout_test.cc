@@ -534,8 +534,8 @@ static void test_budgets() {
         using Hd = FwdHeadsSmem<D>;
         EXPECT(Hd::BYTES <= 232448, "whole-head forward: %u bytes of shared memory", Hd::BYTES);
         for (uint32_t off : {Hd::K, Hd::V, Hd::Q, Hd::O}) EXPECT(off % 1024 == 0, "whole-head tile offset %u", off);
-        EXPECT(Hd::O - Hd::Q == 6 * FwdHeadsTile<D>::Q_BYTES && Hd::BAR - Hd::O == 3 * FwdHeadsTile<D>::O_BYTES,
-               "whole-head forward: six query stages, then three staging tiles");
+        EXPECT(Hd::O - Hd::Q == 6 * FwdHeadsTile<D>::Q_BYTES && Hd::BAR - Hd::O == 6 * FwdHeadsTile<D>::O_BYTES,
+               "whole-head forward: six query stages, then six staging tiles (two a consumer)");
         EXPECT(Hd::BAR % 8 == 0 && Hd::END - Hd::BAR == 8 * (2 * 4 + 2 * 3 * 2), "whole-head forward's barriers");
     }
     EXPECT(F2::K == F::K + FwdTile<D>::Q_BYTES && F2::END == F::END + 16 + FwdTile<D>::Q_BYTES,
