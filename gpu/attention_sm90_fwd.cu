@@ -432,7 +432,7 @@ __global__ void __launch_bounds__(384, 1) attn_fwd_sm90(const __grid_constant__ 
  * loads K and V (and each consumer's first queries), warp c + 1 the further queries of consumer c. A
  * strip's rows go out through one of the consumer's two staging tiles and the copy engine
  * (stage_rows, store_staged).
- * At B 16, T 512, H 32, KVH 8 on an H200: 302–304 TFLOP/s against the tile kernel's 238–240. */
+ * At B 16, T 512, H 32, KVH 8 on an H200: 300–304 TFLOP/s against the tile kernel's 238–240. */
 struct FwdHeadsParams {
     CUtensorMap tq, tk, tv, to; /* tq, to (out): boxes of 64 rows; tk, tv: 128 */
     __nv_bfloat16 *out;         /* out and ld_o: fill_forward_params's; the kernel stores through `to` */
