@@ -165,6 +165,7 @@ __device__ __forceinline__ void stage_rows(const float (&o)[D / 2], const float 
 template <int D>
 __device__ __forceinline__ void store_staged(int h, int q_row0, int b, int tid, uint32_t stage, const CUtensorMap *to,
                                              int bar) {
+    static_assert(D == 64, "one 64-column box a strip");
     fence_proxy_async_smem();
     if (tid == 0) bulk_wait_read_all();
     named_bar_sync(bar, 128);
