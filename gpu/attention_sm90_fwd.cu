@@ -553,6 +553,21 @@ __global__ void __launch_bounds__(512, 1) attn_fwd_sm90_heads(const __grid_const
     auto store_strip = [&](int k, int j, int q_row0) {
         store_staged<D>(fwd_strip(j, p.num_r, p.div, kvh).h, q_row0, b, tid, stage_of(k), &p.to, BAR_STORE0 + cw);
     };
+    /* A key block n < n_max of strip k (queries from q_row0) once its S and the P·V before it are issued:
+     * S waited for (strip k's queries released after block 0), the softmax under the P·V, then O
+     * rescaled and P's A registers formed */
+    auto finish_block = [&](int n, int q_row0, int k, float(&m)[2], float(&l)[2], float(&cr)[2]) {
+        wgmma_wait<1>();
+        fence_regs(s);
+        if (n == 0) warp_arrive(q_bar(L::Q_EMPTY, k));
+        softmax_update<BN / 2>(s, false, n * BN, q_row0, tid, c, m, l, cr);
+        wgmma_wait<0>();
+        fence_regs(o);
+        fence_regs(pa);
+#pragma unroll
+        for (int i = 0; i < D / 2; i++) o[i] *= cr[(i >> 1) & 1];
+        acc_to_a<BN / 16>(pa, s);
+    };
     /* K and V stay for the whole kernel: a consumer waits for each block's arrival once (bit n of
      * `landed` for K, bit MAX_N + n for V) and after that only tests a register */
     uint32_t landed = 0;
@@ -597,16 +612,7 @@ __global__ void __launch_bounds__(512, 1) attn_fwd_sm90_heads(const __grid_const
                 wgmma_commit();
                 issue_pv(n + 1);
                 wgmma_commit();
-                wgmma_wait<1>();
-                fence_regs(s);
-                if (n == 0) warp_arrive(q_bar(L::Q_EMPTY, k));
-                softmax_update<BN / 2>(s, false, n * BN, q_row0, tid, c, m_run, l_run, corr);
-                wgmma_wait<0>();
-                fence_regs(o);
-                fence_regs(pa);
-#pragma unroll
-                for (int i = 0; i < D / 2; i++) o[i] *= corr[(i >> 1) & 1];
-                acc_to_a<BN / 16>(pa, s);
+                finish_block(n, q_row0, k, m_run, l_run, corr);
             }
             const int j2 = fwd_cta_tile(k + 1, cw, NC);
             if (j2 >= p.num_strips) break;
@@ -645,16 +651,7 @@ __global__ void __launch_bounds__(512, 1) attn_fwd_sm90_heads(const __grid_const
                 issue_pv(n_max2, true);
                 wgmma_commit();
                 store_strip(k, j, q_row0);
-                wgmma_wait<1>();
-                fence_regs(s);
-                if (n_max2 == 1) warp_arrive(q_bar(L::Q_EMPTY, k + 1));
-                softmax_update<BN / 2>(s, false, (n_max2 - 1) * BN, q_row2, tid, c, m2, l2, corr2);
-                wgmma_wait<0>();
-                fence_regs(o);
-                fence_regs(pa);
-#pragma unroll
-                for (int i = 0; i < D / 2; i++) o[i] *= corr2[(i >> 1) & 1];
-                acc_to_a<BN / 16>(pa, s);
+                finish_block(n_max2 - 1, q_row2, k + 1, m2, l2, corr2);
             } else {
                 stage_strip(k, j, q_row0, m_run, l_run);
                 store_strip(k, j, q_row0);
