@@ -24,7 +24,14 @@
  *
  * The epilogue (a struct passed by value):
  *   __device__ void columns(int oc)   loads its constants of columns oc … oc + 7 (once a warp)
- *   __device__ void row(float (&y)[8], const float (&sl)[8], int64_t e, int r, int oc)
+ *   struct Pre                        what it reads at a row besides y (registers; empty for none)
+ *   __device__ void load(Pre &p, int64_t e, int r, int oc)
+ *                                     issues those reads for row r, columns oc … oc + 7 — with the
+ *                                     step's y loads, so that they are in flight together; a read in
+ *                                     row() itself would wait out its latency after the product, and
+ *                                     the stores of the rows before it keep the compiler from moving
+ *                                     it up (adapter_epi_no_reads: no reads)
+ *   __device__ void row(float (&y)[8], const float (&sl)[8], int64_t e, int r, int oc, const Pre &p)
  *                                     y: the 8 values of y at element e (r · ldy + oc), sl: s·(u Bᵀ)
  *                                     there (fp32, s applied after the sum); writes its outputs at e
  *                                     (or, for outputs at a stride of their own, at row r, column oc)
@@ -48,6 +55,12 @@ constexpr int kAdapterMmaRowStep = 32; /* rows a warp takes per step: two 16-row
 constexpr int kAdapterMmaMaxR = 64;
 
 enum adapter_b_layout { ADAPTER_B_ROWS, ADAPTER_B_COLS };
+
+/* The reads of an epilogue that reads nothing at a row but y */
+struct adapter_epi_no_reads {
+    struct Pre {};
+    __device__ __forceinline__ void load(Pre &, int64_t, int, int) {}
+};
 
 inline bool adapter_mma_fits(int C_out, int R, int64_t ldu, const void *u, const void *lora_b, const void *y,
                              adapter_b_layout layout = ADAPTER_B_ROWS, int64_t ldy = 0) {
@@ -95,13 +108,16 @@ __global__ void __launch_bounds__(32 * kAdapterMmaWarps)
     for (int step = n_begin; step < n_end; step += kAdapterMmaRowStep) {
         int row[2][2];    /* tile h, half q: row step + 16·h + 8·q + g */
         uint4 yraw[2][2]; /* 8 bf16 each, widened in the epilogue */
+        typename Epi::Pre pre[2][2];
         uint32_t a[2][KS][4];
 #pragma unroll
         for (int h = 0; h < 2; h++) {
 #pragma unroll
             for (int q = 0; q < 2; q++) {
                 row[h][q] = step + 16 * h + 8 * q + g;
-                yraw[h][q] = *reinterpret_cast<const uint4 *>(y + (int64_t)min(row[h][q], n_end - 1) * ldy + oc);
+                const int r = min(row[h][q], n_end - 1); /* a row past the end reads the last, unused */
+                yraw[h][q] = *reinterpret_cast<const uint4 *>(y + (int64_t)r * ldy + oc);
+                epi.load(pre[h][q], (int64_t)r * ldy + oc, r, oc);
             }
             const bf16 *u0 = u + (int64_t)min(row[h][0], n_end - 1) * ldu;
             const bf16 *u1 = u + (int64_t)min(row[h][1], n_end - 1) * ldu;
@@ -131,7 +147,7 @@ __global__ void __launch_bounds__(32 * kAdapterMmaWarps)
 #pragma unroll
                 for (int e = 0; e < 8; e++) /* column oc + e: n-tile e / 2, fragment column 2t + e % 2 */
                     sl[e] = __fmul_rn(s, acc[e / 2][2 * q + e % 2]);
-                epi.row(yv, sl, (int64_t)row[h][q] * ldy + oc, row[h][q], oc);
+                epi.row(yv, sl, (int64_t)row[h][q] * ldy + oc, row[h][q], oc, pre[h][q]);
             }
         }
     }

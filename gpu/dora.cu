@@ -275,7 +275,7 @@ __global__ void __launch_bounds__(32 * kFusedRowThreads, RP <= 16 ? 3 : 1)
 
 /* The magnitude pass's epilogue for gpu/adapter_mma.cuh (the tensor-core pass): dora_element on y and
  * s·l, y and z written. */
-struct dora_mma_epi {
+struct dora_mma_epi : refine::adapter_epi_no_reads {
     bf16 *y, *z;
     const bf16 *bias;
     const float *mag, *wnorm;
@@ -287,7 +287,7 @@ struct dora_mma_epi {
             bv[e] = bias ? __bfloat162float(bias[oc + e]) : 0.0f;
         }
     }
-    __device__ __forceinline__ void row(float (&yv)[8], const float (&sl)[8], int64_t e, int, int) {
+    __device__ __forceinline__ void row(float (&yv)[8], const float (&sl)[8], int64_t e, int, int, const Pre &) {
         float out[8], zv[8];
 #pragma unroll
         for (int c = 0; c < 8; c++) dora_element(yv[c], bv[c], bias, mns[c], sl[c], out[c], zv[c]);
@@ -610,7 +610,7 @@ extern "C" void gpu_dora_scale_bf16(struct gpu_gemm *g, uint16_t *y, uint16_t *z
     bf16 *yb = reinterpret_cast<bf16 *>(y), *zb = reinterpret_cast<bf16 *>(z);
     const bf16 *bb = reinterpret_cast<const bf16 *>(bias);
     if (refine::adapter_mma_fits(C_out, R, ldu, u, lora_b, y) && aligned16(z)) {
-        const dora_mma_epi epi = {yb, zb, bb, mag, wnorm, {}, {}};
+        const dora_mma_epi epi = {{}, yb, zb, bb, mag, wnorm, {}, {}};
         refine::adapter_mma_launch(yb, reinterpret_cast<const bf16 *>(u), ldu, reinterpret_cast<const bf16 *>(lora_b),
                                    R, scale, N, C_out, R, epi, stream);
         KERNEL_CHECK(stream);

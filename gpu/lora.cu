@@ -140,10 +140,10 @@ lora_plan make_plan(uint16_t *y, uint16_t *u, const uint16_t *x_a, const uint16_
 
 /* y += s·u Bᵀ as gpu/adapter_mma.cuh's epilogue: y = bf16(y + s·(u Bᵀ)), the fp32 sum scaled after
  * it as gemm's alpha scales it. */
-struct lora_mma_epi {
+struct lora_mma_epi : refine::adapter_epi_no_reads {
     bf16 *y;
     __device__ __forceinline__ void columns(int) {}
-    __device__ __forceinline__ void row(float (&yv)[8], const float (&sl)[8], int64_t e, int, int) {
+    __device__ __forceinline__ void row(float (&yv)[8], const float (&sl)[8], int64_t e, int, int, const Pre &) {
         float out[8];
 #pragma unroll
         for (int c = 0; c < 8; c++) out[c] = __fadd_rn(yv[c], sl[c]);
@@ -152,14 +152,18 @@ struct lora_mma_epi {
 };
 
 /* lora_mma_epi's y = bf16(y + s·(u Bᵀ)), then the residual add's out = bf16(res + y) (llama.cu's
- * residual_add), y not stored */
+ * residual_add), y not stored; res read with the step's y */
 struct lora_residual_epi {
     bf16 *out;
     const bf16 *res;
+    struct Pre {
+        uint4 res;
+    };
     __device__ __forceinline__ void columns(int) {}
-    __device__ __forceinline__ void row(float (&yv)[8], const float (&sl)[8], int64_t e, int, int) {
+    __device__ __forceinline__ void load(Pre &p, int64_t e, int, int) { p.res = *reinterpret_cast<const uint4 *>(res + e); }
+    __device__ __forceinline__ void row(float (&yv)[8], const float (&sl)[8], int64_t e, int, int, const Pre &p) {
         float rv[8], o[8];
-        refine::load_bf16<8>(rv, res + e);
+        refine::load_bf16<8>(rv, reinterpret_cast<const bf16 *>(&p.res));
 #pragma unroll
         for (int c = 0; c < 8; c++) o[c] = __fadd_rn(rv[c], refine::bf16_round_dev(__fadd_rn(yv[c], sl[c])));
         refine::store_bf16<8>(out + e, o);
@@ -169,16 +173,25 @@ struct lora_residual_epi {
 /* dh + du A (fp32 sl from the pass) rounded as lora_mma_epi stores it, then SwiGLU's backward on it
  * (gpu/swiglu.cuh), the gate and up gradients into gate and up at the same row and column (row
  * stride ld_gu); with h, also the forward's output h = bf16(bf16(silu(g))·up) at dh's element, from
- * the same silu (the MLP input, formed again from the gate and up values before they are overwritten) */
+ * the same silu (the MLP input, formed again from the gate and up values before they are overwritten).
+ * gate and up are read with the step's dh (each row's by the thread that overwrites it, before) */
 struct lora_swiglu_epi {
     bf16 *gate, *up, *h;
     int64_t ld_gu;
+    struct Pre {
+        uint4 g, u;
+    };
     __device__ __forceinline__ void columns(int) {}
-    __device__ __forceinline__ void row(float (&yv)[8], const float (&sl)[8], int64_t e, int r, int oc) {
+    __device__ __forceinline__ void load(Pre &p, int64_t, int r, int oc) {
+        const int64_t ge = (int64_t)r * ld_gu + oc;
+        p.g = *reinterpret_cast<const uint4 *>(gate + ge);
+        p.u = *reinterpret_cast<const uint4 *>(up + ge);
+    }
+    __device__ __forceinline__ void row(float (&yv)[8], const float (&sl)[8], int64_t e, int r, int oc, const Pre &p) {
         float gv[8], uv[8], dg[8], du[8], hv[8];
         const int64_t ge = (int64_t)r * ld_gu + oc;
-        refine::load_bf16<8>(gv, gate + ge);
-        refine::load_bf16<8>(uv, up + ge);
+        refine::load_bf16<8>(gv, reinterpret_cast<const bf16 *>(&p.g));
+        refine::load_bf16<8>(uv, reinterpret_cast<const bf16 *>(&p.u));
 #pragma unroll
         for (int c = 0; c < 8; c++) {
             const float a = refine::swiglu_backward_elem(gv[c], uv[c],
@@ -212,7 +225,7 @@ void add_product(struct gpu_gemm *g, const gemm_args &args, uint16_t *out, const
     if (refine::adapter_mma_fits(C_out, K, ldu, u, b, out, L, ldo)) {
         bf16 *o = reinterpret_cast<bf16 *>(out);
         refine::adapter_mma_launch<L>(o, reinterpret_cast<const bf16 *>(u), ldu, reinterpret_cast<const bf16 *>(b),
-                                      ldb, scale, N, C_out, K, lora_mma_epi{o}, stream, ldo);
+                                      ldb, scale, N, C_out, K, lora_mma_epi{{}, o}, stream, ldo);
         KERNEL_CHECK(stream);
         return;
     }
@@ -510,7 +523,7 @@ extern "C" void gpu_lora_group_fold_backward_strided_bf16(struct gpu_gemm *g, ui
         bf16 *o = reinterpret_cast<bf16 *>(dx_f);
         refine::adapter_mma_launch<refine::ADAPTER_B_COLS>(o, reinterpret_cast<const bf16 *>(du), ldd,
                                                            reinterpret_cast<const bf16 *>(lora_a), C_in, 1.0f, N, C_in,
-                                                           K, lora_mma_epi{o}, stream, ldd);
+                                                           K, lora_mma_epi{{}, o}, stream, ldd);
         KERNEL_CHECK(stream);
         return;
     }
