@@ -83,8 +83,12 @@ __device__ __forceinline__ uint32_t adapter_b_pair(const bf16 *b, int64_t ldb, i
     return (uint32_t)h[k * ldb + col] | (uint32_t)h[(k + 1) * ldb + col] << 16;
 }
 
+/* At least four blocks an SM at KS 1 and three above (≤ 128 and ≤ 170 registers): SwiGLU's epilogue with
+ * its reads in flight took 130 and 173, one block an SM fewer, and the joined pass ran 9% slower at
+ * R 16 and about a third slower at R 64 than held to these (docs/RESULTS.md, 2026-11-30); the other
+ * epilogues use fewer. */
 template <int KS, adapter_b_layout L, class Epi>
-__global__ void __launch_bounds__(32 * kAdapterMmaWarps)
+__global__ void __launch_bounds__(32 * kAdapterMmaWarps, KS == 1 ? 4 : 3)
     adapter_mma_kernel(const bf16 *y, int64_t ldy, const bf16 *__restrict__ u, int64_t ldu,
                        const bf16 *__restrict__ lora_b, int64_t ldb, float s, int N, int C_out, int R,
                        int rows_per_block, Epi epi) {

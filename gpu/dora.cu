@@ -465,10 +465,12 @@ __global__ void __launch_bounds__(32 * kSubLanes)
             if (part_g) refine::load_bf16<VW>(zg, z_g + e);
             if (part_u) refine::load_bf16<VW>(zu, z_u + e);
         }
+        float sg[VW], si[VW];
+        refine::sigmoid_silu<VW>(gv, sg, si);
 #pragma unroll
         for (int j = 0; j < VW; j++) {
             float dg, du;
-            refine::swiglu_backward_elem(gv[j], uv[j], dhv[j], dg, du);
+            refine::swiglu_backward_sig(gv[j], uv[j], dhv[j], sg[j], si[j], dg, du);
             dg = refine::bf16_round_dev(dg), du = refine::bf16_round_dev(du); /* gpu/swiglu's stores */
             if (part_g) ag[j] += (double)dg * (double)zg[j];
             if (part_u) au[j] += (double)du * (double)zu[j];

@@ -188,14 +188,15 @@ struct lora_swiglu_epi {
         p.u = *reinterpret_cast<const uint4 *>(up + ge);
     }
     __device__ __forceinline__ void row(float (&yv)[8], const float (&sl)[8], int64_t e, int r, int oc, const Pre &p) {
-        float gv[8], uv[8], dg[8], du[8], hv[8];
+        float gv[8], uv[8], dg[8], du[8], hv[8], sg[8], si[8];
         const int64_t ge = (int64_t)r * ld_gu + oc;
         refine::load_bf16<8>(gv, reinterpret_cast<const bf16 *>(&p.g));
         refine::load_bf16<8>(uv, reinterpret_cast<const bf16 *>(&p.u));
+        refine::sigmoid_silu<8>(gv, sg, si);
 #pragma unroll
         for (int c = 0; c < 8; c++) {
-            const float a = refine::swiglu_backward_elem(gv[c], uv[c],
-                                                         refine::bf16_round_dev(__fadd_rn(yv[c], sl[c])), dg[c], du[c]);
+            const float a = refine::swiglu_backward_sig(
+                gv[c], uv[c], refine::bf16_round_dev(__fadd_rn(yv[c], sl[c])), sg[c], si[c], dg[c], du[c]);
             hv[c] = refine::swiglu_forward_elem(a, uv[c]);
         }
         refine::store_bf16<8>(gate + ge, dg);

@@ -56,13 +56,14 @@ __global__ void __launch_bounds__(kBlock) swiglu_backward_elementwise(bf16 *dg, 
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < groups; i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t row = i / gpr;
         const int col = (int)(i - row * gpr) * VW;
-        float gv[VW], uv[VW], dhv[VW], dgv[VW], duv[VW], hv[VW];
+        float gv[VW], uv[VW], dhv[VW], dgv[VW], duv[VW], hv[VW], sg[VW], si[VW];
         load_bf16<VW>(gv, g + row * ld_in + col);
         load_bf16<VW>(uv, u + row * ld_in + col);
         load_bf16<VW>(dhv, dh + row * F + col);
+        sigmoid_silu<VW>(gv, sg, si);
 #pragma unroll
         for (int j = 0; j < VW; j++) {
-            const float a = swiglu_backward_elem(gv[j], uv[j], dhv[j], dgv[j], duv[j]);
+            const float a = swiglu_backward_sig(gv[j], uv[j], dhv[j], sg[j], si[j], dgv[j], duv[j]);
             hv[j] = swiglu_forward_elem(a, uv[j]);
         }
         store_bf16<VW>(dg + row * ld_out + col, dgv);

@@ -19,6 +19,13 @@
  *  - dg = bf16(bf16(dh·u)·silu'(g)): silu'(g) = σ(1 + g(1 − σ)) has a zero near g ≈ −1.28 where
  *    its fp32 relative error is unbounded but its absolute error stays ≤ ~8 ulp(1)·(1 + |g|); so
  *    k = 2.01 with floor = 8·2^-24·(1 + max|g|)·max|dh·u| / (2.01·BF16_EPS).
+ *
+ * The kernels' σ(g) and silu(g) by the division's fast path without its branch (gpu/swiglu.cuh
+ * sigmoid_silu) against sigmoid_dev and silu_dev, bit for bit, for every bf16 g (all 65536 patterns:
+ * the kernels read g as bf16): each value alone (the other lanes of its batch the same value) and in
+ * a batch with the seven patterns after it (a batch takes the divisions when any of its values is
+ * out of the fast path's range), and SwiGLU's backward element from them (dg, du, a) against
+ * swiglu_backward_elem's for a u and dh derived from the pattern.
  */
 #include <float.h>
 #include <math.h>
@@ -28,6 +35,7 @@
 #include <vector>
 
 #include "gpu/cuda_check.h"
+#include "gpu/swiglu.cuh"
 #include "gpu/swiglu.h"
 #include "ref/bf16.h"
 #include "ref/swiglu.h"
@@ -38,6 +46,47 @@
 
 static uint64_t g_seed;
 static cudaStream_t g_stream;
+
+/* bad[0]: patterns whose σ or silu differ (alone or batched), bad[1]: whose backward element differs;
+ * bad[2 + k]: the first such pattern (atomicMin) */
+__global__ void sigmoid_silu_all_bf16(unsigned *bad) {
+    const unsigned t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= 65536u) return;
+    const float g = __uint_as_float(t << 16);
+    const float se = refine::sigmoid_dev(g), qe = refine::silu_dev(g);
+    float ga[8], sa[8], qa[8], gb[8], sb[8], qb[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) ga[j] = g, gb[j] = __uint_as_float(((t + (unsigned)j) & 0xFFFFu) << 16);
+    refine::sigmoid_silu<8>(ga, sa, qa);
+    refine::sigmoid_silu<8>(gb, sb, qb);
+    const bool sig_ok = __float_as_uint(sa[0]) == __float_as_uint(se) && __float_as_uint(qa[0]) == __float_as_uint(qe) &&
+                        __float_as_uint(sb[0]) == __float_as_uint(se) && __float_as_uint(qb[0]) == __float_as_uint(qe);
+    /* u and dh: bf16 values spread over several binades, from the pattern */
+    const float u = __uint_as_float(((((t * 2654435761u) >> 16) & 0x3FFFu) | 0x3C00u) << 16 ^ ((t & 1u) << 31));
+    const float dh = __uint_as_float(((((t * 40503u) >> 4) & 0x3FFFu) | 0x3A00u) << 16 ^ ((t & 2u) << 30));
+    float dg0, du0, dg1, du1;
+    const float a0 = refine::swiglu_backward_elem(g, u, dh, dg0, du0);
+    const float a1 = refine::swiglu_backward_sig(g, u, dh, sa[0], qa[0], dg1, du1);
+    const bool bwd_ok = __float_as_uint(a0) == __float_as_uint(a1) && __float_as_uint(dg0) == __float_as_uint(dg1) &&
+                        __float_as_uint(du0) == __float_as_uint(du1);
+    if (!sig_ok) atomicAdd(&bad[0], 1u), atomicMin(&bad[2], t);
+    if (!bwd_ok) atomicAdd(&bad[1], 1u), atomicMin(&bad[3], t);
+}
+
+static void check_sigmoid_silu() {
+    unsigned *d_bad, h_bad[4] = {0, 0, 0xFFFFFFFFu, 0xFFFFFFFFu};
+    CUDA_CHECK(cudaMalloc(&d_bad, sizeof h_bad));
+    CUDA_CHECK(cudaMemcpy(d_bad, h_bad, sizeof h_bad, cudaMemcpyHostToDevice));
+    sigmoid_silu_all_bf16<<<256, 256, 0, g_stream>>>(d_bad);
+    KERNEL_CHECK(g_stream);
+    CUDA_CHECK(cudaMemcpyAsync(h_bad, d_bad, sizeof h_bad, cudaMemcpyDeviceToHost, g_stream));
+    CUDA_CHECK(cudaStreamSynchronize(g_stream));
+    CUDA_CHECK(cudaFree(d_bad));
+    EXPECT(h_bad[0] == 0, "sigmoid_silu: %u of 65536 bf16 g differ from sigmoid_dev/silu_dev (first bits 0x%04x)",
+           h_bad[0], h_bad[2]);
+    EXPECT(h_bad[1] == 0, "swiglu_backward_sig: %u of 65536 bf16 g differ from swiglu_backward_elem (first 0x%04x)",
+           h_bad[1], h_bad[3]);
+}
 
 static void oracle_forward(float *h, const float *g, const float *u, int N, int F) {
     ref_swiglu_forward(h, g, u, N, F, F, ACT_BF16);
@@ -236,6 +285,7 @@ int main(int argc, char **argv) {
     g_seed = test_seed(argc, argv, 20261125);
     parity_init();
     CUDA_CHECK(cudaStreamCreate(&g_stream));
+    check_sigmoid_silu();
     const int Fs[] = {1, 7, 8, 9, 64, 1000, 1536, 8192, 14336};
     const int Ns[] = {1, 7, 33, 300};
     int id = 0;
