@@ -438,19 +438,19 @@ __global__ void __launch_bounds__(kThreads, 3) swiglu_cast_tile(swiglu_params p)
         const int r = rb + k * RSTEP;
         const int64_t gr = row0 + r;
         uint32_t w[NOUT][4];
-        float gk[8], sg[8], si[8];
-#pragma unroll
-        for (int e = 0; e < 8; e++) gk[e] = elem8(gw[k], e);
-        if (BWD) refine::sigmoid_silu<8>(gk, sg, si);
 #pragma unroll
         for (int j = 0; j < 4; j++) {
-            float v[NOUT][2];
+            float v[NOUT][2], gj[2], sg[2], si[2]; /* the backward's σ and silu a pair at a time: the tile's
+                                                      registers are few (eight at once spilled) */
+#pragma unroll
+            for (int h = 0; h < 2; h++) gj[h] = elem8(gw[k], 2 * j + h);
+            if (BWD) refine::sigmoid_silu<2>(gj, sg, si);
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                const float g = gk[2 * j + h], u = elem8(uw[k], 2 * j + h);
+                const float g = gj[h], u = elem8(uw[k], 2 * j + h);
                 if (BWD) {
                     float dg, du;
-                    refine::swiglu_backward_sig(g, u, elem8(dw[k], 2 * j + h), sg[2 * j + h], si[2 * j + h], dg, du);
+                    refine::swiglu_backward_sig(g, u, elem8(dw[k], 2 * j + h), sg[h], si[h], dg, du);
                     v[0][h] = dg;
                     v[NOUT - 1][h] = du;
                 } else {
