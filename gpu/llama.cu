@@ -751,8 +751,9 @@ void layer_forward(gpu_llama *m, int l, int train, uint64_t micro, enum fwd_upto
 
 /* LoRA's down adapter without dropout: its dx += du A joined to SwiGLU's backward (one pass over the
  * base dx, gate and up: gpu_lora_backward_swiglu_bf16, counted as the adapter backward) — at ranks
- * up to 16, where the whole step measured faster (docs/RESULTS.md, 2026-11-28); at rank 64 the
- * joined pass alone ran 30% slower than the two passes (more k-steps, fewer resident warps) */
+ * up to 64: at 16 the whole step measured faster (docs/RESULTS.md, 2026-11-28); at 64 the joined pass
+ * alone ran 30% slower than the two passes until SwiGLU's divisions lost their branches and the
+ * pass its spare registers, and 20% faster after (2026-11-30) */
 bool down_joined(const gpu_llama *m, int l) {
     return gl_lora_down_joined(&m->opt) && m->layers[l].lin[LLAMA_DOWN].target;
 }

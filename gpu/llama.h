@@ -210,7 +210,7 @@ struct gpu_llama_plan {
 int gpu_llama_size_verified(const struct model_config *c, const struct gpu_llama_options *o);
 /* 1 where recomputing the MLP input (GPU_MLP_INPUT_RECOMPUTED) costs no pass of its own, else 0:
  * the backward's own pass over gate and up forms it as it overwrites them (LoRA's down adapter
- * joined to SwiGLU's backward — no dropout, rank ≤ 16 —, and full fine-tuning's SwiGLU backward),
+ * joined to SwiGLU's backward — no dropout, rank ≤ 64 —, and full fine-tuning's SwiGLU backward),
  * with bf16 products (the combination measured at the speed of keeping it: docs/RESULTS.md,
  * 2026-11-28, sixth session) — and FP8 full fine-tuning under per-tensor scaling with nothing
  * recomputed, whose backward reads the forward's transposed codes of the input instead (nothing to

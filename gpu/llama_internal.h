@@ -404,10 +404,11 @@ gl_fp8_pair gl_fp8_operands(const gpu_llama *m, int l, int t, enum gl_fp8_produc
 /* Layer l's codes for the pass (GL_FP8_W forward, GL_FP8_WT backward): of the frozen base, or of
  * the trained weights when they are cast a layer at a time (gl_fp8_trained_per_layer). */
 void gl_fp8_layer(gpu_llama *m, int l, int need);
-/* LoRA's down adapter without dropout at ranks up to 16: its backward joined to SwiGLU's
- * (gpu_lora_backward_swiglu_bf16; gpu/llama.cu's mlp_backward), which can form the MLP input too. */
+/* LoRA's down adapter without dropout at ranks up to 64 (the adapter pass's, gpu/adapter_mma.cuh): its
+ * backward joined to SwiGLU's (gpu_lora_backward_swiglu_bf16; gpu/llama.cu's mlp_backward), which can
+ * form the MLP input too. */
 static inline int gl_lora_down_joined(const gpu_llama_options *o) {
-    return o->mode == LLAMA_LORA && ((o->targets >> LLAMA_DOWN) & 1u) && !(o->dropout > 0) && o->R <= 16;
+    return o->mode == LLAMA_LORA && ((o->targets >> LLAMA_DOWN) & 1u) && !(o->dropout > 0) && o->R <= 64;
 }
 /* Full fine-tuning under FP8 with recomputation (--recompute attn or layer: the memory
  * configurations): the trained weights' codes are not stored for every layer but cast a layer at a

@@ -129,7 +129,7 @@ static const struct opt_def k_opts[] = {
     {"recompute-mlp", BOTH, K_FLAG, OFF(recompute_mlp), NULL, 0, 0,
      "recompute the MLP input, swiglu(gate, up), before the down projection's backward instead of keeping it: "
      "B·T·F·2 bytes a layer less (GPU; the same results). The default where it costs no pass of its own — LoRA "
-     "and QLoRA (no dropout, rank <= 16) and full fine-tuning with bf16 products, whose backward forms it as it "
+     "and QLoRA (no dropout, rank <= 64) and full fine-tuning with bf16 products, whose backward forms it as it "
      "reads gate and up —; elsewhere this flag buys the memory for one more SwiGLU pass a layer"},
     {"keep-mlp-input", BOTH, K_FLAG, OFF(keep_mlp_input), NULL, 0, 0,
      "keep the MLP input where it would be recomputed by default (GPU; the same results, B·T·F·2 bytes a layer "

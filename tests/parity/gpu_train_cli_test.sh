@@ -112,15 +112,15 @@ else
         test $rc -eq 0 -a "$(grep -c '"system":"refine-plan".*"fits":1.*"device":"none (a 24 GiB card)"' "$tmp/plan24.json")" -eq 1 \
         -a "${seq:-0}" -ge 32768 -a "${seq:-0}" -lt 262144
     # The MLP input's default: not kept where the backward forms it for free (LoRA and QLoRA without
-    # dropout at rank <= 16, full fine-tuning, bf16 products) or does not read it (FP8 full
+    # dropout at rank <= 64, full fine-tuning, bf16 products) or does not read it (FP8 full
     # fine-tuning with per-tensor scaling, whose weight gradients read the forward's transposed codes):
     # 1B 16x512 plans L·N·F·2 = 2 GiB less than --keep-mlp-input, less one layer's shared buffer; kept
-    # by default for DoRA, dropout and rank 32 (the same plan as --keep-mlp-input), which
+    # by default for DoRA, dropout and rank 128 (the same plan as --keep-mlp-input), which
     # --recompute-mlp still drops.
     plan_total() { "$bench" --model llama-3.2-1b --micro-batch 16 --seq 512 --memory-limit 80 --plan-only "$@" 2>/dev/null |
         sed -n 's/.*"plan_GiB":{"total":\([0-9.]*\).*/\1/p'; }
     less_by_2gib() { awk -v a="${1:-0}" -v b="${2:-0}" 'BEGIN { d = b - a; exit !(a > 0 && d > 1.874 && d < 1.876) }'; }
-    for m in lora qlora full "full --precision fp8"; do
+    for m in lora qlora "lora --rank 64" full "full --precision fp8"; do
         # shellcheck disable=SC2086 # the method's flags are words
         a=$(plan_total --method $m) b=$(plan_total --method $m --keep-mlp-input)
         check "bench --plan-only 1B $m: the MLP input not kept by default (${a:-?} GiB; --keep-mlp-input ${b:-?})" \
@@ -136,7 +136,7 @@ else
     rc=$?
     check "bench --plan-only --keep-norms --recompute layer: exit status $rc (1), one message" \
         test $rc -eq 1 -a "$(grep -c '^refine: --keep-norms with --recompute layer' "$tmp/knr.log")" -eq 1
-    for flags in "--method dora" "--method lora --dropout 0.1" "--method lora --rank 32"; do
+    for flags in "--method dora" "--method lora --dropout 0.1" "--method lora --rank 128"; do
         # shellcheck disable=SC2086 # the flags are words
         a=$(plan_total $flags) b=$(plan_total $flags --keep-mlp-input) r=$(plan_total $flags --recompute-mlp)
         check "bench --plan-only 1B $flags: the MLP input kept by default (${a:-?} GiB = ${b:-?}), --recompute-mlp drops it (${r:-?})" \
