@@ -282,29 +282,19 @@ ATTN_HD constexpr FwdStrip fwd_strip(int j, int num_r, FwdStripDiv d, int kvh) {
  * rounds it down (mantissa all ones: the reciprocal is one ulp above) — attention_layout_test checks
  * every float of [1, 2^24). MUFU's reciprocal, which 1.0f / l takes, queues behind the softmax's
  * exponentials. */
-ATTN_HD uint32_t f32_bits(float x) {
-#if defined(__CUDA_ARCH__)
-    return __float_as_uint(x);
-#else
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    return u;
-#endif
-}
-ATTN_HD float bits_f32(uint32_t u) {
-#if defined(__CUDA_ARCH__)
-    return __uint_as_float(u);
-#else
-    float x;
-    memcpy(&x, &u, 4);
-    return x;
-#endif
+/* The bits of x as a To of the same size (host and device: a 4-byte copy is a register move there) */
+template <class To, class From>
+ATTN_HD To bits_as(From x) {
+    static_assert(sizeof(To) == sizeof(From), "a bit cast between types of one size");
+    To t;
+    memcpy(&t, &x, sizeof t);
+    return t;
 }
 ATTN_HD float rcp_row_sum(float l) {
-    const uint32_t u = f32_bits(l);
-    float y = bits_f32(0x7EF311C7u - u);
+    const uint32_t u = bits_as<uint32_t>(l);
+    float y = bits_as<float>(0x7EF311C7u - u);
     for (int i = 0; i < 4; i++) y = fmaf(y, fmaf(-l, y, 1.0f), y);
-    return (u & 0x7FFFFFu) == 0x7FFFFFu ? bits_f32(f32_bits(y) + 1u) : y;
+    return (u & 0x7FFFFFu) == 0x7FFFFFu ? bits_as<float>(bits_as<uint32_t>(y) + 1u) : y;
 }
 /* The last key block (of 128) a strip from query row0 needs: the block of its last query within T
  * (fwd_n_max for a 64-row block). */
